@@ -1,0 +1,268 @@
+/* internal.h - types and functions shared by libnnt's own source files (core/ and plugins/).
+ * Nothing here is part of the public API or of any plugin ABI. */
+#ifndef NNT_INTERNAL_H
+#define NNT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "nnt/nnt.h"
+#include "nnt/nnt_backend.h"
+#include "nnt/nnt_family.h"
+
+/* ---- errors (status.c) ---- */
+nnt_status nnt_err_set(nnt_error *err, nnt_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+nnt_status nnt_err_setv(nnt_error *err, nnt_status status, const char *fmt, va_list ap);
+/* Prepends "prefix: " to an existing message. */
+void nnt_err_prefix(nnt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void nnt_err_clear(nnt_error *err);
+
+/* ---- dtypes (dtype.c) ---- */
+nnt_dtype nnt_dtype_from_name(const char *name); /* safetensors spelling; INVALID if unknown */
+int nnt_dtype_is_float(nnt_dtype dt);
+float nnt_bf16_to_f32(uint16_t h);
+uint16_t nnt_f32_to_bf16(float f); /* round to nearest even */
+float nnt_f16_to_f32(uint16_t h);
+uint16_t nnt_f32_to_f16(float f);
+float nnt_fp8_e4m3_to_f32(uint8_t b);
+float nnt_e8m0_to_f32(uint8_t b);
+/* Converts n elements between numeric dtypes (float and integer). */
+nnt_status nnt_convert(const void *src, nnt_dtype sdt, void *dst, nnt_dtype ddt, int64_t n,
+                       nnt_error *err);
+size_t nnt_tensor_nbytes(const nnt_tensor *t);
+/* "[2, 24, 64]" into buf. */
+const char *nnt_shape_str(const nnt_tensor *t, char *buf, size_t n);
+const char *nnt_dims_str(int ndim, const int64_t *shape, char *buf, size_t n);
+int nnt_shape_equal(int nd_a, const int64_t *a, int nd_b, const int64_t *b);
+
+/* ---- config.json (json_config.c) ---- */
+typedef struct nnt_json nnt_json; /* a parsed config.json */
+nnt_status nnt_json_load(const char *path, nnt_json **out, nnt_error *err);
+void nnt_json_free(nnt_json *j);
+nnt_status nnt_cfg_int(const nnt_checkpoint *ck, const char *key, int64_t dflt, int required,
+                       int64_t *out, nnt_error *err);
+nnt_status nnt_cfg_float(const nnt_checkpoint *ck, const char *key, double dflt, int required,
+                         double *out, nnt_error *err);
+nnt_status nnt_cfg_bool(const nnt_checkpoint *ck, const char *key, int dflt, int required,
+                        int *out, nnt_error *err);
+nnt_status nnt_cfg_string(const nnt_checkpoint *ck, const char *key, const char *dflt,
+                          int required, const char **out, nnt_error *err);
+int nnt_cfg_has(const nnt_checkpoint *ck, const char *key);
+nnt_status nnt_cfg_int_list(const nnt_checkpoint *ck, const char *key, const char *const *names,
+                            int n_names, int64_t *out, int max, int *count, nnt_error *err);
+const char *nnt_cfg_path(const nnt_checkpoint *ck);
+/* config.json's `architectures` (all entries, NULL-terminated, owned by the checkpoint). */
+const char *const *nnt_cfg_architectures(const nnt_checkpoint *ck);
+
+/* ---- safetensors (safetensors.c) ---- */
+typedef struct nnt_st_entry {
+    char *name;
+    nnt_dtype dtype;
+    int ndim;
+    int64_t shape[NNT_MAX_DIMS];
+    uint64_t begin, end; /* byte offsets in the data section */
+} nnt_st_entry;
+
+typedef struct nnt_st_file {
+    char *path;
+    void *map;        /* the whole file, memory-mapped read-only */
+    size_t map_size;
+    const uint8_t *data; /* start of the data section */
+    uint64_t data_size;
+    nnt_st_entry *entries;
+    int n_entries;
+} nnt_st_file;
+
+/* Opens and validates a safetensors file: header length within the file, header JSON well
+ * formed, every entry's dtype known, shape sane, offsets inside the data section, sizes equal
+ * to numel * dtype size, no two entries overlapping. */
+nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err);
+void nnt_st_close(nnt_st_file *f);
+const nnt_st_entry *nnt_st_find(const nnt_st_file *f, const char *name);
+
+/* Writes tensors (host memory) as one safetensors file; keys[i] names tensors[i]. The file is
+ * written to a temporary name and renamed, so an existing file is never left half-written. */
+nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
+                        const nnt_tensor *const *tensors, const char *metadata_json,
+                        nnt_error *err);
+
+/* ---- checkpoints (checkpoint.c) ---- */
+struct nnt_checkpoint {
+    char *dir;
+    char *config_path;
+    nnt_json *config;
+    nnt_st_file **files;
+    int n_files;
+    /* name -> (file, entry) index, sorted by name for binary search */
+    struct nnt_ck_index *index;
+    int n_index;
+    /* decoded tensors (FP8 dequantized) the checkpoint owns */
+    void **owned;
+    int n_owned, cap_owned;
+};
+nnt_status nnt_checkpoint_open(const char *dir, nnt_checkpoint **out, nnt_error *err);
+void nnt_checkpoint_close(nnt_checkpoint *ck);
+int nnt_ck_has_tensor(const nnt_checkpoint *ck, const char *name);
+nnt_status nnt_ck_tensor(const nnt_checkpoint *ck, const char *name, int ndim,
+                         const int64_t *shape, nnt_tensor *out, nnt_error *err);
+/* Decodes FP8 e4m3 with block scales into dst (F32 [rows, cols]); scale [ceil(rows/bs),
+ * ceil(cols/bs)] in any float dtype. Exposed for tests. */
+nnt_status nnt_fp8_block_dequant(const uint8_t *w, int64_t rows, int64_t cols,
+                                 const nnt_tensor *scale, int block, float *dst, nnt_error *err);
+
+/* ---- INI configuration (plugins/ini_config.c) ---- */
+typedef struct nnt_kv {
+    char *key;
+    char *value;
+    int line;
+} nnt_kv;
+
+typedef struct nnt_ini_section {
+    char *kind; /* "family" or "backend" */
+    char *name;
+    int line;
+    nnt_kv *kv;
+    int n_kv;
+} nnt_ini_section;
+
+typedef struct nnt_ini {
+    char *path;
+    char **dirs; /* [plugins] dir = ..., resolved against the INI file's directory */
+    int *dir_lines;
+    int n_dirs;
+    char **files; /* [plugins] file = ... */
+    int *file_lines;
+    int n_files;
+    nnt_ini_section *sections; /* [family.X] and [backend.Y] */
+    int n_sections;
+} nnt_ini;
+
+nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err);
+void nnt_ini_free(nnt_ini *ini);
+const nnt_ini_section *nnt_ini_section_find(const nnt_ini *ini, const char *kind,
+                                            const char *name);
+const char *nnt_ini_get(const nnt_ini_section *s, const char *key, int *line);
+
+/* ---- plugin host (plugins/plugin_host.c) ---- */
+typedef struct nnt_plugin {
+    char *file;
+    void *handle;
+    nnt_plugin_kind kind;
+    const nnt_family_descriptor *family;
+    const nnt_backend_descriptor *backend;
+    /* backends only: the created context */
+    void *be_ctx;
+    /* families only: the backend chosen by the INI file */
+    struct nnt_plugin *be;
+} nnt_plugin;
+
+typedef struct nnt_plugin_set {
+    nnt_plugin **items;
+    int n;
+} nnt_plugin_set;
+
+/* Loads one shared object and checks its descriptor; no plugin function is called. */
+nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err);
+void nnt_plugin_unload(nnt_plugin *p);
+/* Loads every plugin the INI names (directories and files), checks names and architectures
+ * for conflicts, creates the backends, and attaches each family to its backend. */
+nnt_status nnt_plugins_load_all(const nnt_ini *ini, nnt_plugin_set *set, nnt_error *err);
+void nnt_plugins_free(nnt_plugin_set *set);
+
+/* ---- the standard-value registry (registry.c) ---- */
+typedef struct nnt_slot_def {
+    nnt_slot slot;
+    nnt_host host;
+    const char *name;
+    const char *layout;
+    const char *axes;
+    const char *description;
+} nnt_slot_def;
+const nnt_slot_def *nnt_slot_def_get(nnt_slot slot);
+/* Slot of (host, name), or -1. */
+int nnt_slot_find(nnt_host host, const char *name);
+
+/* ---- paths (path.c) ---- */
+#define NNT_LAYER_ALL (-1000000)
+typedef struct nnt_path {
+    nnt_slot slot;
+    int layer; /* -1: model host; NNT_LAYER_ALL: every block; else a block index */
+} nnt_path;
+/* Parses a value path against a model; fills err with suggestions on unknown names. */
+nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err);
+/* Canonical text of (slot, layer) into buf. */
+const char *nnt_path_format(nnt_slot slot, int layer, char *buf, size_t n);
+
+/* ---- arena (arena.c) ---- */
+typedef struct nnt_arena nnt_arena;
+nnt_status nnt_arena_new(const nnt_backend_ops *be, void *be_ctx, nnt_arena **out,
+                         nnt_error *err);
+void nnt_arena_free(nnt_arena *a);
+nnt_status nnt_arena_alloc(nnt_arena *a, size_t bytes, void **out, nnt_error *err);
+size_t nnt_arena_mark(nnt_arena *a);
+void nnt_arena_release(nnt_arena *a, size_t mark);
+void nnt_arena_reset(nnt_arena *a);
+size_t nnt_arena_high_water(const nnt_arena *a);
+
+/* ---- runtime, model, trace (runtime.c, model.c, trace.c) ---- */
+struct nnt_runtime {
+    nnt_error err;
+    char *config_path;
+    nnt_ini *ini;
+    nnt_plugin_set plugins;
+    nnt_host_api host;
+};
+
+struct nnt_model {
+    nnt_runtime *rt;
+    nnt_plugin *family;
+    nnt_checkpoint *ckpt;
+    void *impl;
+    nnt_model_info info;
+    nnt_arena *arena;
+};
+
+/* The host routine table the core hands to plugins. */
+void nnt_host_api_init(nnt_host_api *api);
+
+/* Trace internals used by the run (trace.c). */
+typedef struct nnt_trace_hooks nnt_trace_hooks;
+struct nnt_run {
+    nnt_model *model;
+    nnt_trace *trace; /* may be NULL: no requests */
+    nnt_arena *arena;
+    nnt_error *err;
+    nnt_call_dims dims;
+    int step;
+    const nnt_forward_args *args;
+};
+nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t);
+int nnt_run_wants(const nnt_run *run, nnt_slot slot, int layer);
+
+/* Runs one forward of model m under trace t (NULL: none). */
+nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask,
+                             int batch, int seq, nnt_error *err);
+/* (layer, slot) info from the family, with registry defaults filled in. */
+nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_slot slot,
+                               const nnt_call_dims *dims, nnt_value_info *out, nnt_error *err);
+/* Trace hooks called by nnt_model_forward. */
+nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, nnt_error *err);
+nnt_model *nnt_trace_model(const nnt_trace *t);
+
+/* ---- module tree (tree.c) ---- */
+nnt_tree *nnt_tree_new(void);
+void nnt_tree_free(nnt_tree *t);
+int nnt_tree_node(nnt_tree *tree, int parent, const char *native, const char *standard,
+                  const char *cls, const char *detail, int host, int layer);
+nnt_status nnt_tree_print(const nnt_tree *tree, const nnt_model *m, FILE *out, nnt_error *err);
+
+/* ---- small helpers (util.c) ---- */
+char *nnt_strdup(const char *s);
+char *nnt_path_join(const char *dir, const char *name);
+char *nnt_dirname(const char *path);
+int nnt_file_exists(const char *path);
+/* Levenshtein distance, for "did you mean". */
+int nnt_edit_distance(const char *a, const char *b);
+
+#endif /* NNT_INTERNAL_H */

@@ -1,0 +1,241 @@
+/* json_config.c - config.json access for family plugins, on top of cJSON. Keys may be dotted
+ * to reach nested objects ("rope_parameters.rope_theta"); every error names the file and the
+ * key. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct nnt_json {
+    char *path;
+    cJSON *root;
+    const char **architectures; /* NULL-terminated; strings owned by root */
+};
+
+nnt_status nnt_json_load(const char *path, nnt_json **out, nnt_error *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open (does the checkpoint directory hold a config.json?)", path);
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return nnt_err_set(err, NNT_ERR_IO, "%s: cannot seek", path);
+    }
+    long size = ftell(f);
+    rewind(f);
+    if (size < 0 || size > (64L << 20)) {
+        fclose(f);
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: size %ld is not that of a config file", path, size);
+    }
+    char *text = malloc((size_t)size + 1);
+    if (!text) {
+        fclose(f);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "%s: no memory", path);
+    }
+    size_t got = fread(text, 1, (size_t)size, f);
+    fclose(f);
+    text[got] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        long off = end ? (long)(end - text) : -1;
+        free(text);
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: malformed JSON near byte %ld", path, off);
+    }
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: expected a JSON object at the top level", path);
+    }
+    nnt_json *j = calloc(1, sizeof *j);
+    if (!j) {
+        cJSON_Delete(root);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    j->path = nnt_strdup(path);
+    j->root = root;
+    cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    int n = cJSON_IsArray(arch) ? cJSON_GetArraySize(arch) : 0;
+    j->architectures = calloc((size_t)n + 1, sizeof *j->architectures);
+    if (!j->architectures) {
+        nnt_json_free(j);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_GetArrayItem(arch, i);
+        if (cJSON_IsString(e)) j->architectures[k++] = e->valuestring;
+    }
+    *out = j;
+    return NNT_OK;
+}
+
+void nnt_json_free(nnt_json *j)
+{
+    if (!j) return;
+    cJSON_Delete(j->root);
+    free(j->architectures);
+    free(j->path);
+    free(j);
+}
+
+/* Follows a dotted key; returns NULL when any part is missing or the value is null. */
+static const cJSON *lookup(const nnt_checkpoint *ck, const char *key)
+{
+    if (!ck || !ck->config) return NULL;
+    const cJSON *node = ck->config->root;
+    char part[128];
+    const char *p = key;
+    while (node && *p) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        if (n >= sizeof part) return NULL;
+        memcpy(part, p, n);
+        part[n] = '\0';
+        if (!cJSON_IsObject(node)) return NULL;
+        node = cJSON_GetObjectItemCaseSensitive(node, part);
+        p = dot ? dot + 1 : p + n;
+    }
+    if (!node || cJSON_IsNull(node)) return NULL;
+    return node;
+}
+
+static nnt_status missing(const nnt_checkpoint *ck, const char *key, const char *what,
+                          nnt_error *err)
+{
+    return nnt_err_set(err, NNT_ERR_CONFIG, "%s: required field '%s' is missing (expected %s)",
+                       nnt_cfg_path(ck), key, what);
+}
+
+static nnt_status wrong_type(const nnt_checkpoint *ck, const char *key, const char *what,
+                             const cJSON *v, nnt_error *err)
+{
+    char *text = cJSON_PrintUnformatted(v);
+    nnt_status st = nnt_err_set(err, NNT_ERR_CONFIG, "%s: field '%s' is %.60s, expected %s",
+                                nnt_cfg_path(ck), key, text ? text : "?", what);
+    free(text);
+    return st;
+}
+
+nnt_status nnt_cfg_int(const nnt_checkpoint *ck, const char *key, int64_t dflt, int required,
+                       int64_t *out, nnt_error *err)
+{
+    const cJSON *v = lookup(ck, key);
+    if (!v) {
+        if (required) return missing(ck, key, "an integer", err);
+        *out = dflt;
+        return NNT_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        fabs(v->valuedouble) > 9.0e15)
+        return wrong_type(ck, key, "an integer", v, err);
+    *out = (int64_t)v->valuedouble;
+    return NNT_OK;
+}
+
+nnt_status nnt_cfg_float(const nnt_checkpoint *ck, const char *key, double dflt, int required,
+                         double *out, nnt_error *err)
+{
+    const cJSON *v = lookup(ck, key);
+    if (!v) {
+        if (required) return missing(ck, key, "a number", err);
+        *out = dflt;
+        return NNT_OK;
+    }
+    if (!cJSON_IsNumber(v)) return wrong_type(ck, key, "a number", v, err);
+    *out = v->valuedouble;
+    return NNT_OK;
+}
+
+nnt_status nnt_cfg_bool(const nnt_checkpoint *ck, const char *key, int dflt, int required,
+                        int *out, nnt_error *err)
+{
+    const cJSON *v = lookup(ck, key);
+    if (!v) {
+        if (required) return missing(ck, key, "true or false", err);
+        *out = dflt;
+        return NNT_OK;
+    }
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v);
+        return NNT_OK;
+    }
+    if (cJSON_IsNumber(v) && (v->valuedouble == 0.0 || v->valuedouble == 1.0)) {
+        *out = v->valuedouble != 0.0;
+        return NNT_OK;
+    }
+    return wrong_type(ck, key, "true or false", v, err);
+}
+
+nnt_status nnt_cfg_string(const nnt_checkpoint *ck, const char *key, const char *dflt,
+                          int required, const char **out, nnt_error *err)
+{
+    const cJSON *v = lookup(ck, key);
+    if (!v) {
+        if (required) return missing(ck, key, "a string", err);
+        *out = dflt;
+        return NNT_OK;
+    }
+    if (!cJSON_IsString(v)) return wrong_type(ck, key, "a string", v, err);
+    *out = v->valuestring;
+    return NNT_OK;
+}
+
+int nnt_cfg_has(const nnt_checkpoint *ck, const char *key)
+{
+    return lookup(ck, key) != NULL;
+}
+
+nnt_status nnt_cfg_int_list(const nnt_checkpoint *ck, const char *key, const char *const *names,
+                            int n_names, int64_t *out, int max, int *count, nnt_error *err)
+{
+    const cJSON *v = lookup(ck, key);
+    *count = 0;
+    if (!v) return missing(ck, key, "a list", err);
+    if (!cJSON_IsArray(v)) return wrong_type(ck, key, "a list", v, err);
+    int n = cJSON_GetArraySize(v);
+    if (n > max)
+        return nnt_err_set(err, NNT_ERR_CONFIG, "%s: field '%s' has %d entries, at most %d expected",
+                           nnt_cfg_path(ck), key, n, max);
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        if (names && cJSON_IsString(e)) {
+            int found = -1;
+            for (int k = 0; k < n_names; k++)
+                if (strcmp(names[k], e->valuestring) == 0) found = k;
+            if (found < 0) {
+                char want[256] = "";
+                size_t w = 0;
+                for (int k = 0; k < n_names && w < sizeof want; k++)
+                    w += (size_t)snprintf(want + w, sizeof want - w, "%s\"%s\"", k ? ", " : "", names[k]);
+                return nnt_err_set(err, NNT_ERR_CONFIG,
+                                   "%s: field '%s'[%d] is \"%s\", expected one of %s",
+                                   nnt_cfg_path(ck), key, i, e->valuestring, want);
+            }
+            out[i] = found;
+        } else if (cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble)) {
+            out[i] = (int64_t)e->valuedouble;
+        } else if (cJSON_IsBool(e)) {
+            out[i] = cJSON_IsTrue(e);
+        } else {
+            char label[160];
+            snprintf(label, sizeof label, "%s[%d]", key, i);
+            return wrong_type(ck, label, names ? "a known name or an integer" : "an integer", e, err);
+        }
+    }
+    *count = n;
+    return NNT_OK;
+}
+
+const char *nnt_cfg_path(const nnt_checkpoint *ck)
+{
+    return ck && ck->config_path ? ck->config_path : "config.json";
+}
+
+const char *const *nnt_cfg_architectures(const nnt_checkpoint *ck)
+{
+    static const char *const none[] = {NULL};
+    return ck && ck->config ? ck->config->architectures : none;
+}

@@ -1,0 +1,491 @@
+/* model.c - loading a checkpoint through its family plugin, describing values, running a
+ * forward under a trace, and the printout and support listings. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const nnt_plugin *find_family(const nnt_runtime *rt, const char *const *archs,
+                                     const char *model_type)
+{
+    for (int a = 0; archs[a]; a++)
+        for (int i = 0; i < rt->plugins.n; i++) {
+            const nnt_plugin *p = rt->plugins.items[i];
+            if (p->kind != NNT_PLUGIN_FAMILY) continue;
+            for (const char *const *x = p->family->architectures; x && *x; x++)
+                if (strcmp(*x, archs[a]) == 0) return p;
+        }
+    if (model_type)
+        for (int i = 0; i < rt->plugins.n; i++) {
+            const nnt_plugin *p = rt->plugins.items[i];
+            if (p->kind != NNT_PLUGIN_FAMILY) continue;
+            for (const char *const *x = p->family->model_types; x && *x; x++)
+                if (strcmp(*x, model_type) == 0) return p;
+        }
+    return NULL;
+}
+
+static nnt_status no_family(nnt_runtime *rt, const nnt_checkpoint *ck, const char *const *archs,
+                            const char *model_type)
+{
+    char served[600] = "";
+    size_t k = 0;
+    for (int i = 0; i < rt->plugins.n && k < sizeof served; i++) {
+        const nnt_plugin *p = rt->plugins.items[i];
+        if (p->kind != NNT_PLUGIN_FAMILY) continue;
+        for (const char *const *x = p->family->architectures; x && *x && k < sizeof served; x++)
+            k += (size_t)snprintf(served + k, sizeof served - k, "%s%s (%s)", k ? ", " : "", *x,
+                                  p->family->header.name);
+    }
+    return nnt_err_set(&rt->err, NNT_ERR_NOT_FOUND,
+                       "%s: no installed family plugin serves architecture '%s' (model_type '%s'); "
+                       "installed plugins serve: %s",
+                       nnt_cfg_path(ck), archs[0] ? archs[0] : "(none listed)",
+                       model_type ? model_type : "(none)", k ? served : "nothing (no family plugins loaded)");
+}
+
+nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
+{
+    if (!rt || !dir || !out) return NNT_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    nnt_err_clear(&rt->err);
+    nnt_checkpoint *ck = NULL;
+    nnt_status st = nnt_checkpoint_open(dir, &ck, &rt->err);
+    if (st != NNT_OK) return st;
+    const char *model_type = NULL;
+    st = nnt_cfg_string(ck, "model_type", NULL, 0, &model_type, &rt->err);
+    if (st != NNT_OK) {
+        nnt_checkpoint_close(ck);
+        return st;
+    }
+    const char *const *archs = nnt_cfg_architectures(ck);
+    const nnt_plugin *fam = find_family(rt, archs, model_type);
+    if (!fam) {
+        st = no_family(rt, ck, archs, model_type);
+        nnt_checkpoint_close(ck);
+        return st;
+    }
+    nnt_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        nnt_checkpoint_close(ck);
+        return nnt_err_set(&rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    m->rt = rt;
+    m->family = (nnt_plugin *)fam;
+    m->ckpt = ck;
+    const nnt_plugin *be = fam->be;
+    st = nnt_arena_new(be->backend->ops, be->be_ctx, &m->arena, &rt->err);
+    if (st == NNT_OK) {
+        nnt_load_args args = {
+            /* .host = */ &rt->host,
+            /* .ckpt = */ ck,
+            /* .be = */ be->backend->ops,
+            /* .be_ctx = */ be->be_ctx,
+        };
+        st = fam->family->load(&args, &m->impl, &rt->err);
+    }
+    if (st != NNT_OK) {
+        nnt_model_free(m);
+        return st;
+    }
+    fam->family->info(m->impl, &m->info);
+    *out = m;
+    return NNT_OK;
+}
+
+void nnt_model_free(nnt_model *m)
+{
+    if (!m) return;
+    if (m->impl) m->family->family->unload(m->impl);
+    nnt_arena_free(m->arena);
+    nnt_checkpoint_close(m->ckpt);
+    free(m);
+}
+
+const nnt_model_info *nnt_model_get_info(const nnt_model *m)
+{
+    return m ? &m->info : NULL;
+}
+
+const char *nnt_model_family(const nnt_model *m)
+{
+    return m ? m->family->family->header.name : "?";
+}
+
+const char *nnt_model_backend(const nnt_model *m)
+{
+    return m ? m->family->be->backend->header.name : "?";
+}
+
+/* Values the core serves itself on every family: the call's inputs and the derived
+ * next-token distribution. Returns 1 when handled. */
+static int core_slot_info(const nnt_model *m, nnt_slot slot, const nnt_call_dims *d,
+                          nnt_value_info *out)
+{
+    int64_t b = d ? d->batch : 0, s = d ? d->seq : 0;
+    switch (slot) {
+    case NNT_SV_INPUT_IDS:
+    case NNT_SV_ATTENTION_MASK:
+        out->dtype = NNT_I32;
+        out->ndim = 2;
+        out->shape[0] = b;
+        out->shape[1] = s;
+        break;
+    case NNT_SV_INPUT_SIZE:
+        out->dtype = NNT_I64;
+        out->ndim = 1;
+        out->shape[0] = 2;
+        break;
+    case NNT_SV_NEXT_TOKEN_PROBS:
+        out->dtype = NNT_F32;
+        out->ndim = 2;
+        out->shape[0] = b;
+        out->shape[1] = m->info.vocab_size;
+        break;
+    default: return 0;
+    }
+    out->served = 1;
+    out->writable = 0;
+    if (!d) out->ndim = 0;
+    return 1;
+}
+
+nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_slot slot,
+                               const nnt_call_dims *dims, nnt_value_info *out, nnt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    nnt_host host = nnt_slot_host(slot);
+    if ((host == NNT_HOST_MODEL) != (layer < 0))
+        return nnt_err_set(err, NNT_ERR_INTERNAL, "slot %s asked with layer %d", nnt_slot_name(slot), layer);
+    if (!(host == NNT_HOST_MODEL && core_slot_info(m, slot, dims, out))) {
+        nnt_status st = m->family->family->value_info(m->impl, layer, slot, dims, out);
+        if (st != NNT_OK)
+            return nnt_err_set(err, st, "family %s could not describe %s on block %d", nnt_model_family(m),
+                               nnt_slot_name(slot), layer);
+    }
+    if (!out->layout) out->layout = nnt_slot_layout(slot);
+    if (!out->axes) out->axes = nnt_slot_axes(slot);
+    if (!out->served && !out->reason[0]) snprintf(out->reason, sizeof out->reason, "not provided by this family");
+    return NNT_OK;
+}
+
+nnt_status nnt_model_value_info(const nnt_model *m, const char *path, const nnt_call_dims *dims,
+                                nnt_value_info *info)
+{
+    if (!m || !path || !info) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_path p;
+    nnt_status st = nnt_path_parse(m, path, &p, &m->rt->err);
+    if (st != NNT_OK) return st;
+    if (p.layer == NNT_LAYER_ALL)
+        return nnt_err_set(&m->rt->err, NNT_ERR_PATH, "'%s': name one block, not '*'", path);
+    return nnt_model_slot_info(m, p.layer, p.slot, dims, info, &m->rt->err);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The forward.                                                                              */
+
+/* Emission as families see it: the trace first, then the values derived from logits. */
+static nnt_status host_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t)
+{
+    nnt_status st = nnt_run_emit(run, slot, layer, t);
+    if (st != NNT_OK || slot != NNT_SV_LOGITS || !nnt_run_wants(run, NNT_SV_NEXT_TOKEN_PROBS, -1))
+        return st;
+    /* next_token_probs: softmax of the last position's logits, in float32 */
+    int64_t B = t->shape[0], T = t->shape[1], V = t->shape[2];
+    nnt_tensor probs;
+    int64_t shape[2] = {B, V};
+    if (nnt_tensor_alloc(&probs, NNT_F32, 2, shape) != NNT_OK)
+        return nnt_err_set(run->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    float *p = probs.data;
+    const nnt_plugin *be = run->model->family->be;
+    for (int64_t b = 0; b < B && st == NNT_OK; b++) {
+        const float *row = (const float *)t->data + (b * T + T - 1) * V;
+        if (t->device)
+            st = be->backend->ops->download(be->be_ctx, p + b * V, row, (size_t)V * sizeof(float), run->err);
+        else
+            memcpy(p + b * V, row, (size_t)V * sizeof(float));
+        if (st != NNT_OK) break;
+        float mx = -INFINITY;
+        for (int64_t v = 0; v < V; v++) mx = p[b * V + v] > mx ? p[b * V + v] : mx;
+        double sum = 0.0;
+        for (int64_t v = 0; v < V; v++) sum += (p[b * V + v] = expf(p[b * V + v] - mx));
+        for (int64_t v = 0; v < V; v++) p[b * V + v] = (float)(p[b * V + v] / sum);
+    }
+    if (st == NNT_OK) st = nnt_run_emit(run, NNT_SV_NEXT_TOKEN_PROBS, -1, &probs);
+    nnt_tensor_free(&probs);
+    return st;
+}
+
+static nnt_status api_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t)
+{
+    return host_emit(run, slot, layer, t);
+}
+
+static int api_wants(const nnt_run *run, nnt_slot slot, int layer)
+{
+    return nnt_run_wants(run, slot, layer);
+}
+
+static nnt_status api_alloc(nnt_run *run, nnt_dtype dtype, int ndim, const int64_t *shape,
+                            nnt_tensor *out, nnt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (ndim < 0 || ndim > NNT_MAX_DIMS || nnt_dtype_size(dtype) == 0)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "bad tensor request (%d dims, dtype %s)", ndim,
+                           nnt_dtype_name(dtype));
+    out->dtype = dtype;
+    out->ndim = ndim;
+    for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
+    out->device = run->model->family->be->backend->host_memory ? 0 : 1;
+    return nnt_arena_alloc(run->arena, nnt_tensor_nbytes(out), &out->data, err);
+}
+
+static size_t api_mark(nnt_run *run)
+{
+    return nnt_arena_mark(run->arena);
+}
+
+static void api_release(nnt_run *run, size_t mark)
+{
+    nnt_arena_release(run->arena, mark);
+}
+
+static nnt_status api_set_error(nnt_error *err, nnt_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    nnt_err_setv(err, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void nnt_host_api_init(nnt_host_api *api)
+{
+    *api = (nnt_host_api){
+        /* .struct_size = */ sizeof(nnt_host_api),
+        /* .set_error = */ api_set_error,
+        /* .cfg_int = */ nnt_cfg_int,
+        /* .cfg_float = */ nnt_cfg_float,
+        /* .cfg_bool = */ nnt_cfg_bool,
+        /* .cfg_string = */ nnt_cfg_string,
+        /* .cfg_has = */ nnt_cfg_has,
+        /* .cfg_int_list = */ nnt_cfg_int_list,
+        /* .cfg_path = */ nnt_cfg_path,
+        /* .has_tensor = */ nnt_ck_has_tensor,
+        /* .tensor = */ nnt_ck_tensor,
+        /* .emit = */ api_emit,
+        /* .wants = */ api_wants,
+        /* .alloc = */ api_alloc,
+        /* .arena_mark = */ api_mark,
+        /* .arena_release = */ api_release,
+        /* .tree_node = */ nnt_tree_node,
+    };
+}
+
+nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask,
+                             int batch, int seq, nnt_error *err)
+{
+    if (!ids || batch <= 0 || seq <= 0)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a forward needs token ids and batch, seq >= 1 (got %d, %d)",
+                           batch, seq);
+    int64_t n = (int64_t)batch * seq;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= m->info.vocab_size)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                               "token id %d at row %lld, position %lld is outside the vocabulary [0, %d)",
+                               ids[i], (long long)(i / seq), (long long)(i % seq), m->info.vocab_size);
+        if (mask && mask[i] != 0 && mask[i] != 1)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                               "attention_mask holds %d at row %lld, position %lld; expected 0 or 1", mask[i],
+                               (long long)(i / seq), (long long)(i % seq));
+    }
+    int32_t *own_mask = NULL, *pos = malloc((size_t)n * sizeof *pos);
+    if (!mask) {
+        own_mask = malloc((size_t)n * sizeof *own_mask);
+        if (own_mask)
+            for (int64_t i = 0; i < n; i++) own_mask[i] = 1;
+        mask = own_mask;
+    }
+    if (!pos || !mask) {
+        free(pos);
+        free(own_mask);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    /* positions count each row's real tokens from 0; padding sits at 0 */
+    for (int b = 0; b < batch; b++) {
+        int c = 0;
+        for (int s = 0; s < seq; s++) {
+            int64_t i = (int64_t)b * seq + s;
+            pos[i] = mask[i] ? c : 0;
+            c += mask[i] ? 1 : 0;
+        }
+    }
+    const nnt_plugin *be = m->family->be;
+    nnt_forward_args args = {
+        /* .batch = */ batch,
+        /* .seq = */ seq,
+        /* .past = */ 0,
+        /* .input_ids = */ ids,
+        /* .attention_mask = */ mask,
+        /* .positions = */ pos,
+        /* .be = */ be->backend->ops,
+        /* .be_ctx = */ be->be_ctx,
+        /* .step = */ 0,
+    };
+    nnt_run run = {
+        /* .model = */ m,
+        /* .trace = */ t,
+        /* .arena = */ m->arena,
+        /* .err = */ err,
+        /* .dims = */ {batch, seq, 0},
+        /* .step = */ 0,
+        /* .args = */ &args,
+    };
+    nnt_arena_reset(m->arena);
+    nnt_status st = t ? nnt_trace_prepare(t, &run.dims, err) : NNT_OK;
+    if (st == NNT_OK && t) {
+        /* the call's inputs, as the core holds them */
+        int64_t shape[2] = {batch, seq};
+        nnt_tensor tids = {NNT_I32, 2, {batch, seq}, (void *)ids, 0};
+        nnt_tensor tmask = {NNT_I32, 2, {batch, seq}, (void *)mask, 0};
+        int64_t size[2] = {batch, seq};
+        nnt_tensor tsize = {NNT_I64, 1, {2}, size, 0};
+        (void)shape;
+        st = nnt_run_emit(&run, NNT_SV_INPUT_IDS, -1, &tids);
+        if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_ATTENTION_MASK, -1, &tmask);
+        if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_INPUT_SIZE, -1, &tsize);
+    }
+    if (st == NNT_OK) st = m->family->family->forward(m->impl, &run, &args, err);
+    nnt_arena_reset(m->arena);
+    free(pos);
+    free(own_mask);
+    return st;
+}
+
+nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_model *m = nnt_trace_model(t);
+    nnt_err_clear(&m->rt->err);
+    return nnt_model_forward(m, t, ids, mask, batch, seq, &m->rt->err);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Listings.                                                                                 */
+
+nnt_status nnt_model_print(const nnt_model *m, FILE *out)
+{
+    if (!m || !out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_tree *tree = nnt_tree_new();
+    if (!tree) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    nnt_status st = m->family->family->build_tree(m->impl, tree, &m->rt->err);
+    if (st == NNT_OK) st = nnt_tree_print(tree, m, out, &m->rt->err);
+    nnt_tree_free(tree);
+    return st;
+}
+
+static const char *host_label(nnt_host h, int layer, char *buf, size_t n)
+{
+    if (h == NNT_HOST_MODEL)
+        snprintf(buf, n, "model");
+    else if (h == NNT_HOST_LAYER)
+        snprintf(buf, n, "layers[%d]", layer);
+    else
+        snprintf(buf, n, "layers[%d].%s", layer, nnt_host_name(h));
+    return buf;
+}
+
+/* One block's rows as text, for grouping identical blocks. */
+static nnt_status block_rows(const nnt_model *m, int layer, char **text, nnt_error *err)
+{
+    size_t cap = 8192, len = 0;
+    char *s = malloc(cap);
+    if (!s) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    for (int h = NNT_HOST_LAYER; h < NNT_HOST_COUNT; h++) {
+        for (int sl = 0; sl < NNT_SLOT_COUNT; sl++) {
+            if ((int)nnt_slot_host((nnt_slot)sl) != h) continue;
+            nnt_value_info vi;
+            nnt_status st = nnt_model_slot_info(m, layer, (nnt_slot)sl, NULL, &vi, err);
+            if (st != NNT_OK) {
+                free(s);
+                return st;
+            }
+            char line[800];
+            const char *hn = h == NNT_HOST_LAYER ? "(block)" : nnt_host_name((nnt_host)h);
+            if (vi.served)
+                snprintf(line, sizeof line, "  %-12s %-24s yes  %-14s %-38s %s %s\n", hn, nnt_slot_name((nnt_slot)sl),
+                         vi.layout, vi.axes, nnt_dtype_name(vi.dtype), vi.writable ? "rw" : "ro");
+            else
+                snprintf(line, sizeof line, "  %-12s %-24s no   %s\n", hn, nnt_slot_name((nnt_slot)sl), vi.reason);
+            size_t l = strlen(line);
+            if (len + l + 1 > cap) {
+                cap = 2 * (len + l + 1);
+                char *g = realloc(s, cap);
+                if (!g) {
+                    free(s);
+                    return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+                }
+                s = g;
+            }
+            memcpy(s + len, line, l + 1);
+            len += l;
+        }
+    }
+    *text = s;
+    return NNT_OK;
+}
+
+nnt_status nnt_model_support(const nnt_model *m, FILE *out, int tsv)
+{
+    if (!m || !out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_error *err = &m->rt->err;
+    int L = m->info.num_layers;
+    if (tsv) {
+        fprintf(out, "host\tblock\tvalue\tserved\tlayout\taxes\tdtype\twritable\treason\n");
+        for (int layer = -1; layer < L; layer++)
+            for (int h = layer < 0 ? NNT_HOST_MODEL : NNT_HOST_LAYER; h < (layer < 0 ? NNT_HOST_LAYER : NNT_HOST_COUNT); h++)
+                for (int sl = 0; sl < NNT_SLOT_COUNT; sl++) {
+                    if ((int)nnt_slot_host((nnt_slot)sl) != h) continue;
+                    nnt_value_info vi;
+                    nnt_status st = nnt_model_slot_info(m, layer, (nnt_slot)sl, NULL, &vi, err);
+                    if (st != NNT_OK) return st;
+                    char hb[64];
+                    fprintf(out, "%s\t%s%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", host_label((nnt_host)h, layer, hb, sizeof hb),
+                            "", layer, nnt_slot_name((nnt_slot)sl), vi.served ? "yes" : "no",
+                            vi.served ? vi.layout : "-", vi.served ? vi.axes : "-",
+                            vi.served ? nnt_dtype_name(vi.dtype) : "-", vi.served ? (vi.writable ? "yes" : "no") : "-",
+                            vi.served ? "" : vi.reason);
+                }
+        return NNT_OK;
+    }
+    fprintf(out, "%s (%s), family %s, backend %s, %d blocks\n\nmodel\n", m->info.root_class,
+            m->info.architecture, nnt_model_family(m), nnt_model_backend(m), L);
+    for (int sl = 0; sl < NNT_SLOT_COUNT; sl++) {
+        if (nnt_slot_host((nnt_slot)sl) != NNT_HOST_MODEL) continue;
+        nnt_value_info vi;
+        nnt_status st = nnt_model_slot_info(m, -1, (nnt_slot)sl, NULL, &vi, err);
+        if (st != NNT_OK) return st;
+        if (vi.served)
+            fprintf(out, "  %-12s %-24s yes  %-14s %-38s %s %s\n", "model", nnt_slot_name((nnt_slot)sl), vi.layout,
+                    vi.axes, nnt_dtype_name(vi.dtype), vi.writable ? "rw" : "ro");
+        else
+            fprintf(out, "  %-12s %-24s no   %s\n", "model", nnt_slot_name((nnt_slot)sl), vi.reason);
+    }
+    char **texts = calloc((size_t)L + 1, sizeof *texts);
+    if (!texts) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    nnt_status st = NNT_OK;
+    for (int l = 0; l < L && st == NNT_OK; l++) st = block_rows(m, l, &texts[l], err);
+    for (int l = 0; l < L && st == NNT_OK;) {
+        int j = l;
+        while (j + 1 < L && strcmp(texts[j + 1], texts[l]) == 0) j++;
+        if (j == l)
+            fprintf(out, "\nlayers[%d]\n%s", l, texts[l]);
+        else
+            fprintf(out, "\nlayers[%d..%d] (%d identical blocks)\n%s", l, j, j - l + 1, texts[l]);
+        l = j + 1;
+    }
+    for (int l = 0; l < L; l++) free(texts[l]);
+    free(texts);
+    return st;
+}

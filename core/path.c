@@ -1,0 +1,204 @@
+/* path.c - value paths: parsing "[model.][layers.N.|layers[N].][host.]value" (PCRE2), the
+ * canonical spelling, and "did you mean" suggestions for unknown names. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const PATH_PATTERN =
+    "^(?:model\\.)?"
+    "(?:layers(?:\\.(-?[0-9]+|\\*)|\\[(-?[0-9]+|\\*)\\])\\.)?"
+    "([A-Za-z_][A-Za-z0-9_]*)(?:\\.([A-Za-z_][A-Za-z0-9_]*))?$";
+
+const char *nnt_path_format(nnt_slot slot, int layer, char *buf, size_t n)
+{
+    const nnt_slot_def *d = nnt_slot_def_get(slot);
+    if (!d) {
+        snprintf(buf, n, "?");
+        return buf;
+    }
+    char idx[24];
+    if (layer == NNT_LAYER_ALL)
+        snprintf(idx, sizeof idx, "*");
+    else
+        snprintf(idx, sizeof idx, "%d", layer);
+    if (d->host == NNT_HOST_MODEL)
+        snprintf(buf, n, "%s", d->name);
+    else if (d->host == NNT_HOST_LAYER)
+        snprintf(buf, n, "layers.%s.%s", idx, d->name);
+    else
+        snprintf(buf, n, "layers.%s.%s.%s", idx, nnt_host_name(d->host), d->name);
+    return buf;
+}
+
+/* Appends up to three names from `cands` close to `word` to msg. */
+static void suggest(char *msg, size_t n, const char *word, const char *const *cands, int count)
+{
+    int limit = (int)strlen(word) / 3;
+    if (limit < 2) limit = 2;
+    int dist[NNT_SLOT_COUNT + 8];
+    if (count > (int)(sizeof dist / sizeof dist[0])) count = (int)(sizeof dist / sizeof dist[0]);
+    for (int i = 0; i < count; i++) {
+        int d = nnt_edit_distance(word, cands[i]);
+        /* containment counts as near: "expert_weight" for "expert_weights" */
+        if ((strstr(cands[i], word) || strstr(word, cands[i])) && d > limit) d = limit;
+        dist[i] = d;
+    }
+    size_t k = strlen(msg);
+    int shown = 0;
+    for (int d = 0; d <= limit && shown < 3; d++)
+        for (int i = 0; i < count && shown < 3; i++) {
+            if (dist[i] != d) continue;
+            int dup = 0;
+            for (int j = 0; j < i; j++) dup |= dist[j] <= limit && strcmp(cands[j], cands[i]) == 0;
+            if (dup) continue;
+            k += (size_t)snprintf(msg + k, k < n ? n - k : 0, "%s'%s'",
+                                  shown ? " or " : "; did you mean ", cands[i]);
+            shown++;
+        }
+    if (shown && k < n) snprintf(msg + k, n - k, "?");
+}
+
+static int parse_index(const char *s, int num_layers, const char *text, nnt_error *err, int *out)
+{
+    if (strcmp(s, "*") == 0) {
+        *out = NNT_LAYER_ALL;
+        return 0;
+    }
+    long v = strtol(s, NULL, 10);
+    long idx = v < 0 ? v + num_layers : v;
+    if (idx < 0 || idx >= num_layers) {
+        nnt_err_set(err, NNT_ERR_INDEX,
+                    "path '%s': block %ld is out of range; the model has %d blocks (0..%d, or -%d..-1)",
+                    text, v, num_layers, num_layers - 1, num_layers);
+        return -1;
+    }
+    *out = (int)idx;
+    return 0;
+}
+
+/* Maps a host word (standard or a family's native name) to a host; -1 if unknown. */
+static int host_from_word(const nnt_model *m, const char *w)
+{
+    for (int h = NNT_HOST_SELF_ATTN; h < NNT_HOST_COUNT; h++)
+        if (strcmp(nnt_host_name((nnt_host)h), w) == 0) return h;
+    const nnt_rename_rule *r = m && m->family ? m->family->family->renames : NULL;
+    for (; r && r->native; r++) {
+        if (r->module_class || strcmp(r->native, w) != 0) continue;
+        for (int h = NNT_HOST_SELF_ATTN; h < NNT_HOST_COUNT; h++)
+            if (strcmp(nnt_host_name((nnt_host)h), r->standard) == 0) return h;
+    }
+    return -1;
+}
+
+static nnt_status unknown_value(const char *text, nnt_host host, const char *word,
+                                nnt_error *err)
+{
+    const char *cands[NNT_SLOT_COUNT];
+    int n = 0;
+    for (int s = 0; s < NNT_SLOT_COUNT; s++)
+        if (nnt_slot_host((nnt_slot)s) == host) cands[n++] = nnt_slot_name((nnt_slot)s);
+    char msg[NNT_ERROR_MSG_MAX];
+    const char *where = host == NNT_HOST_MODEL ? "the model" : host == NNT_HOST_LAYER ? "a block" : nnt_host_name(host);
+    snprintf(msg, sizeof msg, "path '%s': %s has no standard value '%s'", text, where, word);
+    suggest(msg, sizeof msg, word, cands, n);
+    /* the name may exist under another host */
+    size_t k = strlen(msg);
+    for (int s = 0; s < NNT_SLOT_COUNT && k < sizeof msg; s++) {
+        if (nnt_slot_host((nnt_slot)s) == host || strcmp(nnt_slot_name((nnt_slot)s), word) != 0) continue;
+        char p[128];
+        nnt_path_format((nnt_slot)s, 0, p, sizeof p);
+        k += (size_t)snprintf(msg + k, sizeof msg - k, " ('%s' exists as %s)", word, p);
+        break;
+    }
+    return nnt_err_set(err, NNT_ERR_PATH, "%s", msg);
+}
+
+nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err)
+{
+    if (!text) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "value path is NULL");
+    int errcode;
+    PCRE2_SIZE erroff;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)PATH_PATTERN, PCRE2_ZERO_TERMINATED, 0, &errcode,
+                                   &erroff, NULL);
+    if (!re) return nnt_err_set(err, NNT_ERR_INTERNAL, "path pattern failed to compile (code %d)", errcode);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    int rc = md ? pcre2_match(re, (PCRE2_SPTR)text, PCRE2_ZERO_TERMINATED, 0, 0, md, NULL) : -1;
+    if (rc < 0) {
+        pcre2_match_data_free(md);
+        pcre2_code_free(re);
+        return nnt_err_set(err, NNT_ERR_PATH,
+                           "path '%s' is not of the form [model.][layers.N.][host.]value "
+                           "(e.g. 'logits', 'layers.1.mlp.expert_weights', 'layers[0].layer_output', "
+                           "'layers.*.layer_output')", text);
+    }
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    char groups[5][128];
+    for (int g = 1; g <= 4; g++) {
+        groups[g][0] = '\0';
+        if (g < rc && ov[2 * g] != PCRE2_UNSET) {
+            size_t len = ov[2 * g + 1] - ov[2 * g];
+            if (len >= sizeof groups[g]) len = sizeof groups[g] - 1;
+            memcpy(groups[g], text + ov[2 * g], len);
+            groups[g][len] = '\0';
+        }
+    }
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+
+    const char *index = groups[1][0] ? groups[1] : groups[2][0] ? groups[2] : NULL;
+    const char *w1 = groups[3], *w2 = groups[4][0] ? groups[4] : NULL;
+    int num_layers = m ? m->info.num_layers : 0;
+
+    if (!index) {
+        if (w2) {
+            return nnt_err_set(err, NNT_ERR_PATH,
+                               "path '%s': '%s.%s' needs a block: write 'layers.N.%s.%s'", text, w1, w2, w1, w2);
+        }
+        int s = nnt_slot_find(NNT_HOST_MODEL, w1);
+        if (s < 0) {
+            /* a block value written without its block */
+            for (int h = NNT_HOST_LAYER; h < NNT_HOST_COUNT; h++)
+                if (nnt_slot_find((nnt_host)h, w1) >= 0) {
+                    char p[128];
+                    nnt_path_format((nnt_slot)nnt_slot_find((nnt_host)h, w1), 0, p, sizeof p);
+                    return nnt_err_set(err, NNT_ERR_PATH,
+                                       "path '%s': '%s' is a value of each block; name one, e.g. '%s'",
+                                       text, w1, p);
+                }
+            return unknown_value(text, NNT_HOST_MODEL, w1, err);
+        }
+        out->slot = (nnt_slot)s;
+        out->layer = -1;
+        return NNT_OK;
+    }
+    int layer;
+    if (parse_index(index, num_layers, text, err, &layer) != 0) return err->status;
+    nnt_host host = NNT_HOST_LAYER;
+    const char *vname = w1;
+    if (w2) {
+        int h = host_from_word(m, w1);
+        if (h < 0) {
+            const char *cands[] = {"self_attn", "linear_attn", "mlp"};
+            char msg[NNT_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "path '%s': a block has no module '%s' holding standard values", text, w1);
+            suggest(msg, sizeof msg, w1, cands, 3);
+            return nnt_err_set(err, NNT_ERR_PATH, "%s", msg);
+        }
+        host = (nnt_host)h;
+        vname = w2;
+    } else {
+        if (strcmp(w1, "input") == 0) vname = "layer_input";
+        if (strcmp(w1, "output") == 0) vname = "layer_output";
+        if (nnt_slot_find(NNT_HOST_MODEL, w1) >= 0)
+            return nnt_err_set(err, NNT_ERR_PATH, "path '%s': '%s' is a model value; drop 'layers.%s.'",
+                               text, w1, index);
+    }
+    int s = nnt_slot_find(host, vname);
+    if (s < 0) return unknown_value(text, host, vname, err);
+    out->slot = (nnt_slot)s;
+    out->layer = layer;
+    return NNT_OK;
+}

@@ -1,0 +1,105 @@
+/* runtime.c - opening a runtime: finding the INI file, loading and checking the plugins, and
+ * the routine table handed to them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#ifndef NNT_BUILD_CONFIG
+#define NNT_BUILD_CONFIG ""
+#endif
+#ifndef NNT_INSTALL_CONFIG
+#define NNT_INSTALL_CONFIG ""
+#endif
+
+/* --config FILE, then NNT_CONFIG, then the build tree's nnt.ini, then the installed one. */
+static const char *choose_config(const char *arg)
+{
+    if (arg && *arg) return arg;
+    const char *env = getenv("NNT_CONFIG");
+    if (env && *env) return env;
+    if (*NNT_BUILD_CONFIG && nnt_file_exists(NNT_BUILD_CONFIG)) return NNT_BUILD_CONFIG;
+    if (*NNT_INSTALL_CONFIG) return NNT_INSTALL_CONFIG;
+    return NNT_BUILD_CONFIG;
+}
+
+nnt_status nnt_runtime_open(const char *ini_path, nnt_runtime **out)
+{
+    if (!out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_runtime *rt = calloc(1, sizeof *rt);
+    *out = rt;
+    if (!rt) return NNT_ERR_OUT_OF_MEMORY;
+    nnt_host_api_init(&rt->host);
+    const char *path = choose_config(ini_path);
+    rt->config_path = nnt_strdup(path);
+    if (!path || !*path)
+        return nnt_err_set(&rt->err, NNT_ERR_CONFIG,
+                           "no configuration file: pass --config FILE or set NNT_CONFIG");
+    nnt_status st = nnt_ini_load(path, &rt->ini, &rt->err);
+    if (st != NNT_OK) return st;
+    return nnt_plugins_load_all(rt->ini, &rt->plugins, &rt->err);
+}
+
+void nnt_runtime_close(nnt_runtime *rt)
+{
+    if (!rt) return;
+    nnt_plugins_free(&rt->plugins);
+    nnt_ini_free(rt->ini);
+    free(rt->config_path);
+    free(rt);
+}
+
+const char *nnt_last_error(const nnt_runtime *rt)
+{
+    if (!rt) return "no runtime (out of memory)";
+    return rt->err.msg[0] ? rt->err.msg : nnt_status_str(rt->err.status);
+}
+
+nnt_status nnt_last_status(const nnt_runtime *rt)
+{
+    return rt ? rt->err.status : NNT_ERR_OUT_OF_MEMORY;
+}
+
+const char *nnt_runtime_config_path(const nnt_runtime *rt)
+{
+    return rt ? rt->config_path : NULL;
+}
+
+int nnt_runtime_plugin(const nnt_runtime *rt, int i, const char **kind, const char **name,
+                       const char **file, const char **detail)
+{
+    if (!rt || i < 0 || i >= rt->plugins.n) return 0;
+    const nnt_plugin *p = rt->plugins.items[i];
+    const nnt_plugin_header *h = p->kind == NNT_PLUGIN_FAMILY ? &p->family->header : &p->backend->header;
+    if (kind) *kind = p->kind == NNT_PLUGIN_FAMILY ? "family" : "backend";
+    if (name) *name = h->name;
+    if (file) *file = p->file;
+    if (detail) *detail = p->kind == NNT_PLUGIN_FAMILY && p->be ? p->be->backend->header.name : h->summary;
+    return 1;
+}
+
+nnt_status nnt_safetensors_read(nnt_runtime *rt, const char *file, const char *key, nnt_tensor *out)
+{
+    if (!rt || !file || !out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_st_file *f;
+    nnt_status st = nnt_st_open(file, &f, &rt->err);
+    if (st != NNT_OK) return st;
+    const nnt_st_entry *e = NULL;
+    if (key) {
+        e = nnt_st_find(f, key);
+        if (!e) st = nnt_err_set(&rt->err, NNT_ERR_NOT_FOUND, "%s: no tensor named '%s'", file, key);
+    } else if (f->n_entries != 1) {
+        st = nnt_err_set(&rt->err, NNT_ERR_INVALID_ARGUMENT, "%s: holds %d tensors; name the one to use", file,
+                         f->n_entries);
+    } else {
+        e = &f->entries[0];
+    }
+    if (st == NNT_OK) {
+        if (nnt_tensor_alloc(out, e->dtype, e->ndim, e->shape) != NNT_OK)
+            st = nnt_err_set(&rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        else
+            memcpy(out->data, f->data + e->begin, e->end - e->begin);
+    }
+    nnt_st_close(f);
+    return st;
+}

@@ -1,0 +1,287 @@
+/* safetensors.c - reading (memory-mapped, validated) and writing of safetensors files.
+ * Format: 8-byte little-endian header length N, N bytes of JSON mapping tensor names to
+ * {dtype, shape, data_offsets}, then the data section the offsets index. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define MAX_HEADER_BYTES (100u << 20)
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const nnt_st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static nnt_status parse_entry(const char *path, const cJSON *item, nnt_st_entry *e,
+                              uint64_t data_size, nnt_error *err)
+{
+    const char *name = item->string;
+    if (!cJSON_IsObject(item))
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: header entry '%s' is not an object", path, name);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs))
+        return nnt_err_set(err, NNT_ERR_FORMAT,
+                           "%s: tensor '%s' needs a string 'dtype', a list 'shape' and a list "
+                           "'data_offsets' in the header", path, name);
+    e->dtype = nnt_dtype_from_name(dt->valuestring);
+    if (e->dtype == NNT_DTYPE_INVALID)
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' has unknown dtype '%s'", path,
+                           name, dt->valuestring);
+    int nd = cJSON_GetArraySize(shape);
+    if (nd > NNT_MAX_DIMS)
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' has %d dimensions, at most %d supported",
+                           path, name, nd, NNT_MAX_DIMS);
+    e->ndim = nd;
+    double numel = 1.0;
+    for (int i = 0; i < nd; i++) {
+        const cJSON *d = cJSON_GetArrayItem(shape, i);
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != floor(d->valuedouble))
+            return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' shape entry %d is not a non-negative integer",
+                               path, name, i);
+        e->shape[i] = (int64_t)d->valuedouble;
+        numel *= d->valuedouble;
+    }
+    if (cJSON_GetArraySize(offs) != 2)
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' data_offsets must hold two numbers", path, name);
+    const cJSON *b = cJSON_GetArrayItem(offs, 0), *en = cJSON_GetArrayItem(offs, 1);
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < 0)
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' data_offsets are not non-negative integers", path, name);
+    e->begin = (uint64_t)b->valuedouble;
+    e->end = (uint64_t)en->valuedouble;
+    if (e->begin > e->end || e->end > data_size)
+        return nnt_err_set(err, NNT_ERR_FORMAT,
+                           "%s: tensor '%s' data_offsets [%llu, %llu] fall outside the data section "
+                           "(%llu bytes; is the file truncated?)",
+                           path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                           (unsigned long long)data_size);
+    double need = numel * (double)nnt_dtype_size(e->dtype);
+    if ((double)(e->end - e->begin) != need) {
+        char sh[96];
+        return nnt_err_set(err, NNT_ERR_FORMAT,
+                           "%s: tensor '%s' spans %llu bytes but dtype %s and shape %s need %.0f",
+                           path, name, (unsigned long long)(e->end - e->begin),
+                           nnt_dtype_name(e->dtype), nnt_dims_str(e->ndim, e->shape, sh, sizeof sh), need);
+    }
+    e->name = nnt_strdup(name);
+    if (!e->name) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    return NNT_OK;
+}
+
+nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return nnt_err_set(err, NNT_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t size = (size_t)st.st_size;
+    if (size < 8) {
+        close(fd);
+        return nnt_err_set(err, NNT_ERR_FORMAT,
+                           "%s: truncated: %zu bytes, shorter than the 8-byte header length", path, size);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+
+    const uint8_t *bytes = map;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i];
+    nnt_status status = NNT_OK;
+    cJSON *root = NULL;
+    nnt_st_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        munmap(map, size);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    f->path = nnt_strdup(path);
+    f->map = map;
+    f->map_size = size;
+    if (hlen > size - 8) {
+        status = nnt_err_set(err, NNT_ERR_FORMAT,
+                             "%s: header length %llu runs past the end of the file (%zu bytes)", path,
+                             (unsigned long long)hlen, size);
+        goto fail;
+    }
+    if (hlen > MAX_HEADER_BYTES) {
+        status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit",
+                             path, (unsigned long long)hlen, MAX_HEADER_BYTES);
+        goto fail;
+    }
+    const char *end = NULL;
+    root = cJSON_ParseWithLengthOpts((const char *)bytes + 8, (size_t)hlen, &end, 0);
+    if (!root || !cJSON_IsObject(root)) {
+        long off = (root || !end) ? 0 : (long)(end - (const char *)bytes - 8);
+        status = nnt_err_set(err, NNT_ERR_FORMAT,
+                             "%s: malformed header JSON (expected an object; parse stopped near header byte %ld)",
+                             path, off);
+        goto fail;
+    }
+    f->data = bytes + 8 + hlen;
+    f->data_size = size - 8 - hlen;
+    int n = cJSON_GetArraySize(root);
+    f->entries = calloc((size_t)(n ? n : 1), sizeof *f->entries);
+    if (!f->entries) {
+        status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        goto fail;
+    }
+    for (const cJSON *item = root->child; item; item = item->next) {
+        if (item->string && strcmp(item->string, "__metadata__") == 0) continue;
+        status = parse_entry(path, item, &f->entries[f->n_entries], f->data_size, err);
+        if (status != NNT_OK) goto fail;
+        f->n_entries++;
+    }
+    /* overlap check on a copy sorted by offset */
+    if (f->n_entries > 1) {
+        nnt_st_entry *sorted = malloc((size_t)f->n_entries * sizeof *sorted);
+        if (!sorted) {
+            status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            goto fail;
+        }
+        memcpy(sorted, f->entries, (size_t)f->n_entries * sizeof *sorted);
+        qsort(sorted, (size_t)f->n_entries, sizeof *sorted, cmp_begin);
+        for (int i = 1; i < f->n_entries; i++) {
+            if (sorted[i].begin < sorted[i - 1].end && sorted[i].end > sorted[i].begin) {
+                status = nnt_err_set(err, NNT_ERR_FORMAT,
+                                     "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap in the data section",
+                                     path, sorted[i - 1].name, (unsigned long long)sorted[i - 1].begin,
+                                     (unsigned long long)sorted[i - 1].end, sorted[i].name,
+                                     (unsigned long long)sorted[i].begin, (unsigned long long)sorted[i].end);
+                free(sorted);
+                goto fail;
+            }
+        }
+        free(sorted);
+    }
+    cJSON_Delete(root);
+    *out = f;
+    return NNT_OK;
+fail:
+    cJSON_Delete(root);
+    nnt_st_close(f);
+    return status;
+}
+
+void nnt_st_close(nnt_st_file *f)
+{
+    if (!f) return;
+    for (int i = 0; i < f->n_entries; i++) free(f->entries[i].name);
+    free(f->entries);
+    if (f->map) munmap(f->map, f->map_size);
+    free(f->path);
+    free(f);
+}
+
+const nnt_st_entry *nnt_st_find(const nnt_st_file *f, const char *name)
+{
+    for (int i = 0; i < f->n_entries; i++)
+        if (strcmp(f->entries[i].name, name) == 0) return &f->entries[i];
+    return NULL;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
+                        const nnt_tensor *const *tensors, const char *metadata_json,
+                        nnt_error *err)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (metadata_json) {
+        cJSON *meta = cJSON_Parse(metadata_json);
+        if (meta) cJSON_AddItemToObject(root, "__metadata__", meta);
+    }
+    uint64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        const nnt_tensor *t = tensors[i];
+        if (t->device) {
+            cJSON_Delete(root);
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not in host memory", path, keys[i]);
+        }
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "dtype", nnt_dtype_name(t->dtype));
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        uint64_t bytes = nnt_tensor_nbytes(t);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(offset + bytes)));
+        offset += bytes;
+        if (cJSON_GetObjectItemCaseSensitive(root, keys[i])) {
+            cJSON_Delete(e);
+            cJSON_Delete(root);
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "%s: key '%s' appears twice", path, keys[i]);
+        }
+        cJSON_AddItemToObject(root, keys[i], e);
+    }
+    char *header = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!header) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    size_t hlen = strlen(header);
+    size_t padded = (hlen + 7) & ~(size_t)7;
+
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp) {
+        free(header);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        free(header);
+        free(tmp);
+        return st;
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    int bad = write_all(fd, len8, 8) || write_all(fd, header, hlen);
+    for (size_t i = hlen; i < padded && !bad; i++) bad = write_all(fd, " ", 1);
+    for (int i = 0; i < n && !bad; i++) bad = write_all(fd, tensors[i]->data, nnt_tensor_nbytes(tensors[i]));
+    free(header);
+    int sync_failed = bad ? 1 : fsync(fd) != 0;
+    int close_failed = close(fd) != 0;
+    if (bad || sync_failed || close_failed) {
+        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return st;
+    }
+    if (rename(tmp, path) != 0) {
+        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return st;
+    }
+    free(tmp);
+    return NNT_OK;
+}

@@ -1,0 +1,645 @@
+/* trace.c - traces: save and edit requests on standard values, checked before the forward,
+ * applied when the family emits each value, and the saved results. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef enum req_kind {
+    REQ_SAVE,
+    REQ_KEEP, /* internal: holds a value a later masked fill reads */
+    REQ_EDIT_FN,
+    REQ_SET,
+    REQ_ADD,
+    REQ_SCALE,
+    REQ_ZERO,
+    REQ_MASKED_FILL
+} req_kind;
+
+typedef struct request {
+    req_kind kind;
+    char *text;
+    nnt_path path;
+    nnt_edit_fn fn;
+    void *user;
+    nnt_tensor param; /* owned host copy for SET / ADD */
+    float factor;
+    float fill;
+    int64_t equals;
+    nnt_slot where_slot; /* MASKED_FILL: the value whose entries are compared */
+} request;
+
+typedef struct cell {
+    int *ids;
+    int n;
+} cell;
+
+typedef struct result {
+    char *path;
+    nnt_slot slot;
+    int layer;
+    int step;
+    int none;
+    nnt_tensor t;
+} result;
+
+typedef struct kept {
+    int layer;
+    nnt_slot slot;
+    int valid;
+    nnt_tensor t;
+} kept;
+
+struct nnt_trace {
+    nnt_model *m;
+    request *reqs;
+    int n_reqs, cap_reqs;
+    cell *cells; /* (num_layers + 1) * NNT_SLOT_COUNT, built by nnt_trace_prepare */
+    int n_cells;
+    result *results;
+    int n_results, cap_results;
+    kept *keeps;
+    int n_keeps, cap_keeps;
+    nnt_call_dims dims;
+};
+
+nnt_model *nnt_trace_model(const nnt_trace *t)
+{
+    return t->m;
+}
+
+static nnt_error *rt_err(nnt_trace *t)
+{
+    return &t->m->rt->err;
+}
+
+nnt_status nnt_trace_new(nnt_model *m, nnt_trace **out)
+{
+    if (!m || !out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_trace *t = calloc(1, sizeof *t);
+    if (!t) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory for a trace");
+    t->m = m;
+    *out = t;
+    return NNT_OK;
+}
+
+static void clear_results(nnt_trace *t)
+{
+    for (int i = 0; i < t->n_results; i++) {
+        free(t->results[i].path);
+        nnt_tensor_free(&t->results[i].t);
+    }
+    t->n_results = 0;
+    for (int i = 0; i < t->n_keeps; i++) t->keeps[i].valid = 0;
+}
+
+static void free_cells(nnt_trace *t)
+{
+    for (int i = 0; i < t->n_cells; i++) free(t->cells[i].ids);
+    free(t->cells);
+    t->cells = NULL;
+    t->n_cells = 0;
+}
+
+void nnt_trace_free(nnt_trace *t)
+{
+    if (!t) return;
+    clear_results(t);
+    free(t->results);
+    for (int i = 0; i < t->n_keeps; i++) nnt_tensor_free(&t->keeps[i].t);
+    free(t->keeps);
+    for (int i = 0; i < t->n_reqs; i++) {
+        free(t->reqs[i].text);
+        nnt_tensor_free(&t->reqs[i].param);
+    }
+    free(t->reqs);
+    free_cells(t);
+    free(t);
+}
+
+/* Checks that (slot, layer) is served - on every block for a "*" path, at least one - and
+ * writable when an edit asks. */
+static nnt_status check_served(nnt_trace *t, const char *text, const nnt_path *p, int edit)
+{
+    nnt_error *err = rt_err(t);
+    int lo = p->layer, hi = p->layer;
+    if (p->layer == NNT_LAYER_ALL) {
+        lo = 0;
+        hi = t->m->info.num_layers - 1;
+    }
+    int served_somewhere = 0;
+    char reason[NNT_REASON_MAX] = "";
+    int reason_layer = lo;
+    for (int l = lo; l <= hi; l++) {
+        nnt_value_info vi;
+        nnt_status st = nnt_model_slot_info(t->m, l, p->slot, NULL, &vi, err);
+        if (st != NNT_OK) return st;
+        if (!vi.served) {
+            if (!reason[0]) {
+                snprintf(reason, sizeof reason, "%s", vi.reason);
+                reason_layer = l;
+            }
+            continue;
+        }
+        served_somewhere = 1;
+        if (edit && !vi.writable) {
+            char path[160];
+            nnt_path_format(p->slot, l, path, sizeof path);
+            return nnt_err_set(err, NNT_ERR_READ_ONLY, "'%s': %s is read-only and cannot be edited",
+                               text, path);
+        }
+    }
+    if (!served_somewhere) {
+        char path[160];
+        nnt_path_format(p->slot, reason_layer, path, sizeof path);
+        return nnt_err_set(err, NNT_ERR_NOT_SERVED, "'%s': %s is not served by the %s family: %s",
+                           text, path, nnt_model_family(t->m), reason);
+    }
+    return NNT_OK;
+}
+
+static nnt_status add_request(nnt_trace *t, req_kind kind, const char *text, request **out)
+{
+    nnt_error *err = rt_err(t);
+    nnt_path p;
+    nnt_status st = nnt_path_parse(t->m, text, &p, err);
+    if (st != NNT_OK) return st;
+    int edit = kind != REQ_SAVE && kind != REQ_KEEP;
+    st = check_served(t, text, &p, edit);
+    if (st != NNT_OK) return st;
+    if (t->n_reqs == t->cap_reqs) {
+        int cap = t->cap_reqs ? 2 * t->cap_reqs : 16;
+        request *g = realloc(t->reqs, (size_t)cap * sizeof *g);
+        if (!g) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        t->reqs = g;
+        t->cap_reqs = cap;
+    }
+    request *r = &t->reqs[t->n_reqs];
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->text = nnt_strdup(text);
+    r->path = p;
+    if (!r->text) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    t->n_reqs++;
+    free_cells(t); /* the table is rebuilt at the next run */
+    *out = r;
+    return NNT_OK;
+}
+
+nnt_status nnt_trace_save(nnt_trace *t, const char *path)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    request *r;
+    return add_request(t, REQ_SAVE, path, &r);
+}
+
+nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    if (!fn) return nnt_err_set(rt_err(t), NNT_ERR_INVALID_ARGUMENT, "'%s': the edit callback is NULL", path);
+    request *r;
+    nnt_status st = add_request(t, REQ_EDIT_FN, path, &r);
+    if (st == NNT_OK) {
+        r->fn = fn;
+        r->user = user;
+    }
+    return st;
+}
+
+static nnt_status copy_param(nnt_trace *t, request *r, const nnt_tensor *v)
+{
+    nnt_error *err = rt_err(t);
+    if (!v || !v->data || v->device)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "'%s': the tensor must be in host memory", r->text);
+    if (nnt_tensor_alloc(&r->param, v->dtype, v->ndim, v->shape) != NNT_OK)
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    memcpy(r->param.data, v->data, nnt_tensor_nbytes(v));
+    return NNT_OK;
+}
+
+/* Drops the most recent request (after a failure to complete it). */
+static void pop_request(nnt_trace *t)
+{
+    request *r = &t->reqs[--t->n_reqs];
+    free(r->text);
+    nnt_tensor_free(&r->param);
+}
+
+nnt_status nnt_trace_set(nnt_trace *t, const char *path, const nnt_tensor *v)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    request *r;
+    nnt_status st = add_request(t, REQ_SET, path, &r);
+    if (st == NNT_OK && (st = copy_param(t, r, v)) != NNT_OK) pop_request(t);
+    return st;
+}
+
+nnt_status nnt_trace_add(nnt_trace *t, const char *path, const nnt_tensor *v, float factor)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    request *r;
+    nnt_status st = add_request(t, REQ_ADD, path, &r);
+    if (st != NNT_OK) return st;
+    r->factor = factor;
+    if ((st = copy_param(t, r, v)) != NNT_OK) pop_request(t);
+    return st;
+}
+
+nnt_status nnt_trace_scale(nnt_trace *t, const char *path, float factor)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    request *r;
+    nnt_status st = add_request(t, REQ_SCALE, path, &r);
+    if (st == NNT_OK) r->factor = factor;
+    return st;
+}
+
+nnt_status nnt_trace_zero(nnt_trace *t, const char *path)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    request *r;
+    return add_request(t, REQ_ZERO, path, &r);
+}
+
+nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *where_path,
+                                 int64_t equals, float fill)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_error *err = rt_err(t);
+    nnt_path target, where;
+    nnt_status st = nnt_path_parse(t->m, path, &target, err);
+    if (st != NNT_OK) return st;
+    st = nnt_path_parse(t->m, where_path, &where, err);
+    if (st != NNT_OK) return st;
+    if (where.layer != target.layer || target.layer == -1 || nnt_slot_host(where.slot) != nnt_slot_host(target.slot))
+        return nnt_err_set(err, NNT_ERR_PATH,
+                           "masked fill of '%s' by '%s': the mask must be a value of the same module of the same block",
+                           path, where_path);
+    request *keep;
+    st = add_request(t, REQ_KEEP, where_path, &keep);
+    if (st != NNT_OK) return st;
+    request *r;
+    st = add_request(t, REQ_MASKED_FILL, path, &r);
+    if (st != NNT_OK) {
+        pop_request(t);
+        return st;
+    }
+    r->where_slot = where.slot;
+    r->equals = equals;
+    r->fill = fill;
+    return NNT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static nnt_status cell_push(cell *c, int id)
+{
+    int *g = realloc(c->ids, (size_t)(c->n + 1) * sizeof *g);
+    if (!g) return NNT_ERR_OUT_OF_MEMORY;
+    c->ids = g;
+    c->ids[c->n++] = id;
+    return NNT_OK;
+}
+
+static cell *cell_at(nnt_trace *t, int layer, nnt_slot slot)
+{
+    int idx = (layer + 1) * NNT_SLOT_COUNT + (int)slot;
+    if (!t->cells || idx < 0 || idx >= t->n_cells) return NULL;
+    return &t->cells[idx];
+}
+
+/* Checks the shape of a SET / ADD tensor, or of a masked fill's mask, against the value. */
+static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const nnt_value_info *vi)
+{
+    nnt_error *err = rt_err(t);
+    char want[96], got[96], path[160];
+    nnt_path_format(r->path.slot, layer, path, sizeof path);
+    if (r->kind == REQ_SET) {
+        if (!nnt_shape_equal(r->param.ndim, r->param.shape, vi->ndim, vi->shape))
+            return nnt_err_set(err, NNT_ERR_SHAPE, "set '%s': the tensor has shape %s, the value %s is %s",
+                               r->text, nnt_shape_str(&r->param, got, sizeof got), path,
+                               nnt_dims_str(vi->ndim, vi->shape, want, sizeof want));
+    } else if (r->kind == REQ_ADD) {
+        int ok = r->param.ndim <= vi->ndim;
+        for (int i = 0; ok && i < r->param.ndim; i++)
+            ok = r->param.shape[r->param.ndim - 1 - i] == vi->shape[vi->ndim - 1 - i];
+        if (!ok)
+            return nnt_err_set(err, NNT_ERR_SHAPE,
+                               "add to '%s': the tensor has shape %s, which is not the trailing axes of %s's %s",
+                               r->text, nnt_shape_str(&r->param, got, sizeof got), path,
+                               nnt_dims_str(vi->ndim, vi->shape, want, sizeof want));
+    }
+    if ((r->kind == REQ_SET || r->kind == REQ_ADD) &&
+        (!nnt_dtype_is_float(r->param.dtype)) != (!nnt_dtype_is_float(vi->dtype)))
+        return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': the tensor has dtype %s, the value %s is %s",
+                           r->text, nnt_dtype_name(r->param.dtype), path, nnt_dtype_name(vi->dtype));
+    if ((r->kind == REQ_SCALE || r->kind == REQ_ADD || r->kind == REQ_MASKED_FILL) &&
+        !nnt_dtype_is_float(vi->dtype))
+        return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': %s holds %s; scale, add and fill need a float value",
+                           r->text, path, nnt_dtype_name(vi->dtype));
+    if (r->kind == REQ_MASKED_FILL) {
+        nnt_value_info wi;
+        nnt_status st = nnt_model_slot_info(t->m, layer, r->where_slot, &t->dims, &wi, err);
+        if (st != NNT_OK) return st;
+        int ok = wi.served && wi.ndim <= vi->ndim;
+        for (int i = 0; ok && i < wi.ndim; i++) ok = wi.shape[i] == vi->shape[i];
+        if (!ok) {
+            char wpath[160];
+            nnt_path_format(r->where_slot, layer, wpath, sizeof wpath);
+            return nnt_err_set(err, NNT_ERR_SHAPE,
+                               "masked fill of '%s': the mask %s has shape %s, not a prefix of %s",
+                               r->text, wpath, nnt_dims_str(wi.ndim, wi.shape, got, sizeof got),
+                               nnt_dims_str(vi->ndim, vi->shape, want, sizeof want));
+        }
+    }
+    return NNT_OK;
+}
+
+nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, nnt_error *err)
+{
+    (void)err;
+    clear_results(t);
+    t->dims = *dims;
+    int L = t->m->info.num_layers;
+    free_cells(t);
+    t->n_cells = (L + 1) * NNT_SLOT_COUNT;
+    t->cells = calloc((size_t)t->n_cells, sizeof *t->cells);
+    if (!t->cells) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
+    for (int i = 0; i < t->n_reqs; i++) {
+        request *r = &t->reqs[i];
+        int lo = r->path.layer, hi = r->path.layer;
+        if (r->path.layer == NNT_LAYER_ALL) {
+            lo = 0;
+            hi = L - 1;
+        }
+        for (int l = lo; l <= hi; l++) {
+            nnt_value_info vi;
+            nnt_status st = nnt_model_slot_info(t->m, l, r->path.slot, dims, &vi, rt_err(t));
+            if (st != NNT_OK) return st;
+            if (!vi.served) continue; /* a "*" request skips blocks that lack the value */
+            st = check_shapes(t, r, l, &vi);
+            if (st != NNT_OK) return st;
+            if (cell_push(cell_at(t, l, r->path.slot), i) != NNT_OK)
+                return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
+        }
+    }
+    return NNT_OK;
+}
+
+int nnt_run_wants(const nnt_run *run, nnt_slot slot, int layer)
+{
+    if (!run || !run->trace) return 0;
+    const cell *c = cell_at(run->trace, layer, slot);
+    return c && c->n > 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Applying requests at emission.                                                            */
+
+static nnt_status host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst)
+{
+    if (nnt_tensor_alloc(dst, src->dtype, src->ndim, src->shape) != NNT_OK)
+        return nnt_err_set(run->err, NNT_ERR_OUT_OF_MEMORY, "no memory to save a value");
+    size_t bytes = nnt_tensor_nbytes(src);
+    if (!src->device) {
+        memcpy(dst->data, src->data, bytes);
+        return NNT_OK;
+    }
+    const nnt_plugin *be = run->model->family->be;
+    return be->backend->ops->download(be->be_ctx, dst->data, src->data, bytes, run->err);
+}
+
+static nnt_status push_result(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *value)
+{
+    nnt_trace *t = run->trace;
+    if (t->n_results == t->cap_results) {
+        int cap = t->cap_results ? 2 * t->cap_results : 32;
+        result *g = realloc(t->results, (size_t)cap * sizeof *g);
+        if (!g) return nnt_err_set(run->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        t->results = g;
+        t->cap_results = cap;
+    }
+    result *res = &t->results[t->n_results];
+    memset(res, 0, sizeof *res);
+    char path[160];
+    nnt_path_format(slot, layer, path, sizeof path);
+    res->path = nnt_strdup(path);
+    res->slot = slot;
+    res->layer = layer;
+    res->step = run->step;
+    if (!value) {
+        res->none = 1;
+    } else {
+        nnt_status st = host_copy(run, value, &res->t);
+        if (st != NNT_OK) {
+            free(res->path);
+            return st;
+        }
+    }
+    t->n_results++;
+    return NNT_OK;
+}
+
+static kept *find_keep(nnt_trace *t, nnt_slot slot, int layer, int create)
+{
+    for (int i = 0; i < t->n_keeps; i++)
+        if (t->keeps[i].slot == slot && t->keeps[i].layer == layer) return &t->keeps[i];
+    if (!create) return NULL;
+    if (t->n_keeps == t->cap_keeps) {
+        int cap = t->cap_keeps ? 2 * t->cap_keeps : 8;
+        kept *g = realloc(t->keeps, (size_t)cap * sizeof *g);
+        if (!g) return NULL;
+        t->keeps = g;
+        t->cap_keeps = cap;
+    }
+    kept *k = &t->keeps[t->n_keeps++];
+    memset(k, 0, sizeof *k);
+    k->slot = slot;
+    k->layer = layer;
+    return k;
+}
+
+static void store_f(nnt_tensor *v, int64_t i, double x)
+{
+    if (v->dtype == NNT_F32)
+        ((float *)v->data)[i] = (float)x;
+    else if (v->dtype == NNT_I32)
+        ((int32_t *)v->data)[i] = (int32_t)x;
+    else if (v->dtype == NNT_I64)
+        ((int64_t *)v->data)[i] = (int64_t)x;
+    else if (v->dtype == NNT_BF16)
+        ((uint16_t *)v->data)[i] = nnt_f32_to_bf16((float)x);
+    else if (v->dtype == NNT_F16)
+        ((uint16_t *)v->data)[i] = nnt_f32_to_f16((float)x);
+}
+
+/* Applies one edit to a host tensor. */
+static nnt_status apply_edit(nnt_run *run, const request *r, int layer, nnt_tensor *v)
+{
+    nnt_trace *t = run->trace;
+    int64_t n = nnt_tensor_numel(v);
+    char path[160];
+    nnt_path_format(r->path.slot, layer, path, sizeof path);
+    switch (r->kind) {
+    case REQ_EDIT_FN: {
+        nnt_error cb;
+        nnt_err_clear(&cb);
+        nnt_status st = r->fn(r->user, path, layer, v, &cb);
+        if (st != NNT_OK)
+            return nnt_err_set(run->err, NNT_ERR_CALLBACK, "edit callback on %s failed (%s): %s", path,
+                               nnt_status_str(st), cb.msg[0] ? cb.msg : "no message");
+        return NNT_OK;
+    }
+    case REQ_SET:
+        return nnt_convert(r->param.data, r->param.dtype, v->data, v->dtype, n, run->err);
+    case REQ_ADD: {
+        int64_t pn = nnt_tensor_numel(&r->param);
+        for (int64_t i = 0; i < n; i++)
+            store_f(v, i, nnt_tensor_get_f64(v, i) + (double)r->factor * nnt_tensor_get_f64(&r->param, i % pn));
+        return NNT_OK;
+    }
+    case REQ_SCALE:
+        for (int64_t i = 0; i < n; i++) store_f(v, i, nnt_tensor_get_f64(v, i) * r->factor);
+        return NNT_OK;
+    case REQ_ZERO:
+        memset(v->data, 0, nnt_tensor_nbytes(v));
+        return NNT_OK;
+    case REQ_MASKED_FILL: {
+        kept *k = find_keep(t, r->where_slot, layer, 0);
+        if (!k || !k->valid) {
+            char wpath[160];
+            nnt_path_format(r->where_slot, layer, wpath, sizeof wpath);
+            return nnt_err_set(run->err, NNT_ERR_STATE,
+                               "masked fill of %s: the mask %s is not emitted before it in this family's forward",
+                               path, wpath);
+        }
+        int64_t mn = nnt_tensor_numel(&k->t);
+        int64_t inner = mn ? n / mn : 0;
+        for (int64_t i = 0; i < mn; i++) {
+            if ((int64_t)nnt_tensor_get_f64(&k->t, i) != r->equals) continue;
+            for (int64_t j = 0; j < inner; j++) store_f(v, i * inner + j, r->fill);
+        }
+        return NNT_OK;
+    }
+    default: return NNT_OK;
+    }
+}
+
+nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *value)
+{
+    if (!run->trace) return NNT_OK;
+    nnt_trace *t = run->trace;
+    cell *c = cell_at(t, layer, slot);
+    if (!c || c->n == 0) return NNT_OK;
+    const nnt_plugin *be = run->model->family->be;
+    nnt_tensor host = {0};
+    int on_device = value && value->device;
+    int dirty = 0;
+    nnt_status st = NNT_OK;
+    for (int i = 0; i < c->n && st == NNT_OK; i++) {
+        const request *r = &t->reqs[c->ids[i]];
+        if (r->kind == REQ_SAVE) {
+            st = push_result(run, slot, layer, on_device && dirty ? &host : value);
+            continue;
+        }
+        if (r->kind == REQ_KEEP) {
+            kept *k = find_keep(t, slot, layer, 1);
+            if (!k) {
+                st = nnt_err_set(run->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+                break;
+            }
+            nnt_tensor_free(&k->t);
+            k->valid = 0;
+            if (value) {
+                st = host_copy(run, on_device && dirty ? &host : value, &k->t);
+                k->valid = st == NNT_OK;
+            }
+            continue;
+        }
+        if (!value) continue; /* nothing to edit in a None value */
+        nnt_tensor *target = value;
+        if (on_device) {
+            if (!host.data) {
+                st = host_copy(run, value, &host);
+                if (st != NNT_OK) break;
+            }
+            target = &host;
+        }
+        st = apply_edit(run, r, layer, target);
+        dirty = 1;
+    }
+    if (st == NNT_OK && on_device && dirty)
+        st = be->backend->ops->upload(be->be_ctx, value->data, host.data, nnt_tensor_nbytes(value), run->err);
+    nnt_tensor_free(&host);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path)
+{
+    if (!t || !path) return NULL;
+    nnt_path p;
+    nnt_error scratch;
+    char canon[160];
+    const char *want = path;
+    if (nnt_path_parse(t->m, path, &p, &scratch) == NNT_OK && p.layer != NNT_LAYER_ALL)
+        want = nnt_path_format(p.slot, p.layer, canon, sizeof canon);
+    for (int i = 0; i < t->n_results; i++)
+        if (strcmp(t->results[i].path, want) == 0) return t->results[i].none ? NULL : &t->results[i].t;
+    return NULL;
+}
+
+int nnt_trace_result_count(const nnt_trace *t)
+{
+    return t ? t->n_results : 0;
+}
+
+nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **path, const nnt_tensor **value)
+{
+    if (!t || i < 0 || i >= t->n_results) return NNT_ERR_NOT_FOUND;
+    if (path) *path = t->results[i].path;
+    if (value) *value = t->results[i].none ? NULL : &t->results[i].t;
+    return NNT_OK;
+}
+
+nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file)
+{
+    if (!t || !file) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_error *err = &t->m->rt->err;
+    const char **keys = calloc((size_t)t->n_results + 1, sizeof *keys);
+    const nnt_tensor **vals = calloc((size_t)t->n_results + 1, sizeof *vals);
+    char **owned = calloc((size_t)t->n_results + 1, sizeof *owned);
+    if (!keys || !vals || !owned) {
+        free(keys);
+        free(vals);
+        free(owned);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    int n = 0;
+    for (int i = 0; i < t->n_results; i++) {
+        if (t->results[i].none) continue;
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup += strcmp(t->results[j].path, t->results[i].path) == 0;
+        if (dup) {
+            size_t len = strlen(t->results[i].path) + 16;
+            owned[n] = malloc(len);
+            if (owned[n]) snprintf(owned[n], len, "%s#%d", t->results[i].path, dup);
+            keys[n] = owned[n];
+        } else {
+            keys[n] = t->results[i].path;
+        }
+        vals[n] = &t->results[i].t;
+        if (keys[n]) n++;
+    }
+    char meta[256];
+    snprintf(meta, sizeof meta, "{\"producer\":\"nnt\",\"family\":\"%s\",\"format\":\"pt\"}",
+             nnt_model_family(t->m));
+    nnt_status st = nnt_st_write(file, n, keys, vals, meta, err);
+    for (int i = 0; i < t->n_results; i++) free(owned[i]);
+    free(owned);
+    free(keys);
+    free(vals);
+    return st;
+}

@@ -1,0 +1,207 @@
+/* tree.c - the module tree a family builds for `nnt print`, rendered like print(model) with
+ * nnterp's standard names and values, identical consecutive blocks grouped as "(a-b): n x". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct tnode {
+    char *native, *standard, *cls, *detail;
+    int host, layer, parent;
+    int *kids;
+    int n_kids;
+} tnode;
+
+struct nnt_tree {
+    tnode *nodes;
+    int n, cap;
+};
+
+nnt_tree *nnt_tree_new(void)
+{
+    return calloc(1, sizeof(nnt_tree));
+}
+
+void nnt_tree_free(nnt_tree *t)
+{
+    if (!t) return;
+    for (int i = 0; i < t->n; i++) {
+        free(t->nodes[i].native);
+        free(t->nodes[i].standard);
+        free(t->nodes[i].cls);
+        free(t->nodes[i].detail);
+        free(t->nodes[i].kids);
+    }
+    free(t->nodes);
+    free(t);
+}
+
+int nnt_tree_node(nnt_tree *t, int parent, const char *native, const char *standard,
+                  const char *cls, const char *detail, int host, int layer)
+{
+    if (!t || !native || !cls || parent >= t->n || parent < -1) return -1;
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        tnode *g = realloc(t->nodes, (size_t)cap * sizeof *g);
+        if (!g) return -1;
+        t->nodes = g;
+        t->cap = cap;
+    }
+    if (parent >= 0) {
+        tnode *p = &t->nodes[parent];
+        int *k = realloc(p->kids, (size_t)(p->n_kids + 1) * sizeof *k);
+        if (!k) return -1;
+        p->kids = k;
+        p->kids[p->n_kids++] = t->n;
+    }
+    tnode *n = &t->nodes[t->n];
+    memset(n, 0, sizeof *n);
+    n->native = nnt_strdup(native);
+    n->standard = standard && strcmp(standard, native) != 0 ? nnt_strdup(standard) : NULL;
+    n->cls = nnt_strdup(cls);
+    n->detail = detail ? nnt_strdup(detail) : NULL;
+    n->host = host;
+    n->layer = layer;
+    n->parent = parent;
+    return t->n++;
+}
+
+/* A growable string. */
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(sbuf *b, const char *fmt, ...)
+{
+    if (b->oom) return;
+    va_list ap;
+    for (;;) {
+        size_t room = b->cap - b->n;
+        va_start(ap, fmt);
+        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? room : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) return;
+        if (b->s && (size_t)w < room) {
+            b->n += (size_t)w;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->n + (size_t)w + 1) cap *= 2;
+        char *g = realloc(b->s, cap);
+        if (!g) {
+            b->oom = 1;
+            return;
+        }
+        b->s = g;
+        b->cap = cap;
+    }
+}
+
+static void indent(sbuf *b, int depth)
+{
+    for (int i = 0; i < depth; i++) sb_add(b, "  ");
+}
+
+static nnt_status render_values(sbuf *b, const nnt_model *m, int host, int layer, int depth,
+                                nnt_error *err)
+{
+    for (int s = 0; s < NNT_SLOT_COUNT; s++) {
+        if ((int)nnt_slot_host((nnt_slot)s) != host) continue;
+        nnt_value_info vi;
+        nnt_status st = nnt_model_slot_info(m, layer, (nnt_slot)s, NULL, &vi, err);
+        if (st != NNT_OK) return st;
+        indent(b, depth);
+        if (vi.served)
+            sb_add(b, "(%s) -> %s %s: %s\n", nnt_slot_name((nnt_slot)s), vi.layout, vi.axes,
+                   nnt_slot_description((nnt_slot)s));
+        else
+            sb_add(b, "(%s): Unavailable: %s\n", nnt_slot_name((nnt_slot)s), vi.reason);
+    }
+    return NNT_OK;
+}
+
+static nnt_status render(sbuf *b, const nnt_tree *t, const nnt_model *m, int id, int depth,
+                         const char *label, nnt_error *err);
+
+/* Renders the children of a list node (e.g. `layers`), grouping identical consecutive ones. */
+static nnt_status render_list(sbuf *b, const nnt_tree *t, const nnt_model *m, const tnode *n,
+                              int depth, nnt_error *err)
+{
+    char **texts = calloc((size_t)n->n_kids + 1, sizeof *texts);
+    if (!texts) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    nnt_status st = NNT_OK;
+    for (int i = 0; i < n->n_kids && st == NNT_OK; i++) {
+        sbuf one = {0};
+        st = render(&one, t, m, n->kids[i], depth, "\x01", err); /* \x01: label placeholder */
+        texts[i] = one.s ? one.s : nnt_strdup("");
+        if (one.oom) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    for (int i = 0; i < n->n_kids && st == NNT_OK;) {
+        int j = i;
+        while (j + 1 < n->n_kids && strcmp(texts[j + 1], texts[i]) == 0) j++;
+        const char *rest = strchr(texts[i], '\x01');
+        rest = rest ? rest + 1 : texts[i];
+        indent(b, depth);
+        if (j == i)
+            sb_add(b, "(%d)%s", i, rest + 0);
+        else
+            sb_add(b, "(%d-%d): %d x%s", i, j, j - i + 1, rest + 1);
+        i = j + 1;
+    }
+    for (int i = 0; i < n->n_kids; i++) free(texts[i]);
+    free(texts);
+    return st;
+}
+
+static nnt_status render(sbuf *b, const nnt_tree *t, const nnt_model *m, int id, int depth,
+                         const char *label, nnt_error *err)
+{
+    const tnode *n = &t->nodes[id];
+    int list = n->n_kids > 0;
+    for (int i = 0; i < n->n_kids && list; i++) {
+        const tnode *k = &t->nodes[n->kids[i]];
+        list = k->layer == i && n->layer < 0;
+    }
+    if (label && label[0] == '\x01') {
+        /* caller prints the index; we print "\x01: Class(" so the caller can splice */
+        sb_add(b, "\x01: %s(", n->cls);
+    } else {
+        indent(b, depth);
+        if (n->parent < 0)
+            sb_add(b, "%s(", n->cls);
+        else if (n->standard)
+            sb_add(b, "(%s/%s): %s(", n->standard, n->native, n->cls);
+        else
+            sb_add(b, "(%s): %s(", n->native, n->cls);
+    }
+    if (n->n_kids == 0 && n->host < 0) {
+        sb_add(b, "%s)\n", n->detail ? n->detail : "");
+        return NNT_OK;
+    }
+    sb_add(b, "\n");
+    nnt_status st = NNT_OK;
+    if (list) {
+        st = render_list(b, t, m, n, depth + 1, err);
+    } else {
+        for (int i = 0; i < n->n_kids && st == NNT_OK; i++)
+            st = render(b, t, m, n->kids[i], depth + 1, NULL, err);
+    }
+    if (st == NNT_OK && n->host >= 0) st = render_values(b, m, n->host, n->host == NNT_HOST_MODEL ? -1 : n->layer, depth + 1, err);
+    indent(b, depth);
+    sb_add(b, ")\n");
+    return st;
+}
+
+nnt_status nnt_tree_print(const nnt_tree *t, const nnt_model *m, FILE *out, nnt_error *err)
+{
+    if (!t || t->n == 0) return nnt_err_set(err, NNT_ERR_INTERNAL, "the family built an empty module tree");
+    sbuf b = {0};
+    nnt_status st = render(&b, t, m, 0, 0, NULL, err);
+    if (b.oom) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (st == NNT_OK && b.s) fputs(b.s, out);
+    free(b.s);
+    return st;
+}

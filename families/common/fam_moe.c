@@ -1,0 +1,178 @@
+/* fam_moe.c - the mixture of experts and the dense SwiGLU MLP with their standard values:
+ * router logits, top-k choice, per-expert products over the tokens routed to each expert,
+ * per-slot outputs when asked for, the shared expert. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "family_common.h"
+
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        if ((st = (x)) != NNT_OK) goto done;                                                                           \
+    } while (0)
+
+nnt_status fam_mlp_forward(const fam_env *env, nnt_run *run, int layer, const fam_expert *w, float limit,
+                           const nnt_call_dims *dims, const nnt_tensor *x, nnt_tensor *out, int emit,
+                           nnt_error *err)
+{
+    const nnt_host_api *h = env->host;
+    const nnt_backend_ops *be = env->be;
+    void *bc = env->be_ctx;
+    int64_t M = x->shape[0], I = w->gate.shape[0], B = dims->batch, T = dims->seq;
+    nnt_status st;
+    size_t mark = h->arena_mark(run);
+    nnt_tensor g, u, act, neu;
+    TRY(fam_alloc(env, run, NNT_F32, &g, err, 2, M, I));
+    TRY(fam_alloc(env, run, NNT_F32, &u, err, 2, M, I));
+    TRY(fam_alloc(env, run, NNT_F32, &act, err, 2, M, I));
+    TRY(fam_alloc(env, run, NNT_F32, &neu, err, 2, M, I));
+    TRY(be->linear(bc, x, &w->gate, &g, err));
+    TRY(be->linear(bc, x, &w->up, &u, err));
+    TRY(be->swiglu(bc, &g, &u, limit, &act, &neu, err));
+    if (emit) {
+        nnt_tensor a3 = fam_view(&act, 3, B, T, I);
+        int wanted = h->wants(run, NNT_SV_MLP_ACTIVATION, layer);
+        TRY(h->emit(run, NNT_SV_MLP_ACTIVATION, layer, &a3));
+        if (wanted) TRY(be->swiglu(bc, NULL, &u, limit, &act, &neu, err)); /* an edited activation feeds on */
+        nnt_tensor n3 = fam_view(&neu, 3, B, T, I);
+        TRY(h->emit(run, NNT_SV_MLP_NEURONS, layer, &n3));
+    }
+    TRY(be->linear(bc, &neu, &w->down, out, err));
+    if (emit) {
+        nnt_tensor o3 = fam_view(out, 3, B, T, out->shape[1]);
+        TRY(h->emit(run, NNT_SV_MLP_OUTPUT, layer, &o3));
+    }
+done:
+    h->arena_release(run, mark);
+    return st;
+}
+
+nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fam_moe *moe,
+                           const nnt_call_dims *dims, const nnt_tensor *x, nnt_tensor *out, nnt_error *err)
+{
+    const nnt_host_api *h = env->host;
+    const nnt_backend_ops *be = env->be;
+    void *bc = env->be_ctx;
+    int64_t M = x->shape[0], H = x->shape[1], E = moe->num_experts, K = moe->top_k, I = moe->intermediate;
+    int64_t B = dims->batch, T = dims->seq;
+    nnt_status st;
+    size_t mark = h->arena_mark(run);
+    int32_t *idx_h = NULL, *count = NULL, *rows = NULL, *slots = NULL;
+    float *w_h = NULL, *scale = NULL;
+    nnt_tensor logits, idx, wts, routed, per_slot = {0};
+
+    /* router */
+    TRY(fam_alloc(env, run, NNT_F32, &logits, err, 2, M, E));
+    TRY(be->linear(bc, x, &moe->router, &logits, err));
+    nnt_tensor l3 = fam_view(&logits, 3, B, T, E);
+    TRY(h->emit(run, NNT_SV_ROUTER_LOGITS, layer, &l3));
+    TRY(fam_alloc(env, run, NNT_I32, &idx, err, 2, M, K));
+    TRY(fam_alloc(env, run, NNT_F32, &wts, err, 2, M, K));
+    TRY(be->route(bc, &logits, moe->bias.data ? &moe->bias : NULL, &moe->route, &idx, &wts, err));
+    nnt_tensor i3 = fam_view(&idx, 3, B, T, K), w3 = fam_view(&wts, 3, B, T, K);
+    TRY(h->emit(run, NNT_SV_EXPERT_INDICES, layer, &i3));
+    TRY(h->emit(run, NNT_SV_EXPERT_WEIGHTS, layer, &w3));
+
+    /* group routing slots by expert (host side) */
+    idx_h = malloc((size_t)(M * K) * sizeof *idx_h);
+    w_h = malloc((size_t)(M * K) * sizeof *w_h);
+    count = calloc((size_t)E + 1, sizeof *count);
+    rows = malloc((size_t)(M * K) * sizeof *rows);
+    slots = malloc((size_t)(M * K) * sizeof *slots);
+    scale = malloc((size_t)(M * K) * sizeof *scale);
+    if (!idx_h || !w_h || !count || !rows || !slots || !scale) {
+        st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for routing block %d", layer);
+        goto done;
+    }
+    TRY(be->download(bc, idx_h, idx.data, (size_t)(M * K) * sizeof *idx_h, err));
+    TRY(be->download(bc, w_h, wts.data, (size_t)(M * K) * sizeof *w_h, err));
+    for (int64_t i = 0; i < M * K; i++) {
+        if (idx_h[i] < 0 || idx_h[i] >= E) {
+            st = h->set_error(err, NNT_ERR_INVALID_ARGUMENT,
+                              "layers.%d.mlp.expert_indices holds %d at token %lld, slot %lld; experts are 0..%lld",
+                              layer, idx_h[i], (long long)(i / K), (long long)(i % K), (long long)(E - 1));
+            goto done;
+        }
+        count[idx_h[i] + 1]++;
+    }
+    for (int64_t e = 0; e < E; e++) count[e + 1] += count[e]; /* count[e] = start of expert e */
+    int64_t max_n = 0;
+    {
+        int32_t *fill = calloc((size_t)E, sizeof *fill);
+        if (!fill) {
+            st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            goto done;
+        }
+        for (int64_t i = 0; i < M * K; i++) { /* token order within each expert */
+            int32_t e = idx_h[i];
+            int64_t at = count[e] + fill[e]++;
+            rows[at] = (int32_t)(i / K);
+            slots[at] = (int32_t)i;
+            scale[at] = w_h[i];
+        }
+        for (int64_t e = 0; e < E; e++) max_n = fill[e] > max_n ? fill[e] : max_n;
+        free(fill);
+    }
+
+    int want_slots = h->wants(run, NNT_SV_EXPERT_OUTPUTS, layer);
+    TRY(fam_alloc(env, run, NNT_F32, &routed, err, 2, M, H));
+    TRY(be->fill(bc, &routed, 0.0f, err));
+    if (want_slots) {
+        TRY(fam_alloc(env, run, NNT_F32, &per_slot, err, 2, M * K, H));
+        TRY(be->fill(bc, &per_slot, 0.0f, err));
+    }
+    if (max_n > 0) {
+        nnt_tensor xe, g, u, a, y;
+        TRY(fam_alloc(env, run, NNT_F32, &xe, err, 2, max_n, H));
+        TRY(fam_alloc(env, run, NNT_F32, &g, err, 2, max_n, I));
+        TRY(fam_alloc(env, run, NNT_F32, &u, err, 2, max_n, I));
+        TRY(fam_alloc(env, run, NNT_F32, &a, err, 2, max_n, I));
+        TRY(fam_alloc(env, run, NNT_F32, &y, err, 2, max_n, H));
+        for (int64_t e = 0; e < E; e++) {
+            int n = (int)(count[e + 1] - count[e]);
+            if (n == 0) continue;
+            nnt_tensor xn = fam_view(&xe, 2, (int64_t)n, H), gn = fam_view(&g, 2, (int64_t)n, I),
+                       un = fam_view(&u, 2, (int64_t)n, I), an = fam_view(&a, 2, (int64_t)n, I),
+                       yn = fam_view(&y, 2, (int64_t)n, H);
+            const fam_expert *ex = &moe->experts[e];
+            TRY(be->gather_rows(bc, x, rows + count[e], n, &xn, err));
+            TRY(be->linear(bc, &xn, &ex->gate, &gn, err));
+            TRY(be->linear(bc, &xn, &ex->up, &un, err));
+            TRY(be->swiglu(bc, &gn, &un, moe->swiglu_limit, NULL, &an, err));
+            TRY(be->linear(bc, &an, &ex->down, &yn, err));
+            if (want_slots)
+                TRY(be->scatter_rows(bc, &yn, slots + count[e], scale + count[e], n, &per_slot, err));
+            else
+                TRY(be->scatter_add_rows(bc, &yn, rows + count[e], scale + count[e], n, &routed, err));
+        }
+    }
+    if (want_slots) {
+        nnt_tensor s4 = fam_view(&per_slot, 4, B, T, K, H);
+        TRY(h->emit(run, NNT_SV_EXPERT_OUTPUTS, layer, &s4));
+        nnt_tensor s3 = fam_view(&per_slot, 3, M, K, H);
+        TRY(be->sum_axis1(bc, &s3, &routed, err));
+    }
+    nnt_tensor r3 = fam_view(&routed, 3, B, T, H);
+    TRY(h->emit(run, NNT_SV_ROUTED_OUTPUT, layer, &r3));
+    if (moe->has_shared) {
+        nnt_tensor sh;
+        TRY(fam_alloc(env, run, NNT_F32, &sh, err, 2, M, H));
+        TRY(fam_mlp_forward(env, run, layer, &moe->shared, moe->swiglu_limit, dims, x, &sh, 0, err));
+        nnt_tensor sh3 = fam_view(&sh, 3, B, T, H);
+        TRY(h->emit(run, NNT_SV_SHARED_EXPERT_OUTPUT, layer, &sh3));
+        TRY(be->add(bc, &routed, &sh, out, err));
+    } else {
+        TRY(be->copy(bc, &routed, out, err));
+    }
+    nnt_tensor o3 = fam_view(out, 3, B, T, H);
+    TRY(h->emit(run, NNT_SV_MLP_OUTPUT, layer, &o3));
+done:
+    free(idx_h);
+    free(w_h);
+    free(count);
+    free(rows);
+    free(slots);
+    free(scale);
+    h->arena_release(run, mark);
+    return st;
+}

@@ -1,0 +1,116 @@
+/* family_common.h - helpers shared by nnt's own family plugins (linked statically into each):
+ * value-info filling, weight binding, and the building blocks of a decoder forward - softmax
+ * attention with its standard values, the mixture of experts, SwiGLU MLPs - written against the
+ * SDK only (nnt_family.h, nnt_backend.h). */
+#ifndef NNT_FAMILY_COMMON_H
+#define NNT_FAMILY_COMMON_H
+
+#include "nnt/nnt_family.h"
+
+/* The environment a family's code runs in: the host routines, the backend and its context. */
+typedef struct fam_env {
+    const nnt_host_api *host;
+    const nnt_backend_ops *be;
+    void *be_ctx;
+} fam_env;
+
+/* ---- value info ---- */
+void fam_unserved(nnt_value_info *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Served with the given dtype and shape (shape copied only when dims != NULL). */
+void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, int ndim, ...);
+
+/* ---- weights ---- */
+/* Binds checkpoint tensor `name` (shape checked when ndim > 0) and prepares it on the backend.
+ * out stays valid while the checkpoint is open. */
+nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
+                      const int64_t *shape, nnt_tensor *out, nnt_error *err);
+/* The first of several candidate names the checkpoint holds, or NULL. */
+const char *fam_first_present(const fam_env *env, const nnt_checkpoint *ck, const char *const *names, int n);
+/* A small float vector widened to an F32 host copy the caller frees (e.g. a router bias). */
+nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t n,
+                          float **out, nnt_error *err);
+/* A view of rows [r0, r0 + nr) of the 2-D slice `index` of a 3-D weight [E, R, C]. */
+nnt_tensor fam_slice3(const nnt_tensor *w, int64_t index, int64_t r0, int64_t nr);
+
+/* ---- tensors in a forward ---- */
+nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, int ndim, ...);
+/* The same data seen with another shape (element counts must agree). */
+nnt_tensor fam_view(const nnt_tensor *t, int ndim, ...);
+
+/* ---- mixture of experts ---- */
+typedef struct fam_expert {
+    nnt_tensor gate; /* [I, H] */
+    nnt_tensor up;   /* [I, H] */
+    nnt_tensor down; /* [H, I] */
+} fam_expert;
+
+typedef struct fam_moe {
+    int num_experts;
+    int top_k;
+    int intermediate; /* one expert's width */
+    nnt_tensor router;      /* [E, H] */
+    nnt_tensor bias;        /* [E] F32 on the backend, data NULL when absent: the selection bias */
+    nnt_route_params route;
+    float swiglu_limit;     /* 0: no clamp */
+    fam_expert *experts;    /* [E] */
+    fam_expert shared;      /* used when has_shared */
+    int has_shared;
+} fam_moe;
+
+/* Runs the mixture on x [M, H] (M = batch * seq) and writes out [M, H], emitting router_logits,
+ * expert_indices, expert_weights, expert_outputs, routed_output, shared_expert_output and
+ * mlp_output of block `layer` in that order; edits to each reach what follows. Experts run per
+ * expert over the tokens routed to it (gather, SwiGLU, scatter). */
+nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fam_moe *moe,
+                           const nnt_call_dims *dims, const nnt_tensor *x, nnt_tensor *out, nnt_error *err);
+
+/* A dense SwiGLU MLP on x [M, H] -> out [M, H], emitting mlp_activation, mlp_neurons and
+ * mlp_output when emit is nonzero (a shared expert runs with emit 0). */
+nnt_status fam_mlp_forward(const fam_env *env, nnt_run *run, int layer, const fam_expert *w, float limit,
+                           const nnt_call_dims *dims, const nnt_tensor *x, nnt_tensor *out, int emit,
+                           nnt_error *err);
+
+/* ---- softmax attention ---- */
+typedef struct fam_attn {
+    int num_heads;
+    int num_kv_heads;
+    int qk_head_dim;
+    int v_head_dim;
+    int rot_start;        /* first rotated dim of each q/k head */
+    int rot_dim;          /* 0: no rotary */
+    nnt_rope_style rope_style;
+    const float *inv_freq; /* [rot_dim / 2] */
+    float rope_mscale;
+    float scale;           /* softmax scale */
+    int window;            /* 0: none; else keys within `window` positions, the query included */
+    const float *sinks;    /* [num_heads] F32 host, or NULL */
+    nnt_tensor o_proj;     /* [H, num_heads * v_head_dim] */
+} fam_attn;
+
+/* From projected q [M, Hq*Dqk], k [M, Hkv*Dqk], v [M, Hkv*Dv] (M = B*T, token-major), splits
+ * heads, applies rotary, and emits attention_queries/keys/values, attention_scores,
+ * attention_probabilities, attention_head_outputs, attention_premix and attention_output
+ * (o_proj's result, written to out [M, H]). */
+nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, const fam_attn *a,
+                                 const nnt_forward_args *args, const nnt_attn_mask *mask,
+                                 const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
+                                 nnt_tensor *out, nnt_error *err);
+
+/* Padding and position masks of a call, built once per forward: key_valid = query_valid =
+ * attention_mask != 0, q_pos = k_pos = positions, causal. Free with fam_mask_free. */
+nnt_status fam_mask_build(const nnt_forward_args *args, nnt_attn_mask *mask, nnt_error *err);
+void fam_mask_free(nnt_attn_mask *mask);
+
+/* Value info of the self_attn host for an attention of this shape. */
+void fam_attention_info(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *dims,
+                        nnt_value_info *out);
+/* Inverse frequencies theta^(-2i/R), i < R/2, computed as transformers does (float32). */
+void fam_rope_inv_freq(float *out, int rot_dim, double theta);
+
+/* ---- module tree text ---- */
+/* "Linear(in_features=I, out_features=O, bias=False)" into buf. */
+const char *fam_linear_detail(char *buf, size_t n, int64_t in, int64_t out);
+/* "(W,), eps=E" as print() writes an RMSNorm. */
+const char *fam_norm_detail(char *buf, size_t n, int64_t width, double eps);
+
+#endif

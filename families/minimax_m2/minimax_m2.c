@@ -1,0 +1,495 @@
+/* minimax_m2.c - the MiniMax-M2 family plugin (MiniMaxM2ForCausalLM; also M2.1, M2.5, M2.7).
+ *
+ * Block (Llama's pre-norm block): h = x + self_attn(input_layernorm(x));
+ * out = h + mlp(post_attention_layernorm(h)). Attention: q_norm / k_norm are one RMSNorm over
+ * the whole q / k projection (before the head split), NeoX rotary on the first rotary_dim
+ * dimensions of each head, grouped-query heads, no sink or window. Every MLP is a mixture:
+ * sigmoid router, selection bias (e_score_correction_bias) used for the choice only, top-k,
+ * weights renormalised to one, SwiGLU experts (w1 gate, w3 up, w2 down), no shared expert.
+ * Final RMSNorm, untied lm_head. Sources: shared/spec/minimax_m2_mimo_v2.md section 2 and the
+ * encyclopedia page shared/reference/encyclopedia/minimax_m2.txt. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/family_common.h"
+
+typedef struct mm_layer {
+    nnt_tensor in_norm, post_norm; /* [H] */
+    nnt_tensor q_proj, k_proj, v_proj, o_proj;
+    nnt_tensor q_norm, k_norm; /* [Hq*D], [Hkv*D] */
+    fam_moe moe;
+    float *bias_host; /* owned F32 copy of e_score_correction_bias */
+} mm_layer;
+
+typedef struct mm_model {
+    fam_env env;
+    /* config */
+    int hidden, layers, heads, kv_heads, head_dim, rotary_dim, vocab, inter, experts, top_k;
+    double eps, theta;
+    int tied;
+    char arch[64];
+    /* weights */
+    nnt_tensor embed, final_norm, lm_head;
+    mm_layer *l;
+    fam_expert *expert_pool; /* layers * experts */
+    float *inv_freq;
+} mm_model;
+
+static const char *const ARCHS[] = {"MiniMaxM2ForCausalLM", NULL};
+static const char *const TYPES[] = {"minimax_m2", NULL};
+
+/* RENAME: the checkpoint's names for modules nnterp names otherwise. */
+static const nnt_rename_rule RENAMES[] = {
+    {"block_sparse_moe", "mlp", NULL},
+    {"gate", "router", "MiniMaxM2TopKRouter"},
+    {NULL, NULL, NULL},
+};
+
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        nnt_status st_ = (x);                                                                                          \
+        if (st_ != NNT_OK) return st_;                                                                                 \
+    } while (0)
+
+static nnt_status read_config(mm_model *m, const nnt_checkpoint *ck, nnt_error *err)
+{
+    const nnt_host_api *h = m->env.host;
+    int64_t v;
+    CK(h->cfg_int(ck, "hidden_size", 0, 1, &v, err));
+    m->hidden = (int)v;
+    CK(h->cfg_int(ck, "num_hidden_layers", 0, 1, &v, err));
+    m->layers = (int)v;
+    CK(h->cfg_int(ck, "num_attention_heads", 0, 1, &v, err));
+    m->heads = (int)v;
+    CK(h->cfg_int(ck, "num_key_value_heads", m->heads, 0, &v, err));
+    m->kv_heads = (int)v;
+    CK(h->cfg_int(ck, "head_dim", m->heads ? m->hidden / m->heads : 0, 0, &v, err));
+    m->head_dim = (int)v;
+    CK(h->cfg_int(ck, "vocab_size", 0, 1, &v, err));
+    m->vocab = (int)v;
+    CK(h->cfg_int(ck, "intermediate_size", 0, 1, &v, err));
+    m->inter = (int)v;
+    const char *ekey = h->cfg_has(ck, "num_local_experts") ? "num_local_experts" : "num_experts";
+    CK(h->cfg_int(ck, ekey, 0, 1, &v, err));
+    m->experts = (int)v;
+    CK(h->cfg_int(ck, "num_experts_per_tok", 0, 1, &v, err));
+    m->top_k = (int)v;
+    CK(h->cfg_float(ck, "rms_norm_eps", 1e-6, 0, &m->eps, err));
+    CK(h->cfg_bool(ck, "tie_word_embeddings", 0, 0, &m->tied, err));
+    /* rotary: the hub's rotary_dim, else the partial factor, else half the head */
+    if (h->cfg_has(ck, "rotary_dim")) {
+        CK(h->cfg_int(ck, "rotary_dim", 0, 1, &v, err));
+        m->rotary_dim = (int)v;
+    } else {
+        double f = 0.5;
+        const char *fkey = h->cfg_has(ck, "rope_parameters.partial_rotary_factor") ? "rope_parameters.partial_rotary_factor"
+                                                                                   : "partial_rotary_factor";
+        CK(h->cfg_float(ck, fkey, 0.5, 0, &f, err));
+        m->rotary_dim = (int)(m->head_dim * f);
+    }
+    const char *tkey = h->cfg_has(ck, "rope_theta") ? "rope_theta" : "rope_parameters.rope_theta";
+    CK(h->cfg_float(ck, tkey, 5000000.0, 0, &m->theta, err));
+    const char *s = NULL;
+    CK(h->cfg_string(ck, "rope_parameters.rope_type", "default", 0, &s, err));
+    if (strcmp(s, "default") != 0)
+        return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: rope_parameters.rope_type '%s' is not supported (only 'default')",
+                            h->cfg_path(ck), s);
+    CK(h->cfg_string(ck, "hidden_act", "silu", 0, &s, err));
+    if (strcmp(s, "silu") != 0)
+        return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (MiniMax-M2 experts use silu)",
+                            h->cfg_path(ck), s);
+    CK(h->cfg_string(ck, "scoring_func", "sigmoid", 0, &s, err));
+    if (strcmp(s, "sigmoid") != 0)
+        return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: scoring_func '%s' is not supported (MiniMax-M2 routes by sigmoid)",
+                            h->cfg_path(ck), s);
+    CK(h->cfg_int(ck, "shared_intermediate_size", 0, 0, &v, err));
+    if (v != 0)
+        return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: shared_intermediate_size is %lld; MiniMax-M2 has no shared expert",
+                            h->cfg_path(ck), (long long)v);
+    snprintf(m->arch, sizeof m->arch, "%s", "MiniMaxM2ForCausalLM");
+
+    const char *bad = NULL;
+    if (m->hidden <= 0) bad = "hidden_size must be positive";
+    else if (m->layers <= 0) bad = "num_hidden_layers must be positive";
+    else if (m->heads <= 0 || m->kv_heads <= 0 || m->heads % m->kv_heads) bad = "num_attention_heads must be a positive multiple of num_key_value_heads";
+    else if (m->head_dim <= 0) bad = "head_dim must be positive";
+    else if (m->rotary_dim < 0 || m->rotary_dim > m->head_dim || m->rotary_dim % 2) bad = "rotary_dim must be even and at most head_dim";
+    else if (m->vocab <= 0 || m->inter <= 0) bad = "vocab_size and intermediate_size must be positive";
+    else if (m->experts <= 0 || m->top_k <= 0 || m->top_k > m->experts) bad = "num_experts_per_tok must be between 1 and num_local_experts";
+    if (bad) return h->set_error(err, NNT_ERR_CONFIG, "%s: %s", h->cfg_path(ck), bad);
+    return NNT_OK;
+}
+
+static nnt_status bind_expert(mm_model *m, const nnt_checkpoint *ck, int L, int e, const nnt_tensor *fused_gu,
+                              const nnt_tensor *fused_down, fam_expert *out, nnt_error *err)
+{
+    const fam_env *env = &m->env;
+    int64_t H = m->hidden, I = m->inter;
+    if (fused_gu) {
+        out->gate = fam_slice3(fused_gu, e, 0, I);
+        out->up = fam_slice3(fused_gu, e, I, I);
+        out->down = fam_slice3(fused_down, e, 0, H);
+        return NNT_OK;
+    }
+    char g[192], u[192], d[192];
+    int64_t gi[2] = {I, H}, di[2] = {H, I};
+    /* hub spelling (Mixtral's w1 gate, w3 up, w2 down), then the gate/up/down spelling */
+    snprintf(g, sizeof g, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", L, e);
+    if (env->host->has_tensor(ck, g)) {
+        snprintf(u, sizeof u, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", L, e);
+        snprintf(d, sizeof d, "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", L, e);
+    } else {
+        snprintf(g, sizeof g, "model.layers.%d.mlp.experts.%d.gate_proj.weight", L, e);
+        snprintf(u, sizeof u, "model.layers.%d.mlp.experts.%d.up_proj.weight", L, e);
+        snprintf(d, sizeof d, "model.layers.%d.mlp.experts.%d.down_proj.weight", L, e);
+        if (!env->host->has_tensor(ck, g)) {
+            snprintf(g, sizeof g, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", L, e);
+            return env->host->set_error(err, NNT_ERR_NOT_FOUND,
+                                        "%s: expert %d of block %d is missing: neither '%s' nor "
+                                        "'model.layers.%d.mlp.experts.gate_up_proj' is in the checkpoint",
+                                        env->host->cfg_path(ck), e, L, g, L);
+        }
+    }
+    CK(fam_weight(env, ck, g, 2, gi, &out->gate, err));
+    CK(fam_weight(env, ck, u, 2, gi, &out->up, err));
+    CK(fam_weight(env, ck, d, 2, di, &out->down, err));
+    return NNT_OK;
+}
+
+static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
+{
+    const fam_env *env = &m->env;
+    mm_layer *ly = &m->l[L];
+    int64_t H = m->hidden, Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
+    int64_t E = m->experts, I = m->inter;
+    char n[192];
+#define W(field, fmt, nd, ...)                                                                                         \
+    do {                                                                                                               \
+        int64_t shp[] = {__VA_ARGS__};                                                                                 \
+        snprintf(n, sizeof n, fmt, L);                                                                                 \
+        CK(fam_weight(env, ck, n, nd, shp, &ly->field, err));                                                         \
+    } while (0)
+    W(in_norm, "model.layers.%d.input_layernorm.weight", 1, H);
+    W(post_norm, "model.layers.%d.post_attention_layernorm.weight", 1, H);
+    W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Q, H);
+    W(k_proj, "model.layers.%d.self_attn.k_proj.weight", 2, KV, H);
+    W(v_proj, "model.layers.%d.self_attn.v_proj.weight", 2, KV, H);
+    W(o_proj, "model.layers.%d.self_attn.o_proj.weight", 2, H, Q);
+    W(q_norm, "model.layers.%d.self_attn.q_norm.weight", 1, Q);
+    W(k_norm, "model.layers.%d.self_attn.k_norm.weight", 1, KV);
+#undef W
+    /* router and selection bias: hub names under block_sparse_moe, transformers' under mlp */
+    char gate_hub[192], gate_hf[192];
+    snprintf(gate_hub, sizeof gate_hub, "model.layers.%d.block_sparse_moe.gate.weight", L);
+    snprintf(gate_hf, sizeof gate_hf, "model.layers.%d.mlp.gate.weight", L);
+    const char *gates[] = {gate_hub, gate_hf};
+    const char *gate = fam_first_present(env, ck, gates, 2);
+    if (!gate)
+        return env->host->set_error(err, NNT_ERR_NOT_FOUND, "%s: block %d has no router: neither '%s' nor '%s' is in the checkpoint",
+                                    env->host->cfg_path(ck), L, gate_hub, gate_hf);
+    int64_t rs[2] = {E, H};
+    CK(fam_weight(env, ck, gate, 2, rs, &ly->moe.router, err));
+    char b1[192], b2[192], b3[192];
+    snprintf(b1, sizeof b1, "model.layers.%d.block_sparse_moe.e_score_correction_bias", L);
+    snprintf(b2, sizeof b2, "model.layers.%d.mlp.e_score_correction_bias", L);
+    snprintf(b3, sizeof b3, "model.layers.%d.mlp.gate.e_score_correction_bias", L);
+    const char *biases[] = {b1, b2, b3};
+    const char *bias = fam_first_present(env, ck, biases, 3);
+    if (bias) {
+        CK(fam_vector_f32(env, ck, bias, E, &ly->bias_host, err));
+        nnt_tensor bt = {NNT_F32, 1, {E}, ly->bias_host, 0};
+        CK(env->be->prepare_weight(env->be_ctx, &bt, &ly->moe.bias, err));
+    }
+    /* experts: transformers' fused 3-D tensors, or one tensor per expert */
+    char gu[192], dn[192];
+    snprintf(gu, sizeof gu, "model.layers.%d.mlp.experts.gate_up_proj", L);
+    snprintf(dn, sizeof dn, "model.layers.%d.mlp.experts.down_proj", L);
+    nnt_tensor fgu, fdn, *pgu = NULL, *pdn = NULL;
+    if (env->host->has_tensor(ck, gu)) {
+        int64_t s1[3] = {E, 2 * I, H}, s2[3] = {E, H, I};
+        CK(fam_weight(env, ck, gu, 3, s1, &fgu, err));
+        CK(fam_weight(env, ck, dn, 3, s2, &fdn, err));
+        pgu = &fgu;
+        pdn = &fdn;
+    }
+    ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
+    for (int e = 0; e < m->experts; e++) CK(bind_expert(m, ck, L, e, pgu, pdn, &ly->moe.experts[e], err));
+    ly->moe.num_experts = m->experts;
+    ly->moe.top_k = m->top_k;
+    ly->moe.intermediate = m->inter;
+    ly->moe.route = (nnt_route_params){
+        /* .score_fn = */ NNT_SCORE_SIGMOID,
+        /* .top_k = */ m->top_k,
+        /* .n_group = */ 1,
+        /* .topk_group = */ 1,
+        /* .renormalize = */ 1,
+        /* .renorm_eps = */ 0.0f,
+        /* .scaling_factor = */ 1.0f,
+        /* .indices_given = */ 0,
+    };
+    ly->moe.swiglu_limit = 0.0f;
+    ly->moe.has_shared = 0;
+    return NNT_OK;
+}
+
+static void mm_unload(void *model)
+{
+    mm_model *m = model;
+    if (!m) return;
+    if (m->l)
+        for (int L = 0; L < m->layers; L++) free(m->l[L].bias_host);
+    free(m->l);
+    free(m->expert_pool);
+    free(m->inv_freq);
+    free(m);
+}
+
+static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
+{
+    mm_model *m = calloc(1, sizeof *m);
+    if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    m->env = (fam_env){args->host, args->be, args->be_ctx};
+    const nnt_checkpoint *ck = args->ckpt;
+    nnt_status st = read_config(m, ck, err);
+    if (st == NNT_OK) {
+        m->l = calloc((size_t)m->layers, sizeof *m->l);
+        m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
+        m->inv_freq = calloc((size_t)(m->rotary_dim / 2 + 1), sizeof *m->inv_freq);
+        if (!m->l || !m->expert_pool || !m->inv_freq) st = args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    if (st == NNT_OK) {
+        fam_rope_inv_freq(m->inv_freq, m->rotary_dim, m->theta);
+        int64_t es[2] = {m->vocab, m->hidden}, ns[1] = {m->hidden};
+        st = fam_weight(&m->env, ck, "model.embed_tokens.weight", 2, es, &m->embed, err);
+        if (st == NNT_OK) st = fam_weight(&m->env, ck, "model.norm.weight", 1, ns, &m->final_norm, err);
+        if (st == NNT_OK) {
+            if (m->tied && !args->host->has_tensor(ck, "lm_head.weight"))
+                m->lm_head = m->embed;
+            else
+                st = fam_weight(&m->env, ck, "lm_head.weight", 2, es, &m->lm_head, err);
+        }
+    }
+    for (int L = 0; st == NNT_OK && L < m->layers; L++) st = bind_layer(m, ck, L, err);
+    if (st != NNT_OK) {
+        mm_unload(m);
+        return st;
+    }
+    *out = m;
+    return NNT_OK;
+}
+
+static void mm_info(const void *model, nnt_model_info *out)
+{
+    const mm_model *m = model;
+    memset(out, 0, sizeof *out);
+    out->architecture = m->arch;
+    out->model_type = "minimax_m2";
+    out->root_class = "MiniMaxM2ForCausalLM";
+    out->num_layers = m->layers;
+    out->hidden_size = m->hidden;
+    out->vocab_size = m->vocab;
+    out->num_heads = m->heads;
+    out->num_kv_heads = m->kv_heads;
+    out->head_dim = m->head_dim;
+    out->qk_head_dim = m->head_dim;
+    out->intermediate_size = m->inter;
+    out->num_experts = m->experts;
+    out->top_k = m->top_k;
+    out->num_streams = 1;
+}
+
+static void attn_shape(const mm_model *m, const mm_layer *ly, fam_attn *a)
+{
+    memset(a, 0, sizeof *a);
+    a->num_heads = m->heads;
+    a->num_kv_heads = m->kv_heads;
+    a->qk_head_dim = m->head_dim;
+    a->v_head_dim = m->head_dim;
+    a->rot_start = 0;
+    a->rot_dim = m->rotary_dim;
+    a->rope_style = NNT_ROPE_NEOX;
+    a->inv_freq = m->inv_freq;
+    a->rope_mscale = 1.0f;
+    a->scale = 1.0f / sqrtf((float)m->head_dim);
+    a->window = 0;
+    a->sinks = NULL;
+    if (ly) a->o_proj = ly->o_proj;
+}
+
+static nnt_status mm_value_info(const void *model, int layer, nnt_slot slot, const nnt_call_dims *d,
+                                nnt_value_info *out)
+{
+    const mm_model *m = model;
+    int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
+    switch (slot) {
+    case NNT_SV_LOGITS:
+    case NNT_SV_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->vocab); return NNT_OK;
+    case NNT_SV_TOKEN_EMBEDDINGS:
+    case NNT_SV_FINAL_NORM_OUTPUT:
+    case NNT_SV_LAYER_INPUT:
+    case NNT_SV_ATTENTION_NORM_OUTPUT:
+    case NNT_SV_LAYER_MID:
+    case NNT_SV_MLP_NORM_OUTPUT:
+    case NNT_SV_MLP_INPUT:
+    case NNT_SV_LAYER_OUTPUT:
+    case NNT_SV_MLP_OUTPUT:
+    case NNT_SV_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
+    case NNT_SV_ATTENTION_POST:
+    case NNT_SV_ATTENTION_COMB:
+    case NNT_SV_MLP_POST:
+    case NNT_SV_MLP_COMB:
+        fam_unserved(out, "MiniMax-M2 keeps a single residual stream; there are no hyper-connections to weigh or mix streams");
+        return NNT_OK;
+    case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->experts); return NNT_OK;
+    case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
+    case NNT_SV_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
+    case NNT_SV_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, (int64_t)m->top_k, H); return NNT_OK;
+    case NNT_SV_SHARED_EXPERT_OUTPUT:
+        fam_unserved(out, "MiniMax-M2 has no shared expert (shared_intermediate_size is 0); routed_output is the whole mlp_output");
+        return NNT_OK;
+    case NNT_SV_MLP_ACTIVATION:
+    case NNT_SV_MLP_NEURONS:
+        fam_unserved(out, "every MiniMax-M2 MLP is a mixture with neither a dense nor a shared expert, and each expert's "
+                          "activations exist only for the tokens routed to it, so no [batch seq intermediate_size] tensor exists");
+        return NNT_OK;
+    default: break;
+    }
+    nnt_host host = NNT_HOST_MODEL;
+    if (slot >= NNT_SV_ATTN_QUERIES && slot <= NNT_SV_ATTN_HEAD_OUTPUTS) host = NNT_HOST_SELF_ATTN;
+    if (slot >= NNT_SV_LIN_OUTPUT && slot <= NNT_SV_LIN_STATE_OUTPUT) host = NNT_HOST_LINEAR_ATTN;
+    if (host == NNT_HOST_SELF_ATTN) {
+        fam_attn a;
+        attn_shape(m, layer >= 0 ? &m->l[layer] : NULL, &a);
+        fam_attention_info(&a, m->hidden, slot, d, out);
+        return NNT_OK;
+    }
+    if (host == NNT_HOST_LINEAR_ATTN) {
+        fam_unserved(out, "every MiniMax-M2 block mixes tokens with softmax attention (self_attn); no block has a "
+                          "linear-attention mixer or a recurrent state");
+        return NNT_OK;
+    }
+    fam_unserved(out, "not a MiniMax-M2 value");
+    return NNT_OK;
+}
+
+static nnt_status mm_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
+{
+    const mm_model *m = model;
+    const nnt_host_api *h = m->env.host;
+    char d[160];
+    int64_t H = m->hidden, Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
+    int root = h->tree_node(tree, -1, "model", NULL, "MiniMaxM2ForCausalLM", NULL, NNT_HOST_MODEL, -1);
+    if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
+    h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
+    snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
+    h->tree_node(tree, root, "embed_tokens", NULL, "Embedding", d, -1, -1);
+    int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
+    for (int L = 0; L < m->layers; L++) {
+        int ly = h->tree_node(tree, layers, "layers", NULL, "MiniMaxM2DecoderLayer", NULL, NNT_HOST_LAYER, L);
+        int at = h->tree_node(tree, ly, "self_attn", NULL, "MiniMaxM2Attention", NULL, NNT_HOST_SELF_ATTN, L);
+        h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
+        h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
+        h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
+        h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, H), -1, L);
+        h->tree_node(tree, at, "q_norm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, Q, m->eps), -1, L);
+        h->tree_node(tree, at, "k_norm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, KV, m->eps), -1, L);
+        int mlp = h->tree_node(tree, ly, "block_sparse_moe", "mlp", "MiniMaxM2SparseMoeBlock", NULL, NNT_HOST_MLP, L);
+        h->tree_node(tree, mlp, "gate", "router", "MiniMaxM2TopKRouter", NULL, -1, L);
+        int ex = h->tree_node(tree, mlp, "experts", NULL, "MiniMaxM2Experts", NULL, -1, L);
+        h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
+        h->tree_node(tree, ly, "input_layernorm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, L);
+        if (h->tree_node(tree, ly, "post_attention_layernorm", NULL, "MiniMaxM2RMSNorm",
+                         fam_norm_detail(d, sizeof d, H, m->eps), -1, L) < 0)
+            return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
+    }
+    if (h->tree_node(tree, root, "norm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, -1) < 0)
+        return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
+    return NNT_OK;
+}
+
+static nnt_status mm_forward(void *model, nnt_run *run, const nnt_forward_args *args, nnt_error *err)
+{
+    mm_model *m = model;
+    const fam_env *env = &m->env;
+    const nnt_host_api *h = env->host;
+    const nnt_backend_ops *be = env->be;
+    void *bc = env->be_ctx;
+    int64_t B = args->batch, T = args->seq, M = B * T, H = m->hidden;
+    int64_t Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
+    nnt_call_dims dims = {args->batch, args->seq, args->past};
+    nnt_attn_mask mask;
+    nnt_status st = fam_mask_build(args, &mask, err);
+    if (st != NNT_OK) return st;
+    nnt_tensor x, ids, xn, q, k, v, attn, mo, logits;
+#define TRY(e)                                                                                                         \
+    do {                                                                                                               \
+        if ((st = (e)) != NNT_OK) goto done;                                                                           \
+    } while (0)
+    TRY(fam_alloc(env, run, NNT_F32, &x, err, 2, M, H));
+    TRY(fam_alloc(env, run, NNT_I32, &ids, err, 1, M));
+    TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
+    TRY(be->embedding(bc, &m->embed, &ids, &x, err));
+    nnt_tensor x3 = fam_view(&x, 3, B, T, H);
+    TRY(h->emit(run, NNT_SV_TOKEN_EMBEDDINGS, -1, &x3));
+    for (int L = 0; L < m->layers; L++) {
+        mm_layer *ly = &m->l[L];
+        size_t mark = h->arena_mark(run);
+        TRY(h->emit(run, NNT_SV_LAYER_INPUT, L, &x3));
+        TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
+        TRY(be->rms_norm(bc, &x, &ly->in_norm, (float)m->eps, &xn, err));
+        nnt_tensor xn3 = fam_view(&xn, 3, B, T, H);
+        TRY(h->emit(run, NNT_SV_ATTENTION_NORM_OUTPUT, L, &xn3));
+        TRY(fam_alloc(env, run, NNT_F32, &q, err, 2, M, Q));
+        TRY(fam_alloc(env, run, NNT_F32, &k, err, 2, M, KV));
+        TRY(fam_alloc(env, run, NNT_F32, &v, err, 2, M, KV));
+        TRY(be->linear(bc, &xn, &ly->q_proj, &q, err));
+        TRY(be->linear(bc, &xn, &ly->k_proj, &k, err));
+        TRY(be->linear(bc, &xn, &ly->v_proj, &v, err));
+        /* one RMS over the whole projection, all heads together (pitfall A2) */
+        TRY(be->rms_norm(bc, &q, &ly->q_norm, (float)m->eps, &q, err));
+        TRY(be->rms_norm(bc, &k, &ly->k_norm, (float)m->eps, &k, err));
+        fam_attn a;
+        attn_shape(m, ly, &a);
+        TRY(fam_alloc(env, run, NNT_F32, &attn, err, 2, M, H));
+        TRY(fam_attention_forward(env, run, L, &a, args, &mask, &q, &k, &v, &attn, err));
+        TRY(be->add(bc, &x, &attn, &x, err));
+        TRY(h->emit(run, NNT_SV_LAYER_MID, L, &x3));
+        TRY(be->rms_norm(bc, &x, &ly->post_norm, (float)m->eps, &xn, err));
+        TRY(h->emit(run, NNT_SV_MLP_NORM_OUTPUT, L, &xn3));
+        TRY(h->emit(run, NNT_SV_MLP_INPUT, L, &xn3));
+        TRY(fam_alloc(env, run, NNT_F32, &mo, err, 2, M, H));
+        TRY(fam_moe_forward(env, run, L, &ly->moe, &dims, &xn, &mo, err));
+        TRY(be->add(bc, &x, &mo, &x, err));
+        TRY(h->emit(run, NNT_SV_LAYER_OUTPUT, L, &x3));
+        h->arena_release(run, mark);
+    }
+    TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
+    TRY(be->rms_norm(bc, &x, &m->final_norm, (float)m->eps, &xn, err));
+    nnt_tensor f3 = fam_view(&xn, 3, B, T, H);
+    TRY(h->emit(run, NNT_SV_FINAL_NORM_OUTPUT, -1, &f3));
+    TRY(fam_alloc(env, run, NNT_F32, &logits, err, 2, M, (int64_t)m->vocab));
+    TRY(be->linear(bc, &xn, &m->lm_head, &logits, err));
+    nnt_tensor l3 = fam_view(&logits, 3, B, T, (int64_t)m->vocab);
+    TRY(h->emit(run, NNT_SV_LM_HEAD_OUTPUT, -1, &l3));
+    TRY(h->emit(run, NNT_SV_LOGITS, -1, &l3));
+#undef TRY
+done:
+    fam_mask_free(&mask);
+    return st;
+}
+
+NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
+    /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "minimax_m2", "0.1.0",
+                                      "MiniMax-M2 / M2.1 / M2.5 / M2.7 (MiniMaxM2ForCausalLM)"),
+    /* .architectures = */ ARCHS,
+    /* .model_types = */ TYPES,
+    /* .renames = */ RENAMES,
+    /* .load = */ mm_load,
+    /* .unload = */ mm_unload,
+    /* .info = */ mm_info,
+    /* .value_info = */ mm_value_info,
+    /* .build_tree = */ mm_build_tree,
+    /* .forward = */ mm_forward,
+};

@@ -1,0 +1,149 @@
+/* cpu_attention.c - the cpu backend's attention kernels: rotary embedding, masked scores,
+ * softmax with an optional sink column, and the value mix. */
+#include <cblas.h>
+#include <math.h>
+
+#include "cpu_internal.h"
+
+/* x [B, H, T, D] F32 in place; pos [B, T]; dims [rot_start, rot_start + rot_dim) rotate.
+ * NEOX pairs i with i + R/2; INTERLEAVED pairs 2i with 2i + 1. Su et al. 2021 (RoFormer). */
+nnt_status cpu_rope(void *ctx, nnt_tensor *x, const int32_t *pos, const float *inv_freq, int rot_start,
+                    int rot_dim, nnt_rope_style style, float mscale, nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    nnt_status st;
+    if ((st = cpu_check("rope", "x", x, NNT_F32, 4, err)) != NNT_OK) return st;
+    int64_t B = x->shape[0], H = x->shape[1], T = x->shape[2], D = x->shape[3];
+    if (rot_dim % 2 || rot_start < 0 || rot_start + rot_dim > D)
+        return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu rope: rotated dims [%d, %d) do not fit a head of %lld",
+                         rot_start, rot_start + rot_dim, (long long)D);
+    int half = rot_dim / 2;
+    float *xd = x->data;
+#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < T; t++) {
+                float *v = xd + ((b * H + h) * T + t) * D + rot_start;
+                float p = (float)pos[b * T + t];
+                for (int i = 0; i < half; i++) {
+                    float a = p * inv_freq[i];
+                    float cs = cosf(a) * mscale, sn = sinf(a) * mscale;
+                    int i1 = style == NNT_ROPE_NEOX ? i : 2 * i;
+                    int i2 = style == NNT_ROPE_NEOX ? i + half : 2 * i + 1;
+                    float x1 = v[i1], x2 = v[i2];
+                    v[i1] = x1 * cs - x2 * sn;
+                    v[i2] = x2 * cs + x1 * sn;
+                }
+            }
+    return NNT_OK;
+}
+
+static int visible(const nnt_attn_mask *m, int64_t b, int64_t t, int64_t s, int64_t T, int64_t S)
+{
+    if (!m) return 1;
+    if (m->query_valid && !m->query_valid[b * T + t]) return 0;
+    if (m->key_valid && !m->key_valid[b * S + s]) return 0;
+    int32_t qp = m->q_pos ? m->q_pos[b * T + t] : (int32_t)t;
+    int32_t kp = m->k_pos ? m->k_pos[b * S + s] : (int32_t)s;
+    if (m->causal && kp > qp) return 0;
+    if (m->window > 0 && qp - kp >= m->window && !(m->key_no_window && m->key_no_window[s])) return 0;
+    return 1;
+}
+
+/* q [B, Hq, T, D], k [B, Hkv, S, D] -> s [B, Hq, T, S] = scale * q . k^T, -inf where hidden */
+nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
+                           const nnt_attn_mask *mask, nnt_tensor *s, nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    nnt_status st;
+    if ((st = cpu_check("attn_scores", "q", q, NNT_F32, 4, err)) != NNT_OK) return st;
+    if ((st = cpu_check("attn_scores", "k", k, NNT_F32, 4, err)) != NNT_OK) return st;
+    if ((st = cpu_check("attn_scores", "s", s, NNT_F32, 4, err)) != NNT_OK) return st;
+    int64_t B = q->shape[0], Hq = q->shape[1], T = q->shape[2], D = q->shape[3];
+    int64_t Hkv = k->shape[1], S = k->shape[2];
+    if (k->shape[0] != B || k->shape[3] != D || Hkv == 0 || Hq % Hkv || s->shape[0] != B || s->shape[1] != Hq ||
+        s->shape[2] != T || s->shape[3] != S)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu attn_scores: q, k and s shapes disagree");
+    int64_t group = Hq / Hkv;
+    const float *qd = q->data, *kd = k->data;
+    float *sd = s->data;
+#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++) {
+            const float *qh = qd + (b * Hq + h) * T * D;
+            const float *kh = kd + (b * Hkv + h / group) * S * D;
+            float *sh = sd + (b * Hq + h) * T * S;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t j = 0; j < S; j++) {
+                    if (!visible(mask, b, t, j, T, S)) {
+                        sh[t * S + j] = -INFINITY;
+                        continue;
+                    }
+                    const float *qv = qh + t * D, *kv = kh + j * D;
+                    float acc = 0.0f;
+                    for (int64_t d = 0; d < D; d++) acc += qv[d] * kv[d];
+                    sh[t * S + j] = acc * scale;
+                }
+        }
+    return NNT_OK;
+}
+
+/* s [B, H, T, S] -> p (may alias s): softmax over S, sinks F32 [H] joining as one column */
+nnt_status cpu_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_tensor *p, nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    nnt_status st;
+    if ((st = cpu_check("softmax", "s", s, NNT_F32, 4, err)) != NNT_OK) return st;
+    if ((st = cpu_check("softmax", "p", p, NNT_F32, 4, err)) != NNT_OK) return st;
+    int64_t B = s->shape[0], H = s->shape[1], T = s->shape[2], S = s->shape[3];
+    if (nnt_tensor_numel(p) != B * H * T * S) return cpu_error(err, NNT_ERR_SHAPE, "cpu softmax: p size differs");
+    const float *sd = s->data;
+    float *pd = p->data;
+#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < T; t++) {
+                const float *row = sd + ((b * H + h) * T + t) * S;
+                float *out = pd + ((b * H + h) * T + t) * S;
+                float mx = sinks ? sinks[h] : -INFINITY;
+                for (int64_t j = 0; j < S; j++) mx = row[j] > mx ? row[j] : mx;
+                if (mx == -INFINITY || isnan(mx)) {
+                    for (int64_t j = 0; j < S; j++) out[j] = isnan(mx) ? NAN : 0.0f;
+                    continue;
+                }
+                double sum = sinks ? exp((double)sinks[h] - mx) : 0.0;
+                for (int64_t j = 0; j < S; j++) {
+                    float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+                    out[j] = e;
+                    sum += e;
+                }
+                float inv = (float)(1.0 / sum);
+                for (int64_t j = 0; j < S; j++) out[j] *= inv;
+            }
+    return NNT_OK;
+}
+
+/* p [B, Hq, T, S], v [B, Hkv, S, Dv] -> o [B, T, Hq, Dv] */
+nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt_tensor *o, nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    nnt_status st;
+    if ((st = cpu_check("attn_mix", "p", p, NNT_F32, 4, err)) != NNT_OK) return st;
+    if ((st = cpu_check("attn_mix", "v", v, NNT_F32, 4, err)) != NNT_OK) return st;
+    if ((st = cpu_check("attn_mix", "o", o, NNT_F32, 4, err)) != NNT_OK) return st;
+    int64_t B = p->shape[0], Hq = p->shape[1], T = p->shape[2], S = p->shape[3];
+    int64_t Hkv = v->shape[1], Dv = v->shape[3];
+    if (v->shape[0] != B || v->shape[2] != S || Hkv == 0 || Hq % Hkv || o->shape[0] != B || o->shape[1] != T ||
+        o->shape[2] != Hq || o->shape[3] != Dv)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu attn_mix: p, v and o shapes disagree");
+    int64_t group = Hq / Hkv;
+    const float *pd = p->data, *vd = v->data;
+    float *od = o->data;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)Dv, (int)S, 1.0f,
+                        pd + (b * Hq + h) * T * S, (int)S, vd + (b * Hkv + h / group) * S * Dv, (int)Dv, 0.0f,
+                        od + (b * T * Hq + h) * Dv, (int)(Hq * Dv));
+    (void)c;
+    return NNT_OK;
+}

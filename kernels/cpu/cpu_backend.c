@@ -1,0 +1,192 @@
+/* cpu_backend.c - the cpu kernel backend's descriptor: options, memory, weights, and the op
+ * table that points at the cpu_*.c kernels. The reference every other backend is checked
+ * against. */
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+#include "nnt/nnt_plugin.h"
+
+/* OpenBLAS's own thread-count setter (not part of the CBLAS standard). */
+extern void openblas_set_num_threads(int num_threads);
+
+nnt_status cpu_error(nnt_error *err, nnt_status st, const char *fmt, ...)
+{
+    if (err) {
+        err->status = st;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static float bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    int exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0) {
+        float f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    uint32_t u = exp == 31 ? (sign | 0x7f800000u | (man << 13)) : (sign | ((uint32_t)(exp + 112) << 23) | (man << 13));
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float cpu_load(const void *data, nnt_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case NNT_F32: return ((const float *)data)[i];
+    case NNT_BF16: return bf16(((const uint16_t *)data)[i]);
+    case NNT_F16: return f16(((const uint16_t *)data)[i]);
+    case NNT_I32: return (float)((const int32_t *)data)[i];
+    case NNT_I64: return (float)((const int64_t *)data)[i];
+    default: return NAN;
+    }
+}
+
+nnt_status cpu_check(const char *op, const char *arg, const nnt_tensor *t, nnt_dtype dt, int ndim,
+                     nnt_error *err)
+{
+    if (!t || !t->data) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu %s: %s is missing", op, arg);
+    if (dt != NNT_DTYPE_INVALID && t->dtype != dt)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu %s: %s has dtype %d, expected %d", op, arg, (int)t->dtype, (int)dt);
+    if (ndim > 0 && t->ndim != ndim)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu %s: %s has %d dimensions, expected %d", op, arg, t->ndim, ndim);
+    return NNT_OK;
+}
+
+nnt_status cpu_scratch(cpu_ctx *c, size_t floats, float **out, nnt_error *err)
+{
+    if (floats > c->scratch_floats) {
+        free(c->scratch);
+        c->scratch = aligned_alloc(64, ((floats * sizeof(float)) + 63) & ~(size_t)63);
+        c->scratch_floats = c->scratch ? floats : 0;
+        if (!c->scratch) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu: no memory for a %zu-float scratch", floats);
+    }
+    *out = c->scratch;
+    return NNT_OK;
+}
+
+static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_error *err)
+{
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    c->threads = 1;
+    for (int i = 0; i < opt->count; i++) {
+        if (strcmp(opt->keys[i], "threads") == 0) {
+            char *end;
+            errno = 0;
+            long v = strtol(opt->values[i], &end, 10);
+            if (errno || *end || v < 1 || v > 1024) {
+                free(c);
+                return cpu_error(err, NNT_ERR_CONFIG, "option threads = '%s' is not a thread count (1..1024)",
+                                 opt->values[i]);
+            }
+            c->threads = (int)v;
+        } else {
+            free(c);
+            return cpu_error(err, NNT_ERR_CONFIG, "unknown option '%s' (the cpu backend takes: threads)", opt->keys[i]);
+        }
+    }
+    openblas_set_num_threads(c->threads);
+    *out = c;
+    return NNT_OK;
+}
+
+static void cpu_destroy(void *ctx)
+{
+    cpu_ctx *c = ctx;
+    if (!c) return;
+    free(c->scratch);
+    free(c);
+}
+
+static nnt_status cpu_alloc(void *ctx, size_t bytes, void **ptr, nnt_error *err)
+{
+    (void)ctx;
+    size_t n = (bytes + 63) & ~(size_t)63;
+    *ptr = aligned_alloc(64, n ? n : 64);
+    if (!*ptr) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes", bytes);
+    return NNT_OK;
+}
+
+static void cpu_free(void *ctx, void *ptr)
+{
+    (void)ctx;
+    free(ptr);
+}
+
+static nnt_status cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes, nnt_error *err)
+{
+    (void)ctx;
+    (void)err;
+    memcpy(dst, src, bytes);
+    return NNT_OK;
+}
+
+static nnt_status cpu_prepare_weight(void *ctx, const nnt_tensor *host, nnt_tensor *out, nnt_error *err)
+{
+    (void)ctx;
+    if (host->dtype != NNT_F32 && host->dtype != NNT_BF16 && host->dtype != NNT_F16 && host->dtype != NNT_I32 &&
+        host->dtype != NNT_I64)
+        return cpu_error(err, NNT_ERR_UNSUPPORTED, "cpu: weights of dtype %d are not supported", (int)host->dtype);
+    *out = *host; /* read in place from the memory-mapped checkpoint */
+    return NNT_OK;
+}
+
+static void cpu_release_weight(void *ctx, nnt_tensor *w)
+{
+    (void)ctx;
+    (void)w;
+}
+
+static const nnt_backend_ops cpu_ops = {
+    /* .alloc = */ cpu_alloc,
+    /* .free = */ cpu_free,
+    /* .upload = */ cpu_memcpy,
+    /* .download = */ cpu_memcpy,
+    /* .prepare_weight = */ cpu_prepare_weight,
+    /* .release_weight = */ cpu_release_weight,
+    /* .linear = */ cpu_linear,
+    /* .rms_norm = */ cpu_rms_norm,
+    /* .embedding = */ cpu_embedding,
+    /* .add = */ cpu_add,
+    /* .swap12 = */ cpu_swap12,
+    /* .copy = */ cpu_copy,
+    /* .fill = */ cpu_fill,
+    /* .rope = */ cpu_rope,
+    /* .attn_scores = */ cpu_attn_scores,
+    /* .softmax = */ cpu_softmax,
+    /* .attn_mix = */ cpu_attn_mix,
+    /* .swiglu = */ cpu_swiglu,
+    /* .route = */ cpu_route,
+    /* .gather_rows = */ cpu_gather_rows,
+    /* .scatter_add_rows = */ cpu_scatter_add_rows,
+    /* .scatter_rows = */ cpu_scatter_rows,
+    /* .sum_axis1 = */ cpu_sum_axis1,
+};
+
+NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
+    /* .header = */ NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "cpu", "0.1.0",
+                                      "reference CPU kernels (OpenBLAS GEMM, OpenMP loops)"),
+    /* .host_memory = */ 1,
+    /* .create = */ cpu_create,
+    /* .destroy = */ cpu_destroy,
+    /* .ops = */ &cpu_ops,
+};

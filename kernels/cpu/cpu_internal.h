@@ -1,0 +1,57 @@
+/* cpu_internal.h - the cpu backend's context and the op functions each cpu_*.c file defines. */
+#ifndef NNT_CPU_INTERNAL_H
+#define NNT_CPU_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "nnt/nnt_backend.h"
+
+typedef struct cpu_ctx {
+    int threads;
+    /* conversion scratch for BF16/F16 weight panels: one per thread slot is not needed, the
+     * matrix products convert one panel at a time */
+    float *scratch;
+    size_t scratch_floats;
+} cpu_ctx;
+
+nnt_status cpu_error(nnt_error *err, nnt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+float cpu_load(const void *data, nnt_dtype dt, int64_t i);
+/* Checks dtype and rank; names the op and the argument on failure. */
+nnt_status cpu_check(const char *op, const char *arg, const nnt_tensor *t, nnt_dtype dt, int ndim,
+                     nnt_error *err);
+nnt_status cpu_scratch(cpu_ctx *c, size_t floats, float **out, nnt_error *err);
+
+/* cpu_linear.c */
+nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_tensor *y, nnt_error *err);
+/* cpu_elementwise.c */
+nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, float eps, nnt_tensor *y,
+                        nnt_error *err);
+nnt_status cpu_embedding(void *ctx, const nnt_tensor *table, const nnt_tensor *ids, nnt_tensor *y,
+                         nnt_error *err);
+nnt_status cpu_add(void *ctx, const nnt_tensor *a, const nnt_tensor *b, nnt_tensor *y, nnt_error *err);
+nnt_status cpu_swap12(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
+nnt_status cpu_copy(void *ctx, const nnt_tensor *src, nnt_tensor *dst, nnt_error *err);
+nnt_status cpu_fill(void *ctx, nnt_tensor *t, float value, nnt_error *err);
+nnt_status cpu_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, float limit, nnt_tensor *act,
+                      nnt_tensor *out, nnt_error *err);
+/* cpu_attention.c */
+nnt_status cpu_rope(void *ctx, nnt_tensor *x, const int32_t *pos, const float *inv_freq, int rot_start,
+                    int rot_dim, nnt_rope_style style, float mscale, nnt_error *err);
+nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
+                           const nnt_attn_mask *mask, nnt_tensor *s, nnt_error *err);
+nnt_status cpu_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_tensor *p, nnt_error *err);
+nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt_tensor *o, nnt_error *err);
+/* cpu_moe.c */
+nnt_status cpu_route(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias, const nnt_route_params *p,
+                     nnt_tensor *idx, nnt_tensor *w, nnt_error *err);
+nnt_status cpu_gather_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, int n, nnt_tensor *dst,
+                           nnt_error *err);
+nnt_status cpu_scatter_add_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale,
+                                int n, nnt_tensor *dst, nnt_error *err);
+nnt_status cpu_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
+                            nnt_tensor *dst, nnt_error *err);
+nnt_status cpu_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
+
+#endif

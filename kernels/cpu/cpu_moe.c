@@ -1,0 +1,188 @@
+/* cpu_moe.c - the cpu backend's mixture-of-experts kernels: router scoring and top-k
+ * selection, row gather and scatter, and the sum over routing slots. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+static float score(nnt_score_fn fn, float x)
+{
+    switch (fn) {
+    case NNT_SCORE_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case NNT_SCORE_SQRT_SOFTPLUS: return sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+    default: return x; /* softmax is handled per row */
+    }
+}
+
+/* logits [M, E] F32, bias [E] F32 or NULL -> idx [M, K] I32, w [M, K] F32.
+ * Choice by score + bias (ties: lowest expert index); weights from the score alone, optionally
+ * renormalised and scaled. Group-limited choice: each group's strength is the sum of its two
+ * best biased scores, and only the topk_group strongest groups stay eligible (DeepSeek-V3). */
+nnt_status cpu_route(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias, const nnt_route_params *p,
+                     nnt_tensor *idx, nnt_tensor *w, nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    nnt_status st;
+    if ((st = cpu_check("route", "logits", logits, NNT_F32, 2, err)) != NNT_OK) return st;
+    if ((st = cpu_check("route", "idx", idx, NNT_I32, 0, err)) != NNT_OK) return st;
+    if ((st = cpu_check("route", "w", w, NNT_F32, 0, err)) != NNT_OK) return st;
+    int64_t M = logits->shape[0], E = logits->shape[1];
+    int K = p->top_k;
+    if (K < 1 || K > E || nnt_tensor_numel(idx) != M * K || nnt_tensor_numel(w) != M * K)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu route: top_k %d with %lld experts and idx/w of %lld entries", K,
+                         (long long)E, (long long)nnt_tensor_numel(idx));
+    if (bias && (bias->dtype != NNT_F32 || nnt_tensor_numel(bias) != E))
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu route: bias must be F32 [%lld]", (long long)E);
+    int G = p->n_group > 1 ? p->n_group : 1;
+    if (E % G) return cpu_error(err, NNT_ERR_SHAPE, "cpu route: %lld experts do not split into %d groups", (long long)E, G);
+    if (E > 4096) return cpu_error(err, NNT_ERR_UNSUPPORTED, "cpu route: more than 4096 experts");
+    const float *ld = logits->data;
+    const float *bd = bias ? bias->data : NULL;
+    int32_t *id = idx->data;
+    float *wd = w->data;
+    int bad = 0;
+#pragma omp parallel for num_threads(c->threads) schedule(static) reduction(| : bad)
+    for (int64_t m = 0; m < M; m++) {
+        float sc[4096], choice[4096];
+        const float *row = ld + m * E;
+        if (p->score_fn == NNT_SCORE_SOFTMAX) {
+            float mx = -INFINITY;
+            for (int64_t e = 0; e < E; e++) mx = row[e] > mx ? row[e] : mx;
+            double sum = 0.0;
+            for (int64_t e = 0; e < E; e++) sum += (sc[e] = expf(row[e] - mx));
+            for (int64_t e = 0; e < E; e++) sc[e] = (float)(sc[e] / sum);
+        } else {
+            for (int64_t e = 0; e < E; e++) sc[e] = score(p->score_fn, row[e]);
+        }
+        int32_t *ir = id + m * K;
+        float *wr = wd + m * K;
+        if (!p->indices_given) {
+            for (int64_t e = 0; e < E; e++) choice[e] = sc[e] + (bd ? bd[e] : 0.0f);
+            if (G > 1) {
+                int64_t per = E / G;
+                float gscore[4096];
+                for (int g = 0; g < G; g++) {
+                    float b1 = -INFINITY, b2 = -INFINITY;
+                    for (int64_t e = g * per; e < (g + 1) * per; e++) {
+                        if (choice[e] > b1) {
+                            b2 = b1;
+                            b1 = choice[e];
+                        } else if (choice[e] > b2) {
+                            b2 = choice[e];
+                        }
+                    }
+                    gscore[g] = per > 1 ? b1 + b2 : b1;
+                }
+                unsigned char keep[4096] = {0};
+                int kept = p->topk_group > 0 && p->topk_group < G ? p->topk_group : G;
+                for (int r = 0; r < kept; r++) {
+                    int best = -1;
+                    for (int g = 0; g < G; g++)
+                        if (!keep[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+                    keep[best] = 1;
+                }
+                for (int64_t e = 0; e < E; e++)
+                    if (!keep[e / per]) choice[e] = -INFINITY;
+            }
+            for (int k = 0; k < K; k++) {
+                int64_t best = -1;
+                for (int64_t e = 0; e < E; e++) {
+                    int taken = 0;
+                    for (int q = 0; q < k; q++) taken |= ir[q] == e;
+                    if (taken) continue;
+                    if (best < 0 || choice[e] > choice[best]) best = e;
+                }
+                ir[k] = (int32_t)best;
+            }
+        }
+        double sum = 0.0;
+        for (int k = 0; k < K; k++) {
+            if (ir[k] < 0 || ir[k] >= E) {
+                bad = 1;
+                wr[k] = 0.0f;
+                continue;
+            }
+            wr[k] = sc[ir[k]];
+            sum += wr[k];
+        }
+        for (int k = 0; k < K; k++) {
+            float v = wr[k];
+            if (p->renormalize) v = (float)(v / (sum + p->renorm_eps));
+            wr[k] = v * p->scaling_factor;
+        }
+    }
+    if (bad) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu route: an expert index is outside [0, %lld)", (long long)E);
+    return NNT_OK;
+}
+
+/* src [M, H] -> dst [n, H] */
+nnt_status cpu_gather_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, int n, nnt_tensor *dst,
+                           nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    int64_t M = src->shape[0], H = nnt_tensor_numel(src) / (M ? M : 1);
+    if (src->dtype != NNT_F32 || dst->dtype != NNT_F32 || nnt_tensor_numel(dst) < (int64_t)n * H)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu gather_rows: F32 tensors with room for %d rows expected", n);
+    const float *s = src->data;
+    float *d = dst->data;
+    for (int i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= M) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu gather_rows: row %d out of range", rows[i]);
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+    for (int i = 0; i < n; i++) memcpy(d + (int64_t)i * H, s + (int64_t)rows[i] * H, (size_t)H * sizeof(float));
+    return NNT_OK;
+}
+
+static nnt_status scatter(const nnt_tensor *src, const int32_t *rows, const float *scale, int n, nnt_tensor *dst,
+                          int accumulate, nnt_error *err)
+{
+    int64_t M = dst->shape[0], H = nnt_tensor_numel(dst) / (M ? M : 1);
+    if (src->dtype != NNT_F32 || dst->dtype != NNT_F32 || nnt_tensor_numel(src) < (int64_t)n * H)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu scatter_rows: F32 tensors with %d rows of %lld expected", n, (long long)H);
+    const float *s = src->data;
+    float *d = dst->data;
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0 || rows[i] >= M) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu scatter_rows: row %d out of range", rows[i]);
+        float f = scale ? scale[i] : 1.0f;
+        float *dr = d + (int64_t)rows[i] * H;
+        const float *sr = s + (int64_t)i * H;
+        if (accumulate)
+            for (int64_t h = 0; h < H; h++) dr[h] += f * sr[h];
+        else
+            for (int64_t h = 0; h < H; h++) dr[h] = f * sr[h];
+    }
+    return NNT_OK;
+}
+
+nnt_status cpu_scatter_add_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
+                                nnt_tensor *dst, nnt_error *err)
+{
+    (void)ctx;
+    return scatter(src, rows, scale, n, dst, 1, err);
+}
+
+nnt_status cpu_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
+                            nnt_tensor *dst, nnt_error *err)
+{
+    (void)ctx;
+    return scatter(src, rows, scale, n, dst, 0, err);
+}
+
+/* x [M, K, H] -> y [M, H] */
+nnt_status cpu_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    if (x->ndim < 3 || x->dtype != NNT_F32 || y->dtype != NNT_F32)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu sum_axis1: x must be F32 [M, K, H]");
+    int64_t M = x->shape[0], K = x->shape[1], MK = M * K, H = nnt_tensor_numel(x) / (MK ? MK : 1);
+    if (nnt_tensor_numel(y) != M * H) return cpu_error(err, NNT_ERR_SHAPE, "cpu sum_axis1: y is not [M, H]");
+    const float *xd = x->data;
+    float *yd = y->data;
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t h = 0; h < H; h++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++) acc += xd[(m * K + k) * H + h];
+            yd[m * H + h] = acc;
+        }
+    return NNT_OK;
+}

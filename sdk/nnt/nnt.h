@@ -1,0 +1,137 @@
+/* nnt.h - the user API of libnnt: open a runtime from an INI file, load a checkpoint, trace a
+ * forward pass by standard value names, read and edit the values, write them to safetensors.
+ *
+ * Error model: every call that can fail returns an nnt_status; the runtime keeps the message
+ * of the latest failure, which nnt_last_error() returns. Objects are single-threaded: use one
+ * runtime (and its models and traces) from one thread at a time.
+ *
+ * Value paths name one standard value: "logits", "layers.1.mlp.expert_weights",
+ * "layers[1].self_attn.attention_scores", "model.layers.-1.layer_output" (negative indices
+ * count from the end), "layers.*.layer_output" (every block). "layers.N.input" and
+ * "layers.N.output" are accepted for layer_input and layer_output, and a family's native
+ * module names (e.g. "block_sparse_moe") are accepted where its RENAME rules map them. */
+#ifndef NNT_H
+#define NNT_H
+
+#include <stdio.h>
+
+#include "nnt_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nnt_runtime nnt_runtime;
+typedef struct nnt_model nnt_model;
+typedef struct nnt_trace nnt_trace;
+
+/* ---- names ---- */
+const char *nnt_status_str(nnt_status status);
+const char *nnt_dtype_name(nnt_dtype dtype); /* safetensors spelling, e.g. "BF16" */
+size_t nnt_dtype_size(nnt_dtype dtype);      /* bytes per element */
+const char *nnt_host_name(nnt_host host);    /* "self_attn", ...; "" for the layer host */
+const char *nnt_slot_name(nnt_slot slot);    /* "attention_scores", ... */
+nnt_host nnt_slot_host(nnt_slot slot);
+const char *nnt_slot_layout(nnt_slot slot);  /* nnterp layout name, e.g. "Pattern" */
+const char *nnt_slot_axes(nnt_slot slot);    /* e.g. "[batch num_heads query key]" */
+const char *nnt_slot_description(nnt_slot slot);
+
+/* ---- runtime ---- */
+/* Opens a runtime: reads the INI file, loads every family and backend plugin it names, checks
+ * their descriptors and creates the backends. ini_path NULL means: the NNT_CONFIG environment
+ * variable, else the build tree's nnt.ini, else the installed one. *out is set even on failure
+ * (like sqlite3_open) so that nnt_last_error can say why; close it either way. */
+nnt_status nnt_runtime_open(const char *ini_path, nnt_runtime **out);
+void nnt_runtime_close(nnt_runtime *rt);
+const char *nnt_last_error(const nnt_runtime *rt);
+nnt_status nnt_last_status(const nnt_runtime *rt);
+const char *nnt_runtime_config_path(const nnt_runtime *rt);
+/* Loaded plugins, for listing: kind is "family" or "backend". Returns 0 past the end. */
+int nnt_runtime_plugin(const nnt_runtime *rt, int i, const char **kind, const char **name,
+                       const char **file, const char **detail);
+
+/* ---- models ---- */
+/* Loads the checkpoint directory `dir` (config.json plus model.safetensors or a sharded
+ * model.safetensors.index.json), picks the family plugin that serves its architecture, binds
+ * and prepares the weights on that family's backend. Errors: NNT_ERR_IO (missing files),
+ * NNT_ERR_FORMAT (malformed JSON or safetensors), NNT_ERR_NOT_FOUND (no plugin serves the
+ * architecture - the message lists those that are served - or a missing tensor),
+ * NNT_ERR_SHAPE (a tensor disagrees with config.json), NNT_ERR_CONFIG. */
+nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out);
+void nnt_model_free(nnt_model *m);
+const nnt_model_info *nnt_model_get_info(const nnt_model *m);
+const char *nnt_model_family(const nnt_model *m);
+const char *nnt_model_backend(const nnt_model *m);
+/* Writes the module tree with native names, standard names and every value's layout, grouping
+ * identical consecutive blocks, like nnterp's printout. */
+nnt_status nnt_model_print(const nnt_model *m, FILE *out);
+/* Writes every standard value per host and block: served or not, with the reason when not. As
+ * a table, or as tab-separated rows (host, block, value, served, layout, axes, dtype, writable,
+ * reason) when tsv is nonzero. */
+nnt_status nnt_model_support(const nnt_model *m, FILE *out, int tsv);
+/* Describes the value one path names (a single block) for a call of the given dims (NULL: no
+ * shapes). A value the family does not serve returns NNT_OK with info->served == 0. */
+nnt_status nnt_model_value_info(const nnt_model *m, const char *path, const nnt_call_dims *dims,
+                                nnt_value_info *info);
+
+/* ---- traces ---- */
+/* An edit callback: changes `value` (host memory, the value's dtype and shape) in place.
+ * `path` is the canonical path of the value, `layer` its block (-1 for the model host). */
+typedef nnt_status (*nnt_edit_fn)(void *user, const char *path, int layer, nnt_tensor *value,
+                                  nnt_error *err);
+
+nnt_status nnt_trace_new(nnt_model *m, nnt_trace **out);
+void nnt_trace_free(nnt_trace *t);
+
+/* Requests. Each is checked now: an unknown path (the message suggests the nearest names), a
+ * block index out of range, a value the family does not serve there (with its reason), an
+ * edit on a read-only value. Requests on one value apply in the order they were made. */
+nnt_status nnt_trace_save(nnt_trace *t, const char *path);
+nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user);
+/* value := v. v (host, any float dtype for float values) must have the value's shape; checked
+ * when the run starts, before the forward. The tensor is copied. */
+nnt_status nnt_trace_set(nnt_trace *t, const char *path, const nnt_tensor *v);
+/* value += factor * v, v broadcast over the leading axes: its shape must equal the value's
+ * trailing axes (a [hidden_size] vector adds to every position; on a Streams value, to every
+ * stream). */
+nnt_status nnt_trace_add(nnt_trace *t, const char *path, const nnt_tensor *v, float factor);
+nnt_status nnt_trace_scale(nnt_trace *t, const char *path, float factor);
+nnt_status nnt_trace_zero(nnt_trace *t, const char *path);
+/* value[i...] := fill wherever where_path's value equals `equals`; where_path names a value of
+ * the same block emitted earlier in the forward whose shape is a prefix of this value's
+ * (e.g. expert_weights where expert_indices == e). */
+nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *where_path,
+                                 int64_t equals, float fill);
+
+/* Runs the forward on ids [batch, seq] (I32) with attention_mask [batch, seq] (1 real, 0
+ * padding; NULL means all real). Positions count each row's real tokens from 0, so left padding
+ * does not shift them. Request shapes are checked before the forward starts. Earlier results
+ * of this trace are dropped. */
+nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch,
+                         int seq);
+
+/* Saved values: by canonical path ("layers.1.mlp.expert_weights"), or by index in request
+ * order with every block of a "*" request listed. NULL / NNT_ERR_NOT_FOUND when absent. The
+ * tensors stay owned by the trace until the next run or nnt_trace_free. */
+const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path);
+int nnt_trace_result_count(const nnt_trace *t);
+nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **path,
+                            const nnt_tensor **value);
+/* Writes every saved value under its canonical path as a key of one safetensors file. */
+nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file);
+
+/* ---- tensors ---- */
+/* Reads one tensor from a safetensors file (key NULL: the file must hold exactly one) into a
+ * new host tensor owned by the caller (free with nnt_tensor_free). */
+nnt_status nnt_safetensors_read(nnt_runtime *rt, const char *file, const char *key,
+                                 nnt_tensor *out);
+/* Allocates a host tensor (zeroed). */
+nnt_status nnt_tensor_alloc(nnt_tensor *t, nnt_dtype dtype, int ndim, const int64_t *shape);
+void nnt_tensor_free(nnt_tensor *t);
+/* Element i of a host tensor of any numeric dtype, as double. */
+double nnt_tensor_get_f64(const nnt_tensor *t, int64_t i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NNT_H */

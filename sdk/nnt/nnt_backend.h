@@ -1,0 +1,170 @@
+/* nnt_backend.h - the kernel-backend ABI: the table of tensor operations a backend provides.
+ *
+ * A backend is a shared object exporting `const nnt_backend_descriptor nnt_backend_plugin`.
+ * The core creates one backend context per runtime from the INI file's [backend.NAME] options,
+ * allocates the per-forward arena through it, and hands the context and the op table to the
+ * family plugin's forward. Every op returns a status and fills `err` on failure; none aborts.
+ *
+ * Conventions for every op below:
+ *   - tensors are dense row-major; shapes are given as [axis names]; M counts rows;
+ *   - activations are F32; weights may be F32, BF16 or F16 (the backend converts as it reads);
+ *   - integer index tensors are I32;
+ *   - unless an op says otherwise, an output may not alias an input;
+ *   - tensors handed to an op live in the backend's memory (device != 0 for a device backend,
+ *     host memory for the cpu backend, which sets `host_memory`).
+ * The table only grows at its end; a layout change bumps NNT_ABI_MAJOR. */
+#ifndef NNT_BACKEND_H
+#define NNT_BACKEND_H
+
+#include "nnt_plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How rotary pairs dimensions inside the rotated slice. */
+typedef enum nnt_rope_style {
+    NNT_ROPE_NEOX = 0,       /* dim i pairs with dim i + R/2 (rotate_half) */
+    NNT_ROPE_INTERLEAVED = 1 /* dim 2i pairs with dim 2i + 1 */
+} nnt_rope_style;
+
+/* Which keys a query may see. Positions are absolute token positions (0 at a row's first real
+ * token). A key is visible to a query when all of these hold:
+ *   key_valid is NULL or key_valid[b, s] != 0            (padding keys are never visible);
+ *   causal == 0 or k_pos[b, s] <= q_pos[b, t];
+ *   window == 0 or q_pos[b, t] - k_pos[b, s] < window    (the window counts the query itself),
+ *     unless key_no_window != NULL and key_no_window[s] != 0;
+ *   query_valid is NULL or query_valid[b, t] != 0        (a padding query sees nothing).
+ * Invisible entries are written as -INFINITY. */
+typedef struct nnt_attn_mask {
+    const int32_t *q_pos;         /* [batch, query] host memory */
+    const int32_t *k_pos;         /* [batch, key] host memory */
+    const uint8_t *key_valid;     /* [batch, key] host memory, or NULL */
+    const uint8_t *query_valid;   /* [batch, query] host memory, or NULL */
+    const uint8_t *key_no_window; /* [key] host memory, or NULL */
+    int causal;
+    int window;
+} nnt_attn_mask;
+
+/* Scoring functions a router may use. */
+typedef enum nnt_score_fn {
+    NNT_SCORE_SIGMOID = 0,      /* sigmoid(logit) */
+    NNT_SCORE_SOFTMAX = 1,      /* softmax over experts */
+    NNT_SCORE_SQRT_SOFTPLUS = 2 /* sqrt(softplus(logit)) */
+} nnt_score_fn;
+
+/* Router parameters. Choice uses score + bias; weights use the score alone. Source: the
+ * DeepSeek-V3 "noaux_tc" router as transformers implements it (see shared/spec). */
+typedef struct nnt_route_params {
+    nnt_score_fn score_fn;
+    int top_k;
+    int n_group;          /* expert groups; 1 or 0 means no grouping */
+    int topk_group;       /* groups kept when n_group > 1 */
+    int renormalize;      /* divide the chosen scores by their sum */
+    float renorm_eps;     /* added to the sum when renormalizing (0 or 1e-20) */
+    float scaling_factor; /* multiplies the weights after renormalizing (1.0 for none) */
+    int indices_given;    /* 1: idx is an input (hash routing); only weights are computed */
+} nnt_route_params;
+
+typedef struct nnt_backend_ops {
+    /* ---- memory ---- */
+    /* Allocates `bytes` of backend memory into *ptr (aligned to 64 bytes). */
+    nnt_status (*alloc)(void *ctx, size_t bytes, void **ptr, nnt_error *err);
+    void (*free)(void *ctx, void *ptr);
+    /* Copies bytes between host memory and backend memory. */
+    nnt_status (*upload)(void *ctx, void *dst, const void *src_host, size_t bytes, nnt_error *err);
+    nnt_status (*download)(void *ctx, void *dst_host, const void *src, size_t bytes, nnt_error *err);
+    /* Makes a host weight usable by this backend: out describes the backend copy (it may alias
+     * the host data when the backend reads host memory). release_weight undoes it. */
+    nnt_status (*prepare_weight)(void *ctx, const nnt_tensor *host, nnt_tensor *out, nnt_error *err);
+    void (*release_weight)(void *ctx, nnt_tensor *w);
+
+    /* ---- dense algebra ---- */
+    /* y[M, N] = x[M, K] . w[N, K]^T. x, y F32; w F32/BF16/F16. */
+    nnt_status (*linear)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_tensor *y,
+                         nnt_error *err);
+    /* y[M, D] = w[D] * x / sqrt(mean(x^2) + eps), row by row; w may be NULL (no gain).
+     * y may alias x. Source: RMSNorm, Zhang & Sennrich 2019. */
+    nnt_status (*rms_norm)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, float eps,
+                           nnt_tensor *y, nnt_error *err);
+    /* y[M, H] = table[ids[m], :]; ids I32 [M]. An id outside [0, V) is an error. */
+    nnt_status (*embedding)(void *ctx, const nnt_tensor *table, const nnt_tensor *ids,
+                            nnt_tensor *y, nnt_error *err);
+    /* y = a + b elementwise, same shapes; y may alias a or b. */
+    nnt_status (*add)(void *ctx, const nnt_tensor *a, const nnt_tensor *b, nnt_tensor *y,
+                      nnt_error *err);
+    /* y[A, C, B, D] = x[A, B, C, D]: swaps axes 1 and 2 of a rank-4 tensor (heads <-> seq). */
+    nnt_status (*swap12)(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
+    /* Copies src into dst (same dtype and element count). */
+    nnt_status (*copy)(void *ctx, const nnt_tensor *src, nnt_tensor *dst, nnt_error *err);
+    /* Sets every element of an F32 tensor to `value`. */
+    nnt_status (*fill)(void *ctx, nnt_tensor *t, float value, nnt_error *err);
+
+    /* ---- attention ---- */
+    /* Rotary embedding in place on x[B, H, T, D] (F32): dims [rot_start, rot_start + rot_dim)
+     * rotate by angle pos[b, t] * inv_freq[i] (inv_freq: host, rot_dim / 2 floats), cos and sin
+     * multiplied by mscale. Source: RoFormer, Su et al. 2021. */
+    nnt_status (*rope)(void *ctx, nnt_tensor *x, const int32_t *pos, const float *inv_freq,
+                       int rot_start, int rot_dim, nnt_rope_style style, float mscale,
+                       nnt_error *err);
+    /* s[B, Hq, T, S] = scale * q[B, Hq, T, D] . k[B, Hkv, S, D]^T, query head h reading key head
+     * h / (Hq / Hkv); invisible entries -INFINITY (see nnt_attn_mask). */
+    nnt_status (*attn_scores)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
+                              const nnt_attn_mask *mask, nnt_tensor *s, nnt_error *err);
+    /* p[B, H, T, S] = softmax over S of s, with an optional sink logit per head (sinks: F32 [H]
+     * host memory) that joins each row's softmax as one extra column and is then dropped, so a
+     * row sums to less than one. A row with no finite entry (and no sink) becomes all zeros.
+     * p may alias s. */
+    nnt_status (*softmax)(void *ctx, const nnt_tensor *s, const float *sinks, nnt_tensor *p,
+                          nnt_error *err);
+    /* o[B, T, Hq, Dv] = p[B, Hq, T, S] . v[B, Hkv, S, Dv], query head h reading value head
+     * h / (Hq / Hkv). */
+    nnt_status (*attn_mix)(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt_tensor *o,
+                           nnt_error *err);
+
+    /* ---- feed-forward and mixture of experts ---- */
+    /* SwiGLU: act[M, I] = silu(min(gate, limit)) (act may be NULL), out[M, I] = act *
+     * clamp(up, -limit, limit); limit 0 means no clamp. With gate NULL, act is an input (an
+     * edited activation) and only out is computed. Source: Shazeer 2020, "GLU Variants". */
+    nnt_status (*swiglu)(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, float limit,
+                         nnt_tensor *act, nnt_tensor *out, nnt_error *err);
+    /* Router: from logits[M, E] (F32) choose idx[M, K] (I32) and weights w[M, K] (F32);
+     * bias F32 [E] or NULL. With p->indices_given, idx is read, not written. */
+    nnt_status (*route)(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias,
+                        const nnt_route_params *p, nnt_tensor *idx, nnt_tensor *w, nnt_error *err);
+    /* dst[n, H] = src[rows[n], :]; rows: host memory, n entries. */
+    nnt_status (*gather_rows)(void *ctx, const nnt_tensor *src, const int32_t *rows, int n,
+                              nnt_tensor *dst, nnt_error *err);
+    /* dst[rows[i], :] += scale[i] * src[i, :] for i < n; rows and scale: host memory, scale may
+     * be NULL (1.0). Rows may repeat; the adds happen in order of i. */
+    nnt_status (*scatter_add_rows)(void *ctx, const nnt_tensor *src, const int32_t *rows,
+                                   const float *scale, int n, nnt_tensor *dst, nnt_error *err);
+    /* dst[rows[i], :] = scale[i] * src[i, :] for i < n (no accumulation). */
+    nnt_status (*scatter_rows)(void *ctx, const nnt_tensor *src, const int32_t *rows,
+                               const float *scale, int n, nnt_tensor *dst, nnt_error *err);
+    /* y[M, H] = sum over k of x[M, K, H]. */
+    nnt_status (*sum_axis1)(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
+} nnt_backend_ops;
+
+/* Options from the INI file's [backend.NAME] section, as key/value strings. */
+typedef struct nnt_backend_options {
+    const char *const *keys;
+    const char *const *values;
+    int count;
+    const char *ini_path; /* for error messages */
+} nnt_backend_options;
+
+typedef struct nnt_backend_descriptor {
+    nnt_plugin_header header;
+    /* 1 when tensors this backend allocates are ordinary host memory. */
+    int host_memory;
+    /* Creates a context from the options; an unknown or malformed option is an error naming it. */
+    nnt_status (*create)(const nnt_backend_options *opt, void **ctx, nnt_error *err);
+    void (*destroy)(void *ctx);
+    const nnt_backend_ops *ops;
+} nnt_backend_descriptor;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NNT_BACKEND_H */

@@ -1,0 +1,145 @@
+/* nnt_family.h - the family-plugin ABI: what a model family's shared object provides, and the
+ * table of host routines (config.json, checkpoint tensors, arena, value emission, module tree)
+ * the core hands it.
+ *
+ * A family plugin exports `const nnt_family_descriptor nnt_family_plugin`. It never links the
+ * core: everything it needs from the core reaches it through `const nnt_host_api *`, in the
+ * manner of SQLite's loadable-extension routine table. */
+#ifndef NNT_FAMILY_H
+#define NNT_FAMILY_H
+
+#include <stdarg.h>
+
+#include "nnt_backend.h"
+#include "nnt_plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nnt_checkpoint nnt_checkpoint; /* config.json and the safetensors tensors */
+typedef struct nnt_run nnt_run;               /* one forward call: arena, trace hooks */
+typedef struct nnt_tree nnt_tree;             /* a module tree under construction */
+
+/* A RENAME rule: the module a checkpoint or transformers calls `native` is the standard
+ * `standard`; when `module_class` is non-NULL the rule holds only for that class. */
+typedef struct nnt_rename_rule {
+    const char *native;
+    const char *standard;
+    const char *module_class;
+} nnt_rename_rule;
+
+/* Everything a forward call receives. Host pointers stay valid for the call. */
+typedef struct nnt_forward_args {
+    int batch;
+    int seq;
+    int past;
+    const int32_t *input_ids;      /* [batch, seq] */
+    const int32_t *attention_mask; /* [batch, past + seq]: 1 a real token, 0 padding */
+    const int32_t *positions;      /* [batch, seq]: a row's real tokens count from 0 */
+    const nnt_backend_ops *be;
+    void *be_ctx;
+    int step; /* 0 for a prompt; n for the n-th generated token */
+} nnt_forward_args;
+
+/* Routines of the core a plugin may call. struct_size lets a plugin check a routine exists. */
+typedef struct nnt_host_api {
+    uint32_t struct_size;
+
+    /* Fills err (status and printf-style message) and returns the status. */
+    nnt_status (*set_error)(nnt_error *err, nnt_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 3, 4)))
+#endif
+        ;
+
+    /* ---- config.json: keys may be dotted ("rope_parameters.rope_theta"). A missing key
+     * returns the default unless `required`; a value of the wrong JSON type is an error that
+     * names the file and the key. JSON null counts as missing. */
+    nnt_status (*cfg_int)(const nnt_checkpoint *ck, const char *key, int64_t dflt, int required,
+                          int64_t *out, nnt_error *err);
+    nnt_status (*cfg_float)(const nnt_checkpoint *ck, const char *key, double dflt, int required,
+                            double *out, nnt_error *err);
+    nnt_status (*cfg_bool)(const nnt_checkpoint *ck, const char *key, int dflt, int required,
+                           int *out, nnt_error *err);
+    /* The string stays owned by the checkpoint. */
+    nnt_status (*cfg_string)(const nnt_checkpoint *ck, const char *key, const char *dflt,
+                             int required, const char **out, nnt_error *err);
+    /* 1 when the key is present and not null. */
+    int (*cfg_has)(const nnt_checkpoint *ck, const char *key);
+    /* A JSON array of integers (or of strings mapped through `names`, when non-NULL: each
+     * element must equal one of names[0..n_names) and yields its index). *count receives the
+     * array length; more than `max` elements is an error. */
+    nnt_status (*cfg_int_list)(const nnt_checkpoint *ck, const char *key, const char *const *names,
+                               int n_names, int64_t *out, int max, int *count, nnt_error *err);
+    /* Path of config.json, for messages. */
+    const char *(*cfg_path)(const nnt_checkpoint *ck);
+
+    /* ---- checkpoint tensors ---- */
+    /* 1 when the checkpoint holds a tensor of that name. */
+    int (*has_tensor)(const nnt_checkpoint *ck, const char *name);
+    /* A host view of a weight. F32/BF16/F16 are returned as stored (memory-mapped); F8_E4M3
+     * with a `<name>_scale_inv` companion is decoded to F32 with its 128x128 block scales (edge
+     * blocks partial). When ndim > 0 the shape must equal shape[0..ndim), otherwise the error
+     * names the tensor, the file and both shapes. The data stays owned by the checkpoint. */
+    nnt_status (*tensor)(const nnt_checkpoint *ck, const char *name, int ndim,
+                         const int64_t *shape, nnt_tensor *out, nnt_error *err);
+
+    /* ---- a forward call ---- */
+    /* Hands the value in `t` (backend memory) to the trace at the point the page reads it.
+     * With no request on (slot, layer) this is one table look-up. Edits requested on the value
+     * change `t` in place; the forward must use `t` afterwards. */
+    nnt_status (*emit)(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t);
+    /* 1 when a request exists on (slot, layer) in this call; lets a family skip building a
+     * value (e.g. per-slot expert outputs) nobody asked for. */
+    int (*wants)(const nnt_run *run, nnt_slot slot, int layer);
+    /* Arena allocation in backend memory, valid until the call ends or a release below. */
+    nnt_status (*alloc)(nnt_run *run, nnt_dtype dtype, int ndim, const int64_t *shape,
+                        nnt_tensor *out, nnt_error *err);
+    size_t (*arena_mark)(nnt_run *run);
+    void (*arena_release)(nnt_run *run, size_t mark);
+
+    /* ---- module tree (for `nnt print`) ---- */
+    /* Adds a module under `parent` (-1 for the root) and returns its id, or -1 on failure.
+     * native: the attribute name in the checkpoint's module tree; standard: nnterp's name when
+     * it differs (or NULL); cls: the class print(model) shows; detail: the text inside the
+     * class's parentheses for a leaf (or NULL); host: the nnt_host whose values print inside
+     * this module (or -1); layer: the block the module belongs to (-1 outside blocks). */
+    int (*tree_node)(nnt_tree *tree, int parent, const char *native, const char *standard,
+                     const char *cls, const char *detail, int host, int layer);
+} nnt_host_api;
+
+/* What `load` receives. */
+typedef struct nnt_load_args {
+    const nnt_host_api *host;
+    const nnt_checkpoint *ckpt;
+    const nnt_backend_ops *be;
+    void *be_ctx;
+} nnt_load_args;
+
+typedef struct nnt_family_descriptor {
+    nnt_plugin_header header;
+    /* config.json `architectures` entries and `model_type` values served; NULL-terminated. */
+    const char *const *architectures;
+    const char *const *model_types;
+    /* RENAME rules, ended by an entry whose `native` is NULL. */
+    const nnt_rename_rule *renames;
+
+    /* Parses config.json, binds and prepares the weights. */
+    nnt_status (*load)(const nnt_load_args *args, void **model, nnt_error *err);
+    void (*unload)(void *model);
+    void (*info)(const void *model, nnt_model_info *out);
+    /* Describes (layer, slot): layer is -1 for model-host slots, 0..num_layers-1 otherwise.
+     * dims may be NULL (no shapes wanted). */
+    nnt_status (*value_info)(const void *model, int layer, nnt_slot slot,
+                             const nnt_call_dims *dims, nnt_value_info *out);
+    nnt_status (*build_tree)(const void *model, nnt_tree *tree, nnt_error *err);
+    /* Runs the forward for args, emitting every served value. */
+    nnt_status (*forward)(void *model, nnt_run *run, const nnt_forward_args *args,
+                          nnt_error *err);
+} nnt_family_descriptor;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NNT_FAMILY_H */

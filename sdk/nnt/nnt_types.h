@@ -1,0 +1,216 @@
+/* nnt_types.h - the plain data types every nnt header shares: status codes, element types,
+ * tensors, the standard-value slots, and the error record.
+ *
+ * This header has no functions of its own beyond small inline helpers; the user API (nnt.h),
+ * the family-plugin ABI (nnt_family.h) and the kernel-backend ABI (nnt_backend.h) build on it.
+ * Any change to a struct or enum here that moves an existing field or value bumps
+ * NNT_ABI_MAJOR; appending is a minor change. */
+#ifndef NNT_TYPES_H
+#define NNT_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ABI version shared by the core, family plugins and kernel backends. A plugin is accepted
+ * when its major equals the core's and its minor is not newer than the core's. */
+#define NNT_ABI_MAJOR 1
+#define NNT_ABI_MINOR 0
+
+/* ---------------------------------------------------------------------------------------- */
+/* Status codes. Every call that can fail returns one; nnt_status_str names it.              */
+
+typedef enum nnt_status {
+    NNT_OK = 0,
+    NNT_ERR_INVALID_ARGUMENT, /* a NULL pointer, a negative size, a malformed option */
+    NNT_ERR_OUT_OF_MEMORY,    /* host or device allocation failed */
+    NNT_ERR_IO,               /* a file is missing, unreadable or unwritable */
+    NNT_ERR_FORMAT,           /* a file's content is malformed (safetensors, JSON, INI) */
+    NNT_ERR_CONFIG,           /* a configuration field is missing or has a bad value */
+    NNT_ERR_PLUGIN,           /* a shared object is not an nnt plugin or its descriptor is bad */
+    NNT_ERR_ABI,              /* a plugin was built against an incompatible ABI */
+    NNT_ERR_CONFLICT,         /* two plugins claim the same architecture or name */
+    NNT_ERR_NOT_FOUND,        /* a tensor, backend, family or architecture is absent */
+    NNT_ERR_SHAPE,            /* a shape or dtype disagrees with what was expected */
+    NNT_ERR_UNSUPPORTED,      /* a dtype or feature this build does not handle */
+    NNT_ERR_PATH,             /* a value path names nothing */
+    NNT_ERR_INDEX,            /* a block index is out of range */
+    NNT_ERR_NOT_SERVED,       /* the family does not serve this value here */
+    NNT_ERR_READ_ONLY,        /* an edit was requested on a read-only value */
+    NNT_ERR_BACKEND,          /* a kernel backend call failed */
+    NNT_ERR_CALLBACK,         /* a user edit callback reported failure */
+    NNT_ERR_STATE,            /* the object is not in a state that allows the call */
+    NNT_ERR_INTERNAL,         /* a bug in nnt; the message says where */
+    NNT_STATUS_COUNT
+} nnt_status;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Element types. The names follow safetensors' dtype strings.                               */
+
+typedef enum nnt_dtype {
+    NNT_DTYPE_INVALID = 0,
+    NNT_F32,
+    NNT_F16,
+    NNT_BF16,
+    NNT_F64,
+    NNT_F8_E4M3, /* float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN, max 448 */
+    NNT_F8_E5M2,
+    NNT_F8_E8M0, /* scale-only byte: value 2^(b-127), 255 is NaN */
+    NNT_I64,
+    NNT_I32,
+    NNT_I16,
+    NNT_I8,
+    NNT_U8,
+    NNT_BOOL,
+    NNT_DTYPE_COUNT
+} nnt_dtype;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tensors: dense, row-major, contiguous. `data` is host memory unless `device` is nonzero,  */
+/* in which case it belongs to the kernel backend that made it.                              */
+
+#define NNT_MAX_DIMS 6
+
+typedef struct nnt_tensor {
+    nnt_dtype dtype;
+    int ndim;
+    int64_t shape[NNT_MAX_DIMS];
+    void *data;
+    int device; /* 0: host memory; 1: the backend's device memory */
+} nnt_tensor;
+
+static inline int64_t nnt_tensor_numel(const nnt_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Hosts: the module a standard value belongs to, as nnterp names it.                        */
+
+typedef enum nnt_host {
+    NNT_HOST_MODEL = 0,   /* model */
+    NNT_HOST_LAYER,       /* model.layers[i] */
+    NNT_HOST_SELF_ATTN,   /* model.layers[i].self_attn (softmax attention, latent or not) */
+    NNT_HOST_LINEAR_ATTN, /* model.layers[i].linear_attn (a recurrent mixer, e.g. KDA) */
+    NNT_HOST_MLP,         /* model.layers[i].mlp (dense MLP or mixture of experts) */
+    NNT_HOST_COUNT
+} nnt_host;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Standard-value slots: one per (host, value name) pair of the nnterp encyclopedia.         */
+/* The registry in the core (nnt_slot_name, nnt_slot_layout, ...) describes each.            */
+
+typedef enum nnt_slot {
+    /* model */
+    NNT_SV_LOGITS = 0,
+    NNT_SV_TOKEN_EMBEDDINGS,
+    NNT_SV_FINAL_NORM_OUTPUT,
+    NNT_SV_LM_HEAD_OUTPUT,
+    NNT_SV_NEXT_TOKEN_PROBS,
+    NNT_SV_INPUT_IDS,
+    NNT_SV_ATTENTION_MASK,
+    NNT_SV_INPUT_SIZE,
+    /* model.layers[i] */
+    NNT_SV_LAYER_INPUT,
+    NNT_SV_ATTENTION_NORM_OUTPUT,
+    NNT_SV_LAYER_MID,
+    NNT_SV_MLP_NORM_OUTPUT,
+    NNT_SV_MLP_INPUT,
+    NNT_SV_LAYER_OUTPUT,
+    NNT_SV_ATTENTION_POST,
+    NNT_SV_ATTENTION_COMB,
+    NNT_SV_MLP_POST,
+    NNT_SV_MLP_COMB,
+    /* model.layers[i].self_attn */
+    NNT_SV_ATTN_QUERIES,
+    NNT_SV_ATTN_KEYS,
+    NNT_SV_ATTN_VALUES,
+    NNT_SV_ATTN_SCORES,
+    NNT_SV_ATTN_PREMIX,
+    NNT_SV_ATTN_OUTPUT,
+    NNT_SV_ATTN_PROBABILITIES,
+    NNT_SV_ATTN_HEAD_OUTPUTS,
+    /* model.layers[i].linear_attn */
+    NNT_SV_LIN_OUTPUT,
+    NNT_SV_LIN_STATE,
+    NNT_SV_LIN_STATES,
+    NNT_SV_LIN_QUERIES,
+    NNT_SV_LIN_KEYS,
+    NNT_SV_LIN_VALUES,
+    NNT_SV_LIN_DECAYS,
+    NNT_SV_LIN_BETAS,
+    NNT_SV_LIN_STATE_INPUT,
+    NNT_SV_LIN_HEAD_OUTPUTS,
+    NNT_SV_LIN_STATE_OUTPUT,
+    /* model.layers[i].mlp */
+    NNT_SV_MLP_ACTIVATION,
+    NNT_SV_MLP_NEURONS,
+    NNT_SV_MLP_OUTPUT,
+    NNT_SV_ROUTER_LOGITS,
+    NNT_SV_EXPERT_WEIGHTS,
+    NNT_SV_EXPERT_INDICES,
+    NNT_SV_EXPERT_OUTPUTS,
+    NNT_SV_ROUTED_OUTPUT,
+    NNT_SV_SHARED_EXPERT_OUTPUT,
+    NNT_SLOT_COUNT
+} nnt_slot;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Errors: a status and a message. Library code fills one and returns the status; it never   */
+/* prints or exits.                                                                          */
+
+#define NNT_ERROR_MSG_MAX 1024
+
+typedef struct nnt_error {
+    nnt_status status;
+    char msg[NNT_ERROR_MSG_MAX];
+} nnt_error;
+
+/* The dimensions of one forward call, which fix the shapes of the values. */
+typedef struct nnt_call_dims {
+    int batch; /* rows of the batch */
+    int seq;   /* tokens of this call per row */
+    int past;  /* tokens already in the cache before this call (0 for a prompt) */
+} nnt_call_dims;
+
+/* What a family says about one standard value on one block (layer -1 for the model host). */
+#define NNT_REASON_MAX 320
+typedef struct nnt_value_info {
+    int served;                  /* 1: the family emits it here */
+    char reason[NNT_REASON_MAX]; /* when not served: why, in words */
+    nnt_dtype dtype;             /* when served */
+    int ndim;                    /* when served and the call dims were given */
+    int64_t shape[NNT_MAX_DIMS];
+    int writable;      /* 1: edits are honoured (later values see them) */
+    int may_be_none;   /* 1: some calls emit no tensor (e.g. a state at a prompt's start) */
+    const char *layout; /* NULL: the registry's layout name for the slot */
+    const char *axes;   /* NULL: the registry's axes for the slot */
+} nnt_value_info;
+
+/* Root-level sizes, as nnterp reports them on `model`. 0 where a size does not apply. */
+typedef struct nnt_model_info {
+    const char *architecture; /* config.json architectures[0] */
+    const char *model_type;   /* config.json model_type */
+    const char *root_class;   /* the class print(model) shows at the root */
+    int num_layers;
+    int hidden_size;
+    int vocab_size;
+    int num_heads;
+    int num_kv_heads;
+    int head_dim;    /* the values' head width */
+    int qk_head_dim; /* the queries' and keys' head width */
+    int intermediate_size;
+    int num_experts;
+    int top_k;
+    int num_streams; /* residual streams (1 unless hyper-connections) */
+} nnt_model_info;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NNT_TYPES_H */
