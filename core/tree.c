@@ -113,6 +113,7 @@ static nnt_status render_values(sbuf *b, const nnt_model *m, int host, int layer
         nnt_value_info vi;
         nnt_status st = nnt_model_slot_info(m, layer, (nnt_slot)s, NULL, &vi, err);
         if (st != NNT_OK) return st;
+        if (!vi.served && vi.off_page) continue;
         indent(b, depth);
         if (vi.served)
             sb_add(b, "(%s) -> %s %s: %s\n", nnt_slot_name((nnt_slot)s), vi.layout, vi.axes,

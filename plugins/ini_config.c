@@ -20,13 +20,19 @@
 typedef struct line_reader {
     FILE *f;
     int line;
+    int section_line; /* line of the latest [section] header */
 } line_reader;
 
 static char *read_line(char *buf, int size, void *stream)
 {
     line_reader *lr = stream;
     char *r = fgets(buf, size, lr->f);
-    if (r) lr->line++;
+    if (r) {
+        lr->line++;
+        const char *p = r;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == '[') lr->section_line = lr->line;
+    }
     return r;
 }
 
@@ -35,6 +41,7 @@ typedef struct parse_state {
     char *dir;
     char msg[512];
     line_reader *lr;
+    int err_line; /* when nonzero, the line the error belongs to (a section header) */
 } parse_state;
 
 static int push_str(char ***arr, int **lines, int *n, char *value, int line)
@@ -110,7 +117,7 @@ static int handler(void *user, const char *section, const char *name, const char
             snprintf(ps->msg, sizeof ps->msg, "section [%s]: '%s' is not a plugin name ([a-z0-9_]+)", section, dot + 1);
             return 0;
         }
-        nnt_ini_section *s = section_get(ini, kind, dot + 1, ps->lr->line);
+        nnt_ini_section *s = section_get(ini, kind, dot + 1, ps->lr->section_line);
         if (!s) {
             snprintf(ps->msg, sizeof ps->msg, "no memory");
             return 0;
@@ -140,6 +147,7 @@ static int handler(void *user, const char *section, const char *name, const char
     }
     snprintf(ps->msg, sizeof ps->msg, "unknown section [%s] (expected [plugins], [family.NAME] or [backend.NAME])",
              section);
+    ps->err_line = ps->lr->section_line;
     return 0;
 }
 
@@ -154,8 +162,8 @@ nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     ini->path = nnt_strdup(path);
-    line_reader lr = {f, 0};
-    parse_state ps = {ini, nnt_dirname(path), "", &lr};
+    line_reader lr = {f, 0, 0};
+    parse_state ps = {ini, nnt_dirname(path), "", &lr, 0};
     int rc = ini_parse_stream(read_line, &lr, handler, &ps);
     if (rc != 0) {
         fclose(f);
@@ -164,7 +172,7 @@ nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)
         if (rc < 0)
             st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot read", path);
         else
-            st = nnt_err_set(err, NNT_ERR_CONFIG, "%s:%d: %s", path, rc,
+            st = nnt_err_set(err, NNT_ERR_CONFIG, "%s:%d: %s", path, ps.err_line ? ps.err_line : rc,
                              ps.msg[0] ? ps.msg : "syntax error (expected [section], key = value, or a ; comment)");
         nnt_ini_free(ini);
         return st;

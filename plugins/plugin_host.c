@@ -98,7 +98,9 @@ nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err)
     struct stat sb;
     if (stat(file, &sb) != 0 || !S_ISREG(sb.st_mode))
         return nnt_err_set(err, NNT_ERR_IO, "%s: plugin file does not exist", file);
-    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    /* RTLD_NODELETE: a backend may leave worker threads (OpenMP, OpenBLAS) that must never
+     * outlive their code, so plugin code stays mapped after dlclose. */
+    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
         const char *why = dlerror();
         return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: cannot be loaded as a shared object: %s", file,

@@ -17,6 +17,16 @@ void fam_unserved(nnt_value_info *out, const char *fmt, ...)
     va_end(ap);
 }
 
+void fam_off_page(nnt_value_info *out, const char *fmt, ...)
+{
+    memset(out, 0, sizeof *out);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out->reason, sizeof out->reason, fmt, ap);
+    va_end(ap);
+    out->off_page = 1;
+}
+
 void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, int ndim, ...)
 {
     memset(out, 0, sizeof *out);
@@ -40,7 +50,7 @@ nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *
     nnt_status st = env->host->tensor(ck, name, ndim, shape, &host, err);
     if (st != NNT_OK) return st;
     if (host.dtype != NNT_F32 && host.dtype != NNT_BF16 && host.dtype != NNT_F16)
-        return env->host->set_error(err, NNT_ERR_SHAPE, "%s: tensor '%s' has dtype %s... expected a float weight",
+        return env->host->set_error(err, NNT_ERR_SHAPE, "%s: tensor '%s' has dtype %s; expected a float weight (F32, BF16, F16 or FP8 with scales)",
                                     env->host->cfg_path(ck), name,
                                     host.dtype == NNT_I64 ? "I64" : host.dtype == NNT_I32 ? "I32" : "?");
     return env->be->prepare_weight(env->be_ctx, &host, out, err);

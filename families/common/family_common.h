@@ -16,6 +16,8 @@ typedef struct fam_env {
 
 /* ---- value info ---- */
 void fam_unserved(nnt_value_info *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Not served and not listed on the family's page at all (printouts omit it). */
+void fam_off_page(nnt_value_info *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Served with the given dtype and shape (shape copied only when dims != NULL). */
 void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, int ndim, ...);
 

@@ -340,7 +340,7 @@ static nnt_status mm_value_info(const void *model, int layer, nnt_slot slot, con
     case NNT_SV_ATTENTION_COMB:
     case NNT_SV_MLP_POST:
     case NNT_SV_MLP_COMB:
-        fam_unserved(out, "MiniMax-M2 keeps a single residual stream; there are no hyper-connections to weigh or mix streams");
+        fam_off_page(out, "MiniMax-M2 keeps a single residual stream; there are no hyper-connections to weigh or mix streams");
         return NNT_OK;
     case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->experts); return NNT_OK;
     case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
@@ -366,7 +366,7 @@ static nnt_status mm_value_info(const void *model, int layer, nnt_slot slot, con
         return NNT_OK;
     }
     if (host == NNT_HOST_LINEAR_ATTN) {
-        fam_unserved(out, "every MiniMax-M2 block mixes tokens with softmax attention (self_attn); no block has a "
+        fam_off_page(out, "every MiniMax-M2 block mixes tokens with softmax attention (self_attn); no block has a "
                           "linear-attention mixer or a recurrent state");
         return NNT_OK;
     }

@@ -188,6 +188,9 @@ typedef struct nnt_value_info {
     int64_t shape[NNT_MAX_DIMS];
     int writable;      /* 1: edits are honoured (later values see them) */
     int may_be_none;   /* 1: some calls emit no tensor (e.g. a state at a prompt's start) */
+    int off_page;      /* 1: the family's encyclopedia page does not list the value at all (e.g.
+                        * hyper-connection weights on a single-stream model); `nnt print` omits
+                        * it, `nnt support` still shows it with the reason */
     const char *layout; /* NULL: the registry's layout name for the slot */
     const char *axes;   /* NULL: the registry's axes for the slot */
 } nnt_value_info;

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# install-deps.sh - installs what building and testing nnt needs, from Debian's packages:
+# a C toolchain, CMake, pkg-config, inih, cJSON, PCRE2, OpenBLAS, CUnit (and OpenMP with gcc).
+set -euo pipefail
+packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libopenblas-dev libcunit1-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: everything is already installed"
+  exit 0
+fi
+as_root=()
+[ "$(id -u)" -eq 0 ] || as_root=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq "${missing[@]}"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# cli_test.sh NNT MODEL_DIR TMP - checks the `nnt` command line end to end on the embedded model:
+# outputs, exit codes and error messages.
+set -u
+nnt=$1 model=$2 tmp=$3
+mkdir -p "$tmp"
+fails=0
+prompt=$(cat "$model/prompt.txt")
+
+check() { # name expected_rc pattern command...
+  local name=$1 want=$2 pattern=$3; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: rc=$rc (want $want), pattern '$pattern' in:"; echo "$out" | head -20
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+
+check "trace prints values and next tokens" 0 "top 5 next tokens, row 0:  [0-9]+ \(0\.[0-9]+\)" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --save layers.1.mlp.expert_weights
+check "saved value line" 0 "layers.1.mlp.expert_weights +\[1, 24, 2\] +F32 +min" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --save 'layers[1].mlp.expert_weights'
+check "two rows, one left-padded" 0 "top 5 next tokens, row 1" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --tokens "5 6 7" --save logits
+check "wildcard and --out" 0 "wrote 3 values to $tmp/cli.safetensors" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --save 'layers.*.layer_output' --out "$tmp/cli.safetensors"
+check "--set reads a saved value back" 0 "layers.2.layer_output" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --set "layers.2.layer_output=$tmp/cli.safetensors:layers.2.layer_output" --save layers.2.layer_output
+check "--zero, --scale, --ablate-expert" 0 "top 5 next tokens" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --zero layers.0.self_attn.attention_output --scale layers.1.mlp.mlp_output=0.5 --ablate-expert 1:4
+check "unknown path suggests a name" 1 "did you mean 'expert_weights'" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --save layers.1.mlp.expert_weight
+check "value not served names the reason" 1 "no shared expert" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --save layers.1.mlp.shared_expert_output
+check "set with a wrong shape fails before the forward" 1 "has shape \[1, 24, 64\], the value layers.0.layer_output is \[1, 3, 64\]" \
+  "$nnt" trace --model "$model" --tokens "1 2 3" --set "layers.0.layer_output=$tmp/cli.safetensors:layers.2.layer_output"
+check "bad token text" 2 "is not a token id" "$nnt" trace --model "$model" --tokens "1 two 3"
+check "token outside the vocabulary" 1 "token id 999 at row 0" "$nnt" trace --model "$model" --tokens "1 999"
+check "unknown command" 2 "unknown command 'trcae'" "$nnt" trcae --model "$model"
+check "missing --model" 2 "needs --model DIR" "$nnt" print
+check "missing model directory" 1 "cannot open" "$nnt" print --model "$tmp/nope"
+check "bad --config" 1 "$tmp/bad.ini:1" bash -c "printf 'nonsense\n' > '$tmp/bad.ini'; '$nnt' plugins --config '$tmp/bad.ini'"
+check "print groups identical blocks" 0 "\(0-2\): 3 x MiniMaxM2DecoderLayer\(" "$nnt" print --model "$model"
+check "print shows standard/native names" 0 "\(mlp/block_sparse_moe\): MiniMaxM2SparseMoeBlock" "$nnt" print --model "$model"
+check "support lists reasons" 0 "shared_expert_output +no +MiniMax-M2 has no shared expert" "$nnt" support --model "$model"
+check "support --tsv header" 0 "^host	block	value	served	layout	axes	dtype	writable	reason" "$nnt" support --model "$model" --tsv
+check "plugins" 0 "family +minimax_m2 +cpu" "$nnt" plugins
+
+[ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

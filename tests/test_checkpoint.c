@@ -1,0 +1,309 @@
+/* test_checkpoint.c - checkpoint directories: FP8 e4m3 decoding and 128x128 block scales
+ * (hand-computed cases, edge blocks included), and every loading error - missing or malformed
+ * files, truncated data, missing tensors, shapes and dtypes that disagree with config.json, an
+ * architecture no plugin serves, broken shard indexes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/internal.h"
+#include "test_util.h"
+
+static void test_fp8_decode(void)
+{
+    /* e4m3fn: sign, exponent (bias 7), mantissa / 8 */
+    CU_ASSERT_EQUAL(nnt_fp8_e4m3_to_f32(0x38), 1.0f);      /* 0 0111 000 */
+    CU_ASSERT_EQUAL(nnt_fp8_e4m3_to_f32(0x40), 2.0f);      /* 0 1000 000 */
+    CU_ASSERT_EQUAL(nnt_fp8_e4m3_to_f32(0xC0), -2.0f);     /* 1 1000 000 */
+    CU_ASSERT_EQUAL(nnt_fp8_e4m3_to_f32(0x3C), 1.5f);      /* 0 0111 100 */
+    CU_ASSERT_EQUAL(nnt_fp8_e4m3_to_f32(0x7E), 448.0f);    /* the largest finite value */
+    CU_ASSERT_EQUAL(nnt_fp8_e4m3_to_f32(0x01), 0.001953125f); /* smallest subnormal, 2^-9 */
+    CU_ASSERT_EQUAL(nnt_fp8_e4m3_to_f32(0x08), 0.015625f); /* smallest normal, 2^-6 */
+    CU_ASSERT(isnan(nnt_fp8_e4m3_to_f32(0x7F)));
+    CU_ASSERT(isnan(nnt_fp8_e4m3_to_f32(0xFF)));
+    CU_ASSERT_EQUAL(nnt_e8m0_to_f32(127), 1.0f);
+    CU_ASSERT_EQUAL(nnt_e8m0_to_f32(120), 1.0f / 128.0f);
+    CU_ASSERT(isnan(nnt_e8m0_to_f32(255)));
+}
+
+/* A 130 x 200 weight has 2 x 2 blocks of 128; the last row block holds 2 rows and the last
+ * column block 72 columns. Every entry decodes to fp8 value times its block's scale. */
+static void test_fp8_block_scales(void)
+{
+    enum { R = 130, C = 200 };
+    uint8_t *w = malloc(R * C);
+    float *out = malloc(R * C * sizeof(float));
+    CU_ASSERT_FATAL(w && out);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) w[r * C + c] = (r + c) % 2 ? 0x40 : 0xB8; /* 2.0 or -1.0 */
+    nnt_tensor s;
+    int64_t ss[2] = {2, 2};
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&s, NNT_F32, 2, ss) == NNT_OK);
+    float scales[4] = {0.5f, 3.0f, 0.25f, 8.0f};
+    memcpy(s.data, scales, sizeof scales);
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_fp8_block_dequant(w, R, C, &s, 128, out, &err), NNT_OK);
+    int bad = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float v = (r + c) % 2 ? 2.0f : -1.0f;
+            float want = v * scales[(r / 128) * 2 + c / 128];
+            bad += out[r * C + c] != want;
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(out[129 * C + 199], -1.0f * 8.0f); /* the corner block: (129 + 199) is even */
+    /* a scale grid computed with floor division (1 x 1) is refused */
+    nnt_tensor s1;
+    int64_t s1s[2] = {1, 1};
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&s1, NNT_F32, 2, s1s) == NNT_OK);
+    CU_ASSERT_EQUAL(nnt_fp8_block_dequant(w, R, C, &s1, 128, out, &err), NNT_ERR_SHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "needs [2, 2]"));
+    nnt_tensor_free(&s);
+    nnt_tensor_free(&s1);
+    free(w);
+    free(out);
+}
+
+/* ---- broken checkpoint directories built from the fp32 fixture ---- */
+
+static const char *new_dir(const char *name)
+{
+    static char dir[768];
+    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
+    mkdir(dir, 0755);
+    return dir;
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *s = calloc((size_t)n + 1, 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Writes DIR/config.json: the fixture's, with `from` replaced by `to` when given. */
+static void write_config(const char *dir, const char *from, const char *to)
+{
+    char src[768], dst[800], fx[512];
+    snprintf(src, sizeof src, "%s/config.json", t_fixture("minimax_m2/fp32", fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    char *text = read_text(src);
+    CU_ASSERT_FATAL(text != NULL);
+    if (from) {
+        char *at = strstr(text, from);
+        CU_ASSERT_FATAL(at != NULL);
+        size_t n = strlen(text) + strlen(to) + 1;
+        char *out = malloc(n);
+        snprintf(out, n, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+        CU_ASSERT_FATAL(t_write_file(dst, out) == 0);
+        free(out);
+    } else {
+        CU_ASSERT_FATAL(t_write_file(dst, text) == 0);
+    }
+    free(text);
+}
+
+/* Writes DIR/<file> with the fixture's tensors, leaving out `drop` and storing `as_int` as I32. */
+static void write_weights(const char *dir, const char *file, const char *drop, const char *as_int)
+{
+    char src[768], dst[800], fx[512];
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture("minimax_m2/fp32", fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/%s", dir, file);
+    nnt_st_file *f;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_st_open(src, &f, &err), NNT_OK);
+    const char **keys = calloc((size_t)f->n_entries, sizeof *keys);
+    nnt_tensor *ts = calloc((size_t)f->n_entries, sizeof *ts);
+    const nnt_tensor **vals = calloc((size_t)f->n_entries, sizeof *vals);
+    int n = 0;
+    for (int i = 0; i < f->n_entries; i++) {
+        const nnt_st_entry *e = &f->entries[i];
+        if (drop && strcmp(e->name, drop) == 0) continue;
+        nnt_tensor t = {e->dtype, e->ndim, {0}, (void *)(f->data + e->begin), 0};
+        for (int d = 0; d < e->ndim; d++) t.shape[d] = e->shape[d];
+        if (as_int && strcmp(e->name, as_int) == 0) t.dtype = NNT_I32; /* same bytes, wrong type */
+        ts[n] = t;
+        keys[n] = e->name;
+        vals[n] = &ts[n];
+        n++;
+    }
+    CU_ASSERT_EQUAL(nnt_st_write(dst, n, keys, vals, NULL, &err), NNT_OK);
+    nnt_st_close(f);
+    free(keys);
+    free(ts);
+    free(vals);
+}
+
+static void expect_load(const char *dir, nnt_status status, const char *needle)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_FAILS(rt, nnt_model_load(rt, dir, &m), status, needle);
+    CU_ASSERT_PTR_NULL(m);
+    nnt_runtime_close(rt);
+}
+
+static void test_missing_files(void)
+{
+    const char *d = new_dir("empty");
+    expect_load(d, NNT_ERR_IO, "config.json: cannot open");
+    write_config(d, NULL, NULL);
+    expect_load(d, NNT_ERR_IO, "holds neither model.safetensors nor model.safetensors.index.json");
+    char p[800];
+    snprintf(p, sizeof p, "%s/config.json", new_dir("badjson"));
+    CU_ASSERT_FATAL(t_write_file(p, "{\"hidden_size\": 64,,}") == 0);
+    expect_load(new_dir("badjson"), NNT_ERR_FORMAT, "config.json: malformed JSON");
+}
+
+static void test_truncated_weights(void)
+{
+    const char *d = new_dir("truncated");
+    write_config(d, NULL, NULL);
+    char src[768], dst[800], fx[512];
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture("minimax_m2/fp32", fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/model.safetensors", d);
+    char *all = NULL;
+    FILE *f = fopen(src, "rb");
+    CU_ASSERT_FATAL(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    all = malloc((size_t)n);
+    CU_ASSERT_FATAL(fread(all, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    f = fopen(dst, "wb");
+    fwrite(all, 1, (size_t)(n - 1000), f); /* the last kilobyte is gone */
+    fclose(f);
+    free(all);
+    expect_load(d, NNT_ERR_FORMAT, "is the file truncated?");
+}
+
+static void test_missing_tensor(void)
+{
+    const char *d = new_dir("missing");
+    write_config(d, NULL, NULL);
+    write_weights(d, "model.safetensors", "model.layers.1.self_attn.q_norm.weight", NULL);
+    expect_load(d, NNT_ERR_NOT_FOUND, "has no tensor 'model.layers.1.self_attn.q_norm.weight'");
+    d = new_dir("missing_expert");
+    write_config(d, NULL, NULL);
+    write_weights(d, "model.safetensors", "model.layers.2.block_sparse_moe.experts.3.w1.weight", NULL);
+    expect_load(d, NNT_ERR_NOT_FOUND, "expert 3 of block 2 is missing");
+}
+
+static void test_shape_disagrees(void)
+{
+    const char *d = new_dir("shape");
+    write_config(d, "\"intermediate_size\": 48", "\"intermediate_size\": 40");
+    write_weights(d, "model.safetensors", NULL, NULL);
+    expect_load(d, NNT_ERR_SHAPE, "tensor 'model.layers.0.block_sparse_moe.experts.0.w1.weight' has shape [48, 64], but config.json implies [40, 64]");
+    d = new_dir("dtype");
+    write_config(d, NULL, NULL);
+    write_weights(d, "model.safetensors", NULL, "model.layers.0.self_attn.k_norm.weight");
+    expect_load(d, NNT_ERR_SHAPE, "'model.layers.0.self_attn.k_norm.weight' has dtype I32");
+    d = new_dir("config_field");
+    write_config(d, "\"num_hidden_layers\": 3", "\"num_hidden_layerz\": 3");
+    write_weights(d, "model.safetensors", NULL, NULL);
+    expect_load(d, NNT_ERR_CONFIG, "required field 'num_hidden_layers' is missing");
+    d = new_dir("config_type");
+    write_config(d, "\"num_attention_heads\": 4", "\"num_attention_heads\": \"four\"");
+    write_weights(d, "model.safetensors", NULL, NULL);
+    expect_load(d, NNT_ERR_CONFIG, "field 'num_attention_heads' is \"four\", expected an integer");
+}
+
+static void test_unserved_architecture(void)
+{
+    const char *d = new_dir("llama");
+    write_config(d, "\"MiniMaxM2ForCausalLM\"", "\"LlamaForCausalLM\"");
+    char p[800];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    char *text = read_text(p);
+    char *mt = strstr(text, "\"minimax_m2\"");
+    CU_ASSERT_FATAL(mt != NULL);
+    memcpy(mt, "\"llama_xyz\" ", 12);
+    CU_ASSERT_FATAL(t_write_file(p, text) == 0);
+    free(text);
+    write_weights(d, "model.safetensors", NULL, NULL);
+    expect_load(d, NNT_ERR_NOT_FOUND,
+                "no installed family plugin serves architecture 'LlamaForCausalLM' (model_type 'llama_xyz'); "
+                "installed plugins serve: MiniMaxM2ForCausalLM (minimax_m2)");
+}
+
+static void test_shard_index(void)
+{
+    const char *d = new_dir("shards");
+    write_config(d, NULL, NULL);
+    write_weights(d, "part-1.safetensors", NULL, NULL);
+    char p[800];
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", d);
+    CU_ASSERT_FATAL(t_write_file(p, "{\"metadata\": {}, \"weight_map\": {\"model.norm.weight\": \"part-2.safetensors\"}}") == 0);
+    expect_load(d, NNT_ERR_IO, "part-2.safetensors: cannot open");
+    CU_ASSERT_FATAL(t_write_file(p, "{\"weight_map\": {\"model.bogus.weight\": \"part-1.safetensors\"}}") == 0);
+    expect_load(d, NNT_ERR_NOT_FOUND, "weight_map puts tensor 'model.bogus.weight' in");
+    CU_ASSERT_FATAL(t_write_file(p, "{\"weight_map\": {\"model.norm.weight\": \"../x.safetensors\"}}") == 0);
+    expect_load(d, NNT_ERR_FORMAT, "not a file in the directory");
+    CU_ASSERT_FATAL(t_write_file(p, "{\"weight_map\": [1]}") == 0);
+    expect_load(d, NNT_ERR_FORMAT, "expected an object field 'weight_map'");
+    /* a correct index over one shard loads */
+    CU_ASSERT_FATAL(t_write_file(p, "{\"weight_map\": {\"model.norm.weight\": \"part-1.safetensors\"}}") == 0);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, d, &m));
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+static void test_fp8_missing_scale(void)
+{
+    const char *d = new_dir("fp8_noscale");
+    char fx[512], src[768], dst[800];
+    snprintf(src, sizeof src, "%s/config.json", t_fixture("minimax_m2/fp8", fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/config.json", d);
+    CU_ASSERT_FATAL(t_copy_file(src, dst) == 0);
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture("minimax_m2/fp8", fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/model.safetensors", d);
+    nnt_st_file *f;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_st_open(src, &f, &err), NNT_OK);
+    const char **keys = calloc((size_t)f->n_entries, sizeof *keys);
+    nnt_tensor *ts = calloc((size_t)f->n_entries, sizeof *ts);
+    const nnt_tensor **vals = calloc((size_t)f->n_entries, sizeof *vals);
+    int n = 0;
+    for (int i = 0; i < f->n_entries; i++) {
+        const nnt_st_entry *e = &f->entries[i];
+        if (strcmp(e->name, "model.layers.1.self_attn.o_proj.weight_scale_inv") == 0) continue;
+        ts[n] = (nnt_tensor){e->dtype, e->ndim, {e->shape[0], e->shape[1], e->shape[2]}, (void *)(f->data + e->begin), 0};
+        keys[n] = e->name;
+        vals[n] = &ts[n];
+        n++;
+    }
+    CU_ASSERT_EQUAL(nnt_st_write(dst, n, keys, vals, NULL, &err), NNT_OK);
+    nnt_st_close(f);
+    free(keys);
+    free(ts);
+    free(vals);
+    expect_load(d, NNT_ERR_NOT_FOUND, "FP8 tensor 'model.layers.1.self_attn.o_proj.weight' has no companion");
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("checkpoint", NULL, NULL);
+    if (!s) return -1;
+    if (!CU_add_test(s, "fp8 e4m3 and e8m0 decoding", test_fp8_decode) ||
+        !CU_add_test(s, "fp8 128x128 block scales with partial edge blocks", test_fp8_block_scales) ||
+        !CU_add_test(s, "missing config.json or weights; malformed config", test_missing_files) ||
+        !CU_add_test(s, "a truncated weight file", test_truncated_weights) ||
+        !CU_add_test(s, "a missing tensor", test_missing_tensor) ||
+        !CU_add_test(s, "shapes, dtypes and fields that disagree with config.json", test_shape_disagrees) ||
+        !CU_add_test(s, "an architecture no plugin serves", test_unserved_architecture) ||
+        !CU_add_test(s, "broken and correct shard indexes", test_shard_index) ||
+        !CU_add_test(s, "fp8 weights without their scales", test_fp8_missing_scale))
+        return -1;
+    return 0;
+}

@@ -1,0 +1,721 @@
+/* test_minimax.c - the MiniMax-M2 family against transformers' values (fp32, bf16 sharded,
+ * fp8 block-scaled), the encyclopedia page's identities, and its write semantics.
+ *
+ * Tolerances: every float value within 1e-5 of the reference's largest magnitude (fp32
+ * compute on fp32, bf16 and dequantised fp8 weights; transformers ran in float32 on the same
+ * weights); expert indices compared as sets per token, slot-aligned weights and outputs;
+ * values compared at real tokens only (transformers' padding rows are not meaningful). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/internal.h"
+#include "test_util.h"
+
+#define TOL 1e-5
+
+static const char *const FIXTURES[] = {"minimax_m2/fp32", "minimax_m2/bf16", "minimax_m2/fp8"};
+
+static const char *const TOKEN_VALUES[] = {
+    "token_embeddings", "final_norm_output", "lm_head_output", "logits",
+};
+static const char *const BLOCK_VALUES[] = {
+    "layer_input", "attention_norm_output", "layer_mid", "mlp_norm_output", "mlp_input", "layer_output",
+    "self_attn.attention_head_outputs", "self_attn.attention_premix", "self_attn.attention_output",
+    "mlp.router_logits", "mlp.routed_output", "mlp.mlp_output",
+};
+static const char *const HEAD_VALUES[] = {
+    "self_attn.attention_queries", "self_attn.attention_keys", "self_attn.attention_values",
+};
+static const char *const PATTERN_VALUES[] = {
+    "self_attn.attention_scores", "self_attn.attention_probabilities",
+};
+
+/* Runs the fixture's prompts with every served value saved. */
+static nnt_trace *run_all(nnt_runtime *rt, nnt_model *m, const t_ref *r)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    const char *model_values[] = {"token_embeddings", "final_norm_output", "lm_head_output", "logits", "next_token_probs"};
+    for (size_t i = 0; i < sizeof model_values / sizeof *model_values; i++) T_OK(rt, nnt_trace_save(t, model_values[i]));
+    const char *block[] = {"layer_input", "attention_norm_output", "layer_mid", "mlp_norm_output", "mlp_input",
+                           "layer_output", "self_attn.attention_queries", "self_attn.attention_keys",
+                           "self_attn.attention_values", "self_attn.attention_scores", "self_attn.attention_probabilities",
+                           "self_attn.attention_head_outputs", "self_attn.attention_premix", "self_attn.attention_output",
+                           "mlp.router_logits", "mlp.expert_weights", "mlp.expert_indices", "mlp.expert_outputs",
+                           "mlp.routed_output", "mlp.mlp_output"};
+    for (size_t i = 0; i < sizeof block / sizeof *block; i++) {
+        char p[128];
+        snprintf(p, sizeof p, "layers.*.%s", block[i]);
+        T_OK(rt, nnt_trace_save(t, p));
+    }
+    T_OK(rt, nnt_trace_run(t, r->ids, r->mask, r->batch, r->seq));
+    return t;
+}
+
+static void check_value(const t_ref *r, nnt_trace *t, const char *key, int kind)
+{
+    nnt_tensor ref;
+    if (t_ref_get(r, key, &ref) != 0) {
+        fprintf(stderr, "\n  reference lacks %s\n", key);
+        CU_FAIL("reference value missing");
+        return;
+    }
+    const nnt_tensor *got = nnt_trace_get(t, key);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    unsigned char *sel = kind == 0 ? t_sel_tokens(r, got) : kind == 1 ? t_sel_heads(r, got) : kind == 2 ? t_sel_pattern(r, got) : NULL;
+    double e = t_rel_err(got, &ref, sel);
+    if (e < 0 || e > TOL) fprintf(stderr, "\n  %s: %s relative error %.3g\n", r->path, key, e);
+    CU_ASSERT(e >= 0 && e <= TOL);
+    free(sel);
+    nnt_tensor_free(&ref);
+}
+
+/* expert_indices as sets; expert_weights and expert_outputs aligned to the reference's slots */
+static void check_routing(const t_ref *r, nnt_trace *t, int layer)
+{
+    char ki[96], kw[96], ko[96];
+    snprintf(ki, sizeof ki, "layers.%d.mlp.expert_indices", layer);
+    snprintf(kw, sizeof kw, "layers.%d.mlp.expert_weights", layer);
+    snprintf(ko, sizeof ko, "layers.%d.mlp.expert_outputs", layer);
+    nnt_tensor ri, rw, ro;
+    CU_ASSERT_FATAL(t_ref_get(r, ki, &ri) == 0 && t_ref_get(r, kw, &rw) == 0 && t_ref_get(r, ko, &ro) == 0);
+    const nnt_tensor *gi = nnt_trace_get(t, ki), *gw = nnt_trace_get(t, kw), *go = nnt_trace_get(t, ko);
+    CU_ASSERT_FATAL(gi && gw && go);
+    int K = (int)gi->shape[2];
+    int64_t H = go->shape[3];
+    double scale_w = 0, scale_o = 0, err_w = 0, err_o = 0;
+    int set_mismatch = 0;
+    for (int64_t tok = 0; tok < (int64_t)r->batch * r->seq; tok++) {
+        if (!r->mask[tok]) continue;
+        for (int s = 0; s < K; s++) {
+            int64_t e = (int64_t)nnt_tensor_get_f64(&ri, tok * K + s);
+            int found = -1;
+            for (int q = 0; q < K; q++)
+                if ((int64_t)nnt_tensor_get_f64(gi, tok * K + q) == e) found = q;
+            if (found < 0) {
+                set_mismatch++;
+                continue;
+            }
+            double wr = nnt_tensor_get_f64(&rw, tok * K + s), wg = nnt_tensor_get_f64(gw, tok * K + found);
+            scale_w = fmax(scale_w, fabs(wr));
+            err_w = fmax(err_w, fabs(wr - wg));
+            for (int64_t h = 0; h < H; h++) {
+                double a = nnt_tensor_get_f64(&ro, (tok * K + s) * H + h), b = nnt_tensor_get_f64(go, (tok * K + found) * H + h);
+                scale_o = fmax(scale_o, fabs(a));
+                err_o = fmax(err_o, fabs(a - b));
+            }
+        }
+    }
+    if (set_mismatch || err_w > TOL * scale_w || err_o > TOL * scale_o)
+        fprintf(stderr, "\n  %s block %d: %d slot mismatches, weight err %.3g, output err %.3g\n", r->path, layer,
+                set_mismatch, err_w / scale_w, err_o / scale_o);
+    CU_ASSERT_EQUAL(set_mismatch, 0);
+    CU_ASSERT(err_w <= TOL * scale_w);
+    CU_ASSERT(err_o <= TOL * scale_o);
+    nnt_tensor_free(&ri);
+    nnt_tensor_free(&rw);
+    nnt_tensor_free(&ro);
+}
+
+static void check_fixture(const char *rel)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, rel);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, rel) == 0);
+    nnt_trace *t = run_all(rt, m, &r);
+    int L = nnt_model_get_info(m)->num_layers;
+    for (size_t i = 0; i < sizeof TOKEN_VALUES / sizeof *TOKEN_VALUES; i++) check_value(&r, t, TOKEN_VALUES[i], 0);
+    check_value(&r, t, "next_token_probs", 3);
+    char key[128];
+    for (int l = 0; l < L; l++) {
+        for (size_t i = 0; i < sizeof BLOCK_VALUES / sizeof *BLOCK_VALUES; i++) {
+            snprintf(key, sizeof key, "layers.%d.%s", l, BLOCK_VALUES[i]);
+            check_value(&r, t, key, 0);
+        }
+        for (size_t i = 0; i < sizeof HEAD_VALUES / sizeof *HEAD_VALUES; i++) {
+            snprintf(key, sizeof key, "layers.%d.%s", l, HEAD_VALUES[i]);
+            check_value(&r, t, key, 1);
+        }
+        for (size_t i = 0; i < sizeof PATTERN_VALUES / sizeof *PATTERN_VALUES; i++) {
+            snprintf(key, sizeof key, "layers.%d.%s", l, PATTERN_VALUES[i]);
+            check_value(&r, t, key, 2);
+        }
+        check_routing(&r, t, l);
+    }
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+static void test_fp32(void) { check_fixture(FIXTURES[0]); }
+static void test_bf16_sharded(void) { check_fixture(FIXTURES[1]); }
+static void test_fp8_blocks(void) { check_fixture(FIXTURES[2]); }
+
+/* The bf16 checkpoint run entirely in bfloat16 by transformers stays close to nnt's float32
+ * compute on the same weights (a loose sanity bound: bf16 rounds every activation). */
+static void test_bf16_compute_close(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, FIXTURES[1]);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[1]) == 0);
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "logits"));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    nnt_tensor ref;
+    CU_ASSERT_FATAL(t_ref_get(&r, "bf16_compute.logits", &ref) == 0);
+    unsigned char *sel = t_sel_tokens(&r, &ref);
+    double e = t_rel_err(nnt_trace_get(t, "logits"), &ref, sel);
+    CU_ASSERT(e >= 0 && e < 0.05);
+    free(sel);
+    nnt_tensor_free(&ref);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* ---- identities of the page ---- */
+
+static void test_identities(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, FIXTURES[0]);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    nnt_trace *t = run_all(rt, m, &r);
+    const nnt_model_info *info = nnt_model_get_info(m);
+    int L = info->num_layers;
+    int64_t H = info->hidden_size, M = (int64_t)r.batch * r.seq;
+    char k[128];
+    for (int l = 0; l < L; l++) {
+        const nnt_tensor *x, *a, *mo, *o, *eo, *ro;
+        snprintf(k, sizeof k, "layers.%d.layer_input", l);
+        x = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.self_attn.attention_output", l);
+        a = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.mlp.mlp_output", l);
+        mo = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.layer_output", l);
+        o = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.mlp.expert_outputs", l);
+        eo = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.mlp.routed_output", l);
+        ro = nnt_trace_get(t, k);
+        CU_ASSERT_FATAL(x && a && mo && o && eo && ro);
+        int K = (int)eo->shape[2];
+        double worst_sum = 0, worst_moe = 0, scale = 0;
+        for (int64_t i = 0; i < M * H; i++) {
+            double out = nnt_tensor_get_f64(o, i);
+            scale = fmax(scale, fabs(out));
+            double sum = nnt_tensor_get_f64(x, i) + nnt_tensor_get_f64(a, i) + nnt_tensor_get_f64(mo, i);
+            worst_sum = fmax(worst_sum, fabs(sum - out));
+            int64_t tok = i / H, h = i % H;
+            double slots = 0;
+            for (int s = 0; s < K; s++) slots += nnt_tensor_get_f64(eo, (tok * K + s) * H + h);
+            worst_moe = fmax(worst_moe, fabs(slots - nnt_tensor_get_f64(ro, i)));
+            worst_moe = fmax(worst_moe, fabs(nnt_tensor_get_f64(ro, i) - nnt_tensor_get_f64(mo, i)));
+        }
+        CU_ASSERT(worst_sum <= 1e-6 * scale);
+        CU_ASSERT(worst_moe <= 1e-6 * scale);
+        /* the block hands its output to the next block */
+        if (l + 1 < L) {
+            snprintf(k, sizeof k, "layers.%d.layer_input", l + 1);
+            CU_ASSERT(t_rel_err(nnt_trace_get(t, k), o, NULL) == 0.0);
+        }
+    }
+    /* a saved value is a copy: later in-place updates of the residual do not reach it */
+    CU_ASSERT(t_rel_err(nnt_trace_get(t, "layers.0.layer_input"), nnt_trace_get(t, "token_embeddings"), NULL) == 0.0);
+    CU_ASSERT(t_rel_err(nnt_trace_get(t, "layers.0.layer_input"), nnt_trace_get(t, "layers.0.layer_mid"), NULL) > 1e-3);
+
+    /* logit lens on the last block: the final RMSNorm and lm_head, computed here from the
+     * checkpoint's own weights, reproduce logits */
+    char dir[512], file[600];
+    snprintf(file, sizeof file, "%s/model.safetensors", t_fixture(FIXTURES[0], dir, sizeof dir));
+    nnt_tensor normw, head;
+    T_OK(rt, nnt_safetensors_read(rt, file, "model.norm.weight", &normw));
+    T_OK(rt, nnt_safetensors_read(rt, file, "lm_head.weight", &head));
+    snprintf(k, sizeof k, "layers.%d.layer_output", L - 1);
+    const nnt_tensor *last = nnt_trace_get(t, k), *logits = nnt_trace_get(t, "logits");
+    int64_t V = info->vocab_size;
+    double worst = 0, scale = 0;
+    for (int64_t tok = 0; tok < M; tok++) {
+        const float *xr = (const float *)last->data + tok * H;
+        double ss = 0;
+        for (int64_t h = 0; h < H; h++) ss += (double)xr[h] * xr[h];
+        double inv = 1.0 / sqrt(ss / (double)H + 1e-6);
+        for (int64_t v = 0; v < V; v++) {
+            double acc = 0;
+            for (int64_t h = 0; h < H; h++)
+                acc += ((const float *)head.data)[v * H + h] * (xr[h] * inv * ((const float *)normw.data)[h]);
+            double want = ((const float *)logits->data)[tok * V + v];
+            scale = fmax(scale, fabs(want));
+            worst = fmax(worst, fabs(acc - want));
+        }
+    }
+    CU_ASSERT(worst <= 1e-5 * scale);
+    /* next_token_probs is the softmax of the last position's logits; rows sum to one */
+    const nnt_tensor *p = nnt_trace_get(t, "next_token_probs");
+    for (int b = 0; b < r.batch; b++) {
+        double s = 0;
+        for (int64_t v = 0; v < V; v++) s += nnt_tensor_get_f64(p, b * V + v);
+        CU_ASSERT_DOUBLE_EQUAL(s, 1.0, 1e-5);
+    }
+    nnt_tensor_free(&normw);
+    nnt_tensor_free(&head);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* The router identity of the page: indices are the top-k of sigmoid(logits) + bias; weights are
+ * the chosen sigmoids without the bias, renormalised. The bias comes from the checkpoint. */
+static void test_router_identity(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, FIXTURES[0]);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    nnt_trace *t = run_all(rt, m, &r);
+    char dir[512], file[600];
+    snprintf(file, sizeof file, "%s/model.safetensors", t_fixture(FIXTURES[0], dir, sizeof dir));
+    const nnt_model_info *info = nnt_model_get_info(m);
+    int E = info->num_experts, K = info->top_k, biased_choices = 0;
+    for (int l = 0; l < info->num_layers; l++) {
+        char k[128];
+        snprintf(k, sizeof k, "model.layers.%d.block_sparse_moe.e_score_correction_bias", l);
+        nnt_tensor bias;
+        T_OK(rt, nnt_safetensors_read(rt, file, k, &bias));
+        snprintf(k, sizeof k, "layers.%d.mlp.router_logits", l);
+        const nnt_tensor *lg = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.mlp.expert_indices", l);
+        const nnt_tensor *ix = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.mlp.expert_weights", l);
+        const nnt_tensor *w = nnt_trace_get(t, k);
+        for (int64_t tok = 0; tok < (int64_t)r.batch * r.seq; tok++) {
+            double sig[64], choice[64], sum = 0;
+            for (int e = 0; e < E; e++) {
+                sig[e] = 1.0 / (1.0 + exp(-nnt_tensor_get_f64(lg, tok * E + e)));
+                choice[e] = sig[e] + nnt_tensor_get_f64(&bias, e);
+            }
+            /* the k-th best by choice must be in the set; count where the unbiased top-k differs */
+            int chosen[64] = {0}, unbiased[64] = {0};
+            for (int s = 0; s < K; s++) {
+                int best = -1, ub = -1;
+                for (int e = 0; e < E; e++) {
+                    if (!chosen[e] && (best < 0 || choice[e] > choice[best])) best = e;
+                    if (!unbiased[e] && (ub < 0 || sig[e] > sig[ub])) ub = e;
+                }
+                chosen[best] = 1;
+                unbiased[ub] = 1;
+            }
+            for (int s = 0; s < K; s++) sum += sig[(int)nnt_tensor_get_f64(ix, tok * K + s)];
+            int differs = 0;
+            for (int s = 0; s < K; s++) {
+                int e = (int)nnt_tensor_get_f64(ix, tok * K + s);
+                CU_ASSERT(chosen[e]);
+                differs |= !unbiased[e];
+                CU_ASSERT_DOUBLE_EQUAL(nnt_tensor_get_f64(w, tok * K + s), sig[e] / sum, 1e-6);
+            }
+            biased_choices += differs;
+        }
+        nnt_tensor_free(&bias);
+    }
+    /* the fixture's bias matters somewhere, so the test can tell bias-in-weights from bias-for-choice */
+    CU_ASSERT(biased_choices > 0);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* ---- write semantics ---- */
+
+/* Zeroing expert e's weight where expert_indices == e changes mlp_output on exactly the tokens
+ * that chose e. */
+static void test_ablation(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, FIXTURES[0]);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    const nnt_model_info *info = nnt_model_get_info(m);
+    int64_t M = (int64_t)r.batch * r.seq, H = info->hidden_size;
+    int K = info->top_k;
+    for (int e = 0; e < info->num_experts; e++) {
+        nnt_trace *clean, *abl;
+        T_OK(rt, nnt_trace_new(m, &clean));
+        T_OK(rt, nnt_trace_save(clean, "layers.1.mlp.expert_indices"));
+        T_OK(rt, nnt_trace_save(clean, "layers.1.mlp.mlp_output"));
+        T_OK(rt, nnt_trace_run(clean, r.ids, r.mask, r.batch, r.seq));
+        T_OK(rt, nnt_trace_new(m, &abl));
+        T_OK(rt, nnt_trace_masked_fill(abl, "layers.1.mlp.expert_weights", "layers.1.mlp.expert_indices", e, 0.0f));
+        T_OK(rt, nnt_trace_save(abl, "layers.1.mlp.expert_weights"));
+        T_OK(rt, nnt_trace_save(abl, "layers.1.mlp.mlp_output"));
+        T_OK(rt, nnt_trace_run(abl, r.ids, r.mask, r.batch, r.seq));
+        const nnt_tensor *idx = nnt_trace_get(clean, "layers.1.mlp.expert_indices");
+        const nnt_tensor *a = nnt_trace_get(clean, "layers.1.mlp.mlp_output"), *b = nnt_trace_get(abl, "layers.1.mlp.mlp_output");
+        const nnt_tensor *w = nnt_trace_get(abl, "layers.1.mlp.expert_weights");
+        int mismatches = 0, chose_any = 0;
+        for (int64_t tok = 0; tok < M; tok++) {
+            int chose = 0, changed = 0;
+            for (int s = 0; s < K; s++) {
+                int hit = (int)nnt_tensor_get_f64(idx, tok * K + s) == e;
+                chose |= hit;
+                if (hit) CU_ASSERT(nnt_tensor_get_f64(w, tok * K + s) == 0.0);
+            }
+            for (int64_t h = 0; h < H; h++) changed |= nnt_tensor_get_f64(a, tok * H + h) != nnt_tensor_get_f64(b, tok * H + h);
+            mismatches += chose != changed;
+            chose_any |= chose;
+        }
+        CU_ASSERT_EQUAL(mismatches, 0);
+        nnt_trace_free(clean);
+        nnt_trace_free(abl);
+    }
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* A written router_logits moves both the choice and the weights: logits of +4 on expert 5 and
+ * +3 on expert 2 (0 elsewhere) make {5, 2} the choice, weighted by their renormalised sigmoids. */
+static void test_write_router_logits(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, FIXTURES[0]);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    const nnt_model_info *info = nnt_model_get_info(m);
+    int E = info->num_experts, K = info->top_k;
+    CU_ASSERT_FATAL(K == 2 && E > 5);
+    nnt_tensor v;
+    int64_t shape[3] = {r.batch, r.seq, E};
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&v, NNT_F32, 3, shape) == NNT_OK);
+    for (int64_t tok = 0; tok < (int64_t)r.batch * r.seq; tok++) {
+        ((float *)v.data)[tok * E + 5] = 4.0f;
+        ((float *)v.data)[tok * E + 2] = 3.0f;
+    }
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_set(t, "layers.1.mlp.router_logits", &v));
+    T_OK(rt, nnt_trace_save(t, "layers.1.mlp.router_logits"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.mlp.expert_indices"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.mlp.expert_weights"));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    CU_ASSERT(t_rel_err(nnt_trace_get(t, "layers.1.mlp.router_logits"), &v, NULL) == 0.0);
+    const nnt_tensor *ix = nnt_trace_get(t, "layers.1.mlp.expert_indices"), *w = nnt_trace_get(t, "layers.1.mlp.expert_weights");
+    double s5 = 1.0 / (1.0 + exp(-4.0)), s2 = 1.0 / (1.0 + exp(-3.0));
+    for (int64_t tok = 0; tok < (int64_t)r.batch * r.seq; tok++) {
+        for (int s = 0; s < K; s++) {
+            int e = (int)nnt_tensor_get_f64(ix, tok * K + s);
+            CU_ASSERT(e == 5 || e == 2);
+            CU_ASSERT_DOUBLE_EQUAL(nnt_tensor_get_f64(w, tok * K + s), (e == 5 ? s5 : s2) / (s5 + s2), 1e-6);
+        }
+    }
+    nnt_tensor_free(&v);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* A written attention_probabilities sets the mix: all weight on each row's first real key
+ * makes every head output equal that key's value vector (through its key/value head). */
+static void test_write_probabilities(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, FIXTURES[0]);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    const nnt_model_info *info = nnt_model_get_info(m);
+    int64_t B = r.batch, T = r.seq, Hq = info->num_heads, Hkv = info->num_kv_heads, D = info->head_dim;
+    nnt_tensor p;
+    int64_t shape[4] = {B, Hq, T, T};
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&p, NNT_F32, 4, shape) == NNT_OK);
+    int first[8];
+    for (int b = 0; b < B; b++) {
+        first[b] = 0;
+        while (!r.mask[b * T + first[b]]) first[b]++;
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t q = 0; q < T; q++) ((float *)p.data)[((b * Hq + h) * T + q) * T + first[b]] = 1.0f;
+    }
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_set(t, "layers.0.self_attn.attention_probabilities", &p));
+    T_OK(rt, nnt_trace_save(t, "layers.0.self_attn.attention_values"));
+    T_OK(rt, nnt_trace_save(t, "layers.0.self_attn.attention_head_outputs"));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    const nnt_tensor *v = nnt_trace_get(t, "layers.0.self_attn.attention_values");
+    const nnt_tensor *o = nnt_trace_get(t, "layers.0.self_attn.attention_head_outputs");
+    double worst = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t q = 0; q < T; q++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t d = 0; d < D; d++) {
+                    double want = nnt_tensor_get_f64(v, ((b * Hkv + h / (Hq / Hkv)) * T + first[b]) * D + d);
+                    double got = nnt_tensor_get_f64(o, ((b * T + q) * Hq + h) * D + d);
+                    worst = fmax(worst, fabs(want - got));
+                }
+    CU_ASSERT(worst < 1e-6);
+    nnt_tensor_free(&p);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* A written layer_output reaches the next block: adding a vector to every position of block
+ * 0's output shows up, exactly, in block 1's input; and steering changes the logits. */
+static void test_write_layer_output(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, FIXTURES[0]);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    int64_t H = nnt_model_get_info(m)->hidden_size, M = (int64_t)r.batch * r.seq;
+    nnt_tensor vec;
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&vec, NNT_F32, 1, &H) == NNT_OK);
+    for (int64_t h = 0; h < H; h++) ((float *)vec.data)[h] = (float)(h % 7) - 3.0f;
+    nnt_trace *clean, *t;
+    T_OK(rt, nnt_trace_new(m, &clean));
+    T_OK(rt, nnt_trace_save(clean, "layers.0.layer_output"));
+    T_OK(rt, nnt_trace_save(clean, "logits"));
+    T_OK(rt, nnt_trace_run(clean, r.ids, r.mask, r.batch, r.seq));
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_add(t, "layers[0].output", &vec, 0.5f));
+    T_OK(rt, nnt_trace_save(t, "layers.1.input"));
+    T_OK(rt, nnt_trace_save(t, "logits"));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    const nnt_tensor *a = nnt_trace_get(clean, "layers.0.layer_output"), *b = nnt_trace_get(t, "layers.1.layer_input");
+    double worst = 0;
+    for (int64_t i = 0; i < M * H; i++)
+        worst = fmax(worst, fabs(nnt_tensor_get_f64(a, i) + 0.5 * ((float *)vec.data)[i % H] - nnt_tensor_get_f64(b, i)));
+    CU_ASSERT(worst < 1e-6);
+    CU_ASSERT(t_rel_err(nnt_trace_get(t, "logits"), nnt_trace_get(clean, "logits"), NULL) > 1e-3);
+    nnt_tensor_free(&vec);
+    nnt_trace_free(clean);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* An edit callback sees the value and its changes are what later values see; requests on one
+ * value run in order, so a save before the edit keeps the original. */
+static nnt_status zero_head0(void *user, const char *path, int layer, nnt_tensor *v, nnt_error *err)
+{
+    int *calls = user;
+    (*calls)++;
+    if (v->ndim != 4 || strcmp(path, "layers.1.self_attn.attention_queries") != 0 || layer != 1) {
+        snprintf(err->msg, sizeof err->msg, "unexpected value %s", path);
+        return NNT_ERR_INVALID_ARGUMENT;
+    }
+    int64_t B = v->shape[0], H = v->shape[1], TD = v->shape[2] * v->shape[3];
+    for (int64_t b = 0; b < B; b++) memset((float *)v->data + b * H * TD, 0, (size_t)TD * sizeof(float));
+    return NNT_OK;
+}
+
+static nnt_status failing_edit(void *user, const char *path, int layer, nnt_tensor *v, nnt_error *err)
+{
+    snprintf(err->msg, sizeof err->msg, "refusing %s", path);
+    return NNT_ERR_INVALID_ARGUMENT;
+}
+
+static void test_edit_callback(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, FIXTURES[0]);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    int calls = 0;
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.attention_queries"));
+    T_OK(rt, nnt_trace_edit(t, "layers.1.self_attn.attention_queries", zero_head0, &calls));
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.attention_queries"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.attention_scores"));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    CU_ASSERT_EQUAL(calls, 1);
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 3);
+    const char *p0, *p1;
+    const nnt_tensor *before, *after, *scores;
+    nnt_trace_result(t, 0, &p0, &before);
+    nnt_trace_result(t, 1, &p1, &after);
+    scores = nnt_trace_get(t, "layers.1.self_attn.attention_scores");
+    int64_t TD = after->shape[2] * after->shape[3], T = r.seq;
+    double head0 = 0, other_before = 0, other_after = 0;
+    for (int64_t i = 0; i < TD; i++) {
+        head0 += fabs(nnt_tensor_get_f64(after, i));
+        other_before += nnt_tensor_get_f64(before, TD + i);
+        other_after += nnt_tensor_get_f64(after, TD + i);
+    }
+    CU_ASSERT(head0 == 0.0);
+    CU_ASSERT(other_before == other_after);
+    CU_ASSERT(nnt_tensor_get_f64(before, 0) != 0.0);
+    /* head 0's scores are 0 at every visible key of row 0 */
+    for (int64_t q = 0; q < T; q++)
+        for (int64_t k = 0; k <= q; k++) CU_ASSERT(nnt_tensor_get_f64(scores, q * T + k) == 0.0);
+    nnt_trace_free(t);
+    /* a failing callback stops the run with its message */
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_edit(t, "layers.0.layer_mid", failing_edit, NULL));
+    T_FAILS(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq), NNT_ERR_CALLBACK, "refusing layers.0.layer_mid");
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* Left padding does not move a row's real tokens: the padded row of the batch equals the same
+ * prompt run alone (positions count real tokens from 0). */
+static void test_padding_invariance(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, FIXTURES[0]);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    int b = 1, pads = 0;
+    while (!r.mask[b * r.seq + pads]) pads++;
+    CU_ASSERT_FATAL(pads > 0);
+    int n = r.seq - pads;
+    nnt_trace *batch, *alone;
+    T_OK(rt, nnt_trace_new(m, &batch));
+    T_OK(rt, nnt_trace_save(batch, "logits"));
+    T_OK(rt, nnt_trace_run(batch, r.ids, r.mask, r.batch, r.seq));
+    T_OK(rt, nnt_trace_new(m, &alone));
+    T_OK(rt, nnt_trace_save(alone, "logits"));
+    T_OK(rt, nnt_trace_run(alone, r.ids + b * r.seq + pads, NULL, 1, n));
+    const nnt_tensor *x = nnt_trace_get(batch, "logits"), *y = nnt_trace_get(alone, "logits");
+    int64_t V = x->shape[2];
+    double worst = 0, scale = 0;
+    for (int t = 0; t < n; t++)
+        for (int64_t v = 0; v < V; v++) {
+            double a = nnt_tensor_get_f64(x, ((int64_t)b * r.seq + pads + t) * V + v), c = nnt_tensor_get_f64(y, (int64_t)t * V + v);
+            worst = fmax(worst, fabs(a - c));
+            scale = fmax(scale, fabs(c));
+        }
+    CU_ASSERT(worst <= 1e-5 * scale);
+    nnt_trace_free(batch);
+    nnt_trace_free(alone);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* transformers' in-memory names: experts fused into 3-D tensors (gate rows, then up rows),
+ * the router and bias under mlp. A checkpoint written that way loads and gives the same
+ * values as the hub spelling. */
+static void test_fused_expert_names(void)
+{
+    char fx[512], src[768], dir[768], dst[800];
+    snprintf(dir, sizeof dir, "%s/fused", t_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(src, sizeof src, "%s/config.json", t_fixture(FIXTURES[0], fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    CU_ASSERT_FATAL(t_copy_file(src, dst) == 0);
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture(FIXTURES[0], fx, sizeof fx));
+    nnt_st_file *f;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_st_open(src, &f, &err), NNT_OK);
+    enum { L = 3, E = 8, I = 48, H = 64 };
+    int cap = f->n_entries;
+    const char **keys = calloc((size_t)cap, sizeof *keys);
+    char **names = calloc((size_t)cap, sizeof *names);
+    nnt_tensor *ts = calloc((size_t)cap, sizeof *ts);
+    const nnt_tensor **vals = calloc((size_t)cap, sizeof *vals);
+    float *gu = malloc(sizeof(float) * L * E * 2 * I * H), *dn = malloc(sizeof(float) * L * E * H * I);
+    CU_ASSERT_FATAL(keys && names && ts && vals && gu && dn);
+    int n = 0;
+    for (int i = 0; i < f->n_entries; i++) {
+        const nnt_st_entry *e = &f->entries[i];
+        int layer, ex;
+        char which[8];
+        const float *data = (const float *)(f->data + e->begin);
+        if (sscanf(e->name, "model.layers.%d.block_sparse_moe.experts.%d.%2[w0-9].weight", &layer, &ex, which) == 3) {
+            size_t sz = (size_t)I * H;
+            if (strcmp(which, "w1") == 0) memcpy(gu + ((size_t)layer * E + ex) * 2 * sz, data, sz * sizeof(float));
+            if (strcmp(which, "w3") == 0) memcpy(gu + ((size_t)layer * E + ex) * 2 * sz + sz, data, sz * sizeof(float));
+            if (strcmp(which, "w2") == 0) memcpy(dn + ((size_t)layer * E + ex) * sz, data, sz * sizeof(float));
+            continue;
+        }
+        char renamed[256];
+        const char *moe = strstr(e->name, "block_sparse_moe.");
+        if (moe)
+            snprintf(renamed, sizeof renamed, "%.*smlp.%s", (int)(moe - e->name), e->name, moe + strlen("block_sparse_moe."));
+        else
+            snprintf(renamed, sizeof renamed, "%s", e->name);
+        names[n] = strdup(renamed);
+        ts[n] = (nnt_tensor){e->dtype, e->ndim, {e->shape[0], e->shape[1]}, (void *)data, 0};
+        keys[n] = names[n];
+        vals[n] = &ts[n];
+        n++;
+    }
+    nnt_tensor fused[2 * L];
+    char *fnames[2 * L];
+    for (int l = 0; l < L; l++) {
+        char k[128];
+        snprintf(k, sizeof k, "model.layers.%d.mlp.experts.gate_up_proj", l);
+        fnames[2 * l] = strdup(k);
+        fused[2 * l] = (nnt_tensor){NNT_F32, 3, {E, 2 * I, H}, gu + (size_t)l * E * 2 * I * H, 0};
+        snprintf(k, sizeof k, "model.layers.%d.mlp.experts.down_proj", l);
+        fnames[2 * l + 1] = strdup(k);
+        fused[2 * l + 1] = (nnt_tensor){NNT_F32, 3, {E, H, I}, dn + (size_t)l * E * H * I, 0};
+    }
+    const char **all_keys = calloc((size_t)(n + 2 * L), sizeof *all_keys);
+    const nnt_tensor **all_vals = calloc((size_t)(n + 2 * L), sizeof *all_vals);
+    for (int i = 0; i < n; i++) {
+        all_keys[i] = keys[i];
+        all_vals[i] = vals[i];
+    }
+    for (int i = 0; i < 2 * L; i++) {
+        all_keys[n + i] = fnames[i];
+        all_vals[n + i] = &fused[i];
+    }
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    CU_ASSERT_EQUAL_FATAL(nnt_st_write(dst, n + 2 * L, all_keys, all_vals, NULL, &err), NNT_OK);
+    nnt_st_close(f);
+
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, dir, &m));
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    nnt_trace *t = run_all(rt, m, &r);
+    check_value(&r, t, "logits", 0);
+    for (int l = 0; l < L; l++) {
+        char k[96];
+        snprintf(k, sizeof k, "layers.%d.mlp.mlp_output", l);
+        check_value(&r, t, k, 0);
+        check_routing(&r, t, l);
+    }
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+    for (int i = 0; i < n; i++) free(names[i]);
+    for (int i = 0; i < 2 * L; i++) free(fnames[i]);
+    free(all_keys);
+    free(all_vals);
+    free(keys);
+    free(names);
+    free(ts);
+    free(vals);
+    free(gu);
+    free(dn);
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("minimax_m2", NULL, NULL);
+    if (!s) return -1;
+    if (!CU_add_test(s, "fp32 fixture matches transformers on every value", test_fp32) ||
+        !CU_add_test(s, "bf16 sharded fixture matches transformers", test_bf16_sharded) ||
+        !CU_add_test(s, "fp8 block-scaled fixture matches transformers", test_fp8_blocks) ||
+        !CU_add_test(s, "fused 3-D expert tensors load like the hub's", test_fused_expert_names) ||
+        !CU_add_test(s, "bf16 compute in transformers stays close", test_bf16_compute_close) ||
+        !CU_add_test(s, "page identities: block sum, experts sum, lens", test_identities) ||
+        !CU_add_test(s, "router identity: bias chooses, sigmoid weighs", test_router_identity) ||
+        !CU_add_test(s, "expert ablation changes exactly the routed tokens", test_ablation) ||
+        !CU_add_test(s, "written router_logits move choice and weights", test_write_router_logits) ||
+        !CU_add_test(s, "written attention_probabilities set the mix", test_write_probabilities) ||
+        !CU_add_test(s, "written layer_output reaches the next block", test_write_layer_output) ||
+        !CU_add_test(s, "edit callbacks run in request order", test_edit_callback) ||
+        !CU_add_test(s, "left padding leaves real tokens unchanged", test_padding_invariance))
+        return -1;
+    return 0;
+}

@@ -1,0 +1,132 @@
+/* test_safetensors.c - the safetensors reader rejects every malformed file with a message that
+ * names the file and the problem, and the writer produces files the reader (and Python's
+ * safetensors, whose header rules it follows) accepts. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "test_util.h"
+
+/* Writes a file: 8-byte length (hlen_override if >= 0), header text, then nbytes of data. */
+static const char *raw_file(const char *name, const char *header, long long hlen_override, size_t nbytes)
+{
+    static char path[768];
+    snprintf(path, sizeof path, "%s/%s", t_tmpdir(), name);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    uint64_t h = hlen_override >= 0 ? (uint64_t)hlen_override : strlen(header);
+    for (int i = 0; i < 8; i++) fputc((int)((h >> (8 * i)) & 0xff), f);
+    fputs(header, f);
+    for (size_t i = 0; i < nbytes; i++) fputc((int)(i & 0xff), f);
+    fclose(f);
+    return path;
+}
+
+static void expect_bad(const char *path, const char *needle)
+{
+    nnt_st_file *f = NULL;
+    nnt_error err = {0};
+    nnt_status st = nnt_st_open(path, &f, &err);
+    if (st != NNT_ERR_FORMAT || !strstr(err.msg, needle) || !strstr(err.msg, path))
+        fprintf(stderr, "\n  expected FORMAT error with '%s' for %s, got %s: %s\n", needle, path, nnt_status_str(st), err.msg);
+    CU_ASSERT_EQUAL(st, NNT_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, needle));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
+    CU_ASSERT_PTR_NULL(f);
+}
+
+static void test_truncated(void)
+{
+    char path[768];
+    snprintf(path, sizeof path, "%s/short.safetensors", t_tmpdir());
+    CU_ASSERT_FATAL(t_write_file(path, "abc") == 0);
+    expect_bad(path, "truncated: 3 bytes");
+}
+
+static void test_header_past_end(void)
+{
+    expect_bad(raw_file("past.safetensors", "{}", 1000, 0), "header length 1000 runs past the end");
+}
+
+static void test_malformed_json(void)
+{
+    expect_bad(raw_file("json.safetensors", "{\"w\": {\"dtype\": \"F32\", \"shape\": [2", -1, 0), "malformed header JSON");
+    expect_bad(raw_file("array.safetensors", "[1, 2]", -1, 0), "malformed header JSON");
+    expect_bad(raw_file("fields.safetensors", "{\"w\": {\"dtype\": \"F32\"}}", -1, 0), "needs a string 'dtype'");
+}
+
+static void test_offsets(void)
+{
+    expect_bad(raw_file("range.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", -1, 4),
+               "data_offsets [0, 8] fall outside the data section (4 bytes");
+    expect_bad(raw_file("overlap.safetensors",
+                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                        -1, 12),
+               "overlap");
+    expect_bad(raw_file("size.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", -1, 8),
+               "spans 8 bytes but dtype F32 and shape [3] need 12");
+    expect_bad(raw_file("dtype.safetensors", "{\"w\":{\"dtype\":\"Q7\",\"shape\":[3],\"data_offsets\":[0,3]}}", -1, 3),
+               "unknown dtype 'Q7'");
+    expect_bad(raw_file("neg.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[-3],\"data_offsets\":[0,3]}}", -1, 3),
+               "shape entry 0 is not a non-negative integer");
+}
+
+static void test_round_trip(void)
+{
+    nnt_runtime *rt = t_runtime();
+    char path[768];
+    snprintf(path, sizeof path, "%s/rt.safetensors", t_tmpdir());
+    nnt_tensor a, b;
+    int64_t sa[2] = {2, 3}, sb[1] = {5};
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&a, NNT_F32, 2, sa) == NNT_OK && nnt_tensor_alloc(&b, NNT_I32, 1, sb) == NNT_OK);
+    for (int i = 0; i < 6; i++) ((float *)a.data)[i] = 0.5f * (float)i - 1.0f;
+    for (int i = 0; i < 5; i++) ((int32_t *)b.data)[i] = 7 - 3 * i;
+    const char *keys[2] = {"layers.1.mlp.expert_weights", "x"};
+    const nnt_tensor *vals[2] = {&a, &b};
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_st_write(path, 2, keys, vals, "{\"producer\":\"test\"}", &err), NNT_OK);
+    nnt_st_file *f;
+    CU_ASSERT_EQUAL_FATAL(nnt_st_open(path, &f, &err), NNT_OK);
+    CU_ASSERT_EQUAL(f->n_entries, 2);
+    CU_ASSERT_EQUAL((f->data - (const uint8_t *)f->map) % 8, 0); /* header padded to 8 bytes */
+    nnt_st_close(f);
+    nnt_tensor a2, b2;
+    T_OK(rt, nnt_safetensors_read(rt, path, "layers.1.mlp.expert_weights", &a2));
+    T_OK(rt, nnt_safetensors_read(rt, path, "x", &b2));
+    CU_ASSERT(a2.dtype == NNT_F32 && a2.ndim == 2 && a2.shape[0] == 2 && a2.shape[1] == 3);
+    CU_ASSERT(memcmp(a2.data, a.data, 24) == 0 && memcmp(b2.data, b.data, 20) == 0);
+    T_FAILS(rt, nnt_safetensors_read(rt, path, "nope", &b2), NNT_ERR_NOT_FOUND, "no tensor named 'nope'");
+    T_FAILS(rt, nnt_safetensors_read(rt, path, NULL, &b2), NNT_ERR_INVALID_ARGUMENT, "holds 2 tensors");
+    /* a write that cannot happen leaves nothing behind and reports the path */
+    char bad[800];
+    snprintf(bad, sizeof bad, "%s/no/such/dir/x.safetensors", t_tmpdir());
+    CU_ASSERT_EQUAL(nnt_st_write(bad, 2, keys, vals, NULL, &err), NNT_ERR_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, bad));
+    /* a duplicate key is refused before anything is written, and the old file stays intact */
+    const char *dup[2] = {"x", "x"};
+    CU_ASSERT_EQUAL(nnt_st_write(path, 2, dup, vals, NULL, &err), NNT_ERR_INVALID_ARGUMENT);
+    nnt_tensor_free(&b2);
+    T_OK(rt, nnt_safetensors_read(rt, path, "x", &b2));
+    CU_ASSERT(memcmp(b2.data, b.data, 20) == 0);
+    nnt_tensor_free(&a);
+    nnt_tensor_free(&b);
+    nnt_tensor_free(&a2);
+    nnt_tensor_free(&b2);
+    nnt_runtime_close(rt);
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("safetensors", NULL, NULL);
+    if (!s) return -1;
+    if (!CU_add_test(s, "a truncated file", test_truncated) ||
+        !CU_add_test(s, "a header length past the end", test_header_past_end) ||
+        !CU_add_test(s, "malformed header JSON", test_malformed_json) ||
+        !CU_add_test(s, "offsets out of range, overlapping, or of the wrong size", test_offsets) ||
+        !CU_add_test(s, "write then read back", test_round_trip))
+        return -1;
+    return 0;
+}

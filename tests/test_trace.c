@@ -1,0 +1,216 @@
+/* test_trace.c - value paths and the checks a trace makes before the forward: unknown names
+ * (with suggestions), block indices out of range, values the family does not serve (with its
+ * reason), edits of read-only values, shapes of written tensors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static nnt_runtime *rt;
+static nnt_model *m;
+static t_ref ref;
+
+static int setup(void)
+{
+    if (nnt_runtime_open(t_ini(), &rt) != NNT_OK) return -1;
+    char dir[512];
+    if (nnt_model_load(rt, t_fixture("minimax_m2/fp32", dir, sizeof dir), &m) != NNT_OK) return -1;
+    return t_ref_open(&ref, rt, "minimax_m2/fp32");
+}
+
+static int teardown(void)
+{
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+    return 0;
+}
+
+static void test_path_forms(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers[1].mlp.expert_weights"));
+    T_OK(rt, nnt_trace_save(t, "model.layers.-1.layer_output"));
+    T_OK(rt, nnt_trace_save(t, "layers.*.self_attn.attention_output"));
+    T_OK(rt, nnt_trace_save(t, "layers.0.block_sparse_moe.router_logits")); /* the checkpoint's name, by RENAME */
+    T_OK(rt, nnt_trace_save(t, "layers.2.input"));
+    T_OK(rt, nnt_trace_save(t, "model.logits"));
+    T_OK(rt, nnt_trace_save(t, "input_size"));
+    T_OK(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq));
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 9);
+    CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, "layers.1.mlp.expert_weights"));
+    CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, "layers.2.layer_output"));
+    CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, "layers[2].output"));
+    CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, "layers.0.mlp.router_logits"));
+    CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, "layers.2.layer_input"));
+    for (int l = 0; l < 3; l++) {
+        char k[80];
+        snprintf(k, sizeof k, "layers.%d.self_attn.attention_output", l);
+        CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, k));
+    }
+    const nnt_tensor *size = nnt_trace_get(t, "input_size");
+    CU_ASSERT_FATAL(size != NULL);
+    CU_ASSERT_EQUAL(nnt_tensor_get_f64(size, 0), ref.batch);
+    CU_ASSERT_EQUAL(nnt_tensor_get_f64(size, 1), ref.seq);
+    /* the saved shapes follow the page's layouts */
+    const nnt_tensor *w = nnt_trace_get(t, "layers.1.mlp.expert_weights");
+    CU_ASSERT(w->ndim == 3 && w->shape[0] == ref.batch && w->shape[1] == ref.seq && w->shape[2] == 2);
+    nnt_trace_free(t);
+}
+
+static void test_unknown_paths(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_FAILS(rt, nnt_trace_save(t, "layers.1.mlp.expert_weight"), NNT_ERR_PATH, "did you mean 'expert_weights'");
+    T_FAILS(rt, nnt_trace_save(t, "layers.1.self_atn.attention_scores"), NNT_ERR_PATH, "did you mean 'self_attn'");
+    T_FAILS(rt, nnt_trace_save(t, "logit"), NNT_ERR_PATH, "did you mean 'logits'");
+    T_FAILS(rt, nnt_trace_save(t, "layer_output"), NNT_ERR_PATH, "layers.0.layer_output");
+    T_FAILS(rt, nnt_trace_save(t, "layers.1.attention_output"), NNT_ERR_PATH, "layers.0.self_attn.attention_output");
+    T_FAILS(rt, nnt_trace_save(t, "layers.1.logits"), NNT_ERR_PATH, "is a model value");
+    T_FAILS(rt, nnt_trace_save(t, "layers..1.mlp"), NNT_ERR_PATH, "is not of the form");
+    T_FAILS(rt, nnt_trace_save(t, "self_attn.attention_scores"), NNT_ERR_PATH, "needs a block");
+    nnt_trace_free(t);
+}
+
+static void test_index_range(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_FAILS(rt, nnt_trace_save(t, "layers.3.layer_output"), NNT_ERR_INDEX, "block 3 is out of range; the model has 3 blocks");
+    T_FAILS(rt, nnt_trace_save(t, "layers[-4].layer_output"), NNT_ERR_INDEX, "block -4 is out of range");
+    T_FAILS(rt, nnt_trace_zero(t, "layers.99.mlp.expert_weights"), NNT_ERR_INDEX, "out of range");
+    nnt_trace_free(t);
+}
+
+static void test_not_served(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_FAILS(rt, nnt_trace_save(t, "layers.0.mlp.shared_expert_output"), NNT_ERR_NOT_SERVED, "no shared expert");
+    T_FAILS(rt, nnt_trace_save(t, "layers.*.mlp.mlp_activation"), NNT_ERR_NOT_SERVED, "minimax_m2 family");
+    T_FAILS(rt, nnt_trace_save(t, "layers.1.linear_attn.state"), NNT_ERR_NOT_SERVED, "softmax attention");
+    T_FAILS(rt, nnt_trace_save(t, "layers.1.attention_comb"), NNT_ERR_NOT_SERVED, "single residual stream");
+    nnt_value_info vi;
+    T_OK(rt, nnt_model_value_info(m, "layers.2.mlp.mlp_neurons", NULL, &vi));
+    CU_ASSERT_EQUAL(vi.served, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(vi.reason, "routed"));
+    nnt_trace_free(t);
+}
+
+static void test_read_only(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_FAILS(rt, nnt_trace_zero(t, "next_token_probs"), NNT_ERR_READ_ONLY, "read-only");
+    T_FAILS(rt, nnt_trace_scale(t, "input_ids", 2.0f), NNT_ERR_READ_ONLY, "input_ids is read-only");
+    T_FAILS(rt, nnt_trace_zero(t, "attention_mask"), NNT_ERR_READ_ONLY, "read-only");
+    /* a failed request leaves the trace as it was */
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 0);
+    T_OK(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq));
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 0);
+    nnt_trace_free(t);
+}
+
+/* A written tensor of the wrong shape is refused before the forward runs: nothing is saved. */
+static void test_shapes_checked_before_forward(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    nnt_tensor v;
+    int64_t shape[3] = {ref.batch, ref.seq, 7};
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&v, NNT_F32, 3, shape) == NNT_OK);
+    T_OK(rt, nnt_trace_save(t, "token_embeddings"));
+    T_OK(rt, nnt_trace_set(t, "layers.1.mlp.router_logits", &v));
+    T_FAILS(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq), NNT_ERR_SHAPE, "[2, 24, 8]");
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 0);
+    nnt_trace_free(t);
+    T_OK(rt, nnt_trace_new(m, &t));
+    int64_t h = 5;
+    nnt_tensor vec;
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&vec, NNT_F32, 1, &h) == NNT_OK);
+    T_OK(rt, nnt_trace_add(t, "layers.0.layer_output", &vec, 1.0f));
+    T_FAILS(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq), NNT_ERR_SHAPE, "not the trailing axes");
+    nnt_trace_free(t);
+    /* a mask from another module is refused when asked */
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_FAILS(rt, nnt_trace_masked_fill(t, "layers.1.mlp.expert_weights", "layers.1.self_attn.attention_output", 0, 0.0f),
+            NNT_ERR_PATH, "same module");
+    T_FAILS(rt, nnt_trace_masked_fill(t, "layers.1.mlp.expert_weights", "layers.2.mlp.expert_indices", 0, 0.0f),
+            NNT_ERR_PATH, "same module of the same block");
+    nnt_trace_free(t);
+    nnt_tensor_free(&v);
+    nnt_tensor_free(&vec);
+}
+
+static void test_bad_inputs(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    int32_t ids[3] = {1, 256, 3}, mask[3] = {1, 1, 2};
+    T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 3), NNT_ERR_INVALID_ARGUMENT, "token id 256 at row 0, position 1");
+    ids[1] = 2;
+    T_FAILS(rt, nnt_trace_run(t, ids, mask, 1, 3), NNT_ERR_INVALID_ARGUMENT, "attention_mask holds 2");
+    T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 0), NNT_ERR_INVALID_ARGUMENT, "batch, seq >= 1");
+    /* an expert index written out of range is refused by the mixture, not used */
+    nnt_tensor bad;
+    int64_t shape[3] = {1, 3, 2};
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&bad, NNT_I32, 3, shape) == NNT_OK);
+    ((int32_t *)bad.data)[3] = 9;
+    T_OK(rt, nnt_trace_set(t, "layers.0.mlp.expert_indices", &bad));
+    T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 3), NNT_ERR_INVALID_ARGUMENT, "expert_indices holds 9");
+    nnt_tensor_free(&bad);
+    nnt_trace_free(t);
+}
+
+/* The support listing covers every value of the page with a reason where not served. */
+static void test_support_listing(void)
+{
+    char path[768];
+    snprintf(path, sizeof path, "%s/support.tsv", t_tmpdir());
+    FILE *f = fopen(path, "w+");
+    CU_ASSERT_FATAL(f != NULL);
+    T_OK(rt, nnt_model_support(m, f, 1));
+    rewind(f);
+    char line[1024];
+    int rows = 0, unserved_without_reason = 0, shared = 0;
+    while (fgets(line, sizeof line, f)) {
+        rows++;
+        /* columns: host block value served layout axes dtype writable reason */
+        char *col[9] = {0};
+        int n = 0;
+        for (char *p = line; n < 9; n++) {
+            col[n] = p;
+            char *tab = strchr(p, '\t');
+            if (!tab) break;
+            *tab = '\0';
+            p = tab + 1;
+        }
+        CU_ASSERT_EQUAL(n, 8);
+        if (n == 8 && strcmp(col[3], "no") == 0 && strlen(col[8]) < 10) unserved_without_reason++;
+        if (n == 8 && strcmp(col[0], "layers[1].mlp") == 0 && strcmp(col[2], "shared_expert_output") == 0 &&
+            strcmp(col[3], "no") == 0)
+            shared++;
+    }
+    fclose(f);
+    /* header + 8 model values + 3 blocks x (10 + 8 + 11 + 9) block values */
+    CU_ASSERT_EQUAL(rows, 1 + 8 + 3 * 38);
+    CU_ASSERT_EQUAL(unserved_without_reason, 0);
+    CU_ASSERT_EQUAL(shared, 1);
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("trace", setup, teardown);
+    if (!s) return -1;
+    if (!CU_add_test(s, "path spellings, wildcards, negative indices, RENAME", test_path_forms) ||
+        !CU_add_test(s, "unknown paths suggest the nearest names", test_unknown_paths) ||
+        !CU_add_test(s, "block index out of range", test_index_range) ||
+        !CU_add_test(s, "values not served, with the family's reason", test_not_served) ||
+        !CU_add_test(s, "edits of read-only values", test_read_only) ||
+        !CU_add_test(s, "written shapes are checked before the forward", test_shapes_checked_before_forward) ||
+        !CU_add_test(s, "bad token ids and masks", test_bad_inputs) ||
+        !CU_add_test(s, "support lists every value with a reason", test_support_listing))
+        return -1;
+    return 0;
+}

@@ -1,0 +1,72 @@
+/* test_util.h - helpers shared by nnt's CUnit suites: paths of the build tree and fixtures,
+ * runtime and model opening, reference look-up, and tolerance comparisons. */
+#ifndef NNT_TEST_UTIL_H
+#define NNT_TEST_UTIL_H
+
+#include <CUnit/Basic.h>
+#include <stdio.h>
+
+#include "nnt/nnt.h"
+
+/* Each suite file defines this; it adds its suites to the CUnit registry. */
+int register_tests(void);
+
+/* Path helpers: the generated build-tree INI, a fixture directory, a scratch directory. */
+const char *t_ini(void);
+const char *t_fixture(const char *rel, char *buf, size_t n); /* tests/fixtures/<rel> */
+const char *t_tmpdir(void);                                  /* created once per process */
+const char *t_plugin(const char *name, char *buf, size_t n); /* build/tests/plugins/<name>.so */
+
+/* Writes text to a file; returns 0 on success. */
+int t_write_file(const char *path, const char *text);
+/* Copies a file. */
+int t_copy_file(const char *from, const char *to);
+
+/* Opens the build runtime (asserts on failure). */
+nnt_runtime *t_runtime(void);
+/* Loads tests/fixtures/<rel> (asserts on failure). */
+nnt_model *t_model(nnt_runtime *rt, const char *rel);
+
+/* A fixture's reference file. */
+typedef struct t_ref {
+    nnt_runtime *rt;
+    char path[512];
+    int batch, seq;
+    int32_t ids[4096];
+    int32_t mask[4096];
+} t_ref;
+int t_ref_open(t_ref *r, nnt_runtime *rt, const char *fixture_rel);
+/* Reads one reference tensor (caller frees). Returns 0 when present. */
+int t_ref_get(const t_ref *r, const char *key, nnt_tensor *out);
+
+/* Largest |a - b| over the entries where `sel` (NULL: all) is nonzero, relative to the largest
+ * |b| there; infinities must coincide. Returns -1 on a shape mismatch or infinity mismatch. */
+double t_rel_err(const nnt_tensor *a, const nnt_tensor *b, const unsigned char *sel);
+/* Selection masks over a value's entries, from the padding mask: real tokens only (for
+ * token-major values [B, T, ...]), heads-first values [B, H, T, ...], and patterns
+ * [B, H, Q, K] (real query rows and real key columns). */
+unsigned char *t_sel_tokens(const t_ref *r, const nnt_tensor *v);
+unsigned char *t_sel_heads(const t_ref *r, const nnt_tensor *v);
+unsigned char *t_sel_pattern(const t_ref *r, const nnt_tensor *v);
+
+/* Asserts a status with the runtime's message on failure. */
+#define T_OK(rt, expr)                                                                                                 \
+    do {                                                                                                               \
+        nnt_status st_ = (expr);                                                                                       \
+        if (st_ != NNT_OK) fprintf(stderr, "\n  %s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, nnt_last_error(rt));   \
+        CU_ASSERT_EQUAL_FATAL(st_, NNT_OK);                                                                            \
+    } while (0)
+
+/* Asserts that expr fails with `status` and that the message contains `needle`. */
+#define T_FAILS(rt, expr, status, needle)                                                                              \
+    do {                                                                                                               \
+        nnt_status st_ = (expr);                                                                                       \
+        const char *msg_ = nnt_last_error(rt);                                                                         \
+        if (st_ != (status) || !strstr(msg_, needle))                                                                  \
+            fprintf(stderr, "\n  %s:%d: expected %s with '%s', got %s: %s\n", __FILE__, __LINE__,                    \
+                    nnt_status_str(status), needle, nnt_status_str(st_), msg_);                                        \
+        CU_ASSERT_EQUAL(st_, status);                                                                                  \
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg_, needle));                                                                  \
+    } while (0)
+
+#endif
