@@ -110,35 +110,23 @@ static void write_config(const char *dir, const char *from, const char *to)
     free(text);
 }
 
+/* Drops the tensor named by user[0] and marks the one named by user[1] as I32. */
+static int drop_or_retype(void *user, char *name, size_t n, const nnt_tensor *in, nnt_tensor *out, int *owned)
+{
+    const char *const *what = user;
+    if (what[0] && strcmp(name, what[0]) == 0) return 0;
+    if (what[1] && strcmp(name, what[1]) == 0) out->dtype = NNT_I32; /* same bytes, wrong type */
+    return 1;
+}
+
 /* Writes DIR/<file> with the fixture's tensors, leaving out `drop` and storing `as_int` as I32. */
 static void write_weights(const char *dir, const char *file, const char *drop, const char *as_int)
 {
     char src[768], dst[800], fx[512];
     snprintf(src, sizeof src, "%s/model.safetensors", t_fixture("minimax_m2/fp32", fx, sizeof fx));
     snprintf(dst, sizeof dst, "%s/%s", dir, file);
-    nnt_st_file *f;
-    nnt_error err = {0};
-    CU_ASSERT_EQUAL_FATAL(nnt_st_open(src, &f, &err), NNT_OK);
-    const char **keys = calloc((size_t)f->n_entries, sizeof *keys);
-    nnt_tensor *ts = calloc((size_t)f->n_entries, sizeof *ts);
-    const nnt_tensor **vals = calloc((size_t)f->n_entries, sizeof *vals);
-    int n = 0;
-    for (int i = 0; i < f->n_entries; i++) {
-        const nnt_st_entry *e = &f->entries[i];
-        if (drop && strcmp(e->name, drop) == 0) continue;
-        nnt_tensor t = {e->dtype, e->ndim, {0}, (void *)(f->data + e->begin), 0};
-        for (int d = 0; d < e->ndim; d++) t.shape[d] = e->shape[d];
-        if (as_int && strcmp(e->name, as_int) == 0) t.dtype = NNT_I32; /* same bytes, wrong type */
-        ts[n] = t;
-        keys[n] = e->name;
-        vals[n] = &ts[n];
-        n++;
-    }
-    CU_ASSERT_EQUAL(nnt_st_write(dst, n, keys, vals, NULL, &err), NNT_OK);
-    nnt_st_close(f);
-    free(keys);
-    free(ts);
-    free(vals);
+    const char *what[2] = {drop, as_int};
+    CU_ASSERT_EQUAL(t_rewrite_weights(src, dst, drop_or_retype, (void *)what, 0, NULL, NULL), 0);
 }
 
 static void expect_load(const char *dir, nnt_status status, const char *needle)
@@ -261,33 +249,12 @@ static void test_shard_index(void)
 
 static void test_fp8_missing_scale(void)
 {
-    const char *d = new_dir("fp8_noscale");
-    char fx[512], src[768], dst[800];
-    snprintf(src, sizeof src, "%s/config.json", t_fixture("minimax_m2/fp8", fx, sizeof fx));
-    snprintf(dst, sizeof dst, "%s/config.json", d);
-    CU_ASSERT_FATAL(t_copy_file(src, dst) == 0);
+    char d[768], fx[512], src[768], dst[800];
+    t_checkpoint_dir("fp8_noscale", "minimax_m2/fp8", d, sizeof d);
     snprintf(src, sizeof src, "%s/model.safetensors", t_fixture("minimax_m2/fp8", fx, sizeof fx));
     snprintf(dst, sizeof dst, "%s/model.safetensors", d);
-    nnt_st_file *f;
-    nnt_error err = {0};
-    CU_ASSERT_EQUAL_FATAL(nnt_st_open(src, &f, &err), NNT_OK);
-    const char **keys = calloc((size_t)f->n_entries, sizeof *keys);
-    nnt_tensor *ts = calloc((size_t)f->n_entries, sizeof *ts);
-    const nnt_tensor **vals = calloc((size_t)f->n_entries, sizeof *vals);
-    int n = 0;
-    for (int i = 0; i < f->n_entries; i++) {
-        const nnt_st_entry *e = &f->entries[i];
-        if (strcmp(e->name, "model.layers.1.self_attn.o_proj.weight_scale_inv") == 0) continue;
-        ts[n] = (nnt_tensor){e->dtype, e->ndim, {e->shape[0], e->shape[1], e->shape[2]}, (void *)(f->data + e->begin), 0};
-        keys[n] = e->name;
-        vals[n] = &ts[n];
-        n++;
-    }
-    CU_ASSERT_EQUAL(nnt_st_write(dst, n, keys, vals, NULL, &err), NNT_OK);
-    nnt_st_close(f);
-    free(keys);
-    free(ts);
-    free(vals);
+    const char *what[2] = {"model.layers.1.self_attn.o_proj.weight_scale_inv", NULL};
+    CU_ASSERT_EQUAL(t_rewrite_weights(src, dst, drop_or_retype, (void *)what, 0, NULL, NULL), 0);
     expect_load(d, NNT_ERR_NOT_FOUND, "FP8 tensor 'model.layers.1.self_attn.o_proj.weight' has no companion");
 }
 

@@ -598,78 +598,59 @@ static void test_padding_invariance(void)
     nnt_runtime_close(rt);
 }
 
+/* Collects hub-named experts into fused buffers and moves block_sparse_moe.* to mlp.*. */
+typedef struct fuse_ctx {
+    int E, I, H;
+    float *gu, *dn; /* [L, E, 2I, H], [L, E, H, I] */
+} fuse_ctx;
+
+static int fuse_experts(void *user, char *name, size_t n, const nnt_tensor *in, nnt_tensor *out, int *owned)
+{
+    fuse_ctx *c = user;
+    int layer, ex;
+    char which[8];
+    if (sscanf(name, "model.layers.%d.block_sparse_moe.experts.%d.%2[w0-9].weight", &layer, &ex, which) == 3) {
+        size_t sz = (size_t)c->I * c->H, base = (size_t)layer * c->E + ex;
+        if (strcmp(which, "w1") == 0) memcpy(c->gu + base * 2 * sz, in->data, sz * sizeof(float));
+        if (strcmp(which, "w3") == 0) memcpy(c->gu + base * 2 * sz + sz, in->data, sz * sizeof(float));
+        if (strcmp(which, "w2") == 0) memcpy(c->dn + base * sz, in->data, sz * sizeof(float));
+        return 0;
+    }
+    char *moe = strstr(name, "block_sparse_moe.");
+    if (moe) {
+        char rest[256];
+        snprintf(rest, sizeof rest, "%s", moe + strlen("block_sparse_moe."));
+        snprintf(moe, n - (size_t)(moe - name), "mlp.%s", rest);
+    }
+    return 1;
+}
+
 /* transformers' in-memory names: experts fused into 3-D tensors (gate rows, then up rows),
  * the router and bias under mlp. A checkpoint written that way loads and gives the same
  * values as the hub spelling. */
 static void test_fused_expert_names(void)
 {
-    char fx[512], src[768], dir[768], dst[800];
-    snprintf(dir, sizeof dir, "%s/fused", t_tmpdir());
-    mkdir(dir, 0755);
-    snprintf(src, sizeof src, "%s/config.json", t_fixture(FIXTURES[0], fx, sizeof fx));
-    snprintf(dst, sizeof dst, "%s/config.json", dir);
-    CU_ASSERT_FATAL(t_copy_file(src, dst) == 0);
-    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture(FIXTURES[0], fx, sizeof fx));
-    nnt_st_file *f;
-    nnt_error err = {0};
-    CU_ASSERT_EQUAL_FATAL(nnt_st_open(src, &f, &err), NNT_OK);
     enum { L = 3, E = 8, I = 48, H = 64 };
-    int cap = f->n_entries;
-    const char **keys = calloc((size_t)cap, sizeof *keys);
-    char **names = calloc((size_t)cap, sizeof *names);
-    nnt_tensor *ts = calloc((size_t)cap, sizeof *ts);
-    const nnt_tensor **vals = calloc((size_t)cap, sizeof *vals);
-    float *gu = malloc(sizeof(float) * L * E * 2 * I * H), *dn = malloc(sizeof(float) * L * E * H * I);
-    CU_ASSERT_FATAL(keys && names && ts && vals && gu && dn);
-    int n = 0;
-    for (int i = 0; i < f->n_entries; i++) {
-        const nnt_st_entry *e = &f->entries[i];
-        int layer, ex;
-        char which[8];
-        const float *data = (const float *)(f->data + e->begin);
-        if (sscanf(e->name, "model.layers.%d.block_sparse_moe.experts.%d.%2[w0-9].weight", &layer, &ex, which) == 3) {
-            size_t sz = (size_t)I * H;
-            if (strcmp(which, "w1") == 0) memcpy(gu + ((size_t)layer * E + ex) * 2 * sz, data, sz * sizeof(float));
-            if (strcmp(which, "w3") == 0) memcpy(gu + ((size_t)layer * E + ex) * 2 * sz + sz, data, sz * sizeof(float));
-            if (strcmp(which, "w2") == 0) memcpy(dn + ((size_t)layer * E + ex) * sz, data, sz * sizeof(float));
-            continue;
-        }
-        char renamed[256];
-        const char *moe = strstr(e->name, "block_sparse_moe.");
-        if (moe)
-            snprintf(renamed, sizeof renamed, "%.*smlp.%s", (int)(moe - e->name), e->name, moe + strlen("block_sparse_moe."));
-        else
-            snprintf(renamed, sizeof renamed, "%s", e->name);
-        names[n] = strdup(renamed);
-        ts[n] = (nnt_tensor){e->dtype, e->ndim, {e->shape[0], e->shape[1]}, (void *)data, 0};
-        keys[n] = names[n];
-        vals[n] = &ts[n];
-        n++;
-    }
-    nnt_tensor fused[2 * L];
-    char *fnames[2 * L];
-    for (int l = 0; l < L; l++) {
-        char k[128];
-        snprintf(k, sizeof k, "model.layers.%d.mlp.experts.gate_up_proj", l);
-        fnames[2 * l] = strdup(k);
-        fused[2 * l] = (nnt_tensor){NNT_F32, 3, {E, 2 * I, H}, gu + (size_t)l * E * 2 * I * H, 0};
-        snprintf(k, sizeof k, "model.layers.%d.mlp.experts.down_proj", l);
-        fnames[2 * l + 1] = strdup(k);
-        fused[2 * l + 1] = (nnt_tensor){NNT_F32, 3, {E, H, I}, dn + (size_t)l * E * H * I, 0};
-    }
-    const char **all_keys = calloc((size_t)(n + 2 * L), sizeof *all_keys);
-    const nnt_tensor **all_vals = calloc((size_t)(n + 2 * L), sizeof *all_vals);
-    for (int i = 0; i < n; i++) {
-        all_keys[i] = keys[i];
-        all_vals[i] = vals[i];
-    }
-    for (int i = 0; i < 2 * L; i++) {
-        all_keys[n + i] = fnames[i];
-        all_vals[n + i] = &fused[i];
-    }
+    char dir[768], fx[512], src[768], dst[800];
+    t_checkpoint_dir("fused", FIXTURES[0], dir, sizeof dir);
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture(FIXTURES[0], fx, sizeof fx));
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    CU_ASSERT_EQUAL_FATAL(nnt_st_write(dst, n + 2 * L, all_keys, all_vals, NULL, &err), NNT_OK);
-    nnt_st_close(f);
+    fuse_ctx c = {E, I, H, malloc(sizeof(float) * L * E * 2 * I * H), malloc(sizeof(float) * L * E * H * I)};
+    CU_ASSERT_FATAL(c.gu && c.dn);
+    /* first pass fills the fused buffers, second writes them alongside the renamed rest */
+    nnt_tensor fused[2 * L];
+    char names[2 * L][96];
+    const char *keys[2 * L];
+    for (int l = 0; l < L; l++) {
+        snprintf(names[2 * l], sizeof names[0], "model.layers.%d.mlp.experts.gate_up_proj", l);
+        fused[2 * l] = (nnt_tensor){NNT_F32, 3, {E, 2 * I, H}, c.gu + (size_t)l * E * 2 * I * H, 0};
+        snprintf(names[2 * l + 1], sizeof names[0], "model.layers.%d.mlp.experts.down_proj", l);
+        fused[2 * l + 1] = (nnt_tensor){NNT_F32, 3, {E, H, I}, c.dn + (size_t)l * E * H * I, 0};
+        keys[2 * l] = names[2 * l];
+        keys[2 * l + 1] = names[2 * l + 1];
+    }
+    CU_ASSERT_EQUAL_FATAL(t_rewrite_weights(src, dst, fuse_experts, &c, 0, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(t_rewrite_weights(src, dst, fuse_experts, &c, 2 * L, keys, fused), 0);
 
     nnt_runtime *rt = t_runtime();
     nnt_model *m = NULL;
@@ -687,16 +668,46 @@ static void test_fused_expert_names(void)
     nnt_trace_free(t);
     nnt_model_free(m);
     nnt_runtime_close(rt);
-    for (int i = 0; i < n; i++) free(names[i]);
-    for (int i = 0; i < 2 * L; i++) free(fnames[i]);
-    free(all_keys);
-    free(all_vals);
-    free(keys);
-    free(names);
-    free(ts);
-    free(vals);
-    free(gu);
-    free(dn);
+    free(c.gu);
+    free(c.dn);
+}
+
+static int to_f16(void *user, char *name, size_t n, const nnt_tensor *in, nnt_tensor *out, int *owned)
+{
+    nnt_error err;
+    if (nnt_tensor_alloc(out, NNT_F16, in->ndim, in->shape) != NNT_OK) return 0;
+    *owned = 1;
+    return nnt_convert(in->data, in->dtype, out->data, NNT_F16, nnt_tensor_numel(in), &err) == NNT_OK;
+}
+
+/* An F16 copy of the fp32 checkpoint loads through the F16 path and stays within half
+ * precision's rounding of the reference (10-bit mantissa: about 5e-4 per weight). */
+static void test_f16_weights(void)
+{
+    char dir[768], fx[512], src[768], dst[800];
+    t_checkpoint_dir("f16", FIXTURES[0], dir, sizeof dir);
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture(FIXTURES[0], fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    CU_ASSERT_EQUAL_FATAL(t_rewrite_weights(src, dst, to_f16, NULL, 0, NULL, NULL), 0);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, dir, &m));
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "logits"));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    nnt_tensor ref;
+    CU_ASSERT_FATAL(t_ref_get(&r, "logits", &ref) == 0);
+    unsigned char *sel = t_sel_tokens(&r, &ref);
+    double e = t_rel_err(nnt_trace_get(t, "logits"), &ref, sel);
+    CU_ASSERT(e > 0 && e < 1e-2);
+    free(sel);
+    nnt_tensor_free(&ref);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
 }
 
 int register_tests(void)
@@ -707,6 +718,7 @@ int register_tests(void)
         !CU_add_test(s, "bf16 sharded fixture matches transformers", test_bf16_sharded) ||
         !CU_add_test(s, "fp8 block-scaled fixture matches transformers", test_fp8_blocks) ||
         !CU_add_test(s, "fused 3-D expert tensors load like the hub's", test_fused_expert_names) ||
+        !CU_add_test(s, "F16 weights decode within half precision", test_f16_weights) ||
         !CU_add_test(s, "bf16 compute in transformers stays close", test_bf16_compute_close) ||
         !CU_add_test(s, "page identities: block sum, experts sum, lens", test_identities) ||
         !CU_add_test(s, "router identity: bias chooses, sigmoid weighs", test_router_identity) ||

@@ -1,6 +1,8 @@
 /* test_util.c - helpers shared by nnt's CUnit suites. */
 #include "test_util.h"
 
+#include "core/internal.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,4 +162,64 @@ unsigned char *t_sel_pattern(const t_ref *r, const nnt_tensor *v)
                 for (int64_t k = 0; k < K; k++)
                     s[((b * H + h) * Q + q) * K + k] = r->mask[b * r->seq + q] && r->mask[b * r->seq + k];
     return s;
+}
+
+int t_rewrite_weights(const char *src, const char *dst, t_tensor_fn fn, void *user, int n_extra,
+                      const char *const *extra_names, const nnt_tensor *extra)
+{
+    nnt_st_file *f;
+    nnt_error err = {0};
+    if (nnt_st_open(src, &f, &err) != NNT_OK) {
+        fprintf(stderr, "t_rewrite_weights: %s\n", err.msg);
+        return -1;
+    }
+    int cap = f->n_entries + n_extra, n = 0, rc = 0;
+    char **names = calloc((size_t)cap, sizeof *names);
+    nnt_tensor *ts = calloc((size_t)cap, sizeof *ts);
+    int *owned = calloc((size_t)cap, sizeof *owned);
+    const nnt_tensor **vals = calloc((size_t)cap, sizeof *vals);
+    if (!names || !ts || !owned || !vals) rc = -1;
+    for (int i = 0; rc == 0 && i < f->n_entries; i++) {
+        const nnt_st_entry *e = &f->entries[i];
+        nnt_tensor in = {e->dtype, e->ndim, {0}, (void *)(f->data + e->begin), 0};
+        for (int d = 0; d < e->ndim; d++) in.shape[d] = e->shape[d];
+        char name[256];
+        snprintf(name, sizeof name, "%s", e->name);
+        ts[n] = in;
+        if (fn && !fn(user, name, sizeof name, &in, &ts[n], &owned[n])) continue;
+        names[n] = strdup(name);
+        vals[n] = &ts[n];
+        n++;
+    }
+    for (int i = 0; rc == 0 && i < n_extra; i++) {
+        names[n] = strdup(extra_names[i]);
+        ts[n] = extra[i];
+        vals[n] = &ts[n];
+        n++;
+    }
+    if (rc == 0 && nnt_st_write(dst, n, (const char *const *)names, vals, NULL, &err) != NNT_OK) {
+        fprintf(stderr, "t_rewrite_weights: %s\n", err.msg);
+        rc = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        free(names[i]);
+        if (owned && owned[i]) nnt_tensor_free(&ts[i]);
+    }
+    free(names);
+    free(ts);
+    free(owned);
+    free(vals);
+    nnt_st_close(f);
+    return rc;
+}
+
+const char *t_checkpoint_dir(const char *name, const char *fixture_rel, char *buf, size_t n)
+{
+    char fx[512], src[768], dst[800];
+    snprintf(buf, n, "%s/%s", t_tmpdir(), name);
+    mkdir(buf, 0755);
+    snprintf(src, sizeof src, "%s/config.json", t_fixture(fixture_rel, fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/config.json", buf);
+    if (t_copy_file(src, dst) != 0) fprintf(stderr, "t_checkpoint_dir: cannot copy %s\n", src);
+    return buf;
 }

@@ -49,6 +49,18 @@ unsigned char *t_sel_tokens(const t_ref *r, const nnt_tensor *v);
 unsigned char *t_sel_heads(const t_ref *r, const nnt_tensor *v);
 unsigned char *t_sel_pattern(const t_ref *r, const nnt_tensor *v);
 
+/* Rewrites a safetensors file tensor by tensor. For each tensor of `src` the callback fills
+ * *out (a view of `in`, or a new host tensor it allocates and flags with *owned = 1) and may
+ * rename it in `name` (preset to the source name); returning 0 drops the tensor. `extra`
+ * tensors are appended. Returns 0 on success. */
+typedef int (*t_tensor_fn)(void *user, char *name, size_t name_size, const nnt_tensor *in, nnt_tensor *out,
+                           int *owned);
+int t_rewrite_weights(const char *src, const char *dst, t_tensor_fn fn, void *user, int n_extra,
+                      const char *const *extra_names, const nnt_tensor *extra);
+/* Makes DIR (under the scratch directory) holding a copy of a fixture's config.json; returns
+ * the directory's path in buf. */
+const char *t_checkpoint_dir(const char *name, const char *fixture_rel, char *buf, size_t n);
+
 /* Asserts a status with the runtime's message on failure. */
 #define T_OK(rt, expr)                                                                                                 \
     do {                                                                                                               \

@@ -8,23 +8,27 @@
 
 #include "family_common.h"
 
-void fam_unserved(nnt_value_info *out, const char *fmt, ...)
+static void unserved_v(nnt_value_info *out, int off_page, const char *fmt, va_list ap)
 {
     memset(out, 0, sizeof *out);
+    vsnprintf(out->reason, sizeof out->reason, fmt, ap);
+    out->off_page = off_page;
+}
+
+void fam_unserved(nnt_value_info *out, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(out->reason, sizeof out->reason, fmt, ap);
+    unserved_v(out, 0, fmt, ap);
     va_end(ap);
 }
 
 void fam_off_page(nnt_value_info *out, const char *fmt, ...)
 {
-    memset(out, 0, sizeof *out);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(out->reason, sizeof out->reason, fmt, ap);
+    unserved_v(out, 1, fmt, ap);
     va_end(ap);
-    out->off_page = 1;
 }
 
 void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, int ndim, ...)
