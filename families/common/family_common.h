@@ -116,3 +116,54 @@ const char *fam_linear_detail(char *buf, size_t n, int64_t in, int64_t out);
 const char *fam_norm_detail(char *buf, size_t n, int64_t width, double eps);
 
 #endif
+
+/* ---- Llama's pre-norm decoder: the skeleton MiniMax-M2, MiMo-V2-Flash and Kimi-Linear share ---- */
+/* x_{l+1} = h + mlp(post_attention_layernorm(h)), h = x_l + mixer(input_layernorm(x_l));
+ * logits = lm_head(norm(x_L)). The family supplies each block's mixer and MLP. */
+typedef struct fam_decoder {
+    int num_layers;
+    int hidden;
+    int vocab;
+    float eps;
+    nnt_tensor embed;      /* [V, H] */
+    nnt_tensor final_norm; /* [H] */
+    nnt_tensor lm_head;    /* [V, H] */
+    const nnt_tensor *in_norm;   /* [num_layers] of [H] */
+    const nnt_tensor *post_norm; /* [num_layers] of [H] */
+    size_t norm_stride;          /* bytes between consecutive blocks' norms in those arrays */
+    void *self;
+    /* xn [M, H] -> out [M, H]; emits the mixer's values (self_attn or linear_attn host) */
+    nnt_status (*mixer)(void *self, nnt_run *run, int layer, const nnt_forward_args *args,
+                        const nnt_attn_mask *mask, const nnt_tensor *xn, nnt_tensor *out, nnt_error *err);
+    /* xn [M, H] -> out [M, H]; emits the mlp host's values */
+    nnt_status (*mlp)(void *self, nnt_run *run, int layer, const nnt_call_dims *dims, const nnt_tensor *xn,
+                      nnt_tensor *out, nnt_error *err);
+} fam_decoder;
+
+/* Runs the decoder, emitting token_embeddings, every block's layer values, final_norm_output,
+ * lm_head_output and logits. */
+nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forward_args *args,
+                               const fam_decoder *d, nnt_error *err);
+
+/* Value info of the model host and the block host of a single-stream Llama-style decoder; 1
+ * when the slot was one of those, 0 otherwise. Hyper-connection values are off the page. */
+int fam_decoder_info(int hidden, int vocab, nnt_slot slot, const nnt_call_dims *dims, nnt_value_info *out);
+
+/* ---- weight binding shared by families ---- */
+/* Binds model.embed_tokens.weight [V, H], model.norm.weight [H] and lm_head.weight [V, H]
+ * (the embedding when tied and lm_head is absent). */
+nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied,
+                            fam_decoder *d, nnt_error *err);
+
+/* One spelling of a block's per-expert weights: printf patterns taking (layer, expert). */
+typedef struct fam_expert_names {
+    const char *gate, *up, *down;
+} fam_expert_names;
+
+/* Binds E experts of block `layer` ([I, H] gate and up, [H, I] down): from transformers'
+ * fused 3-D tensors when `fused_gate_up` (pattern taking the layer) names one (gate rows first,
+ * then up rows; `fused_down` [E, H, I]), else from the first per-expert spelling in `names`
+ * (n of them) whose expert-0 gate tensor exists. */
+nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int layer, int64_t E, int64_t I,
+                            int64_t H, const char *fused_gate_up, const char *fused_down,
+                            const fam_expert_names *names, int n, fam_expert *out, nnt_error *err);

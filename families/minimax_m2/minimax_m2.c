@@ -31,7 +31,7 @@ typedef struct mm_model {
     int tied;
     char arch[64];
     /* weights */
-    nnt_tensor embed, final_norm, lm_head;
+    fam_decoder dec; /* embedding, norms, lm_head and the block callbacks */
     mm_layer *l;
     fam_expert *expert_pool; /* layers * experts */
     float *inv_freq;
@@ -122,42 +122,6 @@ static nnt_status read_config(mm_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
-static nnt_status bind_expert(mm_model *m, const nnt_checkpoint *ck, int L, int e, const nnt_tensor *fused_gu,
-                              const nnt_tensor *fused_down, fam_expert *out, nnt_error *err)
-{
-    const fam_env *env = &m->env;
-    int64_t H = m->hidden, I = m->inter;
-    if (fused_gu) {
-        out->gate = fam_slice3(fused_gu, e, 0, I);
-        out->up = fam_slice3(fused_gu, e, I, I);
-        out->down = fam_slice3(fused_down, e, 0, H);
-        return NNT_OK;
-    }
-    char g[192], u[192], d[192];
-    int64_t gi[2] = {I, H}, di[2] = {H, I};
-    /* hub spelling (Mixtral's w1 gate, w3 up, w2 down), then the gate/up/down spelling */
-    snprintf(g, sizeof g, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", L, e);
-    if (env->host->has_tensor(ck, g)) {
-        snprintf(u, sizeof u, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", L, e);
-        snprintf(d, sizeof d, "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", L, e);
-    } else {
-        snprintf(g, sizeof g, "model.layers.%d.mlp.experts.%d.gate_proj.weight", L, e);
-        snprintf(u, sizeof u, "model.layers.%d.mlp.experts.%d.up_proj.weight", L, e);
-        snprintf(d, sizeof d, "model.layers.%d.mlp.experts.%d.down_proj.weight", L, e);
-        if (!env->host->has_tensor(ck, g)) {
-            snprintf(g, sizeof g, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", L, e);
-            return env->host->set_error(err, NNT_ERR_NOT_FOUND,
-                                        "%s: expert %d of block %d is missing: neither '%s' nor "
-                                        "'model.layers.%d.mlp.experts.gate_up_proj' is in the checkpoint",
-                                        env->host->cfg_path(ck), e, L, g, L);
-        }
-    }
-    CK(fam_weight(env, ck, g, 2, gi, &out->gate, err));
-    CK(fam_weight(env, ck, u, 2, gi, &out->up, err));
-    CK(fam_weight(env, ck, d, 2, di, &out->down, err));
-    return NNT_OK;
-}
-
 static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
 {
     const fam_env *env = &m->env;
@@ -202,20 +166,17 @@ static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_e
         nnt_tensor bt = {NNT_F32, 1, {E}, ly->bias_host, 0};
         CK(env->be->prepare_weight(env->be_ctx, &bt, &ly->moe.bias, err));
     }
-    /* experts: transformers' fused 3-D tensors, or one tensor per expert */
-    char gu[192], dn[192];
-    snprintf(gu, sizeof gu, "model.layers.%d.mlp.experts.gate_up_proj", L);
-    snprintf(dn, sizeof dn, "model.layers.%d.mlp.experts.down_proj", L);
-    nnt_tensor fgu, fdn, *pgu = NULL, *pdn = NULL;
-    if (env->host->has_tensor(ck, gu)) {
-        int64_t s1[3] = {E, 2 * I, H}, s2[3] = {E, H, I};
-        CK(fam_weight(env, ck, gu, 3, s1, &fgu, err));
-        CK(fam_weight(env, ck, dn, 3, s2, &fdn, err));
-        pgu = &fgu;
-        pdn = &fdn;
-    }
+    /* experts: one tensor per expert (the hub's w1/w3/w2, or gate/up/down), or transformers'
+     * fused 3-D tensors */
+    static const fam_expert_names spellings[] = {
+        {"model.layers.%d.block_sparse_moe.experts.%d.w1.weight", "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
+         "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
+        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+    };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
-    for (int e = 0; e < m->experts; e++) CK(bind_expert(m, ck, L, e, pgu, pdn, &ly->moe.experts[e], err));
+    CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",
+                        "model.layers.%d.mlp.experts.down_proj", spellings, 2, ly->moe.experts, err));
     ly->moe.num_experts = m->experts;
     ly->moe.top_k = m->top_k;
     ly->moe.intermediate = m->inter;
@@ -232,6 +193,60 @@ static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_e
     ly->moe.swiglu_limit = 0.0f;
     ly->moe.has_shared = 0;
     return NNT_OK;
+}
+
+static void attn_shape(const mm_model *m, const mm_layer *ly, fam_attn *a)
+{
+    memset(a, 0, sizeof *a);
+    a->num_heads = m->heads;
+    a->num_kv_heads = m->kv_heads;
+    a->qk_head_dim = m->head_dim;
+    a->v_head_dim = m->head_dim;
+    a->rot_start = 0;
+    a->rot_dim = m->rotary_dim;
+    a->rope_style = NNT_ROPE_NEOX;
+    a->inv_freq = m->inv_freq;
+    a->rope_mscale = 1.0f;
+    a->scale = 1.0f / sqrtf((float)m->head_dim);
+    a->window = 0;
+    a->sinks = NULL;
+    if (ly) a->o_proj = ly->o_proj;
+}
+
+/* The attention sublayer: projections, one RMSNorm over each whole projection (all heads
+ * together, pitfall A2), then the shared attention with partial NeoX rotary. */
+static nnt_status mm_attention(void *self, nnt_run *run, int L, const nnt_forward_args *args,
+                               const nnt_attn_mask *mask, const nnt_tensor *xn, nnt_tensor *out, nnt_error *err)
+{
+    mm_model *m = self;
+    const fam_env *env = &m->env;
+    const mm_layer *ly = &m->l[L];
+    int64_t M = xn->shape[0], Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
+    size_t mark = env->host->arena_mark(run);
+    nnt_tensor q, k, v;
+    nnt_status st;
+    if ((st = fam_alloc(env, run, NNT_F32, &q, err, 2, M, Q)) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &k, err, 2, M, KV)) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &v, err, 2, M, KV)) != NNT_OK ||
+        (st = env->be->linear(env->be_ctx, xn, &ly->q_proj, &q, err)) != NNT_OK ||
+        (st = env->be->linear(env->be_ctx, xn, &ly->k_proj, &k, err)) != NNT_OK ||
+        (st = env->be->linear(env->be_ctx, xn, &ly->v_proj, &v, err)) != NNT_OK ||
+        (st = env->be->rms_norm(env->be_ctx, &q, &ly->q_norm, (float)m->eps, &q, err)) != NNT_OK ||
+        (st = env->be->rms_norm(env->be_ctx, &k, &ly->k_norm, (float)m->eps, &k, err)) != NNT_OK)
+        goto done;
+    fam_attn a;
+    attn_shape(m, ly, &a);
+    st = fam_attention_forward(env, run, L, &a, args, mask, &q, &k, &v, out, err);
+done:
+    env->host->arena_release(run, mark);
+    return st;
+}
+
+static nnt_status mm_mlp(void *self, nnt_run *run, int L, const nnt_call_dims *dims, const nnt_tensor *xn,
+                         nnt_tensor *out, nnt_error *err)
+{
+    mm_model *m = self;
+    return fam_moe_forward(&m->env, run, L, &m->l[L].moe, dims, xn, out, err);
 }
 
 static void mm_unload(void *model)
@@ -261,17 +276,21 @@ static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
     }
     if (st == NNT_OK) {
         fam_rope_inv_freq(m->inv_freq, m->rotary_dim, m->theta);
-        int64_t es[2] = {m->vocab, m->hidden}, ns[1] = {m->hidden};
-        st = fam_weight(&m->env, ck, "model.embed_tokens.weight", 2, es, &m->embed, err);
-        if (st == NNT_OK) st = fam_weight(&m->env, ck, "model.norm.weight", 1, ns, &m->final_norm, err);
-        if (st == NNT_OK) {
-            if (m->tied && !args->host->has_tensor(ck, "lm_head.weight"))
-                m->lm_head = m->embed;
-            else
-                st = fam_weight(&m->env, ck, "lm_head.weight", 2, es, &m->lm_head, err);
-        }
+        st = fam_bind_readout(&m->env, ck, m->vocab, m->hidden, m->tied, &m->dec, err);
     }
     for (int L = 0; st == NNT_OK && L < m->layers; L++) st = bind_layer(m, ck, L, err);
+    if (st == NNT_OK) {
+        m->dec.num_layers = m->layers;
+        m->dec.hidden = m->hidden;
+        m->dec.vocab = m->vocab;
+        m->dec.eps = (float)m->eps;
+        m->dec.in_norm = &m->l[0].in_norm;
+        m->dec.post_norm = &m->l[0].post_norm;
+        m->dec.norm_stride = sizeof(mm_layer);
+        m->dec.self = m;
+        m->dec.mixer = mm_attention;
+        m->dec.mlp = mm_mlp;
+    }
     if (st != NNT_OK) {
         mm_unload(m);
         return st;
@@ -300,48 +319,15 @@ static void mm_info(const void *model, nnt_model_info *out)
     out->num_streams = 1;
 }
 
-static void attn_shape(const mm_model *m, const mm_layer *ly, fam_attn *a)
-{
-    memset(a, 0, sizeof *a);
-    a->num_heads = m->heads;
-    a->num_kv_heads = m->kv_heads;
-    a->qk_head_dim = m->head_dim;
-    a->v_head_dim = m->head_dim;
-    a->rot_start = 0;
-    a->rot_dim = m->rotary_dim;
-    a->rope_style = NNT_ROPE_NEOX;
-    a->inv_freq = m->inv_freq;
-    a->rope_mscale = 1.0f;
-    a->scale = 1.0f / sqrtf((float)m->head_dim);
-    a->window = 0;
-    a->sinks = NULL;
-    if (ly) a->o_proj = ly->o_proj;
-}
-
 static nnt_status mm_value_info(const void *model, int layer, nnt_slot slot, const nnt_call_dims *d,
                                 nnt_value_info *out)
 {
     const mm_model *m = model;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
+    if (fam_decoder_info(m->hidden, m->vocab, slot, d, out)) return NNT_OK;
     switch (slot) {
-    case NNT_SV_LOGITS:
-    case NNT_SV_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->vocab); return NNT_OK;
-    case NNT_SV_TOKEN_EMBEDDINGS:
-    case NNT_SV_FINAL_NORM_OUTPUT:
-    case NNT_SV_LAYER_INPUT:
-    case NNT_SV_ATTENTION_NORM_OUTPUT:
-    case NNT_SV_LAYER_MID:
-    case NNT_SV_MLP_NORM_OUTPUT:
-    case NNT_SV_MLP_INPUT:
-    case NNT_SV_LAYER_OUTPUT:
     case NNT_SV_MLP_OUTPUT:
     case NNT_SV_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
-    case NNT_SV_ATTENTION_POST:
-    case NNT_SV_ATTENTION_COMB:
-    case NNT_SV_MLP_POST:
-    case NNT_SV_MLP_COMB:
-        fam_off_page(out, "MiniMax-M2 keeps a single residual stream; there are no hyper-connections to weigh or mix streams");
-        return NNT_OK;
     case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->experts); return NNT_OK;
     case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
     case NNT_SV_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
@@ -412,72 +398,7 @@ static nnt_status mm_build_tree(const void *model, nnt_tree *tree, nnt_error *er
 static nnt_status mm_forward(void *model, nnt_run *run, const nnt_forward_args *args, nnt_error *err)
 {
     mm_model *m = model;
-    const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
-    const nnt_backend_ops *be = env->be;
-    void *bc = env->be_ctx;
-    int64_t B = args->batch, T = args->seq, M = B * T, H = m->hidden;
-    int64_t Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
-    nnt_call_dims dims = {args->batch, args->seq, args->past};
-    nnt_attn_mask mask;
-    nnt_status st = fam_mask_build(args, &mask, err);
-    if (st != NNT_OK) return st;
-    nnt_tensor x, ids, xn, q, k, v, attn, mo, logits;
-#define TRY(e)                                                                                                         \
-    do {                                                                                                               \
-        if ((st = (e)) != NNT_OK) goto done;                                                                           \
-    } while (0)
-    TRY(fam_alloc(env, run, NNT_F32, &x, err, 2, M, H));
-    TRY(fam_alloc(env, run, NNT_I32, &ids, err, 1, M));
-    TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
-    TRY(be->embedding(bc, &m->embed, &ids, &x, err));
-    nnt_tensor x3 = fam_view(&x, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_TOKEN_EMBEDDINGS, -1, &x3));
-    for (int L = 0; L < m->layers; L++) {
-        mm_layer *ly = &m->l[L];
-        size_t mark = h->arena_mark(run);
-        TRY(h->emit(run, NNT_SV_LAYER_INPUT, L, &x3));
-        TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
-        TRY(be->rms_norm(bc, &x, &ly->in_norm, (float)m->eps, &xn, err));
-        nnt_tensor xn3 = fam_view(&xn, 3, B, T, H);
-        TRY(h->emit(run, NNT_SV_ATTENTION_NORM_OUTPUT, L, &xn3));
-        TRY(fam_alloc(env, run, NNT_F32, &q, err, 2, M, Q));
-        TRY(fam_alloc(env, run, NNT_F32, &k, err, 2, M, KV));
-        TRY(fam_alloc(env, run, NNT_F32, &v, err, 2, M, KV));
-        TRY(be->linear(bc, &xn, &ly->q_proj, &q, err));
-        TRY(be->linear(bc, &xn, &ly->k_proj, &k, err));
-        TRY(be->linear(bc, &xn, &ly->v_proj, &v, err));
-        /* one RMS over the whole projection, all heads together (pitfall A2) */
-        TRY(be->rms_norm(bc, &q, &ly->q_norm, (float)m->eps, &q, err));
-        TRY(be->rms_norm(bc, &k, &ly->k_norm, (float)m->eps, &k, err));
-        fam_attn a;
-        attn_shape(m, ly, &a);
-        TRY(fam_alloc(env, run, NNT_F32, &attn, err, 2, M, H));
-        TRY(fam_attention_forward(env, run, L, &a, args, &mask, &q, &k, &v, &attn, err));
-        TRY(be->add(bc, &x, &attn, &x, err));
-        TRY(h->emit(run, NNT_SV_LAYER_MID, L, &x3));
-        TRY(be->rms_norm(bc, &x, &ly->post_norm, (float)m->eps, &xn, err));
-        TRY(h->emit(run, NNT_SV_MLP_NORM_OUTPUT, L, &xn3));
-        TRY(h->emit(run, NNT_SV_MLP_INPUT, L, &xn3));
-        TRY(fam_alloc(env, run, NNT_F32, &mo, err, 2, M, H));
-        TRY(fam_moe_forward(env, run, L, &ly->moe, &dims, &xn, &mo, err));
-        TRY(be->add(bc, &x, &mo, &x, err));
-        TRY(h->emit(run, NNT_SV_LAYER_OUTPUT, L, &x3));
-        h->arena_release(run, mark);
-    }
-    TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
-    TRY(be->rms_norm(bc, &x, &m->final_norm, (float)m->eps, &xn, err));
-    nnt_tensor f3 = fam_view(&xn, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_FINAL_NORM_OUTPUT, -1, &f3));
-    TRY(fam_alloc(env, run, NNT_F32, &logits, err, 2, M, (int64_t)m->vocab));
-    TRY(be->linear(bc, &xn, &m->lm_head, &logits, err));
-    nnt_tensor l3 = fam_view(&logits, 3, B, T, (int64_t)m->vocab);
-    TRY(h->emit(run, NNT_SV_LM_HEAD_OUTPUT, -1, &l3));
-    TRY(h->emit(run, NNT_SV_LOGITS, -1, &l3));
-#undef TRY
-done:
-    fam_mask_free(&mask);
-    return st;
+    return fam_decoder_forward(&m->env, run, args, &m->dec, err);
 }
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {

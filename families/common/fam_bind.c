@@ -1,0 +1,71 @@
+/* fam_bind.c - binding checkpoint tensors shared by families: the readout (embedding, final
+ * norm, lm_head) and a block's experts under either the hub's per-expert names or
+ * transformers' fused 3-D tensors. */
+#include <stdio.h>
+#include <string.h>
+
+#include "family_common.h"
+
+nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied,
+                            fam_decoder *d, nnt_error *err)
+{
+    int64_t es[2] = {V, H}, ns[1] = {H};
+    nnt_status st = fam_weight(env, ck, "model.embed_tokens.weight", 2, es, &d->embed, err);
+    if (st == NNT_OK) st = fam_weight(env, ck, "model.norm.weight", 1, ns, &d->final_norm, err);
+    if (st != NNT_OK) return st;
+    if (tied && !env->host->has_tensor(ck, "lm_head.weight")) {
+        d->lm_head = d->embed;
+        return NNT_OK;
+    }
+    return fam_weight(env, ck, "lm_head.weight", 2, es, &d->lm_head, err);
+}
+
+nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int layer, int64_t E, int64_t I,
+                            int64_t H, const char *fused_gate_up, const char *fused_down,
+                            const fam_expert_names *names, int n, fam_expert *out, nnt_error *err)
+{
+    char a[256], b[256], c[256];
+    nnt_status st;
+    if (fused_gate_up) {
+        snprintf(a, sizeof a, fused_gate_up, layer);
+        if (env->host->has_tensor(ck, a)) {
+            snprintf(b, sizeof b, fused_down, layer);
+            int64_t s1[3] = {E, 2 * I, H}, s2[3] = {E, H, I};
+            nnt_tensor gu, dn;
+            if ((st = fam_weight(env, ck, a, 3, s1, &gu, err)) != NNT_OK) return st;
+            if ((st = fam_weight(env, ck, b, 3, s2, &dn, err)) != NNT_OK) return st;
+            for (int64_t e = 0; e < E; e++) {
+                out[e].gate = fam_slice3(&gu, e, 0, I);
+                out[e].up = fam_slice3(&gu, e, I, I);
+                out[e].down = fam_slice3(&dn, e, 0, H);
+            }
+            return NNT_OK;
+        }
+    }
+    const fam_expert_names *use = NULL;
+    for (int i = 0; i < n && !use; i++) {
+        snprintf(a, sizeof a, names[i].gate, layer, 0);
+        if (env->host->has_tensor(ck, a)) use = &names[i];
+    }
+    if (!use) {
+        snprintf(a, sizeof a, names[0].gate, layer, 0);
+        if (fused_gate_up) snprintf(b, sizeof b, fused_gate_up, layer);
+        return env->host->set_error(err, NNT_ERR_NOT_FOUND,
+                                    "%s: the experts of block %d are missing: the checkpoint holds neither '%s'%s%s%s",
+                                    env->host->cfg_path(ck), layer, a, fused_gate_up ? " nor '" : "",
+                                    fused_gate_up ? b : "", fused_gate_up ? "'" : "");
+    }
+    int64_t gi[2] = {I, H}, di[2] = {H, I};
+    for (int64_t e = 0; e < E; e++) {
+        snprintf(a, sizeof a, use->gate, layer, (int)e);
+        snprintf(b, sizeof b, use->up, layer, (int)e);
+        snprintf(c, sizeof c, use->down, layer, (int)e);
+        if (!env->host->has_tensor(ck, a))
+            return env->host->set_error(err, NNT_ERR_NOT_FOUND, "%s: expert %lld of block %d is missing: no tensor '%s'",
+                                        env->host->cfg_path(ck), (long long)e, layer, a);
+        if ((st = fam_weight(env, ck, a, 2, gi, &out[e].gate, err)) != NNT_OK) return st;
+        if ((st = fam_weight(env, ck, b, 2, gi, &out[e].up, err)) != NNT_OK) return st;
+        if ((st = fam_weight(env, ck, c, 2, di, &out[e].down, err)) != NNT_OK) return st;
+    }
+    return NNT_OK;
+}

@@ -1,0 +1,88 @@
+/* fam_decoder.c - Llama's pre-norm decoder skeleton with its standard values: embedding, each
+ * block's norms and residual adds around a family-supplied mixer and MLP, final norm, lm_head. */
+#include "family_common.h"
+
+int fam_decoder_info(int hidden, int vocab, nnt_slot slot, const nnt_call_dims *d, nnt_value_info *out)
+{
+    int64_t B = d ? d->batch : 0, T = d ? d->seq : 0;
+    switch (slot) {
+    case NNT_SV_LOGITS:
+    case NNT_SV_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)vocab); return 1;
+    case NNT_SV_TOKEN_EMBEDDINGS:
+    case NNT_SV_FINAL_NORM_OUTPUT:
+    case NNT_SV_LAYER_INPUT:
+    case NNT_SV_ATTENTION_NORM_OUTPUT:
+    case NNT_SV_LAYER_MID:
+    case NNT_SV_MLP_NORM_OUTPUT:
+    case NNT_SV_MLP_INPUT:
+    case NNT_SV_LAYER_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)hidden); return 1;
+    case NNT_SV_ATTENTION_POST:
+    case NNT_SV_ATTENTION_COMB:
+    case NNT_SV_MLP_POST:
+    case NNT_SV_MLP_COMB:
+        fam_off_page(out, "a single residual stream: no hyper-connections weigh or mix streams in this family");
+        return 1;
+    default: return 0;
+    }
+}
+
+static const nnt_tensor *norm_at(const nnt_tensor *base, size_t stride, int layer)
+{
+    return (const nnt_tensor *)((const char *)base + stride * (size_t)layer);
+}
+
+nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forward_args *args,
+                               const fam_decoder *d, nnt_error *err)
+{
+    const nnt_host_api *h = env->host;
+    const nnt_backend_ops *be = env->be;
+    void *bc = env->be_ctx;
+    int64_t B = args->batch, T = args->seq, M = B * T, H = d->hidden, V = d->vocab;
+    nnt_call_dims dims = {args->batch, args->seq, args->past};
+    nnt_attn_mask mask;
+    nnt_status st = fam_mask_build(args, &mask, err);
+    if (st != NNT_OK) return st;
+    nnt_tensor x, ids, xn, sub, logits;
+#define TRY(e)                                                                                                         \
+    do {                                                                                                               \
+        if ((st = (e)) != NNT_OK) goto done;                                                                           \
+    } while (0)
+    TRY(fam_alloc(env, run, NNT_F32, &x, err, 2, M, H));
+    TRY(fam_alloc(env, run, NNT_I32, &ids, err, 1, M));
+    TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
+    TRY(be->embedding(bc, &d->embed, &ids, &x, err));
+    nnt_tensor x3 = fam_view(&x, 3, B, T, H);
+    TRY(h->emit(run, NNT_SV_TOKEN_EMBEDDINGS, -1, &x3));
+    for (int L = 0; L < d->num_layers; L++) {
+        size_t mark = h->arena_mark(run);
+        TRY(h->emit(run, NNT_SV_LAYER_INPUT, L, &x3));
+        TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
+        TRY(fam_alloc(env, run, NNT_F32, &sub, err, 2, M, H));
+        nnt_tensor xn3 = fam_view(&xn, 3, B, T, H);
+        TRY(be->rms_norm(bc, &x, norm_at(d->in_norm, d->norm_stride, L), d->eps, &xn, err));
+        TRY(h->emit(run, NNT_SV_ATTENTION_NORM_OUTPUT, L, &xn3));
+        TRY(d->mixer(d->self, run, L, args, &mask, &xn, &sub, err));
+        TRY(be->add(bc, &x, &sub, &x, err));
+        TRY(h->emit(run, NNT_SV_LAYER_MID, L, &x3));
+        TRY(be->rms_norm(bc, &x, norm_at(d->post_norm, d->norm_stride, L), d->eps, &xn, err));
+        TRY(h->emit(run, NNT_SV_MLP_NORM_OUTPUT, L, &xn3));
+        TRY(h->emit(run, NNT_SV_MLP_INPUT, L, &xn3));
+        TRY(d->mlp(d->self, run, L, &dims, &xn, &sub, err));
+        TRY(be->add(bc, &x, &sub, &x, err));
+        TRY(h->emit(run, NNT_SV_LAYER_OUTPUT, L, &x3));
+        h->arena_release(run, mark);
+    }
+    TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
+    TRY(be->rms_norm(bc, &x, &d->final_norm, d->eps, &xn, err));
+    nnt_tensor f3 = fam_view(&xn, 3, B, T, H);
+    TRY(h->emit(run, NNT_SV_FINAL_NORM_OUTPUT, -1, &f3));
+    TRY(fam_alloc(env, run, NNT_F32, &logits, err, 2, M, V));
+    TRY(be->linear(bc, &xn, &d->lm_head, &logits, err));
+    nnt_tensor l3 = fam_view(&logits, 3, B, T, V);
+    TRY(h->emit(run, NNT_SV_LM_HEAD_OUTPUT, -1, &l3));
+    TRY(h->emit(run, NNT_SV_LOGITS, -1, &l3));
+#undef TRY
+done:
+    fam_mask_free(&mask);
+    return st;
+}
