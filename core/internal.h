@@ -49,6 +49,7 @@ nnt_status nnt_cfg_bool(const nnt_checkpoint *ck, const char *key, int dflt, int
 nnt_status nnt_cfg_string(const nnt_checkpoint *ck, const char *key, const char *dflt,
                           int required, const char **out, nnt_error *err);
 int nnt_cfg_has(const nnt_checkpoint *ck, const char *key);
+int nnt_cfg_is_null(const nnt_checkpoint *ck, const char *key);
 nnt_status nnt_cfg_int_list(const nnt_checkpoint *ck, const char *key, const char *const *names,
                             int n_names, int64_t *out, int max, int *count, nnt_error *err);
 const char *nnt_cfg_path(const nnt_checkpoint *ck);

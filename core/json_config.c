@@ -81,8 +81,9 @@ void nnt_json_free(nnt_json *j)
     free(j);
 }
 
-/* Follows a dotted key; returns NULL when any part is missing or the value is null. */
-static const cJSON *lookup(const nnt_checkpoint *ck, const char *key)
+/* Follows a dotted key; returns NULL when any part is missing (or, unless keep_null, when the
+ * value is null). */
+static const cJSON *lookup_raw(const nnt_checkpoint *ck, const char *key, int keep_null)
 {
     if (!ck || !ck->config) return NULL;
     const cJSON *node = ck->config->root;
@@ -98,8 +99,19 @@ static const cJSON *lookup(const nnt_checkpoint *ck, const char *key)
         node = cJSON_GetObjectItemCaseSensitive(node, part);
         p = dot ? dot + 1 : p + n;
     }
-    if (!node || cJSON_IsNull(node)) return NULL;
+    if (!node || (!keep_null && cJSON_IsNull(node))) return NULL;
     return node;
+}
+
+static const cJSON *lookup(const nnt_checkpoint *ck, const char *key)
+{
+    return lookup_raw(ck, key, 0);
+}
+
+int nnt_cfg_is_null(const nnt_checkpoint *ck, const char *key)
+{
+    const cJSON *v = lookup_raw(ck, key, 1);
+    return v && cJSON_IsNull(v);
 }
 
 static nnt_status missing(const nnt_checkpoint *ck, const char *key, const char *what,

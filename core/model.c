@@ -272,6 +272,7 @@ void nnt_host_api_init(nnt_host_api *api)
         /* .cfg_has = */ nnt_cfg_has,
         /* .cfg_int_list = */ nnt_cfg_int_list,
         /* .cfg_path = */ nnt_cfg_path,
+        /* .cfg_is_null = */ nnt_cfg_is_null,
         /* .has_tensor = */ nnt_ck_has_tensor,
         /* .tensor = */ nnt_ck_tensor,
         /* .emit = */ api_emit,

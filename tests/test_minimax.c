@@ -13,111 +13,7 @@
 #include "core/internal.h"
 #include "test_util.h"
 
-#define TOL 1e-5
-
 static const char *const FIXTURES[] = {"minimax_m2/fp32", "minimax_m2/bf16", "minimax_m2/fp8"};
-
-static const char *const TOKEN_VALUES[] = {
-    "token_embeddings", "final_norm_output", "lm_head_output", "logits",
-};
-static const char *const BLOCK_VALUES[] = {
-    "layer_input", "attention_norm_output", "layer_mid", "mlp_norm_output", "mlp_input", "layer_output",
-    "self_attn.attention_head_outputs", "self_attn.attention_premix", "self_attn.attention_output",
-    "mlp.router_logits", "mlp.routed_output", "mlp.mlp_output",
-};
-static const char *const HEAD_VALUES[] = {
-    "self_attn.attention_queries", "self_attn.attention_keys", "self_attn.attention_values",
-};
-static const char *const PATTERN_VALUES[] = {
-    "self_attn.attention_scores", "self_attn.attention_probabilities",
-};
-
-/* Runs the fixture's prompts with every served value saved. */
-static nnt_trace *run_all(nnt_runtime *rt, nnt_model *m, const t_ref *r)
-{
-    nnt_trace *t;
-    T_OK(rt, nnt_trace_new(m, &t));
-    const char *model_values[] = {"token_embeddings", "final_norm_output", "lm_head_output", "logits", "next_token_probs"};
-    for (size_t i = 0; i < sizeof model_values / sizeof *model_values; i++) T_OK(rt, nnt_trace_save(t, model_values[i]));
-    const char *block[] = {"layer_input", "attention_norm_output", "layer_mid", "mlp_norm_output", "mlp_input",
-                           "layer_output", "self_attn.attention_queries", "self_attn.attention_keys",
-                           "self_attn.attention_values", "self_attn.attention_scores", "self_attn.attention_probabilities",
-                           "self_attn.attention_head_outputs", "self_attn.attention_premix", "self_attn.attention_output",
-                           "mlp.router_logits", "mlp.expert_weights", "mlp.expert_indices", "mlp.expert_outputs",
-                           "mlp.routed_output", "mlp.mlp_output"};
-    for (size_t i = 0; i < sizeof block / sizeof *block; i++) {
-        char p[128];
-        snprintf(p, sizeof p, "layers.*.%s", block[i]);
-        T_OK(rt, nnt_trace_save(t, p));
-    }
-    T_OK(rt, nnt_trace_run(t, r->ids, r->mask, r->batch, r->seq));
-    return t;
-}
-
-static void check_value(const t_ref *r, nnt_trace *t, const char *key, int kind)
-{
-    nnt_tensor ref;
-    if (t_ref_get(r, key, &ref) != 0) {
-        fprintf(stderr, "\n  reference lacks %s\n", key);
-        CU_FAIL("reference value missing");
-        return;
-    }
-    const nnt_tensor *got = nnt_trace_get(t, key);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
-    unsigned char *sel = kind == 0 ? t_sel_tokens(r, got) : kind == 1 ? t_sel_heads(r, got) : kind == 2 ? t_sel_pattern(r, got) : NULL;
-    double e = t_rel_err(got, &ref, sel);
-    if (e < 0 || e > TOL) fprintf(stderr, "\n  %s: %s relative error %.3g\n", r->path, key, e);
-    CU_ASSERT(e >= 0 && e <= TOL);
-    free(sel);
-    nnt_tensor_free(&ref);
-}
-
-/* expert_indices as sets; expert_weights and expert_outputs aligned to the reference's slots */
-static void check_routing(const t_ref *r, nnt_trace *t, int layer)
-{
-    char ki[96], kw[96], ko[96];
-    snprintf(ki, sizeof ki, "layers.%d.mlp.expert_indices", layer);
-    snprintf(kw, sizeof kw, "layers.%d.mlp.expert_weights", layer);
-    snprintf(ko, sizeof ko, "layers.%d.mlp.expert_outputs", layer);
-    nnt_tensor ri, rw, ro;
-    CU_ASSERT_FATAL(t_ref_get(r, ki, &ri) == 0 && t_ref_get(r, kw, &rw) == 0 && t_ref_get(r, ko, &ro) == 0);
-    const nnt_tensor *gi = nnt_trace_get(t, ki), *gw = nnt_trace_get(t, kw), *go = nnt_trace_get(t, ko);
-    CU_ASSERT_FATAL(gi && gw && go);
-    int K = (int)gi->shape[2];
-    int64_t H = go->shape[3];
-    double scale_w = 0, scale_o = 0, err_w = 0, err_o = 0;
-    int set_mismatch = 0;
-    for (int64_t tok = 0; tok < (int64_t)r->batch * r->seq; tok++) {
-        if (!r->mask[tok]) continue;
-        for (int s = 0; s < K; s++) {
-            int64_t e = (int64_t)nnt_tensor_get_f64(&ri, tok * K + s);
-            int found = -1;
-            for (int q = 0; q < K; q++)
-                if ((int64_t)nnt_tensor_get_f64(gi, tok * K + q) == e) found = q;
-            if (found < 0) {
-                set_mismatch++;
-                continue;
-            }
-            double wr = nnt_tensor_get_f64(&rw, tok * K + s), wg = nnt_tensor_get_f64(gw, tok * K + found);
-            scale_w = fmax(scale_w, fabs(wr));
-            err_w = fmax(err_w, fabs(wr - wg));
-            for (int64_t h = 0; h < H; h++) {
-                double a = nnt_tensor_get_f64(&ro, (tok * K + s) * H + h), b = nnt_tensor_get_f64(go, (tok * K + found) * H + h);
-                scale_o = fmax(scale_o, fabs(a));
-                err_o = fmax(err_o, fabs(a - b));
-            }
-        }
-    }
-    if (set_mismatch || err_w > TOL * scale_w || err_o > TOL * scale_o)
-        fprintf(stderr, "\n  %s block %d: %d slot mismatches, weight err %.3g, output err %.3g\n", r->path, layer,
-                set_mismatch, err_w / scale_w, err_o / scale_o);
-    CU_ASSERT_EQUAL(set_mismatch, 0);
-    CU_ASSERT(err_w <= TOL * scale_w);
-    CU_ASSERT(err_o <= TOL * scale_o);
-    nnt_tensor_free(&ri);
-    nnt_tensor_free(&rw);
-    nnt_tensor_free(&ro);
-}
 
 static void check_fixture(const char *rel)
 {
@@ -125,26 +21,9 @@ static void check_fixture(const char *rel)
     nnt_model *m = t_model(rt, rel);
     t_ref r;
     CU_ASSERT_FATAL(t_ref_open(&r, rt, rel) == 0);
-    nnt_trace *t = run_all(rt, m, &r);
-    int L = nnt_model_get_info(m)->num_layers;
-    for (size_t i = 0; i < sizeof TOKEN_VALUES / sizeof *TOKEN_VALUES; i++) check_value(&r, t, TOKEN_VALUES[i], 0);
-    check_value(&r, t, "next_token_probs", 3);
-    char key[128];
-    for (int l = 0; l < L; l++) {
-        for (size_t i = 0; i < sizeof BLOCK_VALUES / sizeof *BLOCK_VALUES; i++) {
-            snprintf(key, sizeof key, "layers.%d.%s", l, BLOCK_VALUES[i]);
-            check_value(&r, t, key, 0);
-        }
-        for (size_t i = 0; i < sizeof HEAD_VALUES / sizeof *HEAD_VALUES; i++) {
-            snprintf(key, sizeof key, "layers.%d.%s", l, HEAD_VALUES[i]);
-            check_value(&r, t, key, 1);
-        }
-        for (size_t i = 0; i < sizeof PATTERN_VALUES / sizeof *PATTERN_VALUES; i++) {
-            snprintf(key, sizeof key, "layers.%d.%s", l, PATTERN_VALUES[i]);
-            check_value(&r, t, key, 2);
-        }
-        check_routing(&r, t, l);
-    }
+    nnt_trace *t = t_run_reference(rt, m, &r);
+    /* 5 model values and 20 per block: every value of the page the family serves */
+    CU_ASSERT_EQUAL(t_check_reference(&r, t), 5 + 20 * nnt_model_get_info(m)->num_layers);
     nnt_trace_free(t);
     nnt_model_free(m);
     nnt_runtime_close(rt);
@@ -186,7 +65,7 @@ static void test_identities(void)
     nnt_model *m = t_model(rt, FIXTURES[0]);
     t_ref r;
     CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
-    nnt_trace *t = run_all(rt, m, &r);
+    nnt_trace *t = t_run_reference(rt, m, &r);
     const nnt_model_info *info = nnt_model_get_info(m);
     int L = info->num_layers;
     int64_t H = info->hidden_size, M = (int64_t)r.batch * r.seq;
@@ -279,7 +158,7 @@ static void test_router_identity(void)
     nnt_model *m = t_model(rt, FIXTURES[0]);
     t_ref r;
     CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
-    nnt_trace *t = run_all(rt, m, &r);
+    nnt_trace *t = t_run_reference(rt, m, &r);
     char dir[512], file[600];
     snprintf(file, sizeof file, "%s/model.safetensors", t_fixture(FIXTURES[0], dir, sizeof dir));
     const nnt_model_info *info = nnt_model_get_info(m);
@@ -334,46 +213,14 @@ static void test_router_identity(void)
 /* ---- write semantics ---- */
 
 /* Zeroing expert e's weight where expert_indices == e changes mlp_output on exactly the tokens
- * that chose e. */
+ * that chose e (every expert, every block). */
 static void test_ablation(void)
 {
     nnt_runtime *rt = t_runtime();
     nnt_model *m = t_model(rt, FIXTURES[0]);
     t_ref r;
     CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
-    const nnt_model_info *info = nnt_model_get_info(m);
-    int64_t M = (int64_t)r.batch * r.seq, H = info->hidden_size;
-    int K = info->top_k;
-    for (int e = 0; e < info->num_experts; e++) {
-        nnt_trace *clean, *abl;
-        T_OK(rt, nnt_trace_new(m, &clean));
-        T_OK(rt, nnt_trace_save(clean, "layers.1.mlp.expert_indices"));
-        T_OK(rt, nnt_trace_save(clean, "layers.1.mlp.mlp_output"));
-        T_OK(rt, nnt_trace_run(clean, r.ids, r.mask, r.batch, r.seq));
-        T_OK(rt, nnt_trace_new(m, &abl));
-        T_OK(rt, nnt_trace_masked_fill(abl, "layers.1.mlp.expert_weights", "layers.1.mlp.expert_indices", e, 0.0f));
-        T_OK(rt, nnt_trace_save(abl, "layers.1.mlp.expert_weights"));
-        T_OK(rt, nnt_trace_save(abl, "layers.1.mlp.mlp_output"));
-        T_OK(rt, nnt_trace_run(abl, r.ids, r.mask, r.batch, r.seq));
-        const nnt_tensor *idx = nnt_trace_get(clean, "layers.1.mlp.expert_indices");
-        const nnt_tensor *a = nnt_trace_get(clean, "layers.1.mlp.mlp_output"), *b = nnt_trace_get(abl, "layers.1.mlp.mlp_output");
-        const nnt_tensor *w = nnt_trace_get(abl, "layers.1.mlp.expert_weights");
-        int mismatches = 0, chose_any = 0;
-        for (int64_t tok = 0; tok < M; tok++) {
-            int chose = 0, changed = 0;
-            for (int s = 0; s < K; s++) {
-                int hit = (int)nnt_tensor_get_f64(idx, tok * K + s) == e;
-                chose |= hit;
-                if (hit) CU_ASSERT(nnt_tensor_get_f64(w, tok * K + s) == 0.0);
-            }
-            for (int64_t h = 0; h < H; h++) changed |= nnt_tensor_get_f64(a, tok * H + h) != nnt_tensor_get_f64(b, tok * H + h);
-            mismatches += chose != changed;
-            chose_any |= chose;
-        }
-        CU_ASSERT_EQUAL(mismatches, 0);
-        nnt_trace_free(clean);
-        nnt_trace_free(abl);
-    }
+    for (int l = 0; l < nnt_model_get_info(m)->num_layers; l++) t_check_ablation(rt, m, &r, l);
     nnt_model_free(m);
     nnt_runtime_close(rt);
 }
@@ -657,14 +504,8 @@ static void test_fused_expert_names(void)
     T_OK(rt, nnt_model_load(rt, dir, &m));
     t_ref r;
     CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
-    nnt_trace *t = run_all(rt, m, &r);
-    check_value(&r, t, "logits", 0);
-    for (int l = 0; l < L; l++) {
-        char k[96];
-        snprintf(k, sizeof k, "layers.%d.mlp.mlp_output", l);
-        check_value(&r, t, k, 0);
-        check_routing(&r, t, l);
-    }
+    nnt_trace *t = t_run_reference(rt, m, &r);
+    CU_ASSERT(t_check_reference(&r, t) > 0);
     nnt_trace_free(t);
     nnt_model_free(m);
     nnt_runtime_close(rt);

@@ -121,7 +121,8 @@ static void test_ini_errors(void)
     expect("twice.ini", "[family.x]\nbackend = cpu\nbackend = cuda\n", NNT_ERR_CONFIG, "twice.ini:3: key 'backend' appears twice");
     char ini[2048];
     ini_for(ini, sizeof ini, NULL, "[family.nosuch]\nbackend = cpu\n");
-    expect("nosuch.ini", ini, NNT_ERR_NOT_FOUND, "nosuch.ini:4: [family.nosuch] names no loaded family plugin (loaded: minimax_m2)");
+    expect("nosuch.ini", ini, NNT_ERR_NOT_FOUND, "nosuch.ini:4: [family.nosuch] names no loaded family plugin (loaded: ");
+    expect("nosuch2.ini", ini, NNT_ERR_NOT_FOUND, "minimax_m2");
     ini_for(ini, sizeof ini, NULL, "[backend.cpu]\nthreads = many\n");
     expect("threads.ini", ini, NNT_ERR_CONFIG, "threads = 'many' is not a thread count");
     ini_for(ini, sizeof ini, NULL, "[backend.cpu]\nturbo = 1\n");

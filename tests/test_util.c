@@ -223,3 +223,206 @@ const char *t_checkpoint_dir(const char *name, const char *fixture_rel, char *bu
     if (t_copy_file(src, dst) != 0) fprintf(stderr, "t_checkpoint_dir: cannot copy %s\n", src);
     return buf;
 }
+
+/* ---- reference comparisons ---- */
+
+static int skip_key(const char *k)
+{
+    if (strcmp(k, "input_ids") == 0 || strcmp(k, "attention_mask") == 0) return 1;
+    if (strncmp(k, "bf16_compute.", 13) == 0) return 1;
+    size_t n = strlen(k);
+    return n > 6 && strcmp(k + n - 6, ".sinks") == 0;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+int t_save_reference_values(nnt_runtime *rt, nnt_trace *t, const t_ref *r)
+{
+    nnt_st_file *f;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_st_open(r->path, &f, &err), NNT_OK);
+    int n = 0;
+    for (int i = 0; i < f->n_entries; i++) {
+        if (skip_key(f->entries[i].name)) continue;
+        T_OK(rt, nnt_trace_save(t, f->entries[i].name));
+        n++;
+    }
+    nnt_st_close(f);
+    return n;
+}
+
+nnt_trace *t_run_reference(nnt_runtime *rt, nnt_model *m, const t_ref *r)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    CU_ASSERT(t_save_reference_values(rt, t, r) > 0);
+    T_OK(rt, nnt_trace_run(t, r->ids, r->mask, r->batch, r->seq));
+    return t;
+}
+
+/* expert_indices as sets; expert_weights and expert_outputs aligned to the reference's slots */
+static void check_slots(const t_ref *r, const nnt_trace *t, const char *key)
+{
+    char base[160], ki[200];
+    snprintf(base, sizeof base, "%s", key);
+    *strrchr(base, '.') = '\0';
+    snprintf(ki, sizeof ki, "%s.expert_indices", base);
+    nnt_tensor ri, rv;
+    CU_ASSERT_FATAL(t_ref_get(r, ki, &ri) == 0 && t_ref_get(r, key, &rv) == 0);
+    const nnt_tensor *gi = nnt_trace_get(t, ki), *gv = nnt_trace_get(t, key);
+    if (!gi) fprintf(stderr, "\n  %s was not saved (needed to align %s)\n", ki, key);
+    CU_ASSERT_FATAL(gi && gv);
+    int K = (int)ri.shape[2];
+    int64_t inner = nnt_tensor_numel(&rv) / ((int64_t)r->batch * r->seq * K);
+    int is_indices = ends_with(key, ".expert_indices");
+    double scale = 0, worst = 0;
+    int mismatch = 0;
+    for (int64_t tok = 0; tok < (int64_t)r->batch * r->seq; tok++) {
+        if (!r->mask[tok]) continue;
+        for (int s = 0; s < K; s++) {
+            int64_t e = (int64_t)nnt_tensor_get_f64(&ri, tok * K + s);
+            int found = -1;
+            for (int q = 0; q < K; q++)
+                if ((int64_t)nnt_tensor_get_f64(gi, tok * K + q) == e) found = q;
+            if (found < 0) {
+                mismatch++;
+                continue;
+            }
+            if (is_indices) continue;
+            for (int64_t j = 0; j < inner; j++) {
+                double a = nnt_tensor_get_f64(&rv, (tok * K + s) * inner + j), b = nnt_tensor_get_f64(gv, (tok * K + found) * inner + j);
+                scale = fmax(scale, fabs(a));
+                worst = fmax(worst, fabs(a - b));
+            }
+        }
+    }
+    if (mismatch || worst > T_TOL * scale)
+        fprintf(stderr, "\n  %s: %s: %d routing slots differ, relative error %.3g\n", r->path, key, mismatch,
+                scale ? worst / scale : worst);
+    CU_ASSERT_EQUAL(mismatch, 0);
+    CU_ASSERT(worst <= T_TOL * scale);
+    nnt_tensor_free(&ri);
+    nnt_tensor_free(&rv);
+}
+
+void t_check_value(const t_ref *r, const nnt_trace *t, const char *key)
+{
+    if (ends_with(key, ".expert_indices") || ends_with(key, ".expert_weights") || ends_with(key, ".expert_outputs")) {
+        check_slots(r, t, key);
+        return;
+    }
+    nnt_tensor ref;
+    if (t_ref_get(r, key, &ref) != 0) {
+        fprintf(stderr, "\n  %s lacks %s\n", r->path, key);
+        CU_FAIL("reference value missing");
+        return;
+    }
+    const nnt_tensor *got = nnt_trace_get(t, key);
+    if (!got) fprintf(stderr, "\n  %s was not saved\n", key);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    unsigned char *sel = NULL;
+    if (ends_with(key, ".attention_scores") || ends_with(key, ".attention_probabilities"))
+        sel = t_sel_pattern(r, got);
+    else if (strstr(key, "self_attn.attention_queries") || strstr(key, "self_attn.attention_keys") ||
+             strstr(key, "self_attn.attention_values"))
+        sel = t_sel_heads(r, got);
+    else if (strcmp(key, "next_token_probs") != 0 && strcmp(key, "input_size") != 0)
+        sel = t_sel_tokens(r, got);
+    double e = t_rel_err(got, &ref, sel);
+    if (e < 0 || e > T_TOL) fprintf(stderr, "\n  %s: %s relative error %.3g\n", r->path, key, e);
+    CU_ASSERT(e >= 0 && e <= T_TOL);
+    free(sel);
+    nnt_tensor_free(&ref);
+}
+
+int t_check_reference(const t_ref *r, const nnt_trace *t)
+{
+    nnt_st_file *f;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_st_open(r->path, &f, &err), NNT_OK);
+    int n = 0;
+    for (int i = 0; i < f->n_entries; i++) {
+        if (skip_key(f->entries[i].name)) continue;
+        t_check_value(r, t, f->entries[i].name);
+        n++;
+    }
+    nnt_st_close(f);
+    return n;
+}
+
+void t_check_block_sum(const nnt_trace *t, int num_layers, const char *(*mixer_of)(int layer))
+{
+    char k[160];
+    for (int l = 0; l < num_layers; l++) {
+        const nnt_tensor *x, *a, *mo, *o;
+        snprintf(k, sizeof k, "layers.%d.layer_input", l);
+        x = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.%s.attention_output", l, mixer_of ? mixer_of(l) : "self_attn");
+        a = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.mlp.mlp_output", l);
+        mo = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.layer_output", l);
+        o = nnt_trace_get(t, k);
+        CU_ASSERT_FATAL(x && a && mo && o);
+        double worst = 0, scale = 0;
+        for (int64_t i = 0; i < nnt_tensor_numel(o); i++) {
+            double out = nnt_tensor_get_f64(o, i);
+            scale = fmax(scale, fabs(out));
+            worst = fmax(worst, fabs(nnt_tensor_get_f64(x, i) + nnt_tensor_get_f64(a, i) + nnt_tensor_get_f64(mo, i) - out));
+        }
+        if (worst > 1e-6 * scale) fprintf(stderr, "\n  block %d: block sum off by %.3g of %.3g\n", l, worst, scale);
+        CU_ASSERT(worst <= 1e-6 * scale);
+        if (l + 1 < num_layers) {
+            snprintf(k, sizeof k, "layers.%d.layer_input", l + 1);
+            CU_ASSERT(t_rel_err(nnt_trace_get(t, k), o, NULL) == 0.0);
+        }
+    }
+}
+
+void t_check_ablation(nnt_runtime *rt, nnt_model *m, const t_ref *r, int layer)
+{
+    const nnt_model_info *info = nnt_model_get_info(m);
+    int64_t M = (int64_t)r->batch * r->seq, H = info->hidden_size;
+    int K = info->top_k;
+    char ki[96], kw[96], ko[96];
+    snprintf(ki, sizeof ki, "layers.%d.mlp.expert_indices", layer);
+    snprintf(kw, sizeof kw, "layers.%d.mlp.expert_weights", layer);
+    snprintf(ko, sizeof ko, "layers.%d.mlp.mlp_output", layer);
+    nnt_trace *clean;
+    T_OK(rt, nnt_trace_new(m, &clean));
+    T_OK(rt, nnt_trace_save(clean, ki));
+    T_OK(rt, nnt_trace_save(clean, ko));
+    T_OK(rt, nnt_trace_run(clean, r->ids, r->mask, r->batch, r->seq));
+    const nnt_tensor *idx = nnt_trace_get(clean, ki), *a = nnt_trace_get(clean, ko);
+    int chosen_somewhere = 0;
+    for (int e = 0; e < info->num_experts; e++) {
+        nnt_trace *abl;
+        T_OK(rt, nnt_trace_new(m, &abl));
+        T_OK(rt, nnt_trace_masked_fill(abl, kw, ki, e, 0.0f));
+        T_OK(rt, nnt_trace_save(abl, kw));
+        T_OK(rt, nnt_trace_save(abl, ko));
+        T_OK(rt, nnt_trace_run(abl, r->ids, r->mask, r->batch, r->seq));
+        const nnt_tensor *b = nnt_trace_get(abl, ko), *w = nnt_trace_get(abl, kw);
+        int mismatches = 0;
+        for (int64_t tok = 0; tok < M; tok++) {
+            int chose = 0, changed = 0;
+            for (int s = 0; s < K; s++) {
+                int hit = (int)nnt_tensor_get_f64(idx, tok * K + s) == e;
+                chose |= hit;
+                if (hit) CU_ASSERT(nnt_tensor_get_f64(w, tok * K + s) == 0.0);
+            }
+            for (int64_t h = 0; h < H; h++) changed |= nnt_tensor_get_f64(a, tok * H + h) != nnt_tensor_get_f64(b, tok * H + h);
+            mismatches += chose != changed;
+            chosen_somewhere |= chose;
+        }
+        if (mismatches) fprintf(stderr, "\n  block %d expert %d: %d tokens break the ablation property\n", layer, e, mismatches);
+        CU_ASSERT_EQUAL(mismatches, 0);
+        nnt_trace_free(abl);
+    }
+    CU_ASSERT(chosen_somewhere);
+    nnt_trace_free(clean);
+}

@@ -49,6 +49,29 @@ unsigned char *t_sel_tokens(const t_ref *r, const nnt_tensor *v);
 unsigned char *t_sel_heads(const t_ref *r, const nnt_tensor *v);
 unsigned char *t_sel_pattern(const t_ref *r, const nnt_tensor *v);
 
+/* Tolerance for float values against a float32 transformers reference: relative to the
+ * tensor's largest magnitude over the compared entries. */
+#define T_TOL 1e-5
+
+/* Saves, in trace t, every value the fixture's reference file holds (inputs and keys with a
+ * '.'-free prefix other than layers/model values are skipped: input_ids, attention_mask,
+ * bf16_compute.*, *.sinks). Returns the number of requests. */
+int t_save_reference_values(nnt_runtime *rt, nnt_trace *t, const t_ref *r);
+/* Compares one saved value with the reference: real tokens only, patterns on real rows and
+ * columns, expert indices as sets per token, expert weights and outputs aligned to the
+ * reference's slots. Asserts within T_TOL and reports the key on failure. */
+void t_check_value(const t_ref *r, const nnt_trace *t, const char *key);
+/* t_check_value on every key t_save_reference_values saved; returns how many were checked. */
+int t_check_reference(const t_ref *r, const nnt_trace *t);
+/* Runs the fixture's prompts with every reference value saved (asserts on failure). */
+nnt_trace *t_run_reference(nnt_runtime *rt, nnt_model *m, const t_ref *r);
+/* The block identity layer_input + <mixer>.attention_output + mlp.mlp_output == layer_output on
+ * every block, and layer i's output == layer i+1's input; `mixer_of(layer)` names the host. */
+void t_check_block_sum(const nnt_trace *t, int num_layers, const char *(*mixer_of)(int layer));
+/* For every expert e of block `layer`: zeroing e's weight where expert_indices == e changes
+ * mlp_output on exactly the tokens that chose e. */
+void t_check_ablation(nnt_runtime *rt, nnt_model *m, const t_ref *r, int layer);
+
 /* Rewrites a safetensors file tensor by tensor. For each tensor of `src` the callback fills
  * *out (a view of `in`, or a new host tensor it allocates and flags with *owned = 1) and may
  * rename it in `name` (preset to the source name); returning 0 drops the tensor. `extra`

@@ -170,6 +170,7 @@ static const nnt_backend_ops cpu_ops = {
     /* .swap12 = */ cpu_swap12,
     /* .copy = */ cpu_copy,
     /* .fill = */ cpu_fill,
+    /* .scale = */ cpu_scale,
     /* .rope = */ cpu_rope,
     /* .attn_scores = */ cpu_attn_scores,
     /* .softmax = */ cpu_softmax,

@@ -116,6 +116,20 @@ nnt_status cpu_fill(void *ctx, nnt_tensor *t, float value, nnt_error *err)
     return NNT_OK;
 }
 
+/* y = factor * x, F32, same sizes (y may alias x) */
+nnt_status cpu_scale(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y, nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    int64_t n = nnt_tensor_numel(x);
+    if (x->dtype != NNT_F32 || y->dtype != NNT_F32 || nnt_tensor_numel(y) != n)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu scale: x and y must be F32 of equal size");
+    const float *xd = x->data;
+    float *yd = y->data;
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+    for (int64_t i = 0; i < n; i++) yd[i] = factor * xd[i];
+    return NNT_OK;
+}
+
 /* gate, up, act (optional), out: [M, I] F32.
  * act = silu(min(gate, L)), out = act * clamp(up, -L, L); L = 0: no clamp. Shazeer 2020. */
 nnt_status cpu_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, float limit, nnt_tensor *act,

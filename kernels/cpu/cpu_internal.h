@@ -34,6 +34,7 @@ nnt_status cpu_add(void *ctx, const nnt_tensor *a, const nnt_tensor *b, nnt_tens
 nnt_status cpu_swap12(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
 nnt_status cpu_copy(void *ctx, const nnt_tensor *src, nnt_tensor *dst, nnt_error *err);
 nnt_status cpu_fill(void *ctx, nnt_tensor *t, float value, nnt_error *err);
+nnt_status cpu_scale(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y, nnt_error *err);
 nnt_status cpu_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, float limit, nnt_tensor *act,
                       nnt_tensor *out, nnt_error *err);
 /* cpu_attention.c */

@@ -99,6 +99,8 @@ typedef struct nnt_backend_ops {
     nnt_status (*copy)(void *ctx, const nnt_tensor *src, nnt_tensor *dst, nnt_error *err);
     /* Sets every element of an F32 tensor to `value`. */
     nnt_status (*fill)(void *ctx, nnt_tensor *t, float value, nnt_error *err);
+    /* y = factor * x elementwise (F32, same sizes); y may alias x. */
+    nnt_status (*scale)(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y, nnt_error *err);
 
     /* ---- attention ---- */
     /* Rotary embedding in place on x[B, H, T, D] (F32): dims [rot_start, rot_start + rot_dim)

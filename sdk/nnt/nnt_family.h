@@ -74,6 +74,8 @@ typedef struct nnt_host_api {
                                int n_names, int64_t *out, int max, int *count, nnt_error *err);
     /* Path of config.json, for messages. */
     const char *(*cfg_path)(const nnt_checkpoint *ck);
+    /* 1 when the key is present with the value null (some configs give null a meaning). */
+    int (*cfg_is_null)(const nnt_checkpoint *ck, const char *key);
 
     /* ---- checkpoint tensors ---- */
     /* 1 when the checkpoint holds a tensor of that name. */
