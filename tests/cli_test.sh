@@ -2,7 +2,7 @@
 # cli_test.sh NNT MODEL_DIR TMP - checks the `nnt` command line end to end on the embedded model:
 # outputs, exit codes and error messages.
 set -u
-nnt=$1 model=$2 tmp=$3
+nnt=$1 model=$2 tmp=$3 fixtures=$4
 mkdir -p "$tmp"
 fails=0
 prompt=$(cat "$model/prompt.txt")
@@ -48,5 +48,11 @@ check "print shows standard/native names" 0 "\(mlp/block_sparse_moe\): MiniMaxM2
 check "support lists reasons" 0 "shared_expert_output +no +MiniMax-M2 has no shared expert" "$nnt" support --model "$model"
 check "support --tsv header" 0 "^host	block	value	served	layout	axes	dtype	writable	reason" "$nnt" support --model "$model" --tsv
 check "plugins" 0 "family +minimax_m2 +cpu" "$nnt" plugins
+check "MiMo dense block: mixture values missing with the reason" 0 "router_logits +no +this block's MLP is dense" \
+  "$nnt" support --model "$fixtures/mimo_v2_flash/fp32"
+check "MiMo printout groups the two sliding blocks" 0 "\(1-2\): 2 x MiMoV2FlashDecoderLayer\(" \
+  "$nnt" print --model "$fixtures/mimo_v2_flash/fp32"
+check "MiMo trace on the hub-spelled FP8 checkpoint" 0 "layers.1.self_attn.attention_keys +\[1, 2, 5, 48\]" \
+  "$nnt" trace --model "$fixtures/mimo_v2_flash/fp8" --tokens "1 2 3 4 5" --save layers.1.self_attn.attention_keys
 
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

@@ -421,8 +421,8 @@ static nnt_status mv_value_info(const void *model, int layer, nnt_slot slot, con
         case NNT_SV_MLP_NEURONS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->inter); return NNT_OK;
         case NNT_SV_MLP_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
         default:
-            fam_unserved(out, "block %d's MLP is dense (mlp_layer_types says 'dense'): it has no router, no experts and "
-                              "no shared expert", layer);
+            fam_unserved(out, "this block's MLP is dense (mlp_layer_types says 'dense'): it has no router, no experts "
+                              "and no shared expert");
             return NNT_OK;
         }
     }
@@ -438,9 +438,9 @@ static nnt_status mv_value_info(const void *model, int layer, nnt_slot slot, con
         return NNT_OK;
     case NNT_SV_MLP_ACTIVATION:
     case NNT_SV_MLP_NEURONS:
-        fam_unserved(out, "block %d's MLP is a mixture without a shared expert: each expert's activations exist only for "
-                          "the tokens routed to it, so no [batch seq intermediate_size] tensor exists (block 0's dense MLP "
-                          "serves them)", layer);
+        fam_unserved(out, "this block's MLP is a mixture without a shared expert: each expert's activations exist only "
+                          "for the tokens routed to it, so no [batch seq intermediate_size] tensor exists (dense blocks "
+                          "serve them)");
         return NNT_OK;
     default: fam_unserved(out, "not a MiMo-V2-Flash value"); return NNT_OK;
     }

@@ -1,0 +1,394 @@
+/* test_mimo.c - the MiMo-V2-Flash family against transformers (fp32 with group-limited
+ * routing, and a hub-spelled FP8 checkpoint with MTP tensors to ignore), the page's identities
+ * (block sum, value scale, sink share, router), and its write semantics (edits renormalised
+ * against the sink, windows, ablation). Tolerances as in test_util.h (T_TOL). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static const char *const FP32 = "mimo_v2_flash/fp32";
+static const char *const FP8 = "mimo_v2_flash/fp8";
+
+typedef struct fixture {
+    nnt_runtime *rt;
+    nnt_model *m;
+    t_ref r;
+} fixture;
+
+static void open_fixture(fixture *f, const char *rel)
+{
+    f->rt = t_runtime();
+    f->m = t_model(f->rt, rel);
+    CU_ASSERT_FATAL(t_ref_open(&f->r, f->rt, rel) == 0);
+}
+
+static void close_fixture(fixture *f)
+{
+    nnt_model_free(f->m);
+    nnt_runtime_close(f->rt);
+}
+
+/* The layer kinds, read back through the shapes nnt reports: a sliding block's keys have more
+ * heads than a full block's. */
+static int is_sliding(const nnt_model *m, int layer)
+{
+    nnt_value_info vi;
+    char p[96];
+    snprintf(p, sizeof p, "layers.%d.self_attn.attention_keys", layer);
+    nnt_call_dims d = {1, 1, 0};
+    if (nnt_model_value_info(m, p, &d, &vi) != NNT_OK) return -1;
+    return vi.shape[1] != nnt_model_get_info(m)->num_kv_heads;
+}
+
+static void check_all_values(const char *rel, int expect_values)
+{
+    fixture f;
+    open_fixture(&f, rel);
+    nnt_trace *t = t_run_reference(f.rt, f.m, &f.r);
+    CU_ASSERT_EQUAL(t_check_reference(&f.r, t), expect_values);
+    t_check_block_sum(t, nnt_model_get_info(f.m)->num_layers, NULL);
+    nnt_trace_free(t);
+    close_fixture(&f);
+}
+
+/* 5 model values; 14 per block (6 block, 8 attention); the dense block's 3 MLP values; 6 per
+ * sparse block. */
+static void test_fp32_values(void) { check_all_values(FP32, 5 + 5 * 14 + 3 + 4 * 6); }
+static void test_fp8_hub_values(void) { check_all_values(FP8, 5 + 4 * 14 + 3 + 3 * 6); }
+
+/* Blocks 0 and 3 are full, 1, 2 and 4 sliding (fp32); the hub's pattern [0,1,1,0] (fp8). Full
+ * blocks report the config's key/value heads, sliding blocks twice as many. */
+static void test_block_kinds(void)
+{
+    fixture f;
+    open_fixture(&f, FP32);
+    const int want[5] = {0, 1, 1, 0, 1};
+    for (int l = 0; l < 5; l++) CU_ASSERT_EQUAL(is_sliding(f.m, l), want[l]);
+    nnt_value_info vi;
+    nnt_call_dims d = {2, 24, 0};
+    T_OK(f.rt, nnt_model_value_info(f.m, "layers.1.self_attn.attention_keys", &d, &vi));
+    CU_ASSERT(vi.ndim == 4 && vi.shape[1] == 2 * nnt_model_get_info(f.m)->num_kv_heads && vi.shape[3] == 24);
+    T_OK(f.rt, nnt_model_value_info(f.m, "layers.1.self_attn.attention_values", &d, &vi));
+    CU_ASSERT(vi.shape[3] == 16); /* values are v_head_dim wide */
+    close_fixture(&f);
+    open_fixture(&f, FP8);
+    const int want8[4] = {0, 1, 1, 0};
+    for (int l = 0; l < 4; l++) CU_ASSERT_EQUAL(is_sliding(f.m, l), want8[l]);
+    close_fixture(&f);
+}
+
+/* attention_values == v_proj(attention_norm_output) in heads x attention_value_scale, with
+ * v_proj's weight read from the checkpoint. */
+static void test_value_scale(void)
+{
+    fixture f;
+    open_fixture(&f, FP32);
+    nnt_trace *t;
+    T_OK(f.rt, nnt_trace_new(f.m, &t));
+    T_OK(f.rt, nnt_trace_save(t, "layers.*.attention_norm_output"));
+    T_OK(f.rt, nnt_trace_save(t, "layers.*.self_attn.attention_values"));
+    T_OK(f.rt, nnt_trace_run(t, f.r.ids, f.r.mask, f.r.batch, f.r.seq));
+    char dir[512], file[600];
+    snprintf(file, sizeof file, "%s/model.safetensors", t_fixture(FP32, dir, sizeof dir));
+    int64_t B = f.r.batch, T = f.r.seq, H = nnt_model_get_info(f.m)->hidden_size;
+    for (int l = 0; l < 5; l++) {
+        char k[96];
+        snprintf(k, sizeof k, "model.layers.%d.self_attn.v_proj.weight", l);
+        nnt_tensor w;
+        T_OK(f.rt, nnt_safetensors_read(f.rt, file, k, &w));
+        snprintf(k, sizeof k, "layers.%d.attention_norm_output", l);
+        const nnt_tensor *x = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.self_attn.attention_values", l);
+        const nnt_tensor *v = nnt_trace_get(t, k);
+        int64_t Hkv = v->shape[1], Dv = v->shape[3];
+        CU_ASSERT_EQUAL(w.shape[0], Hkv * Dv);
+        double worst = 0, scale = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t s = 0; s < T; s++)
+                for (int64_t o = 0; o < Hkv * Dv; o++) {
+                    double acc = 0;
+                    for (int64_t i = 0; i < H; i++)
+                        acc += ((const float *)w.data)[o * H + i] * ((const float *)x->data)[(b * T + s) * H + i];
+                    double got = nnt_tensor_get_f64(v, ((b * Hkv + o / Dv) * T + s) * Dv + o % Dv);
+                    scale = fmax(scale, fabs(acc));
+                    worst = fmax(worst, fabs(acc * 0.707 - got));
+                }
+        CU_ASSERT(worst <= 1e-5 * scale);
+        nnt_tensor_free(&w);
+    }
+    nnt_trace_free(t);
+    close_fixture(&f);
+}
+
+/* Sliding blocks: real rows sum below one, and the softmax of [scores, sink] with the sink
+ * column dropped rebuilds the pattern. Full blocks: rows sum to one. */
+static void test_sink_share(void)
+{
+    fixture f;
+    open_fixture(&f, FP32);
+    nnt_trace *t;
+    T_OK(f.rt, nnt_trace_new(f.m, &t));
+    T_OK(f.rt, nnt_trace_save(t, "layers.*.self_attn.attention_scores"));
+    T_OK(f.rt, nnt_trace_save(t, "layers.*.self_attn.attention_probabilities"));
+    T_OK(f.rt, nnt_trace_run(t, f.r.ids, f.r.mask, f.r.batch, f.r.seq));
+    for (int l = 0; l < 5; l++) {
+        char k[96];
+        snprintf(k, sizeof k, "layers.%d.self_attn.attention_scores", l);
+        const nnt_tensor *s = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.self_attn.attention_probabilities", l);
+        const nnt_tensor *p = nnt_trace_get(t, k);
+        nnt_tensor sinks = {0};
+        int sliding = is_sliding(f.m, l);
+        if (sliding) {
+            snprintf(k, sizeof k, "layers.%d.self_attn.sinks", l);
+            CU_ASSERT_FATAL(t_ref_get(&f.r, k, &sinks) == 0);
+        }
+        int64_t B = s->shape[0], Hq = s->shape[1], T = s->shape[2], S = s->shape[3];
+        double worst = 0;
+        int rows_below = 0, rows = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t q = 0; q < T; q++) {
+                    if (!f.r.mask[b * T + q]) continue;
+                    const float *sr = (const float *)s->data + ((b * Hq + h) * T + q) * S;
+                    const float *pr = (const float *)p->data + ((b * Hq + h) * T + q) * S;
+                    double sink = sliding ? nnt_tensor_get_f64(&sinks, h) : -INFINITY, mx = sink, sum = 0, psum = 0;
+                    for (int64_t j = 0; j < S; j++) mx = fmax(mx, sr[j]);
+                    for (int64_t j = 0; j < S; j++) sum += exp(sr[j] - mx);
+                    if (sliding) sum += exp(sink - mx);
+                    for (int64_t j = 0; j < S; j++) {
+                        worst = fmax(worst, fabs(exp(sr[j] - mx) / sum - pr[j]));
+                        psum += pr[j];
+                    }
+                    rows++;
+                    rows_below += psum < 1.0 - 1e-4;
+                    if (!sliding) CU_ASSERT_DOUBLE_EQUAL(psum, 1.0, 1e-5);
+                }
+        CU_ASSERT(worst < 1e-6);
+        CU_ASSERT_EQUAL(rows_below, sliding ? rows : 0);
+        nnt_tensor_free(&sinks);
+    }
+    nnt_trace_free(t);
+    close_fixture(&f);
+}
+
+/* The router: choice by sigmoid + bias within the best topk_group of n_group groups (a group's
+ * strength: the sum of its two best biased scores), weights the chosen sigmoids renormalised
+ * times routed_scaling_factor (2.5 here). Bias and group sizes from the checkpoint/config. */
+static void test_router_identity(void)
+{
+    fixture f;
+    open_fixture(&f, FP32);
+    nnt_trace *t = t_run_reference(f.rt, f.m, &f.r);
+    char dir[512], file[600];
+    snprintf(file, sizeof file, "%s/model.safetensors", t_fixture(FP32, dir, sizeof dir));
+    const nnt_model_info *info = nnt_model_get_info(f.m);
+    int E = info->num_experts, K = info->top_k, G = 2, per = E / G, group_mattered = 0;
+    for (int l = 1; l < 5; l++) {
+        char k[128];
+        snprintf(k, sizeof k, "model.layers.%d.mlp.gate.e_score_correction_bias", l);
+        nnt_tensor bias;
+        T_OK(f.rt, nnt_safetensors_read(f.rt, file, k, &bias));
+        snprintf(k, sizeof k, "layers.%d.mlp.router_logits", l);
+        const nnt_tensor *lg = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.mlp.expert_indices", l);
+        const nnt_tensor *ix = nnt_trace_get(t, k);
+        snprintf(k, sizeof k, "layers.%d.mlp.expert_weights", l);
+        const nnt_tensor *w = nnt_trace_get(t, k);
+        for (int64_t tok = 0; tok < (int64_t)f.r.batch * f.r.seq; tok++) {
+            double sig[64], c[64], gs[8];
+            for (int e = 0; e < E; e++) {
+                sig[e] = 1.0 / (1.0 + exp(-nnt_tensor_get_f64(lg, tok * E + e)));
+                c[e] = sig[e] + nnt_tensor_get_f64(&bias, e);
+            }
+            for (int g = 0; g < G; g++) {
+                double b1 = -INFINITY, b2 = -INFINITY;
+                for (int e = g * per; e < (g + 1) * per; e++) {
+                    if (c[e] > b1) {
+                        b2 = b1;
+                        b1 = c[e];
+                    } else if (c[e] > b2)
+                        b2 = c[e];
+                }
+                gs[g] = b1 + b2;
+            }
+            int best_group = gs[1] > gs[0] ? 1 : 0;
+            /* the plain top-k over all experts, to see whether the group rule changed it */
+            int plain[64] = {0};
+            for (int s = 0; s < K; s++) {
+                int best = -1;
+                for (int e = 0; e < E; e++)
+                    if (!plain[e] && (best < 0 || c[e] > c[best])) best = e;
+                plain[best] = 1;
+            }
+            double sum = 0;
+            for (int s = 0; s < K; s++) sum += sig[(int)nnt_tensor_get_f64(ix, tok * K + s)];
+            int differs = 0;
+            for (int s = 0; s < K; s++) {
+                int e = (int)nnt_tensor_get_f64(ix, tok * K + s);
+                CU_ASSERT_EQUAL(e / per, best_group);
+                differs |= !plain[e];
+                CU_ASSERT_DOUBLE_EQUAL(nnt_tensor_get_f64(w, tok * K + s), sig[e] / sum * 2.5, 1e-5);
+            }
+            group_mattered += differs;
+        }
+        nnt_tensor_free(&bias);
+    }
+    CU_ASSERT(group_mattered > 0);
+    nnt_trace_free(t);
+    close_fixture(&f);
+}
+
+/* An edit of attention_scores on a sliding block is renormalised against the sink: scores of
+ * zero at every visible key give each visible key exp(0) / (n_visible + exp(sink - 0)). */
+static nnt_status zero_finite(void *user, const char *path, int layer, nnt_tensor *v, nnt_error *err)
+{
+    float *d = v->data;
+    for (int64_t i = 0; i < nnt_tensor_numel(v); i++)
+        if (isfinite(d[i])) d[i] = 0.0f; /* masked entries stay -inf */
+    return NNT_OK;
+}
+
+static void test_scores_edit_against_sink(void)
+{
+    fixture f;
+    open_fixture(&f, FP32);
+    nnt_trace *t;
+    T_OK(f.rt, nnt_trace_new(f.m, &t));
+    T_OK(f.rt, nnt_trace_edit(t, "layers.1.self_attn.attention_scores", zero_finite, NULL));
+    T_OK(f.rt, nnt_trace_save(t, "layers.1.self_attn.attention_scores"));
+    T_OK(f.rt, nnt_trace_save(t, "layers.1.self_attn.attention_probabilities"));
+    T_OK(f.rt, nnt_trace_run(t, f.r.ids, f.r.mask, f.r.batch, f.r.seq));
+    nnt_tensor sinks;
+    CU_ASSERT_FATAL(t_ref_get(&f.r, "layers.1.self_attn.sinks", &sinks) == 0);
+    const nnt_tensor *s = nnt_trace_get(t, "layers.1.self_attn.attention_scores");
+    const nnt_tensor *p = nnt_trace_get(t, "layers.1.self_attn.attention_probabilities");
+    int64_t B = p->shape[0], Hq = p->shape[1], T = p->shape[2], S = p->shape[3];
+    double worst = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t q = 0; q < T; q++) {
+                if (!f.r.mask[b * T + q]) continue;
+                int visible = 0;
+                for (int64_t j = 0; j < S; j++) visible += isfinite(((const float *)s->data)[((b * Hq + h) * T + q) * S + j]);
+                double sink = nnt_tensor_get_f64(&sinks, h), mx = fmax(0.0, sink);
+                double want = exp(-mx) / (visible * exp(-mx) + exp(sink - mx));
+                for (int64_t j = 0; j < S; j++) {
+                    int vis = isfinite(((const float *)s->data)[((b * Hq + h) * T + q) * S + j]);
+                    double got = ((const float *)p->data)[((b * Hq + h) * T + q) * S + j];
+                    worst = fmax(worst, fabs(got - (vis ? want : 0.0)));
+                }
+            }
+    CU_ASSERT(worst < 1e-6);
+    nnt_tensor_free(&sinks);
+    nnt_trace_free(t);
+    close_fixture(&f);
+}
+
+/* A token past the window is unaffected by an edit to a key outside its window: zeroing the
+ * key (every head) at position P of sliding block 1 changes that block's head outputs at the
+ * queries P .. P + window - 1 of the row, and at no query from P + window on. */
+static nnt_status zero_key_at(void *user, const char *path, int layer, nnt_tensor *v, nnt_error *err)
+{
+    int pos = *(int *)user;
+    int64_t B = v->shape[0], H = v->shape[1], T = v->shape[2], D = v->shape[3];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) memset((float *)v->data + ((b * H + h) * T + pos) * D, 0, (size_t)D * sizeof(float));
+    return NNT_OK;
+}
+
+static void test_window_isolation(void)
+{
+    fixture f;
+    open_fixture(&f, FP32);
+    const int window = 7, P = 3;
+    int pos = P;
+    nnt_trace *clean, *t;
+    T_OK(f.rt, nnt_trace_new(f.m, &clean));
+    T_OK(f.rt, nnt_trace_save(clean, "layers.1.self_attn.attention_head_outputs"));
+    T_OK(f.rt, nnt_trace_run(clean, f.r.ids, f.r.mask, f.r.batch, f.r.seq));
+    T_OK(f.rt, nnt_trace_new(f.m, &t));
+    T_OK(f.rt, nnt_trace_edit(t, "layers.1.self_attn.attention_keys", zero_key_at, &pos));
+    T_OK(f.rt, nnt_trace_save(t, "layers.1.self_attn.attention_head_outputs"));
+    T_OK(f.rt, nnt_trace_run(t, f.r.ids, f.r.mask, f.r.batch, f.r.seq));
+    const nnt_tensor *a = nnt_trace_get(clean, "layers.1.self_attn.attention_head_outputs");
+    const nnt_tensor *b = nnt_trace_get(t, "layers.1.self_attn.attention_head_outputs");
+    int64_t T = a->shape[1], per = a->shape[2] * a->shape[3];
+    for (int64_t q = 0; q < T; q++) { /* row 0 is unpadded: positions equal indices */
+        int changed = 0;
+        for (int64_t i = 0; i < per; i++) changed |= nnt_tensor_get_f64(a, q * per + i) != nnt_tensor_get_f64(b, q * per + i);
+        CU_ASSERT_EQUAL(changed, q >= P && q < P + window);
+    }
+    nnt_trace_free(clean);
+    nnt_trace_free(t);
+    close_fixture(&f);
+}
+
+static void test_ablation(void)
+{
+    fixture f;
+    open_fixture(&f, FP32);
+    for (int l = 1; l < 5; l++) t_check_ablation(f.rt, f.m, &f.r, l);
+    close_fixture(&f);
+}
+
+/* The dense block serves its neurons and reports every mixture value missing, with a reason;
+ * the printout groups blocks 1-2 and shows where the kinds differ. */
+static void test_dense_block_and_printout(void)
+{
+    fixture f;
+    open_fixture(&f, FP32);
+    const char *mixture[] = {"router_logits", "expert_weights", "expert_indices", "expert_outputs", "routed_output",
+                             "shared_expert_output"};
+    for (size_t i = 0; i < sizeof mixture / sizeof *mixture; i++) {
+        char p[96];
+        nnt_value_info vi;
+        snprintf(p, sizeof p, "layers.0.mlp.%s", mixture[i]);
+        T_OK(f.rt, nnt_model_value_info(f.m, p, NULL, &vi));
+        CU_ASSERT_EQUAL(vi.served, 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(vi.reason, "dense"));
+    }
+    nnt_value_info vi;
+    T_OK(f.rt, nnt_model_value_info(f.m, "layers.0.mlp.mlp_neurons", NULL, &vi));
+    CU_ASSERT_EQUAL(vi.served, 1);
+    T_OK(f.rt, nnt_model_value_info(f.m, "layers.2.mlp.mlp_neurons", NULL, &vi));
+    CU_ASSERT_EQUAL(vi.served, 0);
+    char path[768];
+    snprintf(path, sizeof path, "%s/mimo_print.txt", t_tmpdir());
+    FILE *out = fopen(path, "w+");
+    CU_ASSERT_FATAL(out != NULL);
+    T_OK(f.rt, nnt_model_print(f.m, out));
+    rewind(out);
+    char line[512];
+    int saw[5] = {0};
+    while (fgets(line, sizeof line, out)) {
+        saw[0] |= strstr(line, "    (0): MiMoV2FlashDecoderLayer(") != NULL;
+        saw[1] |= strstr(line, "    (1-2): 2 x MiMoV2FlashDecoderLayer(") != NULL;
+        saw[2] |= strstr(line, "    (3): MiMoV2FlashDecoderLayer(") != NULL;
+        saw[3] |= strstr(line, "    (4): MiMoV2FlashDecoderLayer(") != NULL;
+        saw[4] |= strstr(line, "(mlp): MiMoV2FlashMLP(") != NULL;
+    }
+    fclose(out);
+    for (int i = 0; i < 5; i++) CU_ASSERT(saw[i]);
+    close_fixture(&f);
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("mimo_v2_flash", NULL, NULL);
+    if (!s) return -1;
+    if (!CU_add_test(s, "fp32 fixture matches transformers on every value", test_fp32_values) ||
+        !CU_add_test(s, "hub-spelled FP8 fixture matches transformers", test_fp8_hub_values) ||
+        !CU_add_test(s, "block kinds and per-block key/value heads", test_block_kinds) ||
+        !CU_add_test(s, "attention_values are v_proj times attention_value_scale", test_value_scale) ||
+        !CU_add_test(s, "sink share: sliding rows below one, rebuilt with the sink column", test_sink_share) ||
+        !CU_add_test(s, "router identity with groups and scaling", test_router_identity) ||
+        !CU_add_test(s, "edited scores are renormalised against the sink", test_scores_edit_against_sink) ||
+        !CU_add_test(s, "a key outside the window cannot reach a query", test_window_isolation) ||
+        !CU_add_test(s, "expert ablation changes exactly the routed tokens", test_ablation) ||
+        !CU_add_test(s, "the dense block and the grouped printout", test_dense_block_and_printout))
+        return -1;
+    return 0;
+}
