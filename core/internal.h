@@ -237,6 +237,7 @@ struct nnt_run {
     nnt_call_dims dims;
     int step;
     const nnt_forward_args *args;
+    int current_request; /* the save request being served, to number repeated emissions */
 };
 nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t);
 int nnt_run_wants(const nnt_run *run, nnt_slot slot, int layer);

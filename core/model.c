@@ -342,6 +342,7 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, const int32_t *ids, con
         /* .dims = */ {batch, seq, 0},
         /* .step = */ 0,
         /* .args = */ &args,
+        /* .current_request = */ -1,
     };
     nnt_arena_reset(m->arena);
     nnt_status st = t ? nnt_trace_prepare(t, &run.dims, err) : NNT_OK;

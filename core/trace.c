@@ -37,6 +37,7 @@ typedef struct cell {
 
 typedef struct result {
     char *path;
+    int occurrence_of_request; /* the request that saved it */
     nnt_slot slot;
     int layer;
     int step;
@@ -422,9 +423,16 @@ static nnt_status push_result(nnt_run *run, nnt_slot slot, int layer, nnt_tensor
     }
     result *res = &t->results[t->n_results];
     memset(res, 0, sizeof *res);
-    char path[160];
+    /* a value emitted again in the same call (a per-token state) is saved as path@k */
+    int occurrence = 0;
+    for (int i = 0; i < t->n_results; i++)
+        occurrence += t->results[i].slot == slot && t->results[i].layer == layer && t->results[i].step == run->step &&
+                      t->results[i].occurrence_of_request == run->current_request;
+    char path[192];
     nnt_path_format(slot, layer, path, sizeof path);
+    if (occurrence) snprintf(path + strlen(path), sizeof path - strlen(path), "@%d", occurrence);
     res->path = nnt_strdup(path);
+    res->occurrence_of_request = run->current_request;
     res->slot = slot;
     res->layer = layer;
     res->step = run->step;
@@ -540,6 +548,7 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *valu
     for (int i = 0; i < c->n && st == NNT_OK; i++) {
         const request *r = &t->reqs[c->ids[i]];
         if (r->kind == REQ_SAVE) {
+            run->current_request = c->ids[i];
             st = push_result(run, slot, layer, on_device && dirty ? &host : value);
             continue;
         }
@@ -557,7 +566,14 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *valu
             }
             continue;
         }
-        if (!value) continue; /* nothing to edit in a None value */
+        if (!value) {
+            char path[160];
+            nnt_path_format(slot, layer, path, sizeof path);
+            st = nnt_err_set(run->err, NNT_ERR_STATE,
+                             "%s is None in this call (e.g. a recurrent state at the start of a prompt): there is "
+                             "nothing to edit", path);
+            break;
+        }
         nnt_tensor *target = value;
         if (on_device) {
             if (!host.data) {
@@ -582,10 +598,16 @@ const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path)
     if (!t || !path) return NULL;
     nnt_path p;
     nnt_error scratch;
-    char canon[160];
+    char base[192], canon[192];
+    snprintf(base, sizeof base, "%s", path);
+    char *at = strchr(base, '@'); /* path@k: the k-th emission in the call */
+    if (at) *at = '\0';
     const char *want = path;
-    if (nnt_path_parse(t->m, path, &p, &scratch) == NNT_OK && p.layer != NNT_LAYER_ALL)
-        want = nnt_path_format(p.slot, p.layer, canon, sizeof canon);
+    if (nnt_path_parse(t->m, base, &p, &scratch) == NNT_OK && p.layer != NNT_LAYER_ALL) {
+        nnt_path_format(p.slot, p.layer, canon, sizeof canon);
+        if (at) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "@%s", at + 1);
+        want = canon;
+    }
     for (int i = 0; i < t->n_results; i++)
         if (strcmp(t->results[i].path, want) == 0) return t->results[i].none ? NULL : &t->results[i].t;
     return NULL;

@@ -71,8 +71,11 @@ nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const ch
                           float **out, nnt_error *err)
 {
     nnt_tensor t;
-    nnt_status st = env->host->tensor(ck, name, 1, &n, &t, err);
+    nnt_status st = env->host->tensor(ck, name, 0, NULL, &t, err); /* any shape holding n values */
     if (st != NNT_OK) return st;
+    if (nnt_tensor_numel(&t) != n)
+        return env->host->set_error(err, NNT_ERR_SHAPE, "%s: tensor '%s' holds %lld values, config.json implies %lld",
+                                    env->host->cfg_path(ck), name, (long long)nnt_tensor_numel(&t), (long long)n);
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for '%s'", name);
     for (int64_t i = 0; i < n; i++) {

@@ -28,7 +28,8 @@ nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *
                       const int64_t *shape, nnt_tensor *out, nnt_error *err);
 /* The first of several candidate names the checkpoint holds, or NULL. */
 const char *fam_first_present(const fam_env *env, const nnt_checkpoint *ck, const char *const *names, int n);
-/* A small float vector widened to an F32 host copy the caller frees (e.g. a router bias). */
+/* A small float tensor of n values (any shape) widened to an F32 host copy the caller frees
+ * (e.g. a router bias, a per-head decay rate). */
 nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t n,
                           float **out, nnt_error *err);
 /* A view of rows [r0, r0 + nr) of the 2-D slice `index` of a 3-D weight [E, R, C]. */

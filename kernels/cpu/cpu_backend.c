@@ -181,6 +181,13 @@ static const nnt_backend_ops cpu_ops = {
     /* .scatter_add_rows = */ cpu_scatter_add_rows,
     /* .scatter_rows = */ cpu_scatter_rows,
     /* .sum_axis1 = */ cpu_sum_axis1,
+    /* .conv1d_causal = */ cpu_conv1d_causal,
+    /* .kda_gate = */ cpu_kda_gate,
+    /* .sigmoid = */ cpu_sigmoid,
+    /* .delta_rule = */ cpu_delta_rule,
+    /* .rms_norm_gated = */ cpu_rms_norm_gated,
+    /* .copy_cols = */ cpu_copy_cols,
+    /* .zero_rows = */ cpu_zero_rows,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

@@ -55,4 +55,20 @@ nnt_status cpu_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t *row
                             nnt_tensor *dst, nnt_error *err);
 nnt_status cpu_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
 
+/* cpu_recurrent.c */
+nnt_status cpu_conv1d_causal(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *state_in, int act,
+                             nnt_tensor *y, nnt_tensor *state_out, nnt_error *err);
+nnt_status cpu_kda_gate(void *ctx, const nnt_tensor *a, const nnt_tensor *dt_bias, const nnt_tensor *a_log,
+                        nnt_tensor *g, nnt_error *err);
+nnt_status cpu_sigmoid(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
+nnt_status cpu_delta_rule(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
+                          const nnt_tensor *g, const nnt_tensor *beta, const uint8_t *token_valid,
+                          const nnt_tensor *state_in, int l2norm, float scale, nnt_tensor *o,
+                          nnt_tensor *state_out, nnt_tensor *states, nnt_error *err);
+nnt_status cpu_rms_norm_gated(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *gate, float eps,
+                              nnt_tensor *y, nnt_error *err);
+nnt_status cpu_copy_cols(void *ctx, const nnt_tensor *src, int64_t src_col, nnt_tensor *dst, int64_t dst_col,
+                         int64_t ncols, nnt_error *err);
+nnt_status cpu_zero_rows(void *ctx, nnt_tensor *x, const uint8_t *row_valid, nnt_error *err);
+
 #endif

@@ -146,6 +146,42 @@ typedef struct nnt_backend_ops {
                                const float *scale, int n, nnt_tensor *dst, nnt_error *err);
     /* y[M, H] = sum over k of x[M, K, H]. */
     nnt_status (*sum_axis1)(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
+
+    /* ---- recurrent mixers (Kimi Delta Attention) ---- */
+    /* Causal depthwise convolution over time: x [B, T, C], w [C, W] (any float dtype), y [B, T, C]:
+     * y[b, t, c] = act(sum_j w[c, j] * x[b, t - (W - 1) + j, c]), inputs before t = 0 taken from
+     * state_in [B, W - 1, C] (oldest first) or zero when state_in is NULL; state_out [B, W - 1, C]
+     * (may be NULL) receives the last W - 1 inputs. act: 0 none, 1 SiLU. */
+    nnt_status (*conv1d_causal)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *state_in,
+                                int act, nnt_tensor *y, nnt_tensor *state_out, nnt_error *err);
+    /* KDA forget gate: g[M, H * K] = -exp(a_log[h]) * softplus(a + dt_bias), softplus(x) = x for
+     * x > 20; a_log F32 [H], dt_bias F32 [H * K]. Source: Kimi Linear tech report (2025), eq. for
+     * the channel-wise decay; shared/spec part A4. */
+    nnt_status (*kda_gate)(void *ctx, const nnt_tensor *a, const nnt_tensor *dt_bias, const nnt_tensor *a_log,
+                           nnt_tensor *g, nnt_error *err);
+    /* y = 1 / (1 + exp(-x)) elementwise (F32, same sizes); y may alias x. */
+    nnt_status (*sigmoid)(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
+    /* The gated delta rule with per-key-channel decay, token by token, per (batch, head):
+     *   q, k [B, T, H, K]; v [B, T, H, V]; g [B, T, H, K] (log decay); beta [B, T, H];
+     *   with l2norm: q, k <- x / sqrt(sum x^2 + 1e-6); q <- q * scale;
+     *   S <- diag(exp(g_t)) S;  u = S^T k_t;  S <- S + k_t (x) beta_t (v_t - u);  o_t = S^T q_t.
+     * S [K, V] starts from state_in [B, H, K, V] (NULL: zeros); state_out [B, H, K, V] gets the
+     * last S; states [B, T, H, K, V] (may be NULL) every token's S. A token with
+     * token_valid[b, t] == 0 (host memory, may be NULL) leaves S unchanged and outputs zeros.
+     * Sources: Yang et al. 2024 (gated delta networks); Kimi Linear (2025); shared/spec A4. */
+    nnt_status (*delta_rule)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
+                             const nnt_tensor *g, const nnt_tensor *beta, const uint8_t *token_valid,
+                             const nnt_tensor *state_in, int l2norm, float scale, nnt_tensor *o,
+                             nnt_tensor *state_out, nnt_tensor *states, nnt_error *err);
+    /* Gated RMSNorm: y[M, D] = w[D] * x / sqrt(mean(x^2) + eps) * sigmoid(gate[M, D]). */
+    nnt_status (*rms_norm_gated)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *gate,
+                                 float eps, nnt_tensor *y, nnt_error *err);
+    /* dst[m, dst_col + j] = src[m, src_col + j] for j < ncols: copies a block of columns between
+     * two F32 matrices with the same number of rows (splits and concatenations). */
+    nnt_status (*copy_cols)(void *ctx, const nnt_tensor *src, int64_t src_col, nnt_tensor *dst, int64_t dst_col,
+                            int64_t ncols, nnt_error *err);
+    /* Zeroes the rows m of x [M, C] (F32, in place) where row_valid[m] == 0 (host memory). */
+    nnt_status (*zero_rows)(void *ctx, nnt_tensor *x, const uint8_t *row_valid, nnt_error *err);
 } nnt_backend_ops;
 
 /* Options from the INI file's [backend.NAME] section, as key/value strings. */

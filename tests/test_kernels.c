@@ -1,0 +1,234 @@
+/* test_kernels.c - the cpu backend's recurrent kernels against naive loops written here from
+ * their formulas: the gated delta rule with key_dim != value_dim (so a transposed state cannot
+ * pass) at sequence lengths 1, 2, 63, 64, 65 and 130, with and without an initial state and with
+ * padding tokens; the causal convolution with a carried state; Kimi's forget gate. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "test_util.h"
+
+static nnt_runtime *rt;
+static const nnt_backend_ops *ops;
+static void *bctx;
+
+static int setup(void)
+{
+    if (nnt_runtime_open(t_ini(), &rt) != NNT_OK) return -1;
+    for (int i = 0; i < rt->plugins.n; i++) {
+        nnt_plugin *p = rt->plugins.items[i];
+        if (p->kind == NNT_PLUGIN_BACKEND && strcmp(p->backend->header.name, "cpu") == 0 && p->be_ctx) {
+            ops = p->backend->ops;
+            bctx = p->be_ctx;
+        }
+    }
+    return ops ? 0 : -1;
+}
+
+static int teardown(void)
+{
+    nnt_runtime_close(rt);
+    return 0;
+}
+
+static unsigned rng = 12345u;
+static float urand(void) /* uniform in [-1, 1) */
+{
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static nnt_tensor make(int ndim, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e)
+{
+    int64_t shape[5] = {a, b, c, d, e};
+    nnt_tensor t;
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&t, NNT_F32, ndim, shape) == NNT_OK);
+    return t;
+}
+
+/* The recurrence, straight from the formula, in double precision. */
+static void naive_delta(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, const float *q, const float *k,
+                        const float *v, const float *g, const float *beta, const uint8_t *valid, const float *s0,
+                        float scale, double *o, double *S_all, double *S_last)
+{
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            double S[16][16] = {{0}};
+            if (s0)
+                for (int64_t i = 0; i < K; i++)
+                    for (int64_t j = 0; j < V; j++) S[i][j] = s0[((b * H + h) * K + i) * V + j];
+            for (int64_t t = 0; t < T; t++) {
+                int64_t base = (b * T + t) * H + h;
+                if (!valid || valid[b * T + t]) {
+                    double qn[16], kn[16], nq = 0, nk = 0;
+                    for (int64_t i = 0; i < K; i++) {
+                        nq += (double)q[base * K + i] * q[base * K + i];
+                        nk += (double)k[base * K + i] * k[base * K + i];
+                    }
+                    for (int64_t i = 0; i < K; i++) {
+                        qn[i] = q[base * K + i] / sqrt(nq + 1e-6) * scale;
+                        kn[i] = k[base * K + i] / sqrt(nk + 1e-6);
+                    }
+                    for (int64_t i = 0; i < K; i++)
+                        for (int64_t j = 0; j < V; j++) S[i][j] *= exp(g[base * K + i]);
+                    for (int64_t j = 0; j < V; j++) {
+                        double u = 0;
+                        for (int64_t i = 0; i < K; i++) u += S[i][j] * kn[i];
+                        double delta = beta[base] * (v[base * V + j] - u);
+                        for (int64_t i = 0; i < K; i++) S[i][j] += kn[i] * delta;
+                    }
+                    for (int64_t j = 0; j < V; j++) {
+                        double acc = 0;
+                        for (int64_t i = 0; i < K; i++) acc += S[i][j] * qn[i];
+                        o[base * V + j] = acc;
+                    }
+                } else {
+                    for (int64_t j = 0; j < V; j++) o[base * V + j] = 0;
+                }
+                for (int64_t i = 0; i < K; i++)
+                    for (int64_t j = 0; j < V; j++) S_all[(base * K + i) * V + j] = S[i][j];
+            }
+            for (int64_t i = 0; i < K; i++)
+                for (int64_t j = 0; j < V; j++) S_last[((b * H + h) * K + i) * V + j] = S[i][j];
+        }
+}
+
+static double max_diff(const float *a, const double *b, int64_t n)
+{
+    double w = 0;
+    for (int64_t i = 0; i < n; i++) w = fmax(w, fabs(a[i] - b[i]));
+    return w;
+}
+
+static void run_delta(int64_t T, int with_state, int with_pads)
+{
+    const int64_t B = 2, H = 2, K = 8, V = 5;
+    nnt_tensor q = make(4, B, T, H, K, 0), k = make(4, B, T, H, K, 0), v = make(4, B, T, H, V, 0);
+    nnt_tensor g = make(4, B, T, H, K, 0), beta = make(3, B, T, H, 0, 0), o = make(4, B, T, H, V, 0);
+    nnt_tensor s0 = make(4, B, H, K, V, 0), s1 = make(4, B, H, K, V, 0), all = make(5, B, T, H, K, V);
+    float *qd = q.data, *kd = k.data, *vd = v.data, *gd = g.data, *bd = beta.data, *sd = s0.data;
+    for (int64_t i = 0; i < B * T * H * K; i++) {
+        qd[i] = urand();
+        kd[i] = urand();
+        gd[i] = -0.3f * (urand() + 1.0f); /* log decays in (-0.6, 0] */
+    }
+    for (int64_t i = 0; i < B * T * H * V; i++) vd[i] = urand();
+    for (int64_t i = 0; i < B * T * H; i++) bd[i] = 0.5f * (urand() + 1.0f);
+    for (int64_t i = 0; i < B * H * K * V; i++) sd[i] = urand();
+    uint8_t *valid = malloc((size_t)(B * T));
+    for (int64_t i = 0; i < B * T; i++) valid[i] = !(with_pads && i >= T && i < T + T / 3); /* row 1 left-padded */
+    float scale = 1.0f / sqrtf((float)K);
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(ops->delta_rule(bctx, &q, &k, &v, &g, &beta, with_pads ? valid : NULL, with_state ? &s0 : NULL, 1,
+                                          scale, &o, &s1, &all, &err), NNT_OK);
+    double *wo = malloc(sizeof(double) * (size_t)(B * T * H * V)), *wall = malloc(sizeof(double) * (size_t)(B * T * H * K * V));
+    double *wlast = malloc(sizeof(double) * (size_t)(B * H * K * V));
+    naive_delta(B, T, H, K, V, qd, kd, vd, gd, bd, with_pads ? valid : NULL, with_state ? sd : NULL, scale, wo, wall, wlast);
+    double eo = max_diff(o.data, wo, B * T * H * V), es = max_diff(s1.data, wlast, B * H * K * V);
+    double ea = max_diff(all.data, wall, B * T * H * K * V);
+    if (eo > 1e-4 || es > 1e-4 || ea > 1e-4)
+        fprintf(stderr, "\n  T=%lld state=%d pads=%d: output %.3g, final state %.3g, states %.3g\n", (long long)T, with_state,
+                with_pads, eo, es, ea);
+    CU_ASSERT(eo < 1e-4 && es < 1e-4 && ea < 1e-4);
+    /* the last token's state is the final state */
+    CU_ASSERT(memcmp((float *)all.data + ((0 * T + T - 1) * H) * K * V, s1.data, sizeof(float) * (size_t)(H * K * V)) == 0);
+    free(valid);
+    free(wo);
+    free(wall);
+    free(wlast);
+    nnt_tensor *ts[] = {&q, &k, &v, &g, &beta, &o, &s0, &s1, &all};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nnt_tensor_free(ts[i]);
+}
+
+static void test_delta_rule_lengths(void)
+{
+    const int64_t lengths[] = {1, 2, 63, 64, 65, 130};
+    for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
+        run_delta(lengths[i], 0, 0);
+        run_delta(lengths[i], 1, 0);
+    }
+}
+
+static void test_delta_rule_padding(void)
+{
+    run_delta(24, 0, 1);
+    run_delta(65, 1, 1);
+}
+
+/* A convolution over a whole sequence equals the same convolution run in two pieces with the
+ * state carried between them, and both equal the formula. */
+static void test_conv_carry(void)
+{
+    const int64_t B = 2, T = 11, C = 3, W = 4, T1 = 5;
+    nnt_tensor x = make(3, B, T, C, 0, 0), w = make(2, C, W, 0, 0, 0), y = make(3, B, T, C, 0, 0);
+    for (int64_t i = 0; i < B * T * C; i++) ((float *)x.data)[i] = urand();
+    for (int64_t i = 0; i < C * W; i++) ((float *)w.data)[i] = urand();
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(ops->conv1d_causal(bctx, &x, &w, NULL, 1, &y, NULL, &err), NNT_OK);
+    double worst = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t c = 0; c < C; c++) {
+                double acc = 0;
+                for (int64_t j = 0; j < W; j++) {
+                    int64_t s = t - (W - 1) + j;
+                    if (s >= 0) acc += ((float *)w.data)[c * W + j] * ((float *)x.data)[(b * T + s) * C + c];
+                }
+                acc = acc / (1 + exp(-acc));
+                worst = fmax(worst, fabs(acc - ((float *)y.data)[(b * T + t) * C + c]));
+            }
+    CU_ASSERT(worst < 1e-6);
+    /* split: [0, T1) then [T1, T) with the state in between */
+    nnt_tensor x1 = make(3, B, T1, C, 0, 0), x2 = make(3, B, T - T1, C, 0, 0), y1 = make(3, B, T1, C, 0, 0),
+               y2 = make(3, B, T - T1, C, 0, 0), st = make(3, B, W - 1, C, 0, 0);
+    for (int64_t b = 0; b < B; b++) {
+        memcpy((float *)x1.data + b * T1 * C, (float *)x.data + b * T * C, sizeof(float) * (size_t)(T1 * C));
+        memcpy((float *)x2.data + b * (T - T1) * C, (float *)x.data + (b * T + T1) * C, sizeof(float) * (size_t)((T - T1) * C));
+    }
+    CU_ASSERT_EQUAL_FATAL(ops->conv1d_causal(bctx, &x1, &w, NULL, 1, &y1, &st, &err), NNT_OK);
+    CU_ASSERT_EQUAL_FATAL(ops->conv1d_causal(bctx, &x2, &w, &st, 1, &y2, NULL, &err), NNT_OK);
+    worst = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t c = 0; c < C; c++) {
+                float whole = ((float *)y.data)[(b * T + t) * C + c];
+                float part = t < T1 ? ((float *)y1.data)[(b * T1 + t) * C + c] : ((float *)y2.data)[(b * (T - T1) + t - T1) * C + c];
+                worst = fmax(worst, fabs(whole - part));
+            }
+    CU_ASSERT(worst == 0.0);
+    nnt_tensor *ts[] = {&x, &w, &y, &x1, &x2, &y1, &y2, &st};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nnt_tensor_free(ts[i]);
+}
+
+/* g = -exp(A_log) * softplus(a + dt_bias): at a + dt_bias = 0, -exp(A_log) ln 2; above 20, the
+ * linear branch. */
+static void test_kda_gate(void)
+{
+    nnt_tensor a = make(2, 1, 4, 0, 0, 0), dt = make(1, 4, 0, 0, 0, 0), alog = make(1, 2, 0, 0, 0, 0), g = make(2, 1, 4, 0, 0, 0);
+    float av[4] = {0.0f, 1.0f, 25.0f, -3.0f}, dv[4] = {0.0f, -1.0f, 0.0f, 1.0f}, lv[2] = {0.0f, logf(3.0f)};
+    memcpy(a.data, av, sizeof av);
+    memcpy(dt.data, dv, sizeof dv);
+    memcpy(alog.data, lv, sizeof lv);
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(ops->kda_gate(bctx, &a, &dt, &alog, &g, &err), NNT_OK);
+    const float *gd = g.data;
+    CU_ASSERT_DOUBLE_EQUAL(gd[0], -log(2.0), 1e-6);        /* head 0: exp(0) = 1 */
+    CU_ASSERT_DOUBLE_EQUAL(gd[1], -log(2.0), 1e-6);        /* 1 + (-1) = 0 */
+    CU_ASSERT_DOUBLE_EQUAL(gd[2], -3.0 * 25.0, 1e-4);      /* head 1: exp(log 3) = 3, linear branch */
+    CU_ASSERT_DOUBLE_EQUAL(gd[3], -3.0 * log1p(exp(-2.0)), 1e-6);
+    nnt_tensor *ts[] = {&a, &dt, &alog, &g};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nnt_tensor_free(ts[i]);
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("kernels", setup, teardown);
+    if (!s) return -1;
+    if (!CU_add_test(s, "delta rule, K != V, lengths 1..130, with and without a state", test_delta_rule_lengths) ||
+        !CU_add_test(s, "delta rule: padding tokens leave the state alone", test_delta_rule_padding) ||
+        !CU_add_test(s, "causal convolution carries its state across calls", test_conv_carry) ||
+        !CU_add_test(s, "KDA forget gate values", test_kda_gate))
+        return -1;
+    return 0;
+}
