@@ -55,4 +55,9 @@ check "MiMo printout groups the two sliding blocks" 0 "\(1-2\): 2 x MiMoV2FlashD
 check "MiMo trace on the hub-spelled FP8 checkpoint" 0 "layers.1.self_attn.attention_keys +\[1, 2, 5, 48\]" \
   "$nnt" trace --model "$fixtures/mimo_v2_flash/fp8" --tokens "1 2 3 4 5" --save layers.1.self_attn.attention_keys
 
+check "Kimi KDA block has no self_attn, with the reason" 0 "attention_scores +no +this block mixes tokens with Kimi Delta Attention" \
+  "$nnt" support --model "$fixtures/kimi_linear/fp32"
+check "Kimi per-token states" 0 "layers.1.linear_attn.state@2 +\[1, 2, 16, 16\]" \
+  "$nnt" trace --model "$fixtures/kimi_linear/hub" --tokens "5 6 7" --save layers.1.linear_attn.state
+
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

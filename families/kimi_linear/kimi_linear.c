@@ -318,13 +318,17 @@ static nnt_status bind_mlp(kl_model *m, const nnt_checkpoint *ck, int L, kl_laye
     int64_t H = m->hidden;
     char n[192];
     if (ly->mlp_kind == DENSE) {
+        /* the release keeps the dense MLP under mlp; transformers 5.24 writes it under
+         * block_sparse_moe */
         int64_t I = m->inter;
         fam_expert *w = &ly->dense;
-        NAME("model.layers.%d.mlp.gate_proj.weight");
+        snprintf(n, sizeof n, "model.layers.%d.mlp.gate_proj.weight", L);
+        const char *pre = h->has_tensor(ck, n) ? "mlp" : "block_sparse_moe";
+        snprintf(n, sizeof n, "model.layers.%d.%s.gate_proj.weight", L, pre);
         WT(gate, 2, I, H);
-        NAME("model.layers.%d.mlp.up_proj.weight");
+        snprintf(n, sizeof n, "model.layers.%d.%s.up_proj.weight", L, pre);
         WT(up, 2, I, H);
-        NAME("model.layers.%d.mlp.down_proj.weight");
+        snprintf(n, sizeof n, "model.layers.%d.%s.down_proj.weight", L, pre);
         WT(down, 2, H, I);
         return NNT_OK;
     }
