@@ -19,11 +19,12 @@ typedef struct fixture {
     t_ref r;
 } fixture;
 
+/* hub/ holds fp32/'s weights in the release's layout; its reference values are fp32/'s */
 static void open_fixture(fixture *f, const char *rel)
 {
     f->rt = t_runtime();
     f->m = t_model(f->rt, rel);
-    CU_ASSERT_FATAL(t_ref_open(&f->r, f->rt, rel) == 0);
+    CU_ASSERT_FATAL(t_ref_open(&f->r, f->rt, FP32) == 0);
 }
 
 static void close_fixture(fixture *f)
