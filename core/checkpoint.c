@@ -211,6 +211,65 @@ static void view(const nnt_checkpoint *ck, const struct nnt_ck_index *x, nnt_ten
     out->data = (void *)(ck->files[x->file]->data + x->entry->begin);
 }
 
+/* FP4 e2m1 codes (bit 3 the sign): the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6. Source: OCP
+ * Microscaling Formats (MX) v1.0, E2M1. */
+float nnt_fp4_e2m1_to_f32(uint8_t code)
+{
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float v = mag[code & 7];
+    return (code & 8) ? -v : v;
+}
+
+nnt_status nnt_fp4_group_dequant(const uint8_t *packed, int64_t rows, int64_t cols, const nnt_tensor *scale, float *dst,
+                                 nnt_error *err)
+{
+    int64_t sc = scale->ndim == 2 ? scale->shape[1] : 0;
+    if (scale->ndim != 2 || scale->shape[0] != rows || sc <= 0 || cols % sc) {
+        char got[64];
+        return nnt_err_set(err, NNT_ERR_SHAPE, "group scales have shape %s; a %lldx%lld FP4 weight needs [%lld, in / group]",
+                           nnt_shape_str(scale, got, sizeof got), (long long)rows, (long long)cols, (long long)rows);
+    }
+    int64_t group = cols / sc;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            uint8_t byte = packed[r * (cols / 2) + c / 2];
+            uint8_t code = (c & 1) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 0xf); /* low nibble: even column */
+            dst[r * cols + c] = nnt_fp4_e2m1_to_f32(code) * (float)nnt_tensor_get_f64(scale, r * sc + c / group);
+        }
+    return NNT_OK;
+}
+
+static nnt_status own(nnt_checkpoint *ck, void *p, nnt_error *err);
+
+static nnt_status decode_fp4(nnt_checkpoint *ck, const char *file, const char *name, const nnt_tensor *t,
+                             const char *sname, const struct nnt_ck_index *sx, int64_t cols, nnt_tensor *out,
+                             nnt_error *err)
+{
+    nnt_tensor s;
+    view(ck, sx, &s);
+    int64_t rows = 1;
+    for (int i = 0; i < t->ndim - 1; i++) rows *= t->shape[i];
+    if (s.ndim != 2 && s.ndim == t->ndim) { /* [lead..., out, groups] -> [rows, groups] */
+        s.shape[0] = rows;
+        s.shape[1] = s.shape[s.ndim - 1];
+        s.ndim = 2;
+    }
+    float *dst = malloc((size_t)(rows * cols) * sizeof(float));
+    if (!dst) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory to decode '%s'", name);
+    nnt_status st = nnt_fp4_group_dequant(t->data, rows, cols, &s, dst, err);
+    if (st == NNT_OK) st = own(ck, dst, err);
+    if (st != NNT_OK) {
+        free(dst);
+        nnt_err_prefix(err, "%s: '%s' (scales '%s')", file, name, sname);
+        return st;
+    }
+    *out = *t;
+    out->dtype = NNT_F32;
+    out->shape[t->ndim - 1] = cols;
+    out->data = dst;
+    return NNT_OK;
+}
+
 nnt_status nnt_ck_tensor(const nnt_checkpoint *ck_const, const char *name, int ndim,
                          const int64_t *shape, nnt_tensor *out, nnt_error *err)
 {
@@ -220,6 +279,28 @@ nnt_status nnt_ck_tensor(const nnt_checkpoint *ck_const, const char *name, int n
     const char *file = ck->files[x->file]->path;
     nnt_tensor t;
     view(ck, x, &t);
+    /* a quantised weight's scales: "<name>_scale_inv" (DeepSeek-V3 style), or "<base>.scale" /
+     * "<base>.weight_scale" next to "<base>.weight" (DeepSeek-V4's native names) */
+    char sname[512];
+    const struct nnt_ck_index *sx = NULL;
+    size_t nl = strlen(name);
+    snprintf(sname, sizeof sname, "%s_scale_inv", name);
+    sx = find(ck, sname);
+    if (!sx && nl > 7 && strcmp(name + nl - 7, ".weight") == 0) {
+        snprintf(sname, sizeof sname, "%.*s.scale", (int)(nl - 7), name);
+        sx = find(ck, sname);
+        if (!sx) {
+            snprintf(sname, sizeof sname, "%.*s.weight_scale", (int)(nl - 7), name);
+            sx = find(ck, sname);
+        }
+    }
+    if (!sx) snprintf(sname, sizeof sname, "%s_scale_inv", name);
+    /* FP4 e2m1, two values per byte: stored [..., in / 2], expected [..., in] */
+    if ((t.dtype == NNT_I8 || t.dtype == NNT_U8) && sx && ndim > 0 && ndim == t.ndim && t.shape[ndim - 1] * 2 == shape[ndim - 1]) {
+        int lead_ok = 1;
+        for (int i = 0; i < ndim - 1; i++) lead_ok &= t.shape[i] == shape[i];
+        if (lead_ok) return decode_fp4(ck, file, name, &t, sname, sx, shape[ndim - 1], out, err);
+    }
     if (ndim > 0 && !nnt_shape_equal(t.ndim, t.shape, ndim, shape)) {
         char got[96], want[96];
         return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has shape %s, but config.json implies %s",
@@ -236,13 +317,11 @@ nnt_status nnt_ck_tensor(const nnt_checkpoint *ck_const, const char *name, int n
         return NNT_OK;
     case NNT_F8_E4M3: break;
     default:
-        return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has dtype %s; expected F32, BF16, F16 or F8_E4M3 with block scales",
+        return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has dtype %s; expected F32, BF16, F16, F8_E4M3 with block "
+                           "scales, or packed FP4 with group scales",
                            file, name, nnt_dtype_name(t.dtype));
     }
     /* FP8: needs its block scales */
-    char sname[512];
-    snprintf(sname, sizeof sname, "%s_scale_inv", name);
-    const struct nnt_ck_index *sx = find(ck, sname);
     if (!sx)
         return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: FP8 tensor '%s' has no companion '%s' holding its block scales",
                            file, name, sname);

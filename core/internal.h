@@ -107,6 +107,12 @@ void nnt_checkpoint_close(nnt_checkpoint *ck);
 int nnt_ck_has_tensor(const nnt_checkpoint *ck, const char *name);
 nnt_status nnt_ck_tensor(const nnt_checkpoint *ck, const char *name, int ndim,
                          const int64_t *shape, nnt_tensor *out, nnt_error *err);
+/* FP4 e2m1 (two codes per byte, low nibble the even column) with one scale per group of
+ * columns (scale [rows, cols / group], any float dtype, E8M0 included) into dst (F32
+ * [rows, cols]). Exposed for tests. */
+float nnt_fp4_e2m1_to_f32(uint8_t code);
+nnt_status nnt_fp4_group_dequant(const uint8_t *packed, int64_t rows, int64_t cols, const nnt_tensor *scale, float *dst,
+                                 nnt_error *err);
 /* Decodes FP8 e4m3 with block scales into dst (F32 [rows, cols]); scale [ceil(rows/bs),
  * ceil(cols/bs)] in any float dtype. Exposed for tests. */
 nnt_status nnt_fp8_block_dequant(const uint8_t *w, int64_t rows, int64_t cols,

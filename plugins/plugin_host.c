@@ -66,7 +66,8 @@ static nnt_status check_family(const char *file, const nnt_family_descriptor *d,
                {(const void *)d->info, "info"},
                {(const void *)d->value_info, "value_info"},
                {(const void *)d->build_tree, "build_tree"},
-               {(const void *)d->forward, "forward"}};
+               {(const void *)d->forward, "forward"},
+               {(const void *)d->project, "project"}};
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         if (!fns[i].fn)
             return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: family '%s' leaves '%s' NULL", file, d->header.name,

@@ -38,7 +38,6 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     int64_t B = args->batch, T = args->seq, M = B * T, H = d->hidden, V = d->vocab;
-    nnt_call_dims dims = {args->batch, args->seq, args->past};
     nnt_attn_mask mask;
     nnt_status st = fam_mask_build(args, &mask, err);
     if (st != NNT_OK) return st;
@@ -67,7 +66,7 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
         TRY(be->rms_norm(bc, &x, norm_at(d->post_norm, d->norm_stride, L), d->eps, &xn, err));
         TRY(h->emit(run, NNT_SV_MLP_NORM_OUTPUT, L, &xn3));
         TRY(h->emit(run, NNT_SV_MLP_INPUT, L, &xn3));
-        TRY(d->mlp(d->self, run, L, &dims, &xn, &sub, err));
+        TRY(d->mlp(d->self, run, L, args, &xn, &sub, err));
         TRY(be->add(bc, &x, &sub, &x, err));
         TRY(h->emit(run, NNT_SV_LAYER_OUTPUT, L, &x3));
         h->arena_release(run, mark);
@@ -84,5 +83,17 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
 #undef TRY
 done:
     fam_mask_free(&mask);
+    return st;
+}
+
+nnt_status fam_decoder_project(const fam_env *env, nnt_run *run, const fam_decoder *d, const nnt_tensor *x,
+                               nnt_tensor *logits, nnt_error *err)
+{
+    nnt_tensor xn;
+    size_t mark = env->host->arena_mark(run);
+    nnt_status st = fam_alloc(env, run, NNT_F32, &xn, err, 2, x->shape[0], (int64_t)d->hidden);
+    if (st == NNT_OK) st = env->be->rms_norm(env->be_ctx, x, &d->final_norm, d->eps, &xn, err);
+    if (st == NNT_OK) st = env->be->linear(env->be_ctx, &xn, &d->lm_head, logits, err);
+    env->host->arena_release(run, mark);
     return st;
 }

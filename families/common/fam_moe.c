@@ -48,7 +48,8 @@ done:
 }
 
 nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fam_moe *moe,
-                           const nnt_call_dims *dims, const nnt_tensor *x, nnt_tensor *out, nnt_error *err)
+                           const nnt_call_dims *dims, const int32_t *ids, const nnt_tensor *x, nnt_tensor *out,
+                           nnt_error *err)
 {
     const nnt_host_api *h = env->host;
     const nnt_backend_ops *be = env->be;
@@ -68,7 +69,21 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
     TRY(h->emit(run, NNT_SV_ROUTER_LOGITS, layer, &l3));
     TRY(fam_alloc(env, run, NNT_I32, &idx, err, 2, M, K));
     TRY(fam_alloc(env, run, NNT_F32, &wts, err, 2, M, K));
-    TRY(be->route(bc, &logits, moe->bias.data ? &moe->bias : NULL, &moe->route, &idx, &wts, err));
+    nnt_route_params rp = moe->route;
+    if (moe->tid2eid) { /* hash routing: the token id picks the experts */
+        int32_t *given = malloc((size_t)(M * K) * sizeof *given);
+        if (!given) {
+            st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for hash routing");
+            goto done;
+        }
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t k = 0; k < K; k++) given[m * K + k] = moe->tid2eid[(int64_t)ids[m] * K + k];
+        st = be->upload(bc, idx.data, given, (size_t)(M * K) * sizeof *given, err);
+        free(given);
+        if (st != NNT_OK) goto done;
+        rp.indices_given = 1;
+    }
+    TRY(be->route(bc, &logits, moe->bias.data ? &moe->bias : NULL, &rp, &idx, &wts, err));
     nnt_tensor i3 = fam_view(&idx, 3, B, T, K), w3 = fam_view(&wts, 3, B, T, K);
     TRY(h->emit(run, NNT_SV_EXPERT_INDICES, layer, &i3));
     TRY(h->emit(run, NNT_SV_EXPERT_WEIGHTS, layer, &w3));

@@ -58,14 +58,19 @@ typedef struct fam_moe {
     fam_expert *experts;    /* [E] */
     fam_expert shared;      /* used when has_shared */
     int has_shared;
+    const int32_t *tid2eid; /* host [vocab, top_k], or NULL: hash routing picks experts by token id */
+    int vocab;
 } fam_moe;
 
 /* Runs the mixture on x [M, H] (M = batch * seq) and writes out [M, H], emitting router_logits,
  * expert_indices, expert_weights, expert_outputs, routed_output, shared_expert_output and
  * mlp_output of block `layer` in that order; edits to each reach what follows. Experts run per
- * expert over the tokens routed to it (gather, SwiGLU, scatter). */
+ * expert over the tokens routed to it (gather, SwiGLU, scatter). With moe->tid2eid the experts
+ * are the table's row for each token id (ids: host [M]) and only the weights come from the
+ * router. */
 nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fam_moe *moe,
-                           const nnt_call_dims *dims, const nnt_tensor *x, nnt_tensor *out, nnt_error *err);
+                           const nnt_call_dims *dims, const int32_t *ids, const nnt_tensor *x, nnt_tensor *out,
+                           nnt_error *err);
 
 /* A dense SwiGLU MLP on x [M, H] -> out [M, H], emitting mlp_activation, mlp_neurons and
  * mlp_output when emit is nonzero (a shared expert runs with emit 0). */
@@ -137,7 +142,7 @@ typedef struct fam_decoder {
     nnt_status (*mixer)(void *self, nnt_run *run, int layer, const nnt_forward_args *args,
                         const nnt_attn_mask *mask, const nnt_tensor *xn, nnt_tensor *out, nnt_error *err);
     /* xn [M, H] -> out [M, H]; emits the mlp host's values */
-    nnt_status (*mlp)(void *self, nnt_run *run, int layer, const nnt_call_dims *dims, const nnt_tensor *xn,
+    nnt_status (*mlp)(void *self, nnt_run *run, int layer, const nnt_forward_args *args, const nnt_tensor *xn,
                       nnt_tensor *out, nnt_error *err);
 } fam_decoder;
 
@@ -145,6 +150,10 @@ typedef struct fam_decoder {
  * lm_head_output and logits. */
 nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forward_args *args,
                                const fam_decoder *d, nnt_error *err);
+
+/* The readout of a single-stream decoder: x [M, H] through the final norm and lm_head. */
+nnt_status fam_decoder_project(const fam_env *env, nnt_run *run, const fam_decoder *d, const nnt_tensor *x,
+                               nnt_tensor *logits, nnt_error *err);
 
 /* Value info of the model host and the block host of a single-stream Llama-style decoder; 1
  * when the slot was one of those, 0 otherwise. Hyper-connection values are off the page. */

@@ -520,13 +520,14 @@ static nnt_status kl_mixer(void *self, nnt_run *run, int L, const nnt_forward_ar
     return m->l[L].kind == KDA ? kda_forward(m, run, L, args, mask, xn, out, err) : mla_forward(m, run, L, args, mask, xn, out, err);
 }
 
-static nnt_status kl_mlp(void *self, nnt_run *run, int L, const nnt_call_dims *dims, const nnt_tensor *xn,
+static nnt_status kl_mlp(void *self, nnt_run *run, int L, const nnt_forward_args *args, const nnt_tensor *xn,
                          nnt_tensor *out, nnt_error *err)
 {
     kl_model *m = self;
+    nnt_call_dims dims = {args->batch, args->seq, args->past};
     const kl_layer *ly = &m->l[L];
-    if (ly->mlp_kind == DENSE) return fam_mlp_forward(&m->env, run, L, &ly->dense, 0.0f, dims, xn, out, 1, err);
-    return fam_moe_forward(&m->env, run, L, &ly->moe, dims, xn, out, err);
+    if (ly->mlp_kind == DENSE) return fam_mlp_forward(&m->env, run, L, &ly->dense, 0.0f, &dims, xn, out, 1, err);
+    return fam_moe_forward(&m->env, run, L, &ly->moe, &dims, args->input_ids, xn, out, err);
 }
 
 /* ---- lifecycle ---- */
@@ -764,6 +765,14 @@ static nnt_status kl_forward(void *model, nnt_run *run, const nnt_forward_args *
     return fam_decoder_forward(&m->env, run, args, &m->dec, err);
 }
 
+static nnt_status kl_project(void *model, nnt_run *run, const nnt_tensor *x, int streams, nnt_tensor *logits,
+                             nnt_error *err)
+{
+    kl_model *m = model;
+    (void)streams; /* one residual stream */
+    return fam_decoder_project(&m->env, run, &m->dec, x, logits, err);
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "kimi_linear", "0.1.0",
                                       "Kimi-Linear (KimiLinearForCausalLM): Kimi Delta Attention and latent attention"),
@@ -776,4 +785,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .value_info = */ kl_value_info,
     /* .build_tree = */ kl_build_tree,
     /* .forward = */ kl_forward,
+    /* .project = */ kl_project,
 };

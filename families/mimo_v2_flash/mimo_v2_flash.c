@@ -314,13 +314,14 @@ done:
     return st;
 }
 
-static nnt_status mv_mlp(void *self, nnt_run *run, int L, const nnt_call_dims *dims, const nnt_tensor *xn,
+static nnt_status mv_mlp(void *self, nnt_run *run, int L, const nnt_forward_args *args, const nnt_tensor *xn,
                          nnt_tensor *out, nnt_error *err)
 {
     mv_model *m = self;
+    nnt_call_dims dims = {args->batch, args->seq, args->past};
     const mv_layer *ly = &m->l[L];
-    if (ly->mlp_kind == DENSE) return fam_mlp_forward(&m->env, run, L, &ly->dense, 0.0f, dims, xn, out, 1, err);
-    return fam_moe_forward(&m->env, run, L, &ly->moe, dims, xn, out, err);
+    if (ly->mlp_kind == DENSE) return fam_mlp_forward(&m->env, run, L, &ly->dense, 0.0f, &dims, xn, out, 1, err);
+    return fam_moe_forward(&m->env, run, L, &ly->moe, &dims, args->input_ids, xn, out, err);
 }
 
 static void mv_unload(void *model)
@@ -497,6 +498,14 @@ static nnt_status mv_forward(void *model, nnt_run *run, const nnt_forward_args *
     return fam_decoder_forward(&m->env, run, args, &m->dec, err);
 }
 
+static nnt_status mv_project(void *model, nnt_run *run, const nnt_tensor *x, int streams, nnt_tensor *logits,
+                             nnt_error *err)
+{
+    mv_model *m = model;
+    (void)streams; /* one residual stream */
+    return fam_decoder_project(&m->env, run, &m->dec, x, logits, err);
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "mimo_v2_flash", "0.1.0",
                                       "MiMo-V2-Flash (MiMoV2FlashForCausalLM)"),
@@ -509,4 +518,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .value_info = */ mv_value_info,
     /* .build_tree = */ mv_build_tree,
     /* .forward = */ mv_forward,
+    /* .project = */ mv_project,
 };

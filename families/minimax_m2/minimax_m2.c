@@ -242,11 +242,12 @@ done:
     return st;
 }
 
-static nnt_status mm_mlp(void *self, nnt_run *run, int L, const nnt_call_dims *dims, const nnt_tensor *xn,
+static nnt_status mm_mlp(void *self, nnt_run *run, int L, const nnt_forward_args *args, const nnt_tensor *xn,
                          nnt_tensor *out, nnt_error *err)
 {
     mm_model *m = self;
-    return fam_moe_forward(&m->env, run, L, &m->l[L].moe, dims, xn, out, err);
+    nnt_call_dims dims = {args->batch, args->seq, args->past};
+    return fam_moe_forward(&m->env, run, L, &m->l[L].moe, &dims, args->input_ids, xn, out, err);
 }
 
 static void mm_unload(void *model)
@@ -401,6 +402,14 @@ static nnt_status mm_forward(void *model, nnt_run *run, const nnt_forward_args *
     return fam_decoder_forward(&m->env, run, args, &m->dec, err);
 }
 
+static nnt_status mm_project(void *model, nnt_run *run, const nnt_tensor *x, int streams, nnt_tensor *logits,
+                             nnt_error *err)
+{
+    mm_model *m = model;
+    (void)streams; /* one residual stream */
+    return fam_decoder_project(&m->env, run, &m->dec, x, logits, err);
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "minimax_m2", "0.1.0",
                                       "MiniMax-M2 / M2.1 / M2.5 / M2.7 (MiniMaxM2ForCausalLM)"),
@@ -413,4 +422,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .value_info = */ mm_value_info,
     /* .build_tree = */ mm_build_tree,
     /* .forward = */ mm_forward,
+    /* .project = */ mm_project,
 };

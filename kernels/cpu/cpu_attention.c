@@ -47,6 +47,7 @@ static int visible(const nnt_attn_mask *m, int64_t b, int64_t t, int64_t s, int6
     int32_t kp = m->k_pos ? m->k_pos[b * S + s] : (int32_t)s;
     if (m->causal && kp > qp) return 0;
     if (m->window > 0 && qp - kp >= m->window && !(m->key_no_window && m->key_no_window[s])) return 0;
+    if (m->allow && !m->allow[(b * T + t) * S + s]) return 0;
     return 1;
 }
 

@@ -188,6 +188,11 @@ static const nnt_backend_ops cpu_ops = {
     /* .rms_norm_gated = */ cpu_rms_norm_gated,
     /* .copy_cols = */ cpu_copy_cols,
     /* .zero_rows = */ cpu_zero_rows,
+    /* .hyper_connection = */ cpu_hyper_connection,
+    /* .hyper_mix = */ cpu_hyper_mix,
+    /* .hyper_head = */ cpu_hyper_head,
+    /* .compress = */ cpu_compress,
+    /* .indexer_scores = */ cpu_indexer_scores,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

@@ -71,4 +71,17 @@ nnt_status cpu_copy_cols(void *ctx, const nnt_tensor *src, int64_t src_col, nnt_
                          int64_t ncols, nnt_error *err);
 nnt_status cpu_zero_rows(void *ctx, nnt_tensor *x, const uint8_t *row_valid, nnt_error *err);
 
+/* cpu_hyper.c */
+nnt_status cpu_hyper_connection(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                                const nnt_tensor *scale, float rms_eps, float hc_eps, int iters, nnt_tensor *post,
+                                nnt_tensor *comb, nnt_tensor *collapsed, nnt_error *err);
+nnt_status cpu_hyper_mix(void *ctx, const nnt_tensor *x, const nnt_tensor *a, const nnt_tensor *post,
+                         const nnt_tensor *comb, nnt_tensor *out, nnt_error *err);
+nnt_status cpu_hyper_head(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                          const nnt_tensor *scale, float rms_eps, float hc_eps, nnt_tensor *y, nnt_error *err);
+nnt_status cpu_compress(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate, const nnt_tensor *ape, int rate,
+                        int overlap, const int32_t *first, const int32_t *count, nnt_tensor *out, nnt_error *err);
+nnt_status cpu_indexer_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w, float scale,
+                              nnt_tensor *out, nnt_error *err);
+
 #endif

@@ -120,6 +120,16 @@ nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **path,
 /* Writes every saved value under its canonical path as a key of one safetensors file. */
 nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file);
 
+/* ---- operations ---- */
+/* The logit lens, nnterp's project_on_vocab: x (host, any float dtype) [..., hidden_size] goes
+ * through the model's final norm and lm_head; on a model with several residual streams a
+ * Streams tensor [batch, seq, streams, hidden_size] (or one position's [streams, hidden_size])
+ * is first collapsed as the model collapses its last block's streams, so the lens on the last
+ * block's layer_output equals logits. *out receives a new host F32 tensor [..., vocab_size]
+ * the caller frees with nnt_tensor_free. Errors: NNT_ERR_SHAPE when the last axis is not
+ * hidden_size. */
+nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *out);
+
 /* ---- tensors ---- */
 /* Reads one tensor from a safetensors file (key NULL: the file must hold exactly one) into a
  * new host tensor owned by the caller (free with nnt_tensor_free). */

@@ -34,7 +34,9 @@ typedef enum nnt_rope_style {
  *   causal == 0 or k_pos[b, s] <= q_pos[b, t];
  *   window == 0 or q_pos[b, t] - k_pos[b, s] < window    (the window counts the query itself),
  *     unless key_no_window != NULL and key_no_window[s] != 0;
- *   query_valid is NULL or query_valid[b, t] != 0        (a padding query sees nothing).
+ *   query_valid is NULL or query_valid[b, t] != 0        (a padding query sees nothing);
+ *   allow is NULL or allow[b, t, s] != 0                  (a per-query selection, e.g. the keys a
+ *                                                          sparse-attention indexer kept).
  * Invisible entries are written as -INFINITY. */
 typedef struct nnt_attn_mask {
     const int32_t *q_pos;         /* [batch, query] host memory */
@@ -42,6 +44,7 @@ typedef struct nnt_attn_mask {
     const uint8_t *key_valid;     /* [batch, key] host memory, or NULL */
     const uint8_t *query_valid;   /* [batch, query] host memory, or NULL */
     const uint8_t *key_no_window; /* [key] host memory, or NULL */
+    const uint8_t *allow;         /* [batch, query, key] host memory, or NULL */
     int causal;
     int window;
 } nnt_attn_mask;
@@ -182,6 +185,38 @@ typedef struct nnt_backend_ops {
                             int64_t ncols, nnt_error *err);
     /* Zeroes the rows m of x [M, C] (F32, in place) where row_valid[m] == 0 (host memory). */
     nnt_status (*zero_rows)(void *ctx, nnt_tensor *x, const uint8_t *row_valid, nnt_error *err);
+
+    /* ---- hyper-connections and compressed attention (DeepSeek-V4) ---- */
+    /* Manifold-constrained hyper-connection weights for streams x [M, n, H]: with r the
+     * unweighted RMS normaliser of each token's n*H values (eps rms_eps), m = fn . (x r)
+     * (fn [(2+n) n, n H]), pre_j = sigmoid(m_j scale[0] + base_j) + hc_eps, post_j =
+     * 2 sigmoid(m_{n+j} scale[1] + base_{n+j}), comb = Sinkhorn(softmax_rows(m_C scale[2] +
+     * base_C) + hc_eps) with `iters` column/row passes (column first). Writes post [M, n], comb
+     * [M, n, n] (row j, column k) and collapsed [M, H] = sum_j pre_j x_j. fn, base, scale F32.
+     * Sources: Xie et al. 2026 (mHC); shared/spec B4. */
+    nnt_status (*hyper_connection)(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                                   const nnt_tensor *scale, float rms_eps, float hc_eps, int iters, nnt_tensor *post,
+                                   nnt_tensor *comb, nnt_tensor *collapsed, nnt_error *err);
+    /* out[M, k, H] = post[M, k] a[M, H] + sum_j comb[M, j, k] x[M, j, H] (comb used transposed). */
+    nnt_status (*hyper_mix)(void *ctx, const nnt_tensor *x, const nnt_tensor *a, const nnt_tensor *post,
+                            const nnt_tensor *comb, nnt_tensor *out, nnt_error *err);
+    /* The readout collapse: y[M, H] = sum_j (sigmoid(m_j scale[0] + base_j) + hc_eps) x_j with
+     * m = fn . (x r), fn [n, n H]. */
+    nnt_status (*hyper_head)(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                             const nnt_tensor *scale, float rms_eps, float hc_eps, nnt_tensor *y, nnt_error *err);
+    /* Token compression into entries of width D: kv, gate [B, T, c D] (c = 2 with overlap, else
+     * 1), ape [rate, c D] added to the gate by a token's place in its window. Row b's windows
+     * start at token first[b] (host); it holds count[b] entries (host). Entry w pools, per
+     * channel, softmax over slots of gate times kv: without overlap the rate tokens of window w;
+     * with overlap also window w - 1's tokens through their first D channels (window w's
+     * through the last D). out [B, C, D]; entries past count[b] are zero. Source: DeepSeek-V4
+     * report, compressed sparse / heavily compressed attention; shared/spec B5.4. */
+    nnt_status (*compress)(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate, const nnt_tensor *ape, int rate,
+                           int overlap, const int32_t *first, const int32_t *count, nnt_tensor *out, nnt_error *err);
+    /* Lightning-indexer scores: out[B, T, C] = scale * sum_h w[B, T, h] relu(q[B, T, h, :] . k[B, C, :]).
+     * Source: DeepSeek-V3.2 / V4 reports; shared/spec B5.5. */
+    nnt_status (*indexer_scores)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w,
+                                 float scale, nnt_tensor *out, nnt_error *err);
 } nnt_backend_ops;
 
 /* Options from the INI file's [backend.NAME] section, as key/value strings. */

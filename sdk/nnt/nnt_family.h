@@ -139,6 +139,11 @@ typedef struct nnt_family_descriptor {
     /* Runs the forward for args, emitting every served value. */
     nnt_status (*forward)(void *model, nnt_run *run, const nnt_forward_args *args,
                           nnt_error *err);
+    /* The family's own readout (the logit lens): x [M, H] (backend memory, F32) through the
+     * final norm and lm_head, or, with `streams`, x [M, num_streams, H] collapsed the way the
+     * model collapses its last block's streams first; logits [M, vocab_size]. */
+    nnt_status (*project)(void *model, nnt_run *run, const nnt_tensor *x, int streams, nnt_tensor *logits,
+                          nnt_error *err);
 } nnt_family_descriptor;
 
 #ifdef __cplusplus

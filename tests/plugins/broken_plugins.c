@@ -18,6 +18,10 @@ static nnt_status value_info(const void *m, int l, nnt_slot s, const nnt_call_di
 }
 static nnt_status build_tree(const void *m, nnt_tree *t, nnt_error *e) { return NNT_ERR_INTERNAL; }
 static nnt_status forward(void *m, nnt_run *r, const nnt_forward_args *a, nnt_error *e) { return NNT_ERR_INTERNAL; }
+static nnt_status project(void *m, nnt_run *r, const nnt_tensor *x, int s, nnt_tensor *y, nnt_error *e)
+{
+    return NNT_ERR_INTERNAL;
+}
 
 #if defined(BROKEN_NOT_A_PLUGIN)
 /* exports no descriptor at all */
@@ -91,5 +95,6 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
 #else
     /* .forward = */ forward,
 #endif
+    /* .project = */ project,
 };
 #endif
