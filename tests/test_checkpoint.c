@@ -260,12 +260,87 @@ static void test_fp8_missing_scale(void)
     expect_load(d, NNT_ERR_NOT_FOUND, "FP8 tensor 'model.layers.1.self_attn.o_proj.weight' has no companion");
 }
 
+/* FP4 e2m1 codes, the nibble order (low nibble = even column: byte 0x21 is 0.5 then 1.0), and
+ * one E8M0 scale per 32 columns - values worked out by hand. */
+static void test_fp4_decode(void)
+{
+    CU_ASSERT_EQUAL(nnt_fp4_e2m1_to_f32(0x0), 0.0f);
+    CU_ASSERT_EQUAL(nnt_fp4_e2m1_to_f32(0x1), 0.5f);
+    CU_ASSERT_EQUAL(nnt_fp4_e2m1_to_f32(0x2), 1.0f);
+    CU_ASSERT_EQUAL(nnt_fp4_e2m1_to_f32(0x3), 1.5f);
+    CU_ASSERT_EQUAL(nnt_fp4_e2m1_to_f32(0x5), 3.0f);
+    CU_ASSERT_EQUAL(nnt_fp4_e2m1_to_f32(0x7), 6.0f);
+    CU_ASSERT_EQUAL(nnt_fp4_e2m1_to_f32(0x9), -0.5f);
+    CU_ASSERT_EQUAL(nnt_fp4_e2m1_to_f32(0xF), -6.0f);
+    enum { R = 2, C = 64 };
+    uint8_t packed[R * C / 2];
+    memset(packed, 0x21, sizeof packed);
+    packed[C / 2 - 1] = 0xF9; /* row 0, columns 62 (low, -0.5) and 63 (high, -6) */
+    nnt_tensor scale;
+    int64_t ss[2] = {R, C / 32};
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&scale, NNT_F8_E8M0, 2, ss) == NNT_OK);
+    uint8_t e[4] = {127, 128, 126, 130}; /* 1, 2 | 0.5, 8 */
+    memcpy(scale.data, e, 4);
+    float out[R * C];
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_fp4_group_dequant(packed, R, C, &scale, out, &err), NNT_OK);
+    CU_ASSERT_EQUAL(out[0], 0.5f);      /* row 0, even column, scale 1 */
+    CU_ASSERT_EQUAL(out[1], 1.0f);      /* odd column */
+    CU_ASSERT_EQUAL(out[32], 1.0f);     /* second group: scale 2 */
+    CU_ASSERT_EQUAL(out[33], 2.0f);
+    CU_ASSERT_EQUAL(out[62], -1.0f);    /* -0.5 x 2 */
+    CU_ASSERT_EQUAL(out[63], -12.0f);   /* -6 x 2 */
+    CU_ASSERT_EQUAL(out[C + 0], 0.25f); /* row 1: scales 0.5 and 8 */
+    CU_ASSERT_EQUAL(out[C + 33], 8.0f);
+    nnt_tensor_free(&scale);
+}
+
+/* A checkpoint holding an FP8 weight with DeepSeek-V4's native E8M0 `.scale` companion and an
+ * FP4 weight packed two per byte with group scales: both decode through the loader. */
+static void test_native_quantised_names(void)
+{
+    char dir[768], path[800];
+    snprintf(dir, sizeof dir, "%s/native_q", t_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CU_ASSERT_FATAL(t_write_file(path, "{\"architectures\": [\"Test\"], \"model_type\": \"test\"}") == 0);
+    uint8_t w8[130 * 3], s8[2] = {128, 125}, w4[2 * 16], s4[2 * 1] = {127, 129}; /* 2, 0.25 | 1, 4 */
+    for (int i = 0; i < 130 * 3; i++) w8[i] = i < 128 * 3 ? 0x38 : 0xC0; /* 1.0 then -2.0 */
+    memset(w4, 0x3A, sizeof w4);                                       /* low 0xA = -1, high 0x3 = 1.5 */
+    nnt_tensor t[4] = {{NNT_F8_E4M3, 2, {130, 3}, w8, 0}, {NNT_F8_E8M0, 2, {2, 1}, s8, 0},
+                       {NNT_I8, 2, {2, 16}, w4, 0}, {NNT_F8_E8M0, 2, {2, 1}, s4, 0}};
+    const char *keys[4] = {"a.weight", "a.scale", "b.weight", "b.scale"};
+    const nnt_tensor *vals[4] = {&t[0], &t[1], &t[2], &t[3]};
+    nnt_error err = {0};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CU_ASSERT_EQUAL_FATAL(nnt_st_write(path, 4, keys, vals, NULL, &err), NNT_OK);
+    nnt_checkpoint *ck;
+    CU_ASSERT_EQUAL_FATAL(nnt_checkpoint_open(dir, &ck, &err), NNT_OK);
+    nnt_tensor a, b;
+    int64_t as[2] = {130, 3}, bs[2] = {2, 32};
+    CU_ASSERT_EQUAL_FATAL(nnt_ck_tensor(ck, "a.weight", 2, as, &a, &err), NNT_OK);
+    CU_ASSERT_EQUAL(a.dtype, NNT_F32);
+    CU_ASSERT_EQUAL(((float *)a.data)[0], 2.0f);              /* 1.0 x 2^(128-127) */
+    CU_ASSERT_EQUAL(((float *)a.data)[129 * 3 + 2], -0.5f);   /* -2.0 x 2^(125-127) */
+    CU_ASSERT_EQUAL_FATAL(nnt_ck_tensor(ck, "b.weight", 2, bs, &b, &err), NNT_OK);
+    CU_ASSERT(b.dtype == NNT_F32 && b.shape[1] == 32);
+    CU_ASSERT_EQUAL(((float *)b.data)[0], -1.0f);
+    CU_ASSERT_EQUAL(((float *)b.data)[1], 1.5f);
+    CU_ASSERT_EQUAL(((float *)b.data)[32 + 0], -4.0f);        /* row 1: scale 4 */
+    /* asked for the packed width itself, the weight is not taken for FP4 */
+    int64_t wrong[2] = {2, 16};
+    CU_ASSERT_EQUAL(nnt_ck_tensor(ck, "b.weight", 2, wrong, &b, &err), NNT_ERR_SHAPE);
+    nnt_checkpoint_close(ck);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("checkpoint", NULL, NULL);
     if (!s) return -1;
     if (!CU_add_test(s, "fp8 e4m3 and e8m0 decoding", test_fp8_decode) ||
         !CU_add_test(s, "fp8 128x128 block scales with partial edge blocks", test_fp8_block_scales) ||
+        !CU_add_test(s, "fp4 e2m1 codes, nibble order and group scales", test_fp4_decode) ||
+        !CU_add_test(s, "DeepSeek-V4 native .scale (E8M0) and packed FP4 weights", test_native_quantised_names) ||
         !CU_add_test(s, "missing config.json or weights; malformed config", test_missing_files) ||
         !CU_add_test(s, "a truncated weight file", test_truncated_weights) ||
         !CU_add_test(s, "a missing tensor", test_missing_tensor) ||

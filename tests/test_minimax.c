@@ -136,6 +136,17 @@ static void test_identities(void)
         }
     }
     CU_ASSERT(worst <= 1e-5 * scale);
+    /* nnt's own logit lens (project_on_vocab) on the last block's output is logits, exactly */
+    nnt_tensor lens;
+    T_OK(rt, nnt_project_on_vocab(m, last, &lens));
+    CU_ASSERT(lens.ndim == 3 && lens.shape[2] == V);
+    CU_ASSERT(t_rel_err(&lens, logits, NULL) == 0.0);
+    nnt_tensor_free(&lens);
+    int64_t bad_shape[2] = {2, 7};
+    nnt_tensor bad;
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&bad, NNT_F32, 2, bad_shape) == NNT_OK);
+    T_FAILS(rt, nnt_project_on_vocab(m, &bad, &lens), NNT_ERR_SHAPE, "must be hidden_size 64");
+    nnt_tensor_free(&bad);
     /* next_token_probs is the softmax of the last position's logits; rows sum to one */
     const nnt_tensor *p = nnt_trace_get(t, "next_token_probs");
     for (int b = 0; b < r.batch; b++) {

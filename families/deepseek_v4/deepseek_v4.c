@@ -1,0 +1,1034 @@
+/* deepseek_v4.c - the DeepSeek-V4 family plugin (DeepseekV4ForCausalLM).
+ *
+ * The residual is hc_mult streams. Before each sublayer a manifold-constrained hyper-connection
+ * reads all streams and returns (post, comb, collapsed); the sublayer's pre-norm reads the
+ * collapsed stream, and its output goes into every stream scaled by post while the streams are
+ * mixed by comb, used transposed: out_k = post_k a + sum_j comb[j, k] x_j. Attention is
+ * multi-query with one head that is both key and value: q_a_proj, q_a_norm, q_b_proj, an
+ * unweighted per-head RMSNorm, kv_proj and kv_norm; interleaved rotary on the last
+ * qk_rope_head_dim dimensions (the plain base on sliding blocks, the compress base with YaRN on
+ * compressed ones); a per-head sink; the sliding window; on compressed blocks the compressor's
+ * entries (rate 4 with the lightning indexer's top-k, or the heavy rate, all entries) after the
+ * token keys, visible once a query has reached an entry's last token; the output rotated back
+ * before the grouped o_a_proj and o_b_proj. Every MLP is a mixture with sqrt(softplus) scores,
+ * hash routing (tid2eid) on the first blocks, a shared expert, and SwiGLU clamped at
+ * swiglu_limit on every expert. The readout collapses the streams through hc_head, then norm and
+ * lm_head. Sources: shared/spec/kimi_linear_deepseek_v4.md part B; the encyclopedia page
+ * shared/reference/encyclopedia/deepseek_v4.txt. Weights under transformers' names or the
+ * release's native names (FP8 with E8M0 block scales, FP4 experts). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/family_common.h"
+
+enum { SLIDING = 0, CSA = 1, HCA = 2 };
+static const char *const KIND_NAMES[] = {"sliding_attention", "compressed_sparse_attention",
+                                         "heavily_compressed_attention"};
+static const char *const MLP_NAMES[] = {"hash_moe", "moe"};
+
+typedef struct hc_w {
+    float *fn, *base, *scale; /* host F32 copies */
+    nnt_tensor fn_t, base_t, scale_t;
+} hc_w;
+
+typedef struct comp_w {
+    nnt_tensor wkv, wgate, norm;
+    float *ape;
+    nnt_tensor ape_t;
+    int rate, overlap, dim;
+} comp_w;
+
+typedef struct dv_layer {
+    int kind, hash;
+    nnt_tensor attn_norm, ffn_norm;
+    hc_w hc_attn, hc_ffn;
+    nnt_tensor wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b;
+    float *sinks;
+    comp_w comp, icomp;
+    nnt_tensor iq_b, iweights;
+    fam_moe moe;
+    float *bias_host;
+    int32_t *tid2eid;
+} dv_layer;
+
+typedef struct dv_model {
+    fam_env env;
+    int hidden, layers, vocab, heads, head_dim, q_lora, o_groups, o_lora, window, streams, sinkhorn;
+    int experts, top_k, shared, moe_inter, index_heads, index_dim, index_topk, rot;
+    int rate[3];
+    double eps, hc_eps, scaling, limit, theta_main, theta_comp;
+    int norm_topk, tied;
+    float *inv_freq[2]; /* main, compress */
+    nnt_tensor embed, final_norm, lm_head;
+    hc_w hc_head;
+    dv_layer *l;
+    fam_expert *expert_pool;
+    nnt_score_fn score_fn;
+} dv_model;
+
+static const char *const ARCHS[] = {"DeepseekV4ForCausalLM", NULL};
+static const char *const TYPES[] = {"deepseek_v4", NULL};
+static const nnt_rename_rule RENAMES[] = {
+    {"attn", "self_attn", NULL},
+    {"ffn", "mlp", NULL},
+    {"gate", "router", NULL},
+    {NULL, NULL, NULL},
+};
+
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        nnt_status st_ = (x);                                                                                          \
+        if (st_ != NNT_OK) return st_;                                                                                 \
+    } while (0)
+
+static nnt_status cfg_i(const dv_model *m, const nnt_checkpoint *ck, const char *key, int64_t dflt, int req, int *out,
+                        nnt_error *err)
+{
+    int64_t v;
+    CK(m->env.host->cfg_int(ck, key, dflt, req, &v, err));
+    *out = (int)v;
+    return NNT_OK;
+}
+
+/* YaRN inverse frequencies as transformers computes them (correction range truncated to whole
+ * dimensions, a linear ramp between them). Source: Peng et al. 2023 (YaRN); transformers'
+ * modeling_rope_utils. */
+static void yarn_inv_freq(float *out, int dim, double base, double factor, double orig, double beta_fast,
+                          double beta_slow)
+{
+    double low = floor(dim * log(orig / (beta_fast * 2 * M_PI)) / (2 * log(base)));
+    double high = ceil(dim * log(orig / (beta_slow * 2 * M_PI)) / (2 * log(base)));
+    if (low < 0) low = 0;
+    if (high > dim - 1) high = dim - 1;
+    if (low == high) high += 0.001;
+    for (int i = 0; i < dim / 2; i++) {
+        float pos = powf((float)base, (float)(2 * i) / (float)dim);
+        float extrap = 1.0f / pos, interp = 1.0f / ((float)factor * pos);
+        float ramp = (float)(((double)i - low) / (high - low));
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        float keep = 1.0f - ramp; /* share of the unscaled frequency */
+        out[i] = interp * (1.0f - keep) + extrap * keep;
+    }
+}
+
+static nnt_status read_rope(dv_model *m, const nnt_checkpoint *ck, nnt_error *err)
+{
+    const nnt_host_api *h = m->env.host;
+    double prf = 0.0;
+    if (h->cfg_has(ck, "partial_rotary_factor")) {
+        CK(h->cfg_float(ck, "partial_rotary_factor", 0.125, 0, &prf, err));
+        m->rot = (int)(m->head_dim * prf);
+    } else {
+        CK(cfg_i(m, ck, "qk_rope_head_dim", m->head_dim / 8, 0, &m->rot, err));
+    }
+    const char *mkey = h->cfg_has(ck, "rope_parameters.main.rope_theta") ? "rope_parameters.main.rope_theta" : "rope_theta";
+    CK(h->cfg_float(ck, mkey, 10000.0, 0, &m->theta_main, err));
+    const char *ckey = h->cfg_has(ck, "rope_parameters.compress.rope_theta") ? "rope_parameters.compress.rope_theta"
+                                                                                 : "compress_rope_theta";
+    CK(h->cfg_float(ck, ckey, 160000.0, 0, &m->theta_comp, err));
+    for (int k = 0; k < 2; k++) {
+        m->inv_freq[k] = calloc((size_t)m->rot / 2 + 1, sizeof(float));
+        if (!m->inv_freq[k]) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    fam_rope_inv_freq(m->inv_freq[0], m->rot, m->theta_main);
+    /* the compress rope: YaRN when the config asks (rope_parameters.compress or rope_scaling) */
+    const char *pre = h->cfg_has(ck, "rope_parameters.compress.rope_type") ? "rope_parameters.compress" : "rope_scaling";
+    char key[96];
+    const char *type = "default";
+    snprintf(key, sizeof key, "%s.rope_type", pre);
+    if (h->cfg_has(ck, key))
+        CK(h->cfg_string(ck, key, "default", 0, &type, err));
+    else {
+        snprintf(key, sizeof key, "%s.type", pre);
+        CK(h->cfg_string(ck, key, "default", 0, &type, err));
+    }
+    if (strcmp(type, "yarn") == 0) {
+        double factor, orig, bf, bs, af;
+        snprintf(key, sizeof key, "%s.factor", pre);
+        CK(h->cfg_float(ck, key, 1.0, 1, &factor, err));
+        snprintf(key, sizeof key, "%s.original_max_position_embeddings", pre);
+        CK(h->cfg_float(ck, key, 0, 1, &orig, err));
+        snprintf(key, sizeof key, "%s.beta_fast", pre);
+        CK(h->cfg_float(ck, key, 32.0, 0, &bf, err));
+        snprintf(key, sizeof key, "%s.beta_slow", pre);
+        CK(h->cfg_float(ck, key, 1.0, 0, &bs, err));
+        snprintf(key, sizeof key, "%s.attention_factor", pre);
+        CK(h->cfg_float(ck, key, 1.0, 0, &af, err));
+        if (af != 1.0)
+            return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: %s is %g; DeepSeek-V4 applies no YaRN attention factor",
+                                h->cfg_path(ck), key, af);
+        yarn_inv_freq(m->inv_freq[1], m->rot, m->theta_comp, factor, orig, bf, bs);
+    } else if (strcmp(type, "default") == 0) {
+        fam_rope_inv_freq(m->inv_freq[1], m->rot, m->theta_comp);
+    } else {
+        return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: compress rope type '%s' is not supported (default or yarn)",
+                            h->cfg_path(ck), type);
+    }
+    if (m->rot <= 0 || m->rot % 2 || m->rot > m->head_dim || m->rot > m->index_dim)
+        return h->set_error(err, NNT_ERR_CONFIG, "%s: %d rotary dimensions do not fit head_dim %d and index_head_dim %d",
+                            h->cfg_path(ck), m->rot, m->head_dim, m->index_dim);
+    return NNT_OK;
+}
+
+static nnt_status read_config(dv_model *m, const nnt_checkpoint *ck, int *kinds, int *hash, nnt_error *err)
+{
+    const nnt_host_api *h = m->env.host;
+    CK(cfg_i(m, ck, "hidden_size", 0, 1, &m->hidden, err));
+    CK(cfg_i(m, ck, "vocab_size", 0, 1, &m->vocab, err));
+    CK(cfg_i(m, ck, "num_attention_heads", 0, 1, &m->heads, err));
+    CK(cfg_i(m, ck, "head_dim", 512, 0, &m->head_dim, err));
+    CK(cfg_i(m, ck, "q_lora_rank", 1024, 0, &m->q_lora, err));
+    CK(cfg_i(m, ck, "o_groups", 8, 0, &m->o_groups, err));
+    CK(cfg_i(m, ck, "o_lora_rank", 1024, 0, &m->o_lora, err));
+    CK(cfg_i(m, ck, "sliding_window", 128, 0, &m->window, err));
+    CK(cfg_i(m, ck, "hc_mult", 4, 0, &m->streams, err));
+    CK(cfg_i(m, ck, "hc_sinkhorn_iters", 20, 0, &m->sinkhorn, err));
+    CK(h->cfg_float(ck, "hc_eps", 1e-6, 0, &m->hc_eps, err));
+    CK(h->cfg_float(ck, "rms_norm_eps", 1e-6, 0, &m->eps, err));
+    static const char *const ek[] = {"n_routed_experts", "num_local_experts"};
+    CK(cfg_i(m, ck, h->cfg_has(ck, ek[0]) ? ek[0] : ek[1], 0, 1, &m->experts, err));
+    CK(cfg_i(m, ck, "num_experts_per_tok", 0, 1, &m->top_k, err));
+    CK(cfg_i(m, ck, "n_shared_experts", 1, 0, &m->shared, err));
+    CK(cfg_i(m, ck, h->cfg_has(ck, "moe_intermediate_size") ? "moe_intermediate_size" : "intermediate_size", 0, 1,
+             &m->moe_inter, err));
+    CK(cfg_i(m, ck, "index_n_heads", 64, 0, &m->index_heads, err));
+    CK(cfg_i(m, ck, "index_head_dim", 128, 0, &m->index_dim, err));
+    CK(cfg_i(m, ck, "index_topk", 512, 0, &m->index_topk, err));
+    CK(h->cfg_float(ck, "routed_scaling_factor", 1.0, 0, &m->scaling, err));
+    CK(h->cfg_float(ck, "swiglu_limit", 0.0, 0, &m->limit, err));
+    CK(h->cfg_bool(ck, "norm_topk_prob", 1, 0, &m->norm_topk, err));
+    CK(h->cfg_bool(ck, "tie_word_embeddings", 0, 0, &m->tied, err));
+    const char *s = NULL;
+    CK(h->cfg_string(ck, "scoring_func", "sqrtsoftplus", 0, &s, err));
+    if (strcmp(s, "sqrtsoftplus") == 0) m->score_fn = NNT_SCORE_SQRT_SOFTPLUS;
+    else if (strcmp(s, "sigmoid") == 0) m->score_fn = NNT_SCORE_SIGMOID;
+    else if (strcmp(s, "softmax") == 0) m->score_fn = NNT_SCORE_SOFTMAX;
+    else return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: scoring_func '%s' is not supported", h->cfg_path(ck), s);
+    CK(h->cfg_string(ck, "hidden_act", "silu", 0, &s, err));
+    if (strcmp(s, "silu") != 0)
+        return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (silu expected)", h->cfg_path(ck), s);
+    int kvh = 1;
+    CK(cfg_i(m, ck, "num_key_value_heads", 1, 0, &kvh, err));
+    if (kvh != 1)
+        return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: num_key_value_heads is %d; DeepSeek-V4's attention has one shared "
+                            "key/value head", h->cfg_path(ck), kvh);
+    /* compress rates: transformers' dict, or the legacy per-kind keys */
+    m->rate[SLIDING] = 0;
+    CK(cfg_i(m, ck, h->cfg_has(ck, "compress_rates.compressed_sparse_attention") ? "compress_rates.compressed_sparse_attention"
+                                                                                   : "compress_rate_csa", 4, 0, &m->rate[CSA], err));
+    CK(cfg_i(m, ck, h->cfg_has(ck, "compress_rates.heavily_compressed_attention") ? "compress_rates.heavily_compressed_attention"
+                                                                                    : "compress_rate_hca", 128, 0, &m->rate[HCA], err));
+    int explicit_hca = h->cfg_has(ck, "compress_rates.heavily_compressed_attention") || h->cfg_has(ck, "compress_rate_hca");
+    CK(cfg_i(m, ck, "num_hidden_layers", 0, 1, &m->layers, err));
+    if (m->layers <= 0 || m->layers > 4096) return h->set_error(err, NNT_ERR_CONFIG, "%s: num_hidden_layers must be 1..4096", h->cfg_path(ck));
+    int64_t v[4097];
+    int n = 0;
+    if (h->cfg_has(ck, "layer_types")) {
+        CK(h->cfg_int_list(ck, "layer_types", KIND_NAMES, 3, v, 4097, &n, err));
+        if (n < m->layers)
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: 'layer_types' has %d entries for %d blocks", h->cfg_path(ck), n, m->layers);
+        for (int i = 0; i < m->layers; i++) kinds[i] = (int)v[i];
+    } else if (h->cfg_has(ck, "compress_ratios")) {
+        /* 0: sliding only; the CSA rate: compressed sparse; another rate: heavily compressed.
+         * Entries past num_hidden_layers belong to multi-token-prediction blocks. */
+        CK(h->cfg_int_list(ck, "compress_ratios", NULL, 0, v, 4097, &n, err));
+        if (n < m->layers)
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: 'compress_ratios' has %d entries for %d blocks", h->cfg_path(ck), n, m->layers);
+        for (int i = 0; i < m->layers; i++) {
+            if (v[i] == 0)
+                kinds[i] = SLIDING;
+            else if (v[i] == m->rate[CSA])
+                kinds[i] = CSA;
+            else {
+                if (explicit_hca && v[i] != m->rate[HCA])
+                    return h->set_error(err, NNT_ERR_CONFIG, "%s: compress_ratios[%d] is %lld, but the heavily compressed "
+                                        "rate is %d", h->cfg_path(ck), i, (long long)v[i], m->rate[HCA]);
+                kinds[i] = HCA;
+                m->rate[HCA] = (int)v[i];
+            }
+        }
+    } else {
+        for (int i = 0; i < m->layers; i++) kinds[i] = i < 2 ? HCA : (i % 2 ? CSA : HCA);
+    }
+    if (h->cfg_has(ck, "mlp_layer_types")) {
+        CK(h->cfg_int_list(ck, "mlp_layer_types", MLP_NAMES, 2, v, 4097, &n, err));
+        if (n < m->layers)
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: 'mlp_layer_types' has %d entries for %d blocks", h->cfg_path(ck), n, m->layers);
+        for (int i = 0; i < m->layers; i++) hash[i] = v[i] == 0;
+    } else {
+        int nh = 3;
+        CK(cfg_i(m, ck, "num_hash_layers", 3, 0, &nh, err));
+        for (int i = 0; i < m->layers; i++) hash[i] = i < nh;
+    }
+    const char *bad = NULL;
+    if (m->hidden <= 0 || m->vocab <= 0 || m->heads <= 0 || m->head_dim <= 0 || m->q_lora <= 0) bad = "sizes must be positive";
+    else if (m->o_groups <= 0 || m->heads % m->o_groups || m->o_lora <= 0) bad = "o_groups must divide num_attention_heads";
+    else if (m->streams < 1 || m->streams > 16) bad = "hc_mult must be between 1 and 16";
+    else if (m->window < 1) bad = "sliding_window must be at least 1";
+    else if (m->experts <= 0 || m->top_k <= 0 || m->top_k > m->experts) bad = "num_experts_per_tok must be between 1 and n_routed_experts";
+    else if (m->rate[CSA] < 1 || m->rate[HCA] < 1) bad = "compress rates must be positive";
+    else if (m->shared < 0 || m->shared > 1) bad = "n_shared_experts must be 0 or 1";
+    if (bad) return h->set_error(err, NNT_ERR_CONFIG, "%s: %s", h->cfg_path(ck), bad);
+    return read_rope(m, ck, err);
+}
+
+/* Picks the native name (no "model." prefix) or transformers' for one weight of block L. */
+static const char *pick(const dv_model *m, const nnt_checkpoint *ck, char *buf, size_t n, int L, const char *native,
+                        const char *hf)
+{
+    snprintf(buf, n, native, L);
+    if (m->env.host->has_tensor(ck, buf)) return buf;
+    snprintf(buf, n, hf, L);
+    return buf;
+}
+
+static nnt_status bind_vec(const dv_model *m, const nnt_checkpoint *ck, const char *name, int64_t count, float **host,
+                           nnt_tensor *t, nnt_error *err)
+{
+    CK(fam_vector_f32(&m->env, ck, name, count, host, err));
+    nnt_tensor v = {NNT_F32, 1, {count}, *host, 0};
+    return m->env.be->prepare_weight(m->env.be_ctx, &v, t, err);
+}
+
+static nnt_status bind_hc(const dv_model *m, const nnt_checkpoint *ck, int L, const char *native, const char *hf, int outs,
+                          hc_w *w, nnt_error *err)
+{
+    char a[192], b[192];
+    const char *parts[3] = {"fn", "base", "scale"};
+    const char *hfparts[3] = {"fn", "base", "scale"};
+    int64_t counts[3] = {(int64_t)outs * m->streams * m->hidden, outs, outs == m->streams ? 1 : 3};
+    float **hosts[3] = {&w->fn, &w->base, &w->scale};
+    nnt_tensor *ts[3] = {&w->fn_t, &w->base_t, &w->scale_t};
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, native, L, parts[i]);
+        if (!m->env.host->has_tensor(ck, a)) snprintf(a, sizeof a, hf, L, hfparts[i]);
+        (void)b;
+        CK(bind_vec(m, ck, a, counts[i], hosts[i], ts[i], err));
+    }
+    w->fn_t.ndim = 2;
+    w->fn_t.shape[0] = outs;
+    w->fn_t.shape[1] = (int64_t)m->streams * m->hidden;
+    return NNT_OK;
+}
+
+static nnt_status bind_comp(const dv_model *m, const nnt_checkpoint *ck, int L, int indexer, int rate, int overlap,
+                            comp_w *c, nnt_error *err)
+{
+    const fam_env *env = &m->env;
+    char n[224];
+    int D = indexer ? m->index_dim : m->head_dim, coff = overlap ? 2 : 1;
+    int64_t H = m->hidden, w2[2] = {(int64_t)coff * D, H}, n1[1] = {D};
+    const char *nat = indexer ? "layers.%d.attn.indexer.compressor." : "layers.%d.attn.compressor.";
+    const char *hf = indexer ? "model.layers.%d.self_attn.compressor.indexer." : "model.layers.%d.self_attn.compressor.";
+    char fn[128], fh[128];
+    c->rate = rate;
+    c->overlap = overlap;
+    c->dim = D;
+#define CW(field, natpart, hfpart, nd, shp)                                                                            \
+    do {                                                                                                               \
+        snprintf(fn, sizeof fn, "%s%s", nat, natpart);                                                                 \
+        snprintf(fh, sizeof fh, "%s%s", hf, hfpart);                                                                   \
+        CK(fam_weight(env, ck, pick(m, ck, n, sizeof n, L, fn, fh), nd, shp, &c->field, err));                        \
+    } while (0)
+    CW(wkv, "wkv.weight", "kv_proj.weight", 2, w2);
+    CW(wgate, "wgate.weight", "gate_proj.weight", 2, w2);
+    CW(norm, "norm.weight", "kv_norm.weight", 1, n1);
+#undef CW
+    snprintf(fn, sizeof fn, "%sape", nat);
+    snprintf(fh, sizeof fh, "%sposition_bias", hf);
+    CK(bind_vec(m, ck, pick(m, ck, n, sizeof n, L, fn, fh), (int64_t)rate * coff * D, &c->ape, &c->ape_t, err));
+    c->ape_t.ndim = 2;
+    c->ape_t.shape[0] = rate;
+    c->ape_t.shape[1] = (int64_t)coff * D;
+    return NNT_OK;
+}
+
+static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int kind, int hash, nnt_error *err)
+{
+    const fam_env *env = &m->env;
+    const nnt_host_api *h = env->host;
+    dv_layer *ly = &m->l[L];
+    ly->kind = kind;
+    ly->hash = hash;
+    int64_t H = m->hidden, D = m->head_dim, Q = m->q_lora, Hh = m->heads, G = m->o_groups, OL = m->o_lora;
+    char n[224];
+#define W(field, nat, hf, nd, ...)                                                                                     \
+    do {                                                                                                               \
+        int64_t shp[] = {__VA_ARGS__};                                                                                 \
+        CK(fam_weight(env, ck, pick(m, ck, n, sizeof n, L, nat, hf), nd, shp, &ly->field, err));                      \
+    } while (0)
+    W(attn_norm, "layers.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", 1, H);
+    W(ffn_norm, "layers.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", 1, H);
+    W(wq_a, "layers.%d.attn.wq_a.weight", "model.layers.%d.self_attn.q_a_proj.weight", 2, Q, H);
+    W(q_norm, "layers.%d.attn.q_norm.weight", "model.layers.%d.self_attn.q_a_norm.weight", 1, Q);
+    W(wq_b, "layers.%d.attn.wq_b.weight", "model.layers.%d.self_attn.q_b_proj.weight", 2, Hh * D, Q);
+    W(wkv, "layers.%d.attn.wkv.weight", "model.layers.%d.self_attn.kv_proj.weight", 2, D, H);
+    W(kv_norm, "layers.%d.attn.kv_norm.weight", "model.layers.%d.self_attn.kv_norm.weight", 1, D);
+    W(wo_a, "layers.%d.attn.wo_a.weight", "model.layers.%d.self_attn.o_a_proj.weight", 2, G * OL, Hh * D / G);
+    W(wo_b, "layers.%d.attn.wo_b.weight", "model.layers.%d.self_attn.o_b_proj.weight", 2, H, G * OL);
+    nnt_tensor tmp;
+    CK(fam_vector_f32(env, ck, pick(m, ck, n, sizeof n, L, "layers.%d.attn.attn_sink", "model.layers.%d.self_attn.sinks"), Hh,
+                      &ly->sinks, err));
+    (void)tmp;
+    int outs = (2 + m->streams) * m->streams;
+    CK(bind_hc(m, ck, L, "layers.%d.hc_attn_%s", "model.layers.%d.attn_hc.%s", outs, &ly->hc_attn, err));
+    CK(bind_hc(m, ck, L, "layers.%d.hc_ffn_%s", "model.layers.%d.ffn_hc.%s", outs, &ly->hc_ffn, err));
+    if (kind != SLIDING) CK(bind_comp(m, ck, L, 0, m->rate[kind], kind == CSA, &ly->comp, err));
+    if (kind == CSA) {
+        CK(bind_comp(m, ck, L, 1, m->rate[CSA], 1, &ly->icomp, err));
+        W(iq_b, "layers.%d.attn.indexer.wq_b.weight", "model.layers.%d.self_attn.compressor.indexer.q_b_proj.weight", 2,
+          (int64_t)m->index_heads * m->index_dim, Q);
+        W(iweights, "layers.%d.attn.indexer.weights_proj.weight",
+          "model.layers.%d.self_attn.compressor.indexer.scorer.weights_proj.weight", 2, (int64_t)m->index_heads, H);
+    }
+    /* the mixture */
+    int64_t E = m->experts, I = m->moe_inter, K = m->top_k, rs[2] = {E, H};
+    W(moe.router, "layers.%d.ffn.gate.weight", "model.layers.%d.mlp.gate.weight", 2, E, H);
+    if (hash) {
+        const char *tn = pick(m, ck, n, sizeof n, L, "layers.%d.ffn.gate.tid2eid", "model.layers.%d.mlp.gate.tid2eid");
+        int64_t ts[2] = {m->vocab, K};
+        nnt_tensor t;
+        CK(h->tensor(ck, tn, 2, ts, &t, err));
+        if (t.dtype != NNT_I64 && t.dtype != NNT_I32)
+            return h->set_error(err, NNT_ERR_SHAPE, "%s: '%s' has dtype %s; the hash table must hold integers", h->cfg_path(ck),
+                                tn, t.dtype == NNT_F32 ? "F32" : "a float type");
+        ly->tid2eid = malloc((size_t)(m->vocab * K) * sizeof(int32_t));
+        if (!ly->tid2eid) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        for (int64_t i = 0; i < m->vocab * K; i++) {
+            int64_t e = t.dtype == NNT_I64 ? ((const int64_t *)t.data)[i] : ((const int32_t *)t.data)[i];
+            if (e < 0 || e >= E)
+                return h->set_error(err, NNT_ERR_SHAPE, "%s: '%s' routes token %lld to expert %lld; experts are 0..%lld",
+                                    h->cfg_path(ck), tn, (long long)(i / K), (long long)e, (long long)(E - 1));
+            ly->tid2eid[i] = (int32_t)e;
+        }
+        ly->moe.tid2eid = ly->tid2eid;
+        ly->moe.vocab = m->vocab;
+    } else {
+        const char *bn = pick(m, ck, n, sizeof n, L, "layers.%d.ffn.gate.bias", "model.layers.%d.mlp.gate.e_score_correction_bias");
+        if (h->has_tensor(ck, bn)) CK(bind_vec(m, ck, bn, E, &ly->bias_host, &ly->moe.bias, err));
+    }
+    (void)rs;
+    static const fam_expert_names spellings[] = {
+        {"layers.%d.ffn.experts.%d.w1.weight", "layers.%d.ffn.experts.%d.w3.weight", "layers.%d.ffn.experts.%d.w2.weight"},
+        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+    };
+    ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
+    CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj", "model.layers.%d.mlp.experts.down_proj",
+                        spellings, 2, ly->moe.experts, err));
+    if (m->shared) {
+        W(moe.shared.gate, "layers.%d.ffn.shared_experts.w1.weight", "model.layers.%d.mlp.shared_experts.gate_proj.weight", 2, I, H);
+        W(moe.shared.up, "layers.%d.ffn.shared_experts.w3.weight", "model.layers.%d.mlp.shared_experts.up_proj.weight", 2, I, H);
+        W(moe.shared.down, "layers.%d.ffn.shared_experts.w2.weight", "model.layers.%d.mlp.shared_experts.down_proj.weight", 2, H, I);
+        ly->moe.has_shared = 1;
+    }
+#undef W
+    ly->moe.num_experts = m->experts;
+    ly->moe.top_k = m->top_k;
+    ly->moe.intermediate = m->moe_inter;
+    ly->moe.swiglu_limit = (float)m->limit; /* routed and shared experts alike */
+    ly->moe.route = (nnt_route_params){
+        /* .score_fn = */ m->score_fn,
+        /* .top_k = */ m->top_k,
+        /* .n_group = */ 1,
+        /* .topk_group = */ 1,
+        /* .renormalize = */ m->norm_topk,
+        /* .renorm_eps = */ 1e-20f,
+        /* .scaling_factor = */ (float)m->scaling,
+        /* .indices_given = */ 0,
+    };
+    return NNT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The forward.                                                                              */
+
+#define TRY(e)                                                                                                         \
+    do {                                                                                                               \
+        if ((st = (e)) != NNT_OK) goto done;                                                                           \
+    } while (0)
+
+/* Per-call facts shared by every block: each row's first real token and real length. */
+typedef struct call_rows {
+    int32_t *first, *count_csa, *count_hca, *neg_pos;
+    int n_real_max;
+} call_rows;
+
+/* Compressed entries of one compressor: [B, C, D], normed and rotated at positions w * rate. */
+static nnt_status compress_entries(dv_model *m, nnt_run *run, const comp_w *c, const nnt_forward_args *args,
+                                   const call_rows *rows, const int32_t *count, const nnt_tensor *xn, int64_t C,
+                                   int32_t *entry_pos, nnt_tensor *entries, nnt_error *err)
+{
+    const fam_env *env = &m->env;
+    const nnt_backend_ops *be = env->be;
+    void *bc = env->be_ctx;
+    int64_t B = args->batch, T = args->seq, M = B * T, coff = c->overlap ? 2 : 1, D = c->dim;
+    nnt_status st;
+    nnt_tensor kv, gate;
+    TRY(fam_alloc(env, run, NNT_F32, &kv, err, 2, M, coff * D));
+    TRY(fam_alloc(env, run, NNT_F32, &gate, err, 2, M, coff * D));
+    TRY(fam_alloc(env, run, NNT_F32, entries, err, 3, B, C, D));
+    TRY(be->linear(bc, xn, &c->wkv, &kv, err));
+    TRY(be->linear(bc, xn, &c->wgate, &gate, err));
+    nnt_tensor kv3 = fam_view(&kv, 3, B, T, coff * D), g3 = fam_view(&gate, 3, B, T, coff * D);
+    TRY(be->compress(bc, &kv3, &g3, &c->ape_t, c->rate, c->overlap, rows->first, count, entries, err));
+    if (C > 0) {
+        nnt_tensor flat = fam_view(entries, 2, B * C, D), e4 = fam_view(entries, 4, B, (int64_t)1, C, D);
+        TRY(be->rms_norm(bc, &flat, &c->norm, (float)m->eps, &flat, err));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t w = 0; w < C; w++) entry_pos[b * C + w] = (int32_t)(w * c->rate);
+        TRY(be->rope(bc, &e4, entry_pos, m->inv_freq[1], D - m->rot, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
+    }
+done:
+    return st;
+}
+
+/* The lightning indexer: which of the C entries each query keeps (allow[b, t, T + w]). */
+static nnt_status indexer_select(dv_model *m, nnt_run *run, int L, const nnt_forward_args *args, const call_rows *rows,
+                                 const nnt_tensor *xn, const nnt_tensor *qr, int64_t C, uint8_t *allow, nnt_error *err)
+{
+    const fam_env *env = &m->env;
+    const nnt_host_api *h = env->host;
+    const nnt_backend_ops *be = env->be;
+    void *bc = env->be_ctx;
+    const dv_layer *ly = &m->l[L];
+    int64_t B = args->batch, T = args->seq, M = B * T, nI = m->index_heads, dI = m->index_dim, S = T + C;
+    size_t mark = h->arena_mark(run);
+    nnt_status st;
+    float *sc = NULL;
+    int32_t *pos = malloc((size_t)(B * (C ? C : 1)) * sizeof *pos);
+    nnt_tensor keys, q, w, scores;
+    if (!pos) {
+        st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        goto done;
+    }
+    TRY(compress_entries(m, run, &ly->icomp, args, rows, rows->count_csa, xn, C, pos, &keys, err));
+    TRY(fam_alloc(env, run, NNT_F32, &q, err, 2, M, nI * dI));
+    TRY(be->linear(bc, qr, &ly->iq_b, &q, err));
+    nnt_tensor q4 = fam_view(&q, 4, M, nI, (int64_t)1, dI);
+    TRY(be->rope(bc, &q4, args->positions, m->inv_freq[1], (int)(dI - m->rot), m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
+    TRY(fam_alloc(env, run, NNT_F32, &w, err, 2, M, nI));
+    TRY(be->linear(bc, xn, &ly->iweights, &w, err));
+    TRY(fam_alloc(env, run, NNT_F32, &scores, err, 3, B, T, C));
+    nnt_tensor qb = fam_view(&q, 4, B, T, nI, dI);
+    TRY(be->indexer_scores(bc, &qb, &keys, &w, 1.0f / sqrtf((float)dI) / sqrtf((float)nI), &scores, err));
+    sc = malloc((size_t)(B * T * C) * sizeof *sc);
+    if (!sc) {
+        st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        goto done;
+    }
+    TRY(be->download(bc, sc, scores.data, (size_t)(B * T * C) * sizeof *sc, err));
+    /* per query: the best min(index_topk, C) entries among those whose window it has reached */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            int64_t reach = ((int64_t)args->positions[b * T + t] + 1) / m->rate[CSA];
+            if (reach > rows->count_csa[b]) reach = rows->count_csa[b];
+            if (!args->attention_mask[b * T + t]) reach = 0;
+            int64_t keep = m->index_topk < C ? m->index_topk : C;
+            for (int64_t k = 0; k < keep && k < reach; k++) {
+                int64_t best = -1;
+                for (int64_t e = 0; e < reach; e++) {
+                    if (allow[(b * T + t) * S + T + e]) continue;
+                    if (best < 0 || sc[(b * T + t) * C + e] > sc[(b * T + t) * C + best]) best = e;
+                }
+                allow[(b * T + t) * S + T + best] = 1;
+            }
+        }
+done:
+    free(sc);
+    free(pos);
+    h->arena_release(run, mark);
+    return st;
+}
+
+/* The attention sublayer on xn [M, H] -> out [M, H]. */
+static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forward_args *args, const call_rows *rows,
+                               const nnt_tensor *xn, nnt_tensor *out, nnt_error *err)
+{
+    const fam_env *env = &m->env;
+    const nnt_host_api *h = env->host;
+    const nnt_backend_ops *be = env->be;
+    void *bc = env->be_ctx;
+    const dv_layer *ly = &m->l[L];
+    int64_t B = args->batch, T = args->seq, M = B * T, Hh = m->heads, D = m->head_dim, H = m->hidden;
+    int64_t G = m->o_groups, OL = m->o_lora, gin = Hh * D / G;
+    int64_t C = ly->kind == SLIDING ? 0 : T / m->rate[ly->kind], S = T + C;
+    const float *inv = m->inv_freq[ly->kind == SLIDING ? 0 : 1];
+    int rs = (int)(D - m->rot);
+    size_t mark = h->arena_mark(run);
+    nnt_status st;
+    int32_t *kpos = calloc((size_t)(B * S), sizeof *kpos), *epos = calloc((size_t)(B * (C ? C : 1)), sizeof *epos);
+    uint8_t *kvalid = calloc((size_t)(B * S), 1), *nowin = calloc((size_t)S, 1), *qvalid = calloc((size_t)(B * T), 1);
+    uint8_t *allow = ly->kind == CSA ? calloc((size_t)(B * T * S), 1) : NULL;
+    nnt_tensor qr, q, qh, kv, entries, keys, scores, probs, o, tmp, z;
+    if (!kpos || !epos || !kvalid || !nowin || !qvalid || (ly->kind == CSA && !allow)) {
+        st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for block %d's attention masks", L);
+        goto done;
+    }
+    /* queries: q_a_proj, q_a_norm, q_b_proj, then an unweighted RMSNorm per head and rotary */
+    TRY(fam_alloc(env, run, NNT_F32, &qr, err, 2, M, (int64_t)m->q_lora));
+    TRY(be->linear(bc, xn, &ly->wq_a, &qr, err));
+    TRY(be->rms_norm(bc, &qr, &ly->q_norm, (float)m->eps, &qr, err));
+    TRY(fam_alloc(env, run, NNT_F32, &q, err, 2, M, Hh * D));
+    TRY(be->linear(bc, &qr, &ly->wq_b, &q, err));
+    nnt_tensor qheads = fam_view(&q, 2, M * Hh, D);
+    TRY(be->rms_norm(bc, &qheads, NULL, (float)m->eps, &qheads, err));
+    TRY(fam_alloc(env, run, NNT_F32, &qh, err, 4, B, Hh, T, D));
+    nnt_tensor q4 = fam_view(&q, 4, B, T, Hh, D);
+    TRY(be->swap12(bc, &q4, &qh, err));
+    TRY(be->rope(bc, &qh, args->positions, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
+    /* the one key/value head of every token, then the compressed entries after them */
+    TRY(fam_alloc(env, run, NNT_F32, &kv, err, 2, M, D));
+    TRY(be->linear(bc, xn, &ly->wkv, &kv, err));
+    TRY(be->rms_norm(bc, &kv, &ly->kv_norm, (float)m->eps, &kv, err));
+    nnt_tensor kv4 = fam_view(&kv, 4, B, (int64_t)1, T, D);
+    TRY(be->rope(bc, &kv4, args->positions, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
+    TRY(fam_alloc(env, run, NNT_F32, &keys, err, 4, B, (int64_t)1, S, D));
+    nnt_tensor keys2 = fam_view(&keys, 2, B, S * D), kv2 = fam_view(&kv, 2, B, T * D);
+    TRY(be->copy_cols(bc, &kv2, 0, &keys2, 0, T * D, err));
+    const int32_t *count = ly->kind == CSA ? rows->count_csa : rows->count_hca;
+    if (ly->kind != SLIDING) {
+        TRY(compress_entries(m, run, &ly->comp, args, rows, count, xn, C, epos, &entries, err));
+        if (C > 0) {
+            nnt_tensor e2 = fam_view(&entries, 2, B, C * D);
+            TRY(be->copy_cols(bc, &e2, 0, &keys2, T * D, C * D, err));
+        }
+    }
+    /* who sees what: token keys by causality, window and padding; an entry once its window has
+     * closed (its last token reached), whatever the window; on CSA only the indexer's choice */
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t t = 0; t < T; t++) {
+            kpos[b * S + t] = args->positions[b * T + t];
+            kvalid[b * S + t] = args->attention_mask[b * T + t] != 0;
+            qvalid[b * T + t] = args->attention_mask[b * T + t] != 0;
+        }
+        for (int64_t w = 0; w < C; w++) {
+            kpos[b * S + T + w] = (int32_t)((w + 1) * m->rate[ly->kind] - 1);
+            kvalid[b * S + T + w] = w < count[b];
+        }
+    }
+    for (int64_t s = T; s < S; s++) nowin[s] = 1;
+    if (ly->kind == CSA) {
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < T; t++) memset(allow + (b * T + t) * S, 1, (size_t)T);
+        if (C > 0) TRY(indexer_select(m, run, L, args, rows, xn, &qr, C, allow, err));
+    }
+    nnt_attn_mask mask = {args->positions, kpos, kvalid, qvalid, nowin, allow, 1, m->window};
+    TRY(h->emit(run, NNT_SV_ATTN_QUERIES, L, &qh));
+    /* keys and values are one tensor: an edit to either is an edit to both */
+    TRY(h->emit(run, NNT_SV_ATTN_KEYS, L, &keys));
+    TRY(h->emit(run, NNT_SV_ATTN_VALUES, L, &keys));
+    TRY(fam_alloc(env, run, NNT_F32, &scores, err, 4, B, Hh, T, S));
+    TRY(be->attn_scores(bc, &qh, &keys, 1.0f / sqrtf((float)D), &mask, &scores, err));
+    TRY(h->emit(run, NNT_SV_ATTN_SCORES, L, &scores));
+    TRY(fam_alloc(env, run, NNT_F32, &probs, err, 4, B, Hh, T, S));
+    TRY(be->softmax(bc, &scores, ly->sinks, &probs, err));
+    TRY(h->emit(run, NNT_SV_ATTN_PROBABILITIES, L, &probs));
+    TRY(fam_alloc(env, run, NNT_F32, &o, err, 4, B, T, Hh, D));
+    TRY(be->attn_mix(bc, &probs, &keys, &o, err));
+    /* the values carried their rotation: turn the output back at the query's position */
+    nnt_tensor o4 = fam_view(&o, 4, M, Hh, (int64_t)1, D);
+    TRY(be->rope(bc, &o4, rows->neg_pos, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
+    TRY(h->emit(run, NNT_SV_ATTN_HEAD_OUTPUTS, L, &o));
+    /* grouped output projection: each group of heads through its own block of o_a_proj */
+    TRY(fam_alloc(env, run, NNT_F32, &tmp, err, 2, M, gin));
+    TRY(fam_alloc(env, run, NNT_F32, &z, err, 2, M, G * OL));
+    nnt_tensor o2 = fam_view(&o, 2, M, Hh * D), zg;
+    TRY(fam_alloc(env, run, NNT_F32, &zg, err, 2, M, OL));
+    for (int64_t g = 0; g < G; g++) {
+        nnt_tensor wg = ly->wo_a;
+        size_t es = wg.dtype == NNT_F32 ? 4 : 2;
+        wg.shape[0] = OL;
+        wg.data = (char *)ly->wo_a.data + (size_t)(g * OL * gin) * es;
+        TRY(be->copy_cols(bc, &o2, g * gin, &tmp, 0, gin, err));
+        TRY(be->linear(bc, &tmp, &wg, &zg, err));
+        TRY(be->copy_cols(bc, &zg, 0, &z, g * OL, OL, err));
+    }
+    TRY(be->linear(bc, &z, &ly->wo_b, out, err));
+    nnt_tensor out3 = fam_view(out, 3, B, T, H);
+    TRY(h->emit(run, NNT_SV_ATTN_OUTPUT, L, &out3));
+done:
+    free(kpos);
+    free(epos);
+    free(kvalid);
+    free(nowin);
+    free(qvalid);
+    free(allow);
+    h->arena_release(run, mark);
+    return st;
+}
+
+static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *args, nnt_error *err)
+{
+    dv_model *m = model;
+    const fam_env *env = &m->env;
+    const nnt_host_api *h = env->host;
+    const nnt_backend_ops *be = env->be;
+    void *bc = env->be_ctx;
+    int64_t B = args->batch, T = args->seq, M = B * T, H = m->hidden, V = m->vocab, n = m->streams;
+    nnt_call_dims dims = {args->batch, args->seq, args->past};
+    call_rows rows = {0};
+    nnt_status st = NNT_OK;
+    nnt_tensor ids, emb, x, hbuf, post, comb, coll, xn, sub, y, logits;
+    rows.first = calloc((size_t)B, sizeof(int32_t));
+    rows.count_csa = calloc((size_t)B, sizeof(int32_t));
+    rows.count_hca = calloc((size_t)B, sizeof(int32_t));
+    rows.neg_pos = calloc((size_t)M, sizeof(int32_t));
+    if (!rows.first || !rows.count_csa || !rows.count_hca || !rows.neg_pos) {
+        st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        goto done;
+    }
+    /* compression windows start at each row's first real token, so left padding never shifts them */
+    for (int64_t b = 0; b < B; b++) {
+        int64_t first = 0, real = 0;
+        while (first < T && !args->attention_mask[b * T + first]) first++;
+        for (int64_t t = first; t < T; t++) real += args->attention_mask[b * T + t] != 0;
+        if (first + real != T) {
+            st = h->set_error(err, NNT_ERR_INVALID_ARGUMENT,
+                              "row %lld: DeepSeek-V4 needs left padding (padding only before a row's real tokens)", (long long)b);
+            goto done;
+        }
+        rows.first[b] = (int32_t)first;
+        rows.count_csa[b] = (int32_t)(real / m->rate[CSA]);
+        rows.count_hca[b] = (int32_t)(real / m->rate[HCA]);
+    }
+    for (int64_t i = 0; i < M; i++) rows.neg_pos[i] = -args->positions[i];
+    TRY(fam_alloc(env, run, NNT_I32, &ids, err, 1, M));
+    TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
+    TRY(fam_alloc(env, run, NNT_F32, &emb, err, 2, M, H));
+    TRY(be->embedding(bc, &m->embed, &ids, &emb, err));
+    nnt_tensor e3 = fam_view(&emb, 3, B, T, H);
+    TRY(h->emit(run, NNT_SV_TOKEN_EMBEDDINGS, -1, &e3));
+    /* the embedding copied into every stream */
+    TRY(fam_alloc(env, run, NNT_F32, &x, err, 3, M, n, H));
+    TRY(fam_alloc(env, run, NNT_F32, &hbuf, err, 3, M, n, H));
+    nnt_tensor x2 = fam_view(&x, 2, M, n * H);
+    for (int64_t j = 0; j < n; j++) TRY(be->copy_cols(bc, &emb, 0, &x2, j * H, H, err));
+    nnt_tensor x4 = fam_view(&x, 4, B, T, n, H);
+    for (int L = 0; L < m->layers; L++) {
+        dv_layer *ly = &m->l[L];
+        size_t mark = h->arena_mark(run);
+        TRY(h->emit(run, NNT_SV_LAYER_INPUT, L, &x4));
+        TRY(fam_alloc(env, run, NNT_F32, &post, err, 2, M, n));
+        TRY(fam_alloc(env, run, NNT_F32, &comb, err, 3, M, n, n));
+        TRY(fam_alloc(env, run, NNT_F32, &coll, err, 2, M, H));
+        TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
+        TRY(fam_alloc(env, run, NNT_F32, &sub, err, 2, M, H));
+        nnt_tensor p3 = fam_view(&post, 3, B, T, n), c4 = fam_view(&comb, 4, B, T, n, n);
+        /* around the attention */
+        TRY(be->hyper_connection(bc, &x, &ly->hc_attn.fn_t, &ly->hc_attn.base_t, &ly->hc_attn.scale_t, (float)m->eps,
+                                 (float)m->hc_eps, m->sinkhorn, &post, &comb, &coll, err));
+        TRY(h->emit(run, NNT_SV_ATTENTION_POST, L, &p3));
+        TRY(h->emit(run, NNT_SV_ATTENTION_COMB, L, &c4));
+        TRY(be->rms_norm(bc, &coll, &ly->attn_norm, (float)m->eps, &xn, err));
+        TRY(dv_attention(m, run, L, args, &rows, &xn, &sub, err));
+        TRY(be->hyper_mix(bc, &x, &sub, &post, &comb, &hbuf, err));
+        /* around the mixture */
+        TRY(be->hyper_connection(bc, &hbuf, &ly->hc_ffn.fn_t, &ly->hc_ffn.base_t, &ly->hc_ffn.scale_t, (float)m->eps,
+                                 (float)m->hc_eps, m->sinkhorn, &post, &comb, &coll, err));
+        TRY(h->emit(run, NNT_SV_MLP_POST, L, &p3));
+        TRY(h->emit(run, NNT_SV_MLP_COMB, L, &c4));
+        TRY(be->rms_norm(bc, &coll, &ly->ffn_norm, (float)m->eps, &xn, err));
+        TRY(fam_moe_forward(env, run, L, &ly->moe, &dims, args->input_ids, &xn, &sub, err));
+        TRY(be->hyper_mix(bc, &hbuf, &sub, &post, &comb, &x, err));
+        TRY(h->emit(run, NNT_SV_LAYER_OUTPUT, L, &x4));
+        h->arena_release(run, mark);
+    }
+    /* the readout: collapse the streams through hc_head, then norm and lm_head */
+    TRY(fam_alloc(env, run, NNT_F32, &y, err, 2, M, H));
+    TRY(be->hyper_head(bc, &x, &m->hc_head.fn_t, &m->hc_head.base_t, &m->hc_head.scale_t, (float)m->eps, (float)m->hc_eps,
+                       &y, err));
+    TRY(be->rms_norm(bc, &y, &m->final_norm, (float)m->eps, &y, err));
+    nnt_tensor y3 = fam_view(&y, 3, B, T, H);
+    TRY(h->emit(run, NNT_SV_FINAL_NORM_OUTPUT, -1, &y3));
+    TRY(fam_alloc(env, run, NNT_F32, &logits, err, 2, M, V));
+    TRY(be->linear(bc, &y, &m->lm_head, &logits, err));
+    nnt_tensor l3 = fam_view(&logits, 3, B, T, V);
+    TRY(h->emit(run, NNT_SV_LM_HEAD_OUTPUT, -1, &l3));
+    TRY(h->emit(run, NNT_SV_LOGITS, -1, &l3));
+done:
+    free(rows.first);
+    free(rows.count_csa);
+    free(rows.count_hca);
+    free(rows.neg_pos);
+    return st;
+}
+
+static nnt_status dv_project(void *model, nnt_run *run, const nnt_tensor *x, int streams, nnt_tensor *logits,
+                             nnt_error *err)
+{
+    dv_model *m = model;
+    const fam_env *env = &m->env;
+    int64_t M = x->shape[0], H = m->hidden;
+    size_t mark = env->host->arena_mark(run);
+    nnt_tensor y;
+    nnt_status st = fam_alloc(env, run, NNT_F32, &y, err, 2, M, H);
+    if (st == NNT_OK && streams)
+        st = env->be->hyper_head(env->be_ctx, x, &m->hc_head.fn_t, &m->hc_head.base_t, &m->hc_head.scale_t, (float)m->eps,
+                                 (float)m->hc_eps, &y, err);
+    else if (st == NNT_OK)
+        st = env->be->copy(env->be_ctx, x, &y, err);
+    if (st == NNT_OK) st = env->be->rms_norm(env->be_ctx, &y, &m->final_norm, (float)m->eps, &y, err);
+    if (st == NNT_OK) st = env->be->linear(env->be_ctx, &y, &m->lm_head, logits, err);
+    env->host->arena_release(run, mark);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Lifecycle, description, printout.                                                         */
+
+static void free_hc(hc_w *w)
+{
+    free(w->fn);
+    free(w->base);
+    free(w->scale);
+}
+
+static void dv_unload(void *model)
+{
+    dv_model *m = model;
+    if (!m) return;
+    if (m->l)
+        for (int L = 0; L < m->layers; L++) {
+            dv_layer *ly = &m->l[L];
+            free_hc(&ly->hc_attn);
+            free_hc(&ly->hc_ffn);
+            free(ly->sinks);
+            free(ly->comp.ape);
+            free(ly->icomp.ape);
+            free(ly->bias_host);
+            free(ly->tid2eid);
+        }
+    free_hc(&m->hc_head);
+    free(m->l);
+    free(m->expert_pool);
+    free(m->inv_freq[0]);
+    free(m->inv_freq[1]);
+    free(m);
+}
+
+static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
+{
+    dv_model *m = calloc(1, sizeof *m);
+    if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    m->env = (fam_env){args->host, args->be, args->be_ctx};
+    const nnt_checkpoint *ck = args->ckpt;
+    int *kinds = calloc(4097, sizeof *kinds), *hash = calloc(4097, sizeof *hash);
+    nnt_status st = kinds && hash ? read_config(m, ck, kinds, hash, err) : args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (st == NNT_OK) {
+        m->l = calloc((size_t)m->layers, sizeof *m->l);
+        m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
+        if (!m->l || !m->expert_pool) st = args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    char n[128];
+    if (st == NNT_OK) {
+        int64_t es[2] = {m->vocab, m->hidden}, hs[1] = {m->hidden};
+        const char *e = args->host->has_tensor(ck, "embed.weight") ? "embed.weight" : "model.embed_tokens.weight";
+        st = fam_weight(&m->env, ck, e, 2, es, &m->embed, err);
+        if (st == NNT_OK)
+            st = fam_weight(&m->env, ck, args->host->has_tensor(ck, "norm.weight") ? "norm.weight" : "model.norm.weight", 1, hs,
+                            &m->final_norm, err);
+        if (st == NNT_OK) {
+            const char *hd = args->host->has_tensor(ck, "head.weight") ? "head.weight" : "lm_head.weight";
+            if (m->tied && !args->host->has_tensor(ck, hd))
+                m->lm_head = m->embed;
+            else
+                st = fam_weight(&m->env, ck, hd, 2, es, &m->lm_head, err);
+        }
+        if (st == NNT_OK) {
+            int native = args->host->has_tensor(ck, "hc_head_fn");
+            const char *parts[3][2] = {{"hc_head_fn", "model.hc_head.hc_fn"}, {"hc_head_base", "model.hc_head.hc_base"},
+                                       {"hc_head_scale", "model.hc_head.hc_scale"}};
+            int64_t counts[3] = {(int64_t)m->streams * m->streams * m->hidden, m->streams, 1};
+            float **hosts[3] = {&m->hc_head.fn, &m->hc_head.base, &m->hc_head.scale};
+            nnt_tensor *ts[3] = {&m->hc_head.fn_t, &m->hc_head.base_t, &m->hc_head.scale_t};
+            for (int i = 0; i < 3 && st == NNT_OK; i++) {
+                snprintf(n, sizeof n, "%s", parts[i][native ? 0 : 1]);
+                st = bind_vec(m, ck, n, counts[i], hosts[i], ts[i], err);
+            }
+        }
+    }
+    for (int L = 0; st == NNT_OK && L < m->layers; L++) st = bind_layer(m, ck, L, kinds[L], hash[L], err);
+    free(kinds);
+    free(hash);
+    if (st != NNT_OK) {
+        dv_unload(m);
+        return st;
+    }
+    *out = m;
+    return NNT_OK;
+}
+
+static void dv_info(const void *model, nnt_model_info *out)
+{
+    const dv_model *m = model;
+    memset(out, 0, sizeof *out);
+    out->architecture = "DeepseekV4ForCausalLM";
+    out->model_type = "deepseek_v4";
+    out->root_class = "DeepseekV4ForCausalLM";
+    out->num_layers = m->layers;
+    out->hidden_size = m->hidden;
+    out->vocab_size = m->vocab;
+    out->num_heads = m->heads;
+    out->num_kv_heads = 1;
+    out->head_dim = m->head_dim;
+    out->qk_head_dim = m->head_dim;
+    out->intermediate_size = m->moe_inter;
+    out->num_experts = m->experts;
+    out->top_k = m->top_k;
+    out->num_streams = m->streams;
+}
+
+static const char STREAMS_REASON[] =
+    "hyper-connection streams: each sublayer reads a weighted mix of the residual streams rather than one stream, "
+    "and this family does not map the block's inner boundaries";
+
+static nnt_status dv_value_info(const void *model, int layer, nnt_slot slot, const nnt_call_dims *d, nnt_value_info *out)
+{
+    const dv_model *m = model;
+    int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden, n = m->streams, Hh = m->heads, D = m->head_dim;
+    const dv_layer *ly = layer >= 0 ? &m->l[layer] : NULL;
+    int64_t C = ly && ly->kind != SLIDING && d ? (d->past + d->seq) / m->rate[ly->kind] : 0;
+    int64_t S = d ? d->past + d->seq + C : 0;
+    switch (slot) {
+    case NNT_SV_LOGITS:
+    case NNT_SV_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->vocab); return NNT_OK;
+    case NNT_SV_TOKEN_EMBEDDINGS:
+    case NNT_SV_FINAL_NORM_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
+    case NNT_SV_LAYER_INPUT:
+    case NNT_SV_LAYER_OUTPUT:
+        fam_served(out, d, NNT_F32, 1, 4, B, T, n, H);
+        out->layout = "Streams";
+        out->axes = "[batch seq streams hidden_size]";
+        return NNT_OK;
+    case NNT_SV_ATTENTION_NORM_OUTPUT:
+    case NNT_SV_LAYER_MID:
+    case NNT_SV_MLP_NORM_OUTPUT:
+    case NNT_SV_MLP_INPUT: fam_unserved(out, "%s", STREAMS_REASON); return NNT_OK;
+    case NNT_SV_ATTENTION_POST:
+    case NNT_SV_MLP_POST: fam_served(out, d, NNT_F32, 1, 3, B, T, n); return NNT_OK;
+    case NNT_SV_ATTENTION_COMB:
+    case NNT_SV_MLP_COMB: fam_served(out, d, NNT_F32, 1, 4, B, T, n, n); return NNT_OK;
+    case NNT_SV_ATTN_QUERIES: fam_served(out, d, NNT_F32, 1, 4, B, Hh, T, D); return NNT_OK;
+    case NNT_SV_ATTN_KEYS:
+    case NNT_SV_ATTN_VALUES: fam_served(out, d, NNT_F32, 1, 4, B, (int64_t)1, S, D); return NNT_OK;
+    case NNT_SV_ATTN_SCORES:
+    case NNT_SV_ATTN_PROBABILITIES: fam_served(out, d, NNT_F32, 1, 4, B, Hh, T, S); return NNT_OK;
+    case NNT_SV_ATTN_PREMIX:
+        fam_unserved(out, "a low-rank output projection: o_a_proj compresses each group of heads before o_b_proj, so no "
+                          "module receives every head's output side by side");
+        return NNT_OK;
+    case NNT_SV_ATTN_HEAD_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, Hh, D); return NNT_OK;
+    case NNT_SV_ATTN_OUTPUT:
+    case NNT_SV_MLP_OUTPUT:
+    case NNT_SV_ROUTED_OUTPUT:
+    case NNT_SV_SHARED_EXPERT_OUTPUT:
+        if (slot == NNT_SV_SHARED_EXPERT_OUTPUT && !m->shared) {
+            fam_unserved(out, "this checkpoint has no shared expert (n_shared_experts is 0)");
+            return NNT_OK;
+        }
+        fam_served(out, d, NNT_F32, 1, 3, B, T, H);
+        return NNT_OK;
+    case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->experts); return NNT_OK;
+    case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
+    case NNT_SV_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
+    case NNT_SV_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, (int64_t)m->top_k, H); return NNT_OK;
+    case NNT_SV_MLP_ACTIVATION:
+    case NNT_SV_MLP_NEURONS:
+        fam_unserved(out, "every DeepSeek-V4 MLP is a mixture: each routed expert's activations exist only for its tokens "
+                          "and the shared expert's are not the block's, so no single [batch seq intermediate_size] tensor exists");
+        return NNT_OK;
+    default:
+        fam_off_page(out, "DeepSeek-V4 mixes tokens with softmax attention (self_attn) on every block; it has no "
+                          "linear-attention mixer or recurrent state");
+        return NNT_OK;
+    }
+}
+
+static nnt_status dv_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
+{
+    const dv_model *m = model;
+    const nnt_host_api *h = m->env.host;
+    char d[200];
+    int64_t H = m->hidden, D = m->head_dim, Q = m->q_lora, Hh = m->heads, G = m->o_groups, OL = m->o_lora, I = m->moe_inter;
+    int root = h->tree_node(tree, -1, "model", NULL, "DeepseekV4ForCausalLM", NULL, NNT_HOST_MODEL, -1);
+    if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
+    h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
+    snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
+    h->tree_node(tree, root, "embed_tokens", NULL, "Embedding", d, -1, -1);
+    int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
+    for (int L = 0; L < m->layers; L++) {
+        const dv_layer *ly = &m->l[L];
+        int lay = h->tree_node(tree, layers, "layers", NULL, "DeepseekV4DecoderLayer", NULL, NNT_HOST_LAYER, L);
+        int at = h->tree_node(tree, lay, "self_attn", NULL, "DeepseekV4Attention", NULL, NNT_HOST_SELF_ATTN, L);
+        h->tree_node(tree, at, "q_a_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
+        h->tree_node(tree, at, "q_a_norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, Q, m->eps), -1, L);
+        h->tree_node(tree, at, "q_b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, Hh * D), -1, L);
+        h->tree_node(tree, at, "q_b_norm", NULL, "DeepseekV4UnweightedRMSNorm", NULL, -1, L);
+        h->tree_node(tree, at, "kv_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, D), -1, L);
+        h->tree_node(tree, at, "kv_norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, D, m->eps), -1, L);
+        h->tree_node(tree, at, "o_a_proj", NULL, "DeepseekV4GroupedLinear", fam_linear_detail(d, sizeof d, Hh * D / G, G * OL), -1, L);
+        h->tree_node(tree, at, "o_b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, G * OL, H), -1, L);
+        if (ly->kind != SLIDING) {
+            int coff = ly->kind == CSA ? 2 : 1;
+            int cp = h->tree_node(tree, at, "compressor", NULL, ly->kind == CSA ? "DeepseekV4CSACompressor" : "DeepseekV4HCACompressor",
+                                  NULL, -1, L);
+            h->tree_node(tree, cp, "kv_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, coff * D), -1, L);
+            h->tree_node(tree, cp, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, coff * D), -1, L);
+            h->tree_node(tree, cp, "kv_norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, D, m->eps), -1, L);
+            h->tree_node(tree, cp, "rotary_emb", NULL, "DeepseekV4RotaryEmbedding", NULL, -1, L);
+            if (ly->kind == CSA) {
+                int64_t dI = m->index_dim, nI = m->index_heads;
+                int ix = h->tree_node(tree, cp, "indexer", NULL, "DeepseekV4Indexer", NULL, -1, L);
+                h->tree_node(tree, ix, "kv_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, 2 * dI), -1, L);
+                h->tree_node(tree, ix, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, 2 * dI), -1, L);
+                h->tree_node(tree, ix, "kv_norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, dI, m->eps), -1, L);
+                h->tree_node(tree, ix, "q_b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, nI * dI), -1, L);
+                h->tree_node(tree, ix, "rotary_emb", NULL, "DeepseekV4RotaryEmbedding", NULL, -1, L);
+                int sc = h->tree_node(tree, ix, "scorer", NULL, "DeepseekV4IndexerScorer", NULL, -1, L);
+                h->tree_node(tree, sc, "weights_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, nI), -1, L);
+            }
+        }
+        int mlp = h->tree_node(tree, lay, "mlp", NULL, "DeepseekV4SparseMoeBlock", NULL, NNT_HOST_MLP, L);
+        int rt = h->tree_node(tree, mlp, "gate", "router", ly->hash ? "DeepseekV4HashRouter" : "DeepseekV4TopKRouter", NULL, -1, L);
+        h->tree_node(tree, rt, "score_fn", NULL, "SqrtSoftplusActivation", NULL, -1, L);
+        int ex = h->tree_node(tree, mlp, "experts", NULL, "DeepseekV4Experts", NULL, -1, L);
+        h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
+        if (m->shared) {
+            int sh = h->tree_node(tree, mlp, "shared_experts", NULL, "DeepseekV4MLP", NULL, -1, L);
+            h->tree_node(tree, sh, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, I), -1, L);
+            h->tree_node(tree, sh, "up_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, I), -1, L);
+            h->tree_node(tree, sh, "down_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, I, H), -1, L);
+            h->tree_node(tree, sh, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
+        }
+        h->tree_node(tree, lay, "input_layernorm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, L);
+        h->tree_node(tree, lay, "post_attention_layernorm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, L);
+        int ah = h->tree_node(tree, lay, "attn_hc", NULL, "DeepseekV4HyperConnection", NULL, -1, L);
+        h->tree_node(tree, ah, "input_norm", NULL, "DeepseekV4UnweightedRMSNorm", NULL, -1, L);
+        int fh = h->tree_node(tree, lay, "ffn_hc", NULL, "DeepseekV4HyperConnection", NULL, -1, L);
+        if (h->tree_node(tree, fh, "input_norm", NULL, "DeepseekV4UnweightedRMSNorm", NULL, -1, L) < 0)
+            return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
+    }
+    int hh = h->tree_node(tree, root, "hc_head", NULL, "DeepseekV4HyperHead", NULL, -1, -1);
+    h->tree_node(tree, hh, "input_norm", NULL, "DeepseekV4UnweightedRMSNorm", NULL, -1, -1);
+    if (h->tree_node(tree, root, "norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, -1) < 0)
+        return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
+    return NNT_OK;
+}
+
+NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
+    /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "deepseek_v4", "0.1.0",
+                                      "DeepSeek-V4 (DeepseekV4ForCausalLM): hyper-connections, compressed sparse attention"),
+    /* .architectures = */ ARCHS,
+    /* .model_types = */ TYPES,
+    /* .renames = */ RENAMES,
+    /* .load = */ dv_load,
+    /* .unload = */ dv_unload,
+    /* .info = */ dv_info,
+    /* .value_info = */ dv_value_info,
+    /* .build_tree = */ dv_build_tree,
+    /* .forward = */ dv_forward,
+    /* .project = */ dv_project,
+};
