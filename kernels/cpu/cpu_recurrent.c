@@ -206,7 +206,7 @@ nnt_status cpu_copy_cols(void *ctx, const nnt_tensor *src, int64_t src_col, nnt_
                          (long long)src_col, (long long)ncols, (long long)dst_col, (long long)ncols);
     const float *s = src->data;
     float *d = dst->data;
-    for (int64_t m = 0; m < M; m++) memcpy(d + m * Cd + dst_col, s + m * Cs + src_col, (size_t)ncols * sizeof(float));
+    for (int64_t m = 0; m < M; m++) memmove(d + m * Cd + dst_col, s + m * Cs + src_col, (size_t)ncols * sizeof(float));
     return NNT_OK;
 }
 

@@ -180,7 +180,8 @@ typedef struct nnt_backend_ops {
     nnt_status (*rms_norm_gated)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *gate,
                                  float eps, nnt_tensor *y, nnt_error *err);
     /* dst[m, dst_col + j] = src[m, src_col + j] for j < ncols: copies a block of columns between
-     * two F32 matrices with the same number of rows (splits and concatenations). */
+     * two F32 matrices with the same number of rows (splits, concatenations, cache appends). src
+     * and dst may be the same tensor, the column ranges overlapping (a cache shifting left). */
     nnt_status (*copy_cols)(void *ctx, const nnt_tensor *src, int64_t src_col, nnt_tensor *dst, int64_t dst_col,
                             int64_t ncols, nnt_error *err);
     /* Zeroes the rows m of x [M, C] (F32, in place) where row_valid[m] == 0 (host memory). */
