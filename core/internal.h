@@ -248,15 +248,30 @@ struct nnt_run {
 nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t);
 int nnt_run_wants(const nnt_run *run, nnt_slot slot, int layer);
 
-/* Runs one forward of model m under trace t (NULL: none). */
-nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask,
+/* A generation session: the family's caches and the mask history of a batch (session.c). */
+struct nnt_session {
+    nnt_model *m;
+    int batch, capacity, len, step;
+    int keep_results; /* results accumulate across calls (a generation) */
+    int32_t *mask_hist; /* [batch, capacity] */
+    int32_t *count;     /* real tokens so far per row */
+    void *cache;        /* the family's */
+};
+
+/* Runs one forward of model m under trace t (NULL: none), continuing session ss (NULL: a
+ * stateless call). */
+nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const int32_t *ids, const int32_t *mask,
                              int batch, int seq, nnt_error *err);
 /* (layer, slot) info from the family, with registry defaults filled in. */
 nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_slot slot,
                                const nnt_call_dims *dims, nnt_value_info *out, nnt_error *err);
 /* Trace hooks called by nnt_model_forward. */
-nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, nnt_error *err);
+/* Builds the look-up table for a call of dims at generation step `step`; keep_results keeps what
+ * earlier calls saved. */
+nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, int keep_results, nnt_error *err);
 nnt_model *nnt_trace_model(const nnt_trace *t);
+/* Removes the most recent request (one generation added for its own reading). */
+void nnt_trace_drop_last_request(nnt_trace *t);
 
 /* ---- module tree (tree.c) ---- */
 nnt_tree *nnt_tree_new(void);

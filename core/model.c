@@ -284,12 +284,17 @@ void nnt_host_api_init(nnt_host_api *api)
     };
 }
 
-nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask,
+nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const int32_t *ids, const int32_t *mask,
                              int batch, int seq, nnt_error *err)
 {
     if (!ids || batch <= 0 || seq <= 0)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a forward needs token ids and batch, seq >= 1 (got %d, %d)",
                            batch, seq);
+    int past = ss ? ss->len : 0;
+    if (ss && (batch != ss->batch || past + seq > ss->capacity))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "the session holds %d rows and %d of %d tokens; this call brings %d rows of %d tokens",
+                           ss->batch, past, ss->capacity, batch, seq);
     int64_t n = (int64_t)batch * seq;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= m->info.vocab_size)
@@ -300,68 +305,83 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, const int32_t *ids, con
             return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
                                "attention_mask holds %d at row %lld, position %lld; expected 0 or 1", mask[i],
                                (long long)(i / seq), (long long)(i % seq));
+        if (mask && past > 0 && !mask[i])
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                               "attention_mask marks row %lld, position %lld of a continued call as padding; only a "
+                               "prompt may be (left) padded", (long long)(i / seq), (long long)(i % seq));
     }
-    int32_t *own_mask = NULL, *pos = malloc((size_t)n * sizeof *pos);
-    if (!mask) {
-        own_mask = malloc((size_t)n * sizeof *own_mask);
-        if (own_mask)
-            for (int64_t i = 0; i < n; i++) own_mask[i] = 1;
-        mask = own_mask;
-    }
-    if (!pos || !mask) {
+    int64_t full = (int64_t)batch * (past + seq);
+    int32_t *all_mask = malloc((size_t)full * sizeof *all_mask), *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *call_mask = malloc((size_t)n * sizeof *call_mask);
+    if (!pos || !all_mask || !call_mask) {
         free(pos);
-        free(own_mask);
+        free(all_mask);
+        free(call_mask);
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
-    /* positions count each row's real tokens from 0; padding sits at 0 */
+    /* the whole mask so far, and positions: each row's real tokens count from 0 (padding at 0) */
     for (int b = 0; b < batch; b++) {
-        int c = 0;
+        int c = ss ? ss->count[b] : 0;
+        for (int s = 0; s < past; s++) all_mask[(int64_t)b * (past + seq) + s] = ss->mask_hist[(int64_t)b * ss->capacity + s];
         for (int s = 0; s < seq; s++) {
             int64_t i = (int64_t)b * seq + s;
-            pos[i] = mask[i] ? c : 0;
-            c += mask[i] ? 1 : 0;
+            int real = mask ? mask[i] : 1;
+            call_mask[i] = real;
+            all_mask[(int64_t)b * (past + seq) + past + s] = real;
+            pos[i] = real ? c : 0;
+            c += real;
         }
     }
     const nnt_plugin *be = m->family->be;
+    int step = ss ? ss->step : 0;
     nnt_forward_args args = {
         /* .batch = */ batch,
         /* .seq = */ seq,
-        /* .past = */ 0,
+        /* .past = */ past,
         /* .input_ids = */ ids,
-        /* .attention_mask = */ mask,
+        /* .attention_mask = */ all_mask,
         /* .positions = */ pos,
         /* .be = */ be->backend->ops,
         /* .be_ctx = */ be->be_ctx,
-        /* .step = */ 0,
+        /* .step = */ step,
+        /* .cache = */ ss ? ss->cache : NULL,
     };
     nnt_run run = {
         /* .model = */ m,
         /* .trace = */ t,
         /* .arena = */ m->arena,
         /* .err = */ err,
-        /* .dims = */ {batch, seq, 0},
-        /* .step = */ 0,
+        /* .dims = */ {batch, seq, past},
+        /* .step = */ step,
         /* .args = */ &args,
         /* .current_request = */ -1,
     };
     nnt_arena_reset(m->arena);
-    nnt_status st = t ? nnt_trace_prepare(t, &run.dims, err) : NNT_OK;
+    nnt_status st = t ? nnt_trace_prepare(t, &run.dims, step, ss && (step > 0 || ss->keep_results), err) : NNT_OK;
     if (st == NNT_OK && t) {
         /* the call's inputs, as the core holds them */
-        int64_t shape[2] = {batch, seq};
         nnt_tensor tids = {NNT_I32, 2, {batch, seq}, (void *)ids, 0};
-        nnt_tensor tmask = {NNT_I32, 2, {batch, seq}, (void *)mask, 0};
+        nnt_tensor tmask = {NNT_I32, 2, {batch, seq}, call_mask, 0};
         int64_t size[2] = {batch, seq};
         nnt_tensor tsize = {NNT_I64, 1, {2}, size, 0};
-        (void)shape;
         st = nnt_run_emit(&run, NNT_SV_INPUT_IDS, -1, &tids);
         if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_ATTENTION_MASK, -1, &tmask);
         if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_INPUT_SIZE, -1, &tsize);
     }
     if (st == NNT_OK) st = m->family->family->forward(m->impl, &run, &args, err);
+    if (st == NNT_OK && ss) {
+        for (int b = 0; b < batch; b++)
+            for (int s = 0; s < seq; s++) {
+                ss->mask_hist[(int64_t)b * ss->capacity + past + s] = call_mask[(int64_t)b * seq + s];
+                ss->count[b] += call_mask[(int64_t)b * seq + s];
+            }
+        ss->len += seq;
+        ss->step++;
+    }
     nnt_arena_reset(m->arena);
     free(pos);
-    free(own_mask);
+    free(all_mask);
+    free(call_mask);
     return st;
 }
 
@@ -370,7 +390,7 @@ nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, 
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
     nnt_err_clear(&m->rt->err);
-    return nnt_model_forward(m, t, ids, mask, batch, seq, &m->rt->err);
+    return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &m->rt->err);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -14,7 +14,9 @@ typedef enum req_kind {
     REQ_ADD,
     REQ_SCALE,
     REQ_ZERO,
-    REQ_MASKED_FILL
+    REQ_MASKED_FILL,
+    REQ_COPY_FROM, /* value := an earlier value (skip_layers) */
+    REQ_STEER      /* value[..., positions, ..., :] += factor * vector */
 } req_kind;
 
 typedef struct request {
@@ -27,7 +29,11 @@ typedef struct request {
     float factor;
     float fill;
     int64_t equals;
-    nnt_slot where_slot; /* MASKED_FILL: the value whose entries are compared */
+    nnt_slot where_slot; /* MASKED_FILL: the value whose entries are compared; COPY_FROM: the source */
+    int where_layer;     /* COPY_FROM: the source's block */
+    int *positions;      /* STEER: sequence positions (negative: from the end), NULL for all */
+    int n_positions;
+    int step_from, step_to; /* the session steps it applies at; step_to < 0: no end */
 } request;
 
 typedef struct cell {
@@ -63,6 +69,8 @@ struct nnt_trace {
     kept *keeps;
     int n_keeps, cap_keeps;
     nnt_call_dims dims;
+    int step;                    /* of the call being run */
+    int next_from, next_to;      /* step range given to requests added from now on */
 };
 
 nnt_model *nnt_trace_model(const nnt_trace *t)
@@ -81,7 +89,16 @@ nnt_status nnt_trace_new(nnt_model *m, nnt_trace **out)
     nnt_trace *t = calloc(1, sizeof *t);
     if (!t) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory for a trace");
     t->m = m;
+    t->next_to = -1;
     *out = t;
+    return NNT_OK;
+}
+
+nnt_status nnt_trace_steps(nnt_trace *t, int from, int to)
+{
+    if (!t || from < 0 || (to >= 0 && to < from)) return NNT_ERR_INVALID_ARGUMENT;
+    t->next_from = from;
+    t->next_to = to;
     return NNT_OK;
 }
 
@@ -112,6 +129,7 @@ void nnt_trace_free(nnt_trace *t)
     free(t->keeps);
     for (int i = 0; i < t->n_reqs; i++) {
         free(t->reqs[i].text);
+        free(t->reqs[i].positions);
         nnt_tensor_free(&t->reqs[i].param);
     }
     free(t->reqs);
@@ -181,6 +199,8 @@ static nnt_status add_request(nnt_trace *t, req_kind kind, const char *text, req
     r->kind = kind;
     r->text = nnt_strdup(text);
     r->path = p;
+    r->step_from = t->next_from;
+    r->step_to = t->next_to;
     if (!r->text) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     t->n_reqs++;
     free_cells(t); /* the table is rebuilt at the next run */
@@ -224,6 +244,7 @@ static void pop_request(nnt_trace *t)
 {
     request *r = &t->reqs[--t->n_reqs];
     free(r->text);
+    free(r->positions);
     nnt_tensor_free(&r->param);
 }
 
@@ -292,6 +313,82 @@ nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *whe
     return NNT_OK;
 }
 
+void nnt_trace_drop_last_request(nnt_trace *t)
+{
+    if (t && t->n_reqs > 0) {
+        pop_request(t);
+        free_cells(t);
+    }
+}
+
+nnt_status nnt_trace_ablate_expert(nnt_trace *t, int layer, int expert)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    char w[64], i[64];
+    snprintf(w, sizeof w, "layers.%d.mlp.expert_weights", layer);
+    snprintf(i, sizeof i, "layers.%d.mlp.expert_indices", layer);
+    if (expert < 0 || expert >= t->m->info.num_experts)
+        return nnt_err_set(rt_err(t), NNT_ERR_INDEX, "ablate expert %d of block %d: the model has experts 0..%d", expert,
+                           layer, t->m->info.num_experts - 1);
+    return nnt_trace_masked_fill(t, w, i, expert, 0.0f);
+}
+
+nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    int L = t->m->info.num_layers;
+    if (start < 0 || end < start || end >= L)
+        return nnt_err_set(rt_err(t), NNT_ERR_INDEX, "skip_layers(%d, %d): need 0 <= start <= end < %d", start, end, L);
+    char src[64], dst[64];
+    snprintf(src, sizeof src, "layers.%d.layer_input", start);
+    snprintf(dst, sizeof dst, "layers.%d.layer_output", end);
+    request *keep;
+    nnt_status st = add_request(t, REQ_KEEP, src, &keep);
+    if (st != NNT_OK) return st;
+    request *r;
+    st = add_request(t, REQ_COPY_FROM, dst, &r);
+    if (st != NNT_OK) {
+        pop_request(t);
+        return st;
+    }
+    r->where_slot = NNT_SV_LAYER_INPUT;
+    r->where_layer = start;
+    return NNT_OK;
+}
+
+nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positions, int n_positions,
+                           const nnt_tensor *vector, float factor)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_error *err = rt_err(t);
+    int L = t->m->info.num_layers;
+    if (first < 0 || last < first || last >= L)
+        return nnt_err_set(err, NNT_ERR_INDEX, "steer blocks %d..%d: need 0 <= first <= last < %d", first, last, L);
+    if (!vector || vector->ndim != 1 || vector->shape[0] != t->m->info.hidden_size)
+        return nnt_err_set(err, NNT_ERR_SHAPE, "steer: the vector must be [hidden_size] = [%d]", t->m->info.hidden_size);
+    if (n_positions < 0 || (n_positions > 0 && !positions))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "steer: %d positions but no list", n_positions);
+    for (int l = first; l <= last; l++) {
+        char path[64];
+        snprintf(path, sizeof path, "layers.%d.layer_output", l);
+        request *r;
+        nnt_status st = add_request(t, REQ_STEER, path, &r);
+        if (st == NNT_OK) st = copy_param(t, r, vector);
+        if (st == NNT_OK && n_positions > 0) {
+            r->positions = malloc((size_t)n_positions * sizeof *r->positions);
+            if (!r->positions) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            else memcpy(r->positions, positions, (size_t)n_positions * sizeof *positions);
+            r->n_positions = n_positions;
+        }
+        if (st != NNT_OK) {
+            if (t->n_reqs && t->reqs[t->n_reqs - 1].kind == REQ_STEER && t->reqs[t->n_reqs - 1].path.layer == l) pop_request(t);
+            return st;
+        }
+        r->factor = factor;
+    }
+    return NNT_OK;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 
 static nnt_status cell_push(cell *c, int id)
@@ -331,11 +428,19 @@ static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const 
                                r->text, nnt_shape_str(&r->param, got, sizeof got), path,
                                nnt_dims_str(vi->ndim, vi->shape, want, sizeof want));
     }
+    if (r->kind == REQ_COPY_FROM) {
+        nnt_value_info si;
+        nnt_status st = nnt_model_slot_info(t->m, r->where_layer, r->where_slot, &t->dims, &si, err);
+        if (st != NNT_OK) return st;
+        if (!nnt_shape_equal(si.ndim, si.shape, vi->ndim, vi->shape))
+            return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': the source has shape %s, the value %s", r->text,
+                               nnt_dims_str(si.ndim, si.shape, got, sizeof got), nnt_dims_str(vi->ndim, vi->shape, want, sizeof want));
+    }
     if ((r->kind == REQ_SET || r->kind == REQ_ADD) &&
         (!nnt_dtype_is_float(r->param.dtype)) != (!nnt_dtype_is_float(vi->dtype)))
         return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': the tensor has dtype %s, the value %s is %s",
                            r->text, nnt_dtype_name(r->param.dtype), path, nnt_dtype_name(vi->dtype));
-    if ((r->kind == REQ_SCALE || r->kind == REQ_ADD || r->kind == REQ_MASKED_FILL) &&
+    if ((r->kind == REQ_SCALE || r->kind == REQ_ADD || r->kind == REQ_MASKED_FILL || r->kind == REQ_STEER) &&
         !nnt_dtype_is_float(vi->dtype))
         return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': %s holds %s; scale, add and fill need a float value",
                            r->text, path, nnt_dtype_name(vi->dtype));
@@ -357,11 +462,13 @@ static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const 
     return NNT_OK;
 }
 
-nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, nnt_error *err)
+nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, int keep_results, nnt_error *err)
 {
     (void)err;
-    clear_results(t);
+    if (!keep_results) clear_results(t);
+    for (int i = 0; i < t->n_keeps; i++) t->keeps[i].valid = 0;
     t->dims = *dims;
+    t->step = step;
     int L = t->m->info.num_layers;
     free_cells(t);
     t->n_cells = (L + 1) * NNT_SLOT_COUNT;
@@ -369,6 +476,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, nnt_error 
     if (!t->cells) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
     for (int i = 0; i < t->n_reqs; i++) {
         request *r = &t->reqs[i];
+        if (step < r->step_from || (r->step_to >= 0 && step > r->step_to)) continue;
         int lo = r->path.layer, hi = r->path.layer;
         if (r->path.layer == NNT_LAYER_ALL) {
             lo = 0;
@@ -426,7 +534,7 @@ static nnt_status push_result(nnt_run *run, nnt_slot slot, int layer, nnt_tensor
     /* a value emitted again in the same call (a per-token state) is saved as path@k */
     int occurrence = 0;
     for (int i = 0; i < t->n_results; i++)
-        occurrence += t->results[i].slot == slot && t->results[i].layer == layer && t->results[i].step == run->step &&
+        occurrence += t->results[i].slot == slot && t->results[i].layer == layer &&
                       t->results[i].occurrence_of_request == run->current_request;
     char path[192];
     nnt_path_format(slot, layer, path, sizeof path);
@@ -528,6 +636,32 @@ static nnt_status apply_edit(nnt_run *run, const request *r, int layer, nnt_tens
             if ((int64_t)nnt_tensor_get_f64(&k->t, i) != r->equals) continue;
             for (int64_t j = 0; j < inner; j++) store_f(v, i * inner + j, r->fill);
         }
+        return NNT_OK;
+    }
+    case REQ_COPY_FROM: {
+        kept *k = find_keep(t, r->where_slot, r->where_layer, 0);
+        if (!k || !k->valid || nnt_tensor_numel(&k->t) != n) {
+            char wpath[160];
+            nnt_path_format(r->where_slot, r->where_layer, wpath, sizeof wpath);
+            return nnt_err_set(run->err, NNT_ERR_STATE, "%s cannot take %s: it was not emitted before it", path, wpath);
+        }
+        return nnt_convert(k->t.data, k->t.dtype, v->data, v->dtype, n, run->err);
+    }
+    case REQ_STEER: {
+        /* value [batch, seq, ..., hidden]: add at the chosen sequence positions, every stream */
+        int64_t B = v->shape[0], T = v->shape[1], H = nnt_tensor_numel(&r->param), inner = n / (B * T);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t s = 0; s < T; s++) {
+                int hit = r->n_positions == 0;
+                for (int i = 0; i < r->n_positions && !hit; i++) {
+                    int64_t p = r->positions[i] < 0 ? T + r->positions[i] : r->positions[i];
+                    hit = p == s;
+                }
+                if (!hit) continue;
+                for (int64_t j = 0; j < inner; j++)
+                    store_f(v, (b * T + s) * inner + j,
+                            nnt_tensor_get_f64(v, (b * T + s) * inner + j) + (double)r->factor * nnt_tensor_get_f64(&r->param, j % H));
+            }
         return NNT_OK;
     }
     default: return NNT_OK;

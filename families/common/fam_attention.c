@@ -9,7 +9,7 @@
 nnt_status fam_mask_build(const nnt_forward_args *args, nnt_attn_mask *mask, nnt_error *err)
 {
     memset(mask, 0, sizeof *mask);
-    int64_t n = (int64_t)args->batch * args->seq;
+    int64_t n = (int64_t)args->batch * args->seq, S = (int64_t)args->past + args->seq;
     uint8_t *valid = malloc((size_t)n);
     if (!valid) {
         if (err) {
@@ -18,7 +18,7 @@ nnt_status fam_mask_build(const nnt_forward_args *args, nnt_attn_mask *mask, nnt
         }
         return NNT_ERR_OUT_OF_MEMORY;
     }
-    for (int64_t i = 0; i < n; i++) valid[i] = args->attention_mask[i] != 0;
+    for (int64_t i = 0; i < n; i++) valid[i] = args->attention_mask[(i / args->seq) * S + args->past + i % args->seq] != 0;
     mask->q_pos = args->positions;
     mask->k_pos = args->positions;
     mask->key_valid = valid;
@@ -27,15 +27,96 @@ nnt_status fam_mask_build(const nnt_forward_args *args, nnt_attn_mask *mask, nnt
     return NNT_OK;
 }
 
+nnt_status fam_kv_cache_init(const fam_env *env, fam_kv_cache *c, int batch, int heads, int dk, int dv, int keep,
+                             nnt_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->batch = batch;
+    c->heads = heads;
+    c->dk = dk;
+    c->dv = dv;
+    c->keep = keep;
+    int64_t rows = (int64_t)batch * heads;
+    c->k = (nnt_tensor){NNT_F32, 2, {rows, (int64_t)keep * dk}, NULL, 0};
+    c->v = (nnt_tensor){NNT_F32, 2, {rows, (int64_t)keep * dv}, NULL, 0};
+    nnt_status st = env->be->alloc(env->be_ctx, (size_t)(rows * keep * dk) * sizeof(float), &c->k.data, err);
+    if (st == NNT_OK) st = env->be->alloc(env->be_ctx, (size_t)(rows * keep * dv) * sizeof(float), &c->v.data, err);
+    c->pos = calloc((size_t)batch * (size_t)keep, sizeof *c->pos);
+    c->valid = calloc((size_t)batch * (size_t)keep, 1);
+    if (st == NNT_OK && (!c->pos || !c->valid)) {
+        snprintf(err->msg, sizeof err->msg, "no memory for a key/value cache");
+        st = err->status = NNT_ERR_OUT_OF_MEMORY;
+    }
+    return st;
+}
+
+void fam_kv_cache_free(const fam_env *env, fam_kv_cache *c)
+{
+    if (c->k.data) env->be->free(env->be_ctx, c->k.data);
+    if (c->v.data) env->be->free(env->be_ctx, c->v.data);
+    free(c->pos);
+    free(c->valid);
+    memset(c, 0, sizeof *c);
+}
+
+nnt_status fam_layer_caches_new(const fam_env *env, int layers, int batch, const int *heads, const int *dk,
+                                const int *dv, const int *keep, fam_layer_caches **out, nnt_error *err)
+{
+    fam_layer_caches *c = calloc(1, sizeof *c);
+    if (c) c->kv = calloc((size_t)layers, sizeof *c->kv);
+    if (!c || !c->kv) {
+        free(c);
+        snprintf(err->msg, sizeof err->msg, "no memory for the generation cache");
+        return err->status = NNT_ERR_OUT_OF_MEMORY;
+    }
+    c->layers = layers;
+    nnt_status st = NNT_OK;
+    for (int l = 0; l < layers && st == NNT_OK; l++)
+        if (keep[l] > 0) st = fam_kv_cache_init(env, &c->kv[l], batch, heads[l], dk[l], dv[l], keep[l], err);
+    if (st != NNT_OK) {
+        fam_layer_caches_free(env, c);
+        return st;
+    }
+    *out = c;
+    return NNT_OK;
+}
+
+void fam_layer_caches_free(const fam_env *env, fam_layer_caches *c)
+{
+    if (!c) return;
+    for (int l = 0; l < c->layers; l++) fam_kv_cache_free(env, &c->kv[l]);
+    free(c->kv);
+    free(c);
+}
+
+fam_kv_cache *fam_layer_cache(const nnt_forward_args *args, int layer)
+{
+    fam_layer_caches *c = args->cache;
+    if (!c || layer >= c->layers || c->kv[layer].keep == 0) return NULL;
+    return &c->kv[layer];
+}
+
 void fam_mask_free(nnt_attn_mask *mask)
 {
     free((void *)mask->key_valid);
     memset(mask, 0, sizeof *mask);
 }
 
+int64_t fam_kv_cached_len(int keep, const nnt_call_dims *d)
+{
+    int64_t held = d->past < keep ? d->past : keep;
+    return held + d->seq;
+}
+
 void fam_attention_info(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *d, nnt_value_info *out)
 {
-    int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, S = d ? d->past + d->seq : 0;
+    fam_attention_info_keys(a, hidden, slot, d, d ? d->past + d->seq : 0, out);
+}
+
+void fam_attention_info_keys(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *d, int64_t S,
+                             nnt_value_info *out)
+{
+    int64_t B = d ? d->batch : 0, T = d ? d->seq : 0;
     switch (slot) {
     case NNT_SV_ATTN_QUERIES: fam_served(out, d, NNT_F32, 1, 4, B, (int64_t)a->num_heads, T, (int64_t)a->qk_head_dim); break;
     case NNT_SV_ATTN_KEYS: fam_served(out, d, NNT_F32, 1, 4, B, (int64_t)a->num_kv_heads, S, (int64_t)a->qk_head_dim); break;
@@ -49,26 +130,74 @@ void fam_attention_info(const fam_attn *a, int hidden, nnt_slot slot, const nnt_
     }
 }
 
+/* Keys of a cached call: cached tokens then the call's, and their mask arrays. */
+static nnt_status with_cache(const fam_env *env, nnt_run *run, const fam_kv_cache *c, const nnt_forward_args *args,
+                             const nnt_attn_mask *mask, const nnt_tensor *kh, const nnt_tensor *vh, nnt_tensor *kall,
+                             nnt_tensor *vall, int32_t *kpos, uint8_t *kvalid, nnt_error *err)
+{
+    const nnt_backend_ops *be = env->be;
+    void *bc = env->be_ctx;
+    int64_t B = args->batch, T = args->seq, H = c->heads, L = c->len, S = L + T;
+    nnt_status st = fam_alloc(env, run, NNT_F32, kall, err, 4, B, H, S, (int64_t)c->dk);
+    if (st == NNT_OK) st = fam_alloc(env, run, NNT_F32, vall, err, 4, B, H, S, (int64_t)c->dv);
+    nnt_tensor ka = fam_view(kall, 2, B * H, S * c->dk), va = fam_view(vall, 2, B * H, S * c->dv);
+    nnt_tensor kn = fam_view(kh, 2, B * H, T * c->dk), vn = fam_view(vh, 2, B * H, T * c->dv);
+    if (st == NNT_OK && L) st = be->copy_cols(bc, &c->k, 0, &ka, 0, L * c->dk, err);
+    if (st == NNT_OK && L) st = be->copy_cols(bc, &c->v, 0, &va, 0, L * c->dv, err);
+    if (st == NNT_OK) st = be->copy_cols(bc, &kn, 0, &ka, L * c->dk, T * c->dk, err);
+    if (st == NNT_OK) st = be->copy_cols(bc, &vn, 0, &va, L * c->dv, T * c->dv, err);
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t s = 0; s < L; s++) {
+            kpos[b * S + s] = c->pos[b * c->keep + s];
+            kvalid[b * S + s] = c->valid[b * c->keep + s];
+        }
+        for (int64_t t = 0; t < T; t++) {
+            kpos[b * S + L + t] = mask->q_pos[b * T + t];
+            kvalid[b * S + L + t] = mask->query_valid[b * T + t];
+        }
+    }
+    return st;
+}
+
+/* Keeps the last `keep` of the call's S keys in the cache. */
+static nnt_status update_cache(const fam_env *env, fam_kv_cache *c, int64_t B, int64_t S, const nnt_tensor *kall,
+                               const nnt_tensor *vall, const int32_t *kpos, const uint8_t *kvalid, nnt_error *err)
+{
+    int64_t H = c->heads, n = S < c->keep ? S : c->keep, from = S - n;
+    nnt_tensor ka = fam_view(kall, 2, B * H, S * c->dk), va = fam_view(vall, 2, B * H, S * c->dv);
+    nnt_status st = env->be->copy_cols(env->be_ctx, &ka, from * c->dk, &c->k, 0, n * c->dk, err);
+    if (st == NNT_OK) st = env->be->copy_cols(env->be_ctx, &va, from * c->dv, &c->v, 0, n * c->dv, err);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < n; s++) {
+            c->pos[b * c->keep + s] = kpos[b * S + from + s];
+            c->valid[b * c->keep + s] = kvalid[b * S + from + s];
+        }
+    c->len = (int)n;
+    return st;
+}
+
 nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, const fam_attn *a,
                                  const nnt_forward_args *args, const nnt_attn_mask *mask,
                                  const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
-                                 nnt_tensor *out, nnt_error *err)
+                                 fam_kv_cache *cache, nnt_tensor *out, nnt_error *err)
 {
     const nnt_host_api *h = env->host;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
-    int64_t B = args->batch, T = args->seq, S = T, M = B * T;
+    int64_t B = args->batch, T = args->seq, S = cache ? cache->len + T : T, M = B * T;
     int64_t Hq = a->num_heads, Hkv = a->num_kv_heads, Dq = a->qk_head_dim, Dv = a->v_head_dim;
     nnt_status st;
     size_t mark = h->arena_mark(run);
-    nnt_tensor qh, kh, vh, scores, probs, ho;
+    nnt_tensor qh, kh, vh, kall, vall, scores, probs, ho;
+    int32_t *kpos = NULL;
+    uint8_t *kvalid = NULL;
 #define TRY(x)                                                                                                         \
     do {                                                                                                               \
         if ((st = (x)) != NNT_OK) goto done;                                                                           \
     } while (0)
     TRY(fam_alloc(env, run, NNT_F32, &qh, err, 4, B, Hq, T, Dq));
-    TRY(fam_alloc(env, run, NNT_F32, &kh, err, 4, B, Hkv, S, Dq));
-    TRY(fam_alloc(env, run, NNT_F32, &vh, err, 4, B, Hkv, S, Dv));
+    TRY(fam_alloc(env, run, NNT_F32, &kh, err, 4, B, Hkv, T, Dq));
+    TRY(fam_alloc(env, run, NNT_F32, &vh, err, 4, B, Hkv, T, Dv));
     nnt_tensor q4 = fam_view(q, 4, B, T, Hq, Dq), k4 = fam_view(k, 4, B, T, Hkv, Dq), v4 = fam_view(v, 4, B, T, Hkv, Dv);
     TRY(be->swap12(bc, &q4, &qh, err));
     TRY(be->swap12(bc, &k4, &kh, err));
@@ -77,19 +206,33 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
         TRY(be->rope(bc, &qh, args->positions, a->inv_freq, a->rot_start, a->rot_dim, a->rope_style, a->rope_mscale, err));
         TRY(be->rope(bc, &kh, args->positions, a->inv_freq, a->rot_start, a->rot_dim, a->rope_style, a->rope_mscale, err));
     }
-    TRY(h->emit(run, NNT_SV_ATTN_QUERIES, layer, &qh));
-    TRY(h->emit(run, NNT_SV_ATTN_KEYS, layer, &kh));
-    TRY(h->emit(run, NNT_SV_ATTN_VALUES, layer, &vh));
-    TRY(fam_alloc(env, run, NNT_F32, &scores, err, 4, B, Hq, T, S));
     nnt_attn_mask m = *mask;
     m.window = a->window;
-    TRY(be->attn_scores(bc, &qh, &kh, a->scale, &m, &scores, err));
+    kall = kh;
+    vall = vh;
+    if (cache) {
+        kpos = malloc((size_t)(B * S) * sizeof *kpos);
+        kvalid = malloc((size_t)(B * S));
+        if (!kpos || !kvalid) {
+            st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the cached keys' mask");
+            goto done;
+        }
+        TRY(with_cache(env, run, cache, args, mask, &kh, &vh, &kall, &vall, kpos, kvalid, err));
+        m.k_pos = kpos;
+        m.key_valid = kvalid;
+    }
+    TRY(h->emit(run, NNT_SV_ATTN_QUERIES, layer, &qh));
+    TRY(h->emit(run, NNT_SV_ATTN_KEYS, layer, &kall));
+    TRY(h->emit(run, NNT_SV_ATTN_VALUES, layer, &vall));
+    if (cache) TRY(update_cache(env, cache, B, S, &kall, &vall, kpos, kvalid, err));
+    TRY(fam_alloc(env, run, NNT_F32, &scores, err, 4, B, Hq, T, S));
+    TRY(be->attn_scores(bc, &qh, &kall, a->scale, &m, &scores, err));
     TRY(h->emit(run, NNT_SV_ATTN_SCORES, layer, &scores));
     TRY(fam_alloc(env, run, NNT_F32, &probs, err, 4, B, Hq, T, S));
     TRY(be->softmax(bc, &scores, a->sinks, &probs, err));
     TRY(h->emit(run, NNT_SV_ATTN_PROBABILITIES, layer, &probs));
     TRY(fam_alloc(env, run, NNT_F32, &ho, err, 4, B, T, Hq, Dv));
-    TRY(be->attn_mix(bc, &probs, &vh, &ho, err));
+    TRY(be->attn_mix(bc, &probs, &vall, &ho, err));
     TRY(h->emit(run, NNT_SV_ATTN_HEAD_OUTPUTS, layer, &ho));
     TRY(h->emit(run, NNT_SV_ATTN_PREMIX, layer, &ho));
     nnt_tensor flat = fam_view(&ho, 2, M, Hq * Dv);
@@ -98,6 +241,8 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
     TRY(h->emit(run, NNT_SV_ATTN_OUTPUT, layer, &out3));
 #undef TRY
 done:
+    free(kpos);
+    free(kvalid);
     h->arena_release(run, mark);
     return st;
 }

@@ -95,6 +95,31 @@ typedef struct fam_attn {
     nnt_tensor o_proj;     /* [H, num_heads * v_head_dim] */
 } fam_attn;
 
+/* A key/value cache of one attention block for generation: the last `keep` tokens of every row
+ * (keep = the session's capacity for full attention, window - 1 for a sliding block). */
+typedef struct fam_kv_cache {
+    nnt_tensor k, v; /* backend [B * Hkv, keep * Dqk], [B * Hkv, keep * Dv] */
+    int32_t *pos;    /* host [B, keep]: the cached keys' positions */
+    uint8_t *valid;  /* host [B, keep]: 0 for padding */
+    int batch, heads, dk, dv, keep, len;
+} fam_kv_cache;
+nnt_status fam_kv_cache_init(const fam_env *env, fam_kv_cache *c, int batch, int heads, int dk, int dv, int keep,
+                             nnt_error *err);
+void fam_kv_cache_free(const fam_env *env, fam_kv_cache *c);
+/* A generation cache of one key/value cache per block (keep[l] tokens for block l; 0: none). */
+typedef struct fam_layer_caches {
+    fam_kv_cache *kv;
+    int layers;
+} fam_layer_caches;
+nnt_status fam_layer_caches_new(const fam_env *env, int layers, int batch, const int *heads, const int *dk,
+                                const int *dv, const int *keep, fam_layer_caches **out, nnt_error *err);
+void fam_layer_caches_free(const fam_env *env, fam_layer_caches *c);
+/* The cache of block `layer` when args carry one, else NULL. */
+fam_kv_cache *fam_layer_cache(const nnt_forward_args *args, int layer);
+
+/* Keys a cached call attends to: the cache's tokens then the call's (value_info's key axis). */
+int64_t fam_kv_cached_len(int keep, const nnt_call_dims *dims);
+
 /* From projected q [M, Hq*Dqk], k [M, Hkv*Dqk], v [M, Hkv*Dv] (M = B*T, token-major), splits
  * heads, applies rotary, and emits attention_queries/keys/values, attention_scores,
  * attention_probabilities, attention_head_outputs, attention_premix and attention_output
@@ -102,16 +127,20 @@ typedef struct fam_attn {
 nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, const fam_attn *a,
                                  const nnt_forward_args *args, const nnt_attn_mask *mask,
                                  const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
-                                 nnt_tensor *out, nnt_error *err);
+                                 fam_kv_cache *cache, nnt_tensor *out, nnt_error *err);
 
-/* Padding and position masks of a call, built once per forward: key_valid = query_valid =
- * attention_mask != 0, q_pos = k_pos = positions, causal. Free with fam_mask_free. */
+/* Padding and position masks of a call, built once per forward: key_valid = query_valid = this
+ * call's part of attention_mask != 0, q_pos = k_pos = positions, causal. Free with
+ * fam_mask_free. */
 nnt_status fam_mask_build(const nnt_forward_args *args, nnt_attn_mask *mask, nnt_error *err);
 void fam_mask_free(nnt_attn_mask *mask);
 
 /* Value info of the self_attn host for an attention of this shape. */
 void fam_attention_info(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *dims,
                         nnt_value_info *out);
+/* The same with the key axis `keys` long (a cached call: fam_kv_cached_len). */
+void fam_attention_info_keys(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *dims, int64_t keys,
+                             nnt_value_info *out);
 /* Inverse frequencies theta^(-2i/R), i < R/2, computed as transformers does (float32). */
 void fam_rope_inv_freq(float *out, int rot_dim, double theta);
 

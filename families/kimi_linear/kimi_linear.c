@@ -62,6 +62,20 @@ typedef struct kl_model {
     fam_expert *expert_pool;
 } kl_model;
 
+/* Generation state: the latent blocks' key/value caches, and per KDA block the convolution's
+ * last W - 1 inputs (q, k, v) and the recurrent state. */
+typedef struct kda_state {
+    nnt_tensor conv[3]; /* [B, W - 1, P] */
+    nnt_tensor rec;     /* [B, heads, K, V] */
+    int started;        /* 0 until the first call: state_input is None */
+} kda_state;
+
+typedef struct kl_cache {
+    fam_layer_caches *kv;
+    kda_state *kda;
+    int layers;
+} kl_cache;
+
 static const char *const ARCHS[] = {"KimiLinearForCausalLM", NULL};
 static const char *const TYPES[] = {"kimi_linear", NULL};
 /* transformers calls both mixers self_attn; the KDA one is nnterp's linear_attn */
@@ -397,9 +411,12 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     void *bc = env->be_ctx;
     const kda_w *w = &m->l[L].kda;
     int64_t B = args->batch, T = args->seq, M = B * T, H = m->hidden, Hh = m->lin_heads, D = m->lin_dim, P = Hh * D;
+    kl_cache *kc = args->cache;
+    kda_state *ks = kc ? &kc->kda[L] : NULL;
+    int carried = ks && ks->started;
     size_t mark = h->arena_mark(run);
     nnt_status st;
-    nnt_tensor x, raw, q, k, v, fa, a, g, braw, beta, o, s_out, states = {0}, ga, gate, normed;
+    nnt_tensor x, raw, q, k, v, fa, a, g, braw, beta, o, s_out, states = {0}, ga, gate, normed, conv_out, s_in;
     /* padding never reaches the convolution or the state: zero it before the projections */
     TRY(fam_alloc(env, run, NNT_F32, &x, err, 2, M, H));
     TRY(be->copy(bc, xn, &x, err));
@@ -410,10 +427,13 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     TRY(fam_alloc(env, run, NNT_F32, &v, err, 2, M, P));
     const nnt_tensor *projs[3] = {&w->q_proj, &w->k_proj, &w->v_proj}, *convs[3] = {&w->conv_q, &w->conv_k, &w->conv_v};
     nnt_tensor *outs[3] = {&q, &k, &v};
+    if (ks) TRY(fam_alloc(env, run, NNT_F32, &conv_out, err, 3, B, (int64_t)m->conv_w - 1, P));
     for (int i = 0; i < 3; i++) {
         TRY(be->linear(bc, &x, projs[i], &raw, err));
         nnt_tensor r3 = fam_view(&raw, 3, B, T, P), o3 = fam_view(outs[i], 3, B, T, P);
-        TRY(be->conv1d_causal(bc, &r3, convs[i], NULL, 1, &o3, NULL, err));
+        /* a continued call convolves over the previous call's last inputs */
+        TRY(be->conv1d_causal(bc, &r3, convs[i], carried ? &ks->conv[i] : NULL, 1, &o3, ks ? &conv_out : NULL, err));
+        if (ks) TRY(be->copy(bc, &conv_out, &ks->conv[i], err));
     }
     nnt_tensor q4 = fam_view(&q, 4, B, T, Hh, D), k4 = fam_view(&k, 4, B, T, Hh, D), v4 = fam_view(&v, 4, B, T, Hh, D);
     TRY(h->emit(run, NNT_SV_LIN_QUERIES, L, &q4));
@@ -433,14 +453,20 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     TRY(be->sigmoid(bc, &braw, &beta, err));
     nnt_tensor b3 = fam_view(&beta, 3, B, T, Hh);
     TRY(h->emit(run, NNT_SV_LIN_BETAS, L, &b3));
-    /* a prompt starts from no state: state_input is None */
-    TRY(h->emit(run, NNT_SV_LIN_STATE_INPUT, L, NULL));
+    /* a prompt starts from no state (state_input is None); a continued call from the carried one */
+    if (carried) {
+        TRY(fam_alloc(env, run, NNT_F32, &s_in, err, 4, B, Hh, D, D));
+        TRY(be->copy(bc, &ks->rec, &s_in, err));
+        TRY(h->emit(run, NNT_SV_LIN_STATE_INPUT, L, &s_in));
+    } else {
+        TRY(h->emit(run, NNT_SV_LIN_STATE_INPUT, L, NULL));
+    }
     TRY(fam_alloc(env, run, NNT_F32, &o, err, 4, B, T, Hh, D));
     TRY(fam_alloc(env, run, NNT_F32, &s_out, err, 4, B, Hh, D, D));
     int want_states = h->wants(run, NNT_SV_LIN_STATES, L) || h->wants(run, NNT_SV_LIN_STATE, L);
     if (want_states) TRY(fam_alloc(env, run, NNT_F32, &states, err, 5, B, T, Hh, D, D));
-    TRY(be->delta_rule(bc, &q4, &k4, &v4, &g4, &b3, mask->key_valid, NULL, 1, 1.0f / sqrtf((float)D), &o, &s_out,
-                       want_states ? &states : NULL, err));
+    TRY(be->delta_rule(bc, &q4, &k4, &v4, &g4, &b3, mask->key_valid, carried ? &s_in : NULL, 1, 1.0f / sqrtf((float)D), &o,
+                       &s_out, want_states ? &states : NULL, err));
     if (want_states) {
         /* the state after each token, one emission per token, then all of them */
         nnt_tensor one, flat = fam_view(&states, 2, B * T, Hh * D * D);
@@ -461,6 +487,10 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     nnt_tensor o4 = fam_view(&o, 4, B, T, Hh, D);
     TRY(h->emit(run, NNT_SV_LIN_HEAD_OUTPUTS, L, &o4));
     TRY(h->emit(run, NNT_SV_LIN_STATE_OUTPUT, L, &s_out));
+    if (ks) { /* the state the next call starts from (an edited state_output included) */
+        TRY(be->copy(bc, &s_out, &ks->rec, err));
+        ks->started = 1;
+    }
     /* output gate and the gated RMSNorm per head, then o_proj */
     TRY(fam_alloc(env, run, NNT_F32, &ga, err, 2, M, D));
     TRY(fam_alloc(env, run, NNT_F32, &gate, err, 2, M, P));
@@ -507,7 +537,8 @@ static nnt_status mla_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
         TRY(be->copy_cols(bc, &ckv, R, &k, hd * qk + nope, rope, err)); /* shared by every head */
         TRY(be->copy_cols(bc, &kv, hd * (nope + Dv) + nope, &v, hd * Dv, Dv, err));
     }
-    TRY(fam_attention_forward(env, run, L, &w->attn, args, mask, &q, &k, &v, out, err));
+    kl_cache *kc = args->cache;
+    TRY(fam_attention_forward(env, run, L, &w->attn, args, mask, &q, &k, &v, kc ? &kc->kv->kv[L] : NULL, out, err));
 done:
     h->arena_release(run, mark);
     return st;
@@ -773,6 +804,67 @@ static nnt_status kl_project(void *model, nnt_run *run, const nnt_tensor *x, int
     return fam_decoder_project(&m->env, run, &m->dec, x, logits, err);
 }
 
+static void kl_cache_free(void *model, void *cache)
+{
+    kl_model *m = model;
+    kl_cache *c = cache;
+    if (!c) return;
+    fam_layer_caches_free(&m->env, c->kv);
+    if (c->kda)
+        for (int l = 0; l < c->layers; l++) {
+            for (int i = 0; i < 3; i++)
+                if (c->kda[l].conv[i].data) m->env.be->free(m->env.be_ctx, c->kda[l].conv[i].data);
+            if (c->kda[l].rec.data) m->env.be->free(m->env.be_ctx, c->kda[l].rec.data);
+        }
+    free(c->kda);
+    free(c);
+}
+
+static nnt_status kl_cache_new(void *model, int batch, int capacity, void **cache, nnt_error *err)
+{
+    kl_model *m = model;
+    const fam_env *env = &m->env;
+    kl_cache *c = calloc(1, sizeof *c);
+    int *heads = calloc((size_t)m->layers, sizeof(int) * 4);
+    if (c) c->kda = calloc((size_t)m->layers, sizeof *c->kda);
+    if (!c || !heads || !c->kda) {
+        free(heads);
+        if (c) free(c->kda);
+        free(c);
+        return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    c->layers = m->layers;
+    int *dk = heads + m->layers, *dv = dk + m->layers, *keep = dv + m->layers;
+    for (int l = 0; l < m->layers; l++) {
+        int mla = m->l[l].kind == MLA;
+        heads[l] = m->heads;
+        dk[l] = m->nope + m->rope;
+        dv[l] = m->v_dim;
+        keep[l] = mla ? capacity : 0;
+    }
+    nnt_status st = fam_layer_caches_new(env, m->layers, batch, heads, dk, dv, keep, &c->kv, err);
+    free(heads);
+    int64_t P = (int64_t)m->lin_heads * m->lin_dim, W1 = m->conv_w - 1, D = m->lin_dim;
+    for (int l = 0; l < m->layers && st == NNT_OK; l++) {
+        if (m->l[l].kind != KDA) continue;
+        kda_state *ks = &c->kda[l];
+        for (int i = 0; i < 3 && st == NNT_OK; i++) {
+            ks->conv[i] = (nnt_tensor){NNT_F32, 3, {batch, W1 > 0 ? W1 : 1, P}, NULL, 0};
+            st = env->be->alloc(env->be_ctx, (size_t)nnt_tensor_numel(&ks->conv[i]) * sizeof(float), &ks->conv[i].data, err);
+            if (st == NNT_OK) st = env->be->fill(env->be_ctx, &ks->conv[i], 0.0f, err);
+        }
+        ks->rec = (nnt_tensor){NNT_F32, 4, {batch, m->lin_heads, D, D}, NULL, 0};
+        if (st == NNT_OK) st = env->be->alloc(env->be_ctx, (size_t)nnt_tensor_numel(&ks->rec) * sizeof(float), &ks->rec.data, err);
+        if (st == NNT_OK) st = env->be->fill(env->be_ctx, &ks->rec, 0.0f, err);
+    }
+    if (st != NNT_OK) {
+        kl_cache_free(m, c);
+        return st;
+    }
+    *cache = c;
+    return NNT_OK;
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "kimi_linear", "0.1.0",
                                       "Kimi-Linear (KimiLinearForCausalLM): Kimi Delta Attention and latent attention"),
@@ -786,4 +878,6 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .build_tree = */ kl_build_tree,
     /* .forward = */ kl_forward,
     /* .project = */ kl_project,
+    /* .cache_new = */ kl_cache_new,
+    /* .cache_free = */ kl_cache_free,
 };

@@ -308,7 +308,7 @@ static nnt_status mv_attention(void *self, nnt_run *run, int L, const nnt_forwar
         (st = env->be->linear(env->be_ctx, xn, &ly->v_proj, &v, err)) != NNT_OK ||
         (st = env->be->scale(env->be_ctx, &v, (float)m->v_scale, &v, err)) != NNT_OK)
         goto done;
-    st = fam_attention_forward(env, run, L, a, args, mask, &q, &k, &v, out, err);
+    st = fam_attention_forward(env, run, L, a, args, mask, &q, &k, &v, fam_layer_cache(args, L), out, err);
 done:
     env->host->arena_release(run, mark);
     return st;
@@ -407,7 +407,10 @@ static nnt_status mv_value_info(const void *model, int layer, nnt_slot slot, con
     if (fam_decoder_info(m->hidden, m->vocab, slot, d, out)) return NNT_OK;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
     if (slot >= NNT_SV_ATTN_QUERIES && slot <= NNT_SV_ATTN_HEAD_OUTPUTS) {
-        fam_attention_info(&m->l[layer].attn, m->hidden, slot, d, out);
+        /* a continued call's keys: the cache (a sliding block keeps window - 1 tokens) and the call's */
+        const fam_attn *a = &m->l[layer].attn;
+        int64_t keys = d ? (a->window ? fam_kv_cached_len(a->window - 1, d) : d->past + d->seq) : 0;
+        fam_attention_info_keys(a, m->hidden, slot, d, keys, out);
         return NNT_OK;
     }
     if (slot >= NNT_SV_LIN_OUTPUT && slot <= NNT_SV_LIN_STATE_OUTPUT) {
@@ -506,6 +509,32 @@ static nnt_status mv_project(void *model, nnt_run *run, const nnt_tensor *x, int
     return fam_decoder_project(&m->env, run, &m->dec, x, logits, err);
 }
 
+/* Generation state: a key/value cache per block; a sliding block keeps only its window (the
+ * window - 1 tokens before the next query). */
+static nnt_status mv_cache_new(void *model, int batch, int capacity, void **cache, nnt_error *err)
+{
+    mv_model *m = model;
+    int *heads = calloc((size_t)m->layers, sizeof(int) * 4);
+    if (!heads) return m->env.host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    int *dk = heads + m->layers, *dv = dk + m->layers, *keep = dv + m->layers;
+    for (int l = 0; l < m->layers; l++) {
+        const fam_attn *a = &m->l[l].attn;
+        heads[l] = a->num_kv_heads;
+        dk[l] = a->qk_head_dim;
+        dv[l] = a->v_head_dim;
+        keep[l] = a->window ? (a->window > 1 ? a->window - 1 : 1) : capacity;
+    }
+    nnt_status st = fam_layer_caches_new(&m->env, m->layers, batch, heads, dk, dv, keep, (fam_layer_caches **)cache, err);
+    free(heads);
+    return st;
+}
+
+static void mv_cache_free(void *model, void *cache)
+{
+    mv_model *m = model;
+    fam_layer_caches_free(&m->env, cache);
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "mimo_v2_flash", "0.1.0",
                                       "MiMo-V2-Flash (MiMoV2FlashForCausalLM)"),
@@ -519,4 +548,6 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .build_tree = */ mv_build_tree,
     /* .forward = */ mv_forward,
     /* .project = */ mv_project,
+    /* .cache_new = */ mv_cache_new,
+    /* .cache_free = */ mv_cache_free,
 };

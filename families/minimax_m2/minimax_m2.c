@@ -236,7 +236,7 @@ static nnt_status mm_attention(void *self, nnt_run *run, int L, const nnt_forwar
         goto done;
     fam_attn a;
     attn_shape(m, ly, &a);
-    st = fam_attention_forward(env, run, L, &a, args, mask, &q, &k, &v, out, err);
+    st = fam_attention_forward(env, run, L, &a, args, mask, &q, &k, &v, fam_layer_cache(args, L), out, err);
 done:
     env->host->arena_release(run, mark);
     return st;
@@ -410,6 +410,29 @@ static nnt_status mm_project(void *model, nnt_run *run, const nnt_tensor *x, int
     return fam_decoder_project(&m->env, run, &m->dec, x, logits, err);
 }
 
+/* Generation state: one key/value cache per block, holding every token (full attention). */
+static nnt_status mm_cache_new(void *model, int batch, int capacity, void **cache, nnt_error *err)
+{
+    mm_model *m = model;
+    int *heads = calloc((size_t)m->layers, sizeof(int) * 4);
+    if (!heads) return m->env.host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    int *dk = heads + m->layers, *dv = dk + m->layers, *keep = dv + m->layers;
+    for (int l = 0; l < m->layers; l++) {
+        heads[l] = m->kv_heads;
+        dk[l] = dv[l] = m->head_dim;
+        keep[l] = capacity;
+    }
+    nnt_status st = fam_layer_caches_new(&m->env, m->layers, batch, heads, dk, dv, keep, (fam_layer_caches **)cache, err);
+    free(heads);
+    return st;
+}
+
+static void mm_cache_free(void *model, void *cache)
+{
+    mm_model *m = model;
+    fam_layer_caches_free(&m->env, cache);
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "minimax_m2", "0.1.0",
                                       "MiniMax-M2 / M2.1 / M2.5 / M2.7 (MiniMaxM2ForCausalLM)"),
@@ -423,4 +446,6 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .build_tree = */ mm_build_tree,
     /* .forward = */ mm_forward,
     /* .project = */ mm_project,
+    /* .cache_new = */ mm_cache_new,
+    /* .cache_free = */ mm_cache_free,
 };

@@ -103,12 +103,53 @@ nnt_status nnt_trace_zero(nnt_trace *t, const char *path);
 nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *where_path,
                                  int64_t equals, float fill);
 
+/* Built-in operations, checked like the requests above:
+ * ablate_expert: zero expert e's weight wherever block `layer` routes to it;
+ * skip_layers: blocks start..end are skipped - block end's output is block start's input;
+ * steer: add factor * vector ([hidden_size]) to layer_output of blocks first..last at the given
+ *   sequence positions (negative counts from the end; NULL / 0: all), on every stream. */
+nnt_status nnt_trace_ablate_expert(nnt_trace *t, int layer, int expert);
+nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end);
+nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positions, int n_positions,
+                           const nnt_tensor *vector, float factor);
+/* Requests added after this call apply only at session steps from..to (to < 0: every later
+ * step). Step 0 is a session's first call (the prompt); step s its s-th continuation. */
+nnt_status nnt_trace_steps(nnt_trace *t, int from, int to);
+
 /* Runs the forward on ids [batch, seq] (I32) with attention_mask [batch, seq] (1 real, 0
  * padding; NULL means all real). Positions count each row's real tokens from 0, so left padding
  * does not shift them. Request shapes are checked before the forward starts. Earlier results
  * of this trace are dropped. */
 nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch,
                          int seq);
+
+/* ---- sessions and generation ---- */
+/* A session carries a batch's caches from call to call: key/value caches (a sliding block keeps
+ * only its window), recurrent and convolution states, compressor state. capacity bounds the
+ * tokens per row over the whole session. */
+typedef struct nnt_session nnt_session;
+nnt_status nnt_session_new(nnt_model *m, int batch, int capacity, nnt_session **out);
+void nnt_session_free(nnt_session *s);
+int nnt_session_length(const nnt_session *s);
+/* Runs the next `seq` tokens of every row (ids [batch, seq]); the first call is the prompt (mask
+ * may mark left padding), later calls continue it (mask NULL: all real). Values saved by t
+ * accumulate over the session's calls: a value emitted again is saved as "path@k", its k-th
+ * emission (so a Kimi `state` is "state@<token index>"). */
+nnt_status nnt_session_forward(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq);
+
+typedef struct nnt_generate_opts {
+    int max_new_tokens;
+    float temperature; /* <= 0: greedy */
+    int top_k;         /* 0: no top-k filter */
+    float top_p;       /* >= 1: no nucleus filter */
+    uint64_t seed;     /* for sampling; the same seed gives the same tokens */
+} nnt_generate_opts;
+
+/* Generates max_new_tokens tokens per row after the prompt ids [batch, seq] (mask: left padding),
+ * under trace t (may be NULL): its requests apply at every step (see nnt_trace_steps) and its
+ * saves accumulate ("path@step"). out: [batch, max_new_tokens] new ids. */
+nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                        const nnt_generate_opts *opts, int32_t *out);
 
 /* Saved values: by canonical path ("layers.1.mlp.expert_weights"), or by index in request
  * order with every block of a "*" request listed. NULL / NNT_ERR_NOT_FOUND when absent. The

@@ -35,11 +35,12 @@ typedef struct nnt_forward_args {
     int seq;
     int past;
     const int32_t *input_ids;      /* [batch, seq] */
-    const int32_t *attention_mask; /* [batch, past + seq]: 1 a real token, 0 padding */
+    const int32_t *attention_mask; /* [batch, past + seq]: every token so far; 1 real, 0 padding */
     const int32_t *positions;      /* [batch, seq]: a row's real tokens count from 0 */
     const nnt_backend_ops *be;
     void *be_ctx;
-    int step; /* 0 for a prompt; n for the n-th generated token */
+    int step;    /* 0 for a prompt; n for the n-th call of a session */
+    void *cache; /* the family's generation state (from cache_new), or NULL for a stateless call */
 } nnt_forward_args;
 
 /* Routines of the core a plugin may call. struct_size lets a plugin check a routine exists. */
@@ -144,6 +145,11 @@ typedef struct nnt_family_descriptor {
      * model collapses its last block's streams first; logits [M, vocab_size]. */
     nnt_status (*project)(void *model, nnt_run *run, const nnt_tensor *x, int streams, nnt_tensor *logits,
                           nnt_error *err);
+    /* Generation state for `batch` rows and up to `capacity` tokens (key/value caches, recurrent
+     * and convolution states, compressor buffers), in backend memory; forward continues it when
+     * args->cache is set, appending the call's tokens. */
+    nnt_status (*cache_new)(void *model, int batch, int capacity, void **cache, nnt_error *err);
+    void (*cache_free)(void *model, void *cache);
 } nnt_family_descriptor;
 
 #ifdef __cplusplus

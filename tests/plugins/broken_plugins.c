@@ -96,5 +96,7 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .forward = */ forward,
 #endif
     /* .project = */ project,
+    /* .cache_new = */ NULL,
+    /* .cache_free = */ NULL,
 };
 #endif

@@ -1,0 +1,186 @@
+/* session.c - sessions (a batch's caches carried from call to call) and generation: greedy or
+ * sampled continuation with temperature, top-k and top-p, under a trace whose requests apply at
+ * every step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+nnt_status nnt_session_new(nnt_model *m, int batch, int capacity, nnt_session **out)
+{
+    if (!m || !out) return NNT_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    nnt_error *err = &m->rt->err;
+    nnt_err_clear(err);
+    if (batch < 1 || capacity < 1)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a session needs batch >= 1 and capacity >= 1 (got %d, %d)", batch,
+                           capacity);
+    const nnt_family_descriptor *f = m->family->family;
+    if (!f->cache_new || !f->cache_free)
+        return nnt_err_set(err, NNT_ERR_UNSUPPORTED, "family %s keeps no generation state (no cache_new)", f->header.name);
+    nnt_session *s = calloc(1, sizeof *s);
+    if (!s) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    s->m = m;
+    s->batch = batch;
+    s->capacity = capacity;
+    s->mask_hist = calloc((size_t)batch * (size_t)capacity, sizeof *s->mask_hist);
+    s->count = calloc((size_t)batch, sizeof *s->count);
+    if (!s->mask_hist || !s->count) {
+        nnt_session_free(s);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for a session of %d x %d tokens", batch, capacity);
+    }
+    nnt_status st = f->cache_new(m->impl, batch, capacity, &s->cache, err);
+    if (st != NNT_OK) {
+        s->cache = NULL;
+        nnt_session_free(s);
+        return st;
+    }
+    *out = s;
+    return NNT_OK;
+}
+
+void nnt_session_free(nnt_session *s)
+{
+    if (!s) return;
+    if (s->cache) s->m->family->family->cache_free(s->m->impl, s->cache);
+    free(s->mask_hist);
+    free(s->count);
+    free(s);
+}
+
+int nnt_session_length(const nnt_session *s)
+{
+    return s ? s->len : 0;
+}
+
+nnt_status nnt_session_forward(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq)
+{
+    if (!s) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_model *m = s->m;
+    nnt_err_clear(&m->rt->err);
+    if (t && nnt_trace_model(t) != m)
+        return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT, "the trace belongs to another model");
+    return nnt_model_forward(m, t, s, ids, mask, s->batch, seq, &m->rt->err);
+}
+
+/* splitmix64: a small, well-mixed generator for reproducible sampling */
+static uint64_t next_u64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+typedef struct cand {
+    float p;
+    int id;
+} cand;
+
+static int by_prob_desc(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return x->id - y->id;
+}
+
+/* One token from a row of logits: greedy, or sampled after temperature, top-k and top-p. */
+static int pick_token(const float *logits, int V, const nnt_generate_opts *o, uint64_t *rng, cand *work)
+{
+    if (o->temperature <= 0.0f) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        return best;
+    }
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+    double sum = 0.0;
+    for (int v = 0; v < V; v++) {
+        work[v].id = v;
+        work[v].p = expf((logits[v] - mx) / o->temperature);
+        sum += work[v].p;
+    }
+    for (int v = 0; v < V; v++) work[v].p = (float)(work[v].p / sum);
+    qsort(work, (size_t)V, sizeof *work, by_prob_desc);
+    int keep = V;
+    if (o->top_k > 0 && o->top_k < keep) keep = o->top_k;
+    if (o->top_p > 0.0f && o->top_p < 1.0f) {
+        double acc = 0.0;
+        for (int i = 0; i < keep; i++) {
+            acc += work[i].p;
+            if (acc >= o->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    double total = 0.0;
+    for (int i = 0; i < keep; i++) total += work[i].p;
+    double u = (double)(next_u64(rng) >> 11) / 9007199254740992.0 * total, acc = 0.0;
+    for (int i = 0; i < keep; i++) {
+        acc += work[i].p;
+        if (u < acc) return work[i].id;
+    }
+    return work[keep - 1].id;
+}
+
+nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                        const nnt_generate_opts *o, int32_t *out)
+{
+    if (!m || !ids || !o || !out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_error *err = &m->rt->err;
+    nnt_err_clear(err);
+    if (o->max_new_tokens < 0 || o->top_k < 0)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: max_new_tokens and top_k must be >= 0");
+    if (o->max_new_tokens == 0) return NNT_OK;
+    nnt_session *s;
+    nnt_status st = nnt_session_new(m, batch, seq + o->max_new_tokens, &s);
+    if (st != NNT_OK) return st;
+    s->keep_results = 0;
+    /* the readout of each step: an internal trace when the caller's does not save logits */
+    nnt_trace *own = NULL, *tr = t;
+    if (!tr) {
+        st = nnt_trace_new(m, &own);
+        tr = own;
+    }
+    int V = m->info.vocab_size;
+    cand *work = malloc((size_t)V * sizeof *work);
+    int32_t *next = malloc((size_t)batch * sizeof *next);
+    uint64_t rng = o->seed;
+    if (st == NNT_OK && (!work || !next)) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    /* the logits of the last position are read through a save on next_token_probs' source */
+    if (st == NNT_OK) st = nnt_trace_steps(tr, 0, -1);
+    int probe = nnt_trace_result_count(tr); /* requests already there stay as they are */
+    (void)probe;
+    if (st == NNT_OK) st = nnt_trace_save(tr, "logits");
+    int logits_req = st == NNT_OK;
+    for (int step = 0; st == NNT_OK && step < o->max_new_tokens; step++) {
+        st = step == 0 ? nnt_session_forward(s, tr, ids, mask, seq) : nnt_session_forward(s, tr, next, NULL, 1);
+        if (st != NNT_OK) break;
+        /* the latest logits: the last result saved under "logits" */
+        const nnt_tensor *lg = NULL;
+        for (int i = nnt_trace_result_count(tr) - 1; i >= 0 && !lg; i--) {
+            const char *p;
+            const nnt_tensor *v;
+            nnt_trace_result(tr, i, &p, &v);
+            if (strncmp(p, "logits", 6) == 0 && (p[6] == '\0' || p[6] == '@')) lg = v;
+        }
+        if (!lg) {
+            st = nnt_err_set(err, NNT_ERR_INTERNAL, "generate: no logits were saved at step %d", step);
+            break;
+        }
+        int64_t T = lg->shape[1];
+        for (int b = 0; b < batch; b++) {
+            next[b] = pick_token((const float *)lg->data + ((int64_t)b * T + T - 1) * V, V, o, &rng, work);
+            out[(int64_t)b * o->max_new_tokens + step] = next[b];
+        }
+    }
+    if (logits_req && t) nnt_trace_drop_last_request(t); /* the caller's trace keeps only its own requests */
+    free(work);
+    free(next);
+    nnt_trace_free(own);
+    nnt_session_free(s);
+    return st;
+}
