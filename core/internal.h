@@ -270,6 +270,11 @@ nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_slot slot,
  * earlier calls saved. */
 nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, int keep_results, nnt_error *err);
 nnt_model *nnt_trace_model(const nnt_trace *t);
+/* nnt_trace_save at every step, whatever nnt_trace_steps chose for the caller's requests. */
+nnt_status nnt_trace_save_every_step(nnt_trace *t, const char *path);
+/* Removes every result the most recent request saved; the latest non-None one moves into *out
+ * (freed first; the caller owns it then). Returns 1 when one was moved. */
+int nnt_trace_take_last_result(nnt_trace *t, nnt_tensor *out);
 /* Removes the most recent request (one generation added for its own reading). */
 void nnt_trace_drop_last_request(nnt_trace *t);
 

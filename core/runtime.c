@@ -103,3 +103,15 @@ nnt_status nnt_safetensors_read(nnt_runtime *rt, const char *file, const char *k
     nnt_st_close(f);
     return st;
 }
+
+nnt_status nnt_safetensors_write(nnt_runtime *rt, const char *file, int n, const char *const *keys,
+                                 const nnt_tensor *tensors)
+{
+    if (!rt || !file || n < 0 || (n > 0 && (!keys || !tensors))) return NNT_ERR_INVALID_ARGUMENT;
+    const nnt_tensor **ptrs = calloc((size_t)n + 1, sizeof *ptrs);
+    if (!ptrs) return nnt_err_set(&rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    for (int i = 0; i < n; i++) ptrs[i] = &tensors[i];
+    nnt_status st = nnt_st_write(file, n, keys, ptrs, NULL, &rt->err);
+    free(ptrs);
+    return st;
+}

@@ -150,33 +150,25 @@ nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const in
     int32_t *next = malloc((size_t)batch * sizeof *next);
     uint64_t rng = o->seed;
     if (st == NNT_OK && (!work || !next)) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    /* the logits of the last position are read through a save on next_token_probs' source */
-    if (st == NNT_OK) st = nnt_trace_steps(tr, 0, -1);
-    int probe = nnt_trace_result_count(tr); /* requests already there stay as they are */
-    (void)probe;
-    if (st == NNT_OK) st = nnt_trace_save(tr, "logits");
+    /* each step's logits come from a request of generate's own, added after the caller's (so
+     * their edits of logits count); its results are taken out of the trace at every step */
+    if (st == NNT_OK) st = nnt_trace_save_every_step(tr, "logits");
     int logits_req = st == NNT_OK;
+    nnt_tensor lg = {0};
     for (int step = 0; st == NNT_OK && step < o->max_new_tokens; step++) {
         st = step == 0 ? nnt_session_forward(s, tr, ids, mask, seq) : nnt_session_forward(s, tr, next, NULL, 1);
         if (st != NNT_OK) break;
-        /* the latest logits: the last result saved under "logits" */
-        const nnt_tensor *lg = NULL;
-        for (int i = nnt_trace_result_count(tr) - 1; i >= 0 && !lg; i--) {
-            const char *p;
-            const nnt_tensor *v;
-            nnt_trace_result(tr, i, &p, &v);
-            if (strncmp(p, "logits", 6) == 0 && (p[6] == '\0' || p[6] == '@')) lg = v;
-        }
-        if (!lg) {
+        if (!nnt_trace_take_last_result(tr, &lg)) {
             st = nnt_err_set(err, NNT_ERR_INTERNAL, "generate: no logits were saved at step %d", step);
             break;
         }
-        int64_t T = lg->shape[1];
+        int64_t T = lg.shape[1];
         for (int b = 0; b < batch; b++) {
-            next[b] = pick_token((const float *)lg->data + ((int64_t)b * T + T - 1) * V, V, o, &rng, work);
+            next[b] = pick_token((const float *)lg.data + ((int64_t)b * T + T - 1) * V, V, o, &rng, work);
             out[(int64_t)b * o->max_new_tokens + step] = next[b];
         }
     }
+    nnt_tensor_free(&lg);
     if (logits_req && t) nnt_trace_drop_last_request(t); /* the caller's trace keeps only its own requests */
     free(work);
     free(next);

@@ -102,6 +102,17 @@ nnt_status nnt_trace_steps(nnt_trace *t, int from, int to)
     return NNT_OK;
 }
 
+nnt_status nnt_trace_save_every_step(nnt_trace *t, const char *path)
+{
+    int from = t->next_from, to = t->next_to;
+    t->next_from = 0;
+    t->next_to = -1;
+    nnt_status st = nnt_trace_save(t, path);
+    t->next_from = from;
+    t->next_to = to;
+    return st;
+}
+
 static void clear_results(nnt_trace *t)
 {
     for (int i = 0; i < t->n_results; i++) {
@@ -311,6 +322,30 @@ nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *whe
     r->equals = equals;
     r->fill = fill;
     return NNT_OK;
+}
+
+int nnt_trace_take_last_result(nnt_trace *t, nnt_tensor *out)
+{
+    if (!t || t->n_reqs == 0) return 0;
+    int req = t->n_reqs - 1, found = 0;
+    int keep = 0;
+    for (int i = 0; i < t->n_results; i++) {
+        result *r = &t->results[i];
+        if (r->occurrence_of_request != req) {
+            t->results[keep++] = *r;
+            continue;
+        }
+        free(r->path);
+        if (!r->none && out) { /* the latest one wins */
+            nnt_tensor_free(out);
+            *out = r->t;
+            found = 1;
+        } else {
+            nnt_tensor_free(&r->t);
+        }
+    }
+    t->n_results = keep;
+    return found;
 }
 
 void nnt_trace_drop_last_request(nnt_trace *t)

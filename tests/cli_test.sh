@@ -60,4 +60,47 @@ check "Kimi KDA block has no self_attn, with the reason" 0 "attention_scores +no
 check "Kimi per-token states" 0 "layers.1.linear_attn.state@2 +\[1, 2, 16, 16\]" \
   "$nnt" trace --model "$fixtures/kimi_linear/hub" --tokens "5 6 7" --save layers.1.linear_attn.state
 
+# --- lens, generate, steering, skipping ---
+top1() { "$nnt" trace --model "$1" --tokens "$2" | sed -n 's/^top 5 next tokens, row 0:  \([0-9]*\) .*/\1/p'; }
+want=$(top1 "$model" "$prompt")
+check "lens table: a line per block" 0 "^2 +[0-9]+ \(0\.[0-9]+\)" "$nnt" lens --model "$model" --tokens "$prompt"
+# the lens of the last block at the last position is the model's own next-token distribution
+check "lens of the last block is the next-token prediction" 0 "^2 .* $want \(0\.[0-9]+\) *$" \
+  "$nnt" lens --model "$model" --tokens "$prompt"
+check "lens --out writes [layers, seq, vocab]" 0 "wrote lens_probs \[3, 24, 256\] to $tmp/lens.safetensors" \
+  "$nnt" lens --model "$model" --tokens "$prompt" --out "$tmp/lens.safetensors"
+check "lens reads one row" 2 "lens reads one --tokens row" "$nnt" lens --model "$model" --tokens "1 2" --tokens "3 4"
+check "greedy generation starts with the top next token" 0 "^new tokens, row 0: $want " \
+  "$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 4
+check "generation over two rows, one left-padded" 0 "new tokens, row 1: [0-9]+ [0-9]+ [0-9]+$" \
+  "$nnt" generate --model "$model" --tokens "$prompt" --tokens "5 6 7" --max-new-tokens 3
+a=$("$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 12 --temperature 1.3 --top-p 0.95 --seed 11 2>&1)
+b=$("$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 12 --temperature 1.3 --top-p 0.95 --seed 11 2>&1)
+if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok   sampling is reproducible from its seed"; else echo "FAIL sampling with one seed: '$a' vs '$b'"; fails=$((fails + 1)); fi
+check "values saved at every step" 0 "layers.1.mlp.expert_indices@2 +\[1, 1, 2\]" \
+  "$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 3 --save layers.1.mlp.expert_indices --ablate-expert 1:0
+# after --steps 1:1 the save runs once, at the first single-token step: [1, 1, 2], not the prompt's
+check "requests limited to steps 1..1" 0 "^layers.1.mlp.expert_weights +\[1, 1, 2\] +F32 +min 0 " \
+  "$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 3 --steps 1:1 --ablate-expert 1:0 --ablate-expert 1:1 --ablate-expert 1:2 --ablate-expert 1:3 --save layers.1.mlp.expert_weights
+check "--max-new-tokens is required" 2 "generate needs --max-new-tokens N" "$nnt" generate --model "$model" --tokens "1 2"
+check "--top-p out of range" 2 "--top-p: '1.5' is not a number in \(0, 1\]" \
+  "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 2 --top-p 1.5
+
+# a steering vector of 64 ones, written as a safetensors file by hand
+vec="$tmp/ones.safetensors"
+hdr='{"v":{"dtype":"F32","shape":[64],"data_offsets":[0,256]}}'
+while [ $(( ${#hdr} % 8 )) != 0 ]; do hdr="$hdr "; done
+{ printf "\\x$(printf %02x ${#hdr})\\x00\\x00\\x00\\x00\\x00\\x00\\x00"; printf '%s' "$hdr"
+  for _ in $(seq 64); do printf '\x00\x00\x80\x3f'; done; } > "$vec"
+plain=$("$nnt" trace --model "$model" --tokens "$prompt" | tail -1)
+steered=$("$nnt" trace --model "$model" --tokens "$prompt" --steer-factor 8 --steer "0:2=$vec" | tail -1)
+if [ "${plain%%(*}" != "" ] && [ "$plain" != "$steered" ]; then echo "ok   --steer moves the prediction"; else echo "FAIL --steer: '$plain' vs '$steered'"; fails=$((fails + 1)); fi
+check "steering adds factor x vector to layer_output" 0 "layers.0.layer_output +\[1, 24, 64\] +F32 +min" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --steer-factor 0.5 --steer-positions -1 --steer "0=$vec" --save layers.0.layer_output
+check "a steering vector of the wrong length" 1 "must be \[hidden_size\] = \[64\]" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --steer "0=$tmp/cli.safetensors:layers.2.layer_output"
+skipped=$("$nnt" trace --model "$model" --tokens "$prompt" --skip-layers 1:2 | tail -1)
+if [ "$plain" != "$skipped" ]; then echo "ok   --skip-layers moves the prediction"; else echo "FAIL --skip-layers changed nothing"; fails=$((fails + 1)); fi
+check "--skip-layers range checked" 1 "skip_layers\(2, 1\)" "$nnt" trace --model "$model" --tokens "$prompt" --skip-layers 2:1
+
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

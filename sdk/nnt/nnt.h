@@ -176,6 +176,11 @@ nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *o
  * new host tensor owned by the caller (free with nnt_tensor_free). */
 nnt_status nnt_safetensors_read(nnt_runtime *rt, const char *file, const char *key,
                                  nnt_tensor *out);
+/* Writes n host tensors as one safetensors file, tensors[i] under keys[i] (unique). The file
+ * appears whole or not at all: it is written under a temporary name and renamed. Errors:
+ * NNT_ERR_IO naming the file, NNT_ERR_INVALID_ARGUMENT for duplicate keys or device tensors. */
+nnt_status nnt_safetensors_write(nnt_runtime *rt, const char *file, int n, const char *const *keys,
+                                 const nnt_tensor *tensors);
 /* Allocates a host tensor (zeroed). */
 nnt_status nnt_tensor_alloc(nnt_tensor *t, nnt_dtype dtype, int ndim, const int64_t *shape);
 void nnt_tensor_free(nnt_tensor *t);
