@@ -187,6 +187,8 @@ static void test_values_per_step(void)
     T_OK(rt, nnt_trace_ablate_expert(t, 1, 0));
     T_OK(rt, nnt_trace_save(t, "layers.1.mlp.expert_weights"));
     T_OK(rt, nnt_generate(m, t, r.ids, r.mask, r.batch, r.seq, &o, out));
+    /* generate reads logits through a request of its own, which leaves nothing in t */
+    CU_ASSERT_PTR_NULL(nnt_trace_get(t, "logits"));
     /* indices at every step: the prompt's [2, 24, 2], then one [2, 1, 2] per continuation */
     CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, "layers.1.mlp.expert_indices"));
     for (int s = 1; s < N; s++) {
