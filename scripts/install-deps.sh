@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs what building and testing nnt needs, from Debian's packages:
-# a C toolchain, CMake, pkg-config, inih, cJSON, PCRE2, OpenBLAS, CUnit (and OpenMP with gcc).
+# a C toolchain, CMake, pkg-config, inih, cJSON, PCRE2, OpenBLAS (its OpenMP build too), CUnit
+# (and OpenMP with gcc).
 set -euo pipefail
-packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libopenblas-dev libcunit1-dev)
+packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libopenblas-dev libopenblas-openmp-dev libcunit1-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,7 +9,7 @@
 enum { MAX_VALUES = 64 };
 
 /* Token-major values (axis 0 batch, axis 1 position) worth comparing on a model: the logits,
- * every block's output and the last block's router logits. */
+ * every block's output (all streams on DeepSeek-V4) and the last block's router logits. */
 static int value_names(const nnt_model *m, char names[][96])
 {
     const nnt_model_info *mi = nnt_model_get_info(m);
@@ -22,12 +22,12 @@ static int value_names(const nnt_model *m, char names[][96])
 
 /* Runs `prompt` (n tokens) alone, then behind `pads` padding tokens in a batch of two whose
  * second row is `other` (n + pads real tokens), and compares every value at the real tokens. */
-static void check_family(const char *rel, int n, int pads)
+static void check_family(const char *rel, const char *ref, int n, int pads)
 {
     nnt_runtime *rt = t_runtime();
     nnt_model *m = t_model(rt, rel);
     t_ref r;
-    CU_ASSERT_FATAL(t_ref_open(&r, rt, rel) == 0);
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, ref ? ref : rel) == 0);
     CU_ASSERT_FATAL(n + pads <= r.seq);
     static char names[MAX_VALUES][96];
     int nv = value_names(m, names);
@@ -74,10 +74,17 @@ static void check_family(const char *rel, int n, int pads)
     nnt_runtime_close(rt);
 }
 
-static void test_minimax(void) { check_family("minimax_m2/fp32", 17, 5); }
+static void test_minimax(void) { check_family("minimax_m2/fp32", NULL, 17, 5); }
 /* 17 tokens: past the sliding window of 7 (plus its sink) */
-static void test_mimo(void) { check_family("mimo_v2_flash/fp32", 17, 5); }
-static void test_kimi(void) { check_family("kimi_linear/fp32", 17, 5); }
+static void test_mimo(void) { check_family("mimo_v2_flash/fp32", NULL, 17, 5); }
+static void test_kimi(void) { check_family("kimi_linear/fp32", NULL, 17, 5); }
+/* 3 pads (not a multiple of either compression rate) before 18 tokens: the compressed entries
+ * pool the row's own tokens from its first real one */
+static void test_deepseek(void)
+{
+    check_family("deepseek_v4/fp32", "deepseek_v4/fp32/reference_L40.safetensors", 18, 3);
+    check_family("deepseek_v4/native", "deepseek_v4/native/reference_L40.safetensors", 18, 3);
+}
 
 int register_tests(void)
 {
@@ -85,7 +92,8 @@ int register_tests(void)
     if (!s) return -1;
     if (!CU_add_test(s, "MiniMax-M2: padded row == alone", test_minimax) ||
         !CU_add_test(s, "MiMo-V2-Flash: padded row == alone", test_mimo) ||
-        !CU_add_test(s, "Kimi-Linear: padded row == alone", test_kimi))
+        !CU_add_test(s, "Kimi-Linear: padded row == alone", test_kimi) ||
+        !CU_add_test(s, "DeepSeek-V4: padded row == alone", test_deepseek))
         return -1;
     return 0;
 }

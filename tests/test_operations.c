@@ -8,7 +8,11 @@
 
 #include "test_util.h"
 
-static const char *const FAMILIES[] = {"minimax_m2/fp32", "mimo_v2_flash/fp32", "kimi_linear/fp32"};
+/* each family's fixture directory and the reference file whose prompts the checks run */
+static const char *const FAMILIES[][2] = {{"minimax_m2/fp32", "minimax_m2/fp32"},
+                                          {"mimo_v2_flash/fp32", "mimo_v2_flash/fp32"},
+                                          {"kimi_linear/fp32", "kimi_linear/fp32"},
+                                          {"deepseek_v4/fp32", "deepseek_v4/fp32/reference_L13.safetensors"}};
 #define N_FAMILIES (sizeof FAMILIES / sizeof *FAMILIES)
 
 /* Largest |a - b|. */
@@ -25,9 +29,9 @@ static void test_lens(void)
 {
     for (size_t f = 0; f < N_FAMILIES; f++) {
         nnt_runtime *rt = t_runtime();
-        nnt_model *m = t_model(rt, FAMILIES[f]);
+        nnt_model *m = t_model(rt, FAMILIES[f][0]);
         t_ref r;
-        CU_ASSERT_FATAL(t_ref_open(&r, rt, FAMILIES[f]) == 0);
+        CU_ASSERT_FATAL(t_ref_open(&r, rt, FAMILIES[f][1]) == 0);
         const nnt_model_info *mi = nnt_model_get_info(m);
         char last[64];
         snprintf(last, sizeof last, "layers.%d.layer_output", mi->num_layers - 1);
@@ -41,7 +45,7 @@ static void test_lens(void)
         const nnt_tensor *lg = nnt_trace_get(t, "logits");
         CU_ASSERT_EQUAL_FATAL(nnt_tensor_numel(&lens), nnt_tensor_numel(lg));
         double d = max_diff(&lens, lg);
-        if (d != 0.0) fprintf(stderr, "\n  %s: lens of the last block differs from logits by %.3g\n", FAMILIES[f], d);
+        if (d != 0.0) fprintf(stderr, "\n  %s: lens of the last block differs from logits by %.3g\n", FAMILIES[f][0], d);
         CU_ASSERT(d == 0.0);
         nnt_tensor_free(&lens);
         nnt_tensor bad;
@@ -60,9 +64,9 @@ static void test_skip_layers(void)
 {
     for (size_t f = 0; f < N_FAMILIES; f++) {
         nnt_runtime *rt = t_runtime();
-        nnt_model *m = t_model(rt, FAMILIES[f]);
+        nnt_model *m = t_model(rt, FAMILIES[f][0]);
         t_ref r;
-        CU_ASSERT_FATAL(t_ref_open(&r, rt, FAMILIES[f]) == 0);
+        CU_ASSERT_FATAL(t_ref_open(&r, rt, FAMILIES[f][1]) == 0);
         int L = nnt_model_get_info(m)->num_layers;
         int s = 1, e = L - 2;
         char in_s[64], out_e[64], in_next[64];
@@ -97,12 +101,13 @@ static void test_skip_layers(void)
 
 /* steer(first, last, positions, v, factor): at block `first` the output moves by factor * v at
  * the chosen positions of every row (and every stream) and stays bit-identical elsewhere. */
-static void check_steer(const char *rel, const int *positions, int n_positions)
+static void check_steer(const char *const fixture[2], const int *positions, int n_positions)
 {
+    const char *rel = fixture[0];
     nnt_runtime *rt = t_runtime();
     nnt_model *m = t_model(rt, rel);
     t_ref r;
-    CU_ASSERT_FATAL(t_ref_open(&r, rt, rel) == 0);
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, fixture[1]) == 0);
     const nnt_model_info *mi = nnt_model_get_info(m);
     int64_t H = mi->hidden_size;
     const int first = 1, last = 2;
@@ -171,7 +176,7 @@ static void test_ablation_arguments(void)
 {
     for (size_t f = 0; f < N_FAMILIES; f++) {
         nnt_runtime *rt = t_runtime();
-        nnt_model *m = t_model(rt, FAMILIES[f]);
+        nnt_model *m = t_model(rt, FAMILIES[f][0]);
         const nnt_model_info *mi = nnt_model_get_info(m);
         nnt_trace *t;
         T_OK(rt, nnt_trace_new(m, &t));

@@ -35,6 +35,7 @@ typedef struct t_ref {
     int32_t ids[4096];
     int32_t mask[4096];
 } t_ref;
+/* fixture_rel: a fixture directory (its reference.safetensors) or "<dir>/<file>.safetensors". */
 int t_ref_open(t_ref *r, nnt_runtime *rt, const char *fixture_rel);
 /* Reads one reference tensor (caller frees). Returns 0 when present. */
 int t_ref_get(const t_ref *r, const char *key, nnt_tensor *out);

@@ -21,52 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/family_common.h"
+#include "dv_internal.h"
 
-enum { SLIDING = 0, CSA = 1, HCA = 2 };
 static const char *const KIND_NAMES[] = {"sliding_attention", "compressed_sparse_attention",
                                          "heavily_compressed_attention"};
 static const char *const MLP_NAMES[] = {"hash_moe", "moe"};
-
-typedef struct hc_w {
-    float *fn, *base, *scale; /* host F32 copies */
-    nnt_tensor fn_t, base_t, scale_t;
-} hc_w;
-
-typedef struct comp_w {
-    nnt_tensor wkv, wgate, norm;
-    float *ape;
-    nnt_tensor ape_t;
-    int rate, overlap, dim;
-} comp_w;
-
-typedef struct dv_layer {
-    int kind, hash;
-    nnt_tensor attn_norm, ffn_norm;
-    hc_w hc_attn, hc_ffn;
-    nnt_tensor wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b;
-    float *sinks;
-    comp_w comp, icomp;
-    nnt_tensor iq_b, iweights;
-    fam_moe moe;
-    float *bias_host;
-    int32_t *tid2eid;
-} dv_layer;
-
-typedef struct dv_model {
-    fam_env env;
-    int hidden, layers, vocab, heads, head_dim, q_lora, o_groups, o_lora, window, streams, sinkhorn;
-    int experts, top_k, shared, moe_inter, index_heads, index_dim, index_topk, rot;
-    int rate[3];
-    double eps, hc_eps, scaling, limit, theta_main, theta_comp;
-    int norm_topk, tied;
-    float *inv_freq[2]; /* main, compress */
-    nnt_tensor embed, final_norm, lm_head;
-    hc_w hc_head;
-    dv_layer *l;
-    fam_expert *expert_pool;
-    nnt_score_fn score_fn;
-} dv_model;
 
 static const char *const ARCHS[] = {"DeepseekV4ForCausalLM", NULL};
 static const char *const TYPES[] = {"deepseek_v4", NULL};
@@ -274,12 +233,24 @@ static nnt_status read_config(dv_model *m, const nnt_checkpoint *ck, int *kinds,
     return read_rope(m, ck, err);
 }
 
-/* Picks the native name (no "model." prefix) or transformers' for one weight of block L. */
+/* Picks the spelling of one weight of block L the checkpoint uses: the release's native name
+ * ("layers.L.attn.wq_a.weight"), the same under "model." (what transformers' save_pretrained
+ * writes, where the attention's kv_norm is spelled plain "norm"), or transformers' module name. */
 static const char *pick(const dv_model *m, const nnt_checkpoint *ck, char *buf, size_t n, int L, const char *native,
                         const char *hf)
 {
-    snprintf(buf, n, native, L);
-    if (m->env.host->has_tensor(ck, buf)) return buf;
+    const nnt_host_api *h = m->env.host;
+    char nat[200];
+    snprintf(nat, sizeof nat, native, L);
+    snprintf(buf, n, "%s", nat);
+    if (h->has_tensor(ck, buf)) return buf;
+    snprintf(buf, n, "model.%s", nat);
+    if (h->has_tensor(ck, buf)) return buf;
+    const char *kv = strstr(nat, ".attn.kv_norm.");
+    if (kv) {
+        snprintf(buf, n, "model.%.*s.attn.norm.%s", (int)(kv - nat), nat, kv + strlen(".attn.kv_norm."));
+        if (h->has_tensor(ck, buf)) return buf;
+    }
     snprintf(buf, n, hf, L);
     return buf;
 }
@@ -295,17 +266,23 @@ static nnt_status bind_vec(const dv_model *m, const nnt_checkpoint *ck, const ch
 static nnt_status bind_hc(const dv_model *m, const nnt_checkpoint *ck, int L, const char *native, const char *hf, int outs,
                           hc_w *w, nnt_error *err)
 {
-    char a[192], b[192];
+    char a[192], b[200];
     const char *parts[3] = {"fn", "base", "scale"};
     const char *hfparts[3] = {"fn", "base", "scale"};
     int64_t counts[3] = {(int64_t)outs * m->streams * m->hidden, outs, outs == m->streams ? 1 : 3};
     float **hosts[3] = {&w->fn, &w->base, &w->scale};
     nnt_tensor *ts[3] = {&w->fn_t, &w->base_t, &w->scale_t};
     for (int i = 0; i < 3; i++) {
+        const char *name = a;
         snprintf(a, sizeof a, native, L, parts[i]);
-        if (!m->env.host->has_tensor(ck, a)) snprintf(a, sizeof a, hf, L, hfparts[i]);
-        (void)b;
-        CK(bind_vec(m, ck, a, counts[i], hosts[i], ts[i], err));
+        if (!m->env.host->has_tensor(ck, a)) { /* save_pretrained's spelling, then transformers' */
+            snprintf(b, sizeof b, "model.%s", a);
+            if (m->env.host->has_tensor(ck, b))
+                name = b;
+            else
+                snprintf(a, sizeof a, hf, L, hfparts[i]);
+        }
+        CK(bind_vec(m, ck, name, counts[i], hosts[i], ts[i], err));
     }
     w->fn_t.ndim = 2;
     w->fn_t.shape[0] = outs;
@@ -412,12 +389,14 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
     (void)rs;
     static const fam_expert_names spellings[] = {
         {"layers.%d.ffn.experts.%d.w1.weight", "layers.%d.ffn.experts.%d.w3.weight", "layers.%d.ffn.experts.%d.w2.weight"},
+        {"model.layers.%d.ffn.experts.%d.w1.weight", "model.layers.%d.ffn.experts.%d.w3.weight",
+         "model.layers.%d.ffn.experts.%d.w2.weight"},
         {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
          "model.layers.%d.mlp.experts.%d.down_proj.weight"},
     };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj", "model.layers.%d.mlp.experts.down_proj",
-                        spellings, 2, ly->moe.experts, err));
+                        spellings, 3, ly->moe.experts, err));
     if (m->shared) {
         W(moe.shared.gate, "layers.%d.ffn.shared_experts.w1.weight", "model.layers.%d.mlp.shared_experts.gate_proj.weight", 2, I, H);
         W(moe.shared.up, "layers.%d.ffn.shared_experts.w3.weight", "model.layers.%d.mlp.shared_experts.up_proj.weight", 2, I, H);
@@ -452,27 +431,37 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
 
 /* Per-call facts shared by every block: each row's first real token and real length. */
 typedef struct call_rows {
-    int32_t *first, *count_csa, *count_hca, *neg_pos;
+    int32_t *first, *count_csa, *count_hca, *neg_pos; /* over the session's positions so far */
     int n_real_max;
+    dv_cache *cache; /* NULL: a call without generation state */
 } call_rows;
 
-/* Compressed entries of one compressor: [B, C, D], normed and rotated at positions w * rate. */
-static nnt_status compress_entries(dv_model *m, nnt_run *run, const comp_w *c, const nnt_forward_args *args,
-                                   const call_rows *rows, const int32_t *count, const nnt_tensor *xn, int64_t C,
-                                   int32_t *entry_pos, nnt_tensor *entries, nnt_error *err)
+/* Whether token t of this call (row b) is real: the call's part of the [B, past + seq] mask. */
+static int real_token(const nnt_forward_args *args, int64_t b, int64_t t)
+{
+    return args->attention_mask[b * (args->past + args->seq) + args->past + t] != 0;
+}
+
+/* Compressed entries of one compressor: [B, C, D], normed and rotated at positions w * rate.
+ * With a generation cache the call's raw rows join those of earlier calls, so C counts entries
+ * over the whole session (C = (past + seq) / rate at most). */
+static nnt_status compress_entries(dv_model *m, nnt_run *run, const comp_w *c, dv_comp_cache *cc, int capacity,
+                                   const nnt_forward_args *args, const call_rows *rows, const int32_t *count,
+                                   const nnt_tensor *xn, int64_t C, int32_t *entry_pos, nnt_tensor *entries,
+                                   nnt_error *err)
 {
     const fam_env *env = &m->env;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
-    int64_t B = args->batch, T = args->seq, M = B * T, coff = c->overlap ? 2 : 1, D = c->dim;
+    int64_t B = args->batch, T = args->seq, P = args->past, M = B * T, coff = c->overlap ? 2 : 1, D = c->dim;
     nnt_status st;
-    nnt_tensor kv, gate;
+    nnt_tensor kv, gate, kv3, g3;
     TRY(fam_alloc(env, run, NNT_F32, &kv, err, 2, M, coff * D));
     TRY(fam_alloc(env, run, NNT_F32, &gate, err, 2, M, coff * D));
     TRY(fam_alloc(env, run, NNT_F32, entries, err, 3, B, C, D));
     TRY(be->linear(bc, xn, &c->wkv, &kv, err));
     TRY(be->linear(bc, xn, &c->wgate, &gate, err));
-    nnt_tensor kv3 = fam_view(&kv, 3, B, T, coff * D), g3 = fam_view(&gate, 3, B, T, coff * D);
+    TRY(dv_comp_rows(env, run, cc, capacity, &kv, &gate, B, P, T, coff * D, &kv3, &g3, err));
     TRY(be->compress(bc, &kv3, &g3, &c->ape_t, c->rate, c->overlap, rows->first, count, entries, err));
     if (C > 0) {
         nnt_tensor flat = fam_view(entries, 2, B * C, D), e4 = fam_view(entries, 4, B, (int64_t)1, C, D);
@@ -487,14 +476,15 @@ done:
 
 /* The lightning indexer: which of the C entries each query keeps (allow[b, t, T + w]). */
 static nnt_status indexer_select(dv_model *m, nnt_run *run, int L, const nnt_forward_args *args, const call_rows *rows,
-                                 const nnt_tensor *xn, const nnt_tensor *qr, int64_t C, uint8_t *allow, nnt_error *err)
+                                 const nnt_tensor *xn, const nnt_tensor *qr, int64_t C, int64_t S, int64_t first_entry,
+                                 uint8_t *allow, nnt_error *err)
 {
     const fam_env *env = &m->env;
     const nnt_host_api *h = env->host;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     const dv_layer *ly = &m->l[L];
-    int64_t B = args->batch, T = args->seq, M = B * T, nI = m->index_heads, dI = m->index_dim, S = T + C;
+    int64_t B = args->batch, T = args->seq, M = B * T, nI = m->index_heads, dI = m->index_dim;
     size_t mark = h->arena_mark(run);
     nnt_status st;
     float *sc = NULL;
@@ -504,7 +494,8 @@ static nnt_status indexer_select(dv_model *m, nnt_run *run, int L, const nnt_for
         st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         goto done;
     }
-    TRY(compress_entries(m, run, &ly->icomp, args, rows, rows->count_csa, xn, C, pos, &keys, err));
+    TRY(compress_entries(m, run, &ly->icomp, rows->cache ? &rows->cache->l[L].icomp : NULL,
+                         rows->cache ? rows->cache->capacity : 0, args, rows, rows->count_csa, xn, C, pos, &keys, err));
     TRY(fam_alloc(env, run, NNT_F32, &q, err, 2, M, nI * dI));
     TRY(be->linear(bc, qr, &ly->iq_b, &q, err));
     nnt_tensor q4 = fam_view(&q, 4, M, nI, (int64_t)1, dI);
@@ -525,15 +516,15 @@ static nnt_status indexer_select(dv_model *m, nnt_run *run, int L, const nnt_for
         for (int64_t t = 0; t < T; t++) {
             int64_t reach = ((int64_t)args->positions[b * T + t] + 1) / m->rate[CSA];
             if (reach > rows->count_csa[b]) reach = rows->count_csa[b];
-            if (!args->attention_mask[b * T + t]) reach = 0;
+            if (!real_token(args, b, t)) reach = 0;
             int64_t keep = m->index_topk < C ? m->index_topk : C;
             for (int64_t k = 0; k < keep && k < reach; k++) {
                 int64_t best = -1;
                 for (int64_t e = 0; e < reach; e++) {
-                    if (allow[(b * T + t) * S + T + e]) continue;
+                    if (allow[(b * T + t) * S + first_entry + e]) continue;
                     if (best < 0 || sc[(b * T + t) * C + e] > sc[(b * T + t) * C + best]) best = e;
                 }
-                allow[(b * T + t) * S + T + best] = 1;
+                allow[(b * T + t) * S + first_entry + best] = 1;
             }
         }
 done:
@@ -543,7 +534,8 @@ done:
     return st;
 }
 
-/* The attention sublayer on xn [M, H] -> out [M, H]. */
+/* The attention sublayer on xn [M, H] -> out [M, H]. Keys: the window's cached tokens (a
+ * continued call), the call's tokens, then the compressed entries. */
 static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forward_args *args, const call_rows *rows,
                                const nnt_tensor *xn, nnt_tensor *out, nnt_error *err)
 {
@@ -552,9 +544,11 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     const dv_layer *ly = &m->l[L];
-    int64_t B = args->batch, T = args->seq, M = B * T, Hh = m->heads, D = m->head_dim, H = m->hidden;
+    dv_layer_cache *lc = rows->cache ? &rows->cache->l[L] : NULL;
+    int64_t B = args->batch, T = args->seq, P = args->past, M = B * T, Hh = m->heads, D = m->head_dim, H = m->hidden;
     int64_t G = m->o_groups, OL = m->o_lora, gin = Hh * D / G;
-    int64_t C = ly->kind == SLIDING ? 0 : T / m->rate[ly->kind], S = T + C;
+    int64_t W = lc ? lc->win.len : 0, K = W + T; /* token keys: cached window, then the call's */
+    int64_t C = ly->kind == SLIDING ? 0 : (P + T) / m->rate[ly->kind], S = K + C;
     const float *inv = m->inv_freq[ly->kind == SLIDING ? 0 : 1];
     int rs = (int)(D - m->rot);
     size_t mark = h->arena_mark(run);
@@ -587,39 +581,58 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
     TRY(be->rope(bc, &kv4, args->positions, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
     TRY(fam_alloc(env, run, NNT_F32, &keys, err, 4, B, (int64_t)1, S, D));
     nnt_tensor keys2 = fam_view(&keys, 2, B, S * D), kv2 = fam_view(&kv, 2, B, T * D);
-    TRY(be->copy_cols(bc, &kv2, 0, &keys2, 0, T * D, err));
+    if (W) TRY(be->copy_cols(bc, &lc->win.k, 0, &keys2, 0, W * D, err));
+    TRY(be->copy_cols(bc, &kv2, 0, &keys2, W * D, T * D, err));
     const int32_t *count = ly->kind == CSA ? rows->count_csa : rows->count_hca;
     if (ly->kind != SLIDING) {
-        TRY(compress_entries(m, run, &ly->comp, args, rows, count, xn, C, epos, &entries, err));
+        TRY(compress_entries(m, run, &ly->comp, lc ? &lc->comp : NULL, rows->cache ? rows->cache->capacity : 0, args, rows,
+                             count, xn, C, epos, &entries, err));
         if (C > 0) {
             nnt_tensor e2 = fam_view(&entries, 2, B, C * D);
-            TRY(be->copy_cols(bc, &e2, 0, &keys2, T * D, C * D, err));
+            TRY(be->copy_cols(bc, &e2, 0, &keys2, K * D, C * D, err));
         }
     }
     /* who sees what: token keys by causality, window and padding; an entry once its window has
      * closed (its last token reached), whatever the window; on CSA only the indexer's choice */
     for (int64_t b = 0; b < B; b++) {
+        for (int64_t s = 0; s < W; s++) {
+            kpos[b * S + s] = lc->win.pos[b * lc->win.keep + s];
+            kvalid[b * S + s] = lc->win.valid[b * lc->win.keep + s];
+        }
         for (int64_t t = 0; t < T; t++) {
-            kpos[b * S + t] = args->positions[b * T + t];
-            kvalid[b * S + t] = args->attention_mask[b * T + t] != 0;
-            qvalid[b * T + t] = args->attention_mask[b * T + t] != 0;
+            kpos[b * S + W + t] = args->positions[b * T + t];
+            kvalid[b * S + W + t] = (uint8_t)real_token(args, b, t);
+            qvalid[b * T + t] = (uint8_t)real_token(args, b, t);
         }
         for (int64_t w = 0; w < C; w++) {
-            kpos[b * S + T + w] = (int32_t)((w + 1) * m->rate[ly->kind] - 1);
-            kvalid[b * S + T + w] = w < count[b];
+            kpos[b * S + K + w] = (int32_t)((w + 1) * m->rate[ly->kind] - 1);
+            kvalid[b * S + K + w] = w < count[b];
         }
     }
-    for (int64_t s = T; s < S; s++) nowin[s] = 1;
+    for (int64_t s = K; s < S; s++) nowin[s] = 1;
     if (ly->kind == CSA) {
         for (int64_t b = 0; b < B; b++)
-            for (int64_t t = 0; t < T; t++) memset(allow + (b * T + t) * S, 1, (size_t)T);
-        if (C > 0) TRY(indexer_select(m, run, L, args, rows, xn, &qr, C, allow, err));
+            for (int64_t t = 0; t < T; t++) memset(allow + (b * T + t) * S, 1, (size_t)K);
+        if (C > 0) TRY(indexer_select(m, run, L, args, rows, xn, &qr, C, S, K, allow, err));
     }
     nnt_attn_mask mask = {args->positions, kpos, kvalid, qvalid, nowin, allow, 1, m->window};
     TRY(h->emit(run, NNT_SV_ATTN_QUERIES, L, &qh));
     /* keys and values are one tensor: an edit to either is an edit to both */
     TRY(h->emit(run, NNT_SV_ATTN_KEYS, L, &keys));
     TRY(h->emit(run, NNT_SV_ATTN_VALUES, L, &keys));
+    /* the window's keys for the next call: the last window - 1 token keys, as
+     * edited */
+    if (lc) {
+        fam_kv_cache *wc = &lc->win;
+        int64_t n = K < wc->keep ? K : wc->keep, from = K - n;
+        TRY(be->copy_cols(bc, &keys2, from * D, &wc->k, 0, n * D, err));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t s = 0; s < n; s++) {
+                wc->pos[b * wc->keep + s] = kpos[b * S + from + s];
+                wc->valid[b * wc->keep + s] = kvalid[b * S + from + s];
+            }
+        wc->len = (int)n;
+    }
     TRY(fam_alloc(env, run, NNT_F32, &scores, err, 4, B, Hh, T, S));
     TRY(be->attn_scores(bc, &qh, &keys, 1.0f / sqrtf((float)D), &mask, &scores, err));
     TRY(h->emit(run, NNT_SV_ATTN_SCORES, L, &scores));
@@ -680,12 +693,16 @@ static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *
         st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         goto done;
     }
-    /* compression windows start at each row's first real token, so left padding never shifts them */
+    /* compression windows start at each row's first real token, so left padding never shifts them;
+     * a continued call counts over every position of the session */
+    int64_t all = args->past + T;
+    rows.cache = args->cache;
     for (int64_t b = 0; b < B; b++) {
         int64_t first = 0, real = 0;
-        while (first < T && !args->attention_mask[b * T + first]) first++;
-        for (int64_t t = first; t < T; t++) real += args->attention_mask[b * T + t] != 0;
-        if (first + real != T) {
+        const int32_t *mk = args->attention_mask + b * all;
+        while (first < all && !mk[first]) first++;
+        for (int64_t t = first; t < all; t++) real += mk[t] != 0;
+        if (first + real != all) {
             st = h->set_error(err, NNT_ERR_INVALID_ARGUMENT,
                               "row %lld: DeepSeek-V4 needs left padding (padding only before a row's real tokens)", (long long)b);
             goto done;
@@ -891,7 +908,8 @@ static nnt_status dv_value_info(const void *model, int layer, nnt_slot slot, con
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden, n = m->streams, Hh = m->heads, D = m->head_dim;
     const dv_layer *ly = layer >= 0 ? &m->l[layer] : NULL;
     int64_t C = ly && ly->kind != SLIDING && d ? (d->past + d->seq) / m->rate[ly->kind] : 0;
-    int64_t S = d ? d->past + d->seq + C : 0;
+    /* a continued call sees the window's last window - 1 cached keys, then its own tokens */
+    int64_t S = d ? fam_kv_cached_len(m->window > 1 ? m->window - 1 : 1, d) + C : 0;
     switch (slot) {
     case NNT_SV_LOGITS:
     case NNT_SV_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->vocab); return NNT_OK;
@@ -1031,4 +1049,6 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     /* .build_tree = */ dv_build_tree,
     /* .forward = */ dv_forward,
     /* .project = */ dv_project,
+    /* .cache_new = */ dv_cache_new,
+    /* .cache_free = */ dv_cache_free,
 };

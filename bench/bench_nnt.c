@@ -1,0 +1,234 @@
+/* bench_nnt.c - nnt's side of the CPU benchmark (bench/run.py drives it): prefill and decode
+ * throughput of one checkpoint, the cost of tracing (no requests, and every value of one block
+ * saved) against no trace at all, peak resident memory, and OpenBLAS's sgemm rate on this
+ * machine as the ceiling for prefill's matrix products. Prints one JSON object on stdout.
+ *
+ *   bench_nnt --config INI --model DIR [--prefill 128,512] [--decode 16] [--trace-block 1]
+ *             [--repeats 3] [--threads 2]
+ *
+ * Times are wall-clock seconds, the best of --repeats runs (after one warm-up run). */
+#define _GNU_SOURCE
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "nnt/nnt.h"
+
+#define MAX_LENGTHS 8
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Peak resident set of this process so far, in MiB. */
+static double peak_rss_mib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* Deterministic pseudo-random token ids in [1, vocab). */
+static void make_tokens(int32_t *ids, int n, int vocab, unsigned seed)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ids[i] = 1 + (int32_t)((seed >> 8) % (unsigned)(vocab - 1));
+    }
+}
+
+typedef enum { NO_TRACE, EMPTY_TRACE, BLOCK_TRACE } trace_mode;
+
+/* Saves every value block `layer` serves (a block's hosts: the layer, its mixers and its MLP). */
+static int save_block(nnt_model *m, nnt_trace *t, int layer, int T, int *n_saved)
+{
+    *n_saved = 0;
+    nnt_call_dims dims = {1, T, 0};
+    for (int s = 0; s < NNT_SLOT_COUNT; s++) {
+        nnt_host h = nnt_slot_host((nnt_slot)s);
+        if (h == NNT_HOST_MODEL) continue;
+        char path[128];
+        if (h == NNT_HOST_LAYER)
+            snprintf(path, sizeof path, "layers.%d.%s", layer, nnt_slot_name((nnt_slot)s));
+        else
+            snprintf(path, sizeof path, "layers.%d.%s.%s", layer, nnt_host_name(h), nnt_slot_name((nnt_slot)s));
+        nnt_value_info vi;
+        if (nnt_model_value_info(m, path, &dims, &vi) != NNT_OK || !vi.served) continue;
+        if (nnt_trace_save(t, path) != NNT_OK) return -1;
+        (*n_saved)++;
+    }
+    return 0;
+}
+
+/* One prefill of ids [1, T]; returns seconds or a negative number on error. */
+static double prefill_once(nnt_model *m, const int32_t *ids, int T, trace_mode mode, int layer, int *n_saved)
+{
+    nnt_session *s = NULL;
+    nnt_trace *t = NULL;
+    double dt = -1;
+    if (nnt_session_new(m, 1, T, &s) != NNT_OK) goto out;
+    if (mode != NO_TRACE && nnt_trace_new(m, &t) != NNT_OK) goto out;
+    if (mode == BLOCK_TRACE && save_block(m, t, layer, T, n_saved) != 0) goto out;
+    double t0 = now();
+    if (nnt_session_forward(s, t, ids, NULL, T) != NNT_OK) goto out;
+    dt = now() - t0;
+out:
+    nnt_trace_free(t);
+    nnt_session_free(s);
+    return dt;
+}
+
+static double best_prefill(nnt_model *m, const int32_t *ids, int T, trace_mode mode, int layer, int repeats,
+                           int *n_saved)
+{
+    double best = 1e30;
+    for (int r = 0; r < repeats; r++) {
+        double dt = prefill_once(m, ids, T, mode, layer, n_saved);
+        if (dt < 0) return -1;
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+/* Greedy generation of n tokens after a prompt of T; seconds, or negative on error. */
+static double generate_once(nnt_model *m, const int32_t *ids, int T, int n)
+{
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)n);
+    nnt_generate_opts o = {
+        /* .max_new_tokens = */ n,
+        /* .temperature = */ 0.0f,
+        /* .top_k = */ 0,
+        /* .top_p = */ 1.0f,
+        /* .seed = */ 0,
+    };
+    double t0 = now();
+    nnt_status st = out ? nnt_generate(m, NULL, ids, NULL, 1, T, &o, out) : NNT_ERR_OUT_OF_MEMORY;
+    double dt = now() - t0;
+    free(out);
+    return st == NNT_OK ? dt : -1;
+}
+
+/* OpenBLAS sgemm C[M,N] = A[M,K] B[K,N]^T at a prefill-like shape; GFLOP/s, best of 3. */
+static double sgemm_gflops(int M, int N, int K)
+{
+    float *a = malloc(sizeof(float) * (size_t)M * K), *b = malloc(sizeof(float) * (size_t)N * K),
+          *c = malloc(sizeof(float) * (size_t)M * N);
+    if (!a || !b || !c) {
+        free(a);
+        free(b);
+        free(c);
+        return -1;
+    }
+    for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)((i * 7) % 13) * 0.01f;
+    for (size_t i = 0; i < (size_t)N * K; i++) b[i] = (float)((i * 5) % 11) * 0.01f;
+    double best = 1e30;
+    for (int r = 0; r < 4; r++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+        double dt = now() - t0;
+        if (r > 0) best = dt < best ? dt : best; /* the first run warms up */
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * M * N * K / best / 1e9;
+}
+
+static int parse_lengths(const char *s, int *out)
+{
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok && n < MAX_LENGTHS; tok = strtok(NULL, ",")) out[n++] = atoi(tok);
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL, *model = NULL;
+    int lengths[MAX_LENGTHS] = {128, 512}, n_lengths = 2, decode = 16, layer = 1, repeats = 3, threads = 2;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--config")) config = argv[i + 1];
+        else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
+        else if (!strcmp(argv[i], "--prefill")) n_lengths = parse_lengths(argv[i + 1], lengths);
+        else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--trace-block")) layer = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "bench_nnt: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!model || n_lengths < 1 || repeats < 1 || decode < 1) {
+        fprintf(stderr, "usage: bench_nnt --config INI --model DIR [--prefill 128,512] [--decode 16] "
+                        "[--trace-block L] [--repeats R] [--threads N]\n");
+        return 2;
+    }
+    openblas_set_num_threads(threads);
+    nnt_runtime *rt = NULL;
+    nnt_model *m = NULL;
+    int rc = 1;
+    double t0 = now();
+    if (nnt_runtime_open(config, &rt) != NNT_OK || nnt_model_load(rt, model, &m) != NNT_OK) goto out;
+    double load_s = now() - t0;
+    const nnt_model_info *mi = nnt_model_get_info(m);
+    int max_T = 0;
+    for (int i = 0; i < n_lengths; i++) max_T = lengths[i] > max_T ? lengths[i] : max_T;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)max_T);
+    if (!ids) goto out;
+    make_tokens(ids, max_T, mi->vocab_size, 12345u);
+
+    printf("{\n  \"tool\": \"nnt\",\n  \"family\": \"%s\",\n  \"backend\": \"%s\",\n  \"threads\": %d,\n", nnt_model_family(m),
+           nnt_model_backend(m), threads);
+    printf("  \"load_s\": %.3f,\n", load_s);
+    int n_saved = 0;
+    if (prefill_once(m, ids, lengths[0], NO_TRACE, layer, &n_saved) < 0) goto out_ids; /* warm-up */
+    printf("  \"prefill\": {");
+    for (int i = 0; i < n_lengths; i++) {
+        double dt = best_prefill(m, ids, lengths[i], EMPTY_TRACE, layer, repeats, &n_saved);
+        if (dt < 0) goto out_ids;
+        printf("%s\"%d\": {\"seconds\": %.4f, \"tokens_per_s\": %.2f}", i ? ", " : "", lengths[i], dt, lengths[i] / dt);
+        fflush(stdout);
+    }
+    printf("},\n");
+    /* tracing overhead at the first length: the forward without a trace, with an empty trace, and
+     * with every value of one block saved; interleaved so drift hits all three alike */
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int r = 0; r < repeats + 2; r++)
+        for (int mode = 0; mode < 3; mode++) {
+            double dt = prefill_once(m, ids, lengths[0], (trace_mode)mode, layer, &n_saved);
+            if (dt < 0) goto out_ids;
+            best[mode] = dt < best[mode] ? dt : best[mode];
+        }
+    printf("  \"tracing\": {\"tokens\": %d, \"no_trace_s\": %.4f, \"empty_trace_s\": %.4f, \"block_saved_s\": %.4f, "
+           "\"block\": %d, \"values_saved\": %d},\n",
+           lengths[0], best[0], best[1], best[2], layer, n_saved);
+    /* decode: generating 1 + decode tokens minus generating 1, after a prompt of the first length */
+    double g1 = 1e30, gn = 1e30;
+    for (int r = 0; r < repeats; r++) {
+        double a = generate_once(m, ids, lengths[0], 1), b = generate_once(m, ids, lengths[0], 1 + decode);
+        if (a < 0 || b < 0) goto out_ids;
+        g1 = a < g1 ? a : g1;
+        gn = b < gn ? b : gn;
+    }
+    printf("  \"decode\": {\"prompt\": %d, \"tokens\": %d, \"seconds\": %.4f, \"tokens_per_s\": %.3f},\n", lengths[0],
+           decode, gn - g1, decode / (gn - g1));
+    printf("  \"peak_rss_mib\": %.1f,\n", peak_rss_mib());
+    printf("  \"sgemm_gflops\": %.2f,\n", sgemm_gflops(512, mi->hidden_size, mi->hidden_size));
+    printf("  \"sgemm_shape\": [512, %d, %d]\n}\n", mi->hidden_size, mi->hidden_size);
+    rc = 0;
+out_ids:
+    free(ids);
+out:
+    if (rc) fprintf(stderr, "bench_nnt: %s\n", nnt_last_error(rt));
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+    return rc;
+}

@@ -1,0 +1,104 @@
+"""bench_transformers.py - the baseline side of the CPU benchmark (bench/run.py drives it):
+transformers' eager forward on the same checkpoint, dtype, prompts and thread count as
+bench_nnt, and the matrix-product FLOPs of one prefill (counted by torch's FlopCounterMode on
+this reference forward). Prints one JSON object on stdout.
+
+    python bench_transformers.py --model DIR --dtype fp32|bf16 [--prefill 128,512] [--decode 16]
+                                 [--repeats 3] [--threads 2]
+
+Times are wall-clock seconds, best of --repeats runs after one warm-up, like bench_nnt.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+
+import torch
+
+
+def tokens(n: int, vocab: int, seed: int = 12345) -> list[int]:
+    """The same pseudo-random ids as bench_nnt's make_tokens (a 32-bit LCG)."""
+    out = []
+    for _ in range(n):
+        seed = (seed * 1664525 + 1013904223) & 0xFFFFFFFF
+        out.append(1 + (seed >> 8) % (vocab - 1))
+    return out
+
+
+def best_of(repeats: int, fn) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), required=True)
+    ap.add_argument("--prefill", default="128,512")
+    ap.add_argument("--decode", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    from transformers import AutoModelForCausalLM  # after the thread settings
+
+    dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
+    t0 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, attn_implementation="eager")
+    model.eval()
+    load_s = time.perf_counter() - t0
+    vocab = model.config.vocab_size
+    lengths = [int(x) for x in args.prefill.split(",")]
+    ids = torch.tensor([tokens(max(lengths), vocab)], dtype=torch.long)
+    result: dict = {"tool": "transformers", "model_type": model.config.model_type, "threads": args.threads,
+                    "torch": torch.__version__, "load_s": round(load_s, 3)}
+    import transformers
+
+    result["transformers"] = transformers.__version__
+    with torch.inference_mode():
+        model(ids[:, : lengths[0]], use_cache=False)  # warm-up
+        prefill = {}
+        for T in lengths:
+            dt = best_of(args.repeats, lambda: model(ids[:, :T], use_cache=False))
+            prefill[str(T)] = {"seconds": round(dt, 4), "tokens_per_s": round(T / dt, 2)}
+            print(f"transformers prefill {T}: {dt:.3f} s", file=sys.stderr, flush=True)
+        result["prefill"] = prefill
+
+        def generate(n: int):
+            model.generate(ids[:, : lengths[0]], max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                           pad_token_id=0, eos_token_id=None)
+
+        g1 = best_of(args.repeats, lambda: generate(1))
+        gn = best_of(args.repeats, lambda: generate(1 + args.decode))
+        result["decode"] = {"prompt": lengths[0], "tokens": args.decode, "seconds": round(gn - g1, 4),
+                            "tokens_per_s": round(args.decode / (gn - g1), 3)}
+        result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+
+        # matrix-product FLOPs of each prefill, counted on this forward (routed experts count only
+        # for the tokens routed to them)
+        from torch.utils.flop_counter import FlopCounterMode
+
+        flops = {}
+        for T in lengths:
+            counter = FlopCounterMode(display=False)
+            with counter:
+                model(ids[:, :T], use_cache=False)
+            flops[str(T)] = counter.get_total_flops()
+        result["prefill_matmul_flops"] = flops
+    result["weights_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters()) + sum(
+        b.numel() * b.element_size() for b in model.buffers())
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

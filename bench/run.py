@@ -1,0 +1,161 @@
+"""run.py - the CPU benchmark of nnt against transformers, in one run on this machine.
+
+For each family: writes the mid-size checkpoints (make_models.py, fp32 and bf16) unless they
+exist, runs transformers' eager forward (bench_transformers.py) and nnt (build/bench_nnt) on each
+in separate processes with the same threads, prompts and dtype, and prints the ratios against the
+targets of the benchmark: prefill and decode >= 2x transformers, tracing with no requests within
+1% of no trace, every value of one block saved within 10%, prefill's matrix products at >= 60% of
+OpenBLAS's sgemm rate (measured in the same run), peak memory <= 1.2x the weights (plus caches).
+Writes the report, with the commit and the raw measurements, to bench/results/.
+
+    python bench/run.py [--families a,b] [--dtypes fp32,bf16] [--scale mid|small] [--keep]
+
+The checkpoints go to bench/models/ (git-ignored) and are deleted after each family unless --keep.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILIES = ("minimax_m2", "mimo_v2_flash", "kimi_linear", "deepseek_v4")
+
+
+def sh(cmd: list[str], env: dict | None = None) -> str:
+    print("$ " + " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        sys.stderr.write(res.stderr[-4000:])
+        raise RuntimeError(f"{cmd[0]} failed with status {res.returncode}")
+    return res.stdout
+
+
+def checkpoint_bytes(d: Path) -> int:
+    return sum(f.stat().st_size for f in d.glob("*.safetensors"))
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
+def commit() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return rev + ("+uncommitted changes" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--scale", choices=("mid", "small"), default="mid")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prefill", default="128,512")
+    ap.add_argument("--decode", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--build", type=Path, default=ROOT / "build")
+    ap.add_argument("--models", type=Path, default=ROOT / "bench" / "models")
+    ap.add_argument("--keep", action="store_true", help="keep the checkpoints")
+    args = ap.parse_args()
+
+    bench_nnt = args.build / "bench_nnt"
+    if not bench_nnt.exists():
+        sys.exit(f"run.py: {bench_nnt} is missing: build the project first (cmake --build {args.build})")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))
+    # nnt's own INI with the same thread count as torch
+    ini = args.build / "bench.ini"
+    base = (args.build / "nnt.ini").read_text()
+    ini.write_text(base.replace("threads = 2", f"threads = {args.threads}"))
+
+    lengths = [int(x) for x in args.prefill.split(",")]
+    rows, raw = [], []
+    for fam in args.families.split(","):
+        fam_dir = args.models / f"{fam}-{args.scale}"
+        if not (fam_dir / "bf16").exists():
+            sh([sys.executable, ROOT / "bench" / "make_models.py", fam, fam_dir, "--scale", args.scale], env)
+        for dt in args.dtypes.split(","):
+            ckpt = fam_dir / dt
+            hf = json.loads(sh([sys.executable, ROOT / "bench" / "bench_transformers.py", "--model", ckpt, "--dtype", dt,
+                                "--prefill", args.prefill, "--decode", args.decode, "--repeats", args.repeats,
+                                "--threads", args.threads], env))
+            nn = json.loads(sh([bench_nnt, "--config", ini, "--model", ckpt, "--prefill", args.prefill, "--decode",
+                                args.decode, "--repeats", args.repeats, "--threads", args.threads], env))
+            weights = checkpoint_bytes(ckpt)
+            r = {"family": fam, "dtype": dt, "weights_mib": weights / 2**20}
+            for T in lengths:
+                r[f"prefill{T}_nnt"] = nn["prefill"][str(T)]["tokens_per_s"]
+                r[f"prefill{T}_hf"] = hf["prefill"][str(T)]["tokens_per_s"]
+            r["decode_nnt"] = nn["decode"]["tokens_per_s"]
+            r["decode_hf"] = hf["decode"]["tokens_per_s"]
+            tr = nn["tracing"]
+            r["empty_trace"] = tr["empty_trace_s"] / tr["no_trace_s"] - 1
+            r["block_saved"] = tr["block_saved_s"] / tr["no_trace_s"] - 1
+            T = lengths[-1]
+            r["matmul_gflops"] = hf["prefill_matmul_flops"][str(T)] / nn["prefill"][str(T)]["seconds"] / 1e9
+            r["sgemm_gflops"] = nn["sgemm_gflops"]
+            r["rss_nnt_mib"], r["rss_hf_mib"] = nn["peak_rss_mib"], hf["peak_rss_mib"]
+            rows.append(r)
+            raw.append({"family": fam, "dtype": dt, "nnt": nn, "transformers": hf})
+            print(json.dumps(r), file=sys.stderr, flush=True)
+        if not args.keep:
+            shutil.rmtree(fam_dir, ignore_errors=True)
+
+    T0, T1 = lengths[0], lengths[-1]
+    head = (f"| family | dtype | prefill {T0} nnt/hf | prefill {T1} nnt/hf | decode nnt/hf | empty trace | "
+            f"one block saved | matmul / sgemm | peak RSS / weights (hf) |")
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        p0 = r[f"prefill{T0}_nnt"] / r[f"prefill{T0}_hf"]
+        p1 = r[f"prefill{T1}_nnt"] / r[f"prefill{T1}_hf"]
+        lines.append(
+            f"| {r['family']} | {r['dtype']} | {p0:.2f}x ({r[f'prefill{T0}_nnt']:.0f} vs {r[f'prefill{T0}_hf']:.0f} tok/s) "
+            f"| {p1:.2f}x ({r[f'prefill{T1}_nnt']:.0f} vs {r[f'prefill{T1}_hf']:.0f}) "
+            f"| {r['decode_nnt'] / r['decode_hf']:.2f}x ({r['decode_nnt']:.1f} vs {r['decode_hf']:.1f}) "
+            f"| {100 * r['empty_trace']:+.1f}% | {100 * r['block_saved']:+.1f}% "
+            f"| {r['matmul_gflops'] / r['sgemm_gflops']:.0%} ({r['matmul_gflops']:.0f} of {r['sgemm_gflops']:.0f} GFLOP/s) "
+            f"| {r['rss_nnt_mib'] / r['weights_mib']:.2f} ({r['rss_hf_mib'] / r['weights_mib']:.2f}) |")
+    table = "\n".join(lines)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    hf0 = raw[0]["transformers"] if raw else {}
+    report = (f"# nnt vs transformers, CPU\n\n- commit: {commit()}\n- date: {stamp}\n- machine: {machine()}\n"
+              f"- threads: {args.threads} (torch.set_num_threads and nnt's INI)\n"
+              f"- transformers {hf0.get('transformers', '?')}, torch {hf0.get('torch', '?')}, eager attention\n"
+              f"- checkpoints: bench/make_models.py --scale {args.scale} (4 blocks, 32 experts, vocabulary 32768, "
+              f"the released widths)\n- prompts: {args.prefill} tokens; decode: {args.decode} tokens after a "
+              f"{T0}-token prompt; best of {args.repeats}\n"
+              f"- matmul / sgemm: the matrix-product FLOPs of a {T1}-token prefill (torch's FlopCounterMode on the "
+              f"transformers forward) over nnt's whole prefill time, against OpenBLAS sgemm on [512, hidden] x "
+              f"[hidden, hidden] in the same process\n- tracing: prefill of {T0} tokens with an empty trace, and with "
+              f"every value of one block saved, against no trace\n\n{table}\n\n## Raw measurements\n\n```json\n"
+              f"{json.dumps(raw, indent=1)}\n```\n")
+    print(table)
+    out_dir = ROOT / "bench" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{datetime.date.today().isoformat()}-{commit().split('+')[0]}-{args.scale}.md"
+    out.write_text(report)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
