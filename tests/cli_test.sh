@@ -60,6 +60,13 @@ check "Kimi KDA block has no self_attn, with the reason" 0 "attention_scores +no
 check "Kimi per-token states" 0 "layers.1.linear_attn.state@2 +\[1, 2, 16, 16\]" \
   "$nnt" trace --model "$fixtures/kimi_linear/hub" --tokens "5 6 7" --save layers.1.linear_attn.state
 
+check "DeepSeek-V4 printout: hyper-connections and the compressor" 0 "\(attention_premix\): Unavailable: a low-rank output projection" \
+  "$nnt" print --model "$fixtures/deepseek_v4/native"
+check "DeepSeek-V4 streams per step while generating" 0 "layers.0.layer_output@2 +\[1, 1, 4, 64\]" \
+  "$nnt" generate --model "$fixtures/deepseek_v4/native" --tokens "1 2 3 4 5 6 7 8 9" --max-new-tokens 3 --save layers.0.layer_output
+check "DeepSeek-V4 lens collapses the streams" 0 "^4 +[0-9]+ \(0\.[0-9]+\)" \
+  "$nnt" lens --model "$fixtures/deepseek_v4/fp32" --tokens "1 2 3 4 5 6"
+
 # --- lens, generate, steering, skipping ---
 top1() { "$nnt" trace --model "$1" --tokens "$2" | sed -n 's/^top 5 next tokens, row 0:  \([0-9]*\) .*/\1/p'; }
 want=$(top1 "$model" "$prompt")
