@@ -1,0 +1,1056 @@
+/* test_cuda.c - the cuda backend against the cpu backend.
+ *
+ * Without a usable GPU the suite prints why (the cuda backend's create error, e.g. "no CUDA
+ * device: ...") and exits 77, which ctest reports as Skipped (SKIP_RETURN_CODE 77).
+ *
+ * With a GPU:
+ *  - ops: every op of the table on random inputs, the cpu backend's result on host tensors
+ *    against the cuda backend's on device copies (both ops tables come from runtimes opened on
+ *    build/nnt.ini and build/nnt-cuda.ini), including the awkward cases: GQA, sinks, windows,
+ *    padding and per-query selections in the attention mask; group-limited routing and given
+ *    indices; repeated rows in scatters; the delta rule with K != V over several column tiles,
+ *    padding tokens and carried state; in-place convolution state; copy_cols inside one tensor;
+ *    BF16 weights through prepare_weight;
+ *  - fixtures: every model directory under tests/fixtures/<family>/<variant> with a config.json,
+ *    loaded once per runtime, runs the prompts of every reference*.safetensors it holds (or, when
+ *    it holds none - kimi_linear/hub - its sibling fp32's) with every reference value saved, and
+ *    each saved value is compared between the runtimes; then a session (prompt plus three
+ *    one-token steps) compares the logits of every step where the family keeps caches.
+ *
+ * Tolerances (cpu vs cuda, both float32):
+ *  - float values: max |cpu - cuda| <= 1e-4 x the largest |cpu| over the compared entries;
+ *    -inf/+inf must coincide (masked scores), NaN must coincide;
+ *  - values of data movement ops (copy, swap12, gather, scatter, copy_cols, zero_rows, fill):
+ *    exact;
+ *  - expert indices: the same set per token (slot order may differ); expert weights and outputs
+ *    compared slot by slot after aligning slots by expert index;
+ *  - model values: real tokens only (padding positions are excluded, as in the reference checks:
+ *    a padding token's routing is not guarded against near-ties). */
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/internal.h"
+#include "test_util.h"
+
+#define TOL 1e-4
+
+/* The backend under test. Building with -DNNT_TEST_GPU_BACKEND='"cpu"' and NNT_TEST_CUDA_INI
+ * set to build/nnt.ini runs the whole suite as cpu against cpu: a check of the suite itself on
+ * a machine without a GPU (every difference is then zero). */
+#ifndef NNT_TEST_GPU_BACKEND
+#define NNT_TEST_GPU_BACKEND "cuda"
+#endif
+
+static nnt_runtime *rt_cpu, *rt_gpu;
+static const nnt_backend_ops *cops, *gops;
+static void *cctx, *gctx;
+
+static const nnt_plugin *find_backend(nnt_runtime *rt, const char *name)
+{
+    for (int i = 0; i < rt->plugins.n; i++) {
+        nnt_plugin *p = rt->plugins.items[i];
+        if (p->kind == NNT_PLUGIN_BACKEND && strcmp(p->backend->header.name, name) == 0 && p->be_ctx) return p;
+    }
+    return NULL;
+}
+
+static int setup(void)
+{
+    if (nnt_runtime_open(t_ini(), &rt_cpu) != NNT_OK) {
+        fprintf(stderr, "cpu runtime: %s\n", nnt_last_error(rt_cpu));
+        return -1;
+    }
+    if (nnt_runtime_open(NNT_TEST_CUDA_INI, &rt_gpu) != NNT_OK) {
+        fprintf(stderr, "cuda runtime: %s\n", nnt_last_error(rt_gpu));
+        return -1;
+    }
+    const nnt_plugin *c = find_backend(rt_cpu, "cpu"), *g = find_backend(rt_gpu, NNT_TEST_GPU_BACKEND);
+    if (!c || !g) return -1;
+    cops = c->backend->ops;
+    cctx = c->be_ctx;
+    gops = g->backend->ops;
+    gctx = g->be_ctx;
+    return 0;
+}
+
+static int teardown(void)
+{
+    nnt_runtime_close(rt_gpu);
+    nnt_runtime_close(rt_cpu);
+    rt_gpu = rt_cpu = NULL;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Host and device tensors.                                                                  */
+
+static unsigned rng = 2024u;
+static float urand(void) /* uniform in [-1, 1) */
+{
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static nnt_tensor host(nnt_dtype dt, int ndim, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e)
+{
+    int64_t shape[5] = {a, b, c, d, e};
+    nnt_tensor t;
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&t, dt, ndim, shape) == NNT_OK);
+    return t;
+}
+
+static nnt_tensor hrand(int ndim, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e, float amp)
+{
+    nnt_tensor t = host(NNT_F32, ndim, a, b, c, d, e);
+    float *p = t.data;
+    for (int64_t i = 0; i < nnt_tensor_numel(&t); i++) p[i] = amp * urand();
+    return t;
+}
+
+static size_t nbytes(const nnt_tensor *t)
+{
+    return (size_t)nnt_tensor_numel(t) * nnt_dtype_size(t->dtype);
+}
+
+/* A device copy of a host tensor, made through the cuda backend's alloc and upload. */
+static nnt_tensor dev(const nnt_tensor *h)
+{
+    nnt_tensor d = *h;
+    nnt_error err = {0};
+    d.device = 1;
+    nnt_status st = gops->alloc(gctx, nbytes(h), &d.data, &err);
+    if (st == NNT_OK) st = gops->upload(gctx, d.data, h->data, nbytes(h), &err);
+    if (st != NNT_OK) fprintf(stderr, "\n  device copy: %s\n", err.msg);
+    CU_ASSERT_FATAL(st == NNT_OK);
+    return d;
+}
+
+static void dev_free(nnt_tensor *d)
+{
+    if (d->data) gops->free(gctx, d->data);
+    d->data = NULL;
+}
+
+/* The device tensor read back into a new host tensor. */
+static nnt_tensor back(const nnt_tensor *d)
+{
+    nnt_tensor h = *d;
+    h.device = 0;
+    h.data = malloc(nbytes(d) ? nbytes(d) : 1);
+    nnt_error err = {0};
+    nnt_status st = gops->download(gctx, h.data, d->data, nbytes(d), &err);
+    if (st != NNT_OK) fprintf(stderr, "\n  download: %s\n", err.msg);
+    CU_ASSERT_FATAL(st == NNT_OK);
+    return h;
+}
+
+/* Largest |a - b| relative to the largest |a| where sel (NULL: all) is set; -1 when infinities
+ * or NaNs do not coincide or the sizes differ. */
+static double rel_diff(const nnt_tensor *a, const nnt_tensor *b, const unsigned char *sel)
+{
+    int64_t n = nnt_tensor_numel(a);
+    if (n != nnt_tensor_numel(b)) return -1;
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (sel && !sel[i]) continue;
+        double x = nnt_tensor_get_f64(a, i);
+        if (isfinite(x) && fabs(x) > scale) scale = fabs(x);
+    }
+    if (scale == 0) scale = 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (sel && !sel[i]) continue;
+        double x = nnt_tensor_get_f64(a, i), y = nnt_tensor_get_f64(b, i);
+        if (isnan(x) || isnan(y)) {
+            if (!(isnan(x) && isnan(y))) return -1;
+            continue;
+        }
+        if (isinf(x) || isinf(y)) {
+            if (x != y) return -1;
+            continue;
+        }
+        worst = fmax(worst, fabs(x - y) / scale);
+    }
+    return worst;
+}
+
+/* Compares the cpu result (host) with the cuda result (device); tol 0 asks for equality. */
+static void same(const char *what, const nnt_tensor *cpu, const nnt_tensor *gpu, double tol)
+{
+    nnt_tensor g = back(gpu);
+    double e = rel_diff(cpu, &g, NULL);
+    if (e < 0 || e > tol) fprintf(stderr, "\n  %s: cpu and cuda differ (relative %.3g, tolerance %.3g)\n", what, e, tol);
+    CU_ASSERT(e >= 0 && e <= tol);
+    free(g.data);
+}
+
+#define OK_CPU(expr)                                                                                                   \
+    do {                                                                                                               \
+        nnt_error e_ = {0};                                                                                            \
+        nnt_error *err = &e_;                                                                                          \
+        nnt_status s_ = (expr);                                                                                        \
+        if (s_ != NNT_OK) fprintf(stderr, "\n  %s:%d cpu: %s\n", __FILE__, __LINE__, e_.msg);                          \
+        CU_ASSERT_EQUAL_FATAL(s_, NNT_OK);                                                                             \
+    } while (0)
+#define OK_GPU(expr)                                                                                                   \
+    do {                                                                                                               \
+        nnt_error e_ = {0};                                                                                            \
+        nnt_error *err = &e_;                                                                                          \
+        nnt_status s_ = (expr);                                                                                        \
+        if (s_ != NNT_OK) fprintf(stderr, "\n  %s:%d cuda: %s\n", __FILE__, __LINE__, e_.msg);                         \
+        CU_ASSERT_EQUAL_FATAL(s_, NNT_OK);                                                                             \
+    } while (0)
+
+static void hfree(int n, nnt_tensor **ts)
+{
+    for (int i = 0; i < n; i++) nnt_tensor_free(ts[i]);
+}
+
+static void dfree(int n, nnt_tensor **ts)
+{
+    for (int i = 0; i < n; i++) dev_free(ts[i]);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The ops, one at a time.                                                                   */
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static void test_linear(void)
+{
+    nnt_tensor x = hrand(2, 37, 70, 0, 0, 0, 1), w = hrand(2, 45, 70, 0, 0, 0, 0.2f), y = host(NNT_F32, 2, 37, 45, 0, 0, 0);
+    nnt_tensor dx = dev(&x), dy = dev(&y), dw;
+    OK_CPU(cops->linear(cctx, &x, &w, &y, err));
+    int is_cuda = strcmp(NNT_TEST_GPU_BACKEND, "cuda") == 0;
+    OK_GPU(gops->prepare_weight(gctx, &w, &dw, err));
+    CU_ASSERT_EQUAL(dw.dtype, NNT_F32);
+    if (is_cuda) CU_ASSERT_EQUAL(dw.device, 1);
+    OK_GPU(gops->linear(gctx, &dx, &dw, &dy, err));
+    same("linear F32", &y, &dy, TOL);
+    /* a BF16 weight: the cpu reads it as is, the cuda backend prepares an F32 copy */
+    nnt_tensor wb = host(NNT_BF16, 2, 45, 70, 0, 0, 0), dwb;
+    for (int64_t i = 0; i < 45 * 70; i++) ((uint16_t *)wb.data)[i] = to_bf16(((float *)w.data)[i]);
+    OK_CPU(cops->linear(cctx, &x, &wb, &y, err));
+    OK_GPU(gops->prepare_weight(gctx, &wb, &dwb, err));
+    if (is_cuda) CU_ASSERT_EQUAL(dwb.dtype, NNT_F32); /* widened on the device */
+    OK_GPU(gops->linear(gctx, &dx, &dwb, &dy, err));
+    same("linear BF16 weight", &y, &dy, TOL);
+    /* and a BF16 weight handed to linear directly (widened per call) */
+    nnt_tensor draw = dev(&wb);
+    OK_GPU(gops->linear(gctx, &dx, &draw, &dy, err));
+    same("linear BF16 weight, unprepared", &y, &dy, TOL);
+    gops->release_weight(gctx, &dw);
+    gops->release_weight(gctx, &dwb);
+    dev_free(&draw);
+    nnt_tensor *d[] = {&dx, &dy};
+    dfree(2, d);
+    nnt_tensor *h[] = {&x, &w, &y, &wb};
+    hfree(4, h);
+}
+
+static void test_norms_and_elementwise(void)
+{
+    nnt_tensor x = hrand(2, 19, 300, 0, 0, 0, 2), w = hrand(1, 300, 0, 0, 0, 0, 1), y = host(NNT_F32, 2, 19, 300, 0, 0, 0);
+    nnt_tensor g = hrand(2, 19, 300, 0, 0, 0, 3), b = hrand(2, 19, 300, 0, 0, 0, 1);
+    nnt_tensor dx = dev(&x), dw = dev(&w), dy = dev(&y), dg = dev(&g), db = dev(&b);
+    OK_CPU(cops->rms_norm(cctx, &x, &w, 1e-6f, &y, err));
+    OK_GPU(gops->rms_norm(gctx, &dx, &dw, 1e-6f, &dy, err));
+    same("rms_norm", &y, &dy, TOL);
+    OK_CPU(cops->rms_norm(cctx, &x, NULL, 1e-5f, &y, err));
+    OK_GPU(gops->rms_norm(gctx, &dx, NULL, 1e-5f, &dy, err));
+    same("rms_norm without gain", &y, &dy, TOL);
+    nnt_tensor x2 = x, dx2 = dev(&x); /* in place */
+    x2.data = malloc(nbytes(&x));
+    memcpy(x2.data, x.data, nbytes(&x));
+    OK_CPU(cops->rms_norm(cctx, &x2, &w, 1e-6f, &x2, err));
+    OK_GPU(gops->rms_norm(gctx, &dx2, &dw, 1e-6f, &dx2, err));
+    same("rms_norm in place", &x2, &dx2, TOL);
+    nnt_tensor wn = hrand(1, 30, 0, 0, 0, 0, 1), dwn = dev(&wn);
+    nnt_tensor xv = x, gv = g, yv = y, dxv = dx, dgv = dg, dyv = dy; /* gated, rows of 30 */
+    xv.shape[0] = gv.shape[0] = yv.shape[0] = dxv.shape[0] = dgv.shape[0] = dyv.shape[0] = 190;
+    xv.shape[1] = gv.shape[1] = yv.shape[1] = dxv.shape[1] = dgv.shape[1] = dyv.shape[1] = 30;
+    OK_CPU(cops->rms_norm_gated(cctx, &xv, &wn, &gv, 1e-5f, &yv, err));
+    OK_GPU(gops->rms_norm_gated(gctx, &dxv, &dwn, &dgv, 1e-5f, &dyv, err));
+    same("rms_norm_gated", &y, &dy, TOL);
+    OK_CPU(cops->add(cctx, &x, &b, &y, err));
+    OK_GPU(gops->add(gctx, &dx, &db, &dy, err));
+    same("add", &y, &dy, TOL);
+    OK_CPU(cops->scale(cctx, &x, 0.37f, &y, err));
+    OK_GPU(gops->scale(gctx, &dx, 0.37f, &dy, err));
+    same("scale", &y, &dy, TOL);
+    OK_CPU(cops->sigmoid(cctx, &g, &y, err));
+    OK_GPU(gops->sigmoid(gctx, &dg, &dy, err));
+    same("sigmoid", &y, &dy, TOL);
+    OK_CPU(cops->fill(cctx, &y, -2.5f, err));
+    OK_GPU(gops->fill(gctx, &dy, -2.5f, err));
+    same("fill", &y, &dy, 0);
+    OK_CPU(cops->copy(cctx, &g, &y, err));
+    OK_GPU(gops->copy(gctx, &dg, &dy, err));
+    same("copy", &y, &dy, 0);
+    /* SwiGLU: clamped, unclamped, and the gate-NULL form reading an edited activation */
+    nnt_tensor act = host(NNT_F32, 2, 19, 300, 0, 0, 0), dact = dev(&act);
+    for (int lim = 0; lim < 2; lim++) {
+        float L = lim ? 1.5f : 0.0f;
+        OK_CPU(cops->swiglu(cctx, &g, &b, L, &act, &y, err));
+        OK_GPU(gops->swiglu(gctx, &dg, &db, L, &dact, &dy, err));
+        same(lim ? "swiglu clamped: out" : "swiglu: out", &y, &dy, TOL);
+        same(lim ? "swiglu clamped: act" : "swiglu: act", &act, &dact, TOL);
+    }
+    OK_CPU(cops->swiglu(cctx, &g, &b, 0.0f, NULL, &y, err));
+    OK_GPU(gops->swiglu(gctx, &dg, &db, 0.0f, NULL, &dy, err));
+    same("swiglu without act", &y, &dy, TOL);
+    OK_CPU(cops->swiglu(cctx, NULL, &b, 2.0f, &x, &y, err));
+    OK_GPU(gops->swiglu(gctx, NULL, &db, 2.0f, &dx, &dy, err));
+    same("swiglu from an edited act", &y, &dy, TOL);
+    free(x2.data);
+    nnt_tensor *d[] = {&dx, &dw, &dy, &dg, &db, &dx2, &dwn, &dact};
+    dfree(8, d);
+    nnt_tensor *h[] = {&x, &w, &y, &g, &b, &wn, &act};
+    hfree(7, h);
+}
+
+static void test_embedding_swap_sum(void)
+{
+    nnt_tensor table = hrand(2, 50, 24, 0, 0, 0, 1), ids = host(NNT_I32, 1, 13, 0, 0, 0, 0), y = host(NNT_F32, 2, 13, 24, 0, 0, 0);
+    for (int i = 0; i < 13; i++) ((int32_t *)ids.data)[i] = (i * 7 + 3) % 50;
+    nnt_tensor dt, dids = dev(&ids), dy = dev(&y);
+    OK_GPU(gops->prepare_weight(gctx, &table, &dt, err));
+    OK_CPU(cops->embedding(cctx, &table, &ids, &y, err));
+    OK_GPU(gops->embedding(gctx, &dt, &dids, &dy, err));
+    same("embedding", &y, &dy, 0);
+    ((int32_t *)ids.data)[5] = 50; /* out of range: an error, not a fault */
+    nnt_tensor dbad = dev(&ids);
+    nnt_error e = {0};
+    CU_ASSERT_EQUAL(gops->embedding(gctx, &dt, &dbad, &dy, &e), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "id 50 at 5"));
+    nnt_tensor x = hrand(4, 2, 3, 5, 7, 0, 1), xs = host(NNT_F32, 4, 2, 5, 3, 7, 0), dx = dev(&x), dxs = dev(&xs);
+    OK_CPU(cops->swap12(cctx, &x, &xs, err));
+    OK_GPU(gops->swap12(gctx, &dx, &dxs, err));
+    same("swap12", &xs, &dxs, 0);
+    nnt_tensor s = hrand(3, 11, 4, 33, 0, 0, 1), sy = host(NNT_F32, 2, 11, 33, 0, 0, 0), ds = dev(&s), dsy = dev(&sy);
+    OK_CPU(cops->sum_axis1(cctx, &s, &sy, err));
+    OK_GPU(gops->sum_axis1(gctx, &ds, &dsy, err));
+    same("sum_axis1", &sy, &dsy, TOL);
+    gops->release_weight(gctx, &dt);
+    nnt_tensor *d[] = {&dids, &dy, &dbad, &dx, &dxs, &ds, &dsy};
+    dfree(7, d);
+    nnt_tensor *h[] = {&table, &ids, &y, &x, &xs, &s, &sy};
+    hfree(7, h);
+}
+
+static void test_rope(void)
+{
+    const int64_t B = 2, H = 3, T = 9, D = 40;
+    int32_t pos[18];
+    float inv[12];
+    for (int i = 0; i < 18; i++) pos[i] = i % 9 == 0 ? 0 : (i * 5) % 23 - 4; /* includes negatives */
+    for (int i = 0; i < 12; i++) inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / 24.0f);
+    for (int style = 0; style < 2; style++) {
+        nnt_tensor x = hrand(4, B, H, T, D, 0, 1), dx = dev(&x);
+        OK_CPU(cops->rope(cctx, &x, pos, inv, 8, 24, (nnt_rope_style)style, 1.2f, err));
+        OK_GPU(gops->rope(gctx, &dx, pos, inv, 8, 24, (nnt_rope_style)style, 1.2f, err));
+        same(style ? "rope interleaved" : "rope neox", &x, &dx, TOL);
+        dev_free(&dx);
+        nnt_tensor_free(&x);
+    }
+}
+
+/* Scores with GQA and every mask feature, then softmax with and without sinks, then the mix. */
+static void test_attention(void)
+{
+    const int64_t B = 2, Hq = 4, Hkv = 2, T = 11, S = 14, D = 16, Dv = 12;
+    nnt_tensor q = hrand(4, B, Hq, T, D, 0, 1), k = hrand(4, B, Hkv, S, D, 0, 1), v = hrand(4, B, Hkv, S, Dv, 0, 1);
+    nnt_tensor s = host(NNT_F32, 4, B, Hq, T, S, 0), p = host(NNT_F32, 4, B, Hq, T, S, 0), o = host(NNT_F32, 4, B, T, Hq, Dv, 0);
+    nnt_tensor dq = dev(&q), dk = dev(&k), dv = dev(&v), ds = dev(&s), dp = dev(&p), dO = dev(&o);
+    int32_t qpos[22], kpos[28];
+    uint8_t kval[28], qval[22], nowin[14], allow[2 * 11 * 14];
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            int pad = b == 1 && t < 3; /* row 1 left-padded by 3 */
+            qval[b * T + t] = !pad;
+            qpos[b * T + t] = pad ? 0 : (int32_t)(t - (b == 1 ? 3 : 0));
+            kval[b * S + t] = !pad;
+            kpos[b * S + t] = qpos[b * T + t];
+        }
+        for (int j = (int)T; j < S; j++) { /* three compressed entries after the tokens */
+            kval[b * S + j] = 1;
+            kpos[b * S + j] = (j - (int)T + 1) * 3 - 1;
+        }
+    }
+    for (int j = 0; j < S; j++) nowin[j] = j >= T;
+    for (int i = 0; i < 2 * 11 * 14; i++) allow[i] = (i * 7) % 5 != 0;
+    nnt_attn_mask full = {qpos, kpos, kval, qval, nowin, allow, 1, 4};
+    nnt_attn_mask plain = {qpos, kpos, kval, qval, NULL, NULL, 1, 0};
+    const nnt_attn_mask *masks[3] = {&full, &plain, NULL};
+    const char *names[3] = {"full mask", "causal and padding", "no mask"};
+    float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+    for (int mi = 0; mi < 3; mi++) {
+        char what[96];
+        OK_CPU(cops->attn_scores(cctx, &q, &k, 0.25f, masks[mi], &s, err));
+        OK_GPU(gops->attn_scores(gctx, &dq, &dk, 0.25f, masks[mi], &ds, err));
+        snprintf(what, sizeof what, "attn_scores, %s", names[mi]);
+        same(what, &s, &ds, TOL);
+        for (int withsink = 0; withsink < 2; withsink++) {
+            OK_CPU(cops->softmax(cctx, &s, withsink ? sinks : NULL, &p, err));
+            OK_GPU(gops->softmax(gctx, &ds, withsink ? sinks : NULL, &dp, err));
+            snprintf(what, sizeof what, "softmax%s, %s", withsink ? " with sinks" : "", names[mi]);
+            same(what, &p, &dp, TOL);
+            OK_CPU(cops->attn_mix(cctx, &p, &v, &o, err));
+            OK_GPU(gops->attn_mix(gctx, &dp, &dv, &dO, err));
+            snprintf(what, sizeof what, "attn_mix%s, %s", withsink ? " with sinks" : "", names[mi]);
+            same(what, &o, &dO, TOL);
+        }
+    }
+    /* softmax in place on the scores */
+    OK_CPU(cops->attn_scores(cctx, &q, &k, 0.25f, &full, &s, err));
+    OK_GPU(gops->attn_scores(gctx, &dq, &dk, 0.25f, &full, &ds, err));
+    OK_CPU(cops->softmax(cctx, &s, sinks, &s, err));
+    OK_GPU(gops->softmax(gctx, &ds, sinks, &ds, err));
+    same("softmax in place", &s, &ds, TOL);
+    nnt_tensor *d[] = {&dq, &dk, &dv, &ds, &dp, &dO};
+    dfree(6, d);
+    nnt_tensor *h[] = {&q, &k, &v, &s, &p, &o};
+    hfree(6, h);
+}
+
+/* expert sets per token equal; weights aligned by expert */
+static void same_routing(const char *what, const nnt_tensor *ci, const nnt_tensor *cw, const nnt_tensor *gi_d,
+                         const nnt_tensor *gw_d, int64_t M, int K)
+{
+    nnt_tensor gi = back(gi_d), gw = back(gw_d);
+    int mismatch = 0;
+    double worst = 0, scale = 0;
+    for (int64_t m = 0; m < M; m++)
+        for (int a = 0; a < K; a++) {
+            int32_t e = ((int32_t *)ci->data)[m * K + a];
+            int found = -1;
+            for (int b = 0; b < K; b++)
+                if (((int32_t *)gi.data)[m * K + b] == e) found = b;
+            if (found < 0) {
+                mismatch++;
+                continue;
+            }
+            double x = ((float *)cw->data)[m * K + a], y = ((float *)gw.data)[m * K + found];
+            scale = fmax(scale, fabs(x));
+            worst = fmax(worst, fabs(x - y));
+        }
+    if (mismatch || worst > TOL * scale)
+        fprintf(stderr, "\n  %s: %d slots differ, weights off by %.3g of %.3g\n", what, mismatch, worst, scale);
+    CU_ASSERT_EQUAL(mismatch, 0);
+    CU_ASSERT(worst <= TOL * scale);
+    free(gi.data);
+    free(gw.data);
+}
+
+static void test_route(void)
+{
+    const int64_t M = 37, E = 16;
+    const int K = 4;
+    nnt_tensor lg = hrand(2, M, E, 0, 0, 0, 3), bias = hrand(1, E, 0, 0, 0, 0, 0.5f);
+    nnt_tensor idx = host(NNT_I32, 2, M, K, 0, 0, 0), w = host(NNT_F32, 2, M, K, 0, 0, 0);
+    nnt_tensor dl = dev(&lg), db = dev(&bias), di = dev(&idx), dw = dev(&w);
+    struct {
+        const char *name;
+        nnt_route_params p;
+        int bias;
+    } cases[] = {
+        {"sigmoid, bias, 4 groups keep 2, renormalised, scaled", {NNT_SCORE_SIGMOID, K, 4, 2, 1, 1e-20f, 2.5f, 0}, 1},
+        {"softmax, no bias, no groups", {NNT_SCORE_SOFTMAX, K, 1, 1, 0, 0.0f, 1.0f, 0}, 0},
+        {"sqrt softplus, bias, renormalised", {NNT_SCORE_SQRT_SOFTPLUS, K, 0, 0, 1, 0.0f, 1.5f, 0}, 1},
+        {"sigmoid, 8 groups of 2 keep 3", {NNT_SCORE_SIGMOID, K, 8, 3, 1, 1e-20f, 1.0f, 0}, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        OK_CPU(cops->route(cctx, &lg, cases[i].bias ? &bias : NULL, &cases[i].p, &idx, &w, err));
+        OK_GPU(gops->route(gctx, &dl, cases[i].bias ? &db : NULL, &cases[i].p, &di, &dw, err));
+        same_routing(cases[i].name, &idx, &w, &di, &dw, M, K);
+    }
+    /* given indices (hash routing): the weights only, and an out-of-range index is an error */
+    nnt_route_params given = {NNT_SCORE_SQRT_SOFTPLUS, K, 1, 1, 1, 1e-20f, 1.5f, 1};
+    for (int64_t i = 0; i < M * K; i++) ((int32_t *)idx.data)[i] = (int32_t)((i * 5 + i / K) % E);
+    nnt_tensor dgi = dev(&idx);
+    OK_CPU(cops->route(cctx, &lg, NULL, &given, &idx, &w, err));
+    OK_GPU(gops->route(gctx, &dl, NULL, &given, &dgi, &dw, err));
+    same("route, given indices: weights", &w, &dw, TOL);
+    ((int32_t *)idx.data)[7] = (int32_t)E;
+    nnt_tensor dbad = dev(&idx);
+    nnt_error e = {0};
+    CU_ASSERT_EQUAL(gops->route(gctx, &dl, NULL, &given, &dbad, &dw, &e), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "outside"));
+    nnt_tensor *d[] = {&dl, &db, &di, &dw, &dgi, &dbad};
+    dfree(6, d);
+    nnt_tensor *h[] = {&lg, &bias, &idx, &w};
+    hfree(4, h);
+}
+
+static void test_rows(void)
+{
+    const int64_t M = 20, H = 33;
+    nnt_tensor src = hrand(2, M, H, 0, 0, 0, 1), dsrc = dev(&src);
+    int32_t rows[9] = {3, 0, 19, 7, 7, 12, 3, 5, 3}; /* repeats */
+    float scale[9] = {0.5f, 1.0f, -2.0f, 0.25f, 3.0f, 1.5f, -1.0f, 0.75f, 2.0f};
+    nnt_tensor g = host(NNT_F32, 2, 9, H, 0, 0, 0), dg = dev(&g);
+    OK_CPU(cops->gather_rows(cctx, &src, rows, 9, &g, err));
+    OK_GPU(gops->gather_rows(gctx, &dsrc, rows, 9, &dg, err));
+    same("gather_rows", &g, &dg, 0);
+    for (int dup = 0; dup < 2; dup++) {
+        int32_t distinct[6] = {3, 0, 19, 7, 12, 5};
+        const int32_t *r = dup ? rows : distinct;
+        int n = dup ? 9 : 6;
+        for (int withscale = 0; withscale < 2; withscale++) {
+            nnt_tensor acc = hrand(2, M, H, 0, 0, 0, 1), dacc = dev(&acc), set = hrand(2, M, H, 0, 0, 0, 1), dset = dev(&set);
+            OK_CPU(cops->scatter_add_rows(cctx, &g, r, withscale ? scale : NULL, n, &acc, err));
+            OK_GPU(gops->scatter_add_rows(gctx, &dg, r, withscale ? scale : NULL, n, &dacc, err));
+            OK_CPU(cops->scatter_rows(cctx, &g, r, withscale ? scale : NULL, n, &set, err));
+            OK_GPU(gops->scatter_rows(gctx, &dg, r, withscale ? scale : NULL, n, &dset, err));
+            char what[96];
+            snprintf(what, sizeof what, "scatter_add_rows%s%s", dup ? ", repeated rows" : "", withscale ? ", scaled" : "");
+            same(what, &acc, &dacc, TOL);
+            snprintf(what, sizeof what, "scatter_rows%s%s", dup ? ", repeated rows" : "", withscale ? ", scaled" : "");
+            same(what, &set, &dset, TOL);
+            dev_free(&dacc);
+            dev_free(&dset);
+            nnt_tensor_free(&acc);
+            nnt_tensor_free(&set);
+        }
+    }
+    int32_t bad = 20;
+    nnt_error e = {0};
+    CU_ASSERT_EQUAL(gops->gather_rows(gctx, &dsrc, &bad, 1, &dg, &e), NNT_ERR_INVALID_ARGUMENT);
+    /* zero_rows and copy_cols */
+    uint8_t valid[20];
+    for (int i = 0; i < 20; i++) valid[i] = i % 3 != 1;
+    nnt_tensor z = src, dz = dev(&src);
+    z.data = malloc(nbytes(&src));
+    memcpy(z.data, src.data, nbytes(&src));
+    OK_CPU(cops->zero_rows(cctx, &z, valid, err));
+    OK_GPU(gops->zero_rows(gctx, &dz, valid, err));
+    same("zero_rows", &z, &dz, 0);
+    nnt_tensor dst = hrand(2, M, 50, 0, 0, 0, 1), ddst = dev(&dst);
+    OK_CPU(cops->copy_cols(cctx, &src, 5, &dst, 17, 20, err));
+    OK_GPU(gops->copy_cols(gctx, &dsrc, 5, &ddst, 17, 20, err));
+    same("copy_cols", &dst, &ddst, 0);
+    /* inside one tensor, overlapping: a cache shifting left, and right */
+    OK_CPU(cops->copy_cols(cctx, &dst, 10, &dst, 3, 30, err));
+    OK_GPU(gops->copy_cols(gctx, &ddst, 10, &ddst, 3, 30, err));
+    same("copy_cols within one tensor, left", &dst, &ddst, 0);
+    OK_CPU(cops->copy_cols(cctx, &dst, 0, &dst, 9, 33, err));
+    OK_GPU(gops->copy_cols(gctx, &ddst, 0, &ddst, 9, 33, err));
+    same("copy_cols within one tensor, right", &dst, &ddst, 0);
+    free(z.data);
+    nnt_tensor *d[] = {&dsrc, &dg, &dz, &ddst};
+    dfree(4, d);
+    nnt_tensor *h[] = {&src, &g, &dst};
+    hfree(3, h);
+}
+
+static void test_conv_and_gate(void)
+{
+    const int64_t B = 2, T = 13, C = 40, W = 4;
+    nnt_tensor x = hrand(3, B, T, C, 0, 0, 1), w = hrand(2, C, W, 0, 0, 0, 0.5f), y = host(NNT_F32, 3, B, T, C, 0, 0);
+    nnt_tensor si = hrand(3, B, W - 1, C, 0, 0, 1), so = host(NNT_F32, 3, B, W - 1, C, 0, 0);
+    nnt_tensor dx = dev(&x), dy = dev(&y), dsi = dev(&si), dso = dev(&so), dw;
+    OK_GPU(gops->prepare_weight(gctx, &w, &dw, err));
+    for (int act = 0; act < 2; act++) {
+        OK_CPU(cops->conv1d_causal(cctx, &x, &w, NULL, act, &y, &so, err));
+        OK_GPU(gops->conv1d_causal(gctx, &dx, &dw, NULL, act, &dy, &dso, err));
+        same(act ? "conv1d SiLU" : "conv1d", &y, &dy, TOL);
+        same("conv1d state_out", &so, &dso, 0);
+    }
+    OK_CPU(cops->conv1d_causal(cctx, &x, &w, &si, 1, &y, &so, err));
+    OK_GPU(gops->conv1d_causal(gctx, &dx, &dw, &dsi, 1, &dy, &dso, err));
+    same("conv1d with state_in", &y, &dy, TOL);
+    same("conv1d state_out after state_in", &so, &dso, 0);
+    /* one token, the state updated in place (decode) */
+    nnt_tensor x1 = hrand(3, B, 1, C, 0, 0, 1), y1 = host(NNT_F32, 3, B, 1, C, 0, 0), dx1 = dev(&x1), dy1 = dev(&y1);
+    OK_CPU(cops->conv1d_causal(cctx, &x1, &w, &si, 1, &y1, &si, err));
+    OK_GPU(gops->conv1d_causal(gctx, &dx1, &dw, &dsi, 1, &dy1, &dsi, err));
+    same("conv1d one token", &y1, &dy1, TOL);
+    same("conv1d state updated in place", &si, &dsi, 0);
+    /* KDA gate */
+    nnt_tensor a = hrand(2, 7, 48, 0, 0, 0, 10), dt = hrand(1, 48, 0, 0, 0, 0, 1), al = hrand(1, 3, 0, 0, 0, 0, 1);
+    nnt_tensor g = host(NNT_F32, 2, 7, 48, 0, 0, 0), da = dev(&a), ddt = dev(&dt), dal = dev(&al), dg = dev(&g);
+    ((float *)a.data)[0] = 25.0f; /* the linear branch of softplus */
+    dev_free(&da);
+    da = dev(&a);
+    OK_CPU(cops->kda_gate(cctx, &a, &dt, &al, &g, err));
+    OK_GPU(gops->kda_gate(gctx, &da, &ddt, &dal, &dg, err));
+    same("kda_gate", &g, &dg, TOL);
+    gops->release_weight(gctx, &dw);
+    nnt_tensor *d[] = {&dx, &dy, &dsi, &dso, &dx1, &dy1, &da, &ddt, &dal, &dg};
+    dfree(10, d);
+    nnt_tensor *h[] = {&x, &w, &y, &si, &so, &x1, &y1, &a, &dt, &al, &g};
+    hfree(11, h);
+}
+
+static void run_delta(int64_t T, int with_state, int with_pads, int l2norm)
+{
+    const int64_t B = 2, H = 3, K = 40, V = 70; /* K != V, three column tiles */
+    nnt_tensor q = hrand(4, B, T, H, K, 0, 1), k = hrand(4, B, T, H, K, 0, 1), v = hrand(4, B, T, H, V, 0, 1);
+    nnt_tensor g = hrand(4, B, T, H, K, 0, 0.3f), beta = hrand(3, B, T, H, 0, 0, 0.5f);
+    for (int64_t i = 0; i < B * T * H * K; i++) ((float *)g.data)[i] = -0.3f - ((float *)g.data)[i];
+    for (int64_t i = 0; i < B * T * H; i++) ((float *)beta.data)[i] += 0.5f;
+    if (!l2norm) /* raw keys: keep |k|^2 beta below 2 or the recurrence grows without bound */
+        for (int64_t i = 0; i < B * T * H * K; i++) ((float *)k.data)[i] *= 0.2f;
+    nnt_tensor s0 = hrand(4, B, H, K, V, 0, 1), o = host(NNT_F32, 4, B, T, H, V, 0);
+    nnt_tensor s1 = host(NNT_F32, 4, B, H, K, V, 0), all = host(NNT_F32, 5, B, T, H, K, V);
+    uint8_t *valid = malloc((size_t)(B * T));
+    for (int64_t i = 0; i < B * T; i++) valid[i] = !(with_pads && i >= T && i < T + T / 3);
+    nnt_tensor dq = dev(&q), dk = dev(&k), dv = dev(&v), dg = dev(&g), db = dev(&beta), ds0 = dev(&s0), dO = dev(&o);
+    nnt_tensor ds1 = dev(&s1), dall = dev(&all);
+    float scale = l2norm ? 1.0f / sqrtf((float)K) : 0.05f;
+    OK_CPU(cops->delta_rule(cctx, &q, &k, &v, &g, &beta, with_pads ? valid : NULL, with_state ? &s0 : NULL, l2norm, scale,
+                            &o, &s1, &all, err));
+    OK_GPU(gops->delta_rule(gctx, &dq, &dk, &dv, &dg, &db, with_pads ? valid : NULL, with_state ? &ds0 : NULL, l2norm,
+                            scale, &dO, &ds1, &dall, err));
+    char what[128];
+    snprintf(what, sizeof what, "delta_rule T=%lld state=%d pads=%d l2norm=%d: o", (long long)T, with_state, with_pads,
+             l2norm);
+    same(what, &o, &dO, TOL);
+    snprintf(what, sizeof what, "delta_rule T=%lld state=%d pads=%d l2norm=%d: state_out", (long long)T, with_state,
+             with_pads, l2norm);
+    same(what, &s1, &ds1, TOL);
+    snprintf(what, sizeof what, "delta_rule T=%lld state=%d pads=%d l2norm=%d: states", (long long)T, with_state,
+             with_pads, l2norm);
+    same(what, &all, &dall, TOL);
+    /* without the per-token states, and the state carried in place */
+    if (with_state) {
+        OK_CPU(cops->delta_rule(cctx, &q, &k, &v, &g, &beta, NULL, &s0, l2norm, scale, &o, &s0, NULL, err));
+        OK_GPU(gops->delta_rule(gctx, &dq, &dk, &dv, &dg, &db, NULL, &ds0, l2norm, scale, &dO, &ds0, NULL, err));
+        same("delta_rule, state in place: o", &o, &dO, TOL);
+        same("delta_rule, state in place: state", &s0, &ds0, TOL);
+    }
+    free(valid);
+    nnt_tensor *d[] = {&dq, &dk, &dv, &dg, &db, &ds0, &dO, &ds1, &dall};
+    dfree(9, d);
+    nnt_tensor *h[] = {&q, &k, &v, &g, &beta, &s0, &o, &s1, &all};
+    hfree(9, h);
+}
+
+static void test_delta_rule(void)
+{
+    const int64_t lengths[] = {1, 2, 33, 65};
+    for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
+        run_delta(lengths[i], 0, 0, 1);
+        run_delta(lengths[i], 1, 1, 1);
+    }
+    run_delta(17, 1, 0, 0);
+}
+
+static void test_hyper(void)
+{
+    const int64_t M = 9, n = 4, H = 64, outs = (2 + n) * n;
+    nnt_tensor x = hrand(3, M, n, H, 0, 0, 1), fn = hrand(2, outs, n * H, 0, 0, 0, 0.05f), base = hrand(1, outs, 0, 0, 0, 0, 0.5f);
+    nnt_tensor sc = host(NNT_F32, 1, 3, 0, 0, 0, 0);
+    float scv[3] = {0.8f, 1.1f, 0.6f};
+    memcpy(sc.data, scv, sizeof scv);
+    nnt_tensor post = host(NNT_F32, 2, M, n, 0, 0, 0), comb = host(NNT_F32, 3, M, n, n, 0, 0), coll = host(NNT_F32, 2, M, H, 0, 0, 0);
+    nnt_tensor dx = dev(&x), dpost = dev(&post), dcomb = dev(&comb), dcoll = dev(&coll), dfn, dbase, dsc;
+    OK_GPU(gops->prepare_weight(gctx, &fn, &dfn, err));
+    OK_GPU(gops->prepare_weight(gctx, &base, &dbase, err));
+    OK_GPU(gops->prepare_weight(gctx, &sc, &dsc, err));
+    OK_CPU(cops->hyper_connection(cctx, &x, &fn, &base, &sc, 1e-6f, 1e-6f, 20, &post, &comb, &coll, err));
+    OK_GPU(gops->hyper_connection(gctx, &dx, &dfn, &dbase, &dsc, 1e-6f, 1e-6f, 20, &dpost, &dcomb, &dcoll, err));
+    same("hyper_connection: post", &post, &dpost, TOL);
+    same("hyper_connection: comb", &comb, &dcomb, TOL);
+    same("hyper_connection: collapsed", &coll, &dcoll, TOL);
+    nnt_tensor a = hrand(2, M, H, 0, 0, 0, 1), out = host(NNT_F32, 3, M, n, H, 0, 0), da = dev(&a), dout = dev(&out);
+    OK_CPU(cops->hyper_mix(cctx, &x, &a, &post, &comb, &out, err));
+    OK_GPU(gops->hyper_mix(gctx, &dx, &da, &dpost, &dcomb, &dout, err));
+    same("hyper_mix", &out, &dout, TOL);
+    nnt_tensor hfn = hrand(2, n, n * H, 0, 0, 0, 0.05f), hbase = hrand(1, n, 0, 0, 0, 0, 0.5f), y = host(NNT_F32, 2, M, H, 0, 0, 0);
+    nnt_tensor dhfn, dhbase, dy = dev(&y);
+    OK_GPU(gops->prepare_weight(gctx, &hfn, &dhfn, err));
+    OK_GPU(gops->prepare_weight(gctx, &hbase, &dhbase, err));
+    OK_CPU(cops->hyper_head(cctx, &x, &hfn, &hbase, &sc, 1e-6f, 1e-6f, &y, err));
+    OK_GPU(gops->hyper_head(gctx, &dx, &dhfn, &dhbase, &dsc, 1e-6f, 1e-6f, &dy, err));
+    same("hyper_head", &y, &dy, TOL);
+    nnt_tensor *w[] = {&dfn, &dbase, &dsc, &dhfn, &dhbase};
+    for (int i = 0; i < 5; i++) gops->release_weight(gctx, w[i]);
+    nnt_tensor *d[] = {&dx, &dpost, &dcomb, &dcoll, &da, &dout, &dy};
+    dfree(7, d);
+    nnt_tensor *h[] = {&x, &fn, &base, &sc, &post, &comb, &coll, &a, &out, &hfn, &hbase, &y};
+    hfree(12, h);
+}
+
+static void test_compress_indexer(void)
+{
+    const int64_t B = 2, T = 23, D = 8, rate = 4, C = 5;
+    int32_t first[2] = {0, 3}, count[2] = {5, 4};
+    for (int overlap = 0; overlap < 2; overlap++) {
+        int64_t cD = overlap ? 2 * D : D;
+        nnt_tensor kv = hrand(3, B, T, cD, 0, 0, 1), gate = hrand(3, B, T, cD, 0, 0, 2), ape = hrand(2, rate, cD, 0, 0, 0, 1);
+        nnt_tensor out = host(NNT_F32, 3, B, C, D, 0, 0), dkv = dev(&kv), dgate = dev(&gate), dout = dev(&out), dape;
+        OK_GPU(gops->prepare_weight(gctx, &ape, &dape, err));
+        OK_CPU(cops->compress(cctx, &kv, &gate, &ape, (int)rate, overlap, first, count, &out, err));
+        OK_GPU(gops->compress(gctx, &dkv, &dgate, &dape, (int)rate, overlap, first, count, &dout, err));
+        same(overlap ? "compress with overlap" : "compress", &out, &dout, TOL);
+        gops->release_weight(gctx, &dape);
+        nnt_tensor *d[] = {&dkv, &dgate, &dout};
+        dfree(3, d);
+        nnt_tensor *h[] = {&kv, &gate, &ape, &out};
+        hfree(4, h);
+    }
+    const int64_t Hh = 4, dI = 16, Ce = 6;
+    nnt_tensor q = hrand(4, B, T, Hh, dI, 0, 1), k = hrand(3, B, Ce, dI, 0, 0, 1), w = hrand(3, B, T, Hh, 0, 0, 1);
+    nnt_tensor sc = host(NNT_F32, 3, B, T, Ce, 0, 0), dq = dev(&q), dk = dev(&k), dw = dev(&w), dsc = dev(&sc);
+    OK_CPU(cops->indexer_scores(cctx, &q, &k, &w, 0.125f, &sc, err));
+    OK_GPU(gops->indexer_scores(gctx, &dq, &dk, &dw, 0.125f, &dsc, err));
+    same("indexer_scores", &sc, &dsc, TOL);
+    nnt_tensor *d[] = {&dq, &dk, &dw, &dsc};
+    dfree(4, d);
+    nnt_tensor *h[] = {&q, &k, &w, &sc};
+    hfree(4, h);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Whole models: every fixture on both runtimes.                                             */
+
+typedef struct fixture {
+    char model[512]; /* the directory holding config.json */
+    char refs[8][600];
+    int n_refs;
+} fixture;
+
+static int is_ref_name(const char *n)
+{
+    size_t l = strlen(n);
+    return strncmp(n, "reference", 9) == 0 && l > 12 && strcmp(n + l - 12, ".safetensors") == 0;
+}
+
+static int has_file(const char *dir, const char *name)
+{
+    char p[1024];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The sorted entries of dir (caller frees each and the array). */
+static int list_dir(const char *dir, char ***out)
+{
+    DIR *d = opendir(dir);
+    int n = 0, cap = 0;
+    char **v = NULL;
+    if (!d) return 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            v = realloc(v, (size_t)cap * sizeof *v);
+        }
+        v[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    if (n) qsort(v, (size_t)n, sizeof *v, cmp_names);
+    *out = v;
+    return n;
+}
+
+static int refs_in(const char *dir, fixture *f)
+{
+    char **names;
+    int n = list_dir(dir, &names), found = 0;
+    for (int i = 0; i < n; i++) {
+        if (is_ref_name(names[i]) && f->n_refs < 8) {
+            snprintf(f->refs[f->n_refs++], sizeof f->refs[0], "%s/%s", dir, names[i]);
+            found++;
+        }
+        free(names[i]);
+    }
+    if (n) free(names);
+    return found;
+}
+
+/* tests/fixtures/<family>/<variant>/ with a config.json; references from the variant, else from
+ * its sibling fp32 (or the first sibling that has any). */
+static int discover(fixture *out, int max)
+{
+    char **fams;
+    int nf = list_dir(NNT_TEST_FIXTURES, &fams), count = 0;
+    for (int i = 0; i < nf; i++) {
+        char fdir[512];
+        snprintf(fdir, sizeof fdir, "%s/%s", NNT_TEST_FIXTURES, fams[i]);
+        char **vars;
+        int nv = list_dir(fdir, &vars);
+        for (int j = 0; j < nv && count < max; j++) {
+            fixture *f = &out[count];
+            memset(f, 0, sizeof *f);
+            int len = snprintf(f->model, sizeof f->model, "%s/%s", fdir, vars[j]);
+            if (len < 0 || len >= (int)sizeof f->model || !has_file(f->model, "config.json")) continue;
+            if (!refs_in(f->model, f)) {
+                char sib[1024];
+                snprintf(sib, sizeof sib, "%s/fp32", fdir);
+                if (!refs_in(sib, f))
+                    for (int k = 0; k < nv && !f->n_refs; k++) {
+                        snprintf(sib, sizeof sib, "%s/%s", fdir, vars[k]);
+                        refs_in(sib, f);
+                    }
+            }
+            if (f->n_refs) count++;
+            else fprintf(stderr, "\n  %s: no reference*.safetensors here or in a sibling; skipped\n", f->model);
+        }
+        for (int j = 0; j < nv; j++) free(vars[j]);
+        if (nv) free(vars);
+        free(fams[i]);
+    }
+    if (nf) free(fams);
+    return count;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+/* Entries of a value to compare: real tokens of token-major [B, T, ...] values; real query rows
+ * of heads-first [B, H, T, ...] values, and among their key columns (scores, probabilities) the
+ * real ones of the first T; real key rows of [B, H, S, D] keys/values with S = T + C entries
+ * (the C compressed entries pool real tokens only); everything of any other value. */
+static unsigned char *select_real(const t_ref *r, const nnt_tensor *v)
+{
+    int64_t n = nnt_tensor_numel(v), B = r->batch, T = r->seq;
+    unsigned char *sel = malloc((size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) sel[i] = 1;
+    if (v->ndim < 2 || v->shape[0] != B || n == 0) return sel;
+    if (v->shape[1] == T) {
+        int64_t inner = n / (B * T);
+        for (int64_t i = 0; i < n; i++) sel[i] = r->mask[i / inner] != 0;
+    } else if (v->ndim >= 3 && v->shape[2] == T) {
+        int64_t H = v->shape[1], inner = n / (B * H * T), S = v->ndim == 4 ? v->shape[3] : 0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t t = (i / inner) % T, b = i / (inner * T * H);
+            sel[i] = r->mask[b * T + t] != 0;
+            if (S >= T && inner == S) {
+                int64_t s = i % S;
+                if (s < T && !r->mask[b * T + s]) sel[i] = 0;
+            }
+        }
+    } else if (v->ndim == 4 && v->shape[2] > T) {
+        int64_t H = v->shape[1], S = v->shape[2], D = v->shape[3];
+        for (int64_t i = 0; i < n; i++) {
+            int64_t s = (i / D) % S, b = i / (D * S * H);
+            if (s < T) sel[i] = r->mask[b * T + s] != 0;
+        }
+    }
+    return sel;
+}
+
+/* Expert indices as sets per real token; weights/outputs slot by slot after aligning by expert. */
+static double compare_slots(const t_ref *r, const nnt_trace *tc, const nnt_trace *tg, const char *key, int *mismatch)
+{
+    char ki[256];
+    snprintf(ki, sizeof ki, "%.*s.expert_indices", (int)(strrchr(key, '.') - key), key);
+    const nnt_tensor *ci = nnt_trace_get(tc, ki), *gi = nnt_trace_get(tg, ki);
+    const nnt_tensor *cv = nnt_trace_get(tc, key), *gv = nnt_trace_get(tg, key);
+    *mismatch = 0;
+    if (!ci || !gi || !cv || !gv || ci->ndim < 3) return rel_diff(cv, gv, NULL);
+    int64_t K = ci->shape[2], M = (int64_t)r->batch * r->seq, inner = nnt_tensor_numel(cv) / (M * K);
+    int is_idx = ends_with(key, ".expert_indices");
+    double worst = 0, scale = 0;
+    for (int64_t tok = 0; tok < M; tok++) {
+        if (!r->mask[tok]) continue;
+        for (int64_t a = 0; a < K; a++) {
+            int64_t e = (int64_t)nnt_tensor_get_f64(ci, tok * K + a), found = -1;
+            for (int64_t b = 0; b < K; b++)
+                if ((int64_t)nnt_tensor_get_f64(gi, tok * K + b) == e) found = b;
+            if (found < 0) {
+                (*mismatch)++;
+                continue;
+            }
+            if (is_idx) continue;
+            for (int64_t j = 0; j < inner; j++) {
+                double x = nnt_tensor_get_f64(cv, (tok * K + a) * inner + j), y = nnt_tensor_get_f64(gv, (tok * K + found) * inner + j);
+                scale = fmax(scale, fabs(x));
+                worst = fmax(worst, fabs(x - y));
+            }
+        }
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
+/* Compares every value trace tc saved with the same path in tg; returns how many. */
+static int compare_traces(const char *label, const t_ref *r, const nnt_trace *tc, const nnt_trace *tg)
+{
+    int n = nnt_trace_result_count(tc), bad = 0;
+    double worst = 0;
+    const char *worst_key = "-";
+    for (int i = 0; i < n; i++) {
+        const char *path;
+        const nnt_tensor *cv;
+        if (nnt_trace_result(tc, i, &path, &cv) != NNT_OK || !cv) continue;
+        const nnt_tensor *gv = nnt_trace_get(tg, path);
+        if (!gv) {
+            fprintf(stderr, "\n  %s: %s saved on cpu, missing on cuda\n", label, path);
+            bad++;
+            continue;
+        }
+        double e;
+        int mismatch = 0;
+        if (ends_with(path, ".expert_indices") || ends_with(path, ".expert_weights") || ends_with(path, ".expert_outputs")) {
+            e = compare_slots(r, tc, tg, path, &mismatch);
+        } else {
+            unsigned char *sel = select_real(r, cv);
+            e = rel_diff(cv, gv, sel);
+            free(sel);
+        }
+        if (e < 0 || e > TOL || mismatch) {
+            fprintf(stderr, "\n  %s: %s: relative difference %.3g%s (%d routing slots differ)\n", label, path, e,
+                    e < 0 ? " (shape, infinity or NaN mismatch)" : "", mismatch);
+            bad++;
+        }
+        if (e > worst) {
+            worst = e;
+            worst_key = path;
+        }
+    }
+    printf("\n  %s: %d values, worst relative difference %.3g (%s)", label, n, worst, worst_key);
+    CU_ASSERT_EQUAL(bad, 0);
+    return n;
+}
+
+static int open_ref(t_ref *r, nnt_runtime *rt, const char *path)
+{
+    memset(r, 0, sizeof *r);
+    r->rt = rt;
+    snprintf(r->path, sizeof r->path, "%s", path);
+    nnt_tensor ids, mask;
+    if (nnt_safetensors_read(rt, path, "input_ids", &ids) != NNT_OK) return -1;
+    if (nnt_safetensors_read(rt, path, "attention_mask", &mask) != NNT_OK) {
+        nnt_tensor_free(&ids);
+        return -1;
+    }
+    r->batch = (int)ids.shape[0];
+    r->seq = (int)ids.shape[1];
+    int ok = nnt_tensor_numel(&ids) <= 4096;
+    for (int64_t i = 0; i < nnt_tensor_numel(&ids) && i < 4096; i++) {
+        r->ids[i] = (int32_t)nnt_tensor_get_f64(&ids, i);
+        r->mask[i] = (int32_t)nnt_tensor_get_f64(&mask, i);
+    }
+    nnt_tensor_free(&ids);
+    nnt_tensor_free(&mask);
+    return ok ? 0 : -1;
+}
+
+/* The prompt, then three one-token steps, in a session on each runtime: logits of every step. */
+static void compare_session(const char *label, nnt_model *mc, nnt_model *mg, const t_ref *r)
+{
+    nnt_session *sc = NULL, *sg = NULL;
+    nnt_status st = nnt_session_new(mc, r->batch, r->seq + 8, &sc);
+    if (st != NNT_OK) {
+        printf("\n  %s: no session (%s); steps not compared", label, nnt_last_error(rt_cpu));
+        return;
+    }
+    T_OK(rt_gpu, nnt_session_new(mg, r->batch, r->seq + 8, &sg));
+    nnt_trace *tc, *tg;
+    T_OK(rt_cpu, nnt_trace_new(mc, &tc));
+    T_OK(rt_gpu, nnt_trace_new(mg, &tg));
+    T_OK(rt_cpu, nnt_trace_save(tc, "logits"));
+    T_OK(rt_gpu, nnt_trace_save(tg, "logits"));
+    T_OK(rt_cpu, nnt_session_forward(sc, tc, r->ids, r->mask, r->seq));
+    T_OK(rt_gpu, nnt_session_forward(sg, tg, r->ids, r->mask, r->seq));
+    int32_t next[64];
+    for (int step = 1; step <= 3; step++) {
+        for (int b = 0; b < r->batch && b < 64; b++) next[b] = (r->ids[b * r->seq + r->seq - 1] + 7 * step) % 32 + 1;
+        T_OK(rt_cpu, nnt_session_forward(sc, tc, next, NULL, 1));
+        T_OK(rt_gpu, nnt_session_forward(sg, tg, next, NULL, 1));
+    }
+    /* the prompt's logits on real tokens, the steps' ([B, 1, V]) whole */
+    char what[700];
+    snprintf(what, sizeof what, "%s, session steps", label);
+    compare_traces(what, r, tc, tg);
+    nnt_trace_free(tc);
+    nnt_trace_free(tg);
+    nnt_session_free(sc);
+    nnt_session_free(sg);
+}
+
+static void test_fixtures(void)
+{
+    static fixture fx[64];
+    int n = discover(fx, 64), values = 0;
+    CU_ASSERT(n > 0);
+    for (int i = 0; i < n; i++) {
+        nnt_model *mc = NULL, *mg = NULL;
+        T_OK(rt_cpu, nnt_model_load(rt_cpu, fx[i].model, &mc));
+        T_OK(rt_gpu, nnt_model_load(rt_gpu, fx[i].model, &mg));
+        CU_ASSERT_STRING_EQUAL(nnt_model_backend(mg), NNT_TEST_GPU_BACKEND);
+        for (int j = 0; j < fx[i].n_refs; j++) {
+            t_ref r;
+            if (open_ref(&r, rt_cpu, fx[i].refs[j]) != 0) {
+                fprintf(stderr, "\n  %s: cannot read its prompts\n", fx[i].refs[j]);
+                CU_FAIL("reference prompts");
+                continue;
+            }
+            nnt_trace *tc = t_run_reference(rt_cpu, mc, &r);
+            r.rt = rt_gpu;
+            nnt_trace *tg = t_run_reference(rt_gpu, mg, &r);
+            char label[1200];
+            const char *rel = fx[i].model + strlen(NNT_TEST_FIXTURES) + 1;
+            snprintf(label, sizeof label, "%s (%s)", rel, strrchr(fx[i].refs[j], '/') + 1);
+            values += compare_traces(label, &r, tc, tg);
+            nnt_trace_free(tc);
+            nnt_trace_free(tg);
+            if (j == 0) compare_session(rel, mc, mg, &r);
+        }
+        nnt_model_free(mc);
+        nnt_model_free(mg);
+    }
+    printf("\n  %d fixtures, %d values compared\n", n, values);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+/* No GPU (or no driver): say why and leave with 77 before any suite is registered. */
+static void skip_without_gpu(void)
+{
+    nnt_runtime *rt = NULL;
+    nnt_status st = nnt_runtime_open(NNT_TEST_CUDA_INI, &rt);
+    if (st == NNT_OK) {
+        nnt_runtime_close(rt);
+        return;
+    }
+    const char *msg = nnt_last_error(rt);
+    if (st == NNT_ERR_BACKEND && strstr(msg, "no CUDA device")) {
+        printf("cuda: skipped: %s\n", msg);
+        fflush(stdout);
+        nnt_runtime_close(rt);
+        CU_cleanup_registry();
+        exit(77);
+    }
+    fprintf(stderr, "cuda: the cuda runtime does not open: %s\n", msg);
+    nnt_runtime_close(rt);
+}
+
+int register_tests(void)
+{
+    skip_without_gpu();
+    CU_pSuite s = CU_add_suite("cuda", setup, teardown);
+    if (!s) return -1;
+    if (!CU_add_test(s, "linear (F32, BF16 prepared and unprepared)", test_linear) ||
+        !CU_add_test(s, "RMSNorm, gated RMSNorm, add, scale, sigmoid, fill, copy, SwiGLU", test_norms_and_elementwise) ||
+        !CU_add_test(s, "embedding (and a bad id), swap12, sum_axis1", test_embedding_swap_sum) ||
+        !CU_add_test(s, "rotary, NEOX and interleaved", test_rope) ||
+        !CU_add_test(s, "attention: GQA scores under every mask, softmax with sinks, mix", test_attention) ||
+        !CU_add_test(s, "router: scores, groups, bias, given indices", test_route) ||
+        !CU_add_test(s, "gather, scatter with repeated rows, zero_rows, copy_cols", test_rows) ||
+        !CU_add_test(s, "causal convolution with state, KDA gate", test_conv_and_gate) ||
+        !CU_add_test(s, "delta rule, K != V, padding, carried state", test_delta_rule) ||
+        !CU_add_test(s, "hyper-connections: weights, mix, head", test_hyper) ||
+        !CU_add_test(s, "compression and indexer scores", test_compress_indexer) ||
+        !CU_add_test(s, "every fixture: cpu and cuda agree on every value", test_fixtures))
+        return -1;
+    return 0;
+}
