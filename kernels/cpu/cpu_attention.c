@@ -74,6 +74,15 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
             const float *qh = qd + (b * Hq + h) * T * D;
             const float *kh = kd + (b * Hkv + h / group) * S * D;
             float *sh = sd + (b * Hq + h) * T * S;
+            if (T >= 8) { /* a block of queries: one sgemm (single-threaded inside this loop), then the mask */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)S, (int)D, scale, qh, (int)D, kh, (int)D,
+                            0.0f, sh, (int)S);
+                if (mask)
+                    for (int64_t t = 0; t < T; t++)
+                        for (int64_t j = 0; j < S; j++)
+                            if (!visible(mask, b, t, j, T, S)) sh[t * S + j] = -INFINITY;
+                continue;
+            }
             for (int64_t t = 0; t < T; t++)
                 for (int64_t j = 0; j < S; j++) {
                     if (!visible(mask, b, t, j, T, S)) {

@@ -158,33 +158,39 @@ nnt_status cpu_compress(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate,
     const float *k = kv->data, *g = gate->data;
     float *o = out->data;
     memset(o, 0, sizeof(float) * (size_t)(B * C * D));
-    int64_t slots = coff * rate;
+    const void *pe = ape->data;
+    nnt_dtype pdt = ape->dtype;
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t w = 0; w < C; w++) {
             if (w >= count[b]) continue;
+            /* slots: with overlap, the previous window's tokens (first D channels) then this
+             * window's (last D channels); a softmax over the slots' gate scores (plus the
+             * position bias) weights their values. Two passes: the maximum, then the sums. */
+            int64_t t_prev = first[b] + (w - 1) * rate, t_this = first[b] + w * rate, hi = overlap ? D : 0;
+            int prev = overlap && w > 0;
             for (int64_t ch = 0; ch < D; ch++) {
-                float sc[512], val[512];
-                int64_t ns = 0;
-                if (overlap && w > 0) /* the previous window's tokens, first D channels */
-                    for (int64_t i = 0; i < rate; i++) {
-                        int64_t t = first[b] + (w - 1) * rate + i;
-                        sc[ns] = cpu_load(g, NNT_F32, (b * T + t) * cD + ch) + cpu_load(ape->data, ape->dtype, i * cD + ch);
-                        val[ns++] = k[(b * T + t) * cD + ch];
-                    }
-                for (int64_t i = 0; i < rate; i++) { /* this window's tokens */
-                    int64_t t = first[b] + w * rate + i, cc = overlap ? D + ch : ch;
-                    sc[ns] = g[(b * T + t) * cD + cc] + cpu_load(ape->data, ape->dtype, i * cD + cc);
-                    val[ns++] = k[(b * T + t) * cD + cc];
-                }
-                (void)slots;
                 float mx = -INFINITY;
-                for (int64_t s = 0; s < ns; s++) mx = sc[s] > mx ? sc[s] : mx;
+                for (int64_t i = 0; prev && i < rate; i++) {
+                    float sc = g[(b * T + t_prev + i) * cD + ch] + cpu_load(pe, pdt, i * cD + ch);
+                    mx = sc > mx ? sc : mx;
+                }
+                for (int64_t i = 0; i < rate; i++) {
+                    float sc = g[(b * T + t_this + i) * cD + hi + ch] + cpu_load(pe, pdt, i * cD + hi + ch);
+                    mx = sc > mx ? sc : mx;
+                }
                 double sum = 0.0, acc = 0.0;
-                for (int64_t s = 0; s < ns; s++) {
-                    double e = exp((double)sc[s] - mx);
+                for (int64_t i = 0; prev && i < rate; i++) {
+                    float sc = g[(b * T + t_prev + i) * cD + ch] + cpu_load(pe, pdt, i * cD + ch);
+                    double e = exp((double)sc - mx);
                     sum += e;
-                    acc += e * val[s];
+                    acc += e * k[(b * T + t_prev + i) * cD + ch];
+                }
+                for (int64_t i = 0; i < rate; i++) {
+                    float sc = g[(b * T + t_this + i) * cD + hi + ch] + cpu_load(pe, pdt, i * cD + hi + ch);
+                    double e = exp((double)sc - mx);
+                    sum += e;
+                    acc += e * k[(b * T + t_this + i) * cD + hi + ch];
                 }
                 o[(b * C + w) * D + ch] = (float)(acc / sum);
             }

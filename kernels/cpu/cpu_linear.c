@@ -1,8 +1,9 @@
-/* cpu_linear.c - the cpu backend's matrix product y = x . w^T. F32 weights go straight to
- * OpenBLAS sgemm. BF16 and F16 weights are never converted as a whole: a product with few rows of
- * x (decoding) reads each weight row once and widens it in registers (AVX-512 where the CPU has
- * it, chosen at run time), and a product with many rows widens one panel of weight rows at a time
- * into scratch memory for sgemm, so the widening is paid once per panel for all rows of x. */
+/* cpu_linear.c - the cpu backend's matrix product y = x . w^T. A product with few rows of x
+ * (decoding) streams each weight row once through registers on every thread - F32 rows as they
+ * are, BF16 and F16 rows widened in registers (AVX-512 where the CPU has it, chosen at run time):
+ * sgemm would first pack the whole weight matrix for a single row. Products with more rows go to
+ * OpenBLAS sgemm; BF16 and F16 weights are never converted as a whole there either: one panel of
+ * weight rows at a time is widened into scratch memory, paid once for all rows of x. */
 #include <cblas.h>
 #include <string.h>
 
@@ -51,30 +52,69 @@ __attribute__((target("avx512f"))) static void widen_avx512(const uint16_t *src,
 
 /* y[m, n] = sum_k x[m, k] w[n, k] for weight rows n0..n1 and m < M <= FEW_ROWS; BF16 or F16 rows
  * are widened 16 at a time in registers. x [M, K], w [N, K], y [M, ldy]. */
-__attribute__((target("avx512f"))) static void rows_avx512(const float *x, int64_t M, int64_t K, const uint16_t *w,
+__attribute__((target("avx512f"))) static void rows_avx512(const float *x, int64_t M, int64_t K, const void *w,
                                                            nnt_dtype dt, int64_t n0, int64_t n1, float *y, int64_t ldy)
 {
     for (int64_t n = n0; n < n1; n++) {
-        const uint16_t *wr = w + n * K;
+        const uint16_t *wh = (const uint16_t *)w + n * K;
+        const float *wf32 = (const float *)w + n * K;
         __m512 acc[FEW_ROWS];
         for (int64_t m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
         int64_t k = 0;
         for (; k + 16 <= K; k += 16) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)(wr + k));
-            __m512 wf = dt == NNT_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-                                       : _mm512_cvtph_ps(h);
+            __m512 wf;
+            if (dt == NNT_F32)
+                wf = _mm512_loadu_ps(wf32 + k);
+            else {
+                __m256i h = _mm256_loadu_si256((const __m256i *)(wh + k));
+                wf = dt == NNT_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+            }
             for (int64_t m = 0; m < M; m++) acc[m] = _mm512_fmadd_ps(_mm512_loadu_ps(x + m * K + k), wf, acc[m]);
         }
         for (int64_t m = 0; m < M; m++) {
             float s = _mm512_reduce_add_ps(acc[m]);
-            for (int64_t kk = k; kk < K; kk++) s += x[m * K + kk] * cpu_load(wr, dt, kk);
+            for (int64_t kk = k; kk < K; kk++) s += x[m * K + kk] * cpu_load(w, dt, n * K + kk);
             y[m * ldy + n] = s;
         }
     }
 }
+
+/* Loads 16 weights of a row as F32. */
+__attribute__((target("avx512f"))) static inline __m512 load16(const void *w, nnt_dtype dt, int64_t i)
+{
+    if (dt == NNT_F32) return _mm512_loadu_ps((const float *)w + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
+    return dt == NNT_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+}
+
+/* The single-row case (a decoding step): four weight rows at a time, so four independent
+ * accumulation chains keep the loads in flight. x [K], w [N, K], y [ldy] (row 0). */
+__attribute__((target("avx512f"))) static void row1_avx512(const float *x, int64_t K, const void *w, nnt_dtype dt,
+                                                           int64_t n0, int64_t n1, float *y)
+{
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t k = 0;
+        for (; k + 16 <= K; k += 16) {
+            __m512 xv = _mm512_loadu_ps(x + k);
+            a0 = _mm512_fmadd_ps(xv, load16(w, dt, (n + 0) * K + k), a0);
+            a1 = _mm512_fmadd_ps(xv, load16(w, dt, (n + 1) * K + k), a1);
+            a2 = _mm512_fmadd_ps(xv, load16(w, dt, (n + 2) * K + k), a2);
+            a3 = _mm512_fmadd_ps(xv, load16(w, dt, (n + 3) * K + k), a3);
+        }
+        float s[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
+                      _mm512_reduce_add_ps(a3)};
+        for (int r = 0; r < 4; r++) {
+            for (int64_t kk = k; kk < K; kk++) s[r] += x[kk] * cpu_load(w, dt, (n + r) * K + kk);
+            y[n + r] = s[r];
+        }
+    }
+    if (n < n1) rows_avx512(x, 1, K, w, dt, n, n1, y, 0);
+}
 #endif
 
-static void rows_portable(const float *x, int64_t M, int64_t K, const uint16_t *w, nnt_dtype dt, int64_t n0, int64_t n1,
+static void rows_portable(const float *x, int64_t M, int64_t K, const void *w, nnt_dtype dt, int64_t n0, int64_t n1,
                           float *y, int64_t ldy)
 {
     for (int64_t n = n0; n < n1; n++)
@@ -82,10 +122,10 @@ static void rows_portable(const float *x, int64_t M, int64_t K, const uint16_t *
             float lanes[8] = {0};
             int64_t k = 0;
             for (; k + 8 <= K; k += 8)
-                for (int j = 0; j < 8; j++) lanes[j] += x[m * K + k + j] * cpu_load(w + n * K, dt, k + j);
+                for (int j = 0; j < 8; j++) lanes[j] += x[m * K + k + j] * cpu_load(w, dt, n * K + k + j);
             float s = 0;
             for (int j = 0; j < 8; j++) s += lanes[j];
-            for (; k < K; k++) s += x[m * K + k] * cpu_load(w + n * K, dt, k);
+            for (; k < K; k++) s += x[m * K + k] * cpu_load(w, dt, n * K + k);
             y[m * ldy + n] = s;
         }
 }
@@ -110,12 +150,15 @@ static void widen(const uint16_t *src, nnt_dtype dt, int64_t n, float *dst)
     widen_portable(src, dt, n, dst);
 }
 
-static void few_rows(const float *x, int64_t M, int64_t K, const uint16_t *w, nnt_dtype dt, int64_t n0, int64_t n1,
+static void few_rows(const float *x, int64_t M, int64_t K, const void *w, nnt_dtype dt, int64_t n0, int64_t n1,
                      float *y, int64_t ldy)
 {
 #if defined(__x86_64__)
     if (have_avx512()) {
-        rows_avx512(x, M, K, w, dt, n0, n1, y, ldy);
+        if (M == 1)
+            row1_avx512(x, K, w, dt, n0, n1, y);
+        else
+            rows_avx512(x, M, K, w, dt, n0, n1, y, ldy);
         return;
     }
 #endif
@@ -138,25 +181,25 @@ nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_t
     if (M == 0 || N == 0) return NNT_OK;
     const float *xd = x->data;
     float *yd = y->data;
-    if (w->dtype == NNT_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, xd, (int)K,
-                    (const float *)w->data, (int)K, 0.0f, yd, (int)N);
-        return NNT_OK;
-    }
-    if (w->dtype != NNT_BF16 && w->dtype != NNT_F16)
-        return cpu_error(err, NNT_ERR_UNSUPPORTED, "cpu linear: weight dtype %d is not F32, BF16 or F16", (int)w->dtype);
-    const uint16_t *wd = w->data;
     nnt_dtype dt = w->dtype;
+    if (dt != NNT_F32 && dt != NNT_BF16 && dt != NNT_F16)
+        return cpu_error(err, NNT_ERR_UNSUPPORTED, "cpu linear: weight dtype %d is not F32, BF16 or F16", (int)dt);
     if (M <= FEW_ROWS) {
         /* each thread streams its own block of weight rows */
         int64_t chunk = (N + c->threads - 1) / c->threads;
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (N * K > 65536)
         for (int t = 0; t < c->threads; t++) {
             int64_t n0 = t * chunk, n1 = n0 + chunk < N ? n0 + chunk : N;
-            if (n0 < n1) few_rows(xd, M, K, wd, dt, n0, n1, yd, N);
+            if (n0 < n1) few_rows(xd, M, K, w->data, dt, n0, n1, yd, N);
         }
         return NNT_OK;
     }
+    if (dt == NNT_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, xd, (int)K,
+                    (const float *)w->data, (int)K, 0.0f, yd, (int)N);
+        return NNT_OK;
+    }
+    const uint16_t *wd = w->data;
     float *panel;
     int64_t rows = N < PANEL_ROWS ? N : PANEL_ROWS;
     if ((st = cpu_scratch(c, (size_t)(rows * K), &panel, err)) != NNT_OK) return st;

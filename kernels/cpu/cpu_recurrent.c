@@ -145,20 +145,26 @@ nnt_status cpu_delta_rule(void *ctx, const nnt_tensor *q, const nnt_tensor *k, c
                     }
                     for (int64_t i = 0; i < K; i++) qn[i] *= scale;
                     float bt_ = bd[base];
-                    for (int64_t i = 0; i < K; i++) {
-                        float d = expf(gt[i]);
-                        for (int64_t j = 0; j < V; j++) S[i * V + j] *= d;
-                    }
+                    /* two sweeps over the state, row by row (contiguous in j): decay it and read
+                     * u = S^T k; then write S += k u^T and read o = S^T q */
                     for (int64_t j = 0; j < V; j++) u[j] = 0.0f;
-                    for (int64_t i = 0; i < K; i++)
-                        for (int64_t j = 0; j < V; j++) u[j] += S[i * V + j] * kn[i];
-                    for (int64_t j = 0; j < V; j++) u[j] = bt_ * (vt[j] - u[j]);
-                    for (int64_t i = 0; i < K; i++)
-                        for (int64_t j = 0; j < V; j++) S[i * V + j] += kn[i] * u[j];
+                    for (int64_t i = 0; i < K; i++) {
+                        float d = expf(gt[i]), ki = kn[i], *Si = S + i * V;
+                        for (int64_t j = 0; j < V; j++) {
+                            Si[j] *= d;
+                            u[j] += Si[j] * ki;
+                        }
+                    }
                     for (int64_t j = 0; j < V; j++) {
-                        float acc = 0.0f;
-                        for (int64_t i = 0; i < K; i++) acc += S[i * V + j] * qn[i];
-                        ot[j] = acc;
+                        u[j] = bt_ * (vt[j] - u[j]);
+                        ot[j] = 0.0f;
+                    }
+                    for (int64_t i = 0; i < K; i++) {
+                        float ki = kn[i], qi = qn[i], *Si = S + i * V;
+                        for (int64_t j = 0; j < V; j++) {
+                            Si[j] += ki * u[j];
+                            ot[j] += Si[j] * qi;
+                        }
                     }
                 }
                 if (states) memcpy((float *)states->data + base * K * V, S, (size_t)(K * V) * sizeof(float));
