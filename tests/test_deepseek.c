@@ -1,8 +1,9 @@
 /* test_deepseek.c - the DeepSeek-V4 family against transformers' references (fixtures written by
  * tests/fixtures/make_fixtures.py): every stored value at five prompt lengths around the
  * compression boundaries, on transformers' save_pretrained checkpoint and on the release's native
- * FP8/FP4 layout; the lightning indexer's selection; the hyper-connection block formula from the
- * page; hash routing's independence from the hidden state; ablation; refused inputs. */
+ * FP8/FP4 layout; the lightning indexer's selection; the hyper-connection block formula and the
+ * stream-mean identity from the page; the lens on one stream; the SwiGLU clamp; hash routing's
+ * independence from the hidden state; ablation; refused inputs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,175 @@ static void test_block_formula(void)
     nnt_runtime_close(rt);
 }
 
+/* The page's stream-mean identity: layer_output.mean(streams) == layer_input.mean(streams) +
+ * mean(attention_post) * attention_output + mean(mlp_post) * mlp_output, which holds as far as
+ * comb's rows sum to one (Sinkhorn normalises columns last; rows keep a residual). Exactly, each
+ * stream j of a mix also carries (rowsum_j - 1) / n of its input; with that term the identity
+ * holds to float rounding, and where every row sum is within 1e-6 of one it holds at the page's
+ * tolerance (rtol = atol = 1e-4) without it. */
+static void test_stream_mean(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = load(rt, "deepseek_v4/fp32");
+    t_ref r;
+    open_ref(&r, rt, "deepseek_v4/fp32", 40);
+    const nnt_model_info *mi = nnt_model_get_info(m);
+    int n = mi->num_streams, H = mi->hidden_size;
+    static const char *const names[] = {"layer_input", "attention_comb", "attention_post", "self_attn.attention_output",
+                                        "mlp_comb", "mlp_post", "mlp.mlp_output", "layer_output"};
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    for (int l = 0; l < mi->num_layers; l++)
+        for (int i = 0; i < 8; i++) {
+            char k[96];
+            snprintf(k, sizeof k, "layers.%d.%s", l, names[i]);
+            T_OK(rt, nnt_trace_save(t, k));
+        }
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    int64_t M = (int64_t)r.batch * r.seq;
+    double exact_err = 0, scale = 0, page_bad = 0, converged = 0;
+    double *hmid = malloc(sizeof(double) * (size_t)(n * H));
+    for (int l = 0; l < mi->num_layers; l++) {
+        const nnt_tensor *v[8];
+        for (int i = 0; i < 8; i++) {
+            char k[96];
+            snprintf(k, sizeof k, "layers.%d.%s", l, names[i]);
+            v[i] = nnt_trace_get(t, k);
+            CU_ASSERT_FATAL(v[i] != NULL);
+        }
+        for (int64_t tok = 0; tok < M; tok++) {
+            double pa = 0, pf = 0, row_dev = 0, ra[8], rf[8];
+            for (int j = 0; j < n; j++) {
+                pa += nnt_tensor_get_f64(v[2], tok * n + j) / n;
+                pf += nnt_tensor_get_f64(v[5], tok * n + j) / n;
+                ra[j] = rf[j] = 0;
+                for (int k = 0; k < n; k++) {
+                    ra[j] += nnt_tensor_get_f64(v[1], (tok * n + j) * n + k);
+                    rf[j] += nnt_tensor_get_f64(v[4], (tok * n + j) * n + k);
+                }
+                row_dev = fmax(row_dev, fmax(fabs(ra[j] - 1), fabs(rf[j] - 1)));
+            }
+            /* the mid-block streams h, for the second mix's residual term */
+            for (int k = 0; k < n; k++)
+                for (int h = 0; h < H; h++) {
+                    double acc = nnt_tensor_get_f64(v[2], tok * n + k) * nnt_tensor_get_f64(v[3], tok * H + h);
+                    for (int j = 0; j < n; j++)
+                        acc += nnt_tensor_get_f64(v[1], (tok * n + j) * n + k) * nnt_tensor_get_f64(v[0], (tok * n + j) * H + h);
+                    hmid[k * H + h] = acc;
+                }
+            int ok = 1;
+            for (int h = 0; h < H; h++) {
+                double xin = 0, out = 0, res = 0;
+                for (int j = 0; j < n; j++) {
+                    double xj = nnt_tensor_get_f64(v[0], (tok * n + j) * H + h);
+                    xin += xj / n;
+                    out += nnt_tensor_get_f64(v[7], (tok * n + j) * H + h) / n;
+                    res += ((ra[j] - 1) * xj + (rf[j] - 1) * hmid[j * H + h]) / n;
+                }
+                double page = xin + pa * nnt_tensor_get_f64(v[3], tok * H + h) + pf * nnt_tensor_get_f64(v[6], tok * H + h);
+                exact_err = fmax(exact_err, fabs(page + res - out));
+                scale = fmax(scale, fabs(out));
+                ok &= fabs(page - out) <= 1e-4 + 1e-4 * fabs(out);
+            }
+            if (row_dev <= 1e-6) {
+                converged++;
+                page_bad += !ok;
+            }
+        }
+    }
+    if (exact_err > 1e-5 * scale) fprintf(stderr, "\n  stream mean with the residual term off by %.3g of %.3g\n", exact_err, scale);
+    CU_ASSERT(exact_err <= 1e-5 * scale);
+    CU_ASSERT(converged > 0);
+    CU_ASSERT_EQUAL(page_bad, 0);
+    free(hmid);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* The lens on a rank-3 tensor (one stream, a contribution) is lm_head(norm(x)) with no collapse,
+ * computed here from the checkpoint's own norm and head weights. */
+static void test_rank3_lens(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = load(rt, "deepseek_v4/fp32");
+    const nnt_model_info *mi = nnt_model_get_info(m);
+    int64_t H = mi->hidden_size, V = mi->vocab_size, shape[3] = {1, 3, H};
+    char file[512];
+    t_fixture("deepseek_v4/fp32/model.safetensors", file, sizeof file);
+    nnt_tensor nw, hw, x, lens = {0};
+    T_OK(rt, nnt_safetensors_read(rt, file, "model.norm.weight", &nw));
+    T_OK(rt, nnt_safetensors_read(rt, file, "head.weight", &hw));
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&x, NNT_F32, 3, shape) == NNT_OK);
+    for (int64_t i = 0; i < 3 * H; i++) ((float *)x.data)[i] = (float)((i * 29) % 23) / 7.0f - 1.5f;
+    T_OK(rt, nnt_project_on_vocab(m, &x, &lens));
+    CU_ASSERT_FATAL(nnt_tensor_numel(&lens) == 3 * V);
+    double worst = 0, scale = 0;
+    for (int64_t t = 0; t < 3; t++) {
+        double ms = 0;
+        for (int64_t h = 0; h < H; h++) ms += (double)((float *)x.data)[t * H + h] * ((float *)x.data)[t * H + h] / H;
+        double inv = 1.0 / sqrt(ms + 1e-6);
+        for (int64_t v = 0; v < V; v++) {
+            double acc = 0;
+            for (int64_t h = 0; h < H; h++)
+                acc += ((float *)x.data)[t * H + h] * inv * nnt_tensor_get_f64(&nw, h) * nnt_tensor_get_f64(&hw, v * H + h);
+            worst = fmax(worst, fabs(acc - ((float *)lens.data)[t * V + v]));
+            scale = fmax(scale, fabs(acc));
+        }
+    }
+    if (worst > 1e-5 * scale) fprintf(stderr, "\n  rank-3 lens off by %.3g of %.3g\n", worst, scale);
+    CU_ASSERT(worst <= 1e-5 * scale);
+    nnt_tensor_free(&nw);
+    nnt_tensor_free(&hw);
+    nnt_tensor_free(&x);
+    nnt_tensor_free(&lens);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* The SwiGLU clamp is live in the fixture: with swiglu_limit raised out of reach the expert
+ * outputs leave the reference, which they match with the checkpoint's limit. */
+static void test_clamp_active(void)
+{
+    char dir[512], src[512], dst[600];
+    t_checkpoint_dir("dsv4_unclamped", "deepseek_v4/fp32", dir, sizeof dir);
+    t_fixture("deepseek_v4/fp32/model.safetensors", src, sizeof src);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    CU_ASSERT_FATAL(t_copy_file(src, dst) == 0);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    FILE *f = fopen(dst, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *lim = strstr(text, "\"swiglu_limit\": 2.0");
+    CU_ASSERT_FATAL(lim != NULL);
+    memcpy(lim, "\"swiglu_limit\": 9e9", strlen("\"swiglu_limit\": 9e9")); /* same length */
+    CU_ASSERT_FATAL(t_write_file(dst, text) == 0);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, dir, &m));
+    t_ref r;
+    open_ref(&r, rt, "deepseek_v4/fp32", 40);
+    const char *keys[] = {"layers.2.mlp.shared_expert_output", "layers.2.mlp.routed_output"};
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    for (int i = 0; i < 2; i++) T_OK(rt, nnt_trace_save(t, keys[i]));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    for (int i = 0; i < 2; i++) {
+        nnt_tensor ref;
+        CU_ASSERT_FATAL(t_ref_get(&r, keys[i], &ref) == 0);
+        double e = t_rel_err(nnt_trace_get(t, keys[i]), &ref, NULL);
+        if (e < 1e-3) fprintf(stderr, "\n  %s without the clamp still matches (%.3g)\n", keys[i], e);
+        CU_ASSERT(e > 1e-3);
+        nnt_tensor_free(&ref);
+    }
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 /* Hash routing reads the token id only: a perturbed input to a hash block keeps its experts
  * (tid2eid[input_ids]) while their weights move; ablating an expert there and on a scored block
  * zeroes exactly the slots that chose it. */
@@ -240,6 +410,9 @@ int register_tests(void)
     if (!CU_add_test(s, "fp32 (save_pretrained names): every value at 3, 4, 5, 13, 40 tokens", test_fp32) ||
         !CU_add_test(s, "native FP8/FP4: values at 13 and 40 tokens", test_native) ||
         !CU_add_test(s, "hyper-connection block formula, comb columns, post range", test_block_formula) ||
+        !CU_add_test(s, "the page's stream-mean identity", test_stream_mean) ||
+        !CU_add_test(s, "lens of a rank-3 tensor: norm and lm_head alone", test_rank3_lens) ||
+        !CU_add_test(s, "the SwiGLU clamp is active in the fixture", test_clamp_active) ||
         !CU_add_test(s, "hash routing ignores the hidden state; ablation", test_hash_routing) ||
         !CU_add_test(s, "refused inputs and unserved values", test_refusals))
         return -1;
