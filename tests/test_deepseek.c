@@ -95,6 +95,39 @@ static void check_fixture(const char *dir, const int *lengths, int n_lengths)
 static void test_fp32(void) { check_fixture("deepseek_v4/fp32", FP32_LENGTHS, 5); }
 static void test_native(void) { check_fixture("deepseek_v4/native", NATIVE_LENGTHS, 2); }
 
+/* The values of the page's block formula, in the order the checks index them. */
+enum { X_IN, COMB_A, POST_A, ATTN, COMB_F, POST_F, MLP, X_OUT, N_BLOCK_VALUES };
+static const char *const BLOCK_VALUES[N_BLOCK_VALUES] = {"layer_input", "attention_comb", "attention_post",
+                                                         "self_attn.attention_output", "mlp_comb", "mlp_post",
+                                                         "mlp.mlp_output", "layer_output"};
+
+/* Runs the 40-token fp32 reference prompts saving every block's formula values. */
+static nnt_trace *run_block_values(nnt_runtime *rt, nnt_model *m, t_ref *r)
+{
+    open_ref(r, rt, "deepseek_v4/fp32", 40);
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    for (int l = 0; l < nnt_model_get_info(m)->num_layers; l++)
+        for (int i = 0; i < N_BLOCK_VALUES; i++) {
+            char k[96];
+            snprintf(k, sizeof k, "layers.%d.%s", l, BLOCK_VALUES[i]);
+            T_OK(rt, nnt_trace_save(t, k));
+        }
+    T_OK(rt, nnt_trace_run(t, r->ids, r->mask, r->batch, r->seq));
+    return t;
+}
+
+/* Block l's formula values from a run_block_values trace. */
+static void block_values(const nnt_trace *t, int l, const nnt_tensor *v[N_BLOCK_VALUES])
+{
+    for (int i = 0; i < N_BLOCK_VALUES; i++) {
+        char k[96];
+        snprintf(k, sizeof k, "layers.%d.%s", l, BLOCK_VALUES[i]);
+        v[i] = nnt_trace_get(t, k);
+        CU_ASSERT_FATAL(v[i] != NULL);
+    }
+}
+
 /* The page's block formula, stream by stream: h = comb_a^T x + post_a (x) attention_output and
  * layer_output = comb_f^T h + post_f (x) mlp_output (stream k of comb^T x is sum_j comb[j,k] x_j);
  * every comb column sums to one (Sinkhorn's last step normalises columns); post lies in (0, 2). */
@@ -103,32 +136,16 @@ static void test_block_formula(void)
     nnt_runtime *rt = t_runtime();
     nnt_model *m = load(rt, "deepseek_v4/fp32");
     t_ref r;
-    open_ref(&r, rt, "deepseek_v4/fp32", 40);
     const nnt_model_info *mi = nnt_model_get_info(m);
     int n = mi->num_streams, H = mi->hidden_size;
     CU_ASSERT_EQUAL_FATAL(n, 4);
-    static const char *const names[] = {"layer_input", "attention_comb", "attention_post", "self_attn.attention_output",
-                                        "mlp_comb", "mlp_post", "mlp.mlp_output", "layer_output"};
-    nnt_trace *t;
-    T_OK(rt, nnt_trace_new(m, &t));
-    for (int l = 0; l < mi->num_layers; l++)
-        for (int i = 0; i < 8; i++) {
-            char k[96];
-            snprintf(k, sizeof k, "layers.%d.%s", l, names[i]);
-            T_OK(rt, nnt_trace_save(t, k));
-        }
-    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    nnt_trace *t = run_block_values(rt, m, &r);
     int64_t M = (int64_t)r.batch * r.seq;
     double *hbuf = malloc(sizeof(double) * (size_t)(n * H));
     double worst = 0, scale = 0, col_err = 0, post_min = 1e9, post_max = -1e9;
     for (int l = 0; l < mi->num_layers; l++) {
-        const nnt_tensor *v[8];
-        for (int i = 0; i < 8; i++) {
-            char k[96];
-            snprintf(k, sizeof k, "layers.%d.%s", l, names[i]);
-            v[i] = nnt_trace_get(t, k);
-            CU_ASSERT_FATAL(v[i] != NULL);
-        }
+        const nnt_tensor *v[N_BLOCK_VALUES];
+        block_values(t, l, v);
         for (int64_t tok = 0; tok < M; tok++) {
             for (int pass = 0; pass < 2; pass++) {
                 const nnt_tensor *comb = v[pass ? 4 : 1], *post = v[pass ? 5 : 2], *sub = v[pass ? 6 : 3];
@@ -183,31 +200,15 @@ static void test_stream_mean(void)
     nnt_runtime *rt = t_runtime();
     nnt_model *m = load(rt, "deepseek_v4/fp32");
     t_ref r;
-    open_ref(&r, rt, "deepseek_v4/fp32", 40);
     const nnt_model_info *mi = nnt_model_get_info(m);
     int n = mi->num_streams, H = mi->hidden_size;
-    static const char *const names[] = {"layer_input", "attention_comb", "attention_post", "self_attn.attention_output",
-                                        "mlp_comb", "mlp_post", "mlp.mlp_output", "layer_output"};
-    nnt_trace *t;
-    T_OK(rt, nnt_trace_new(m, &t));
-    for (int l = 0; l < mi->num_layers; l++)
-        for (int i = 0; i < 8; i++) {
-            char k[96];
-            snprintf(k, sizeof k, "layers.%d.%s", l, names[i]);
-            T_OK(rt, nnt_trace_save(t, k));
-        }
-    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    nnt_trace *t = run_block_values(rt, m, &r);
     int64_t M = (int64_t)r.batch * r.seq;
     double exact_err = 0, scale = 0, page_bad = 0, converged = 0;
     double *hmid = malloc(sizeof(double) * (size_t)(n * H));
     for (int l = 0; l < mi->num_layers; l++) {
-        const nnt_tensor *v[8];
-        for (int i = 0; i < 8; i++) {
-            char k[96];
-            snprintf(k, sizeof k, "layers.%d.%s", l, names[i]);
-            v[i] = nnt_trace_get(t, k);
-            CU_ASSERT_FATAL(v[i] != NULL);
-        }
+        const nnt_tensor *v[N_BLOCK_VALUES];
+        block_values(t, l, v);
         for (int64_t tok = 0; tok < M; tok++) {
             double pa = 0, pf = 0, row_dev = 0, ra[8], rf[8];
             for (int j = 0; j < n; j++) {

@@ -81,6 +81,29 @@ nnt_status fam_layer_caches_new(const fam_env *env, int layers, int batch, const
     return NNT_OK;
 }
 
+nnt_status fam_attention_caches_new(const fam_env *env, int layers, int batch, int capacity,
+                                    int (*attn_of)(const void *model, int layer, fam_attn *out), const void *model,
+                                    fam_layer_caches **out, nnt_error *err)
+{
+    int *heads = calloc((size_t)layers, sizeof(int) * 4);
+    if (!heads) {
+        snprintf(err->msg, sizeof err->msg, "no memory for the generation cache");
+        return err->status = NNT_ERR_OUT_OF_MEMORY;
+    }
+    int *dk = heads + layers, *dv = dk + layers, *keep = dv + layers;
+    for (int l = 0; l < layers; l++) {
+        fam_attn a;
+        if (!attn_of(model, l, &a)) continue; /* keep 0: no cache */
+        heads[l] = a.num_kv_heads;
+        dk[l] = a.qk_head_dim;
+        dv[l] = a.v_head_dim;
+        keep[l] = a.window ? (a.window > 1 ? a.window - 1 : 1) : capacity;
+    }
+    nnt_status st = fam_layer_caches_new(env, layers, batch, heads, dk, dv, keep, out, err);
+    free(heads);
+    return st;
+}
+
 void fam_layer_caches_free(const fam_env *env, fam_layer_caches *c)
 {
     if (!c) return;

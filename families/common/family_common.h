@@ -114,6 +114,12 @@ typedef struct fam_layer_caches {
 nnt_status fam_layer_caches_new(const fam_env *env, int layers, int batch, const int *heads, const int *dk,
                                 const int *dv, const int *keep, fam_layer_caches **out, nnt_error *err);
 void fam_layer_caches_free(const fam_env *env, fam_layer_caches *c);
+/* The same from each block's attention shape: attn_of fills block l's (returning 0 for a block
+ * without softmax attention, which gets no cache); a sliding block (window > 0) keeps its last
+ * window - 1 keys, the query being the window's last; a full one keeps `capacity`. */
+nnt_status fam_attention_caches_new(const fam_env *env, int layers, int batch, int capacity,
+                                    int (*attn_of)(const void *model, int layer, fam_attn *out), const void *model,
+                                    fam_layer_caches **out, nnt_error *err);
 /* The cache of block `layer` when args carry one, else NULL. */
 fam_kv_cache *fam_layer_cache(const nnt_forward_args *args, int layer);
 

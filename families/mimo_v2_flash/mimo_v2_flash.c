@@ -509,24 +509,18 @@ static nnt_status mv_project(void *model, nnt_run *run, const nnt_tensor *x, int
     return fam_decoder_project(&m->env, run, &m->dec, x, logits, err);
 }
 
-/* Generation state: a key/value cache per block; a sliding block keeps only its window (the
- * window - 1 tokens before the next query). */
+/* Generation state: a key/value cache per block; a sliding block keeps only its window. */
+static int mv_attn_of(const void *model, int layer, fam_attn *out)
+{
+    const mv_model *m = model;
+    *out = m->l[layer].attn;
+    return 1;
+}
+
 static nnt_status mv_cache_new(void *model, int batch, int capacity, void **cache, nnt_error *err)
 {
     mv_model *m = model;
-    int *heads = calloc((size_t)m->layers, sizeof(int) * 4);
-    if (!heads) return m->env.host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    int *dk = heads + m->layers, *dv = dk + m->layers, *keep = dv + m->layers;
-    for (int l = 0; l < m->layers; l++) {
-        const fam_attn *a = &m->l[l].attn;
-        heads[l] = a->num_kv_heads;
-        dk[l] = a->qk_head_dim;
-        dv[l] = a->v_head_dim;
-        keep[l] = a->window ? (a->window > 1 ? a->window - 1 : 1) : capacity;
-    }
-    nnt_status st = fam_layer_caches_new(&m->env, m->layers, batch, heads, dk, dv, keep, (fam_layer_caches **)cache, err);
-    free(heads);
-    return st;
+    return fam_attention_caches_new(&m->env, m->layers, batch, capacity, mv_attn_of, m, (fam_layer_caches **)cache, err);
 }
 
 static void mv_cache_free(void *model, void *cache)

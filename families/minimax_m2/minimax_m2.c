@@ -411,20 +411,17 @@ static nnt_status mm_project(void *model, nnt_run *run, const nnt_tensor *x, int
 }
 
 /* Generation state: one key/value cache per block, holding every token (full attention). */
+static int mm_attn_of(const void *model, int layer, fam_attn *out)
+{
+    const mm_model *m = model;
+    attn_shape(m, &m->l[layer], out);
+    return 1;
+}
+
 static nnt_status mm_cache_new(void *model, int batch, int capacity, void **cache, nnt_error *err)
 {
     mm_model *m = model;
-    int *heads = calloc((size_t)m->layers, sizeof(int) * 4);
-    if (!heads) return m->env.host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    int *dk = heads + m->layers, *dv = dk + m->layers, *keep = dv + m->layers;
-    for (int l = 0; l < m->layers; l++) {
-        heads[l] = m->kv_heads;
-        dk[l] = dv[l] = m->head_dim;
-        keep[l] = capacity;
-    }
-    nnt_status st = fam_layer_caches_new(&m->env, m->layers, batch, heads, dk, dv, keep, (fam_layer_caches **)cache, err);
-    free(heads);
-    return st;
+    return fam_attention_caches_new(&m->env, m->layers, batch, capacity, mm_attn_of, m, (fam_layer_caches **)cache, err);
 }
 
 static void mm_cache_free(void *model, void *cache)
