@@ -30,7 +30,7 @@ FAMILIES = ("minimax_m2", "mimo_v2_flash", "kimi_linear", "deepseek_v4")
 
 def sh(cmd: list[str], env: dict | None = None) -> str:
     print("$ " + " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
-    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env)
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, timeout=3600)
     if res.returncode != 0:
         sys.stderr.write(res.stderr[-4000:])
         raise RuntimeError(f"{cmd[0]} failed with status {res.returncode}")

@@ -222,20 +222,25 @@ static void test_kda_gate(void)
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nnt_tensor_free(ts[i]);
 }
 
-/* y = x . w^T with BF16 and F16 weights, against a double-precision product of the same
- * (rounded) weights: the few-row kernel (M <= 8) and the panel path, K not a multiple of 16. */
+/* y = x . w^T with F32, BF16 and F16 weights, against a double-precision product of the same
+ * (rounded) weights: the few-row kernel (M <= 8) and sgemm / the panel path, K not a multiple of
+ * 16. */
 static void test_linear_half(void)
 {
     const int64_t Ms[] = {1, 3, 8, 9, 40}, K = 83, N = 37;
-    const nnt_dtype dts[] = {NNT_BF16, NNT_F16};
-    for (int di = 0; di < 2; di++)
+    const nnt_dtype dts[] = {NNT_BF16, NNT_F16, NNT_F32};
+    for (int di = 0; di < 3; di++)
         for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
             int64_t M = Ms[mi], ws[2] = {N, K};
             nnt_tensor x = make(2, M, K, 0, 0, 0), y = make(2, M, N, 0, 0, 0), w;
             CU_ASSERT_FATAL(nnt_tensor_alloc(&w, dts[di], 2, ws) == NNT_OK);
             for (int64_t i = 0; i < M * K; i++) ((float *)x.data)[i] = urand();
-            for (int64_t i = 0; i < N * K; i++)
-                ((uint16_t *)w.data)[i] = dts[di] == NNT_BF16 ? nnt_f32_to_bf16(urand()) : nnt_f32_to_f16(urand());
+            for (int64_t i = 0; i < N * K; i++) {
+                if (dts[di] == NNT_F32)
+                    ((float *)w.data)[i] = urand();
+                else
+                    ((uint16_t *)w.data)[i] = dts[di] == NNT_BF16 ? nnt_f32_to_bf16(urand()) : nnt_f32_to_f16(urand());
+            }
             nnt_error err = {0};
             CU_ASSERT_FATAL(ops->linear(bctx, &x, &w, &y, &err) == NNT_OK);
             double worst = 0;
@@ -245,7 +250,7 @@ static void test_linear_half(void)
                     for (int64_t k = 0; k < K; k++) ref += (double)((float *)x.data)[m * K + k] * nnt_tensor_get_f64(&w, n * K + k);
                     worst = fmax(worst, fabs(ref - ((float *)y.data)[m * N + n]));
                 }
-            if (worst > 1e-4) fprintf(stderr, "\n  linear %s M=%lld: off by %.3g\n", di ? "F16" : "BF16", (long long)M, worst);
+            if (worst > 1e-4) fprintf(stderr, "\n  linear %s M=%lld: off by %.3g\n", nnt_dtype_name(dts[di]), (long long)M, worst);
             CU_ASSERT(worst <= 1e-4);
             nnt_tensor_free(&x);
             nnt_tensor_free(&y);
@@ -261,7 +266,7 @@ int register_tests(void)
         !CU_add_test(s, "delta rule: padding tokens leave the state alone", test_delta_rule_padding) ||
         !CU_add_test(s, "causal convolution carries its state across calls", test_conv_carry) ||
         !CU_add_test(s, "KDA forget gate values", test_kda_gate) ||
-        !CU_add_test(s, "linear with BF16 and F16 weights, few rows and panels", test_linear_half))
+        !CU_add_test(s, "linear with F32, BF16 and F16 weights, few rows and panels", test_linear_half))
         return -1;
     return 0;
 }
