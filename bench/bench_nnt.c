@@ -1,7 +1,8 @@
 /* bench_nnt.c - nnt's side of the CPU benchmark (bench/run.py drives it): prefill and decode
  * throughput of one checkpoint, the cost of tracing (no requests, and every value of one block
- * saved) against no trace at all, peak resident memory, and OpenBLAS's sgemm rate on this
- * machine as the ceiling for prefill's matrix products. Prints one JSON object on stdout.
+ * saved) against no trace at all, peak resident memory, OpenBLAS's sgemm rate on this machine as
+ * the ceiling for prefill's matrix products, and the memory read rate as the ceiling for decoding.
+ * Prints one JSON object on stdout.
  *
  *   bench_nnt --config INI --model DIR [--prefill 128,512] [--decode 16] [--trace-block 1]
  *             [--repeats 3] [--threads 2]
@@ -140,6 +141,38 @@ static double sgemm_gflops(int M, int N, int K)
     return 2.0 * M * N * K / best / 1e9;
 }
 
+/* Sum of n floats (n a multiple of 16), vectorised for the widest unit the CPU has. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static double sum_block(const float *a, size_t n)
+{
+    float lanes[16] = {0};
+    for (size_t i = 0; i < n; i += 16)
+        for (int j = 0; j < 16; j++) lanes[j] += a[i + j];
+    double total = 0;
+    for (int j = 0; j < 16; j++) total += lanes[j];
+    return total;
+}
+
+/* The machine's memory read rate: summing a 1 GiB array with `threads` threads, GB/s, best of 3 -
+ * the ceiling for decoding, which streams the weights once per token. */
+static double read_gbs(int threads)
+{
+    size_t n = (size_t)1 << 28;
+    float *a = malloc(n * sizeof(float));
+    if (!a) return -1;
+    for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+    double best = 1e30, sink = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now(), total = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
+        for (size_t blk = 0; blk < n / 65536; blk++) total += sum_block(a + blk * 65536, 65536);
+        double dt = now() - t0;
+        sink += total;
+        best = dt < best ? dt : best;
+    }
+    free(a);
+    return sink > 0 ? (double)(n * sizeof(float)) / best / 1e9 : -1;
+}
+
 static int parse_lengths(const char *s, int *out)
 {
     int n = 0;
@@ -222,6 +255,7 @@ int main(int argc, char **argv)
     printf("  \"tracing\": {\"tokens\": %d, \"no_trace_s\": %.4f, \"empty_trace_s\": %.4f, \"block_saved_s\": %.4f, "
            "\"block\": %d, \"values_saved\": %d},\n",
            lengths[0], best[0], best[1], best[2], layer, n_saved);
+    printf("  \"read_gbs\": %.2f,\n", read_gbs(threads));
     printf("  \"sgemm_gflops\": %.2f,\n", sgemm_gflops(512, mi->hidden_size, mi->hidden_size));
     printf("  \"sgemm_shape\": [512, %d, %d]\n}\n", mi->hidden_size, mi->hidden_size);
     rc = 0;

@@ -83,9 +83,16 @@ def main() -> int:
                             "tokens_per_s": round(args.decode / (gn - g1), 3)}
         result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
 
-        # matrix-product FLOPs of each prefill, counted on this forward (routed experts count only
-        # for the tokens routed to them)
+        # matrix-product FLOPs of each prefill, counted on this model with its experts computed one
+        # by one (routed experts count only for the tokens routed to them): torch's flop counter
+        # does not see the grouped product the default experts implementation uses on the CPU
         from torch.utils.flop_counter import FlopCounterMode
+
+        result["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
+        try:
+            model.set_experts_implementation("eager")
+        except (AttributeError, ValueError):
+            pass
 
         flops = {}
         for T in lengths:

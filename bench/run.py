@@ -41,6 +41,28 @@ def checkpoint_bytes(d: Path) -> int:
     return sum(f.stat().st_size for f in d.glob("*.safetensors"))
 
 
+def decode_bytes(d: Path) -> float:
+    """Weight bytes one decoding step reads: every tensor once, except the embedding (one row)
+    and the routed experts (top_k of n_experts of them)."""
+    cfg = json.loads((d / "config.json").read_text())
+    n_exp = next((cfg[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)), 1)
+    top_k = next((cfg[k] for k in ("num_experts_per_tok", "num_experts_per_token") if cfg.get(k)), n_exp)
+    total = 0.0
+    for f in d.glob("*.safetensors"):
+        with open(f, "rb") as fh:
+            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+        for name, e in header.items():
+            if name == "__metadata__":
+                continue
+            size = e["data_offsets"][1] - e["data_offsets"][0]
+            if "embed" in name:
+                continue
+            if ".experts." in name and "shared" not in name:
+                size *= top_k / n_exp
+            total += size
+    return total
+
+
 def machine() -> str:
     model = "unknown CPU"
     try:
@@ -113,6 +135,10 @@ def main() -> int:
             T = lengths[-1]
             r["matmul_gflops"] = hf["prefill_matmul_flops"][str(T)] / nn["prefill"][str(T)]["seconds"] / 1e9
             r["sgemm_gflops"] = nn["sgemm_gflops"]
+            # ceilings on this machine: prefill if every FLOP ran at the sgemm rate, decode if the
+            # step's weights streamed at the measured read rate
+            r["prefill_ceiling"] = nn["sgemm_gflops"] * 1e9 * T / hf["prefill_matmul_flops"][str(T)]
+            r["decode_ceiling"] = nn["read_gbs"] * 1e9 / decode_bytes(ckpt)
             r["rss_nnt_mib"], r["rss_hf_mib"] = nn["peak_rss_mib"], hf["peak_rss_mib"]
             rows.append(r)
             raw.append({"family": fam, "dtype": dt, "nnt": nn, "transformers": hf})
@@ -134,6 +160,14 @@ def main() -> int:
             f"| {100 * r['empty_trace']:+.1f}% | {100 * r['block_saved']:+.1f}% "
             f"| {r['matmul_gflops'] / r['sgemm_gflops']:.0%} ({r['matmul_gflops']:.0f} of {r['sgemm_gflops']:.0f} GFLOP/s) "
             f"| {r['rss_nnt_mib'] / r['weights_mib']:.2f} ({r['rss_hf_mib'] / r['weights_mib']:.2f}) |")
+    lines += ["", f"| family | dtype | prefill {T1} tok/s: nnt / hf / sgemm ceiling | decode tok/s: nnt / hf / "
+              f"bandwidth ceiling | 2x hf within the ceiling? (prefill, decode) |", "|---|---|---|---|---|"]
+    for r in rows:
+        p2 = "yes" if 2 * r[f"prefill{T1}_hf"] <= r["prefill_ceiling"] else "no"
+        d2 = "yes" if 2 * r["decode_hf"] <= r["decode_ceiling"] else "no"
+        lines.append(f"| {r['family']} | {r['dtype']} | {r[f'prefill{T1}_nnt']:.0f} / {r[f'prefill{T1}_hf']:.0f} / "
+                     f"{r['prefill_ceiling']:.0f} | {r['decode_nnt']:.1f} / {r['decode_hf']:.1f} / {r['decode_ceiling']:.1f} "
+                     f"| {p2}, {d2} |")
     table = "\n".join(lines)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     hf0 = raw[0]["transformers"] if raw else {}
@@ -146,7 +180,10 @@ def main() -> int:
               f"- matmul / sgemm: the matrix-product FLOPs of a {T1}-token prefill (torch's FlopCounterMode on the "
               f"transformers forward) over nnt's whole prefill time, against OpenBLAS sgemm on [512, hidden] x "
               f"[hidden, hidden] in the same process\n- tracing: prefill of {T0} tokens with an empty trace, and with "
-              f"every value of one block saved, against no trace\n\n{table}\n\n## Raw measurements\n\n```json\n"
+              f"every value of one block saved, against no trace\n- ceilings: prefill at the sgemm rate for every "
+              f"counted FLOP (bf16 products on AVX512-BF16 hardware can exceed it); decode streaming each step's "
+              f"weights (all but the embedding, top_k / n_experts of the routed experts) at the measured read "
+              f"rate\n\n{table}\n\n## Raw measurements\n\n```json\n"
               f"{json.dumps(raw, indent=1)}\n```\n")
     print(table)
     out_dir = ROOT / "bench" / "results"
