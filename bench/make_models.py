@@ -1,7 +1,9 @@
 """make_models.py - writes the benchmark's checkpoints: for one family, transformers' own model
 class with random weights at a mid-size configuration (the released model's widths - hidden size,
 heads, head dims, expert width, top-k - cut to 4 blocks, 32 routed experts and a 32768-token
-vocabulary), saved with save_pretrained once in fp32 and once in bf16 (the same weights rounded).
+vocabulary; DeepSeek-V4 keeps 16 experts, since transformers builds its fp32 model of 32 in more
+than this 24 GiB machine's memory), saved with save_pretrained once in fp32 and once in bf16 (the
+same weights rounded).
 
     python make_models.py FAMILY OUT_DIR [--scale mid|small]
 
@@ -80,7 +82,7 @@ def deepseek_v4(s: int):
                                          "heavily_compressed_attention"],
                             mlp_layer_types=["hash_moe", "hash_moe", "hash_moe", "moe"],
                             index_n_heads=64 // s, index_head_dim=128, index_topk=512,
-                            n_routed_experts=EXPERTS, num_experts_per_tok=6, n_shared_experts=1,
+                            n_routed_experts=EXPERTS // 2, num_experts_per_tok=6, n_shared_experts=1,
                             moe_intermediate_size=2048 // s, routed_scaling_factor=1.5, swiglu_limit=10.0,
                             rope_theta=10000, compress_rope_theta=160000,
                             rope_parameters={"rope_type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,

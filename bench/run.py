@@ -86,6 +86,34 @@ def commit() -> str:
         return "unknown"
 
 
+def measure(fam: str, dt: str, ckpt: Path, args, ini: Path, env: dict, lengths: list[int]) -> tuple[dict, dict]:
+    """One family and dtype: transformers, then nnt, each in its own process; the table row and
+    the raw measurements."""
+    hf = json.loads(sh([sys.executable, ROOT / "bench" / "bench_transformers.py", "--model", ckpt, "--dtype", dt,
+                        "--prefill", args.prefill, "--decode", args.decode, "--repeats", args.repeats,
+                        "--threads", args.threads], env))
+    nn = json.loads(sh([args.build / "bench_nnt", "--config", ini, "--model", ckpt, "--prefill", args.prefill,
+                        "--decode", args.decode, "--repeats", args.repeats, "--threads", args.threads], env))
+    r = {"family": fam, "dtype": dt, "weights_mib": checkpoint_bytes(ckpt) / 2**20}
+    for T in lengths:
+        r[f"prefill{T}_nnt"] = nn["prefill"][str(T)]["tokens_per_s"]
+        r[f"prefill{T}_hf"] = hf["prefill"][str(T)]["tokens_per_s"]
+    r["decode_nnt"] = nn["decode"]["tokens_per_s"]
+    r["decode_hf"] = hf["decode"]["tokens_per_s"]
+    tr = nn["tracing"]
+    r["empty_trace"] = tr["empty_trace_s"] / tr["no_trace_s"] - 1
+    r["block_saved"] = tr["block_saved_s"] / tr["no_trace_s"] - 1
+    T = lengths[-1]
+    r["matmul_gflops"] = hf["prefill_matmul_flops"][str(T)] / nn["prefill"][str(T)]["seconds"] / 1e9
+    r["sgemm_gflops"] = nn["sgemm_gflops"]
+    # ceilings on this machine: prefill if every FLOP ran at the sgemm rate, decode if the step's
+    # weights streamed at the measured read rate
+    r["prefill_ceiling"] = nn["sgemm_gflops"] * 1e9 * T / hf["prefill_matmul_flops"][str(T)]
+    r["decode_ceiling"] = nn["read_gbs"] * 1e9 / decode_bytes(ckpt)
+    r["rss_nnt_mib"], r["rss_hf_mib"] = nn["peak_rss_mib"], hf["peak_rss_mib"]
+    return r, {"family": fam, "dtype": dt, "nnt": nn, "transformers": hf}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--families", default=",".join(FAMILIES))
@@ -100,7 +128,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the checkpoints")
     args = ap.parse_args()
 
-    bench_nnt = args.build / "bench_nnt"
+    bench_nnt = args.build / "bench_nnt"  # measure() runs it
     if not bench_nnt.exists():
         sys.exit(f"run.py: {bench_nnt} is missing: build the project first (cmake --build {args.build})")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))
@@ -111,38 +139,20 @@ def main() -> int:
 
     lengths = [int(x) for x in args.prefill.split(",")]
     rows, raw = [], []
+    failures = []
     for fam in args.families.split(","):
         fam_dir = args.models / f"{fam}-{args.scale}"
-        if not (fam_dir / "bf16").exists():
-            sh([sys.executable, ROOT / "bench" / "make_models.py", fam, fam_dir, "--scale", args.scale], env)
-        for dt in args.dtypes.split(","):
-            ckpt = fam_dir / dt
-            hf = json.loads(sh([sys.executable, ROOT / "bench" / "bench_transformers.py", "--model", ckpt, "--dtype", dt,
-                                "--prefill", args.prefill, "--decode", args.decode, "--repeats", args.repeats,
-                                "--threads", args.threads], env))
-            nn = json.loads(sh([bench_nnt, "--config", ini, "--model", ckpt, "--prefill", args.prefill, "--decode",
-                                args.decode, "--repeats", args.repeats, "--threads", args.threads], env))
-            weights = checkpoint_bytes(ckpt)
-            r = {"family": fam, "dtype": dt, "weights_mib": weights / 2**20}
-            for T in lengths:
-                r[f"prefill{T}_nnt"] = nn["prefill"][str(T)]["tokens_per_s"]
-                r[f"prefill{T}_hf"] = hf["prefill"][str(T)]["tokens_per_s"]
-            r["decode_nnt"] = nn["decode"]["tokens_per_s"]
-            r["decode_hf"] = hf["decode"]["tokens_per_s"]
-            tr = nn["tracing"]
-            r["empty_trace"] = tr["empty_trace_s"] / tr["no_trace_s"] - 1
-            r["block_saved"] = tr["block_saved_s"] / tr["no_trace_s"] - 1
-            T = lengths[-1]
-            r["matmul_gflops"] = hf["prefill_matmul_flops"][str(T)] / nn["prefill"][str(T)]["seconds"] / 1e9
-            r["sgemm_gflops"] = nn["sgemm_gflops"]
-            # ceilings on this machine: prefill if every FLOP ran at the sgemm rate, decode if the
-            # step's weights streamed at the measured read rate
-            r["prefill_ceiling"] = nn["sgemm_gflops"] * 1e9 * T / hf["prefill_matmul_flops"][str(T)]
-            r["decode_ceiling"] = nn["read_gbs"] * 1e9 / decode_bytes(ckpt)
-            r["rss_nnt_mib"], r["rss_hf_mib"] = nn["peak_rss_mib"], hf["peak_rss_mib"]
-            rows.append(r)
-            raw.append({"family": fam, "dtype": dt, "nnt": nn, "transformers": hf})
-            print(json.dumps(r), file=sys.stderr, flush=True)
+        try:
+            if not (fam_dir / "bf16").exists():
+                sh([sys.executable, ROOT / "bench" / "make_models.py", fam, fam_dir, "--scale", args.scale], env)
+            for dt in args.dtypes.split(","):
+                rows_raw = measure(fam, dt, fam_dir / dt, args, ini, env, lengths)
+                rows.append(rows_raw[0])
+                raw.append(rows_raw[1])
+                print(json.dumps(rows_raw[0]), file=sys.stderr, flush=True)
+        except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
+            failures.append(f"{fam}: {e}")
+            print(f"run.py: {fam} failed: {e}", file=sys.stderr, flush=True)
         if not args.keep:
             shutil.rmtree(fam_dir, ignore_errors=True)
 
@@ -185,6 +195,8 @@ def main() -> int:
               f"weights (all but the embedding, top_k / n_experts of the routed experts) at the measured read "
               f"rate\n\n{table}\n\n## Raw measurements\n\n```json\n"
               f"{json.dumps(raw, indent=1)}\n```\n")
+    if failures:
+        table += "\n\nNot measured: " + "; ".join(failures)
     print(table)
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
