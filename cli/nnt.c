@@ -2,6 +2,8 @@
  * serves, trace a forward pass (saving and editing values by path), the logit lens, and
  * generation with edits at every step. */
 #include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,11 +110,46 @@ static int parse_range(const char *text, long *a, long *b, long b_default, int u
     char *colon = strchr(buf, ':');
     if (colon) *colon = '\0';
     if (parse_long(buf, a) != 0) return -1;
-    if (!colon) {
+    if (!colon || (use_default && !colon[1])) { /* "A" or, where an open end is allowed, "A:" */
         *b = use_default ? b_default : *a;
         return 0;
     }
     return parse_long(colon + 1, b);
+}
+
+/* Options that take a value, other than the requests. */
+static const char *const VALUE_OPTIONS[] = {"--model", "--config", "--out", "--tokens", "--max-new-tokens",
+                                            "--temperature", "--top-k", "--top-p", "--seed", "--steer-factor",
+                                            "--steer-positions", NULL};
+
+/* The requests, in the order given: flag, kind, and the separator of their argument. */
+static const struct {
+    const char *flag;
+    int kind;
+    char sep;
+} REQUESTS[] = {
+    {"--save", R_SAVE, 0},        {"--zero", R_ZERO, 0},        {"--scale", R_SCALE, '='},
+    {"--set", R_SET, '='},        {"--add", R_ADD, '='},        {"--ablate-expert", R_ABLATE, ':'},
+    {"--skip-layers", R_SKIP, 0}, {"--steer", R_STEER, '='},    {"--steps", R_STEPS, 0},
+};
+#define N_REQUESTS (sizeof REQUESTS / sizeof *REQUESTS)
+
+static int known_option(const char *a)
+{
+    if (strcmp(a, "--tsv") == 0) return 1;
+    for (int i = 0; VALUE_OPTIONS[i]; i++)
+        if (strcmp(a, VALUE_OPTIONS[i]) == 0) return 1;
+    for (size_t k = 0; k < N_REQUESTS; k++)
+        if (strcmp(a, REQUESTS[k].flag) == 0) return 1;
+    return 0;
+}
+
+/* Sets a single-valued option once; giving it twice is an error. */
+static int set_once(const char **slot, const char *flag, const char *v)
+{
+    if (*slot) return usage_error("%s is given twice", flag);
+    *slot = v;
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, opts *o)
@@ -122,10 +159,12 @@ static int parse_args(int argc, char **argv, opts *o)
     o->max_new_tokens = -1;
     float steer_factor = 1.0f;
     const char *steer_positions = NULL;
+    int steer_pending = 0; /* --steer-factor / --steer-positions given and no --steer after them yet */
     if (argc < 2) return usage_error("%s", "missing command");
     o->cmd = argv[1];
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
+        if (!known_option(a)) return usage_error(a[0] == '-' ? "unknown option %s" : "unexpected argument '%s'", a);
         if (strcmp(a, "--tsv") == 0) {
             o->tsv = 1;
             continue;
@@ -133,18 +172,19 @@ static int parse_args(int argc, char **argv, opts *o)
         if (i + 1 >= argc) return usage_error("option %s needs a value", a);
         const char *v = argv[++i];
         long n;
+        int rc = 0;
         if (strcmp(a, "--model") == 0)
-            o->model = v;
+            rc = set_once(&o->model, a, v);
         else if (strcmp(a, "--config") == 0)
-            o->config = v;
+            rc = set_once(&o->config, a, v);
         else if (strcmp(a, "--out") == 0)
-            o->out = v;
+            rc = set_once(&o->out, a, v);
         else if (strcmp(a, "--tokens") == 0) {
             if (o->n_rows == MAX_ROWS) return usage_error("at most %s --tokens rows", "64");
             o->tokens[o->n_rows++] = v;
         } else if (strcmp(a, "--max-new-tokens") == 0) {
             if (parse_long(v, &n) != 0 || n < 1 || n > 1000000)
-                return usage_error("--max-new-tokens: '%s' is not a positive integer", v);
+                return usage_error("--max-new-tokens: '%s' is not an integer in 1..1000000", v);
             o->max_new_tokens = (int)n;
         } else if (strcmp(a, "--temperature") == 0) {
             if (parse_float(v, &o->temperature) != 0 || o->temperature < 0)
@@ -163,24 +203,20 @@ static int parse_args(int argc, char **argv, opts *o)
             if (end == v || *end || errno || v[0] == '-') return usage_error("--seed: '%s' is not a non-negative integer", v);
         } else if (strcmp(a, "--steer-factor") == 0) {
             if (parse_float(v, &steer_factor) != 0) return usage_error("--steer-factor: '%s' is not a number", v);
+            steer_pending = 1;
         } else if (strcmp(a, "--steer-positions") == 0) {
             steer_positions = v;
+            steer_pending = 1;
         } else {
             req r = {0};
-            static const struct { const char *flag; int kind; char sep; } KINDS[] = {
-                {"--save", R_SAVE, 0},     {"--zero", R_ZERO, 0},           {"--scale", R_SCALE, '='},
-                {"--set", R_SET, '='},     {"--add", R_ADD, '='},           {"--ablate-expert", R_ABLATE, ':'},
-                {"--skip-layers", R_SKIP, 0}, {"--steer", R_STEER, '='},    {"--steps", R_STEPS, 0},
-            };
             size_t k = 0;
-            while (k < sizeof KINDS / sizeof *KINDS && strcmp(a, KINDS[k].flag) != 0) k++;
-            if (k == sizeof KINDS / sizeof *KINDS) return usage_error("unknown option %s", a);
+            while (strcmp(a, REQUESTS[k].flag) != 0) k++;
             if (o->n_reqs == MAX_REQ) return usage_error("too many requests (max %s)", "256");
-            r.kind = KINDS[k].kind;
+            r.kind = REQUESTS[k].kind;
             r.path = strdup(v);
             if (!r.path) return usage_error("%s", "out of memory");
-            if (KINDS[k].sep) {
-                char *eq = strchr(r.path, KINDS[k].sep);
+            if (REQUESTS[k].sep) {
+                char *eq = strchr(r.path, REQUESTS[k].sep);
                 if (!eq) {
                     fprintf(stderr, "nnt: %s needs %s, got '%s'\n", a,
                             r.kind == R_ABLATE ? "LAYER:EXPERT" : r.kind == R_STEER ? "FIRST[:LAST]=FILE[:KEY]" : "PATH=VALUE", v);
@@ -193,10 +229,27 @@ static int parse_args(int argc, char **argv, opts *o)
             if (r.kind == R_STEER) {
                 r.factor = steer_factor;
                 r.positions = (char *)steer_positions;
+                steer_pending = 0;
             }
             o->reqs[o->n_reqs++] = r;
         }
+        if (rc) return rc;
     }
+    if (steer_pending)
+        return usage_error("%s", "--steer-factor and --steer-positions apply to the --steer options after them; none follows");
+    if (strcmp(o->cmd, "generate") != 0) {
+        const char *only[] = {"--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--steps"};
+        int given[] = {o->max_new_tokens >= 0, o->temperature != 0.0f, o->top_k != 0, o->top_p != 1.0f, o->seed != 0, 0};
+        for (int q = 0; q < o->n_reqs; q++) given[5] |= o->reqs[q].kind == R_STEPS;
+        for (int q = 0; q < 6; q++)
+            if (given[q]) return usage_error("%s is an option of generate", only[q]);
+    } else if (o->temperature == 0.0f && (o->top_k != 0 || o->top_p != 1.0f)) {
+        return usage_error("%s", "--top-k and --top-p filter sampling: give --temperature > 0 too (0 is greedy)");
+    }
+    if (strcmp(o->cmd, "lens") == 0)
+        for (int q = 0; q < o->n_reqs; q++)
+            if (o->reqs[q].kind == R_SAVE)
+                return usage_error("%s", "lens saves every block's output itself; --save belongs to trace and generate");
     return 0;
 }
 
@@ -366,6 +419,11 @@ static int add_requests(nnt_runtime *rt, nnt_trace *t, const opts *o, loaded_set
             const nnt_tensor *v = load_arg(rt, q->arg, l);
             if (!v) return fail(rt, q->kind == R_SET ? "--set" : "--add");
             st = q->kind == R_SET ? nnt_trace_set(t, q->path, v) : nnt_trace_add(t, q->path, v, 1.0f);
+            if (st != NNT_OK) {
+                fprintf(stderr, "nnt: error: %s %s=%s: %s\n", q->kind == R_SET ? "--set" : "--add", q->path, q->arg,
+                        nnt_last_error(rt));
+                return 1;
+            }
             break;
         }
         case R_ABLATE:
@@ -403,6 +461,10 @@ static int add_requests(nnt_runtime *rt, nnt_trace *t, const opts *o, loaded_set
             const nnt_tensor *v = load_arg(rt, q->arg, l);
             if (!v) return fail(rt, "--steer");
             st = nnt_trace_steer(t, (int)a, (int)b, np ? pos : NULL, np, v, q->factor);
+            if (st != NNT_OK) {
+                fprintf(stderr, "nnt: error: --steer %s=%s: %s\n", q->path, q->arg, nnt_last_error(rt));
+                return 1;
+            }
             break;
         }
         case R_STEPS:
@@ -414,6 +476,32 @@ static int add_requests(nnt_runtime *rt, nnt_trace *t, const opts *o, loaded_set
             break;
         }
         if (st != NNT_OK) return fail(rt, NULL);
+    }
+    return 0;
+}
+
+/* --out, checked before any forward runs: its directory must exist, and an existing path must be
+ * a regular file (the writer refuses to replace anything else). Returns 0 or 2. */
+static int check_out(const char *out)
+{
+    if (!out) return 0;
+    struct stat sb;
+    if (stat(out, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "nnt: --out %s: exists and is not a regular file\n", out);
+        return 2;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0) {
+        fprintf(stderr, "nnt: --out %s: the directory '%s' does not exist or is not writable\n", out, dir);
+        return 2;
     }
     return 0;
 }
@@ -431,8 +519,15 @@ static int report_saved(nnt_runtime *rt, const nnt_trace *t, const opts *o, cons
         describe(path, v);
     }
     if (o->out) {
+        int written = 0; /* every value that is not None, the hidden one included */
+        for (int i = 0; i < nnt_trace_result_count(t); i++) {
+            const char *path;
+            const nnt_tensor *v;
+            nnt_trace_result(t, i, &path, &v);
+            written += v != NULL;
+        }
         if (nnt_trace_write_safetensors(t, o->out) != NNT_OK) return fail(rt, "--out");
-        printf("wrote %d values to %s\n", shown, o->out);
+        printf("wrote %d values to %s\n", written, o->out);
     }
     return 0;
 }
@@ -457,7 +552,9 @@ static int top_tokens(const float *p, int64_t V, int k, int *top)
 static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o)
 {
     batch b;
-    int rc = build_batch(o, &b);
+    int rc = check_out(o->out);
+    if (rc) return rc;
+    rc = build_batch(o, &b);
     if (rc) return rc;
     nnt_trace *t = NULL;
     loaded_set l = {.n = 0};
@@ -516,7 +613,9 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o)
 {
     if (o->n_rows > 1) return usage_error("%s", "lens reads one --tokens row");
     batch b;
-    int rc = build_batch(o, &b);
+    int rc = check_out(o->out);
+    if (rc) return rc;
+    rc = build_batch(o, &b);
     if (rc) return rc;
     const nnt_model_info *mi = nnt_model_get_info(m);
     int L = mi->num_layers, S = b.seq;
@@ -594,7 +693,9 @@ static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o)
 {
     if (o->max_new_tokens < 0) return usage_error("%s", "generate needs --max-new-tokens N");
     batch b;
-    int rc = build_batch(o, &b);
+    int rc = check_out(o->out);
+    if (rc) return rc;
+    rc = build_batch(o, &b);
     if (rc) return rc;
     nnt_trace *t = NULL;
     loaded_set l = {.n = 0};

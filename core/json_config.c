@@ -140,9 +140,11 @@ nnt_status nnt_cfg_int(const nnt_checkpoint *ck, const char *key, int64_t dflt, 
         *out = dflt;
         return NNT_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        fabs(v->valuedouble) > 9.0e15)
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
         return wrong_type(ck, key, "an integer", v, err);
+    /* every integer a family reads (sizes, counts, ids) fits 32 bits; larger is a broken file */
+    if (fabs(v->valuedouble) > 2147483647.0)
+        return wrong_type(ck, key, "an integer of at most 2147483647 in magnitude", v, err);
     *out = (int64_t)v->valuedouble;
     return NNT_OK;
 }
@@ -227,7 +229,7 @@ nnt_status nnt_cfg_int_list(const nnt_checkpoint *ck, const char *key, const cha
                                    nnt_cfg_path(ck), key, i, e->valuestring, want);
             }
             out[i] = found;
-        } else if (cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble)) {
+        } else if (cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) && fabs(e->valuedouble) <= 2147483647.0) {
             out[i] = (int64_t)e->valuedouble;
         } else if (cJSON_IsBool(e)) {
             out[i] = cJSON_IsTrue(e);

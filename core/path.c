@@ -93,7 +93,7 @@ static int host_from_word(const nnt_model *m, const char *w)
     return -1;
 }
 
-static nnt_status unknown_value(const char *text, nnt_host host, const char *word,
+static nnt_status unknown_value(const nnt_model *m, const char *text, nnt_host host, const char *word,
                                 nnt_error *err)
 {
     const char *cands[NNT_SLOT_COUNT];
@@ -104,13 +104,24 @@ static nnt_status unknown_value(const char *text, nnt_host host, const char *wor
     const char *where = host == NNT_HOST_MODEL ? "the model" : host == NNT_HOST_LAYER ? "a block" : nnt_host_name(host);
     snprintf(msg, sizeof msg, "path '%s': %s has no standard value '%s'", text, where, word);
     suggest(msg, sizeof msg, word, cands, n);
-    /* the name may exist under another host */
+    /* the name may exist under another host: point at a block of this model that serves it */
     size_t k = strlen(msg);
     for (int s = 0; s < NNT_SLOT_COUNT && k < sizeof msg; s++) {
         if (nnt_slot_host((nnt_slot)s) == host || strcmp(nnt_slot_name((nnt_slot)s), word) != 0) continue;
+        int layer = -1, layers = m && nnt_slot_host((nnt_slot)s) != NNT_HOST_MODEL ? m->info.num_layers : 0;
+        for (int l = 0; l < layers && layer < 0; l++) {
+            nnt_value_info vi;
+            nnt_error scratch = {0};
+            if (nnt_model_slot_info(m, l, (nnt_slot)s, NULL, &vi, &scratch) == NNT_OK && vi.served) layer = l;
+        }
         char p[128];
-        nnt_path_format((nnt_slot)s, 0, p, sizeof p);
-        k += (size_t)snprintf(msg + k, sizeof msg - k, " ('%s' exists as %s)", word, p);
+        if (layer >= 0 || nnt_slot_host((nnt_slot)s) == NNT_HOST_MODEL) {
+            nnt_path_format((nnt_slot)s, layer < 0 ? 0 : layer, p, sizeof p);
+            k += (size_t)snprintf(msg + k, sizeof msg - k, " ('%s' exists as %s)", word, p);
+        } else {
+            k += (size_t)snprintf(msg + k, sizeof msg - k, " ('%s' belongs to %s, which no block of this model has)", word,
+                                  nnt_host_name(nnt_slot_host((nnt_slot)s)));
+        }
         break;
     }
     return nnt_err_set(err, NNT_ERR_PATH, "%s", msg);
@@ -168,7 +179,7 @@ nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, n
                                        "path '%s': '%s' is a value of each block; name one, e.g. '%s'",
                                        text, w1, p);
                 }
-            return unknown_value(text, NNT_HOST_MODEL, w1, err);
+            return unknown_value(m, text, NNT_HOST_MODEL, w1, err);
         }
         out->slot = (nnt_slot)s;
         out->layer = -1;
@@ -197,7 +208,7 @@ nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, n
                                text, w1, index);
     }
     int s = nnt_slot_find(host, vname);
-    if (s < 0) return unknown_value(text, host, vname, err);
+    if (s < 0) return unknown_value(m, text, host, vname, err);
     out->slot = (nnt_slot)s;
     out->layer = layer;
     return NNT_OK;

@@ -87,7 +87,15 @@ nnt_status nnt_safetensors_read(nnt_runtime *rt, const char *file, const char *k
     const nnt_st_entry *e = NULL;
     if (key) {
         e = nnt_st_find(f, key);
-        if (!e) st = nnt_err_set(&rt->err, NNT_ERR_NOT_FOUND, "%s: no tensor named '%s'", file, key);
+        if (!e) {
+            char names[512];
+            size_t k = 0;
+            names[0] = '\0';
+            for (int i = 0; i < f->n_entries && i < 8 && k < sizeof names; i++)
+                k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", i ? ", " : "", f->entries[i].name);
+            if (f->n_entries > 8 && k < sizeof names) snprintf(names + k, sizeof names - k, ", ... (%d in all)", f->n_entries);
+            st = nnt_err_set(&rt->err, NNT_ERR_NOT_FOUND, "%s: no tensor named '%s'; it holds %s", file, key, names);
+        }
     } else if (f->n_entries != 1) {
         st = nnt_err_set(&rt->err, NNT_ERR_INVALID_ARGUMENT, "%s: holds %d tensors; name the one to use", file,
                          f->n_entries);

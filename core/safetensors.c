@@ -248,18 +248,50 @@ nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
     size_t hlen = strlen(header);
     size_t padded = (hlen + 7) & ~(size_t)7;
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
+    /* the file written is the one the path names: through a symbolic link, and never a device
+     * or other special file, which a rename would replace */
+    char *target = realpath(path, NULL);
+    struct stat sb;
+    if (!target && lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) { /* a link to a file not there yet */
+        char link[4096];
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n > 0) {
+            link[n] = '\0';
+            const char *slash = strrchr(path, '/');
+            size_t dir = link[0] == '/' || !slash ? 0 : (size_t)(slash - path) + 1;
+            target = malloc(dir + (size_t)n + 1);
+            if (target) {
+                memcpy(target, path, dir);
+                memcpy(target + dir, link, (size_t)n + 1);
+            }
+        }
+    }
+    if (target && stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: exists and is not a regular file; not replacing it", path);
+        free(target);
+        free(header);
+        return st;
+    }
+    const char *dest = target ? target : path;
+    size_t plen = strlen(dest);
+    char *tmp = malloc(plen + 48);
     if (!tmp) {
+        free(target);
         free(header);
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
-    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
+    /* a fresh name beside the target, created with the caller's umask (mkstemp would force 0600) */
+    int fd = -1;
+    for (unsigned attempt = 0; fd < 0 && attempt < 100; attempt++) {
+        snprintf(tmp, plen + 48, "%s.tmp%ld.%u", dest, (long)getpid(), attempt);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
     if (fd < 0) {
         nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         free(header);
         free(tmp);
+        free(target);
         return st;
     }
     uint8_t len8[8];
@@ -274,14 +306,17 @@ nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
         nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
         unlink(tmp);
         free(tmp);
+        free(target);
         return st;
     }
-    if (rename(tmp, path) != 0) {
+    if (rename(tmp, dest) != 0) {
         nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
         unlink(tmp);
         free(tmp);
+        free(target);
         return st;
     }
     free(tmp);
+    free(target);
     return NNT_OK;
 }

@@ -96,7 +96,10 @@ nnt_status nnt_trace_new(nnt_model *m, nnt_trace **out)
 
 nnt_status nnt_trace_steps(nnt_trace *t, int from, int to)
 {
-    if (!t || from < 0 || (to >= 0 && to < from)) return NNT_ERR_INVALID_ARGUMENT;
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    if (from < 0 || (to >= 0 && to < from))
+        return nnt_err_set(&t->m->rt->err, NNT_ERR_INVALID_ARGUMENT,
+                           "steps %d..%d: need 0 <= from and from <= to (to < 0: every later step)", from, to);
     t->next_from = from;
     t->next_to = to;
     return NNT_OK;
@@ -399,8 +402,16 @@ nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positio
     int L = t->m->info.num_layers;
     if (first < 0 || last < first || last >= L)
         return nnt_err_set(err, NNT_ERR_INDEX, "steer blocks %d..%d: need 0 <= first <= last < %d", first, last, L);
-    if (!vector || vector->ndim != 1 || vector->shape[0] != t->m->info.hidden_size)
-        return nnt_err_set(err, NNT_ERR_SHAPE, "steer: the vector must be [hidden_size] = [%d]", t->m->info.hidden_size);
+    if (!vector) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "steer: no vector");
+    if (vector->ndim != 1 || vector->shape[0] != t->m->info.hidden_size) {
+        char shape[96];
+        size_t k = (size_t)snprintf(shape, sizeof shape, "[");
+        for (int d = 0; d < vector->ndim && k < sizeof shape; d++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", d ? ", " : "", (long long)vector->shape[d]);
+        if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+        return nnt_err_set(err, NNT_ERR_SHAPE, "steer: the vector is %s; it must be [hidden_size] = [%d]", shape,
+                           t->m->info.hidden_size);
+    }
     if (n_positions < 0 || (n_positions > 0 && !positions))
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "steer: %d positions but no list", n_positions);
     for (int l = first; l <= last; l++) {
@@ -512,6 +523,13 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
     for (int i = 0; i < t->n_reqs; i++) {
         request *r = &t->reqs[i];
         if (step < r->step_from || (r->step_to >= 0 && step > r->step_to)) continue;
+        /* steering positions name positions of the prompt; a later single-token step applies
+         * only those that land on its one position */
+        for (int k = 0; step == 0 && r->kind == REQ_STEER && k < r->n_positions; k++)
+            if (r->positions[k] >= dims->seq || r->positions[k] < -dims->seq)
+                return nnt_err_set(rt_err(t), NNT_ERR_INDEX,
+                                   "steer: position %d is outside the %d positions of the call (-%d..%d allowed)",
+                                   r->positions[k], (int)dims->seq, (int)dims->seq, (int)dims->seq - 1);
         int lo = r->path.layer, hi = r->path.layer;
         if (r->path.layer == NNT_LAYER_ALL) {
             lo = 0;

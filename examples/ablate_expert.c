@@ -57,7 +57,7 @@ int main(int argc, char **argv)
         double want = chosen ? 0.0 : nnt_tensor_get_f64(w0, i);
         bad += nnt_tensor_get_f64(w1, i) != want;
     }
-    printf("block %d, expert %d: chosen in %lld of %lld slots; weights not as expected: %lld\n", layer, expert,
+    printf("block %d, expert %d: chosen in %lld of %lld slots; slots whose weight is wrong after the ablation: %lld\n", layer, expert,
            (long long)hits, (long long)n, (long long)bad);
 
     const nnt_tensor *p0 = nnt_trace_get(clean, "next_token_probs"), *p1 = nnt_trace_get(ablated, "next_token_probs");

@@ -13,6 +13,7 @@
 #include <ini.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../core/internal.h"
 
@@ -145,6 +146,11 @@ static int handler(void *user, const char *section, const char *name, const char
         s->n_kv++;
         return 1;
     }
+    if (!section[0]) {
+        snprintf(ps->msg, sizeof ps->msg, "'%s = %s' comes before any section (expected [plugins], [family.NAME] or "
+                 "[backend.NAME] first)", name, value);
+        return 0;
+    }
     snprintf(ps->msg, sizeof ps->msg, "unknown section [%s] (expected [plugins], [family.NAME] or [backend.NAME])",
              section);
     ps->err_line = ps->lr->section_line;
@@ -154,6 +160,10 @@ static int handler(void *user, const char *section, const char *name, const char
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)
 {
     *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return nnt_err_set(err, NNT_ERR_IO, "%s: the configuration must be a file (an INI file), not a directory or device",
+                           path);
     FILE *f = fopen(path, "r");
     if (!f) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open the configuration file", path);
     nnt_ini *ini = calloc(1, sizeof *ini);

@@ -25,7 +25,8 @@ check "saved value line" 0 "layers.1.mlp.expert_weights +\[1, 24, 2\] +F32 +min"
   "$nnt" trace --model "$model" --tokens "$prompt" --save 'layers[1].mlp.expert_weights'
 check "two rows, one left-padded" 0 "top 5 next tokens, row 1" \
   "$nnt" trace --model "$model" --tokens "$prompt" --tokens "5 6 7" --save logits
-check "wildcard and --out" 0 "wrote 3 values to $tmp/cli.safetensors" \
+# three blocks' outputs and the next-token distribution the top-5 line reads
+check "wildcard and --out" 0 "wrote 4 values to $tmp/cli.safetensors" \
   "$nnt" trace --model "$model" --tokens "$prompt" --save 'layers.*.layer_output' --out "$tmp/cli.safetensors"
 check "--set reads a saved value back" 0 "layers.2.layer_output" \
   "$nnt" trace --model "$model" --tokens "$prompt" --set "layers.2.layer_output=$tmp/cli.safetensors:layers.2.layer_output" --save layers.2.layer_output
@@ -109,5 +110,17 @@ check "a steering vector of the wrong length" 1 "must be \[hidden_size\] = \[64\
 skipped=$("$nnt" trace --model "$model" --tokens "$prompt" --skip-layers 1:2 | tail -1)
 if [ "$plain" != "$skipped" ]; then echo "ok   --skip-layers moves the prediction"; else echo "FAIL --skip-layers changed nothing"; fails=$((fails + 1)); fi
 check "--skip-layers range checked" 1 "skip_layers\(2, 1\)" "$nnt" trace --model "$model" --tokens "$prompt" --skip-layers 2:1
+
+# --- refusals ---
+check "unknown option named as such" 2 "unknown option --bogus" "$nnt" trace --model "$model" --tokens "1 2" --bogus
+check "an option given twice" 2 "--out is given twice" "$nnt" trace --model "$model" --tokens "1 2" --out "$tmp/a.st" --out "$tmp/b.st"
+check "--out never replaces a device" 2 "exists and is not a regular file" "$nnt" trace --model "$model" --tokens "1 2" --out /dev/null
+check "--out into a missing directory, before the forward" 2 "does not exist or is not writable" \
+  "$nnt" trace --model "$model" --tokens "1 2" --out "$tmp/no/such/dir.st"
+check "--steps belongs to generate" 2 "--steps is an option of generate" "$nnt" trace --model "$model" --tokens "1 2" --steps 1
+check "a steering position outside the prompt" 1 "position 5 is outside the 3 positions" \
+  "$nnt" trace --model "$model" --tokens "1 2 3" --steer-positions 5 --steer "0=$vec"
+check "a key before any INI section" 1 "comes before any section" \
+  bash -c "printf 'threads = 2\n' > '$tmp/nosect.ini'; '$nnt' plugins --config '$tmp/nosect.ini'"
 
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }
