@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -118,6 +119,33 @@ static void test_round_trip(void)
     nnt_runtime_close(rt);
 }
 
+/* The writer replaces the file a path names: through a symbolic link (even to a file not there
+ * yet), never a device, and with the process's umask like any created file. */
+static void test_write_targets(void)
+{
+    float v[4] = {1, 2, 3, 4};
+    nnt_tensor t = {NNT_F32, 1, {4}, v, 0};
+    const nnt_tensor *ts[1] = {&t};
+    const char *keys[1] = {"v"};
+    char link[512], target[512];
+    snprintf(link, sizeof link, "%s/link.safetensors", t_tmpdir());
+    snprintf(target, sizeof target, "%s/linked_target.safetensors", t_tmpdir());
+    unlink(link);
+    unlink(target);
+    CU_ASSERT_FATAL(symlink("linked_target.safetensors", link) == 0);
+    nnt_error err = {0};
+    mode_t old = umask(022);
+    CU_ASSERT_EQUAL(nnt_st_write(link, 1, keys, ts, NULL, &err), NNT_OK);
+    umask(old);
+    struct stat sl, st;
+    CU_ASSERT(lstat(link, &sl) == 0 && S_ISLNK(sl.st_mode));
+    CU_ASSERT(stat(target, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0644);
+    CU_ASSERT_EQUAL(nnt_st_write("/dev/null", 1, keys, ts, NULL, &err), NNT_ERR_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "not a regular file"));
+    struct stat dn;
+    CU_ASSERT(stat("/dev/null", &dn) == 0 && S_ISCHR(dn.st_mode));
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("safetensors", NULL, NULL);
@@ -126,7 +154,8 @@ int register_tests(void)
         !CU_add_test(s, "a header length past the end", test_header_past_end) ||
         !CU_add_test(s, "malformed header JSON", test_malformed_json) ||
         !CU_add_test(s, "offsets out of range, overlapping, or of the wrong size", test_offsets) ||
-        !CU_add_test(s, "write then read back", test_round_trip))
+        !CU_add_test(s, "write then read back", test_round_trip) ||
+        !CU_add_test(s, "writes through links, never over a device, with the umask", test_write_targets))
         return -1;
     return 0;
 }
