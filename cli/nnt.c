@@ -741,22 +741,23 @@ out:
 int main(int argc, char **argv)
 {
     opts o;
+    nnt_runtime *rt = NULL;
+    nnt_model *m = NULL;
     int rc = parse_args(argc, argv, &o);
-    if (rc != 0) return rc;
+    if (rc != 0) goto done;
     if (strcmp(o.cmd, "help") == 0 || strcmp(o.cmd, "--help") == 0 || strcmp(o.cmd, "-h") == 0) {
         fputs(USAGE, stdout);
-        return 0;
+        goto done;
     }
     if (strcmp(o.cmd, "print") && strcmp(o.cmd, "support") && strcmp(o.cmd, "trace") && strcmp(o.cmd, "lens") &&
-        strcmp(o.cmd, "generate") && strcmp(o.cmd, "plugins"))
-        return usage_error("unknown command '%s'", o.cmd);
-    nnt_runtime *rt = NULL;
+        strcmp(o.cmd, "generate") && strcmp(o.cmd, "plugins")) {
+        rc = usage_error("unknown command '%s'", o.cmd);
+        goto done;
+    }
     if (nnt_runtime_open(o.config, &rt) != NNT_OK) {
         rc = fail(rt, "cannot start");
-        nnt_runtime_close(rt);
-        return rc;
+        goto done;
     }
-    nnt_model *m = NULL;
     if (strcmp(o.cmd, "plugins") == 0) {
         printf("configuration: %s\n", nnt_runtime_config_path(rt));
         const char *kind, *name, *file, *detail;
