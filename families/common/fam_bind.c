@@ -1,6 +1,6 @@
 /* fam_bind.c - binding checkpoint tensors shared by families: the readout (embedding, final
- * norm, lm_head) and a block's experts under either the hub's per-expert names or
- * transformers' fused 3-D tensors. */
+ * norm, lm_head), F32 parameter vectors, a block's experts under either the hub's per-expert
+ * names or transformers' fused 3-D tensors, and the decoder skeleton's wiring. */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +18,34 @@ nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_
         return NNT_OK;
     }
     return fam_weight(env, ck, "lm_head.weight", 2, es, &d->lm_head, err);
+}
+
+nnt_status fam_bind_vector(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t count, float **host,
+                           nnt_tensor *out, nnt_error *err)
+{
+    nnt_status st = fam_vector_f32(env, ck, name, count, host, err);
+    if (st != NNT_OK) return st;
+    nnt_tensor t = {NNT_F32, 1, {count}, *host, 0};
+    return env->be->prepare_weight(env->be_ctx, &t, out, err);
+}
+
+void fam_decoder_wire(fam_decoder *d, int layers, int hidden, int vocab, double eps, const nnt_tensor *in_norm0,
+                      const nnt_tensor *post_norm0, size_t stride, void *self,
+                      nnt_status (*mixer)(void *, nnt_run *, int, const nnt_forward_args *, const nnt_attn_mask *,
+                                          const nnt_tensor *, nnt_tensor *, nnt_error *),
+                      nnt_status (*mlp)(void *, nnt_run *, int, const nnt_forward_args *, const nnt_tensor *, nnt_tensor *,
+                                        nnt_error *))
+{
+    d->num_layers = layers;
+    d->hidden = hidden;
+    d->vocab = vocab;
+    d->eps = (float)eps;
+    d->in_norm = in_norm0;
+    d->post_norm = post_norm0;
+    d->norm_stride = stride;
+    d->self = self;
+    d->mixer = mixer;
+    d->mlp = mlp;
 }
 
 nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int layer, int64_t E, int64_t I,

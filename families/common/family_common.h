@@ -195,6 +195,19 @@ nnt_status fam_decoder_project(const fam_env *env, nnt_run *run, const fam_decod
 int fam_decoder_info(int hidden, int vocab, nnt_slot slot, const nnt_call_dims *dims, nnt_value_info *out);
 
 /* ---- weight binding shared by families ---- */
+/* Reads tensor `name` ([count], any float dtype) into a new host F32 copy *host (the family frees
+ * it at unload) and hands it to the backend as *out (router biases, sinks, hyper-connection
+ * parameters, position biases). Errors: the checkpoint's, naming the tensor. */
+nnt_status fam_bind_vector(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t count, float **host,
+                           nnt_tensor *out, nnt_error *err);
+/* Wires a Llama-style decoder: sizes, the per-block norms found every `stride` bytes from the
+ * first block's in_norm and post_norm, and the family's mixer and MLP callbacks. */
+void fam_decoder_wire(fam_decoder *d, int layers, int hidden, int vocab, double eps, const nnt_tensor *in_norm0,
+                      const nnt_tensor *post_norm0, size_t stride, void *self,
+                      nnt_status (*mixer)(void *, nnt_run *, int, const nnt_forward_args *, const nnt_attn_mask *,
+                                          const nnt_tensor *, nnt_tensor *, nnt_error *),
+                      nnt_status (*mlp)(void *, nnt_run *, int, const nnt_forward_args *, const nnt_tensor *, nnt_tensor *,
+                                        nnt_error *));
 /* Binds model.embed_tokens.weight [V, H], model.norm.weight [H] and lm_head.weight [V, H]
  * (the embedding when tied and lm_head is absent). */
 nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied,

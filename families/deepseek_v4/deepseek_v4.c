@@ -255,14 +255,6 @@ static const char *pick(const dv_model *m, const nnt_checkpoint *ck, char *buf, 
     return buf;
 }
 
-static nnt_status bind_vec(const dv_model *m, const nnt_checkpoint *ck, const char *name, int64_t count, float **host,
-                           nnt_tensor *t, nnt_error *err)
-{
-    CK(fam_vector_f32(&m->env, ck, name, count, host, err));
-    nnt_tensor v = {NNT_F32, 1, {count}, *host, 0};
-    return m->env.be->prepare_weight(m->env.be_ctx, &v, t, err);
-}
-
 static nnt_status bind_hc(const dv_model *m, const nnt_checkpoint *ck, int L, const char *native, const char *hf, int outs,
                           hc_w *w, nnt_error *err)
 {
@@ -282,7 +274,7 @@ static nnt_status bind_hc(const dv_model *m, const nnt_checkpoint *ck, int L, co
             else
                 snprintf(a, sizeof a, hf, L, hfparts[i]);
         }
-        CK(bind_vec(m, ck, name, counts[i], hosts[i], ts[i], err));
+        CK(fam_bind_vector(&m->env, ck, name, counts[i], hosts[i], ts[i], err));
     }
     w->fn_t.ndim = 2;
     w->fn_t.shape[0] = outs;
@@ -315,7 +307,7 @@ static nnt_status bind_comp(const dv_model *m, const nnt_checkpoint *ck, int L, 
 #undef CW
     snprintf(fn, sizeof fn, "%sape", nat);
     snprintf(fh, sizeof fh, "%sposition_bias", hf);
-    CK(bind_vec(m, ck, pick(m, ck, n, sizeof n, L, fn, fh), (int64_t)rate * coff * D, &c->ape, &c->ape_t, err));
+    CK(fam_bind_vector(&m->env, ck, pick(m, ck, n, sizeof n, L, fn, fh), (int64_t)rate * coff * D, &c->ape, &c->ape_t, err));
     c->ape_t.ndim = 2;
     c->ape_t.shape[0] = rate;
     c->ape_t.shape[1] = (int64_t)coff * D;
@@ -384,7 +376,7 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
         ly->moe.vocab = m->vocab;
     } else {
         const char *bn = pick(m, ck, n, sizeof n, L, "layers.%d.ffn.gate.bias", "model.layers.%d.mlp.gate.e_score_correction_bias");
-        if (h->has_tensor(ck, bn)) CK(bind_vec(m, ck, bn, E, &ly->bias_host, &ly->moe.bias, err));
+        if (h->has_tensor(ck, bn)) CK(fam_bind_vector(&m->env, ck, bn, E, &ly->bias_host, &ly->moe.bias, err));
     }
     (void)rs;
     static const fam_expert_names spellings[] = {
@@ -863,7 +855,7 @@ static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
             nnt_tensor *ts[3] = {&m->hc_head.fn_t, &m->hc_head.base_t, &m->hc_head.scale_t};
             for (int i = 0; i < 3 && st == NNT_OK; i++) {
                 snprintf(n, sizeof n, "%s", parts[i][native ? 0 : 1]);
-                st = bind_vec(m, ck, n, counts[i], hosts[i], ts[i], err);
+                st = fam_bind_vector(&m->env, ck, n, counts[i], hosts[i], ts[i], err);
             }
         }
     }

@@ -221,14 +221,6 @@ static nnt_status read_config(kl_model *m, const nnt_checkpoint *ck, nnt_error *
 
 /* Binds `name` as F32 host data of n values whatever its shape (A_log is [1, 1, H, 1] on the
  * hub and [H, 1] in transformers). */
-static nnt_status bind_f32(const kl_model *m, const nnt_checkpoint *ck, const char *name, int64_t n, float **host,
-                           nnt_tensor *prepared, nnt_error *err)
-{
-    CK(fam_vector_f32(&m->env, ck, name, n, host, err));
-    nnt_tensor t = {NNT_F32, 1, {n}, *host, 0};
-    return m->env.be->prepare_weight(m->env.be_ctx, &t, prepared, err);
-}
-
 static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *w, nnt_error *err)
 {
     const fam_env *env = &m->env;
@@ -282,9 +274,9 @@ static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *
     snprintf(n, sizeof n, "model.layers.%d.%s.f_b_proj.weight", L, fg);
     WT(f_b, 2, P, D);
     snprintf(n, sizeof n, "model.layers.%d.%s.dt_bias", L, fg);
-    CK(bind_f32(m, ck, n, P, &w->dt_bias, &w->dt_bias_t, err));
+    CK(fam_bind_vector(&m->env, ck, n, P, &w->dt_bias, &w->dt_bias_t, err));
     snprintf(n, sizeof n, "model.layers.%d.%s.A_log", L, fg);
-    CK(bind_f32(m, ck, n, Hh, &w->a_log, &w->a_log_t, err));
+    CK(fam_bind_vector(&m->env, ck, n, Hh, &w->a_log, &w->a_log_t, err));
     NAME("model.layers.%d.self_attn.b_proj.weight");
     WT(b_proj, 2, Hh, H);
     NAME("model.layers.%d.self_attn.g_a_proj.weight");
@@ -355,7 +347,7 @@ static nnt_status bind_mlp(kl_model *m, const nnt_checkpoint *ck, int L, kl_laye
     CK(fam_weight(env, ck, n, 2, rs, &ly->moe.router, err));
     snprintf(n, sizeof n, "model.layers.%d.%s.gate.e_score_correction_bias", L, pre);
     if (h->has_tensor(ck, n)) {
-        CK(bind_f32(m, ck, n, E, &ly->bias_host, &ly->moe.bias, err));
+        CK(fam_bind_vector(&m->env, ck, n, E, &ly->bias_host, &ly->moe.bias, err));
     }
     static const fam_expert_names spellings[] = {
         {"model.layers.%d.block_sparse_moe.experts.%d.w1.weight", "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
@@ -614,16 +606,8 @@ static nnt_status kl_load(const nnt_load_args *args, void **out, nnt_error *err)
         kl_unload(m);
         return st;
     }
-    m->dec.num_layers = m->layers;
-    m->dec.hidden = m->hidden;
-    m->dec.vocab = m->vocab;
-    m->dec.eps = (float)m->eps;
-    m->dec.in_norm = &m->l[0].in_norm;
-    m->dec.post_norm = &m->l[0].post_norm;
-    m->dec.norm_stride = sizeof(kl_layer);
-    m->dec.self = m;
-    m->dec.mixer = kl_mixer;
-    m->dec.mlp = kl_mlp;
+    fam_decoder_wire(&m->dec, m->layers, m->hidden, m->vocab, m->eps, &m->l[0].in_norm, &m->l[0].post_norm,
+                     sizeof(kl_layer), m, kl_mixer, kl_mlp);
     *out = m;
     return NNT_OK;
 }

@@ -257,11 +257,7 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     snprintf(b2, sizeof b2, "model.layers.%d.mlp.e_score_correction_bias", L);
     const char *biases[] = {b1, b2};
     const char *bias = fam_first_present(env, ck, biases, 2);
-    if (bias) {
-        CK(fam_vector_f32(env, ck, bias, E, &ly->bias_host, err));
-        nnt_tensor bt = {NNT_F32, 1, {E}, ly->bias_host, 0};
-        CK(env->be->prepare_weight(env->be_ctx, &bt, &ly->moe.bias, err));
-    }
+    if (bias) CK(fam_bind_vector(env, ck, bias, E, &ly->bias_host, &ly->moe.bias, err));
     static const fam_expert_names spellings[] = {
         {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
          "model.layers.%d.mlp.experts.%d.down_proj.weight"},
@@ -366,16 +362,8 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
         mv_unload(m);
         return st;
     }
-    m->dec.num_layers = m->layers;
-    m->dec.hidden = m->hidden;
-    m->dec.vocab = m->vocab;
-    m->dec.eps = (float)m->eps;
-    m->dec.in_norm = &m->l[0].in_norm;
-    m->dec.post_norm = &m->l[0].post_norm;
-    m->dec.norm_stride = sizeof(mv_layer);
-    m->dec.self = m;
-    m->dec.mixer = mv_attention;
-    m->dec.mlp = mv_mlp;
+    fam_decoder_wire(&m->dec, m->layers, m->hidden, m->vocab, m->eps, &m->l[0].in_norm, &m->l[0].post_norm,
+                     sizeof(mv_layer), m, mv_attention, mv_mlp);
     *out = m;
     return NNT_OK;
 }

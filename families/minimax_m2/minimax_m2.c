@@ -161,11 +161,7 @@ static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_e
     snprintf(b3, sizeof b3, "model.layers.%d.mlp.gate.e_score_correction_bias", L);
     const char *biases[] = {b1, b2, b3};
     const char *bias = fam_first_present(env, ck, biases, 3);
-    if (bias) {
-        CK(fam_vector_f32(env, ck, bias, E, &ly->bias_host, err));
-        nnt_tensor bt = {NNT_F32, 1, {E}, ly->bias_host, 0};
-        CK(env->be->prepare_weight(env->be_ctx, &bt, &ly->moe.bias, err));
-    }
+    if (bias) CK(fam_bind_vector(env, ck, bias, E, &ly->bias_host, &ly->moe.bias, err));
     /* experts: one tensor per expert (the hub's w1/w3/w2, or gate/up/down), or transformers'
      * fused 3-D tensors */
     static const fam_expert_names spellings[] = {
@@ -281,16 +277,8 @@ static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
     }
     for (int L = 0; st == NNT_OK && L < m->layers; L++) st = bind_layer(m, ck, L, err);
     if (st == NNT_OK) {
-        m->dec.num_layers = m->layers;
-        m->dec.hidden = m->hidden;
-        m->dec.vocab = m->vocab;
-        m->dec.eps = (float)m->eps;
-        m->dec.in_norm = &m->l[0].in_norm;
-        m->dec.post_norm = &m->l[0].post_norm;
-        m->dec.norm_stride = sizeof(mm_layer);
-        m->dec.self = m;
-        m->dec.mixer = mm_attention;
-        m->dec.mlp = mm_mlp;
+        fam_decoder_wire(&m->dec, m->layers, m->hidden, m->vocab, m->eps, &m->l[0].in_norm, &m->l[0].post_norm,
+                         sizeof(mm_layer), m, mm_attention, mm_mlp);
     }
     if (st != NNT_OK) {
         mm_unload(m);
