@@ -1,6 +1,7 @@
 /* checkpoint.c - a Hugging Face checkpoint directory: config.json plus model.safetensors or a
  * sharded model.safetensors.index.json, memory-mapped; tensor look-up by name with shape
- * checks, and FP8 e4m3 block-scaled weights decoded to float32. */
+ * checks, views of tensors in their stored bytes (encoded weights with their scale companions,
+ * see quant.c), and the count of the bytes a model binds. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -154,6 +155,7 @@ void nnt_checkpoint_close(nnt_checkpoint *ck)
     free(ck->index);
     for (int i = 0; i < ck->n_owned; i++) free(ck->owned[i]);
     free(ck->owned);
+    free(ck->bound);
     nnt_json_free(ck->config);
     free(ck->config_path);
     free(ck->dir);
@@ -165,31 +167,7 @@ int nnt_ck_has_tensor(const nnt_checkpoint *ck, const char *name)
     return find(ck, name) != NULL;
 }
 
-nnt_status nnt_fp8_block_dequant(const uint8_t *w, int64_t rows, int64_t cols,
-                                 const nnt_tensor *scale, int block, float *dst, nnt_error *err)
-{
-    int64_t sr = (rows + block - 1) / block, sc = (cols + block - 1) / block;
-    if (scale->ndim != 2 || scale->shape[0] != sr || scale->shape[1] != sc) {
-        char got[64];
-        return nnt_err_set(err, NNT_ERR_SHAPE,
-                           "block scales have shape %s, a %lldx%lld weight with %dx%d blocks needs [%lld, %lld]",
-                           nnt_shape_str(scale, got, sizeof got), (long long)rows, (long long)cols,
-                           block, block, (long long)sr, (long long)sc);
-    }
-    float lut[256];
-    for (int i = 0; i < 256; i++) lut[i] = nnt_fp8_e4m3_to_f32((uint8_t)i);
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t cb = 0; cb < sc; cb++) {
-            int64_t si = (r / block) * sc + cb;
-            float s = (float)nnt_tensor_get_f64(scale, si);
-            int64_t c0 = cb * block, c1 = c0 + block < cols ? c0 + block : cols;
-            for (int64_t c = c0; c < c1; c++) dst[r * cols + c] = lut[w[r * cols + c]] * s;
-        }
-    }
-    return NNT_OK;
-}
-
-static nnt_status own(nnt_checkpoint *ck, void *p, nnt_error *err)
+nnt_status nnt_ck_own(nnt_checkpoint *ck, void *p, size_t bytes, nnt_error *err)
 {
     if (ck->n_owned == ck->cap_owned) {
         int cap = ck->cap_owned ? ck->cap_owned * 2 : 64;
@@ -199,6 +177,7 @@ static nnt_status own(nnt_checkpoint *ck, void *p, nnt_error *err)
         ck->cap_owned = cap;
     }
     ck->owned[ck->n_owned++] = p;
+    ck->owned_bytes += bytes;
     return NNT_OK;
 }
 
@@ -211,176 +190,95 @@ static void view(const nnt_checkpoint *ck, const struct nnt_ck_index *x, nnt_ten
     out->data = (void *)(ck->files[x->file]->data + x->entry->begin);
 }
 
-/* FP4 e2m1 codes (bit 3 the sign): the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6. Source: OCP
- * Microscaling Formats (MX) v1.0, E2M1. */
-float nnt_fp4_e2m1_to_f32(uint8_t code)
+/* Counts a tensor's stored bytes the first time a family binds it. */
+static void mark_bound(nnt_checkpoint *ck, const struct nnt_ck_index *x)
 {
-    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    float v = mag[code & 7];
-    return (code & 8) ? -v : v;
+    if (!x) return;
+    size_t i = (size_t)(x - ck->index);
+    if (!ck->bound) ck->bound = calloc((size_t)(ck->n_index ? ck->n_index : 1), 1);
+    if (!ck->bound || ck->bound[i]) return;
+    ck->bound[i] = 1;
+    ck->mapped_bytes += x->entry->end - x->entry->begin;
 }
 
-nnt_status nnt_fp4_group_dequant(const uint8_t *packed, int64_t rows, int64_t cols, const nnt_tensor *scale, float *dst,
-                                 nnt_error *err)
+int nnt_ck_lookup(const nnt_checkpoint *ck, const char *name, nnt_tensor *out, const char **file)
 {
-    int64_t sc = scale->ndim == 2 ? scale->shape[1] : 0;
-    if (scale->ndim != 2 || scale->shape[0] != rows || sc <= 0 || cols % sc) {
-        char got[64];
-        return nnt_err_set(err, NNT_ERR_SHAPE, "group scales have shape %s; a %lldx%lld FP4 weight needs [%lld, in / group]",
-                           nnt_shape_str(scale, got, sizeof got), (long long)rows, (long long)cols, (long long)rows);
-    }
-    int64_t group = cols / sc;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            uint8_t byte = packed[r * (cols / 2) + c / 2];
-            uint8_t code = (c & 1) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 0xf); /* low nibble: even column */
-            dst[r * cols + c] = nnt_fp4_e2m1_to_f32(code) * (float)nnt_tensor_get_f64(scale, r * sc + c / group);
-        }
-    return NNT_OK;
+    const struct nnt_ck_index *x = find(ck, name);
+    if (!x) return 0;
+    view(ck, x, out);
+    if (file) *file = ck->files[x->file]->path;
+    return 1;
 }
 
-static nnt_status own(nnt_checkpoint *ck, void *p, nnt_error *err);
-
-static nnt_status decode_fp4(nnt_checkpoint *ck, const char *file, const char *name, const nnt_tensor *t,
-                             const char *sname, const struct nnt_ck_index *sx, int64_t cols, nnt_tensor *out,
-                             nnt_error *err)
+void nnt_ck_mark_bound(nnt_checkpoint *ck, const char *name)
 {
-    nnt_tensor s;
-    view(ck, sx, &s);
-    int64_t rows = 1;
-    for (int i = 0; i < t->ndim - 1; i++) rows *= t->shape[i];
-    if (s.ndim != 2 && s.ndim == t->ndim) { /* [lead..., out, groups] -> [rows, groups] */
-        s.shape[0] = rows;
-        s.shape[1] = s.shape[s.ndim - 1];
-        s.ndim = 2;
+    mark_bound(ck, find(ck, name));
+}
+
+const char *nnt_ck_scale_name(const nnt_checkpoint *ck, const char *name, char *buf, size_t n)
+{
+    /* "<name>_scale_inv" (DeepSeek-V3 style, Hugging Face's FP8 layout), or "<base>.scale" /
+     * "<base>.weight_scale" next to "<base>.weight" (DeepSeek-V4's release and vLLM's names) */
+    size_t nl = strlen(name);
+    snprintf(buf, n, "%s_scale_inv", name);
+    if (find(ck, buf)) return buf;
+    if (nl > 7 && strcmp(name + nl - 7, ".weight") == 0) {
+        snprintf(buf, n, "%.*s.scale", (int)(nl - 7), name);
+        if (find(ck, buf)) return buf;
+        snprintf(buf, n, "%.*s.weight_scale", (int)(nl - 7), name);
+        if (find(ck, buf)) return buf;
     }
-    float *dst = malloc((size_t)(rows * cols) * sizeof(float));
-    if (!dst) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory to decode '%s'", name);
-    nnt_status st = nnt_fp4_group_dequant(t->data, rows, cols, &s, dst, err);
-    if (st == NNT_OK) st = own(ck, dst, err);
-    if (st != NNT_OK) {
-        free(dst);
-        nnt_err_prefix(err, "%s: '%s' (scales '%s')", file, name, sname);
-        return st;
-    }
-    *out = *t;
-    out->dtype = NNT_F32;
-    out->shape[t->ndim - 1] = cols;
-    out->data = dst;
-    return NNT_OK;
+    snprintf(buf, n, "%s_scale_inv", name);
+    return NULL;
 }
 
 nnt_status nnt_ck_tensor(const nnt_checkpoint *ck_const, const char *name, int ndim,
                          const int64_t *shape, nnt_tensor *out, nnt_error *err)
 {
-    nnt_checkpoint *ck = (nnt_checkpoint *)ck_const; /* decoding caches owned buffers */
+    nnt_checkpoint *ck = (nnt_checkpoint *)ck_const; /* counts what is bound */
     const struct nnt_ck_index *x = find(ck, name);
     if (!x) return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: the checkpoint has no tensor '%s'", ck->dir, name);
     const char *file = ck->files[x->file]->path;
     nnt_tensor t;
     view(ck, x, &t);
-    /* a quantised weight's scales: "<name>_scale_inv" (DeepSeek-V3 style), or "<base>.scale" /
-     * "<base>.weight_scale" next to "<base>.weight" (DeepSeek-V4's native names) */
     char sname[512];
-    const struct nnt_ck_index *sx = NULL;
-    size_t nl = strlen(name);
-    snprintf(sname, sizeof sname, "%s_scale_inv", name);
-    sx = find(ck, sname);
-    if (!sx && nl > 7 && strcmp(name + nl - 7, ".weight") == 0) {
-        snprintf(sname, sizeof sname, "%.*s.scale", (int)(nl - 7), name);
-        sx = find(ck, sname);
-        if (!sx) {
-            snprintf(sname, sizeof sname, "%.*s.weight_scale", (int)(nl - 7), name);
-            sx = find(ck, sname);
-        }
-    }
-    if (!sx) snprintf(sname, sizeof sname, "%s_scale_inv", name);
-    /* FP4 e2m1, two values per byte: stored [..., in / 2], expected [..., in] */
-    if ((t.dtype == NNT_I8 || t.dtype == NNT_U8) && sx && ndim > 0 && ndim == t.ndim && t.shape[ndim - 1] * 2 == shape[ndim - 1]) {
-        int lead_ok = 1;
-        for (int i = 0; i < ndim - 1; i++) lead_ok &= t.shape[i] == shape[i];
-        if (lead_ok) return decode_fp4(ck, file, name, &t, sname, sx, shape[ndim - 1], out, err);
-    }
-    if (ndim > 0 && !nnt_shape_equal(t.ndim, t.shape, ndim, shape)) {
-        char got[96], want[96];
-        return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has shape %s, but config.json implies %s",
-                           file, name, nnt_shape_str(&t, got, sizeof got),
-                           nnt_dims_str(ndim, shape, want, sizeof want));
-    }
-    switch (t.dtype) {
-    case NNT_F32:
-    case NNT_BF16:
-    case NNT_F16:
-    case NNT_I64:
-    case NNT_I32:
-        *out = t;
-        return NNT_OK;
-    case NNT_F8_E4M3: break;
-    default:
-        return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has dtype %s; expected F32, BF16, F16, F8_E4M3 with block "
-                           "scales, or packed FP4 with group scales",
-                           file, name, nnt_dtype_name(t.dtype));
-    }
-    /* FP8: needs its block scales */
-    if (!sx)
-        return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: FP8 tensor '%s' has no companion '%s' holding its block scales",
-                           file, name, sname);
-    if (t.ndim < 2)
-        return nnt_err_set(err, NNT_ERR_SHAPE, "%s: FP8 tensor '%s' has %d dimensions; block scales need at least 2",
-                           file, name, t.ndim);
+    const char *scale = nnt_ck_scale_name(ck, name, sname, sizeof sname);
     nnt_tensor s;
-    view(ck, sx, &s);
-    if (!nnt_dtype_is_float(s.dtype))
-        return nnt_err_set(err, NNT_ERR_SHAPE, "%s: scale tensor '%s' has dtype %s; expected a float type",
-                           file, sname, nnt_dtype_name(s.dtype));
-    int64_t block = 128;
-    if (nnt_cfg_has(ck, "quantization_config.weight_block_size")) {
-        int64_t bs[2];
-        int n = 0;
-        nnt_status st = nnt_cfg_int_list(ck, "quantization_config.weight_block_size", NULL, 0, bs, 2, &n, err);
-        if (st != NNT_OK) return st;
-        if (n != 2 || bs[0] != bs[1] || bs[0] <= 0)
-            return nnt_err_set(err, NNT_ERR_UNSUPPORTED, "%s: quantization_config.weight_block_size must be [B, B]",
-                               nnt_cfg_path(ck));
-        block = bs[0];
-    }
-    int64_t rows = t.shape[t.ndim - 2], cols = t.shape[t.ndim - 1];
-    int64_t lead = 1;
-    for (int i = 0; i < t.ndim - 2; i++) lead *= t.shape[i];
-    int64_t sr = (rows + block - 1) / block, sc = (cols + block - 1) / block;
-    int lead_ok = s.ndim == t.ndim;
-    for (int i = 0; lead_ok && i < t.ndim - 2; i++) lead_ok = s.shape[i] == t.shape[i];
-    if (!lead_ok || s.shape[s.ndim - 2] != sr || s.shape[s.ndim - 1] != sc) {
-        char got[96], w[96];
-        return nnt_err_set(err, NNT_ERR_SHAPE,
-                           "%s: scale tensor '%s' has shape %s; weight '%s' %s with %lldx%lld blocks needs %lld x %lld blocks",
-                           file, sname, nnt_shape_str(&s, got, sizeof got), name,
-                           nnt_shape_str(&t, w, sizeof w), (long long)block, (long long)block,
-                           (long long)sr, (long long)sc);
-    }
-    float *dst = malloc((size_t)(lead * rows * cols) * sizeof(float));
-    if (!dst) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory to decode '%s'", name);
-    for (int64_t l = 0; l < lead; l++) {
-        nnt_tensor sl = s;
-        sl.ndim = 2;
-        sl.shape[0] = sr;
-        sl.shape[1] = sc;
-        sl.data = (uint8_t *)s.data + (size_t)(l * sr * sc) * nnt_dtype_size(s.dtype);
-        nnt_status st = nnt_fp8_block_dequant((const uint8_t *)t.data + l * rows * cols, rows, cols,
-                                              &sl, (int)block, dst + l * rows * cols, err);
-        if (st != NNT_OK) {
-            free(dst);
-            nnt_err_prefix(err, "%s: '%s'", file, name);
-            return st;
+    if (scale) view(ck, find(ck, scale), &s);
+    int encoded = 0;
+    nnt_status st = nnt_quant_view(ck, file, name, &t, scale ? &s : NULL, sname, ndim, shape, &encoded, err);
+    if (st != NNT_OK) return st;
+    if (!encoded) {
+        if (ndim > 0 && !nnt_shape_equal(t.ndim, t.shape, ndim, shape)) {
+            char got[96], want[96];
+            return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has shape %s, but config.json implies %s", file,
+                               name, nnt_shape_str(&t, got, sizeof got), nnt_dims_str(ndim, shape, want, sizeof want));
         }
+        switch (t.dtype) {
+        case NNT_F32:
+        case NNT_BF16:
+        case NNT_F16:
+        case NNT_I64:
+        case NNT_I32: break;
+        default:
+            return nnt_err_set(err, NNT_ERR_SHAPE,
+                               "%s: tensor '%s' has dtype %s; expected F32, BF16, F16, F8_E4M3 with block scales, "
+                               "or packed FP4 with group scales",
+                               file, name, nnt_dtype_name(t.dtype));
+        }
+    } else {
+        mark_bound(ck, find(ck, sname));
     }
-    nnt_status st = own(ck, dst, err);
-    if (st != NNT_OK) {
-        free(dst);
-        return st;
-    }
+    mark_bound(ck, x);
     *out = t;
-    out->dtype = NNT_F32;
-    out->data = dst;
     return NNT_OK;
+}
+
+void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes)
+{
+    uint64_t f = 0;
+    for (int i = 0; i < ck->n_files; i++) f += ck->files[i]->map_size;
+    if (file_bytes) *file_bytes = f;
+    if (mapped_bytes) *mapped_bytes = ck->mapped_bytes;
+    if (owned_bytes) *owned_bytes = ck->owned_bytes;
 }

@@ -26,6 +26,7 @@ static const struct {
     [NNT_I8] = {"I8", 1, 0},
     [NNT_U8] = {"U8", 1, 0},
     [NNT_BOOL] = {"BOOL", 1, 0},
+    [NNT_F4_E2M1] = {"F4", 0, 1}, /* safetensors' spelling; two per byte, so no whole-byte size */
 };
 
 const char *nnt_dtype_name(nnt_dtype dt)
@@ -191,7 +192,7 @@ nnt_status nnt_convert(const void *src, nnt_dtype sdt, void *dst, nnt_dtype ddt,
 
 size_t nnt_tensor_nbytes(const nnt_tensor *t)
 {
-    return (size_t)nnt_tensor_numel(t) * nnt_dtype_size(t->dtype);
+    return nnt_dtype_span(t->dtype, nnt_tensor_numel(t));
 }
 
 const char *nnt_dims_str(int ndim, const int64_t *shape, char *buf, size_t n)

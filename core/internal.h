@@ -98,25 +98,52 @@ struct nnt_checkpoint {
     /* name -> (file, entry) index, sorted by name for binary search */
     struct nnt_ck_index *index;
     int n_index;
-    /* decoded tensors (FP8 dequantized) the checkpoint owns */
+    /* buffers the checkpoint made (re-laid scale grids) and owns */
     void **owned;
     int n_owned, cap_owned;
+    /* accounting: which index entries a family bound (1 byte each), their stored bytes, and
+     * the bytes of the owned buffers */
+    uint8_t *bound;
+    uint64_t mapped_bytes, owned_bytes;
 };
 nnt_status nnt_checkpoint_open(const char *dir, nnt_checkpoint **out, nnt_error *err);
 void nnt_checkpoint_close(nnt_checkpoint *ck);
 int nnt_ck_has_tensor(const nnt_checkpoint *ck, const char *name);
 nnt_status nnt_ck_tensor(const nnt_checkpoint *ck, const char *name, int ndim,
                          const int64_t *shape, nnt_tensor *out, nnt_error *err);
-/* FP4 e2m1 (two codes per byte, low nibble the even column) with one scale per group of
- * columns (scale [rows, cols / group], any float dtype, E8M0 included) into dst (F32
- * [rows, cols]). Exposed for tests. */
+/* Takes ownership of p (bytes long, counted as allocated by the model). */
+nnt_status nnt_ck_own(nnt_checkpoint *ck, void *p, size_t bytes, nnt_error *err);
+/* The raw stored view of a tensor (no scales, no checks) and its file; 0 when absent. */
+int nnt_ck_lookup(const nnt_checkpoint *ck, const char *name, nnt_tensor *out, const char **file);
+/* Counts a tensor as bound (its stored bytes are read in place). */
+void nnt_ck_mark_bound(nnt_checkpoint *ck, const char *name);
+/* The name of `name`'s scale companion, written into buf; NULL when there is none (buf then
+ * holds the first spelling looked for, for messages). */
+const char *nnt_ck_scale_name(const nnt_checkpoint *ck, const char *name, char *buf, size_t n);
+/* The checkpoint's file bytes on disk, the stored bytes of the tensors bound so far, and the
+ * bytes of the buffers it made. */
+void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes);
+/* host->tensor_kv_heads (nnt_family.h). */
+nnt_status nnt_ck_tensor_kv_heads(const nnt_checkpoint *ck, const char *k_name, const char *v_name, int64_t heads,
+                                  int64_t dk, int64_t dv, int64_t in, nnt_tensor *k, nnt_tensor *v, nnt_error *err);
+
+/* ---- encoded weights (quant.c) ---- */
+/* Turns the stored view t of tensor `name` into an encoded weight when it is one: F8_E4M3 (its
+ * scale companion s is then required), or FP4 (F4, or I8/U8 two per byte when `shape` asks for
+ * twice the stored last axis) with its group scales s. Sets *encoded; checks scale dtypes and
+ * grid shapes and, for an encoded weight, the shape against shape[0..ndim). */
+nnt_status nnt_quant_view(const nnt_checkpoint *ck, const char *file, const char *name, nnt_tensor *t,
+                          const nnt_tensor *s, const char *sname, int ndim, const int64_t *shape, int *encoded,
+                          nnt_error *err);
+/* Scale i of a grid of dtype dt (F32, BF16, F16, F8_E8M0), read without alignment needs. */
+float nnt_scale_get(nnt_dtype dt, const void *grid, int64_t i);
+/* FP4 e2m1 code (bit 3 the sign) to float. */
 float nnt_fp4_e2m1_to_f32(uint8_t code);
-nnt_status nnt_fp4_group_dequant(const uint8_t *packed, int64_t rows, int64_t cols, const nnt_tensor *scale, float *dst,
-                                 nnt_error *err);
-/* Decodes FP8 e4m3 with block scales into dst (F32 [rows, cols]); scale [ceil(rows/bs),
- * ceil(cols/bs)] in any float dtype. Exposed for tests. */
-nnt_status nnt_fp8_block_dequant(const uint8_t *w, int64_t rows, int64_t cols,
-                                 const nnt_tensor *scale, int block, float *dst, nnt_error *err);
+/* Reference decoder: rows [row0, row0 + nrows) of host weight w (rows counted over all leading
+ * axes; F32, BF16, F16, or F8_E4M3 / F4_E2M1 with block scales) into dst F32 [nrows, cols],
+ * each element times its block's scale. Errors: NNT_ERR_INVALID_ARGUMENT, NNT_ERR_INDEX,
+ * NNT_ERR_SHAPE (encoded without scales), NNT_ERR_UNSUPPORTED (another dtype). */
+nnt_status nnt_weight_decode(const nnt_tensor *w, int64_t row0, int64_t nrows, float *dst, nnt_error *err);
 
 /* ---- INI configuration (plugins/ini_config.c) ---- */
 typedef struct nnt_kv {
@@ -160,8 +187,9 @@ typedef struct nnt_plugin {
     const nnt_backend_descriptor *backend;
     /* backends only: the created context */
     void *be_ctx;
-    /* families only: the backend chosen by the INI file */
+    /* families only: the backend chosen by the INI file, and the precision */
     struct nnt_plugin *be;
+    nnt_precision precision;
 } nnt_plugin;
 
 typedef struct nnt_plugin_set {
@@ -228,6 +256,7 @@ struct nnt_model {
     void *impl;
     nnt_model_info info;
     nnt_arena *arena;
+    nnt_memory memory; /* what the load took (nnt_model_memory) */
 };
 
 /* The host routine table the core hands to plugins. */
@@ -292,5 +321,8 @@ char *nnt_dirname(const char *path);
 int nnt_file_exists(const char *path);
 /* Levenshtein distance, for "did you mean". */
 int nnt_edit_distance(const char *a, const char *b);
+/* Bytes the C library's allocator has handed out and not had back (glibc: mallinfo2's in-use
+ * and mapped-chunk totals), or 0 where it cannot tell. */
+uint64_t nnt_heap_in_use(void);
 
 #endif /* NNT_INTERNAL_H */

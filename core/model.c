@@ -82,8 +82,20 @@ nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
             /* .ckpt = */ ck,
             /* .be = */ be->backend->ops,
             /* .be_ctx = */ be->be_ctx,
+            /* .precision = */ fam->precision,
         };
+        uint64_t heap0 = nnt_heap_in_use();
+        size_t dev0 = be->backend->ops->weight_bytes(be->be_ctx);
         st = fam->family->load(&args, &m->impl, &rt->err);
+        uint64_t heap1 = nnt_heap_in_use();
+        size_t dev1 = be->backend->ops->weight_bytes(be->be_ctx), dev = dev1 > dev0 ? dev1 - dev0 : 0;
+        nnt_ck_memory(ck, &m->memory.file_bytes, &m->memory.mapped_bytes, &m->memory.allocated_bytes);
+        if (heap0 && heap1) /* everything the load left on the heap, a host backend's copies included */
+            m->memory.allocated_bytes = heap1 > heap0 ? heap1 - heap0 : 0;
+        else if (be->backend->host_memory)
+            m->memory.allocated_bytes += dev;
+        if (!be->backend->host_memory) m->memory.device_bytes = dev;
+        m->memory.precision = fam->precision;
     }
     if (st != NNT_OK) {
         nnt_model_free(m);
@@ -101,6 +113,13 @@ void nnt_model_free(nnt_model *m)
     nnt_arena_free(m->arena);
     nnt_checkpoint_close(m->ckpt);
     free(m);
+}
+
+nnt_status nnt_model_memory(const nnt_model *m, nnt_memory *out)
+{
+    if (!m || !out) return NNT_ERR_INVALID_ARGUMENT;
+    *out = m->memory;
+    return NNT_OK;
 }
 
 const nnt_model_info *nnt_model_get_info(const nnt_model *m)
@@ -281,6 +300,7 @@ void nnt_host_api_init(nnt_host_api *api)
         /* .arena_mark = */ api_mark,
         /* .arena_release = */ api_release,
         /* .tree_node = */ nnt_tree_node,
+        /* .tensor_kv_heads = */ nnt_ck_tensor_kv_heads,
     };
 }
 
@@ -360,10 +380,10 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
     nnt_status st = t ? nnt_trace_prepare(t, &run.dims, step, ss && (step > 0 || ss->keep_results), err) : NNT_OK;
     if (st == NNT_OK && t) {
         /* the call's inputs, as the core holds them */
-        nnt_tensor tids = {NNT_I32, 2, {batch, seq}, (void *)ids, 0};
-        nnt_tensor tmask = {NNT_I32, 2, {batch, seq}, call_mask, 0};
+        nnt_tensor tids = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = (void *)ids};
+        nnt_tensor tmask = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = call_mask};
         int64_t size[2] = {batch, seq};
-        nnt_tensor tsize = {NNT_I64, 1, {2}, size, 0};
+        nnt_tensor tsize = {.dtype = NNT_I64, .ndim = 1, .shape = {2}, .data = size};
         st = nnt_run_emit(&run, NNT_SV_INPUT_IDS, -1, &tids);
         if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_ATTENTION_MASK, -1, &tmask);
         if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_INPUT_SIZE, -1, &tsize);

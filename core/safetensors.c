@@ -66,7 +66,7 @@ static nnt_status parse_entry(const char *path, const cJSON *item, nnt_st_entry 
                            "(%llu bytes; is the file truncated?)",
                            path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
                            (unsigned long long)data_size);
-    double need = numel * (double)nnt_dtype_size(e->dtype);
+    double need = numel * (double)nnt_dtype_bits(e->dtype) / 8.0; /* F4 packs two per byte */
     if ((double)(e->end - e->begin) != need) {
         char sh[96];
         return nnt_err_set(err, NNT_ERR_FORMAT,

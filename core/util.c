@@ -1,4 +1,5 @@
 /* util.c - small string and file helpers used across libnnt. */
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -66,4 +67,15 @@ int nnt_edit_distance(const char *a, const char *b)
         }
     }
     return row[lb];
+}
+
+uint64_t nnt_heap_in_use(void)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 mi = mallinfo2();
+    uint64_t n = (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+    return n ? n : 1;
+#else
+    return 0;
+#endif
 }

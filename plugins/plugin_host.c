@@ -83,7 +83,7 @@ static nnt_status check_backend(const char *file, const nnt_backend_descriptor *
     if (!d->create || !d->destroy || !d->ops)
         return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: backend '%s' leaves create, destroy or ops NULL", file,
                            d->header.name);
-    /* every op of ABI 1.0 must be present */
+    /* every op of the table must be present */
     const void *const *ops = (const void *const *)d->ops;
     size_t n = sizeof(nnt_backend_ops) / sizeof(void *);
     for (size_t i = 0; i < n; i++)
@@ -311,6 +311,15 @@ nnt_status nnt_plugins_load_all(const nnt_ini *ini, nnt_plugin_set *set, nnt_err
         st = create_backend(be, ini, err);
         if (st != NNT_OK) return st;
         p->be = be;
+        /* precision = f32 (the default) | bf16 */
+        int pline = s ? s->line : 0;
+        const char *prec = nnt_ini_get(s, "precision", &pline);
+        p->precision = NNT_PRECISION_F32;
+        if (prec && strcmp(prec, "bf16") == 0)
+            p->precision = NNT_PRECISION_BF16;
+        else if (prec && strcmp(prec, "f32") != 0)
+            return nnt_err_set(err, NNT_ERR_CONFIG, "%s:%d: family '%s' has precision = '%s'; expected f32 or bf16",
+                               ini->path, pline, pname(p), prec);
     }
     return NNT_OK;
 }

@@ -27,8 +27,26 @@ static void test_fp8_decode(void)
     CU_ASSERT(isnan(nnt_e8m0_to_f32(255)));
 }
 
+/* Writes `n` tensors as dir/model.safetensors next to a config.json holding `config` and opens
+ * the directory as a checkpoint. */
+static nnt_checkpoint *write_checkpoint(const char *name, const char *config, int n, const char *const *keys,
+                                        const nnt_tensor *const *vals)
+{
+    char dir[768], path[800];
+    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (t_write_file(path, config) != 0) return NULL;
+    nnt_error err = {0};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (nnt_st_write(path, n, keys, vals, NULL, &err) != NNT_OK) return NULL;
+    nnt_checkpoint *ck = NULL;
+    return nnt_checkpoint_open(dir, &ck, &err) == NNT_OK ? ck : NULL;
+}
+
 /* A 130 x 200 weight has 2 x 2 blocks of 128; the last row block holds 2 rows and the last
- * column block 72 columns. Every entry decodes to fp8 value times its block's scale. */
+ * column block 72 columns. The loader hands out the stored bytes with the grid attached; every
+ * entry decodes to its fp8 value times its block's scale. */
 static void test_fp8_block_scales(void)
 {
     enum { R = 130, C = 200 };
@@ -37,13 +55,22 @@ static void test_fp8_block_scales(void)
     CU_ASSERT_FATAL(w && out);
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) w[r * C + c] = (r + c) % 2 ? 0x40 : 0xB8; /* 2.0 or -1.0 */
-    nnt_tensor s;
-    int64_t ss[2] = {2, 2};
-    CU_ASSERT_FATAL(nnt_tensor_alloc(&s, NNT_F32, 2, ss) == NNT_OK);
-    float scales[4] = {0.5f, 3.0f, 0.25f, 8.0f};
-    memcpy(s.data, scales, sizeof scales);
+    float scales[4] = {0.5f, 3.0f, 0.25f, 8.0f}, one = 1.0f;
+    nnt_tensor tw = {.dtype = NNT_F8_E4M3, .ndim = 2, .shape = {R, C}, .data = w};
+    nnt_tensor ts = {.dtype = NNT_F32, .ndim = 2, .shape = {2, 2}, .data = scales};
+    nnt_tensor t1 = {.dtype = NNT_F32, .ndim = 2, .shape = {1, 1}, .data = &one};
+    const char *keys[4] = {"a.weight", "a.weight_scale_inv", "b.weight", "b.weight_scale_inv"};
+    const nnt_tensor *vals[4] = {&tw, &ts, &tw, &t1};
+    nnt_checkpoint *ck = write_checkpoint("fp8_blocks", "{\"architectures\": [\"Test\"]}", 4, keys, vals);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ck);
+    nnt_tensor a;
     nnt_error err = {0};
-    CU_ASSERT_EQUAL_FATAL(nnt_fp8_block_dequant(w, R, C, &s, 128, out, &err), NNT_OK);
+    int64_t shape[2] = {R, C};
+    CU_ASSERT_EQUAL_FATAL(nnt_ck_tensor(ck, "a.weight", 2, shape, &a, &err), NNT_OK);
+    CU_ASSERT(a.dtype == NNT_F8_E4M3 && a.scale && a.scale_dtype == NNT_F32);
+    CU_ASSERT(a.block_rows == 128 && a.block_cols == 128);
+    CU_ASSERT_EQUAL(memcmp(a.data, w, R * C), 0); /* the stored bytes, not a copy */
+    CU_ASSERT_EQUAL_FATAL(nnt_weight_decode(&a, 0, R, out, &err), NNT_OK);
     int bad = 0;
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) {
@@ -54,13 +81,10 @@ static void test_fp8_block_scales(void)
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(out[129 * C + 199], -1.0f * 8.0f); /* the corner block: (129 + 199) is even */
     /* a scale grid computed with floor division (1 x 1) is refused */
-    nnt_tensor s1;
-    int64_t s1s[2] = {1, 1};
-    CU_ASSERT_FATAL(nnt_tensor_alloc(&s1, NNT_F32, 2, s1s) == NNT_OK);
-    CU_ASSERT_EQUAL(nnt_fp8_block_dequant(w, R, C, &s1, 128, out, &err), NNT_ERR_SHAPE);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "needs [2, 2]"));
-    nnt_tensor_free(&s);
-    nnt_tensor_free(&s1);
+    nnt_tensor b;
+    CU_ASSERT_EQUAL(nnt_ck_tensor(ck, "b.weight", 2, shape, &b, &err), NNT_ERR_SHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "needs 2 x 2 blocks"));
+    nnt_checkpoint_close(ck);
     free(w);
     free(out);
 }
@@ -276,14 +300,12 @@ static void test_fp4_decode(void)
     uint8_t packed[R * C / 2];
     memset(packed, 0x21, sizeof packed);
     packed[C / 2 - 1] = 0xF9; /* row 0, columns 62 (low, -0.5) and 63 (high, -6) */
-    nnt_tensor scale;
-    int64_t ss[2] = {R, C / 32};
-    CU_ASSERT_FATAL(nnt_tensor_alloc(&scale, NNT_F8_E8M0, 2, ss) == NNT_OK);
     uint8_t e[4] = {127, 128, 126, 130}; /* 1, 2 | 0.5, 8 */
-    memcpy(scale.data, e, 4);
+    nnt_tensor w = {.dtype = NNT_F4_E2M1, .ndim = 2, .shape = {R, C}, .data = packed, .scale = e,
+                    .scale_dtype = NNT_F8_E8M0, .block_rows = 1, .block_cols = 32};
     float out[R * C];
     nnt_error err = {0};
-    CU_ASSERT_EQUAL_FATAL(nnt_fp4_group_dequant(packed, R, C, &scale, out, &err), NNT_OK);
+    CU_ASSERT_EQUAL_FATAL(nnt_weight_decode(&w, 0, R, out, &err), NNT_OK);
     CU_ASSERT_EQUAL(out[0], 0.5f);      /* row 0, even column, scale 1 */
     CU_ASSERT_EQUAL(out[1], 1.0f);      /* odd column */
     CU_ASSERT_EQUAL(out[32], 1.0f);     /* second group: scale 2 */
@@ -292,11 +314,10 @@ static void test_fp4_decode(void)
     CU_ASSERT_EQUAL(out[63], -12.0f);   /* -6 x 2 */
     CU_ASSERT_EQUAL(out[C + 0], 0.25f); /* row 1: scales 0.5 and 8 */
     CU_ASSERT_EQUAL(out[C + 33], 8.0f);
-    nnt_tensor_free(&scale);
 }
 
 /* A checkpoint holding an FP8 weight with DeepSeek-V4's native E8M0 `.scale` companion and an
- * FP4 weight packed two per byte with group scales: both decode through the loader. */
+ * FP4 weight packed two per byte with group scales: both come out encoded, with their grids. */
 static void test_native_quantised_names(void)
 {
     char dir[768], path[800];
@@ -307,8 +328,10 @@ static void test_native_quantised_names(void)
     uint8_t w8[130 * 3], s8[2] = {128, 125}, w4[2 * 16], s4[2 * 1] = {127, 129}; /* 2, 0.25 | 1, 4 */
     for (int i = 0; i < 130 * 3; i++) w8[i] = i < 128 * 3 ? 0x38 : 0xC0; /* 1.0 then -2.0 */
     memset(w4, 0x3A, sizeof w4);                                       /* low 0xA = -1, high 0x3 = 1.5 */
-    nnt_tensor t[4] = {{NNT_F8_E4M3, 2, {130, 3}, w8, 0}, {NNT_F8_E8M0, 2, {2, 1}, s8, 0},
-                       {NNT_I8, 2, {2, 16}, w4, 0}, {NNT_F8_E8M0, 2, {2, 1}, s4, 0}};
+    nnt_tensor t[4] = {{.dtype = NNT_F8_E4M3, .ndim = 2, .shape = {130, 3}, .data = w8},
+                       {.dtype = NNT_F8_E8M0, .ndim = 2, .shape = {2, 1}, .data = s8},
+                       {.dtype = NNT_I8, .ndim = 2, .shape = {2, 16}, .data = w4},
+                       {.dtype = NNT_F8_E8M0, .ndim = 2, .shape = {2, 1}, .data = s4}};
     const char *keys[4] = {"a.weight", "a.scale", "b.weight", "b.scale"};
     const nnt_tensor *vals[4] = {&t[0], &t[1], &t[2], &t[3]};
     nnt_error err = {0};
@@ -318,15 +341,19 @@ static void test_native_quantised_names(void)
     CU_ASSERT_EQUAL_FATAL(nnt_checkpoint_open(dir, &ck, &err), NNT_OK);
     nnt_tensor a, b;
     int64_t as[2] = {130, 3}, bs[2] = {2, 32};
+    float ad[130 * 3], bd[2 * 32];
     CU_ASSERT_EQUAL_FATAL(nnt_ck_tensor(ck, "a.weight", 2, as, &a, &err), NNT_OK);
-    CU_ASSERT_EQUAL(a.dtype, NNT_F32);
-    CU_ASSERT_EQUAL(((float *)a.data)[0], 2.0f);              /* 1.0 x 2^(128-127) */
-    CU_ASSERT_EQUAL(((float *)a.data)[129 * 3 + 2], -0.5f);   /* -2.0 x 2^(125-127) */
+    CU_ASSERT(a.dtype == NNT_F8_E4M3 && a.scale_dtype == NNT_F8_E8M0 && a.block_rows == 128 && a.block_cols == 128);
+    CU_ASSERT_EQUAL_FATAL(nnt_weight_decode(&a, 0, 130, ad, &err), NNT_OK);
+    CU_ASSERT_EQUAL(ad[0], 2.0f);            /* 1.0 x 2^(128-127) */
+    CU_ASSERT_EQUAL(ad[129 * 3 + 2], -0.5f); /* -2.0 x 2^(125-127) */
     CU_ASSERT_EQUAL_FATAL(nnt_ck_tensor(ck, "b.weight", 2, bs, &b, &err), NNT_OK);
-    CU_ASSERT(b.dtype == NNT_F32 && b.shape[1] == 32);
-    CU_ASSERT_EQUAL(((float *)b.data)[0], -1.0f);
-    CU_ASSERT_EQUAL(((float *)b.data)[1], 1.5f);
-    CU_ASSERT_EQUAL(((float *)b.data)[32 + 0], -4.0f);        /* row 1: scale 4 */
+    CU_ASSERT(b.dtype == NNT_F4_E2M1 && b.shape[1] == 32 && b.block_rows == 1 && b.block_cols == 32);
+    CU_ASSERT_EQUAL(memcmp(b.data, w4, sizeof w4), 0); /* the packed bytes as stored */
+    CU_ASSERT_EQUAL_FATAL(nnt_weight_decode(&b, 0, 2, bd, &err), NNT_OK);
+    CU_ASSERT_EQUAL(bd[0], -1.0f);
+    CU_ASSERT_EQUAL(bd[1], 1.5f);
+    CU_ASSERT_EQUAL(bd[32 + 0], -4.0f); /* row 1: scale 4 */
     /* asked for the packed width itself, the weight is not taken for FP4 */
     int64_t wrong[2] = {2, 16};
     CU_ASSERT_EQUAL(nnt_ck_tensor(ck, "b.weight", 2, wrong, &b, &err), NNT_ERR_SHAPE);

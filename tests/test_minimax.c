@@ -501,9 +501,9 @@ static void test_fused_expert_names(void)
     const char *keys[2 * L];
     for (int l = 0; l < L; l++) {
         snprintf(names[2 * l], sizeof names[0], "model.layers.%d.mlp.experts.gate_up_proj", l);
-        fused[2 * l] = (nnt_tensor){NNT_F32, 3, {E, 2 * I, H}, c.gu + (size_t)l * E * 2 * I * H, 0};
+        fused[2 * l] = (nnt_tensor){.dtype = NNT_F32, .ndim = 3, .shape = {E, 2 * I, H}, .data = c.gu + (size_t)l * E * 2 * I * H};
         snprintf(names[2 * l + 1], sizeof names[0], "model.layers.%d.mlp.experts.down_proj", l);
-        fused[2 * l + 1] = (nnt_tensor){NNT_F32, 3, {E, H, I}, c.dn + (size_t)l * E * H * I, 0};
+        fused[2 * l + 1] = (nnt_tensor){.dtype = NNT_F32, .ndim = 3, .shape = {E, H, I}, .data = c.dn + (size_t)l * E * H * I};
         keys[2 * l] = names[2 * l];
         keys[2 * l + 1] = names[2 * l + 1];
     }

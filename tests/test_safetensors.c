@@ -124,7 +124,7 @@ static void test_round_trip(void)
 static void test_write_targets(void)
 {
     float v[4] = {1, 2, 3, 4};
-    nnt_tensor t = {NNT_F32, 1, {4}, v, 0};
+    nnt_tensor t = {.dtype = NNT_F32, .ndim = 1, .shape = {4}, .data = v};
     const nnt_tensor *ts[1] = {&t};
     const char *keys[1] = {"v"};
     char link[512], target[512];

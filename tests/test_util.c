@@ -186,7 +186,7 @@ int t_rewrite_weights(const char *src, const char *dst, t_tensor_fn fn, void *us
     if (!names || !ts || !owned || !vals) rc = -1;
     for (int i = 0; rc == 0 && i < f->n_entries; i++) {
         const nnt_st_entry *e = &f->entries[i];
-        nnt_tensor in = {e->dtype, e->ndim, {0}, (void *)(f->data + e->begin), 0};
+        nnt_tensor in = {.dtype = e->dtype, .ndim = e->ndim, .data = (void *)(f->data + e->begin)};
         for (int d = 0; d < e->ndim; d++) in.shape[d] = e->shape[d];
         char name[256];
         snprintf(name, sizeof name, "%s", e->name);

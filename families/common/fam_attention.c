@@ -37,8 +37,8 @@ nnt_status fam_kv_cache_init(const fam_env *env, fam_kv_cache *c, int batch, int
     c->dv = dv;
     c->keep = keep;
     int64_t rows = (int64_t)batch * heads;
-    c->k = (nnt_tensor){NNT_F32, 2, {rows, (int64_t)keep * dk}, NULL, 0};
-    c->v = (nnt_tensor){NNT_F32, 2, {rows, (int64_t)keep * dv}, NULL, 0};
+    c->k = (nnt_tensor){.dtype = NNT_F32, .ndim = 2, .shape = {rows, (int64_t)keep * dk}};
+    c->v = (nnt_tensor){.dtype = NNT_F32, .ndim = 2, .shape = {rows, (int64_t)keep * dv}};
     nnt_status st = env->be->alloc(env->be_ctx, (size_t)(rows * keep * dk) * sizeof(float), &c->k.data, err);
     if (st == NNT_OK) st = env->be->alloc(env->be_ctx, (size_t)(rows * keep * dv) * sizeof(float), &c->v.data, err);
     c->pos = calloc((size_t)batch * (size_t)keep, sizeof *c->pos);

@@ -25,8 +25,8 @@ nnt_status fam_bind_vector(const fam_env *env, const nnt_checkpoint *ck, const c
 {
     nnt_status st = fam_vector_f32(env, ck, name, count, host, err);
     if (st != NNT_OK) return st;
-    nnt_tensor t = {NNT_F32, 1, {count}, *host, 0};
-    return env->be->prepare_weight(env->be_ctx, &t, out, err);
+    nnt_tensor t = {.dtype = NNT_F32, .ndim = 1, .shape = {count}, .data = *host};
+    return fam_prepare(env, &t, out, err);
 }
 
 void fam_decoder_wire(fam_decoder *d, int layers, int hidden, int vocab, double eps, const nnt_tensor *in_norm0,
@@ -63,9 +63,10 @@ nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int la
             if ((st = fam_weight(env, ck, a, 3, s1, &gu, err)) != NNT_OK) return st;
             if ((st = fam_weight(env, ck, b, 3, s2, &dn, err)) != NNT_OK) return st;
             for (int64_t e = 0; e < E; e++) {
-                out[e].gate = fam_slice3(&gu, e, 0, I);
-                out[e].up = fam_slice3(&gu, e, I, I);
-                out[e].down = fam_slice3(&dn, e, 0, H);
+                if ((st = fam_rows(env, &gu, e, 0, I, a, &out[e].gate, err)) != NNT_OK ||
+                    (st = fam_rows(env, &gu, e, I, I, a, &out[e].up, err)) != NNT_OK ||
+                    (st = fam_rows(env, &dn, e, 0, H, b, &out[e].down, err)) != NNT_OK)
+                    return st;
             }
             return NNT_OK;
         }

@@ -47,17 +47,79 @@ void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype,
     out->ndim = dims ? ndim : 0;
 }
 
+void fam_env_init(fam_env *env, const nnt_load_args *args)
+{
+    *env = (fam_env){
+        /* .host = */ args->host,
+        /* .be = */ args->be,
+        /* .be_ctx = */ args->be_ctx,
+        /* .precision = */ args->precision,
+        /* .prepared = */ NULL,
+    };
+}
+
+void fam_env_release(fam_env *env)
+{
+    fam_prepared *p = env->prepared;
+    if (!p) return;
+    for (int i = p->n - 1; i >= 0; i--) env->be->release_weight(env->be_ctx, &p->w[i]);
+    free(p->w);
+    free(p);
+    env->prepared = NULL;
+}
+
+nnt_status fam_prepare(const fam_env *env, const nnt_tensor *host, nnt_tensor *out, nnt_error *err)
+{
+    fam_env *e = (fam_env *)env; /* the list of prepared weights grows; nothing else changes */
+    if (!e->prepared && !(e->prepared = calloc(1, sizeof *e->prepared)))
+        return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    fam_prepared *p = e->prepared;
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 256;
+        nnt_tensor *g = realloc(p->w, (size_t)cap * sizeof *g);
+        if (!g) return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        p->w = g;
+        p->cap = cap;
+    }
+    nnt_tensor h = *host;
+    if (env->precision == NNT_PRECISION_BF16) h.flags |= NNT_TENSOR_BF16_PRODUCTS;
+    nnt_status st = env->be->prepare_weight(env->be_ctx, &h, out, err);
+    if (st == NNT_OK) p->w[p->n++] = *out;
+    return st;
+}
+
 nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
                       const int64_t *shape, nnt_tensor *out, nnt_error *err)
 {
     nnt_tensor host;
     nnt_status st = env->host->tensor(ck, name, ndim, shape, &host, err);
     if (st != NNT_OK) return st;
-    if (host.dtype != NNT_F32 && host.dtype != NNT_BF16 && host.dtype != NNT_F16)
-        return env->host->set_error(err, NNT_ERR_SHAPE, "%s: tensor '%s' has dtype %s; expected a float weight (F32, BF16, F16 or FP8 with scales)",
+    if (host.dtype != NNT_F32 && host.dtype != NNT_BF16 && host.dtype != NNT_F16 && host.dtype != NNT_F8_E4M3 &&
+        host.dtype != NNT_F4_E2M1)
+        return env->host->set_error(err, NNT_ERR_SHAPE,
+                                    "%s: tensor '%s' has dtype %s; expected a float weight (F32, BF16, F16, FP8 or FP4 "
+                                    "with scales)",
                                     env->host->cfg_path(ck), name,
                                     host.dtype == NNT_I64 ? "I64" : host.dtype == NNT_I32 ? "I32" : "?");
-    return env->be->prepare_weight(env->be_ctx, &host, out, err);
+    return fam_prepare(env, &host, out, err);
+}
+
+nnt_status fam_weight_kv_heads(const fam_env *env, const nnt_checkpoint *ck, const char *k_name, const char *v_name,
+                               int64_t heads, int64_t dk, int64_t dv, int64_t in, nnt_tensor *k, nnt_tensor *v,
+                               nnt_error *err)
+{
+    nnt_tensor hk, hv;
+    nnt_status st = env->host->tensor_kv_heads(ck, k_name, v_name, heads, dk, dv, in, &hk, &hv, err);
+    if (st == NNT_OK) st = fam_prepare(env, &hk, k, err);
+    if (st == NNT_OK) st = fam_prepare(env, &hv, v, err);
+    return st;
+}
+
+nnt_status fam_rows(const fam_env *env, const nnt_tensor *w, int64_t index, int64_t r0, int64_t nr, const char *what,
+                    nnt_tensor *out, nnt_error *err)
+{
+    if (nnt_tensor_rows(w, index, r0, nr, out)) return NNT_OK;
+    return env->host->set_error(err, NNT_ERR_SHAPE, "%s: an encoded weight without block sizes cannot be split", what);
 }
 
 const char *fam_first_present(const fam_env *env, const nnt_checkpoint *ck, const char *const *names, int n)
@@ -100,18 +162,6 @@ nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const ch
     }
     *out = v;
     return NNT_OK;
-}
-
-nnt_tensor fam_slice3(const nnt_tensor *w, int64_t index, int64_t r0, int64_t nr)
-{
-    nnt_tensor v = *w;
-    size_t es = w->dtype == NNT_F32 ? 4 : 2;
-    int64_t R = w->shape[1], C = w->shape[2];
-    v.ndim = 2;
-    v.shape[0] = nr;
-    v.shape[1] = C;
-    v.data = (char *)w->data + (size_t)((index * R + r0) * C) * es;
-    return v;
 }
 
 nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, int ndim, ...)

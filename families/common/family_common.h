@@ -7,12 +7,26 @@
 
 #include "nnt/nnt_family.h"
 
-/* The environment a family's code runs in: the host routines, the backend and its context. */
+/* Every weight a family prepared on its backend, released together at unload. */
+typedef struct fam_prepared {
+    nnt_tensor *w;
+    int n, cap;
+} fam_prepared;
+
+/* The environment a family's code runs in: the host routines, the backend and its context, the
+ * precision its products run in, and the weights it prepared. */
 typedef struct fam_env {
     const nnt_host_api *host;
     const nnt_backend_ops *be;
     void *be_ctx;
+    nnt_precision precision;
+    fam_prepared *prepared; /* owned; NULL until the first weight */
 } fam_env;
+
+/* Fills env from a family's load arguments. */
+void fam_env_init(fam_env *env, const nnt_load_args *args);
+/* Releases every weight prepared through env (the backend frees its copies) and the list. */
+void fam_env_release(fam_env *env);
 
 /* ---- value info ---- */
 void fam_unserved(nnt_value_info *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -22,8 +36,10 @@ void fam_off_page(nnt_value_info *out, const char *fmt, ...) __attribute__((form
 void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, int ndim, ...);
 
 /* ---- weights ---- */
-/* Binds checkpoint tensor `name` (shape checked when ndim > 0) and prepares it on the backend.
- * out stays valid while the checkpoint is open. */
+/* Binds checkpoint tensor `name` (shape checked when ndim > 0) and prepares it on the backend in
+ * its stored encoding (F32, BF16, F16, or FP8/FP4 with block scales), flagged for bfloat16
+ * products when the family runs in that precision. out stays valid while the checkpoint is
+ * open and the family has not released its weights (fam_env_release). */
 nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
                       const int64_t *shape, nnt_tensor *out, nnt_error *err);
 /* The first of several candidate names the checkpoint holds, or NULL. */
@@ -32,8 +48,17 @@ const char *fam_first_present(const fam_env *env, const nnt_checkpoint *ck, cons
  * (e.g. a router bias, a per-head decay rate). */
 nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t n,
                           float **out, nnt_error *err);
-/* A view of rows [r0, r0 + nr) of the 2-D slice `index` of a 3-D weight [E, R, C]. */
-nnt_tensor fam_slice3(const nnt_tensor *w, int64_t index, int64_t r0, int64_t nr);
+/* A view of rows [r0, r0 + nr) of matrix `index` of a weight [E, R, C] (index 0 of [R, C]),
+ * block scales included (nnt_tensor_rows). Errors: NNT_ERR_SHAPE for an encoded weight without
+ * block sizes (the message names `what`). */
+nnt_status fam_rows(const fam_env *env, const nnt_tensor *w, int64_t index, int64_t r0, int64_t nr, const char *what,
+                    nnt_tensor *out, nnt_error *err);
+/* Prepares a host tensor the family built itself (F32 vectors) and registers it for release. */
+nnt_status fam_prepare(const fam_env *env, const nnt_tensor *host, nnt_tensor *out, nnt_error *err);
+/* The two projections of a block's key/value heads (host->tensor_kv_heads), prepared. */
+nnt_status fam_weight_kv_heads(const fam_env *env, const nnt_checkpoint *ck, const char *k_name, const char *v_name,
+                               int64_t heads, int64_t dk, int64_t dv, int64_t in, nnt_tensor *k, nnt_tensor *v,
+                               nnt_error *err);
 
 /* ---- tensors in a forward ---- */
 nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, int ndim, ...);

@@ -643,10 +643,8 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
     nnt_tensor o2 = fam_view(&o, 2, M, Hh * D), zg;
     TRY(fam_alloc(env, run, NNT_F32, &zg, err, 2, M, OL));
     for (int64_t g = 0; g < G; g++) {
-        nnt_tensor wg = ly->wo_a;
-        size_t es = wg.dtype == NNT_F32 ? 4 : 2;
-        wg.shape[0] = OL;
-        wg.data = (char *)ly->wo_a.data + (size_t)(g * OL * gin) * es;
+        nnt_tensor wg;
+        TRY(fam_rows(env, &ly->wo_a, 0, g * OL, OL, "o_a_proj", &wg, err));
         TRY(be->copy_cols(bc, &o2, g * gin, &tmp, 0, gin, err));
         TRY(be->linear(bc, &tmp, &wg, &zg, err));
         TRY(be->copy_cols(bc, &zg, 0, &z, g * OL, OL, err));
@@ -799,6 +797,7 @@ static void dv_unload(void *model)
 {
     dv_model *m = model;
     if (!m) return;
+    fam_env_release(&m->env);
     if (m->l)
         for (int L = 0; L < m->layers; L++) {
             dv_layer *ly = &m->l[L];
@@ -822,7 +821,7 @@ static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     dv_model *m = calloc(1, sizeof *m);
     if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    m->env = (fam_env){args->host, args->be, args->be_ctx};
+    fam_env_init(&m->env, args);
     const nnt_checkpoint *ck = args->ckpt;
     int *kinds = calloc(4097, sizeof *kinds), *hash = calloc(4097, sizeof *hash);
     nnt_status st = kinds && hash ? read_config(m, ck, kinds, hash, err) : args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");

@@ -13,7 +13,7 @@ static nnt_status comp_cache_init(const fam_env *env, dv_comp_cache *c, int batc
                                   nnt_error *err)
 {
     int64_t cols = (int64_t)capacity * width;
-    c->kv = (nnt_tensor){NNT_F32, 2, {batch, cols}, NULL, 0};
+    c->kv = (nnt_tensor){.dtype = NNT_F32, .ndim = 2, .shape = {batch, cols}};
     c->gate = c->kv;
     size_t bytes = (size_t)(batch * cols) * sizeof(float);
     nnt_status st = env->be->alloc(env->be_ctx, bytes, &c->kv.data, err);

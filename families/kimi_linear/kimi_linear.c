@@ -248,11 +248,10 @@ static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *
         packed.ndim = 2;
         packed.shape[0] = 3 * P;
         packed.shape[1] = W;
-        size_t es = packed.dtype == NNT_F32 ? 4 : 2;
         w->conv_q = w->conv_k = w->conv_v = packed;
         w->conv_q.shape[0] = w->conv_k.shape[0] = w->conv_v.shape[0] = P;
-        w->conv_k.data = (char *)packed.data + (size_t)(P * W) * es;
-        w->conv_v.data = (char *)packed.data + (size_t)(2 * P * W) * es;
+        w->conv_k.data = (char *)packed.data + nnt_dtype_span(packed.dtype, P * W);
+        w->conv_v.data = (char *)packed.data + nnt_dtype_span(packed.dtype, 2 * P * W);
     } else {
         NAME("model.layers.%d.self_attn.q_conv1d.weight");
         WT(conv_q, 3, P, 1, W);
@@ -559,6 +558,7 @@ static void kl_unload(void *model)
 {
     kl_model *m = model;
     if (!m) return;
+    fam_env_release(&m->env);
     if (m->l)
         for (int L = 0; L < m->layers; L++) {
             free(m->l[L].kda.dt_bias);
@@ -574,7 +574,7 @@ static nnt_status kl_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     kl_model *m = calloc(1, sizeof *m);
     if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    m->env = (fam_env){args->host, args->be, args->be_ctx};
+    fam_env_init(&m->env, args);
     const nnt_checkpoint *ck = args->ckpt;
     int *kinds = NULL, *mlp_kinds = NULL;
     nnt_status st = read_config(m, ck, err);
@@ -833,11 +833,11 @@ static nnt_status kl_cache_new(void *model, int batch, int capacity, void **cach
         if (m->l[l].kind != KDA) continue;
         kda_state *ks = &c->kda[l];
         for (int i = 0; i < 3 && st == NNT_OK; i++) {
-            ks->conv[i] = (nnt_tensor){NNT_F32, 3, {batch, W1 > 0 ? W1 : 1, P}, NULL, 0};
+            ks->conv[i] = (nnt_tensor){.dtype = NNT_F32, .ndim = 3, .shape = {batch, W1 > 0 ? W1 : 1, P}};
             st = env->be->alloc(env->be_ctx, (size_t)nnt_tensor_numel(&ks->conv[i]) * sizeof(float), &ks->conv[i].data, err);
             if (st == NNT_OK) st = env->be->fill(env->be_ctx, &ks->conv[i], 0.0f, err);
         }
-        ks->rec = (nnt_tensor){NNT_F32, 4, {batch, m->lin_heads, D, D}, NULL, 0};
+        ks->rec = (nnt_tensor){.dtype = NNT_F32, .ndim = 4, .shape = {batch, m->lin_heads, D, D}};
         if (st == NNT_OK) st = env->be->alloc(env->be_ctx, (size_t)nnt_tensor_numel(&ks->rec) * sizeof(float), &ks->rec.data, err);
         if (st == NNT_OK) st = env->be->fill(env->be_ctx, &ks->rec, 0.0f, err);
     }

@@ -212,8 +212,14 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     W(in_norm, "model.layers.%d.input_layernorm.weight", 1, H);
     W(post_norm, "model.layers.%d.post_attention_layernorm.weight", 1, H);
     W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Hq * Dq, H);
-    W(k_proj, "model.layers.%d.self_attn.k_proj.weight", 2, Hkv * Dq, H);
-    W(v_proj, "model.layers.%d.self_attn.v_proj.weight", 2, Hkv * Dv, H);
+    {
+        /* FP8 releases may hold k_proj's and v_proj's scales per key/value head over the head's
+         * fused key and value rows; the host recognises that grid from its shape */
+        char kn[192], vn[192];
+        snprintf(kn, sizeof kn, "model.layers.%d.self_attn.k_proj.weight", L);
+        snprintf(vn, sizeof vn, "model.layers.%d.self_attn.v_proj.weight", L);
+        CK(fam_weight_kv_heads(env, ck, kn, vn, Hkv, Dq, Dv, H, &ly->k_proj, &ly->v_proj, err));
+    }
     W(o_proj, "model.layers.%d.self_attn.o_proj.weight", 2, H, Hq * Dv);
     if (m->sinks_on[kind]) {
         char a[192], b[192];
@@ -324,6 +330,7 @@ static void mv_unload(void *model)
 {
     mv_model *m = model;
     if (!m) return;
+    fam_env_release(&m->env);
     if (m->l)
         for (int L = 0; L < m->layers; L++) {
             free(m->l[L].sinks);
@@ -340,7 +347,7 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     mv_model *m = calloc(1, sizeof *m);
     if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    m->env = (fam_env){args->host, args->be, args->be_ctx};
+    fam_env_init(&m->env, args);
     const nnt_checkpoint *ck = args->ckpt;
     int *kinds = NULL, *mlp_kinds = NULL;
     nnt_status st = read_config(m, ck, &kinds, &mlp_kinds, err);

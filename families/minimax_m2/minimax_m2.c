@@ -250,6 +250,7 @@ static void mm_unload(void *model)
 {
     mm_model *m = model;
     if (!m) return;
+    fam_env_release(&m->env);
     if (m->l)
         for (int L = 0; L < m->layers; L++) free(m->l[L].bias_host);
     free(m->l);
@@ -262,7 +263,7 @@ static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     mm_model *m = calloc(1, sizeof *m);
     if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    m->env = (fam_env){args->host, args->be, args->be_ctx};
+    fam_env_init(&m->env, args);
     const nnt_checkpoint *ck = args->ckpt;
     nnt_status st = read_config(m, ck, err);
     if (st == NNT_OK) {

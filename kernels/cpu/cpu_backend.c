@@ -71,6 +71,19 @@ nnt_status cpu_check(const char *op, const char *arg, const nnt_tensor *t, nnt_d
     return NNT_OK;
 }
 
+nnt_status cpu_panel(cpu_ctx *c, int t, size_t floats, float **out, nnt_error *err)
+{
+    if (floats > c->panel_floats[t]) {
+        free(c->panel[t]);
+        c->panel[t] = aligned_alloc(64, ((floats * sizeof(float)) + 63) & ~(size_t)63);
+        c->panel_floats[t] = c->panel[t] ? floats : 0;
+        if (!c->panel[t])
+            return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu: no memory for a %zu-float weight panel", floats);
+    }
+    *out = c->panel[t];
+    return NNT_OK;
+}
+
 nnt_status cpu_scratch(cpu_ctx *c, size_t floats, float **out, nnt_error *err)
 {
     if (floats > c->scratch_floats) {
@@ -83,26 +96,42 @@ nnt_status cpu_scratch(cpu_ctx *c, size_t floats, float **out, nnt_error *err)
     return NNT_OK;
 }
 
+static void cpu_destroy(void *ctx);
+
 static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_error *err)
 {
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     c->threads = 1;
+    const char *isa = NULL;
     for (int i = 0; i < opt->count; i++) {
         if (strcmp(opt->keys[i], "threads") == 0) {
             char *end;
             errno = 0;
             long v = strtol(opt->values[i], &end, 10);
             if (errno || *end || v < 1 || v > 1024) {
-                free(c);
+                cpu_destroy(c);
                 return cpu_error(err, NNT_ERR_CONFIG, "option threads = '%s' is not a thread count (1..1024)",
                                  opt->values[i]);
             }
             c->threads = (int)v;
+        } else if (strcmp(opt->keys[i], "isa") == 0) {
+            isa = opt->values[i];
         } else {
-            free(c);
-            return cpu_error(err, NNT_ERR_CONFIG, "unknown option '%s' (the cpu backend takes: threads)", opt->keys[i]);
+            cpu_destroy(c);
+            return cpu_error(err, NNT_ERR_CONFIG, "unknown option '%s' (the cpu backend takes: threads, isa)",
+                             opt->keys[i]);
         }
+    }
+    nnt_status st = cpu_pick_kernels(isa, &c->k, err);
+    if (st == NNT_OK) {
+        c->panel = calloc((size_t)c->threads, sizeof *c->panel);
+        c->panel_floats = calloc((size_t)c->threads, sizeof *c->panel_floats);
+        if (!c->panel || !c->panel_floats) st = cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    if (st != NNT_OK) {
+        cpu_destroy(c);
+        return st;
     }
     openblas_set_num_threads(c->threads);
     *out = c;
@@ -113,6 +142,10 @@ static void cpu_destroy(void *ctx)
 {
     cpu_ctx *c = ctx;
     if (!c) return;
+    if (c->panel)
+        for (int t = 0; t < c->threads; t++) free(c->panel[t]);
+    free(c->panel);
+    free(c->panel_floats);
     free(c->scratch);
     free(c);
 }
@@ -143,17 +176,27 @@ static nnt_status cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes
 static nnt_status cpu_prepare_weight(void *ctx, const nnt_tensor *host, nnt_tensor *out, nnt_error *err)
 {
     (void)ctx;
-    if (host->dtype != NNT_F32 && host->dtype != NNT_BF16 && host->dtype != NNT_F16 && host->dtype != NNT_I32 &&
-        host->dtype != NNT_I64)
-        return cpu_error(err, NNT_ERR_UNSUPPORTED, "cpu: weights of dtype %d are not supported", (int)host->dtype);
-    *out = *host; /* read in place from the memory-mapped checkpoint */
+    cpu_weight wv;
+    int readable = host->dtype == NNT_I32 || host->dtype == NNT_I64 || cpu_weight_view(host, &wv);
+    if (!readable)
+        return cpu_error(err, NNT_ERR_UNSUPPORTED,
+                         "cpu: a weight of dtype %d%s is not supported (F32, BF16, F16, I32, I64, or F8_E4M3 / "
+                         "F4_E2M1 with block scales)",
+                         (int)host->dtype, host->scale ? "" : " without scales");
+    *out = *host; /* read in place, in its encoding, from the memory-mapped checkpoint */
     return NNT_OK;
 }
 
 static void cpu_release_weight(void *ctx, nnt_tensor *w)
 {
     (void)ctx;
-    (void)w;
+    (void)w; /* nothing was copied */
+}
+
+static size_t cpu_weight_bytes(void *ctx)
+{
+    (void)ctx;
+    return 0; /* weights alias the checkpoint's mapping */
 }
 
 static const nnt_backend_ops cpu_ops = {
@@ -193,11 +236,12 @@ static const nnt_backend_ops cpu_ops = {
     /* .hyper_head = */ cpu_hyper_head,
     /* .compress = */ cpu_compress,
     /* .indexer_scores = */ cpu_indexer_scores,
+    /* .weight_bytes = */ cpu_weight_bytes,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
     /* .header = */ NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "cpu", "0.1.0",
-                                      "reference CPU kernels (OpenBLAS GEMM, OpenMP loops)"),
+                                      "reference CPU kernels (weights decoded in registers per instruction set, OpenBLAS GEMM, OpenMP)"),
     /* .host_memory = */ 1,
     /* .create = */ cpu_create,
     /* .destroy = */ cpu_destroy,

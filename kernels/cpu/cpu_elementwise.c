@@ -20,6 +20,9 @@ nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, flo
     if (w && (w->ndim != 1 || w->shape[0] != D))
         return cpu_error(err, NNT_ERR_SHAPE, "cpu rms_norm: gain has %lld entries, rows have %lld",
                          (long long)(w->ndim ? w->shape[0] : 0), (long long)D);
+    if (w && w->dtype != NNT_F32 && w->dtype != NNT_BF16 && w->dtype != NNT_F16)
+        return cpu_error(err, NNT_ERR_UNSUPPORTED, "cpu rms_norm: the gain has dtype %d; expected F32, BF16 or F16",
+                         (int)w->dtype);
     const float *xd = x->data;
     float *yd = y->data;
 #pragma omp parallel for num_threads(c->threads) schedule(static)
@@ -37,7 +40,7 @@ nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, flo
     return NNT_OK;
 }
 
-/* table [V, H] F32/BF16/F16, ids [M] I32, y [M, H] F32 */
+/* table [V, H] any weight encoding, ids [M] I32, y [M, H] F32: each row decoded as it is read */
 nnt_status cpu_embedding(void *ctx, const nnt_tensor *table, const nnt_tensor *ids, nnt_tensor *y, nnt_error *err)
 {
     cpu_ctx *c = ctx;
@@ -52,10 +55,13 @@ nnt_status cpu_embedding(void *ctx, const nnt_tensor *table, const nnt_tensor *i
         if (id[m] < 0 || id[m] >= V)
             return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu embedding: id %d at %lld is outside [0, %lld)", id[m],
                              (long long)m, (long long)V);
+    cpu_weight wv;
+    if (!cpu_weight_view(table, &wv))
+        return cpu_error(err, NNT_ERR_UNSUPPORTED, "cpu embedding: a table of dtype %d is not readable", (int)table->dtype);
     float *yd = y->data;
-#pragma omp parallel for num_threads(c->threads) schedule(static)
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t h = 0; h < H; h++) yd[m * H + h] = cpu_load(table->data, table->dtype, (int64_t)id[m] * H + h);
+    const cpu_kernels *k = c->k;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * H > 65536)
+    for (int64_t m = 0; m < M; m++) k->decode(&wv, id[m], (int64_t)id[m] + 1, yd + m * H, H);
     return NNT_OK;
 }
 

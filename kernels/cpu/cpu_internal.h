@@ -5,14 +5,18 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "cpu_weights.h"
 #include "nnt/nnt_backend.h"
 
 typedef struct cpu_ctx {
     int threads;
-    /* conversion scratch for BF16/F16 weight panels: one per thread slot is not needed, the
-     * matrix products convert one panel at a time */
+    const cpu_kernels *k; /* the instruction set's weight kernels */
+    /* scratch of one op (activation rows rounded to bfloat16) */
     float *scratch;
     size_t scratch_floats;
+    /* one weight panel per thread (decoded rows for the many-row products) */
+    float **panel;
+    size_t *panel_floats;
 } cpu_ctx;
 
 nnt_status cpu_error(nnt_error *err, nnt_status st, const char *fmt, ...)
@@ -22,6 +26,11 @@ float cpu_load(const void *data, nnt_dtype dt, int64_t i);
 nnt_status cpu_check(const char *op, const char *arg, const nnt_tensor *t, nnt_dtype dt, int ndim,
                      nnt_error *err);
 nnt_status cpu_scratch(cpu_ctx *c, size_t floats, float **out, nnt_error *err);
+/* Makes thread t's weight panel at least `floats` long. */
+nnt_status cpu_panel(cpu_ctx *c, int t, size_t floats, float **out, nnt_error *err);
+/* The weight kernels for `want` (NULL or "auto": the widest this CPU runs). Errors:
+ * NNT_ERR_CONFIG naming the option when the CPU or the build lacks the instruction set. */
+nnt_status cpu_pick_kernels(const char *want, const cpu_kernels **out, nnt_error *err);
 
 /* cpu_linear.c */
 nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_tensor *y, nnt_error *err);

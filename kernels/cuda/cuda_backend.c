@@ -247,6 +247,7 @@ static void destroy_ctx(cuda_ctx *c)
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
     for (int i = 0; i < c->n_weights; i++) (void)cudaFree(c->weights[i]);
     free(c->weights);
+    free(c->weight_sizes);
     if (c->stage) (void)cudaFree(c->stage);
     for (int i = 0; i < CUDA_PIN_SLOTS; i++) {
         if (c->pins[i].host) (void)cudaFreeHost(c->pins[i].host);
@@ -367,16 +368,21 @@ static nnt_status cuda_download(void *ctx, void *dst_host, const void *src, size
     return NNT_OK;
 }
 
-static nnt_status remember_weight(cuda_ctx *c, void *p, nnt_error *err)
+static nnt_status remember_weight(cuda_ctx *c, void *p, size_t bytes, nnt_error *err)
 {
     if (c->n_weights == c->cap_weights) {
         int cap = c->cap_weights ? 2 * c->cap_weights : 256;
         void **g = realloc(c->weights, (size_t)cap * sizeof *g);
         if (!g) return cuda_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         c->weights = g;
+        size_t *z = realloc(c->weight_sizes, (size_t)cap * sizeof *z);
+        if (!z) return cuda_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        c->weight_sizes = z;
         c->cap_weights = cap;
     }
+    c->weight_sizes[c->n_weights] = bytes;
     c->weights[c->n_weights++] = p;
+    c->weight_total += bytes;
     return NNT_OK;
 }
 
@@ -410,7 +416,7 @@ static nnt_status cuda_prepare_weight(void *ctx, const nnt_tensor *host, nnt_ten
             if (st == NNT_OK) st = cuda_widen(c, raw, dt, (float *)dev + i0, k, err);
         }
     }
-    if (st == NNT_OK) st = remember_weight(c, dev, err);
+    if (st == NNT_OK) st = remember_weight(c, dev, out_bytes, err);
     if (st != NNT_OK) {
         release(c, dev);
         return st;
@@ -430,11 +436,19 @@ static void cuda_release_weight(void *ctx, nnt_tensor *w)
         if (c->weights[i] == w->data) {
             (void)cudaSetDevice(c->device);
             release(c, w->data);
-            c->weights[i] = c->weights[--c->n_weights];
+            c->weight_total -= c->weight_sizes[i];
+            c->n_weights--;
+            c->weights[i] = c->weights[c->n_weights];
+            c->weight_sizes[i] = c->weight_sizes[c->n_weights];
             w->data = NULL;
             return;
         }
     /* a view into a prepared weight (a slice, an alias): the owner frees it */
+}
+
+static size_t cuda_weight_bytes(void *ctx)
+{
+    return ((const cuda_ctx *)ctx)->weight_total;
 }
 
 static const nnt_backend_ops cuda_ops = {
@@ -474,6 +488,7 @@ static const nnt_backend_ops cuda_ops = {
     /* .hyper_head = */ cuda_hyper_head,
     /* .compress = */ cuda_compress,
     /* .indexer_scores = */ cuda_indexer_scores,
+    /* .weight_bytes = */ cuda_weight_bytes,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

@@ -45,9 +45,12 @@ typedef struct cuda_ctx {
     size_t scratch_cap;
     /* a few ints kernels write to report a bad input (e.g. an id out of range) */
     int *flag;
-    /* device copies made by prepare_weight, freed by release_weight or destroy */
+    /* device copies made by prepare_weight, freed by release_weight or destroy, their sizes and
+     * the total (weight_bytes) */
     void **weights;
+    size_t *weight_sizes;
     int n_weights, cap_weights;
+    size_t weight_total;
 } cuda_ctx;
 
 /* ---- errors ---- */

@@ -62,6 +62,22 @@ void nnt_model_free(nnt_model *m);
 const nnt_model_info *nnt_model_get_info(const nnt_model *m);
 const char *nnt_model_family(const nnt_model *m);
 const char *nnt_model_backend(const nnt_model *m);
+
+/* The memory a loaded model holds, in bytes. Weights stay in the checkpoint's encoding: a
+ * host backend reads them in place from the memory-mapped files (mapped_bytes, shared with the
+ * page cache), a device backend copies them as they are (device_bytes). */
+typedef struct nnt_memory {
+    uint64_t file_bytes;      /* the checkpoint's safetensors files on disk */
+    uint64_t mapped_bytes;    /* stored bytes of the tensors the family bound (weights, scales) */
+    uint64_t allocated_bytes; /* host heap the load left allocated (the family's own tables,
+                               * re-laid scale grids, a host backend's weight copies); measured
+                               * as the allocator's growth over the load where the C library
+                               * reports it (glibc), else what the core and backend counted */
+    uint64_t device_bytes;    /* backend memory holding the weights (weight_bytes of the backend) */
+    int precision;            /* nnt_precision of the family (0: f32, 1: bf16) */
+} nnt_memory;
+/* Fills *out for model m. Errors: NNT_ERR_INVALID_ARGUMENT (a NULL argument). */
+nnt_status nnt_model_memory(const nnt_model *m, nnt_memory *out);
 /* Writes the module tree with native names, standard names and every value's layout, grouping
  * identical consecutive blocks, like nnterp's printout. */
 nnt_status nnt_model_print(const nnt_model *m, FILE *out);

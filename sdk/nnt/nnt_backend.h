@@ -7,7 +7,10 @@
  *
  * Conventions for every op below:
  *   - tensors are dense row-major; shapes are given as [axis names]; M counts rows;
- *   - activations are F32; weights may be F32, BF16 or F16 (the backend converts as it reads);
+ *   - activations are F32. Weights of `linear` and tables of `embedding` may be F32, BF16,
+ *     F16, or encoded with block scales (F8_E4M3, F4_E2M1; nnt_tensor.scale): the backend
+ *     decodes as it reads and never keeps a widened copy. Other weight arguments (norm gains,
+ *     convolution kernels) are F32, BF16 or F16;
  *   - integer index tensors are I32;
  *   - unless an op says otherwise, an output may not alias an input;
  *   - tensors handed to an op live in the backend's memory (device != 0 for a device backend,
@@ -77,20 +80,26 @@ typedef struct nnt_backend_ops {
     /* Copies bytes between host memory and backend memory. */
     nnt_status (*upload)(void *ctx, void *dst, const void *src_host, size_t bytes, nnt_error *err);
     nnt_status (*download)(void *ctx, void *dst_host, const void *src, size_t bytes, nnt_error *err);
-    /* Makes a host weight usable by this backend: out describes the backend copy (it may alias
-     * the host data when the backend reads host memory). release_weight undoes it. */
+    /* Makes a host weight usable by this backend: out describes the backend copy in the
+     * weight's own encoding, block scales and flags included (it may alias the host data when
+     * the backend reads host memory). release_weight undoes it; a family releases every weight
+     * it prepared when it unloads. */
     nnt_status (*prepare_weight)(void *ctx, const nnt_tensor *host, nnt_tensor *out, nnt_error *err);
     void (*release_weight)(void *ctx, nnt_tensor *w);
 
     /* ---- dense algebra ---- */
-    /* y[M, N] = x[M, K] . w[N, K]^T. x, y F32; w F32/BF16/F16. */
+    /* y[M, N] = x[M, K] . w[N, K]^T. x, y F32; w F32, BF16, F16, or F8_E4M3 / F4_E2M1 with
+     * block scales, each element decoded and multiplied by its block's scale. With
+     * NNT_TENSOR_BF16_PRODUCTS in w->flags, x is rounded to bfloat16 (nearest even) before the
+     * product and y after it; accumulation is float32 either way. */
     nnt_status (*linear)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_tensor *y,
                          nnt_error *err);
     /* y[M, D] = w[D] * x / sqrt(mean(x^2) + eps), row by row; w may be NULL (no gain).
      * y may alias x. Source: RMSNorm, Zhang & Sennrich 2019. */
     nnt_status (*rms_norm)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, float eps,
                            nnt_tensor *y, nnt_error *err);
-    /* y[M, H] = table[ids[m], :]; ids I32 [M]. An id outside [0, V) is an error. */
+    /* y[M, H] = table[ids[m], :]; ids I32 [M]; table of any weight encoding (as for linear).
+     * An id outside [0, V) is an error. */
     nnt_status (*embedding)(void *ctx, const nnt_tensor *table, const nnt_tensor *ids,
                             nnt_tensor *y, nnt_error *err);
     /* y = a + b elementwise, same shapes; y may alias a or b. */
@@ -218,6 +227,12 @@ typedef struct nnt_backend_ops {
      * Source: DeepSeek-V3.2 / V4 reports; shared/spec B5.5. */
     nnt_status (*indexer_scores)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w,
                                  float scale, nnt_tensor *out, nnt_error *err);
+
+    /* ---- accounting ---- */
+    /* Bytes of memory this context holds for the weights prepare_weight made and release_weight
+     * has not yet released: device memory for a device backend; host memory a host backend
+     * allocated for them (0 when its weights alias the checkpoint's mapping). */
+    size_t (*weight_bytes)(void *ctx);
 } nnt_backend_ops;
 
 /* Options from the INI file's [backend.NAME] section, as key/value strings. */

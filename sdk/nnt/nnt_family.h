@@ -81,10 +81,15 @@ typedef struct nnt_host_api {
     /* ---- checkpoint tensors ---- */
     /* 1 when the checkpoint holds a tensor of that name. */
     int (*has_tensor)(const nnt_checkpoint *ck, const char *name);
-    /* A host view of a weight. F32/BF16/F16 are returned as stored (memory-mapped); F8_E4M3
-     * with a `<name>_scale_inv` companion is decoded to F32 with its 128x128 block scales (edge
-     * blocks partial). When ndim > 0 the shape must equal shape[0..ndim), otherwise the error
-     * names the tensor, the file and both shapes. The data stays owned by the checkpoint. */
+    /* A host view of a tensor, as stored in the memory-mapped file: nothing is decoded or
+     * copied. An encoded weight comes with its block scales in out->scale (nnt_tensor): F8_E4M3
+     * with a companion `<name>_scale_inv`, `<base>.scale` or `<base>.weight_scale` (F32, BF16 or
+     * F8_E8M0; blocks from config.json quantization_config.weight_block_size, default 128x128,
+     * edge blocks partial), and FP4 e2m1 stored two per byte as I8/U8 [.., in / 2] with a
+     * companion of one scale per group of inputs [.., out, in / group] (returned as F4_E2M1
+     * [.., in]; recognised when `shape` asks for twice the stored last axis). When ndim > 0 the
+     * shape must equal shape[0..ndim), otherwise the error names the tensor, the file and both
+     * shapes. The data stays owned by the checkpoint. */
     nnt_status (*tensor)(const nnt_checkpoint *ck, const char *name, int ndim,
                          const int64_t *shape, nnt_tensor *out, nnt_error *err);
 
@@ -110,7 +115,28 @@ typedef struct nnt_host_api {
      * this module (or -1); layer: the block the module belongs to (-1 outside blocks). */
     int (*tree_node)(nnt_tree *tree, int parent, const char *native, const char *standard,
                      const char *cls, const char *detail, int host, int layer);
+
+    /* ---- since ABI 2.0 ---- */
+    /* The key and value projections of one attention block, k [heads * k_head_dim, in] and
+     * v [heads * v_head_dim, in], as `tensor` returns them - except for FP8 checkpoints
+     * quantised per key/value head over each head's fused rows [k_head_dim key rows; v_head_dim
+     * value rows] padded to whole blocks, where a block can hold a head's last key rows and
+     * its first value rows (MiMo-V2-Flash's full-attention blocks). That layout is recognised
+     * from the shapes alone: the key scales have heads * ceil(k_head_dim / B) rows, which is
+     * not the plain grid's ceil(heads * k_head_dim / B). Its scales are then re-laid into
+     * plain grids of finer row blocks (the weights stay mapped), owned by the checkpoint.
+     * Source: sglang-jax pull request 969, which found this layout in the released weights. */
+    nnt_status (*tensor_kv_heads)(const nnt_checkpoint *ck, const char *k_name, const char *v_name, int64_t heads,
+                                  int64_t k_head_dim, int64_t v_head_dim, int64_t in, nnt_tensor *k, nnt_tensor *v,
+                                  nnt_error *err);
 } nnt_host_api;
+
+/* How a family's products run (the INI file's [family.NAME] precision). */
+typedef enum nnt_precision {
+    NNT_PRECISION_F32 = 0, /* activations and accumulation in float32 */
+    NNT_PRECISION_BF16 = 1 /* activations rounded to bfloat16 at the weight products, float32
+                            * accumulation: prepared weights carry NNT_TENSOR_BF16_PRODUCTS */
+} nnt_precision;
 
 /* What `load` receives. */
 typedef struct nnt_load_args {
@@ -118,6 +144,7 @@ typedef struct nnt_load_args {
     const nnt_checkpoint *ckpt;
     const nnt_backend_ops *be;
     void *be_ctx;
+    nnt_precision precision;
 } nnt_load_args;
 
 typedef struct nnt_family_descriptor {

@@ -17,7 +17,7 @@ extern "C" {
 
 /* ABI version shared by the core, family plugins and kernel backends. A plugin is accepted
  * when its major equals the core's and its minor is not newer than the core's. */
-#define NNT_ABI_MAJOR 1
+#define NNT_ABI_MAJOR 2
 #define NNT_ABI_MINOR 0
 
 /* ---------------------------------------------------------------------------------------- */
@@ -65,6 +65,8 @@ typedef enum nnt_dtype {
     NNT_I8,
     NNT_U8,
     NNT_BOOL,
+    NNT_F4_E2M1, /* float4 e2m1 (OCP MX): two codes per byte along the last axis, the low nibble
+                  * the even element; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6, bit 3 the sign */
     NNT_DTYPE_COUNT
 } nnt_dtype;
 
@@ -74,12 +76,32 @@ typedef enum nnt_dtype {
 
 #define NNT_MAX_DIMS 6
 
+/* Flags of a tensor (nnt_tensor.flags). */
+#define NNT_TENSOR_BF16_PRODUCTS 1u /* a weight: products with it round their activation rows
+                                     * to bfloat16 before and their results after (float32
+                                     * accumulation), as torch runs a bfloat16 model */
+
 typedef struct nnt_tensor {
     nnt_dtype dtype;
     int ndim;
-    int64_t shape[NNT_MAX_DIMS];
+    int64_t shape[NNT_MAX_DIMS]; /* in elements, also for F4_E2M1 (two per byte) */
     void *data;
     int device; /* 0: host memory; 1: the backend's device memory */
+    /* Block scales of an encoded weight (dtype F8_E4M3 or F4_E2M1); NULL for every other
+     * tensor. Element [.., r, c] of the last two axes stands for
+     *     decode(code[.., r, c]) * scale[.., r / block_rows, c / block_cols],
+     * the scale grid [lead.., ceil(rows / block_rows), ceil(cols / block_cols)] being dense and
+     * row-major in scale_dtype (F32, BF16 or F8_E8M0) in the same memory as data. Sources:
+     * DeepSeek-V3 report (128x128 FP8 blocks, weight_scale_inv multiplies); OCP Microscaling
+     * Formats v1.0 (E2M1 elements, E8M0 scales, groups of 32). */
+    const void *scale;
+    nnt_dtype scale_dtype;
+    int32_t block_rows;
+    int32_t block_cols;
+    int32_t block_row0; /* a view that starts inside a block row (nnt_tensor_rows): the rows of
+                         * that block before the view; matrix row r then takes its scale from
+                         * grid row (r + block_row0) / block_rows. 0 otherwise */
+    uint32_t flags;     /* NNT_TENSOR_* */
 } nnt_tensor;
 
 static inline int64_t nnt_tensor_numel(const nnt_tensor *t)
@@ -87,6 +109,57 @@ static inline int64_t nnt_tensor_numel(const nnt_tensor *t)
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
+}
+
+/* Bits one element of dt takes (4 for F4_E2M1); 0 for an unknown dtype. */
+static inline int nnt_dtype_bits(nnt_dtype dt)
+{
+    switch (dt) {
+    case NNT_F64:
+    case NNT_I64: return 64;
+    case NNT_F32:
+    case NNT_I32: return 32;
+    case NNT_F16:
+    case NNT_BF16:
+    case NNT_I16: return 16;
+    case NNT_F8_E4M3:
+    case NNT_F8_E5M2:
+    case NNT_F8_E8M0:
+    case NNT_I8:
+    case NNT_U8:
+    case NNT_BOOL: return 8;
+    case NNT_F4_E2M1: return 4;
+    default: return 0;
+    }
+}
+
+/* Bytes n consecutive elements of dt occupy (n even for F4_E2M1). */
+static inline size_t nnt_dtype_span(nnt_dtype dt, int64_t n)
+{
+    return (size_t)n * (size_t)nnt_dtype_bits(dt) / 8u;
+}
+
+/* A view of rows [r0, r0 + nr) of matrix `index` of an [E, R, C] tensor (index 0 of an [R, C]
+ * one), its block scales included (a view starting inside a block row records where in
+ * block_row0). Returns 0 (and leaves *out alone) for an encoded tensor whose block sizes are not
+ * set. */
+static inline int nnt_tensor_rows(const nnt_tensor *w, int64_t index, int64_t r0, int64_t nr, nnt_tensor *out)
+{
+    int64_t R = w->shape[w->ndim - 2], C = w->shape[w->ndim - 1];
+    nnt_tensor v = *w;
+    v.ndim = 2;
+    v.shape[0] = nr;
+    v.shape[1] = C;
+    v.data = (char *)w->data + nnt_dtype_span(w->dtype, (index * R + r0) * C);
+    if (w->scale) {
+        if (w->block_rows <= 0 || w->block_cols <= 0) return 0;
+        int64_t br = w->block_rows, at = w->block_row0 + r0;
+        int64_t sr = (w->block_row0 + R + br - 1) / br, sc = (C + w->block_cols - 1) / w->block_cols;
+        v.scale = (const char *)w->scale + nnt_dtype_span(w->scale_dtype, index * sr * sc + (at / br) * sc);
+        v.block_row0 = (int32_t)(at % br);
+    }
+    *out = v;
+    return 1;
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -1,0 +1,328 @@
+/* cpu_kernels_impl.h - the cpu backend's weight kernels, written once with GCC/Clang vector
+ * extensions and compiled once per instruction set: the including file defines VL (float lanes:
+ * 16 for AVX-512, 8 for AVX2, 4 for SSE2 and NEON), CPU_KERNELS_TABLE (the table's symbol) and
+ * CPU_KERNELS_NAME, and is built with that set's target flags.
+ *
+ * Decoding in registers, VL codes at a time, exact for every finite value:
+ *   BF16  u16 << 16 is the float's bit pattern;
+ *   F16   s.eeeee.mmmmmmmmmm moved to bits 31 and 27..13 reads as 2^-112 times the value (the
+ *         exponent bias 15 against float's 127, subnormals included), so one multiply by 2^112;
+ *   FP8   e4m3: s.eeee.mmm to bits 31 and 26..20, times 2^120 (bias 7);
+ *   FP4   e2m1: s.ee.m to bits 31 and 23..22, times 2^126 (bias 1); two codes per byte, the low
+ *         nibble first.
+ * (The FP8 code 0x7f/0xff, NaN in e4m3fn, reads as 480; F16 infinities and NaNs are not
+ * decoded. Checkpoint weights hold neither. Subnormal patterns are multiplied, so the kernels
+ * need the processor's denormals-are-zero mode off, as it is unless a program turns it on.)
+ * Block scales multiply each block's partial dot product (few-row products) or each decoded
+ * element (panels). Sources: IEEE 754 binary16; the OCP 8-bit floating point specification
+ * (e4m3fn); OCP Microscaling Formats v1.0 (e2m1, e8m0). */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_weights.h"
+
+#ifndef VL
+#error "define VL before including cpu_kernels_impl.h"
+#endif
+
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef uint32_t vu __attribute__((vector_size(VL * 4)));
+typedef uint16_t vh __attribute__((vector_size(VL * 2)));
+typedef uint8_t vb __attribute__((vector_size(VL)));
+typedef uint8_t vb2 __attribute__((vector_size(VL / 2)));
+
+#if VL == 16
+#define DUP_IDX 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7
+#define NIB_SHIFT {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4}
+#elif VL == 8
+#define DUP_IDX 0, 0, 1, 1, 2, 2, 3, 3
+#define NIB_SHIFT {0, 4, 0, 4, 0, 4, 0, 4}
+#elif VL == 4
+#define DUP_IDX 0, 0, 1, 1
+#define NIB_SHIFT {0, 4, 0, 4}
+#else
+#error "VL must be 4, 8 or 16"
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE vf loadf(const float *p)
+{
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+INLINE float hsum(vf v)
+{
+    float s = 0.0f;
+    for (int i = 0; i < VL; i++) s += v[i];
+    return s;
+}
+
+/* ---- VL weights of a row from column c, as float32 (c even for FP4) ---- */
+
+INLINE vf ld_f32(const uint8_t *row, int64_t c)
+{
+    vf v;
+    memcpy(&v, row + 4 * c, sizeof v);
+    return v;
+}
+
+INLINE vf ld_bf16(const uint8_t *row, int64_t c)
+{
+    vh h;
+    memcpy(&h, row + 2 * c, sizeof h);
+    vu u = __builtin_convertvector(h, vu) << 16;
+    return (vf)u;
+}
+
+INLINE vf ld_f16(const uint8_t *row, int64_t c)
+{
+    vh h;
+    memcpy(&h, row + 2 * c, sizeof h);
+    vu u = __builtin_convertvector(h, vu);
+    vu bits = ((u & 0x7fffu) << 13) | ((u & 0x8000u) << 16);
+    return (vf)bits * 0x1p112f;
+}
+
+INLINE vf ld_fp8(const uint8_t *row, int64_t c)
+{
+    vb b;
+    memcpy(&b, row + c, sizeof b);
+    vu u = __builtin_convertvector(b, vu);
+    vu bits = ((u & 0x7fu) << 20) | ((u & 0x80u) << 24);
+    return (vf)bits * 0x1p120f;
+}
+
+INLINE vf ld_fp4(const uint8_t *row, int64_t c)
+{
+    vb2 half;
+    memcpy(&half, row + c / 2, sizeof half);
+    vb b = __builtin_shufflevector(half, half, DUP_IDX); /* byte j twice: its low, then high nibble */
+    const vu shift = NIB_SHIFT;
+    vu u = (__builtin_convertvector(b, vu) >> shift) & 0xfu;
+    vu bits = ((u & 7u) << 22) | ((u & 8u) << 28);
+    return (vf)bits * 0x1p126f;
+}
+
+/* ---- one weight element, for the columns past the last whole vector ---- */
+
+INLINE float bits_f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+INLINE float d1_f32(const uint8_t *row, int64_t c)
+{
+    float f;
+    memcpy(&f, row + 4 * c, 4);
+    return f;
+}
+
+INLINE float d1_bf16(const uint8_t *row, int64_t c)
+{
+    uint16_t h;
+    memcpy(&h, row + 2 * c, 2);
+    return bits_f((uint32_t)h << 16);
+}
+
+INLINE float d1_f16(const uint8_t *row, int64_t c)
+{
+    uint16_t h;
+    memcpy(&h, row + 2 * c, 2);
+    return bits_f(((uint32_t)(h & 0x7fffu) << 13) | ((uint32_t)(h & 0x8000u) << 16)) * 0x1p112f;
+}
+
+INLINE float d1_fp8(const uint8_t *row, int64_t c)
+{
+    uint32_t b = row[c];
+    return bits_f(((b & 0x7fu) << 20) | ((b & 0x80u) << 24)) * 0x1p120f;
+}
+
+INLINE float d1_fp4(const uint8_t *row, int64_t c)
+{
+    uint32_t b = (c & 1) ? (uint32_t)(row[c / 2] >> 4) : (uint32_t)(row[c / 2] & 0xfu);
+    return bits_f(((b & 7u) << 22) | ((b & 8u) << 28)) * 0x1p126f;
+}
+
+/* ---- block scales ---- */
+
+INLINE float scale_at(const cpu_weight *w, int64_t r, int64_t cb)
+{
+    if (!w->scale) return 1.0f;
+    int64_t mat = r / w->mat_rows, rr = r - mat * w->mat_rows + w->row0;
+    int64_t i = (mat * w->grid_rows + rr / w->block_rows) * w->grid_cols + cb;
+    switch (w->scale_dtype) {
+    case NNT_F32: {
+        float f;
+        memcpy(&f, (const char *)w->scale + 4 * i, 4);
+        return f;
+    }
+    case NNT_BF16: {
+        uint16_t h;
+        memcpy(&h, (const char *)w->scale + 2 * i, 2);
+        return bits_f((uint32_t)h << 16);
+    }
+    case NNT_F16: return d1_f16((const uint8_t *)w->scale, i);
+    default: { /* F8_E8M0: 2^(b - 127), 255 NaN */
+        uint32_t b = ((const uint8_t *)w->scale)[i];
+        return b == 255 ? NAN : b == 0 ? 0x1p-127f : bits_f(b << 23);
+    }
+    }
+}
+
+INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
+{
+    return w->data + nnt_dtype_span(w->dtype, r * w->cols);
+}
+
+/* ---- few-row products: rows n .. n + R of w against rows 0 .. M of x, y[m * ldy + n + r] ----
+ * Each column block accumulates x . codes in registers, then adds the block's sum times its
+ * scale; R weight rows (with M = 1) or M rows of x keep several accumulation chains going. */
+#define DEFINE_TILE(T)                                                                                              \
+    INLINE void tile_##T(const float *x, const cpu_weight *w, int64_t n, float *y, int64_t ldy, const int M,         \
+                         const int R)                                                                               \
+    {                                                                                                               \
+        const int64_t K = w->cols, bc = w->block_cols, nb = (K + bc - 1) / bc;                                      \
+        const uint8_t *row[4];                                                                                      \
+        vf acc[CPU_FEW_ROWS][4];                                                                                    \
+        float tacc[CPU_FEW_ROWS][4];                                                                                \
+        for (int r = 0; r < R; r++) row[r] = row_at(w, n + r);                                                      \
+        for (int m = 0; m < M; m++)                                                                                 \
+            for (int r = 0; r < R; r++) {                                                                           \
+                acc[m][r] = (vf){0};                                                                                \
+                tacc[m][r] = 0.0f;                                                                                  \
+            }                                                                                                       \
+        for (int64_t cb = 0; cb < nb; cb++) {                                                                       \
+            int64_t c = cb * bc, c1 = c + bc < K ? c + bc : K;                                                      \
+            vf b[CPU_FEW_ROWS][4];                                                                                  \
+            float t[CPU_FEW_ROWS][4];                                                                               \
+            for (int m = 0; m < M; m++)                                                                             \
+                for (int r = 0; r < R; r++) {                                                                       \
+                    b[m][r] = (vf){0};                                                                              \
+                    t[m][r] = 0.0f;                                                                                 \
+                }                                                                                                   \
+            for (; c + VL <= c1; c += VL) {                                                                         \
+                vf wv[4];                                                                                           \
+                for (int r = 0; r < R; r++) wv[r] = ld_##T(row[r], c);                                              \
+                for (int m = 0; m < M; m++) {                                                                       \
+                    vf xv = loadf(x + m * K + c);                                                                   \
+                    for (int r = 0; r < R; r++) b[m][r] += xv * wv[r];                                              \
+                }                                                                                                   \
+            }                                                                                                       \
+            for (; c < c1; c++)                                                                                     \
+                for (int r = 0; r < R; r++) {                                                                       \
+                    float wr = d1_##T(row[r], c);                                                                   \
+                    for (int m = 0; m < M; m++) t[m][r] += x[m * K + c] * wr;                                       \
+                }                                                                                                   \
+            for (int r = 0; r < R; r++) {                                                                           \
+                float s = scale_at(w, n + r, cb);                                                                   \
+                for (int m = 0; m < M; m++) {                                                                       \
+                    acc[m][r] += b[m][r] * s;                                                                       \
+                    tacc[m][r] += t[m][r] * s;                                                                      \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+        for (int m = 0; m < M; m++)                                                                                 \
+            for (int r = 0; r < R; r++) y[m * ldy + n + r] = hsum(acc[m][r]) + tacc[m][r];                          \
+    }                                                                                                               \
+                                                                                                                    \
+    static void gemv_##T(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y,           \
+                         int64_t ldy)                                                                               \
+    {                                                                                                               \
+        int64_t n = n0;                                                                                             \
+        switch (M) {                                                                                                \
+        case 1:                                                                                                     \
+            for (; n + 4 <= n1; n += 4) tile_##T(x, w, n, y, ldy, 1, 4);                                            \
+            for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 1, 1);                                                    \
+            break;                                                                                                  \
+        case 2:                                                                                                     \
+            for (; n + 2 <= n1; n += 2) tile_##T(x, w, n, y, ldy, 2, 2);                                            \
+            for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 2, 1);                                                    \
+            break;                                                                                                  \
+        case 3: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 3, 1); break;                                         \
+        case 4: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 4, 1); break;                                         \
+        case 5: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 5, 1); break;                                         \
+        case 6: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 6, 1); break;                                         \
+        case 7: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 7, 1); break;                                         \
+        default: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 8, 1); break;                                        \
+        }                                                                                                           \
+    }                                                                                                               \
+                                                                                                                    \
+    /* rows r0 .. r1 decoded and scaled into dst [r1 - r0, ld] */                                                   \
+    static void decode_##T(const cpu_weight *w, int64_t r0, int64_t r1, float *dst, int64_t ld)                     \
+    {                                                                                                               \
+        const int64_t K = w->cols, bc = w->block_cols, nb = (K + bc - 1) / bc;                                      \
+        for (int64_t r = r0; r < r1; r++) {                                                                         \
+            const uint8_t *row = row_at(w, r);                                                                      \
+            float *d = dst + (r - r0) * ld;                                                                         \
+            for (int64_t cb = 0; cb < nb; cb++) {                                                                   \
+                int64_t c = cb * bc, c1 = c + bc < K ? c + bc : K;                                                  \
+                float s = scale_at(w, r, cb);                                                                       \
+                for (; c + VL <= c1; c += VL) {                                                                     \
+                    vf v = ld_##T(row, c) * s;                                                                      \
+                    memcpy(d + c, &v, sizeof v);                                                                    \
+                }                                                                                                   \
+                for (; c < c1; c++) d[c] = d1_##T(row, c) * s;                                                      \
+            }                                                                                                       \
+        }                                                                                                           \
+    }
+
+DEFINE_TILE(f32)
+DEFINE_TILE(bf16)
+DEFINE_TILE(f16)
+DEFINE_TILE(fp8)
+DEFINE_TILE(fp4)
+
+static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy)
+{
+    switch (w->dtype) {
+    case NNT_F32: gemv_f32(x, M, w, n0, n1, y, ldy); break;
+    case NNT_BF16: gemv_bf16(x, M, w, n0, n1, y, ldy); break;
+    case NNT_F16: gemv_f16(x, M, w, n0, n1, y, ldy); break;
+    case NNT_F8_E4M3: gemv_fp8(x, M, w, n0, n1, y, ldy); break;
+    default: gemv_fp4(x, M, w, n0, n1, y, ldy); break;
+    }
+}
+
+static void k_decode(const cpu_weight *w, int64_t r0, int64_t r1, float *dst, int64_t ld)
+{
+    switch (w->dtype) {
+    case NNT_F32: decode_f32(w, r0, r1, dst, ld); break;
+    case NNT_BF16: decode_bf16(w, r0, r1, dst, ld); break;
+    case NNT_F16: decode_f16(w, r0, r1, dst, ld); break;
+    case NNT_F8_E4M3: decode_fp8(w, r0, r1, dst, ld); break;
+    default: decode_fp4(w, r0, r1, dst, ld); break;
+    }
+}
+
+/* nearest bfloat16, ties to even; a NaN stays a (quiet) NaN */
+static void k_round_bf16(const float *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        vu u;
+        memcpy(&u, src + i, sizeof u);
+        vu r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+        r = (r & ~nan) | ((u | 0x00400000u) & 0xffff0000u & nan);
+        memcpy(dst + i, &r, sizeof r);
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, 4);
+        uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? ((u | 0x00400000u) & 0xffff0000u)
+                                                      : ((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+        memcpy(dst + i, &r, 4);
+    }
+}
+
+const cpu_kernels CPU_KERNELS_TABLE = {
+    /* .name = */ CPU_KERNELS_NAME,
+    /* .gemv = */ k_gemv,
+    /* .decode = */ k_decode,
+    /* .round_bf16 = */ k_round_bf16,
+};

@@ -1,0 +1,53 @@
+/* cpu_weights.h - the cpu backend's view of a weight in its stored encoding (F32, BF16, F16,
+ * FP8 e4m3 and FP4 e2m1 with block scales) and the per-instruction-set kernel tables that read
+ * it: few-row products that decode in registers, row decoding into float32 panels, and
+ * bfloat16 rounding. One implementation (cpu_kernels_impl.h) is compiled once per instruction
+ * set (cpu_kernels_avx512.c, cpu_kernels_avx2.c, cpu_kernels_base.c); cpu_isa.c picks one at
+ * run time. */
+#ifndef NNT_CPU_WEIGHTS_H
+#define NNT_CPU_WEIGHTS_H
+
+#include <stdint.h>
+
+#include "nnt/nnt_types.h"
+
+/* The products that stream the weight once through registers serve at most this many rows of x. */
+#define CPU_FEW_ROWS 8
+
+/* A weight as a matrix [rows, cols] (leading axes folded into rows), with its scale grid. An
+ * unscaled dtype is one block spanning the whole row with scale 1. */
+typedef struct cpu_weight {
+    const uint8_t *data;
+    nnt_dtype dtype;        /* F32, BF16, F16, F8_E4M3, F4_E2M1 */
+    int64_t rows, cols;
+    const void *scale;      /* NULL for F32, BF16, F16 */
+    nnt_dtype scale_dtype;  /* F32, BF16, F16, F8_E8M0 */
+    int64_t block_rows, block_cols;
+    int64_t mat_rows;       /* rows of one matrix of the leading axes (the grid restarts there) */
+    int64_t row0;           /* nnt_tensor.block_row0: matrix row r is grid row (r + row0) / block_rows */
+    int64_t grid_rows, grid_cols; /* scale grid of one matrix */
+} cpu_weight;
+
+/* Kernels of one instruction set. Every function reads the weight in its encoding; none
+ * allocates. */
+typedef struct cpu_kernels {
+    const char *name; /* "avx512", "avx2", "sse2", "neon", "portable" */
+    /* y[m * ldy + n] = sum_k x[m * K + k] * w[n, k] for m < M <= CPU_FEW_ROWS and weight rows
+     * n in [n0, n1); K = w->cols. */
+    void (*gemv)(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy);
+    /* dst[(r - r0) * ld + c] = w[r, c] decoded and scaled, float32, for r in [r0, r1). */
+    void (*decode)(const cpu_weight *w, int64_t r0, int64_t r1, float *dst, int64_t ld);
+    /* dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), as float32; dst may be src. */
+    void (*round_bf16)(const float *src, float *dst, int64_t n);
+} cpu_kernels;
+
+/* Fills *out from a 2-D (or higher) weight tensor; 0 when its dtype or scales are not readable
+ * (the caller reports the error). */
+int cpu_weight_view(const nnt_tensor *t, cpu_weight *out);
+
+/* The kernel tables built into this backend (each NULL where not compiled for this target). */
+extern const cpu_kernels cpu_kernels_avx512;
+extern const cpu_kernels cpu_kernels_avx2;
+extern const cpu_kernels cpu_kernels_base;
+
+#endif
