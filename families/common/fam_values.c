@@ -63,17 +63,44 @@ void fam_env_release(fam_env *env)
     fam_prepared *p = env->prepared;
     if (!p) return;
     for (int i = p->n - 1; i >= 0; i--) env->be->release_weight(env->be_ctx, &p->w[i]);
+    for (int i = 0; i < p->n_buf; i++) free(p->buf[i]);
     free(p->w);
+    free(p->buf);
     free(p);
     env->prepared = NULL;
 }
 
+static fam_prepared *held(const fam_env *env)
+{
+    fam_env *e = (fam_env *)env; /* the lists of what env holds grow; nothing else changes */
+    if (!e->prepared) e->prepared = calloc(1, sizeof *e->prepared);
+    return e->prepared;
+}
+
+/* Hands host buffer b to env (freed at release); frees it and fails when the list cannot grow. */
+static nnt_status keep_buffer(const fam_env *env, void *b, nnt_error *err)
+{
+    fam_prepared *p = held(env);
+    if (p && p->n_buf == p->cap_buf) {
+        int cap = p->cap_buf ? 2 * p->cap_buf : 64;
+        void **g = realloc(p->buf, (size_t)cap * sizeof *g);
+        if (g) {
+            p->buf = g;
+            p->cap_buf = cap;
+        }
+    }
+    if (!p || p->n_buf == p->cap_buf) {
+        free(b);
+        return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    p->buf[p->n_buf++] = b;
+    return NNT_OK;
+}
+
 nnt_status fam_prepare(const fam_env *env, const nnt_tensor *host, nnt_tensor *out, nnt_error *err)
 {
-    fam_env *e = (fam_env *)env; /* the list of prepared weights grows; nothing else changes */
-    if (!e->prepared && !(e->prepared = calloc(1, sizeof *e->prepared)))
-        return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    fam_prepared *p = e->prepared;
+    fam_prepared *p = held(env);
+    if (!p) return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     if (p->n == p->cap) {
         int cap = p->cap ? 2 * p->cap : 256;
         nnt_tensor *g = realloc(p->w, (size_t)cap * sizeof *g);
@@ -138,7 +165,11 @@ nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const ch
     if (nnt_tensor_numel(&t) != n)
         return env->host->set_error(err, NNT_ERR_SHAPE, "%s: tensor '%s' holds %lld values, config.json implies %lld",
                                     env->host->cfg_path(ck), name, (long long)nnt_tensor_numel(&t), (long long)n);
-    float *v = malloc((size_t)n * sizeof *v);
+    if (t.dtype == NNT_F32 && (uintptr_t)t.data % sizeof(float) == 0) {
+        *out = t.data; /* read in place from the mapping */
+        return NNT_OK;
+    }
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
     if (!v) return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for '%s'", name);
     for (int64_t i = 0; i < n; i++) {
         if (t.dtype == NNT_F32) {
@@ -161,7 +192,7 @@ nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const ch
         }
     }
     *out = v;
-    return NNT_OK;
+    return keep_buffer(env, v, err);
 }
 
 nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, int ndim, ...)

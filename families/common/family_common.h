@@ -7,10 +7,13 @@
 
 #include "nnt/nnt_family.h"
 
-/* Every weight a family prepared on its backend, released together at unload. */
+/* Every weight a family prepared on its backend, and the host buffers it made for small
+ * parameter vectors, released together at unload. */
 typedef struct fam_prepared {
     nnt_tensor *w;
     int n, cap;
+    void **buf;
+    int n_buf, cap_buf;
 } fam_prepared;
 
 /* The environment a family's code runs in: the host routines, the backend and its context, the
@@ -25,7 +28,8 @@ typedef struct fam_env {
 
 /* Fills env from a family's load arguments. */
 void fam_env_init(fam_env *env, const nnt_load_args *args);
-/* Releases every weight prepared through env (the backend frees its copies) and the list. */
+/* Releases every weight prepared through env (the backend frees its copies), frees the host
+ * vectors fam_vector_f32 made, and the lists. */
 void fam_env_release(fam_env *env);
 
 /* ---- value info ---- */
@@ -44,8 +48,9 @@ nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *
                       const int64_t *shape, nnt_tensor *out, nnt_error *err);
 /* The first of several candidate names the checkpoint holds, or NULL. */
 const char *fam_first_present(const fam_env *env, const nnt_checkpoint *ck, const char *const *names, int n);
-/* A small float tensor of n values (any shape) widened to an F32 host copy the caller frees
- * (e.g. a router bias, a per-head decay rate). */
+/* A small float tensor of n values (any shape) as F32 host memory (e.g. a router bias, a
+ * per-head decay rate): the mapped bytes themselves when stored as aligned F32, else a widened
+ * copy. Read-only; owned by env (released by fam_env_release), never freed by the caller. */
 nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t n,
                           float **out, nnt_error *err);
 /* A view of rows [r0, r0 + nr) of matrix `index` of a weight [E, R, C] (index 0 of [R, C]),
@@ -220,9 +225,9 @@ nnt_status fam_decoder_project(const fam_env *env, nnt_run *run, const fam_decod
 int fam_decoder_info(int hidden, int vocab, nnt_slot slot, const nnt_call_dims *dims, nnt_value_info *out);
 
 /* ---- weight binding shared by families ---- */
-/* Reads tensor `name` ([count], any float dtype) into a new host F32 copy *host (the family frees
- * it at unload) and hands it to the backend as *out (router biases, sinks, hyper-connection
- * parameters, position biases). Errors: the checkpoint's, naming the tensor. */
+/* Reads tensor `name` ([count], any float dtype) as host F32 *host (fam_vector_f32: owned by env)
+ * and hands it to the backend as *out (router biases, sinks, hyper-connection parameters,
+ * position biases). Errors: the checkpoint's, naming the tensor. */
 nnt_status fam_bind_vector(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t count, float **host,
                            nnt_tensor *out, nnt_error *err);
 /* Wires a Llama-style decoder: sizes, the per-block norms found every `stride` bytes from the

@@ -786,30 +786,13 @@ static nnt_status dv_project(void *model, nnt_run *run, const nnt_tensor *x, int
 /* ---------------------------------------------------------------------------------------- */
 /* Lifecycle, description, printout.                                                         */
 
-static void free_hc(hc_w *w)
-{
-    free(w->fn);
-    free(w->base);
-    free(w->scale);
-}
-
 static void dv_unload(void *model)
 {
     dv_model *m = model;
     if (!m) return;
-    fam_env_release(&m->env);
+    fam_env_release(&m->env); /* weights and parameter vectors */
     if (m->l)
-        for (int L = 0; L < m->layers; L++) {
-            dv_layer *ly = &m->l[L];
-            free_hc(&ly->hc_attn);
-            free_hc(&ly->hc_ffn);
-            free(ly->sinks);
-            free(ly->comp.ape);
-            free(ly->icomp.ape);
-            free(ly->bias_host);
-            free(ly->tid2eid);
-        }
-    free_hc(&m->hc_head);
+        for (int L = 0; L < m->layers; L++) free(m->l[L].tid2eid);
     free(m->l);
     free(m->expert_pool);
     free(m->inv_freq[0]);

@@ -558,13 +558,7 @@ static void kl_unload(void *model)
 {
     kl_model *m = model;
     if (!m) return;
-    fam_env_release(&m->env);
-    if (m->l)
-        for (int L = 0; L < m->layers; L++) {
-            free(m->l[L].kda.dt_bias);
-            free(m->l[L].kda.a_log);
-            free(m->l[L].bias_host);
-        }
+    fam_env_release(&m->env); /* weights and parameter vectors */
     free(m->l);
     free(m->expert_pool);
     free(m);

@@ -250,9 +250,7 @@ static void mm_unload(void *model)
 {
     mm_model *m = model;
     if (!m) return;
-    fam_env_release(&m->env);
-    if (m->l)
-        for (int L = 0; L < m->layers; L++) free(m->l[L].bias_host);
+    fam_env_release(&m->env); /* weights and router biases */
     free(m->l);
     free(m->expert_pool);
     free(m->inv_freq);
