@@ -282,3 +282,53 @@ void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *map
     if (mapped_bytes) *mapped_bytes = ck->mapped_bytes;
     if (owned_bytes) *owned_bytes = ck->owned_bytes;
 }
+
+const char *nnt_encoding_name(nnt_encoding e)
+{
+    static const char *const names[NNT_ENC_COUNT] = {"F32", "BF16", "F16", "FP8 e4m3", "FP4 e2m1 (packed)",
+                                                      "block scales", "other"};
+    return (int)e >= 0 && e < NNT_ENC_COUNT ? names[e] : "?";
+}
+
+nnt_status nnt_checkpoint_inspect(nnt_runtime *rt, const char *dir, nnt_checkpoint_summary *out)
+{
+    if (!rt || !dir || !out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_err_clear(&rt->err);
+    memset(out, 0, sizeof *out);
+    nnt_checkpoint *ck = NULL;
+    nnt_status st = nnt_checkpoint_open(dir, &ck, &rt->err);
+    if (st != NNT_OK) return st;
+    uint8_t *is_scale = calloc((size_t)(ck->n_index ? ck->n_index : 1), 1);
+    if (!is_scale) {
+        nnt_checkpoint_close(ck);
+        return nnt_err_set(&rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    char buf[512];
+    /* first the companions: a tensor whose scales another names */
+    for (int i = 0; i < ck->n_index; i++) {
+        nnt_dtype dt = ck->index[i].entry->dtype;
+        if (dt != NNT_F8_E4M3 && dt != NNT_I8 && dt != NNT_U8 && dt != NNT_F4_E2M1) continue;
+        const char *sn = nnt_ck_scale_name(ck, ck->index[i].name, buf, sizeof buf);
+        const struct nnt_ck_index *sx = sn ? find(ck, sn) : NULL;
+        if (sx) is_scale[sx - ck->index] = 1;
+    }
+    for (int i = 0; i < ck->n_index; i++) {
+        const nnt_st_entry *e = ck->index[i].entry;
+        nnt_encoding enc = NNT_ENC_OTHER;
+        int scaled = nnt_ck_scale_name(ck, ck->index[i].name, buf, sizeof buf) != NULL;
+        if (is_scale[i]) enc = NNT_ENC_SCALES;
+        else if (e->dtype == NNT_F32) enc = NNT_ENC_F32;
+        else if (e->dtype == NNT_BF16) enc = NNT_ENC_BF16;
+        else if (e->dtype == NNT_F16) enc = NNT_ENC_F16;
+        else if (e->dtype == NNT_F8_E4M3) enc = NNT_ENC_FP8;
+        else if (scaled && (e->dtype == NNT_I8 || e->dtype == NNT_U8 || e->dtype == NNT_F4_E2M1)) enc = NNT_ENC_FP4;
+        out->bytes[enc] += e->end - e->begin;
+        out->tensors[enc]++;
+        out->n_tensors++;
+    }
+    free(is_scale);
+    nnt_ck_memory(ck, &out->file_bytes, NULL, NULL);
+    out->n_files = ck->n_files;
+    nnt_checkpoint_close(ck);
+    return NNT_OK;
+}

@@ -124,8 +124,8 @@ static int handler(void *user, const char *section, const char *name, const char
             return 0;
         }
         if (!name) return 1;
-        if (strcmp(kind, "family") == 0 && strcmp(name, "backend") != 0) {
-            snprintf(ps->msg, sizeof ps->msg, "unknown key '%s' in [%s] (expected backend)", name, section);
+        if (strcmp(kind, "family") == 0 && strcmp(name, "backend") != 0 && strcmp(name, "precision") != 0) {
+            snprintf(ps->msg, sizeof ps->msg, "unknown key '%s' in [%s] (expected backend or precision)", name, section);
             return 0;
         }
         if (strcmp(kind, "family") == 0 && !valid_name(value)) {

@@ -6,6 +6,11 @@ nnt=$1 model=$2 tmp=$3 fixtures=$4
 mkdir -p "$tmp"
 fails=0
 prompt=$(cat "$model/prompt.txt")
+# the build tree's INI, its plugin directories made absolute, with one setting added after `backend = cpu`
+ini_with() {
+  local build; build=$(cd "$(dirname "$nnt")" && pwd)
+  sed -e "s#^dir = #dir = $build/#" -e "s/^backend = cpu\$/backend = cpu\n$1/" "$build/nnt.ini"
+}
 
 check() { # name expected_rc pattern command...
   local name=$1 want=$2 pattern=$3; shift 3
@@ -49,6 +54,15 @@ check "print shows standard/native names" 0 "\(mlp/block_sparse_moe\): MiniMaxM2
 check "support lists reasons" 0 "shared_expert_output +no +MiniMax-M2 has no shared expert" "$nnt" support --model "$model"
 check "support --tsv header" 0 "^host	block	value	served	layout	axes	dtype	writable	reason" "$nnt" support --model "$model" --tsv
 check "plugins" 0 "family +minimax_m2 +cpu" "$nnt" plugins
+check "info: FP8 weights by encoding" 0 "FP8 e4m3 +84 tensors" "$nnt" info --model "$fixtures/minimax_m2/fp8"
+check "info: FP4 experts by encoding" 0 "FP4 e2m1 \(packed\) +120 tensors" "$nnt" info --model "$fixtures/deepseek_v4/native"
+check "info: held after loading" 0 "held: .* read in place, .* allocated, 0 B on the device \((0\.9|1\.0)[0-9] x the files\)" \
+  "$nnt" info --model "$fixtures/deepseek_v4/native"
+ini_with "precision = bf16" > "$tmp/bf16.ini"
+check "precision = bf16 is named" 0 "precision bf16" "$nnt" info --config "$tmp/bf16.ini" --model "$model"
+ini_with "precision = fp8" > "$tmp/p8.ini"
+check "a bad precision" 1 "p8.ini:[0-9]+: family '[a-z0-9_]+' has precision = 'fp8'; expected f32 or bf16" \
+  "$nnt" plugins --config "$tmp/p8.ini"
 check "MiMo dense block: mixture values missing with the reason" 0 "router_logits +no +this block's MLP is dense" \
   "$nnt" support --model "$fixtures/mimo_v2_flash/fp32"
 check "MiMo printout groups the two sliding blocks" 0 "\(1-2\): 2 x MiMoV2FlashDecoderLayer\(" \

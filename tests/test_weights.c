@@ -207,7 +207,7 @@ static void test_linear_views(void)
     test_weight w = weight_make(NNT_F8_E4M3, NNT_F32, 300, 140, 128, 128);
     static const int64_t from[] = {16, 100, 128, 200}, rows[] = {100, 40, 64, 100};
     for (size_t i = 0; i < sizeof from / sizeof *from; i++) {
-        nnt_tensor v;
+        nnt_tensor v = {0};
         CU_ASSERT_FATAL(nnt_tensor_rows(&w.t, 0, from[i], rows[i], &v));
         CU_ASSERT_EQUAL(v.block_row0, (int32_t)(from[i] % 128));
         char what[64];
@@ -216,7 +216,7 @@ static void test_linear_views(void)
     }
     /* matrix 1 of a stacked [2, 130, 64] FP4 tensor */
     test_weight s = weight_make(NNT_F4_E2M1, NNT_F8_E8M0, 260, 64, 1, 32);
-    nnt_tensor st3 = s.t, v;
+    nnt_tensor st3 = s.t, v = {0};
     st3.ndim = 3;
     st3.shape[0] = 2;
     st3.shape[1] = 130;
@@ -297,6 +297,7 @@ static void test_memory_accounting(void)
                 (unsigned long long)mem.file_bytes, (unsigned long long)mem.mapped_bytes,
                 (unsigned long long)mem.allocated_bytes, (unsigned long long)mem.device_bytes,
                 (double)held / (double)mem.file_bytes);
+        if (i + 1 == sizeof fixtures / sizeof *fixtures) fprintf(stderr, "\n");
         CU_ASSERT(mem.file_bytes > 0);
         CU_ASSERT(mem.mapped_bytes <= mem.file_bytes);
         CU_ASSERT(mem.mapped_bytes >= mem.file_bytes / 2); /* the weights are read in place */

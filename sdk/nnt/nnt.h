@@ -78,6 +78,34 @@ typedef struct nnt_memory {
 } nnt_memory;
 /* Fills *out for model m. Errors: NNT_ERR_INVALID_ARGUMENT (a NULL argument). */
 nnt_status nnt_model_memory(const nnt_model *m, nnt_memory *out);
+
+/* How a checkpoint stores its tensors, for nnt_checkpoint_inspect. */
+typedef enum nnt_encoding {
+    NNT_ENC_F32 = 0,
+    NNT_ENC_BF16,
+    NNT_ENC_F16,
+    NNT_ENC_FP8,    /* F8_E4M3 weights with block scales */
+    NNT_ENC_FP4,    /* e2m1 weights packed two per byte (I8/U8 or F4) with group scales */
+    NNT_ENC_SCALES, /* the scale companions of FP8 and FP4 weights */
+    NNT_ENC_OTHER,  /* integers (routing tables, ...) and anything else */
+    NNT_ENC_COUNT
+} nnt_encoding;
+
+/* A checkpoint's contents from its safetensors headers alone (no tensor is read or decoded, so
+ * it is quick on a release's folder). Bytes are as stored. */
+typedef struct nnt_checkpoint_summary {
+    uint64_t file_bytes;                 /* the safetensors files on disk */
+    int n_files;
+    int64_t n_tensors;
+    uint64_t bytes[NNT_ENC_COUNT];       /* stored bytes per encoding */
+    int64_t tensors[NNT_ENC_COUNT];      /* tensors per encoding */
+} nnt_checkpoint_summary;
+/* Fills *out for the checkpoint directory `dir` (config.json plus model.safetensors or a
+ * sharded index). Errors: those of nnt_model_load's file checks (NNT_ERR_IO, NNT_ERR_FORMAT,
+ * NNT_ERR_NOT_FOUND), with nnt_last_error(rt) saying why. */
+nnt_status nnt_checkpoint_inspect(nnt_runtime *rt, const char *dir, nnt_checkpoint_summary *out);
+/* The name of an encoding ("FP8 e4m3", ...). */
+const char *nnt_encoding_name(nnt_encoding e);
 /* Writes the module tree with native names, standard names and every value's layout, grouping
  * identical consecutive blocks, like nnterp's printout. */
 nnt_status nnt_model_print(const nnt_model *m, FILE *out);
