@@ -5,19 +5,26 @@
  *
  * Decoding in registers, VL codes at a time, exact for every finite value:
  *   BF16  u16 << 16 is the float's bit pattern;
- *   F16   s.eeeee.mmmmmmmmmm moved to bits 31 and 27..13 reads as 2^-112 times the value (the
- *         exponent bias 15 against float's 127, subnormals included), so one multiply by 2^112;
- *   FP8   e4m3: s.eeee.mmm to bits 31 and 26..20, times 2^120 (bias 7);
- *   FP4   e2m1: s.ee.m to bits 31 and 23..22, times 2^126 (bias 1); two codes per byte, the low
- *         nibble first.
- * (The FP8 code 0x7f/0xff, NaN in e4m3fn, reads as 480; F16 infinities and NaNs are not
- * decoded. Checkpoint weights hold neither. Subnormal patterns are multiplied, so the kernels
- * need the processor's denormals-are-zero mode off, as it is unless a program turns it on.)
- * Block scales multiply each block's partial dot product (few-row products) or each decoded
- * element (panels). Sources: IEEE 754 binary16; the OCP 8-bit floating point specification
- * (e4m3fn); OCP Microscaling Formats v1.0 (e2m1, e8m0). */
+ *   F16   the half-to-single conversion (F16C / AVX-512 / NEON instruction, else arithmetic);
+ *   FP8   e4m3 s.eeee.mmm placed in a half's bits (sign to bit 15, the rest to bits 13..7)
+ *         reads as the value times 2^-8, the exponent biases being 7 and 15 - subnormals too;
+ *   FP4   e2m1 s.ee.m the same way (bits 15 and 11..9): the value times 2^-14 (bias 1); two
+ *         codes per byte, the low nibble first.
+ * The 2^8 and 2^14 are folded into the block scale. No step makes a subnormal single, which x86
+ * processors handle slowly. (The FP8 code 0x7f/0xff, NaN in e4m3fn, reads as 480; F16
+ * infinities and NaNs are not decoded; checkpoint weights hold neither.) Block scales multiply
+ * each block's partial dot product (few-row products) or each decoded element (panels).
+ * Sources: IEEE 754 binary16; the OCP 8-bit floating point specification (e4m3fn); OCP
+ * Microscaling Formats v1.0 (e2m1, e8m0). */
 #include <math.h>
 #include <string.h>
+
+#if defined(__x86_64__) && (defined(__F16C__) || defined(__AVX512F__))
+#include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 #include "cpu_weights.h"
 
@@ -32,14 +39,11 @@ typedef uint8_t vb __attribute__((vector_size(VL)));
 typedef uint8_t vb2 __attribute__((vector_size(VL / 2)));
 
 #if VL == 16
-#define DUP_IDX 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7
-#define NIB_SHIFT {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4}
+#define NIB_IDX 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15
 #elif VL == 8
-#define DUP_IDX 0, 0, 1, 1, 2, 2, 3, 3
-#define NIB_SHIFT {0, 4, 0, 4, 0, 4, 0, 4}
+#define NIB_IDX 0, 4, 1, 5, 2, 6, 3, 7
 #elif VL == 4
-#define DUP_IDX 0, 0, 1, 1
-#define NIB_SHIFT {0, 4, 0, 4}
+#define NIB_IDX 0, 2, 1, 3
 #else
 #error "VL must be 4, 8 or 16"
 #endif
@@ -60,7 +64,52 @@ INLINE float hsum(vf v)
     return s;
 }
 
-/* ---- VL weights of a row from column c, as float32 (c even for FP4) ---- */
+/* ---- half precision to single, VL lanes ----
+ * With F16C (AVX2 builds) or AVX-512 the conversion instruction; otherwise arithmetic that never
+ * makes a subnormal single (x86 processors take a slow assist on those): the exponent is rebased
+ * by an integer add, and lanes whose half is subnormal (exponent 0) are corrected by
+ * 2 * (f - 2^-15). Infinities and NaNs are not converted. */
+INLINE vf half_to_float(vh h)
+{
+#if VL == 16 && defined(__AVX512F__)
+    __m256i v;
+    memcpy(&v, &h, sizeof v);
+    __m512 f = _mm512_cvtph_ps(v);
+    vf r;
+    memcpy(&r, &f, sizeof r);
+    return r;
+#elif VL == 8 && defined(__F16C__)
+    __m128i v;
+    memcpy(&v, &h, sizeof v);
+    __m256 f = _mm256_cvtph_ps(v);
+    vf r;
+    memcpy(&r, &f, sizeof r);
+    return r;
+#elif VL == 4 && defined(__aarch64__)
+    float16x4_t v;
+    memcpy(&v, &h, sizeof v);
+    float32x4_t f = vcvt_f32_f16(v);
+    vf r;
+    memcpy(&r, &f, sizeof r);
+    return r;
+#else
+    vu u = __builtin_convertvector(h, vu);
+    vf fm = (vf)(((u & 0x7fffu) << 13) + (112u << 23));
+    vf fc = fm * 2.0f - 0x1p-14f;
+    vu sub = (vu)((u & 0x7c00u) == 0);
+    return (vf)((((vu)fc & sub) | ((vu)fm & ~sub)) | ((u & 0x8000u) << 16));
+#endif
+}
+
+/* ---- VL weights of a row from column c, as float32 "raw" values (c even for FP4) ----
+ * FP8 and FP4 codes are moved into half-precision bit patterns that stand for the value times
+ * 2^-8 (e4m3: bias 7 against 15) and 2^-14 (e2m1: bias 1), subnormals included; RAW_<type>
+ * is the factor back, folded into the block scale. */
+#define RAW_f32 1.0f
+#define RAW_bf16 1.0f
+#define RAW_f16 1.0f
+#define RAW_fp8 0x1p8f
+#define RAW_fp4 0x1p14f
 
 INLINE vf ld_f32(const uint8_t *row, int64_t c)
 {
@@ -81,38 +130,42 @@ INLINE vf ld_f16(const uint8_t *row, int64_t c)
 {
     vh h;
     memcpy(&h, row + 2 * c, sizeof h);
-    vu u = __builtin_convertvector(h, vu);
-    vu bits = ((u & 0x7fffu) << 13) | ((u & 0x8000u) << 16);
-    return (vf)bits * 0x1p112f;
+    return half_to_float(h);
 }
 
 INLINE vf ld_fp8(const uint8_t *row, int64_t c)
 {
     vb b;
     memcpy(&b, row + c, sizeof b);
-    vu u = __builtin_convertvector(b, vu);
-    vu bits = ((u & 0x7fu) << 20) | ((u & 0x80u) << 24);
-    return (vf)bits * 0x1p120f;
+    vh u = __builtin_convertvector(b, vh);
+    return half_to_float(((u & 0x7fu) << 7) | ((u & 0x80u) << 8));
 }
 
 INLINE vf ld_fp4(const uint8_t *row, int64_t c)
 {
     vb2 half;
     memcpy(&half, row + c / 2, sizeof half);
-    vb b = __builtin_shufflevector(half, half, DUP_IDX); /* byte j twice: its low, then high nibble */
-    const vu shift = NIB_SHIFT;
-    vu u = (__builtin_convertvector(b, vu) >> shift) & 0xfu;
-    vu bits = ((u & 7u) << 22) | ((u & 8u) << 28);
-    return (vf)bits * 0x1p126f;
+    vb2 lo = half & 0xfu, hi = half >> 4;
+    vb b = __builtin_shufflevector(lo, hi, NIB_IDX); /* byte j's low nibble, then its high one */
+    vh u = __builtin_convertvector(b, vh);
+    return half_to_float(((u & 7u) << 9) | ((u & 8u) << 12));
 }
 
-/* ---- one weight element, for the columns past the last whole vector ---- */
+/* ---- one weight element, raw as above, for the columns past the last whole vector ---- */
 
 INLINE float bits_f(uint32_t u)
 {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+/* half-precision bits to float, finite values */
+INLINE float half1(uint32_t h)
+{
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    float v = e ? bits_f(((e + 112u) << 23) | (m << 13)) : (float)m * 0x1p-24f;
+    return (h & 0x8000u) ? -v : v;
 }
 
 INLINE float d1_f32(const uint8_t *row, int64_t c)
@@ -133,19 +186,19 @@ INLINE float d1_f16(const uint8_t *row, int64_t c)
 {
     uint16_t h;
     memcpy(&h, row + 2 * c, 2);
-    return bits_f(((uint32_t)(h & 0x7fffu) << 13) | ((uint32_t)(h & 0x8000u) << 16)) * 0x1p112f;
+    return half1(h);
 }
 
 INLINE float d1_fp8(const uint8_t *row, int64_t c)
 {
     uint32_t b = row[c];
-    return bits_f(((b & 0x7fu) << 20) | ((b & 0x80u) << 24)) * 0x1p120f;
+    return half1(((b & 0x7fu) << 7) | ((b & 0x80u) << 8));
 }
 
 INLINE float d1_fp4(const uint8_t *row, int64_t c)
 {
     uint32_t b = (c & 1) ? (uint32_t)(row[c / 2] >> 4) : (uint32_t)(row[c / 2] & 0xfu);
-    return bits_f(((b & 7u) << 22) | ((b & 8u) << 28)) * 0x1p126f;
+    return half1(((b & 7u) << 9) | ((b & 8u) << 12));
 }
 
 /* ---- block scales ---- */
@@ -219,7 +272,7 @@ INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
                     for (int m = 0; m < M; m++) t[m][r] += x[m * K + c] * wr;                                       \
                 }                                                                                                   \
             for (int r = 0; r < R; r++) {                                                                           \
-                float s = scale_at(w, n + r, cb);                                                                   \
+                float s = scale_at(w, n + r, cb) * RAW_##T;                                                         \
                 for (int m = 0; m < M; m++) {                                                                       \
                     acc[m][r] += b[m][r] * s;                                                                       \
                     tacc[m][r] += t[m][r] * s;                                                                      \
@@ -261,7 +314,7 @@ INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
             float *d = dst + (r - r0) * ld;                                                                         \
             for (int64_t cb = 0; cb < nb; cb++) {                                                                   \
                 int64_t c = cb * bc, c1 = c + bc < K ? c + bc : K;                                                  \
-                float s = scale_at(w, r, cb);                                                                       \
+                float s = scale_at(w, r, cb) * RAW_##T;                                                             \
                 for (; c + VL <= c1; c += VL) {                                                                     \
                     vf v = ld_##T(row, c) * s;                                                                      \
                     memcpy(d + c, &v, sizeof v);                                                                    \
