@@ -1,15 +1,19 @@
 /* test_mimo.c - the MiMo-V2-Flash family against transformers (fp32 with group-limited
- * routing, and a hub-spelled FP8 checkpoint with MTP tensors to ignore), the page's identities
+ * routing, a hub-spelled FP8 checkpoint with MTP tensors to ignore, and an FP8 checkpoint whose
+ * full blocks hold their key/value scales per head as the release does), the page's identities
  * (block sum, value scale, sink share, router), and its write semantics (edits renormalised
  * against the sink, windows, ablation). Tolerances as in test_util.h (T_TOL). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/internal.h"
 #include "test_util.h"
 
 static const char *const FP32 = "mimo_v2_flash/fp32";
 static const char *const FP8 = "mimo_v2_flash/fp8";
+static const char *const FP8_PER_HEAD = "mimo_v2_flash/fp8_per_head";
 
 typedef struct fixture {
     nnt_runtime *rt;
@@ -57,6 +61,217 @@ static void check_all_values(const char *rel, int expect_values)
  * sparse block. */
 static void test_fp32_values(void) { check_all_values(FP32, 5 + 5 * 14 + 3 + 4 * 6); }
 static void test_fp8_hub_values(void) { check_all_values(FP8, 5 + 4 * 14 + 3 + 3 * 6); }
+/* The same block layout as the fp8 fixture; transformers ran on k_proj / v_proj dequantised per
+ * key/value head on the full blocks (tests/fixtures/make_fixtures.py, fp8_per_head). */
+static void test_fp8_per_head_values(void) { check_all_values(FP8_PER_HEAD, 5 + 4 * 14 + 3 + 3 * 6); }
+
+/* ---- per-head key/value scales (fp8_per_head) ----
+ * The released MiMo-V2-Flash FP8 checkpoint quantised each full block's k_proj and v_proj per
+ * key/value head over the head's fused rows [head_dim key rows; v_head_dim value rows], padded
+ * to whole blocks: k_proj's scales hold each head's first ceil(head_dim / B) blocks, v_proj's the
+ * rest (sglang-jax pull request 969, dequant_fused_kv). The fixture: B = 16, 24 key and 16 value
+ * rows a head, so a head's second block holds key rows 16-23 and value rows 0-7; 2 heads on the
+ * full blocks 0 and 3 (k scales [4, 5] where a plain grid has 3 rows, v scales [2, 5]), 4 heads
+ * quantised plainly on the sliding blocks 1 and 2. */
+enum { PH_B = 16, PH_DK = 24, PH_DV = 16, PH_IN = 72, PH_KB = 2, PH_VB = 1 };
+
+/* FP8 e4m3fn (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities, S.1111.111
+ * is NaN), decoded here rather than with the library's table. */
+static float e4m3(uint8_t b)
+{
+    int e = (b >> 3) & 15, m = b & 7;
+    float v = (e == 15 && m == 7) ? NAN : e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf(m / 8.0f, -6);
+    return (b & 0x80) ? -v : v;
+}
+
+/* Weight row r of block L's k_proj (is_v 0) or v_proj (is_v 1) as the test reads the files: the
+ * FP8 codes times the scale of the row's block, with the per-head rule on full blocks
+ * (per_head 1) or a plain grid of B-row blocks (per_head 0). */
+static void ph_row(const nnt_tensor *codes, const nnt_tensor *ks, const nnt_tensor *vs, int is_v, int per_head,
+                   int64_t r, float *out)
+{
+    int64_t width = is_v ? PH_DV : PH_DK, h = r / width, fused = (is_v ? PH_DK : 0) + r % width, b = fused / PH_B;
+    const nnt_tensor *grid = is_v ? vs : ks;
+    int64_t srow = r / PH_B;
+    if (per_head) {
+        grid = b < PH_KB ? ks : vs;
+        srow = b < PH_KB ? h * PH_KB + b : h * PH_VB + (b - PH_KB);
+    }
+    int64_t sc = grid->shape[1];
+    for (int64_t c = 0; c < PH_IN; c++)
+        out[c] = e4m3(((const uint8_t *)codes->data)[r * PH_IN + c]) * ((const float *)grid->data)[srow * sc + c / PH_B];
+}
+
+typedef struct ph_block {
+    nnt_tensor k, ks, v, vs; /* stored codes and scales, read with nnt_safetensors_read */
+} ph_block;
+
+static void ph_read(nnt_runtime *rt, int layer, ph_block *pb)
+{
+    char dir[512], file[600], k[128];
+    snprintf(file, sizeof file, "%s/model.safetensors", t_fixture(FP8_PER_HEAD, dir, sizeof dir));
+    nnt_tensor *dst[4] = {&pb->k, &pb->ks, &pb->v, &pb->vs};
+    const char *names[4] = {"k_proj.weight", "k_proj.weight_scale_inv", "v_proj.weight", "v_proj.weight_scale_inv"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(k, sizeof k, "model.layers.%d.self_attn.%s", layer, names[i]);
+        T_OK(rt, nnt_safetensors_read(rt, file, k, dst[i]));
+    }
+    CU_ASSERT_FATAL(pb->k.dtype == NNT_F8_E4M3 && pb->v.dtype == NNT_F8_E4M3 && pb->ks.dtype == NNT_F32 &&
+                    pb->vs.dtype == NNT_F32);
+}
+
+static void ph_free(ph_block *pb)
+{
+    nnt_tensor_free(&pb->k);
+    nnt_tensor_free(&pb->ks);
+    nnt_tensor_free(&pb->v);
+    nnt_tensor_free(&pb->vs);
+}
+
+/* The loader recognises the layout from the key scales' shape on the full blocks only, and
+ * what it hands the kernels decodes to exactly the per-head reading of every k_proj and v_proj
+ * row; the plain reading of the same files differs (so the comparison can tell them apart). */
+static void test_fp8_per_head_loader(void)
+{
+    nnt_runtime *rt = t_runtime();
+    char dir[512];
+    nnt_checkpoint *ck = NULL;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_checkpoint_open(t_fixture(FP8_PER_HEAD, dir, sizeof dir), &ck, &err), NNT_OK);
+    float want[PH_IN], got[PH_IN];
+    for (int layer = 0; layer < 4; layer++) {
+        int full = layer == 0 || layer == 3, heads = full ? 2 : 4;
+        ph_block pb;
+        ph_read(rt, layer, &pb);
+        CU_ASSERT_EQUAL(pb.ks.shape[0], full ? heads * PH_KB : (heads * PH_DK + PH_B - 1) / PH_B);
+        char kn[128], vn[128];
+        snprintf(kn, sizeof kn, "model.layers.%d.self_attn.k_proj.weight", layer);
+        snprintf(vn, sizeof vn, "model.layers.%d.self_attn.v_proj.weight", layer);
+        nnt_tensor k, v;
+        nnt_status st = nnt_ck_tensor_kv_heads(ck, kn, vn, heads, PH_DK, PH_DV, PH_IN, &k, &v, &err);
+        if (st != NNT_OK) fprintf(stderr, "\n  block %d: %s\n", layer, err.msg);
+        CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+        /* a re-laid grid has row blocks of gcd(16, 24, 16) = 8 rows; a plain one keeps 16 */
+        CU_ASSERT_EQUAL(k.block_rows, full ? 8 : PH_B);
+        CU_ASSERT_EQUAL(v.block_rows, full ? 8 : PH_B);
+        int mismatches = 0, plain_differs = 0;
+        for (int is_v = 0; is_v < 2; is_v++) {
+            const nnt_tensor *w = is_v ? &v : &k;
+            for (int64_t r = 0; r < heads * (is_v ? PH_DV : PH_DK); r++) {
+                CU_ASSERT_EQUAL_FATAL(nnt_weight_decode(w, r, 1, got, &err), NNT_OK);
+                ph_row(is_v ? &pb.v : &pb.k, &pb.ks, &pb.vs, is_v, full, r, want);
+                mismatches += memcmp(got, want, sizeof want) != 0;
+                if (full && is_v) { /* v_proj's grid has the plain shape; its meaning differs */
+                    ph_row(&pb.v, &pb.ks, &pb.vs, 1, 0, r, want);
+                    plain_differs += memcmp(got, want, sizeof want) != 0;
+                }
+            }
+        }
+        if (mismatches) fprintf(stderr, "\n  block %d: %d k/v rows differ from the per-head reading\n", layer, mismatches);
+        CU_ASSERT_EQUAL(mismatches, 0);
+        /* value rows 0-7 of each head take a key scale row: at least those rows differ */
+        if (full) CU_ASSERT(plain_differs >= heads * (PH_B - PH_DK % PH_B));
+        ph_free(&pb);
+    }
+    nnt_checkpoint_close(ck);
+    nnt_runtime_close(rt);
+}
+
+/* attention_values of the full block 0 == v_proj(attention_norm_output) in heads x
+ * attention_value_scale, with v_proj dequantised per head by this test from the file's bytes:
+ * nnt and the reference agree with it, within T_TOL. */
+static void test_fp8_per_head_values_by_hand(void)
+{
+    fixture f;
+    open_fixture(&f, FP8_PER_HEAD);
+    nnt_trace *t;
+    T_OK(f.rt, nnt_trace_new(f.m, &t));
+    T_OK(f.rt, nnt_trace_save(t, "layers.0.attention_norm_output"));
+    T_OK(f.rt, nnt_trace_save(t, "layers.0.self_attn.attention_values"));
+    T_OK(f.rt, nnt_trace_run(t, f.r.ids, f.r.mask, f.r.batch, f.r.seq));
+    const nnt_tensor *x = nnt_trace_get(t, "layers.0.attention_norm_output");
+    const nnt_tensor *got = nnt_trace_get(t, "layers.0.self_attn.attention_values");
+    nnt_tensor ref;
+    CU_ASSERT_FATAL(t_ref_get(&f.r, "layers.0.self_attn.attention_values", &ref) == 0);
+    CU_ASSERT_FATAL(got->ndim == 4 && got->shape[1] == 2 && got->shape[3] == PH_DV);
+    ph_block pb;
+    ph_read(f.rt, 0, &pb);
+    int64_t B = f.r.batch, T = f.r.seq, Hkv = 2;
+    double scale = 0, worst_nnt = 0, worst_ref = 0;
+    float w[PH_IN];
+    for (int64_t o = 0; o < Hkv * PH_DV; o++) {
+        ph_row(&pb.v, &pb.ks, &pb.vs, 1, 1, o, w);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t s = 0; s < T; s++) {
+                if (!f.r.mask[b * T + s]) continue;
+                double acc = 0;
+                for (int64_t i = 0; i < PH_IN; i++) acc += (double)w[i] * ((const float *)x->data)[(b * T + s) * PH_IN + i];
+                acc *= 0.707;
+                int64_t at = ((b * Hkv + o / PH_DV) * T + s) * PH_DV + o % PH_DV;
+                scale = fmax(scale, fabs(acc));
+                worst_nnt = fmax(worst_nnt, fabs(acc - nnt_tensor_get_f64(got, at)));
+                worst_ref = fmax(worst_ref, fabs(acc - nnt_tensor_get_f64(&ref, at)));
+            }
+    }
+    if (worst_nnt > T_TOL * scale || worst_ref > T_TOL * scale)
+        fprintf(stderr, "\n  block 0 values by hand: nnt off by %.3g, reference by %.3g (of %.3g)\n", worst_nnt, worst_ref,
+                scale);
+    CU_ASSERT(worst_nnt <= T_TOL * scale);
+    CU_ASSERT(worst_ref <= T_TOL * scale);
+    ph_free(&pb);
+    nnt_tensor_free(&ref);
+    nnt_trace_free(t);
+    close_fixture(&f);
+}
+
+/* A copy whose full blocks' k scales are cut to the plain grid's 3 rows loads through the plain
+ * path and lands far from the reference on block 0's keys and values, while its queries (q_proj
+ * is quantised plainly either way) still match: the reference holds the per-head reading. */
+static int cut_k_scales(void *user, char *name, size_t n, const nnt_tensor *in, nnt_tensor *out, int *owned)
+{
+    int layer;
+    char tail[64];
+    *out = *in;
+    if (sscanf(name, "model.layers.%d.self_attn.%63s", &layer, tail) == 2 && strcmp(tail, "k_proj.weight_scale_inv") == 0 &&
+        in->shape[0] == 2 * PH_KB)
+        out->shape[0] = (2 * PH_DK + PH_B - 1) / PH_B; /* the first rows of the stored grid */
+    return 1;
+}
+
+static void test_fp8_per_head_plain_copy_differs(void)
+{
+    char dir[768], fx[512], src[768], dst[800];
+    t_checkpoint_dir("mimo_plain_kv", FP8_PER_HEAD, dir, sizeof dir);
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture(FP8_PER_HEAD, fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    CU_ASSERT_EQUAL_FATAL(t_rewrite_weights(src, dst, cut_k_scales, NULL, 0, NULL, NULL), 0);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, dir, &m));
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FP8_PER_HEAD) == 0);
+    const char *keys[] = {"layers.0.self_attn.attention_queries", "layers.0.self_attn.attention_keys",
+                          "layers.0.self_attn.attention_values", "logits"};
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    for (int i = 0; i < 4; i++) T_OK(rt, nnt_trace_save(t, keys[i]));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    for (int i = 0; i < 4; i++) {
+        nnt_tensor ref;
+        CU_ASSERT_FATAL(t_ref_get(&r, keys[i], &ref) == 0);
+        const nnt_tensor *got = nnt_trace_get(t, keys[i]);
+        unsigned char *sel = i < 3 ? t_sel_heads(&r, got) : t_sel_tokens(&r, got);
+        double e = t_rel_err(got, &ref, sel);
+        int ok = i == 0 ? e >= 0 && e <= T_TOL : e > 1e-3;
+        if (!ok) fprintf(stderr, "\n  plain-grid k/v copy: %s relative error %.3g\n", keys[i], e);
+        CU_ASSERT(ok);
+        free(sel);
+        nnt_tensor_free(&ref);
+    }
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
 
 /* Blocks 0 and 3 are full, 1, 2 and 4 sliding (fp32); the hub's pattern [0,1,1,0] (fp8). Full
  * blocks report the config's key/value heads, sliding blocks twice as many. */
@@ -75,6 +290,9 @@ static void test_block_kinds(void)
     close_fixture(&f);
     open_fixture(&f, FP8);
     const int want8[4] = {0, 1, 1, 0};
+    for (int l = 0; l < 4; l++) CU_ASSERT_EQUAL(is_sliding(f.m, l), want8[l]);
+    close_fixture(&f);
+    open_fixture(&f, FP8_PER_HEAD);
     for (int l = 0; l < 4; l++) CU_ASSERT_EQUAL(is_sliding(f.m, l), want8[l]);
     close_fixture(&f);
 }
@@ -381,6 +599,14 @@ int register_tests(void)
     if (!s) return -1;
     if (!CU_add_test(s, "fp32 fixture matches transformers on every value", test_fp32_values) ||
         !CU_add_test(s, "hub-spelled FP8 fixture matches transformers", test_fp8_hub_values) ||
+        !CU_add_test(s, "per-head FP8 key/value scales match transformers on the per-head dequantised weights",
+                     test_fp8_per_head_values) ||
+        !CU_add_test(s, "per-head key/value scales: recognised on full blocks only, decoded per head",
+                     test_fp8_per_head_loader) ||
+        !CU_add_test(s, "per-head key/value scales: block 0 values from the file's bytes by hand",
+                     test_fp8_per_head_values_by_hand) ||
+        !CU_add_test(s, "per-head key/value scales: a plain-grid copy lands far from the reference",
+                     test_fp8_per_head_plain_copy_differs) ||
         !CU_add_test(s, "block kinds and per-block key/value heads", test_block_kinds) ||
         !CU_add_test(s, "attention_values are v_proj times attention_value_scale", test_value_scale) ||
         !CU_add_test(s, "sink share: sliding rows below one, rebuilt with the sink column", test_sink_share) ||
