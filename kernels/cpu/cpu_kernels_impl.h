@@ -19,7 +19,7 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) && (defined(__F16C__) || defined(__AVX512F__))
+#if defined(__x86_64__) && (defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__))
 #include <immintrin.h>
 #endif
 #if defined(__aarch64__)
@@ -37,6 +37,8 @@ typedef uint32_t vu __attribute__((vector_size(VL * 4)));
 typedef uint16_t vh __attribute__((vector_size(VL * 2)));
 typedef uint8_t vb __attribute__((vector_size(VL)));
 typedef uint8_t vb2 __attribute__((vector_size(VL / 2)));
+typedef int8_t vsb __attribute__((vector_size(VL)));
+typedef int16_t vsh __attribute__((vector_size(VL * 2)));
 
 #if VL == 16
 #define NIB_IDX 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15
@@ -133,22 +135,48 @@ INLINE vf ld_f16(const uint8_t *row, int64_t c)
     return half_to_float(h);
 }
 
+/* e4m3 to half bits: sign-extending the byte and shifting by 7 puts the sign at bit 15, a copy
+ * of it at bit 14 (cleared by the mask) and the exponent and mantissa at bits 13..7 */
 INLINE vf ld_fp8(const uint8_t *row, int64_t c)
 {
-    vb b;
+    vsb b;
     memcpy(&b, row + c, sizeof b);
-    vh u = __builtin_convertvector(b, vh);
-    return half_to_float(((u & 0x7fu) << 7) | ((u & 0x80u) << 8));
+    vsh s = __builtin_convertvector(b, vsh);
+    return half_to_float((vh)(s << 7) & 0xbf80u);
 }
 
+/* e2m1 to half bits: only the high byte is nonzero, ((c & 7) << 1) | ((c & 8) << 4), looked up
+ * for the 16 codes (FP4_HIGH) */
+#define FP4_HIGH 0x00, 0x02, 0x04, 0x06, 0x08, 0x0a, 0x0c, 0x0e, 0x80, 0x82, 0x84, 0x86, 0x88, 0x8a, 0x8c, 0x8e
 INLINE vf ld_fp4(const uint8_t *row, int64_t c)
 {
+#if VL == 8 && defined(__AVX2__) && !defined(FP4_GENERIC_TEST)
+    int32_t four;
+    memcpy(&four, row + c / 2, 4);
+    __m128i bytes = _mm_cvtsi32_si128(four), low = _mm_set1_epi8(0x0f);
+    __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16(bytes, 4), low));
+    __m128i high = _mm_shuffle_epi8(_mm_setr_epi8(FP4_HIGH), codes);
+    __m256 f = _mm256_cvtph_ps(_mm_unpacklo_epi8(_mm_setzero_si128(), high));
+    vf r;
+    memcpy(&r, &f, sizeof r);
+    return r;
+#elif VL == 16 && defined(__AVX512BW__)
+    __m128i bytes = _mm_loadl_epi64((const __m128i *)(row + c / 2)), low = _mm_set1_epi8(0x0f);
+    __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16(bytes, 4), low));
+    __m128i high = _mm_shuffle_epi8(_mm_setr_epi8(FP4_HIGH), codes), z = _mm_setzero_si128();
+    __m256i h = _mm256_set_m128i(_mm_unpackhi_epi8(z, high), _mm_unpacklo_epi8(z, high));
+    __m512 f = _mm512_cvtph_ps(h);
+    vf r;
+    memcpy(&r, &f, sizeof r);
+    return r;
+#else
     vb2 half;
     memcpy(&half, row + c / 2, sizeof half);
     vb2 lo = half & 0xfu, hi = half >> 4;
     vb b = __builtin_shufflevector(lo, hi, NIB_IDX); /* byte j's low nibble, then its high one */
     vh u = __builtin_convertvector(b, vh);
     return half_to_float(((u & 7u) << 9) | ((u & 8u) << 12));
+#endif
 }
 
 /* ---- one weight element, raw as above, for the columns past the last whole vector ---- */
@@ -203,26 +231,34 @@ INLINE float d1_fp4(const uint8_t *row, int64_t c)
 
 /* ---- block scales ---- */
 
-INLINE float scale_at(const cpu_weight *w, int64_t r, int64_t cb)
+/* The scale grid's row for weight row r (NULL for an unscaled weight), found once per row. */
+INLINE const uint8_t *scale_row(const cpu_weight *w, int64_t r)
 {
-    if (!w->scale) return 1.0f;
+    if (!w->scale) return NULL;
     int64_t mat = r / w->mat_rows, rr = r - mat * w->mat_rows + w->row0;
-    int64_t i = (mat * w->grid_rows + rr / w->block_rows) * w->grid_cols + cb;
+    return (const uint8_t *)w->scale +
+           nnt_dtype_span(w->scale_dtype, (mat * w->grid_rows + rr / w->block_rows) * w->grid_cols);
+}
+
+/* Scale cb of a grid row, times `raw` (the decoding's power of two). */
+INLINE float scale_get(const cpu_weight *w, const uint8_t *srow, int64_t cb, float raw)
+{
+    if (!srow) return raw;
     switch (w->scale_dtype) {
     case NNT_F32: {
         float f;
-        memcpy(&f, (const char *)w->scale + 4 * i, 4);
-        return f;
+        memcpy(&f, srow + 4 * cb, 4);
+        return f * raw;
     }
     case NNT_BF16: {
         uint16_t h;
-        memcpy(&h, (const char *)w->scale + 2 * i, 2);
-        return bits_f((uint32_t)h << 16);
+        memcpy(&h, srow + 2 * cb, 2);
+        return bits_f((uint32_t)h << 16) * raw;
     }
-    case NNT_F16: return d1_f16((const uint8_t *)w->scale, i);
+    case NNT_F16: return d1_f16(srow, cb) * raw;
     default: { /* F8_E8M0: 2^(b - 127), 255 NaN */
-        uint32_t b = ((const uint8_t *)w->scale)[i];
-        return b == 255 ? NAN : b == 0 ? 0x1p-127f : bits_f(b << 23);
+        uint32_t b = srow[cb];
+        return b == 255 ? NAN : b == 0 ? 0x1p-127f * raw : bits_f(b << 23) * raw;
     }
     }
 }
@@ -240,10 +276,13 @@ INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
                          const int R)                                                                               \
     {                                                                                                               \
         const int64_t K = w->cols, bc = w->block_cols, nb = (K + bc - 1) / bc;                                      \
-        const uint8_t *row[4];                                                                                      \
+        const uint8_t *row[4], *srow[4];                                                                            \
         vf acc[CPU_FEW_ROWS][4];                                                                                    \
         float tacc[CPU_FEW_ROWS][4];                                                                                \
-        for (int r = 0; r < R; r++) row[r] = row_at(w, n + r);                                                      \
+        for (int r = 0; r < R; r++) {                                                                               \
+            row[r] = row_at(w, n + r);                                                                              \
+            srow[r] = scale_row(w, n + r);                                                                          \
+        }                                                                                                           \
         for (int m = 0; m < M; m++)                                                                                 \
             for (int r = 0; r < R; r++) {                                                                           \
                 acc[m][r] = (vf){0};                                                                                \
@@ -272,7 +311,7 @@ INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
                     for (int m = 0; m < M; m++) t[m][r] += x[m * K + c] * wr;                                       \
                 }                                                                                                   \
             for (int r = 0; r < R; r++) {                                                                           \
-                float s = scale_at(w, n + r, cb) * RAW_##T;                                                         \
+                float s = scale_get(w, srow[r], cb, RAW_##T);                                                       \
                 for (int m = 0; m < M; m++) {                                                                       \
                     acc[m][r] += b[m][r] * s;                                                                       \
                     tacc[m][r] += t[m][r] * s;                                                                      \
@@ -310,11 +349,11 @@ INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
     {                                                                                                               \
         const int64_t K = w->cols, bc = w->block_cols, nb = (K + bc - 1) / bc;                                      \
         for (int64_t r = r0; r < r1; r++) {                                                                         \
-            const uint8_t *row = row_at(w, r);                                                                      \
+            const uint8_t *row = row_at(w, r), *srow = scale_row(w, r);                                             \
             float *d = dst + (r - r0) * ld;                                                                         \
             for (int64_t cb = 0; cb < nb; cb++) {                                                                   \
                 int64_t c = cb * bc, c1 = c + bc < K ? c + bc : K;                                                  \
-                float s = scale_at(w, r, cb) * RAW_##T;                                                             \
+                float s = scale_get(w, srow, cb, RAW_##T);                                                          \
                 for (; c + VL <= c1; c += VL) {                                                                     \
                     vf v = ld_##T(row, c) * s;                                                                      \
                     memcpy(d + c, &v, sizeof v);                                                                    \
