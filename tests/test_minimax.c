@@ -4,7 +4,8 @@
  * Tolerances: every float value within 1e-5 of the reference's largest magnitude (fp32
  * compute on fp32, bf16 and dequantised fp8 weights; transformers ran in float32 on the same
  * weights); expert indices compared as sets per token, slot-aligned weights and outputs;
- * values compared at real tokens only (transformers' padding rows are not meaningful). */
+ * values compared at real tokens only (transformers' padding rows are not meaningful). The bf16
+ * precision is held against transformers run in bfloat16 by a relative bound (see below). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,162 @@ static void test_bf16_compute_close(void)
     CU_ASSERT(e >= 0 && e < 0.05);
     free(sel);
     nnt_tensor_free(&ref);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* ---- precision = bf16 ----
+ * [family.minimax_m2] precision = bf16 makes the products round their activations to bfloat16
+ * before and their results after (float32 accumulation). Its values are held against
+ * transformers running the same bf16 checkpoint in torch.bfloat16 (reference_bf16.safetensors,
+ * same inputs): nnt-bf16 must be at least as close to transformers-bf16 as transformers-bf16 is
+ * to transformers-fp32 (reference.safetensors), on logits and every block's layer_output.
+ *
+ * The distance is the relative RMS over real tokens, rms(x - y) / rms(fp32 reference). Rounding
+ * to bfloat16 leaves many small, nearly independent errors spread over every entry; their RMS
+ * measures that typical size over the whole value, where a max picks the single entry at which
+ * two different sets of roundings happen to add up worst and so says more about luck than about
+ * the precision. Dividing by the RMS of the value puts logits and block outputs on one scale, and
+ * both distances share the denominator, so comparing them compares the RMS differences
+ * themselves. */
+static const char *const BF16_REFERENCE = "minimax_m2/bf16/reference_bf16.safetensors";
+
+/* A runtime from the build INI with [family.minimax_m2] precision set (NULL: left to the default). */
+static nnt_runtime *runtime_with_precision(const char *ini_name, const char *precision)
+{
+    char ini[768];
+    const char *path = t_ini_with(ini_name, "family.minimax_m2", precision ? "precision" : NULL, precision, ini, sizeof ini);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    nnt_runtime *rt = NULL;
+    nnt_status st = nnt_runtime_open(path, &rt);
+    if (st != NNT_OK) fprintf(stderr, "\n  %s: %s\n", path, nnt_last_error(rt));
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    return rt;
+}
+
+/* rms(a - b) over the real tokens of token-major values [batch, seq, ...] (b NULL: rms(a)). */
+static double rms_real(const t_ref *r, const nnt_tensor *a, const nnt_tensor *b)
+{
+    unsigned char *sel = t_sel_tokens(r, a);
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < nnt_tensor_numel(a); i++) {
+        if (!sel[i]) continue;
+        double d = nnt_tensor_get_f64(a, i) - (b ? nnt_tensor_get_f64(b, i) : 0.0);
+        sum += d * d;
+        count++;
+    }
+    free(sel);
+    return count ? sqrt(sum / (double)count) : 0.0;
+}
+
+static int same_inputs(const t_ref *a, const t_ref *b)
+{
+    size_t n = (size_t)a->batch * (size_t)a->seq;
+    return a->batch == b->batch && a->seq == b->seq && memcmp(a->ids, b->ids, n * sizeof *a->ids) == 0 &&
+           memcmp(a->mask, b->mask, n * sizeof *a->mask) == 0;
+}
+
+static nnt_trace *run_saving(nnt_runtime *rt, nnt_model *m, const t_ref *r, const char *const *keys, int n)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    for (int i = 0; i < n; i++) T_OK(rt, nnt_trace_save(t, keys[i]));
+    T_OK(rt, nnt_trace_run(t, r->ids, r->mask, r->batch, r->seq));
+    return t;
+}
+
+static void test_bf16_precision(void)
+{
+    nnt_runtime *rt16 = runtime_with_precision("precision_bf16.ini", "bf16");
+    nnt_runtime *rt32 = runtime_with_precision("precision_default.ini", NULL);
+    nnt_model *m16 = t_model(rt16, FIXTURES[1]), *m32 = t_model(rt32, FIXTURES[1]);
+    nnt_memory mem;
+    T_OK(rt16, nnt_model_memory(m16, &mem));
+    CU_ASSERT_EQUAL(mem.precision, 1);
+    T_OK(rt32, nnt_model_memory(m32, &mem));
+    CU_ASSERT_EQUAL(mem.precision, 0);
+    t_ref hf16, hf32;
+    CU_ASSERT_FATAL(t_ref_open(&hf16, rt16, BF16_REFERENCE) == 0);
+    CU_ASSERT_FATAL(t_ref_open(&hf32, rt16, FIXTURES[1]) == 0);
+    CU_ASSERT_FATAL(same_inputs(&hf16, &hf32));
+    int L = nnt_model_get_info(m16)->num_layers, n = 0;
+    char keys[64][96];
+    const char *kp[64];
+    snprintf(keys[n++], sizeof keys[0], "logits");
+    snprintf(keys[n++], sizeof keys[0], "final_norm_output");
+    for (int l = 0; l < L && n + 4 <= 64; l++) {
+        snprintf(keys[n++], sizeof keys[0], "layers.%d.layer_output", l);
+        snprintf(keys[n++], sizeof keys[0], "layers.%d.self_attn.attention_output", l);
+        snprintf(keys[n++], sizeof keys[0], "layers.%d.mlp.mlp_output", l);
+    }
+    int n_float = n;
+    for (int l = 0; l < L && n < 64; l++) snprintf(keys[n++], sizeof keys[0], "layers.%d.mlp.expert_indices", l);
+    for (int i = 0; i < n; i++) kp[i] = keys[i];
+    nnt_trace *t16 = run_saving(rt16, m16, &hf16, kp, n), *t32 = run_saving(rt32, m32, &hf16, kp, n);
+    fprintf(stderr, "\n  relative RMS over real tokens (denominator: rms of transformers-fp32)\n"
+                    "  %-36s %14s %14s %14s\n",
+            "value", "nnt16-hf16", "hf16-hf32", "nnt16-nnt32");
+    for (int i = 0; i < n_float; i++) {
+        nnt_tensor y16, y32;
+        CU_ASSERT_FATAL(t_ref_get(&hf16, kp[i], &y16) == 0 && t_ref_get(&hf32, kp[i], &y32) == 0);
+        const nnt_tensor *x16 = nnt_trace_get(t16, kp[i]), *x32 = nnt_trace_get(t32, kp[i]);
+        CU_ASSERT_FATAL(x16 && x32 && t_rel_err(x16, &y16, NULL) >= 0);
+        double denom = rms_real(&hf16, &y32, NULL);
+        double ours = rms_real(&hf16, x16, &y16) / denom, theirs = rms_real(&hf16, &y16, &y32) / denom;
+        double effect = rms_real(&hf16, x16, x32) / denom;
+        /* logits and each block's output are held to the bound; the rest is printed for context */
+        int bound = strcmp(kp[i], "logits") == 0 || strstr(kp[i], ".layer_output") != NULL;
+        fprintf(stderr, "  %-36s %14.4g %14.4g %14.4g%s\n", kp[i], ours, theirs, effect,
+                bound ? (ours <= theirs ? "" : "  <- above the bound") : "  (not bound)");
+        if (bound) CU_ASSERT(ours <= theirs);
+        /* the setting took effect: bf16 products move the values well past float32 noise */
+        CU_ASSERT(effect > 1e-4);
+        nnt_tensor_free(&y16);
+        nnt_tensor_free(&y32);
+    }
+    /* expert choices (context only): real tokens whose expert set differs from transformers-bf16's */
+    for (int i = n_float; i < n; i++) {
+        nnt_tensor y16;
+        CU_ASSERT_FATAL(t_ref_get(&hf16, kp[i], &y16) == 0);
+        const nnt_tensor *x16 = nnt_trace_get(t16, kp[i]);
+        int64_t K = y16.shape[2], differ = 0;
+        for (int64_t tok = 0; tok < (int64_t)hf16.batch * hf16.seq; tok++) {
+            if (!hf16.mask[tok]) continue;
+            int missing = 0;
+            for (int64_t a = 0; a < K; a++) {
+                int found = 0;
+                for (int64_t b = 0; b < K; b++)
+                    found |= nnt_tensor_get_f64(x16, tok * K + a) == nnt_tensor_get_f64(&y16, tok * K + b);
+                missing |= !found;
+            }
+            differ += missing;
+        }
+        fprintf(stderr, "  %-36s expert sets differ from transformers-bf16 at %lld real tokens\n", kp[i], (long long)differ);
+        nnt_tensor_free(&y16);
+    }
+    nnt_trace_free(t16);
+    nnt_trace_free(t32);
+    nnt_model_free(m16);
+    nnt_model_free(m32);
+    nnt_runtime_close(rt16);
+    nnt_runtime_close(rt32);
+}
+
+/* The same written INI without a precision (the default, f32) still matches the float32
+ * reference on every value within T_TOL. */
+static void test_default_precision_from_written_ini(void)
+{
+    nnt_runtime *rt = runtime_with_precision("precision_default.ini", NULL);
+    nnt_model *m = t_model(rt, FIXTURES[1]);
+    nnt_memory mem;
+    T_OK(rt, nnt_model_memory(m, &mem));
+    CU_ASSERT_EQUAL(mem.precision, 0);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[1]) == 0);
+    nnt_trace *t = t_run_reference(rt, m, &r);
+    CU_ASSERT_EQUAL(t_check_reference(&r, t), 5 + 20 * nnt_model_get_info(m)->num_layers);
     nnt_trace_free(t);
     nnt_model_free(m);
     nnt_runtime_close(rt);
@@ -572,6 +729,10 @@ int register_tests(void)
         !CU_add_test(s, "fused 3-D expert tensors load like the hub's", test_fused_expert_names) ||
         !CU_add_test(s, "F16 weights decode within half precision", test_f16_weights) ||
         !CU_add_test(s, "bf16 compute in transformers stays close", test_bf16_compute_close) ||
+        !CU_add_test(s, "precision = bf16 is as close to transformers-bf16 as transformers-bf16 is to fp32",
+                     test_bf16_precision) ||
+        !CU_add_test(s, "the default precision from a written INI matches the fp32 reference",
+                     test_default_precision_from_written_ini) ||
         !CU_add_test(s, "page identities: block sum, experts sum, lens", test_identities) ||
         !CU_add_test(s, "router identity: bias chooses, sigmoid weighs", test_router_identity) ||
         !CU_add_test(s, "expert ablation changes exactly the routed tokens", test_ablation) ||

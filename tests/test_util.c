@@ -46,6 +46,65 @@ int t_write_file(const char *path, const char *text)
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
+/* s without its leading and trailing blanks (in place). */
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t') s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) *--e = '\0';
+    return s;
+}
+
+const char *t_ini_with(const char *name, const char *section, const char *key, const char *value, char *buf, size_t n)
+{
+    char base[512];
+    snprintf(base, sizeof base, "%s", t_ini());
+    char *slash = strrchr(base, '/');
+    if (slash) *slash = '\0';
+    else snprintf(base, sizeof base, ".");
+    snprintf(buf, n, "%s/%s", t_tmpdir(), name);
+    FILE *in = fopen(t_ini(), "r"), *out = in ? fopen(buf, "w") : NULL;
+    if (!out) {
+        if (in) fclose(in);
+        return NULL;
+    }
+    char line[1024], current[256] = "";
+    int placed = key == NULL;
+    while (fgets(line, sizeof line, in)) {
+        char copy[1024];
+        snprintf(copy, sizeof copy, "%s", line);
+        char *t = trim(copy);
+        if (*t == '[') {
+            char *end = strchr(t, ']');
+            snprintf(current, sizeof current, "%.*s", end ? (int)(end - t - 1) : 0, t + 1);
+            fputs(line, out);
+            if (!placed && strcmp(current, section) == 0) {
+                fprintf(out, "%s = %s\n", key, value);
+                placed = 1;
+            }
+            continue;
+        }
+        char *eq = *t && *t != ';' && *t != '#' ? strchr(t, '=') : NULL;
+        if (!eq) {
+            fputs(line, out);
+            continue;
+        }
+        *eq = '\0';
+        char *k = trim(t), *v = eq + 1;
+        char *comment = strchr(v, ';');
+        if (comment) *comment = '\0';
+        v = trim(v);
+        if (key && strcmp(current, section) == 0 && strcmp(k, key) == 0) continue; /* replaced above */
+        if (strcmp(current, "plugins") == 0 && (strcmp(k, "dir") == 0 || strcmp(k, "file") == 0) && *v != '/')
+            fprintf(out, "%s = %s/%s\n", k, base, v);
+        else
+            fputs(line, out);
+    }
+    if (!placed) fprintf(out, "\n[%s]\n%s = %s\n", section, key, value);
+    fclose(in);
+    return fclose(out) == 0 ? buf : NULL;
+}
+
 int t_copy_file(const char *from, const char *to)
 {
     FILE *a = fopen(from, "rb"), *b = a ? fopen(to, "wb") : NULL;

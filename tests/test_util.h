@@ -17,6 +17,12 @@ const char *t_fixture(const char *rel, char *buf, size_t n); /* tests/fixtures/<
 const char *t_tmpdir(void);                                  /* created once per process */
 const char *t_plugin(const char *name, char *buf, size_t n); /* build/tests/plugins/<name>.so */
 
+/* Writes a copy of the build-tree INI as <scratch>/<name> with `key = value` in [section]
+ * (replacing that key there, adding the section when it is missing; key NULL: no change) and
+ * the [plugins] paths made absolute, since they resolve against the INI file's own directory.
+ * Returns the path in buf, or NULL when it cannot be written. */
+const char *t_ini_with(const char *name, const char *section, const char *key, const char *value, char *buf, size_t n);
+
 /* Writes text to a file; returns 0 on success. */
 int t_write_file(const char *path, const char *text);
 /* Copies a file. */
