@@ -257,6 +257,7 @@ static nnt_status api_alloc(nnt_run *run, nnt_dtype dtype, int ndim, const int64
     out->ndim = ndim;
     for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
     out->device = run->model->family->be->backend->host_memory ? 0 : 1;
+    if (dtype == NNT_F32 && run->model->family->precision == NNT_PRECISION_BF16) out->flags |= NNT_TENSOR_BF16_VALUES;
     return nnt_arena_alloc(run->arena, nnt_tensor_nbytes(out), &out->data, err);
 }
 

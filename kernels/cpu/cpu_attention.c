@@ -17,7 +17,7 @@ nnt_status cpu_rope(void *ctx, nnt_tensor *x, const int32_t *pos, const float *i
     if (rot_dim % 2 || rot_start < 0 || rot_start + rot_dim > D)
         return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu rope: rotated dims [%d, %d) do not fit a head of %lld",
                          rot_start, rot_start + rot_dim, (long long)D);
-    int half = rot_dim / 2;
+    int half = rot_dim / 2, r16 = cpu_bf16(x); /* torch: cos and sin in bfloat16, each product and sum rounded */
     float *xd = x->data;
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
@@ -31,8 +31,15 @@ nnt_status cpu_rope(void *ctx, nnt_tensor *x, const int32_t *pos, const float *i
                     int i1 = style == NNT_ROPE_NEOX ? i : 2 * i;
                     int i2 = style == NNT_ROPE_NEOX ? i + half : 2 * i + 1;
                     float x1 = v[i1], x2 = v[i2];
-                    v[i1] = x1 * cs - x2 * sn;
-                    v[i2] = x2 * cs + x1 * sn;
+                    if (r16) {
+                        cs = cpu_r16(cs);
+                        sn = cpu_r16(sn);
+                        v[i1] = cpu_r16(cpu_r16(x1 * cs) - cpu_r16(x2 * sn));
+                        v[i2] = cpu_r16(cpu_r16(x2 * cs) + cpu_r16(x1 * sn));
+                    } else {
+                        v[i1] = x1 * cs - x2 * sn;
+                        v[i2] = x2 * cs + x1 * sn;
+                    }
                 }
             }
     return NNT_OK;
@@ -68,6 +75,7 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
     int64_t group = Hq / Hkv;
     const float *qd = q->data, *kd = k->data;
     float *sd = s->data;
+    int r16 = cpu_bf16(s); /* torch: the product rounded, then its scaling rounded */
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
@@ -75,12 +83,15 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
             const float *kh = kd + (b * Hkv + h / group) * S * D;
             float *sh = sd + (b * Hq + h) * T * S;
             if (T >= 8) { /* a block of queries: one sgemm (single-threaded inside this loop), then the mask */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)S, (int)D, scale, qh, (int)D, kh, (int)D,
-                            0.0f, sh, (int)S);
-                if (mask)
-                    for (int64_t t = 0; t < T; t++)
-                        for (int64_t j = 0; j < S; j++)
-                            if (!visible(mask, b, t, j, T, S)) sh[t * S + j] = -INFINITY;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)S, (int)D, r16 ? 1.0f : scale, qh,
+                            (int)D, kh, (int)D, 0.0f, sh, (int)S);
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t j = 0; j < S; j++) {
+                        if (mask && !visible(mask, b, t, j, T, S))
+                            sh[t * S + j] = -INFINITY;
+                        else if (r16)
+                            sh[t * S + j] = cpu_r16(cpu_r16(sh[t * S + j]) * scale);
+                    }
                 continue;
             }
             for (int64_t t = 0; t < T; t++)
@@ -92,7 +103,7 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
                     const float *qv = qh + t * D, *kv = kh + j * D;
                     float acc = 0.0f;
                     for (int64_t d = 0; d < D; d++) acc += qv[d] * kv[d];
-                    sh[t * S + j] = acc * scale;
+                    sh[t * S + j] = r16 ? cpu_r16(cpu_r16(acc) * scale) : acc * scale;
                 }
         }
     return NNT_OK;
@@ -130,6 +141,7 @@ nnt_status cpu_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_t
                 float inv = (float)(1.0 / sum);
                 for (int64_t j = 0; j < S; j++) out[j] *= inv;
             }
+    cpu_round_result(c, p);
     return NNT_OK;
 }
 
@@ -154,6 +166,6 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)Dv, (int)S, 1.0f,
                         pd + (b * Hq + h) * T * S, (int)S, vd + (b * Hkv + h / group) * S * Dv, (int)Dv, 0.0f,
                         od + (b * T * Hq + h) * Dv, (int)(Hq * Dv));
-    (void)c;
+    cpu_round_result(c, o);
     return NNT_OK;
 }

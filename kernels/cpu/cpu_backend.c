@@ -71,6 +71,16 @@ nnt_status cpu_check(const char *op, const char *arg, const nnt_tensor *t, nnt_d
     return NNT_OK;
 }
 
+void cpu_round_result(cpu_ctx *c, nnt_tensor *t)
+{
+    if (!cpu_bf16(t) || t->dtype != NNT_F32) return;
+    float *d = t->data;
+    int64_t n = nnt_tensor_numel(t), chunk = 16384;
+    const cpu_kernels *k = c->k;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i += chunk) k->round_bf16(d + i, d + i, n - i < chunk ? n - i : chunk);
+}
+
 nnt_status cpu_panel(cpu_ctx *c, int t, size_t floats, float **out, nnt_error *err)
 {
     if (floats > c->panel_floats[t]) {

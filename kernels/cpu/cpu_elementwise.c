@@ -25,6 +25,7 @@ nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, flo
                          (int)w->dtype);
     const float *xd = x->data;
     float *yd = y->data;
+    int r16 = cpu_bf16(y); /* torch: the normalised row rounded, then the gain product rounded */
 #pragma omp parallel for num_threads(c->threads) schedule(static)
     for (int64_t m = 0; m < M; m++) {
         const float *xr = xd + m * D;
@@ -34,7 +35,9 @@ nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, flo
         float inv = 1.0f / sqrtf((float)(ss / (double)D) + eps);
         for (int64_t d = 0; d < D; d++) {
             float v = xr[d] * inv;
-            yr[d] = w ? cpu_load(w->data, w->dtype, d) * v : v;
+            if (r16) v = cpu_r16(v);
+            v = w ? cpu_load(w->data, w->dtype, d) * v : v;
+            yr[d] = r16 ? cpu_r16(v) : v;
         }
     }
     return NNT_OK;
@@ -62,6 +65,7 @@ nnt_status cpu_embedding(void *ctx, const nnt_tensor *table, const nnt_tensor *i
     const cpu_kernels *k = c->k;
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (M * H > 65536)
     for (int64_t m = 0; m < M; m++) k->decode(&wv, id[m], (int64_t)id[m] + 1, yd + m * H, H);
+    cpu_round_result(c, y);
     return NNT_OK;
 }
 
@@ -75,8 +79,9 @@ nnt_status cpu_add(void *ctx, const nnt_tensor *a, const nnt_tensor *b, nnt_tens
         return cpu_error(err, NNT_ERR_SHAPE, "cpu add: operands must be F32 of equal size");
     const float *ad = a->data, *bd = b->data;
     float *yd = y->data;
+    int r16 = cpu_bf16(y);
 #pragma omp parallel for num_threads(c->threads) schedule(static)
-    for (int64_t i = 0; i < n; i++) yd[i] = ad[i] + bd[i];
+    for (int64_t i = 0; i < n; i++) yd[i] = r16 ? cpu_r16(ad[i] + bd[i]) : ad[i] + bd[i];
     return NNT_OK;
 }
 
@@ -131,8 +136,9 @@ nnt_status cpu_scale(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y
         return cpu_error(err, NNT_ERR_SHAPE, "cpu scale: x and y must be F32 of equal size");
     const float *xd = x->data;
     float *yd = y->data;
+    int r16 = cpu_bf16(y);
 #pragma omp parallel for num_threads(c->threads) schedule(static)
-    for (int64_t i = 0; i < n; i++) yd[i] = factor * xd[i];
+    for (int64_t i = 0; i < n; i++) yd[i] = r16 ? cpu_r16(factor * xd[i]) : factor * xd[i];
     return NNT_OK;
 }
 
@@ -150,6 +156,7 @@ nnt_status cpu_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, f
         return cpu_error(err, NNT_ERR_SHAPE, "cpu swiglu: gate, up, act and out must be F32 of equal size");
     const float *g = gate ? gate->data : NULL, *u = up->data;
     float *a = act ? act->data : NULL, *o = out->data;
+    int r16 = cpu_bf16(out); /* torch: silu's result rounded, then the product rounded */
 #pragma omp parallel for num_threads(c->threads) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float uv = u[i];
@@ -159,11 +166,12 @@ nnt_status cpu_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, f
             float gv = g[i];
             if (limit > 0.0f) gv = gv < limit ? gv : limit;
             s = gv / (1.0f + expf(-gv));
+            if (r16) s = cpu_r16(s);
             if (a) a[i] = s;
         } else {
             s = a[i];
         }
-        o[i] = s * uv;
+        o[i] = r16 ? cpu_r16(s * uv) : s * uv;
     }
     return NNT_OK;
 }

@@ -82,6 +82,7 @@ nnt_status cpu_hyper_connection(void *ctx, const nnt_tensor *x, const nnt_tensor
             yd[m * H + h] = acc;
         }
     }
+    cpu_round_result(c, collapsed);
     return NNT_OK;
 }
 
@@ -110,6 +111,7 @@ nnt_status cpu_hyper_mix(void *ctx, const nnt_tensor *x, const nnt_tensor *a, co
                 for (int64_t h = 0; h < H; h++) o[h] += w * xj[h];
             }
         }
+    cpu_round_result(c, out);
     return NNT_OK;
 }
 
@@ -137,6 +139,7 @@ nnt_status cpu_hyper_head(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, 
             yd[m * H + h] = acc;
         }
     }
+    cpu_round_result(c, y);
     return NNT_OK;
 }
 
@@ -195,6 +198,7 @@ nnt_status cpu_compress(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate,
                 o[(b * C + w) * D + ch] = (float)(acc / sum);
             }
         }
+    cpu_round_result(c, out);
     return NNT_OK;
 }
 
@@ -222,5 +226,6 @@ nnt_status cpu_indexer_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *
                 }
                 od[(b * T + t) * C + e] = (float)(acc * scale);
             }
+    cpu_round_result(c, out);
     return NNT_OK;
 }

@@ -21,6 +21,26 @@ typedef struct cpu_ctx {
 
 nnt_status cpu_error(nnt_error *err, nnt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* 1 when t holds bfloat16 values (NNT_TENSOR_BF16_VALUES): its writer rounds. */
+static inline int cpu_bf16(const nnt_tensor *t)
+{
+    return t && (t->flags & NNT_TENSOR_BF16_VALUES);
+}
+
+/* f rounded to the nearest bfloat16 (ties to even), as float; a NaN stays NaN. */
+static inline float cpu_r16(float f)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &f, 4);
+    u = (u & 0x7fffffffu) > 0x7f800000u ? ((u | 0x00400000u) & 0xffff0000u) : ((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Rounds every element of t to bfloat16 when t is flagged (the ops whose rounding is only
+ * that of their result). */
+void cpu_round_result(cpu_ctx *c, nnt_tensor *t);
 float cpu_load(const void *data, nnt_dtype dt, int64_t i);
 /* Checks dtype and rank; names the op and the argument on failure. */
 nnt_status cpu_check(const char *op, const char *arg, const nnt_tensor *t, nnt_dtype dt, int ndim,

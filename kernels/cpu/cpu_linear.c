@@ -55,7 +55,7 @@ nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_t
         return NNT_OK;
     }
     const float *xd = x->data;
-    int bf16 = (w->flags & NNT_TENSOR_BF16_PRODUCTS) != 0;
+    int bf16 = (w->flags & NNT_TENSOR_BF16_PRODUCTS) || cpu_bf16(y);
     if (bf16) {
         float *xr;
         if ((st = cpu_scratch(c, (size_t)(M * K), &xr, err)) != NNT_OK) return st;

@@ -140,12 +140,15 @@ static nnt_status scatter(const nnt_tensor *src, const int32_t *rows, const floa
         return cpu_error(err, NNT_ERR_SHAPE, "cpu scatter_rows: F32 tensors with %d rows of %lld expected", n, (long long)H);
     const float *s = src->data;
     float *d = dst->data;
+    int r16 = cpu_bf16(dst); /* torch: the weighted row rounded, then the sum rounded */
     for (int i = 0; i < n; i++) {
         if (rows[i] < 0 || rows[i] >= M) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu scatter_rows: row %d out of range", rows[i]);
         float f = scale ? scale[i] : 1.0f;
         float *dr = d + (int64_t)rows[i] * H;
         const float *sr = s + (int64_t)i * H;
-        if (accumulate)
+        if (r16)
+            for (int64_t h = 0; h < H; h++) dr[h] = accumulate ? cpu_r16(dr[h] + cpu_r16(f * sr[h])) : cpu_r16(f * sr[h]);
+        else if (accumulate)
             for (int64_t h = 0; h < H; h++) dr[h] += f * sr[h];
         else
             for (int64_t h = 0; h < H; h++) dr[h] = f * sr[h];
@@ -184,5 +187,6 @@ nnt_status cpu_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_erro
             for (int64_t k = 0; k < K; k++) acc += xd[(m * K + k) * H + h];
             yd[m * H + h] = acc;
         }
+    cpu_round_result(c, y);
     return NNT_OK;
 }

@@ -46,6 +46,7 @@ nnt_status cpu_conv1d_causal(void *ctx, const nnt_tensor *x, const nnt_tensor *w
                         src >= 0 ? xd[(b * T + src) * C + ch] : (si ? si[(b * (W - 1) + (W - 1) + src) * C + ch] : 0.0f);
             }
     }
+    cpu_round_result(c, y);
     return NNT_OK;
 }
 
@@ -69,6 +70,7 @@ nnt_status cpu_kda_gate(void *ctx, const nnt_tensor *a, const nnt_tensor *dt_bia
             float sp = x > 20.0f ? x : logf(1.0f + expf(x));
             gd[m * P + p] = -expf(cpu_load(a_log->data, a_log->dtype, p / K)) * sp;
         }
+    cpu_round_result(c, g);
     return NNT_OK;
 }
 
@@ -82,6 +84,7 @@ nnt_status cpu_sigmoid(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error 
     float *yd = y->data;
 #pragma omp parallel for num_threads(c->threads) schedule(static)
     for (int64_t i = 0; i < n; i++) yd[i] = 1.0f / (1.0f + expf(-xd[i]));
+    cpu_round_result(c, y);
     return NNT_OK;
 }
 
@@ -173,6 +176,7 @@ nnt_status cpu_delta_rule(void *ctx, const nnt_tensor *q, const nnt_tensor *k, c
             free(S);
         }
     if (bad) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu delta_rule: no memory for a state");
+    cpu_round_result(c, o);
     return NNT_OK;
 }
 
@@ -198,6 +202,7 @@ nnt_status cpu_rms_norm_gated(void *ctx, const nnt_tensor *x, const nnt_tensor *
             yd[m * D + d] = cpu_load(w->data, w->dtype, d) * (xd[m * D + d] * inv) * (1.0f / (1.0f + expf(-gv)));
         }
     }
+    cpu_round_result(c, y);
     return NNT_OK;
 }
 

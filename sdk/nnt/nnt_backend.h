@@ -15,6 +15,13 @@
  *   - unless an op says otherwise, an output may not alias an input;
  *   - tensors handed to an op live in the backend's memory (device != 0 for a device backend,
  *     host memory for the cpu backend, which sets `host_memory`).
+ *   - an output tensor flagged NNT_TENSOR_BF16_VALUES receives results rounded to bfloat16 (R
+ *     below: nearest, ties to even), with the intermediate roundings torch takes when it runs
+ *     the operation on bfloat16 tensors: linear R(R(x) . w); rms_norm R(w * R(x / rms)); add
+ *     R(a + b); scale R(f x); swiglu act = R(silu(g)), out = R(act * u); rope with R(cos) and
+ *     R(sin), each product and the sum rounded; attn_scores R(R(q . k) * scale); softmax and
+ *     attn_mix R(result); scatter_add_rows y = R(y + R(s * src)); route never rounds (routing
+ *     weights are float32 in transformers); the other ops round what they write.
  * The table only grows at its end; a layout change bumps NNT_ABI_MAJOR. */
 #ifndef NNT_BACKEND_H
 #define NNT_BACKEND_H

@@ -101,7 +101,9 @@ typedef struct nnt_host_api {
     /* 1 when a request exists on (slot, layer) in this call; lets a family skip building a
      * value (e.g. per-slot expert outputs) nobody asked for. */
     int (*wants)(const nnt_run *run, nnt_slot slot, int layer);
-    /* Arena allocation in backend memory, valid until the call ends or a release below. */
+    /* Arena allocation in backend memory, valid until the call ends or a release below. F32
+     * tensors of a family running in bfloat16 precision come flagged NNT_TENSOR_BF16_VALUES; a
+     * value torch keeps in float32 must have the flag cleared by the family. */
     nnt_status (*alloc)(nnt_run *run, nnt_dtype dtype, int ndim, const int64_t *shape,
                         nnt_tensor *out, nnt_error *err);
     size_t (*arena_mark)(nnt_run *run);
@@ -134,8 +136,10 @@ typedef struct nnt_host_api {
 /* How a family's products run (the INI file's [family.NAME] precision). */
 typedef enum nnt_precision {
     NNT_PRECISION_F32 = 0, /* activations and accumulation in float32 */
-    NNT_PRECISION_BF16 = 1 /* activations rounded to bfloat16 at the weight products, float32
-                            * accumulation: prepared weights carry NNT_TENSOR_BF16_PRODUCTS */
+    NNT_PRECISION_BF16 = 1 /* as torch runs a bfloat16 model: activations rounded to bfloat16
+                            * wherever torch stores or rounds them, products accumulated in
+                            * float32. Prepared weights carry NNT_TENSOR_BF16_PRODUCTS and every
+                            * F32 tensor `alloc` hands out NNT_TENSOR_BF16_VALUES */
 } nnt_precision;
 
 /* What `load` receives. */

@@ -80,6 +80,10 @@ typedef enum nnt_dtype {
 #define NNT_TENSOR_BF16_PRODUCTS 1u /* a weight: products with it round their activation rows
                                      * to bfloat16 before and their results after (float32
                                      * accumulation), as torch runs a bfloat16 model */
+#define NNT_TENSOR_BF16_VALUES 2u   /* an activation held as torch holds a bfloat16 tensor: the
+                                     * op writing it rounds its results to bfloat16 (nearest
+                                     * even, stored as float32) and takes the roundings torch
+                                     * takes inside that op (nnt_backend.h says which, per op) */
 
 typedef struct nnt_tensor {
     nnt_dtype dtype;
