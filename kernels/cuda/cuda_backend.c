@@ -1,12 +1,15 @@
 /* cuda_backend.c - the cuda kernel backend's descriptor: options, device and stream set-up,
  * memory, weights, the staging of host-memory arguments, error reporting, and the op table that
- * points at the cuda_*.cu kernels. Numerics mirror the cpu backend (float32 throughout).
+ * points at the cuda_*.cu kernels. Numerics mirror the cpu backend (float32 accumulation; the
+ * bfloat16 rounding of NNT_TENSOR_BF16_PRODUCTS where a weight asks for it).
  *
- * Weights: prepare_weight keeps every float weight (F32, BF16, F16) as F32 on the device, so
- * kernels read one dtype and BF16 weights are widened exactly once. The cost is memory: a BF16
- * or F16 checkpoint takes twice its size on the device. I32/I64 tensors are copied as they are.
- * Families never call release_weight (ABI note in the report), so the context keeps every
- * weight it made and frees what is left when it is destroyed. */
+ * Weights: prepare_weight uploads every weight in its stored encoding - F32, BF16, F16, FP8 e4m3
+ * and FP4 e2m1 codes as they are, an encoded weight's scale grid next to them in a second
+ * allocation, I32/I64 as they are - and never keeps a widened copy; the kernels decode as they
+ * read (cuda_weights.cuh). weight_bytes counts the bytes uploaded (codes plus grids). Families
+ * release what they prepared when they unload; the context frees whatever is left when it is
+ * destroyed. Views of a prepared weight (nnt_tensor_rows) point into its allocations and need
+ * no release. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,6 +22,7 @@
 #define STAGE_ALIGN 256
 #define FLAG_INTS 4
 #define PIN_COPY_MAX ((size_t)1 << 20) /* cuda_copy_in: larger copies go direct, with a wait */
+#define DEFAULT_TILE_BYTES (64L << 20)   /* option tile_bytes: a decoded weight tile of `linear` */
 
 nnt_status cuda_error(nnt_error *err, nnt_status st, const char *fmt, ...)
 {
@@ -80,6 +84,62 @@ nnt_status cuda_check(const char *op, const char *arg, const nnt_tensor *t, nnt_
         return cuda_error(err, NNT_ERR_SHAPE, "cuda %s: %s has dtype %d, expected %d", op, arg, (int)t->dtype, (int)dt);
     if (ndim > 0 && t->ndim != ndim)
         return cuda_error(err, NNT_ERR_SHAPE, "cuda %s: %s has %d dimensions, expected %d", op, arg, t->ndim, ndim);
+    return NNT_OK;
+}
+
+nnt_status cuda_check_float_weight(const char *op, const char *arg, const nnt_tensor *t, nnt_error *err)
+{
+    if (!t || !t->data) return cuda_error(err, NNT_ERR_INVALID_ARGUMENT, "cuda %s: %s is missing", op, arg);
+    if (t->dtype != NNT_F32 && t->dtype != NNT_BF16 && t->dtype != NNT_F16)
+        return cuda_error(err, NNT_ERR_UNSUPPORTED, "cuda %s: %s has dtype %d; expected F32, BF16 or F16", op, arg,
+                          (int)t->dtype);
+    return NNT_OK;
+}
+
+static int scale_dtype_ok(nnt_dtype dt)
+{
+    return dt == NNT_F32 || dt == NNT_BF16 || dt == NNT_F16 || dt == NNT_F8_E8M0;
+}
+
+/* Why an encoded tensor's block description is unusable, or NULL when it is fine. */
+static const char *encoding_problem(const nnt_tensor *t)
+{
+    if (t->ndim < 2) return "an encoded weight needs at least 2 dimensions";
+    if (!t->scale) return "an encoded weight without block scales";
+    if (t->block_rows <= 0 || t->block_cols <= 0) return "block sizes are not set";
+    if (!scale_dtype_ok(t->scale_dtype)) return "the scale dtype is not F32, BF16, F16 or F8_E8M0";
+    if (t->block_row0 < 0 || t->block_row0 >= t->block_rows) return "block_row0 is outside [0, block_rows)";
+    if (t->dtype == NNT_F4_E2M1 && (t->shape[t->ndim - 1] % 2 || t->block_cols % 2))
+        return "FP4 needs an even number of columns and of columns per block";
+    return NULL;
+}
+
+nnt_status cuda_weight_view(const char *op, const char *arg, const nnt_tensor *t, cuda_wview *out, nnt_error *err)
+{
+    if (!t || !t->data) return cuda_error(err, NNT_ERR_INVALID_ARGUMENT, "cuda %s: %s is missing", op, arg);
+    if (t->ndim != 2)
+        return cuda_error(err, NNT_ERR_SHAPE, "cuda %s: %s has %d dimensions, expected 2", op, arg, t->ndim);
+    int encoded = t->dtype == NNT_F8_E4M3 || t->dtype == NNT_F4_E2M1;
+    if (!encoded && t->dtype != NNT_F32 && t->dtype != NNT_BF16 && t->dtype != NNT_F16)
+        return cuda_error(err, NNT_ERR_UNSUPPORTED,
+                          "cuda %s: %s has dtype %d; expected F32, BF16, F16, or F8_E4M3 / F4_E2M1 with block scales",
+                          op, arg, (int)t->dtype);
+    const char *why = encoded ? encoding_problem(t) : NULL;
+    if (why) return cuda_error(err, NNT_ERR_UNSUPPORTED, "cuda %s: %s (dtype %d): %s", op, arg, (int)t->dtype, why);
+    memset(out, 0, sizeof *out);
+    out->data = t->data;
+    out->dtype = t->dtype;
+    out->rows = t->shape[0];
+    out->cols = t->shape[1];
+    out->block_rows = out->block_cols = out->grid_cols = 1;
+    if (encoded) {
+        out->scale = t->scale;
+        out->scale_dtype = t->scale_dtype;
+        out->block_rows = t->block_rows;
+        out->block_cols = t->block_cols;
+        out->row0 = t->block_row0;
+        out->grid_cols = (out->cols + out->block_cols - 1) / out->block_cols;
+    }
     return NNT_OK;
 }
 
@@ -245,9 +305,11 @@ static void destroy_ctx(cuda_ctx *c)
 {
     if (!c) return;
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
-    for (int i = 0; i < c->n_weights; i++) (void)cudaFree(c->weights[i]);
+    for (int i = 0; i < c->n_weights; i++) {
+        (void)cudaFree(c->weights[i].data);
+        if (c->weights[i].scale) (void)cudaFree(c->weights[i].scale);
+    }
     free(c->weights);
-    free(c->weight_sizes);
     if (c->stage) (void)cudaFree(c->stage);
     for (int i = 0; i < CUDA_PIN_SLOTS; i++) {
         if (c->pins[i].host) (void)cudaFreeHost(c->pins[i].host);
@@ -295,15 +357,18 @@ static nnt_status setup(cuda_ctx *c, nnt_error *err)
 static nnt_status cuda_create(const nnt_backend_options *opt, void **out, nnt_error *err)
 {
     *out = NULL;
-    long device = 0, sync = 0;
+    long device = 0, sync = 0, tile = DEFAULT_TILE_BYTES;
     for (int i = 0; i < opt->count; i++) {
         nnt_status st;
         if (strcmp(opt->keys[i], "device") == 0)
             st = parse_flag("device", opt->values[i], 0, 1023, &device, err);
         else if (strcmp(opt->keys[i], "sync") == 0)
             st = parse_flag("sync", opt->values[i], 0, 1, &sync, err);
+        else if (strcmp(opt->keys[i], "tile_bytes") == 0)
+            st = parse_flag("tile_bytes", opt->values[i], 1, (long)1 << 40, &tile, err);
         else
-            st = cuda_error(err, NNT_ERR_CONFIG, "unknown option '%s' (the cuda backend takes: device, sync)", opt->keys[i]);
+            st = cuda_error(err, NNT_ERR_CONFIG, "unknown option '%s' (the cuda backend takes: device, sync, tile_bytes)",
+                            opt->keys[i]);
         if (st != NNT_OK) return st;
     }
     int count = 0;
@@ -320,6 +385,7 @@ static nnt_status cuda_create(const nnt_backend_options *opt, void **out, nnt_er
     if (!c) return cuda_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     c->device = (int)device;
     c->sync_each_op = (int)sync;
+    c->tile_bytes = (size_t)tile;
     nnt_status st = setup(c, err);
     if (st != NNT_OK) {
         destroy_ctx(c);
@@ -368,62 +434,65 @@ static nnt_status cuda_download(void *ctx, void *dst_host, const void *src, size
     return NNT_OK;
 }
 
-static nnt_status remember_weight(cuda_ctx *c, void *p, size_t bytes, nnt_error *err)
+static nnt_status remember_weight(cuda_ctx *c, void *data, void *scale, size_t bytes, nnt_error *err)
 {
     if (c->n_weights == c->cap_weights) {
         int cap = c->cap_weights ? 2 * c->cap_weights : 256;
-        void **g = realloc(c->weights, (size_t)cap * sizeof *g);
-        if (!g) return cuda_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        struct cuda_weight *g = realloc(c->weights, (size_t)cap * sizeof *g);
+        if (!g) return cuda_error(err, NNT_ERR_OUT_OF_MEMORY, "cuda prepare_weight: no host memory for the weight list");
         c->weights = g;
-        size_t *z = realloc(c->weight_sizes, (size_t)cap * sizeof *z);
-        if (!z) return cuda_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-        c->weight_sizes = z;
         c->cap_weights = cap;
     }
-    c->weight_sizes[c->n_weights] = bytes;
-    c->weights[c->n_weights++] = p;
+    c->weights[c->n_weights++] = (struct cuda_weight){data, scale, bytes};
     c->weight_total += bytes;
     return NNT_OK;
 }
 
+/* host [lead.., R, C] in any weight encoding -> out: the same description over device copies of
+ * the codes (nnt_dtype_span bytes) and, for F8_E4M3 / F4_E2M1, of the scale grid
+ * [lead.., ceil((R + block_row0) / block_rows), ceil(C / block_cols)]. */
 static nnt_status cuda_prepare_weight(void *ctx, const nnt_tensor *host, nnt_tensor *out, nnt_error *err)
 {
     cuda_ctx *c = ctx;
     if (!host || !out) return cuda_error(err, NNT_ERR_INVALID_ARGUMENT, "cuda prepare_weight: missing tensor");
     nnt_dtype dt = host->dtype;
-    if (dt != NNT_F32 && dt != NNT_BF16 && dt != NNT_F16 && dt != NNT_I32 && dt != NNT_I64)
-        return cuda_error(err, NNT_ERR_UNSUPPORTED, "cuda: weights of dtype %d are not supported", (int)dt);
+    int encoded = dt == NNT_F8_E4M3 || dt == NNT_F4_E2M1;
+    if (!encoded && dt != NNT_F32 && dt != NNT_BF16 && dt != NNT_F16 && dt != NNT_I32 && dt != NNT_I64)
+        return cuda_error(err, NNT_ERR_UNSUPPORTED,
+                          "cuda prepare_weight: weights of dtype %d are not supported (F32, BF16, F16, I32, I64, or "
+                          "F8_E4M3 / F4_E2M1 with block scales)",
+                          (int)dt);
+    if (host->ndim < 0 || host->ndim > NNT_MAX_DIMS)
+        return cuda_error(err, NNT_ERR_SHAPE, "cuda prepare_weight: a tensor of %d dimensions", host->ndim);
+    const char *why = encoded ? encoding_problem(host) : NULL;
+    if (why) return cuda_error(err, NNT_ERR_UNSUPPORTED, "cuda prepare_weight: dtype %d: %s", (int)dt, why);
     int64_t n = nnt_tensor_numel(host);
     if (n < 0 || (n > 0 && !host->data))
         return cuda_error(err, NNT_ERR_INVALID_ARGUMENT, "cuda prepare_weight: a tensor of %lld elements without data",
                           (long long)n);
-    CUDA_CHECK(cudaSetDevice(c->device));
-    int widen = dt == NNT_BF16 || dt == NNT_F16;
-    size_t es = cuda_dtype_size(dt), out_bytes = (size_t)n * (widen ? sizeof(float) : es);
-    void *dev;
-    nnt_status st = cuda_malloc(c, out_bytes, &dev, "a weight", err);
-    if (st != NNT_OK) return st;
-    if (!widen) {
-        st = cuda_copy_in(c, dev, host->data, out_bytes, err);
-    } else {
-        /* raw 16-bit values through the scratch a slice at a time, widened on the device */
-        const int64_t slice = (int64_t)1 << 24;
-        for (int64_t i0 = 0; i0 < n && st == NNT_OK; i0 += slice) {
-            int64_t k = n - i0 < slice ? n - i0 : slice;
-            void *raw;
-            st = cuda_scratch(c, (size_t)k * es, &raw, err);
-            if (st == NNT_OK) st = cuda_copy_in(c, raw, (const char *)host->data + (size_t)i0 * es, (size_t)k * es, err);
-            if (st == NNT_OK) st = cuda_widen(c, raw, dt, (float *)dev + i0, k, err);
-        }
+    size_t data_bytes = nnt_dtype_span(dt, n), scale_bytes = 0;
+    if (encoded) {
+        int64_t R = host->shape[host->ndim - 2], C = host->shape[host->ndim - 1], lead = 1;
+        for (int i = 0; i < host->ndim - 2; i++) lead *= host->shape[i];
+        int64_t sr = (R + host->block_row0 + host->block_rows - 1) / host->block_rows;
+        int64_t sc = (C + host->block_cols - 1) / host->block_cols;
+        scale_bytes = nnt_dtype_span(host->scale_dtype, lead * sr * sc);
     }
-    if (st == NNT_OK) st = remember_weight(c, dev, out_bytes, err);
+    CUDA_CHECK(cudaSetDevice(c->device));
+    void *dev = NULL, *dscale = NULL;
+    nnt_status st = cuda_malloc(c, data_bytes, &dev, "a weight", err);
+    if (st == NNT_OK && encoded) st = cuda_malloc(c, scale_bytes, &dscale, "a weight's block scales", err);
+    if (st == NNT_OK) st = cuda_copy_in(c, dev, host->data, data_bytes, err);
+    if (st == NNT_OK && encoded) st = cuda_copy_in(c, dscale, host->scale, scale_bytes, err);
+    if (st == NNT_OK) st = remember_weight(c, dev, dscale, data_bytes + scale_bytes, err);
     if (st != NNT_OK) {
         release(c, dev);
+        release(c, dscale);
         return st;
     }
-    *out = *host;
-    out->dtype = widen ? NNT_F32 : dt;
+    *out = *host; /* dtype, shape, block sizes, block_row0 and flags as given */
     out->data = dev;
+    out->scale = encoded ? dscale : NULL;
     out->device = 1;
     return NNT_OK;
 }
@@ -433,14 +502,14 @@ static void cuda_release_weight(void *ctx, nnt_tensor *w)
     cuda_ctx *c = ctx;
     if (!w || !w->data) return;
     for (int i = 0; i < c->n_weights; i++)
-        if (c->weights[i] == w->data) {
+        if (c->weights[i].data == w->data) {
             (void)cudaSetDevice(c->device);
-            release(c, w->data);
-            c->weight_total -= c->weight_sizes[i];
-            c->n_weights--;
-            c->weights[i] = c->weights[c->n_weights];
-            c->weight_sizes[i] = c->weight_sizes[c->n_weights];
+            release(c, c->weights[i].data);
+            release(c, c->weights[i].scale);
+            c->weight_total -= c->weights[i].bytes;
+            c->weights[i] = c->weights[--c->n_weights];
             w->data = NULL;
+            w->scale = NULL;
             return;
         }
     /* a view into a prepared weight (a slice, an alias): the owner frees it */

@@ -1,5 +1,6 @@
-/* cuda_device.cuh - device-side helpers the cuda_*.cu kernels share: element loads of any weight
- * dtype, warp and block reductions, grid sizes for grid-stride loops. */
+/* cuda_device.cuh - device-side helpers the cuda_*.cu kernels share: element loads of the plain
+ * weight dtypes (F32, BF16, F16 as stored; encoded weights are read through cuda_weights.cuh),
+ * warp and block reductions, grid sizes for grid-stride loops. */
 #ifndef NNT_CUDA_DEVICE_CUH
 #define NNT_CUDA_DEVICE_CUH
 
@@ -41,7 +42,8 @@ static inline unsigned int grid_rows(int64_t rows)
     for (int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5); row < (int64_t)(rows);              \
          row += (int64_t)gridDim.x * ROWS_PER_BLOCK)
 
-/* Element i of a weight of dtype dt, widened to float (the cpu backend's cpu_load). */
+/* Element i of a plain weight of dtype dt (F32, BF16, F16; I32, I64), as float (the cpu
+ * backend's cpu_load); NaN for any other dtype, which the ops refuse before launching. */
 __device__ __forceinline__ float load_any(const void *p, int dt, int64_t i)
 {
     switch (dt) {

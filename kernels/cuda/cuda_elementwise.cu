@@ -1,8 +1,9 @@
 /* cuda_elementwise.cu - the cuda backend's row-wise and elementwise kernels: RMSNorm, embedding
- * look-up, add, axis swap, copy, fill, scale, SwiGLU. */
-#include "cuda_device.cuh"
+ * look-up (rows decoded from the table's stored encoding), add, axis swap, copy, fill, scale,
+ * SwiGLU. */
+#include "cuda_weights.cuh"
 
-/* x [M, D] F32, w [D] any float dtype or NULL, y [M, D] (may alias x); one warp per row.
+/* x [M, D] F32, w [D] F32/BF16/F16 as stored or NULL, y [M, D] (may alias x); one warp per row.
  * y = w * x / sqrt(mean(x^2) + eps), the sum of squares in double (Zhang & Sennrich 2019). */
 __global__ void k_rms_norm(const float *x, const void *w, int wdt, float eps, float *y, int64_t M, int64_t D)
 {
@@ -35,6 +36,7 @@ extern "C" nnt_status cuda_rms_norm(void *ctx, const nnt_tensor *x, const nnt_te
     if (w && (w->ndim != 1 || w->shape[0] != D))
         return cuda_error(err, NNT_ERR_SHAPE, "cuda rms_norm: gain has %lld entries, rows have %lld",
                           (long long)(w->ndim ? w->shape[0] : 0), (long long)D);
+    if (w && (st = cuda_check_float_weight("rms_norm", "the gain", w, err)) != NNT_OK) return st;
     if (M == 0 || D == 0) return NNT_OK;
     CUDA_CHECK(cudaSetDevice(c->device));
     k_rms_norm<<<grid_rows(M), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, w ? w->data : NULL,
@@ -42,11 +44,12 @@ extern "C" nnt_status cuda_rms_norm(void *ctx, const nnt_tensor *x, const nnt_te
     return cuda_done(c, "rms_norm", err);
 }
 
-/* table [V, H] any float dtype, ids [M] I32 -> y [M, H]; an id outside [0, V) is reported through
- * flag (count, lowest position) and its row is left zero. */
-__global__ void k_embedding(const void *table, int tdt, const int32_t *ids, float *y, int64_t M, int64_t H, int64_t V,
-                            int *flag)
+/* table [V, H] in any weight encoding, ids [M] I32 -> y [M, H] F32, each gathered element decoded
+ * and multiplied by its block's scale (the cpu backend's decode, bit for bit); an id outside
+ * [0, V) is reported through flag (count, lowest position) and its row is left zero. */
+__global__ void k_embedding(cuda_wview t, const int32_t *ids, float *y, int64_t M, int *flag)
 {
+    const int64_t H = t.cols, V = t.rows;
     GRID_LOOP(i, M * H)
     {
         int64_t m = i / H, h = i % H;
@@ -59,7 +62,9 @@ __global__ void k_embedding(const void *table, int tdt, const int32_t *ids, floa
             }
             continue;
         }
-        y[i] = load_any(table, tdt, (int64_t)id * H + h);
+        float v = dec_at_rt((int)t.dtype, wrow_rt(t, id), h);
+        if (t.scale) v *= scale_get(t.scale, (int)t.scale_dtype, wgrid_row(t, id) + h / t.block_cols);
+        y[i] = v;
     }
 }
 
@@ -68,7 +73,8 @@ extern "C" nnt_status cuda_embedding(void *ctx, const nnt_tensor *table, const n
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
     nnt_status st;
-    if ((st = cuda_check("embedding", "table", table, NNT_DTYPE_INVALID, 2, err)) != NNT_OK) return st;
+    cuda_wview tv;
+    if ((st = cuda_weight_view("embedding", "table", table, &tv, err)) != NNT_OK) return st;
     if ((st = cuda_check("embedding", "ids", ids, NNT_I32, 0, err)) != NNT_OK) return st;
     if ((st = cuda_check("embedding", "y", y, NNT_F32, 0, err)) != NNT_OK) return st;
     int64_t V = table->shape[0], H = table->shape[1], M = nnt_tensor_numel(ids);
@@ -80,8 +86,7 @@ extern "C" nnt_status cuda_embedding(void *ctx, const nnt_tensor *table, const n
     /* flag[0]: bad ids counted from 0; flag[1]: the lowest bad position, from 0x7f7f7f7f down */
     if ((st = cuda_clear_flag(c, err)) != NNT_OK) return st;
     CUDA_CHECK(cudaMemsetAsync(c->flag + 1, 0x7f, sizeof(int), c->stream));
-    k_embedding<<<grid_for(M * H), CUDA_THREADS, 0, c->stream>>>(table->data, (int)table->dtype,
-                                                                 (const int32_t *)ids->data, (float *)y->data, M, H, V,
+    k_embedding<<<grid_for(M * H), CUDA_THREADS, 0, c->stream>>>(tv, (const int32_t *)ids->data, (float *)y->data, M,
                                                                  c->flag);
     if ((st = cuda_done(c, "embedding", err)) != NNT_OK) return st;
     /* the ids live on the device: reading the flag is the one wait this op needs */

@@ -1,7 +1,9 @@
 /* cuda_hyper.cu - the cuda backend's kernels for DeepSeek-V4: manifold-constrained
  * hyper-connections (weights with the Sinkhorn projection, the stream mix, the readout
  * collapse), token compression into attention entries, and the lightning indexer's scores
- * (dot products by cuBLAS, the weighted ReLU sum by a kernel). */
+ * (dot products by cuBLAS, the weighted ReLU sum by a kernel). The hyper-connection parameters
+ * (fn, base, scale) are F32: families bind them from F32 host vectors, as the cpu backend
+ * requires too; compression's ape may be F32, BF16 or F16 and is read as stored. */
 #include <limits.h>
 
 #include "cuda_device.cuh"
@@ -155,7 +157,7 @@ extern "C" nnt_status cuda_hyper_head(void *ctx, const nnt_tensor *x, const nnt_
     return cuda_done(c, "hyper_head", err);
 }
 
-/* kv, gate [B, T, c D] (c = 2 with overlap), ape [rate, c D] any float dtype, first/count [B]
+/* kv, gate [B, T, c D] (c = 2 with overlap), ape [rate, c D] F32/BF16/F16, first/count [B]
  * -> out [B, C, D] (zeroed beforehand). One thread per (b, entry w, channel): a softmax over the
  * window's slots of gate + ape pools kv, exponentials and sums in double; with overlap the
  * previous window's tokens join through their first D channels, this window's through the
@@ -208,6 +210,8 @@ extern "C" nnt_status cuda_compress(void *ctx, const nnt_tensor *kv, const nnt_t
                                     nnt_error *err)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
+    nnt_status st;
+    if ((st = cuda_check_float_weight("compress", "ape", ape, err)) != NNT_OK) return st;
     int64_t B = kv->shape[0], T = kv->shape[1], cD = kv->shape[2], coff = overlap ? 2 : 1, D = cD / coff;
     int64_t C = out->shape[1];
     if (kv->ndim != 3 || out->ndim != 3 || kv->dtype != NNT_F32 || gate->dtype != NNT_F32 || out->dtype != NNT_F32 ||
@@ -223,7 +227,6 @@ extern "C" nnt_status cuda_compress(void *ctx, const nnt_tensor *kv, const nnt_t
                               first[b]);
     if (B * C * D == 0) return NNT_OK;
     CUDA_CHECK(cudaSetDevice(c->device));
-    nnt_status st;
     size_t bb = (size_t)B * sizeof(int32_t);
     void *dfirst, *dcount;
     if ((st = cuda_stage_begin(c, 2 * cuda_stage_size(bb), err)) != NNT_OK) return st;

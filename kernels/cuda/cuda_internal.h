@@ -40,18 +40,38 @@ typedef struct cuda_ctx {
     } pins[CUDA_PIN_SLOTS];
     int pin_next;
     struct cuda_pin *pin; /* the slot of the op being staged */
-    /* device temporaries of one op (weight widening, copies through a buffer, dot products) */
+    /* device temporaries of one op (decoded weight tiles, rounded activations, copies through
+     * a buffer, dot products) */
     void *scratch;
     size_t scratch_cap;
+    /* option tile_bytes: the most bytes one decoded weight tile of `linear` takes in the scratch
+     * (at least one weight row is decoded at a time, whatever the bound) */
+    size_t tile_bytes;
     /* a few ints kernels write to report a bad input (e.g. an id out of range) */
     int *flag;
-    /* device copies made by prepare_weight, freed by release_weight or destroy, their sizes and
-     * the total (weight_bytes) */
-    void **weights;
-    size_t *weight_sizes;
+    /* what prepare_weight uploaded, freed by release_weight or destroy: per weight its data and
+     * (encoded weights) scale-grid allocations and their bytes; the total is weight_bytes */
+    struct cuda_weight {
+        void *data;
+        void *scale; /* NULL for unscaled dtypes */
+        size_t bytes; /* data bytes plus scale-grid bytes, as uploaded */
+    } *weights;
     int n_weights, cap_weights;
     size_t weight_total;
 } cuda_ctx;
+
+/* A 2-D weight [rows, cols] on the device as the kernels read it, in its stored encoding (F32,
+ * BF16, F16, or F8_E4M3 / F4_E2M1 with a block-scale grid). Row r of an encoded weight takes its
+ * scales from grid row (r + row0) / block_rows, column c from grid column c / block_cols; the grid
+ * has grid_cols columns. For unscaled dtypes scale is NULL and the block fields are unused. */
+typedef struct cuda_wview {
+    const void *data;
+    nnt_dtype dtype;
+    int64_t rows, cols;
+    const void *scale;
+    nnt_dtype scale_dtype; /* F32, BF16, F16 or F8_E8M0 */
+    int64_t block_rows, block_cols, row0, grid_cols;
+} cuda_wview;
 
 /* ---- errors ---- */
 nnt_status cuda_error(nnt_error *err, nnt_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -81,6 +101,14 @@ nnt_status cuda_blas_error(nnt_error *err, cublasStatus_t s, const char *call, c
 nnt_status cuda_check(const char *op, const char *arg, const nnt_tensor *t, nnt_dtype dt, int ndim, nnt_error *err);
 /* Bytes of one element of the dtypes ops handle (F32, I32, I64, F16, BF16, U8/BOOL); 0 otherwise. */
 size_t cuda_dtype_size(nnt_dtype dt);
+/* A plain float weight argument (norm gains, convolution kernels, ...): present and F32, BF16 or
+ * F16; NNT_ERR_UNSUPPORTED naming op and arg otherwise. */
+nnt_status cuda_check_float_weight(const char *op, const char *arg, const nnt_tensor *t, nnt_error *err);
+/* Fills *out from a 2-D weight (F32, BF16, F16, or F8_E4M3 / F4_E2M1 with block scales: scale
+ * set, block sizes positive, 0 <= block_row0 < block_rows, scale dtype F32, BF16, F16 or
+ * F8_E8M0, FP4 with even column counts). NNT_ERR_UNSUPPORTED naming op and arg when the weight
+ * is not readable. */
+nnt_status cuda_weight_view(const char *op, const char *arg, const nnt_tensor *t, cuda_wview *out, nnt_error *err);
 
 /* ---- memory ---- */
 /* cudaMalloc with an NNT_ERR_OUT_OF_MEMORY naming the byte count and the purpose on failure. */
@@ -112,8 +140,14 @@ nnt_status cuda_read_flag(cuda_ctx *c, int out[4], nnt_error *err);
 nnt_status cuda_clear_flag(cuda_ctx *c, nnt_error *err);
 
 /* ---- cuda_convert.cu ---- */
-/* dst[i] = (float)src[i] for n elements of dtype dt (F32, BF16, F16), device to device. */
-nnt_status cuda_widen(cuda_ctx *c, const void *src, nnt_dtype dt, float *dst, int64_t n, nnt_error *err);
+/* Decodes rows [r0, r0 + nr) of w into dst [nr, w->cols] (dense), each element decoded and
+ * multiplied by its block's scale: float32 when to_bf16 is 0, else bfloat16 (nearest even) as
+ * uint16_t. Enqueued on the stream; dst is device memory the caller owns. */
+nnt_status cuda_decode_rows(cuda_ctx *c, const cuda_wview *w, int64_t r0, int64_t nr, void *dst, int to_bf16,
+                            nnt_error *err);
+/* dst[i] = src[i] rounded to the nearest bfloat16 (ties to even, NaN kept quiet), n elements:
+ * as float32 when to_bf16 is 0 (dst may be src), else as bfloat16 bits (uint16_t). */
+nnt_status cuda_round_bf16(cuda_ctx *c, const float *src, void *dst, int64_t n, int to_bf16, nnt_error *err);
 /* Checks that this build carries kernels the device can run; the message names the device's
  * architecture and the ones built. */
 nnt_status cuda_probe_kernels(cuda_ctx *c, nnt_error *err);

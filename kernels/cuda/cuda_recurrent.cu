@@ -6,7 +6,7 @@
 
 #include "cuda_device.cuh"
 
-/* x [B, T, C], w [C, W] any float dtype, state_in [B, W-1, C] or NULL -> y [B, T, C];
+/* x [B, T, C], w [C, W] F32/BF16/F16 as stored, state_in [B, W-1, C] or NULL -> y [B, T, C];
  * y[b, t, c] = act(sum_j w[c, j] x[b, t - (W - 1) + j, c]), earlier inputs from state_in. */
 __global__ void k_conv1d(const float *x, const void *w, int wdt, const float *si, int act, float *y, int64_t B,
                          int64_t T, int64_t C, int64_t W)
@@ -51,7 +51,7 @@ extern "C" nnt_status cuda_conv1d_causal(void *ctx, const nnt_tensor *x, const n
     cuda_ctx *c = (cuda_ctx *)ctx;
     nnt_status st;
     if ((st = cuda_check("conv1d_causal", "x", x, NNT_F32, 3, err)) != NNT_OK) return st;
-    if ((st = cuda_check("conv1d_causal", "w", w, NNT_DTYPE_INVALID, 0, err)) != NNT_OK) return st;
+    if ((st = cuda_check_float_weight("conv1d_causal", "w", w, err)) != NNT_OK) return st;
     if ((st = cuda_check("conv1d_causal", "y", y, NNT_F32, 3, err)) != NNT_OK) return st;
     int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], W = w->shape[w->ndim - 1];
     if (W < 1 || nnt_tensor_numel(w) != C * W || nnt_tensor_numel(y) != B * T * C)
@@ -81,7 +81,7 @@ extern "C" nnt_status cuda_conv1d_causal(void *ctx, const nnt_tensor *x, const n
     return cuda_done(c, "conv1d_causal", err);
 }
 
-/* a [M, P], dt_bias [P], a_log [H] (any float dtype), P = H K -> g [M, P] =
+/* a [M, P], dt_bias [P], a_log [H] (F32/BF16/F16 as stored), P = H K -> g [M, P] =
  * -exp(a_log[p / K]) softplus(a + dt_bias), softplus(x) = x above 20 */
 __global__ void k_kda_gate(const float *a, const void *dt, int dtt, const void *al, int alt, float *g, int64_t M,
                            int64_t P, int64_t K)
@@ -99,7 +99,10 @@ extern "C" nnt_status cuda_kda_gate(void *ctx, const nnt_tensor *a, const nnt_te
                                     const nnt_tensor *a_log, nnt_tensor *g, nnt_error *err)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
-    int64_t P = dt_bias ? nnt_tensor_numel(dt_bias) : 0, H = a_log ? nnt_tensor_numel(a_log) : 0;
+    nnt_status st;
+    if ((st = cuda_check_float_weight("kda_gate", "dt_bias", dt_bias, err)) != NNT_OK) return st;
+    if ((st = cuda_check_float_weight("kda_gate", "a_log", a_log, err)) != NNT_OK) return st;
+    int64_t P = nnt_tensor_numel(dt_bias), H = nnt_tensor_numel(a_log);
     int64_t M = P ? nnt_tensor_numel(a) / P : 0;
     if (a->dtype != NNT_F32 || g->dtype != NNT_F32 || !P || !H || P % H || nnt_tensor_numel(a) != M * P ||
         nnt_tensor_numel(g) != M * P)
@@ -250,7 +253,7 @@ extern "C" nnt_status cuda_delta_rule(void *ctx, const nnt_tensor *q, const nnt_
     return cuda_done(c, "delta_rule", err);
 }
 
-/* x [M, D], w [D] any float dtype, gate [M, D] -> y [M, D] = w x / sqrt(mean(x^2) + eps)
+/* x [M, D], w [D] F32/BF16/F16 as stored, gate [M, D] -> y [M, D] = w x / sqrt(mean(x^2) + eps)
  * sigmoid(gate); one warp per row */
 __global__ void k_rms_norm_gated(const float *x, const void *w, int wdt, const float *gate, float eps, float *y,
                                  int64_t M, int64_t D)
@@ -275,7 +278,9 @@ extern "C" nnt_status cuda_rms_norm_gated(void *ctx, const nnt_tensor *x, const 
                                           float eps, nnt_tensor *y, nnt_error *err)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
-    int64_t D = w ? nnt_tensor_numel(w) : 0, n = nnt_tensor_numel(x);
+    nnt_status st;
+    if ((st = cuda_check_float_weight("rms_norm_gated", "w", w, err)) != NNT_OK) return st;
+    int64_t D = nnt_tensor_numel(w), n = nnt_tensor_numel(x);
     if (!D || n % D || x->dtype != NNT_F32 || gate->dtype != NNT_F32 || y->dtype != NNT_F32 ||
         nnt_tensor_numel(gate) != n || nnt_tensor_numel(y) != n)
         return cuda_error(err, NNT_ERR_SHAPE, "cuda rms_norm_gated: x, gate, y [M, D] and w [D] disagree");
