@@ -404,6 +404,77 @@ static void test_refusals(void)
     nnt_runtime_close(rt);
 }
 
+/* ---- precision = bf16 ----
+ * bf16/ holds fp32/'s weights as transformers' bfloat16 model holds them (rounded to bfloat16; what
+ * transformers keeps in float32 unchanged: the hyper-connection parameters, every norm's gain, the
+ * sinks, the compressors' position biases and the selection bias) with two transformers runs of
+ * fp32/'s 40-token prompts: float32 (reference_L40.safetensors) and torch.bfloat16
+ * (reference_bf16_L40.safetensors); tests/fixtures/make_fixtures.py writes both. */
+static const char *const BF16 = "deepseek_v4/bf16";
+
+/* The default precision on bf16/ matches the float32 run: logits, final_norm_output, 3 values a
+ * block, router_logits and expert_indices on every block, and the indexer's selections. */
+static void test_bf16_weights_values(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = load(rt, BF16);
+    t_ref r;
+    open_ref(&r, rt, BF16, 40);
+    nnt_trace *t = t_run_reference(rt, m, &r);
+    CU_ASSERT_EQUAL(t_check_reference(&r, t), 2 + 5 * 3 + 5 * 2);
+    nnt_trace_free(t);
+    check_selection(rt, m, &r);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* Real tokens whose indexer selection (the compressed entries with finite scores in a trace's
+ * attention_scores) differs from the one stored as `key` in reference r. */
+static int64_t selection_differs(const t_ref *r, const nnt_trace *t, const char *key)
+{
+    char sk[96];
+    snprintf(sk, sizeof sk, "%.*s.attention_scores", (int)(strlen(key) - strlen(".indexer_selection")), key);
+    nnt_tensor sel;
+    CU_ASSERT_FATAL(t_ref_get(r, key, &sel) == 0);
+    const nnt_tensor *sc = nnt_trace_get(t, sk);
+    CU_ASSERT_FATAL(sc != NULL);
+    int64_t B = r->batch, S = r->seq, H = sc->shape[1], K = sc->shape[3], C = K - S, k = sel.shape[2], differ = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t q = 0; q < S; q++) {
+            int wrong = 0;
+            for (int64_t w = 0; w < C; w++) {
+                int chosen = 0;
+                for (int64_t j = 0; j < k; j++) chosen |= (int64_t)nnt_tensor_get_f64(&sel, (b * S + q) * k + j) == w;
+                wrong |= chosen != (isfinite(nnt_tensor_get_f64(sc, (b * H * S + q) * K + S + w)) != 0); /* head 0 */
+            }
+            differ += wrong;
+        }
+    nnt_tensor_free(&sel);
+    return differ;
+}
+
+/* precision = bf16 is at least as close to transformers-bf16 as transformers-bf16 is to
+ * transformers-fp32, on logits and every layer_output (test_util.h, t_bf16_report); the indexer's
+ * selections on the compressed sparse blocks are printed for context. */
+static void test_bf16_precision(void)
+{
+    static const char *const scores[] = {"layers.1.self_attn.attention_scores", "layers.3.self_attn.attention_scores"};
+    t_bf16 c;
+    t_bf16_open(&c, "deepseek_v4", BF16, "deepseek_v4/bf16/reference_bf16_L40.safetensors",
+                "deepseek_v4/bf16/reference_L40.safetensors", scores, 2);
+    t_bf16_report(&c);
+    for (int l = 0; l < nnt_model_get_info(c.m16)->num_layers; l++) {
+        char key[96];
+        snprintf(key, sizeof key, "layers.%d.self_attn.indexer_selection", l);
+        nnt_tensor probe;
+        if (t_ref_get(&c.hf16, key, &probe) != 0) continue;
+        nnt_tensor_free(&probe);
+        fprintf(stderr, "  %-40s selections differ from transformers-bf16 at %lld real tokens (nnt32 vs hf32: %lld)\n",
+                key, (long long)selection_differs(&c.hf16, c.t16, key), (long long)selection_differs(&c.hf32, c.t32, key));
+    }
+    t_bf16_close(&c);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("deepseek", NULL, NULL);
@@ -415,7 +486,11 @@ int register_tests(void)
         !CU_add_test(s, "lens of a rank-3 tensor: norm and lm_head alone", test_rank3_lens) ||
         !CU_add_test(s, "the SwiGLU clamp is active in the fixture", test_clamp_active) ||
         !CU_add_test(s, "hash routing ignores the hidden state; ablation", test_hash_routing) ||
-        !CU_add_test(s, "refused inputs and unserved values", test_refusals))
+        !CU_add_test(s, "refused inputs and unserved values", test_refusals) ||
+        !CU_add_test(s, "bf16 weights: the default precision matches transformers' float32 run",
+                     test_bf16_weights_values) ||
+        !CU_add_test(s, "precision = bf16 is as close to transformers-bf16 as transformers-bf16 is to fp32",
+                     test_bf16_precision))
         return -1;
     return 0;
 }

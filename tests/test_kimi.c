@@ -319,6 +319,39 @@ static void test_ablation(void)
     close_fixture(&f);
 }
 
+/* ---- precision = bf16 ----
+ * bf16/ holds fp32/'s weights as transformers' bfloat16 model holds them (rounded to bfloat16; the
+ * router's weight and selection bias and the forget gate's dt_bias, which transformers keeps in
+ * float32, unchanged) with two transformers runs on fp32/'s prompts: float32
+ * (reference.safetensors) and torch.bfloat16 (reference_bf16.safetensors);
+ * tests/fixtures/make_fixtures.py writes both. */
+static const char *const BF16 = "kimi_linear/bf16";
+
+/* The default precision on bf16/ matches the float32 run: logits, final_norm_output, 3 values a
+ * block, router_logits and expert_indices on the 4 mixture blocks. */
+static void test_bf16_weights_values(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, BF16);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, BF16) == 0);
+    nnt_trace *t = t_run_reference(rt, m, &r);
+    CU_ASSERT_EQUAL(t_check_reference(&r, t), 2 + 5 * 3 + 4 * 2);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* precision = bf16 is at least as close to transformers-bf16 as transformers-bf16 is to
+ * transformers-fp32, on logits and every layer_output (test_util.h, t_bf16_report). */
+static void test_bf16_precision(void)
+{
+    t_bf16 c;
+    t_bf16_open(&c, "kimi_linear", BF16, "kimi_linear/bf16/reference_bf16.safetensors", BF16, NULL, 0);
+    t_bf16_report(&c);
+    t_bf16_close(&c);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("kimi_linear", NULL, NULL);
@@ -330,7 +363,11 @@ int register_tests(void)
         !CU_add_test(s, "left padding never reaches the convolution or the state", test_left_padding) ||
         !CU_add_test(s, "edits change the recurrence from the edited token on", test_edits_from_that_point) ||
         !CU_add_test(s, "support per block and the printout", test_support_and_printout) ||
-        !CU_add_test(s, "expert ablation changes exactly the routed tokens", test_ablation))
+        !CU_add_test(s, "expert ablation changes exactly the routed tokens", test_ablation) ||
+        !CU_add_test(s, "bf16 weights: the default precision matches transformers' float32 run",
+                     test_bf16_weights_values) ||
+        !CU_add_test(s, "precision = bf16 is as close to transformers-bf16 as transformers-bf16 is to fp32",
+                     test_bf16_precision))
         return -1;
     return 0;
 }

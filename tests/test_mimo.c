@@ -593,6 +593,35 @@ static void test_dense_block_and_printout(void)
     close_fixture(&f);
 }
 
+/* ---- precision = bf16 ----
+ * bf16/ holds fp32/'s weights as transformers' bfloat16 model holds them (rounded to bfloat16; the
+ * router's weight and selection bias, which transformers keeps in float32, unchanged) with two
+ * transformers runs on fp32/'s prompts: float32 (reference.safetensors) and torch.bfloat16
+ * (reference_bf16.safetensors); tests/fixtures/make_fixtures.py writes both. */
+static const char *const BF16 = "mimo_v2_flash/bf16";
+
+/* The default precision on bf16/ matches the float32 run: logits, final_norm_output, 3 values a
+ * block, router_logits and expert_indices on the 4 mixture blocks. */
+static void test_bf16_weights_values(void)
+{
+    fixture f;
+    open_fixture(&f, BF16);
+    nnt_trace *t = t_run_reference(f.rt, f.m, &f.r);
+    CU_ASSERT_EQUAL(t_check_reference(&f.r, t), 2 + 5 * 3 + 4 * 2);
+    nnt_trace_free(t);
+    close_fixture(&f);
+}
+
+/* precision = bf16 is at least as close to transformers-bf16 as transformers-bf16 is to
+ * transformers-fp32, on logits and every layer_output (test_util.h, t_bf16_report). */
+static void test_bf16_precision(void)
+{
+    t_bf16 c;
+    t_bf16_open(&c, "mimo_v2_flash", BF16, "mimo_v2_flash/bf16/reference_bf16.safetensors", BF16, NULL, 0);
+    t_bf16_report(&c);
+    t_bf16_close(&c);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("mimo_v2_flash", NULL, NULL);
@@ -614,7 +643,11 @@ int register_tests(void)
         !CU_add_test(s, "edited scores are renormalised against the sink", test_scores_edit_against_sink) ||
         !CU_add_test(s, "a key outside the window cannot reach a query", test_window_isolation) ||
         !CU_add_test(s, "expert ablation changes exactly the routed tokens", test_ablation) ||
-        !CU_add_test(s, "the dense block and the grouped printout", test_dense_block_and_printout))
+        !CU_add_test(s, "the dense block and the grouped printout", test_dense_block_and_printout) ||
+        !CU_add_test(s, "bf16 weights: the default precision matches transformers' float32 run",
+                     test_bf16_weights_values) ||
+        !CU_add_test(s, "precision = bf16 is as close to transformers-bf16 as transformers-bf16 is to fp32",
+                     test_bf16_precision))
         return -1;
     return 0;
 }

@@ -492,3 +492,180 @@ void t_check_ablation(nnt_runtime *rt, nnt_model *m, const t_ref *r, int layer)
     CU_ASSERT(chosen_somewhere);
     nnt_trace_free(clean);
 }
+
+/* ---- precision = bf16 ---- */
+
+nnt_runtime *t_runtime_with_precision(const char *family, const char *precision)
+{
+    char name[160], section[160], ini[768];
+    snprintf(name, sizeof name, "precision_%s_%s.ini", family, precision ? precision : "default");
+    snprintf(section, sizeof section, "family.%s", family);
+    const char *path = t_ini_with(name, section, precision ? "precision" : NULL, precision, ini, sizeof ini);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+    nnt_runtime *rt = NULL;
+    nnt_status st = nnt_runtime_open(path, &rt);
+    if (st != NNT_OK) fprintf(stderr, "\n  %s: %s\n", path, nnt_last_error(rt));
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    return rt;
+}
+
+double t_rms_real(const t_ref *r, const nnt_tensor *a, const nnt_tensor *b)
+{
+    unsigned char *sel = t_sel_tokens(r, a);
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < nnt_tensor_numel(a); i++) {
+        if (!sel[i]) continue;
+        double d = nnt_tensor_get_f64(a, i) - (b ? nnt_tensor_get_f64(b, i) : 0.0);
+        sum += d * d;
+        count++;
+    }
+    free(sel);
+    return count ? sqrt(sum / (double)count) : 0.0;
+}
+
+int t_same_inputs(const t_ref *a, const t_ref *b)
+{
+    size_t n = (size_t)a->batch * (size_t)a->seq;
+    return a->batch == b->batch && a->seq == b->seq && memcmp(a->ids, b->ids, n * sizeof *a->ids) == 0 &&
+           memcmp(a->mask, b->mask, n * sizeof *a->mask) == 0;
+}
+
+int64_t t_index_sets_differ(const t_ref *r, const nnt_tensor *a, const nnt_tensor *b)
+{
+    int64_t tokens = (int64_t)r->batch * r->seq, K = nnt_tensor_numel(b) / tokens, differ = 0;
+    for (int64_t tok = 0; tok < tokens; tok++) {
+        if (!r->mask[tok]) continue;
+        int missing = 0;
+        for (int64_t i = 0; i < K; i++) {
+            int found = 0;
+            for (int64_t j = 0; j < K; j++)
+                found |= nnt_tensor_get_f64(a, tok * K + i) == nnt_tensor_get_f64(b, tok * K + j);
+            missing |= !found;
+        }
+        differ += missing;
+    }
+    return differ;
+}
+
+/* Where a key is listed in the table: its block (-1 before the blocks), then its kind. */
+static void bf16_order(const char *k, int *layer, int *kind)
+{
+    static const char *const kinds[] = {".layer_output", ".attention_output", ".mlp_output", ".router_logits",
+                                        ".expert_indices"};
+    *layer = strncmp(k, "layers.", 7) == 0 ? atoi(k + 7) : (strcmp(k, "logits") == 0 ? -2 : -1);
+    *kind = 5;
+    for (int i = 0; i < 5; i++)
+        if (ends_with(k, kinds[i])) *kind = i;
+}
+
+static int bf16_cmp(const void *pa, const void *pb)
+{
+    const char *a = *(const char *const *)pa, *b = *(const char *const *)pb;
+    int la, ka, lb, kb;
+    bf16_order(a, &la, &ka);
+    bf16_order(b, &lb, &kb);
+    if (la != lb) return la < lb ? -1 : 1;
+    if (ka != kb) return ka < kb ? -1 : 1;
+    return strcmp(a, b);
+}
+
+static int bf16_compared(const char *k)
+{
+    return strcmp(k, "input_ids") != 0 && strcmp(k, "attention_mask") != 0 && !ends_with(k, ".indexer_selection");
+}
+
+static nnt_trace *bf16_run(nnt_runtime *rt, nnt_model *m, const t_ref *r, char *const *keys, int n,
+                           const char *const *extra, int n_extra)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    for (int i = 0; i < n; i++) T_OK(rt, nnt_trace_save(t, keys[i]));
+    for (int i = 0; i < n_extra; i++) T_OK(rt, nnt_trace_save(t, extra[i]));
+    T_OK(rt, nnt_trace_run(t, r->ids, r->mask, r->batch, r->seq));
+    return t;
+}
+
+void t_bf16_open(t_bf16 *c, const char *family, const char *fixture, const char *ref16, const char *ref32,
+                 const char *const *extra, int n_extra)
+{
+    memset(c, 0, sizeof *c);
+    c->rt16 = t_runtime_with_precision(family, "bf16");
+    c->rt32 = t_runtime_with_precision(family, NULL);
+    c->m16 = t_model(c->rt16, fixture);
+    c->m32 = t_model(c->rt32, fixture);
+    nnt_memory mem;
+    T_OK(c->rt16, nnt_model_memory(c->m16, &mem));
+    CU_ASSERT_EQUAL(mem.precision, 1);
+    T_OK(c->rt32, nnt_model_memory(c->m32, &mem));
+    CU_ASSERT_EQUAL(mem.precision, 0);
+    CU_ASSERT_FATAL(t_ref_open(&c->hf16, c->rt16, ref16) == 0);
+    CU_ASSERT_FATAL(t_ref_open(&c->hf32, c->rt32, ref32) == 0);
+    CU_ASSERT_FATAL(t_same_inputs(&c->hf16, &c->hf32));
+    nnt_st_file *f;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_st_open(c->hf16.path, &f, &err), NNT_OK);
+    c->keys = calloc((size_t)f->n_entries + 1, sizeof *c->keys);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c->keys);
+    for (int i = 0; i < f->n_entries; i++)
+        if (bf16_compared(f->entries[i].name)) c->keys[c->n++] = strdup(f->entries[i].name);
+    nnt_st_close(f);
+    qsort(c->keys, (size_t)c->n, sizeof *c->keys, bf16_cmp);
+    c->t16 = bf16_run(c->rt16, c->m16, &c->hf16, c->keys, c->n, extra, n_extra);
+    c->t32 = bf16_run(c->rt32, c->m32, &c->hf16, c->keys, c->n, extra, n_extra);
+}
+
+int t_bf16_report(const t_bf16 *c)
+{
+    int above = 0;
+    fprintf(stderr, "\n  relative RMS over real tokens (denominator: rms of transformers-fp32)\n"
+                    "  %-40s %12s %12s %12s\n",
+            "value", "nnt16-hf16", "hf16-hf32", "nnt16-nnt32");
+    for (int i = 0; i < c->n; i++) {
+        const char *k = c->keys[i];
+        nnt_tensor y16, y32;
+        CU_ASSERT_FATAL(t_ref_get(&c->hf16, k, &y16) == 0);
+        if (t_ref_get(&c->hf32, k, &y32) != 0) {
+            fprintf(stderr, "\n  %s lacks %s\n", c->hf32.path, k);
+            CU_FAIL("float32 reference value missing");
+            nnt_tensor_free(&y16);
+            continue;
+        }
+        const nnt_tensor *x16 = nnt_trace_get(c->t16, k), *x32 = nnt_trace_get(c->t32, k);
+        CU_ASSERT_FATAL(x16 && x32 && t_rel_err(x16, &y16, NULL) >= 0);
+        if (ends_with(k, ".expert_indices")) { /* context: expert choices */
+            fprintf(stderr, "  %-40s expert sets differ from transformers-bf16 at %lld real tokens (hf16-hf32: %lld)\n",
+                    k, (long long)t_index_sets_differ(&c->hf16, x16, &y16),
+                    (long long)t_index_sets_differ(&c->hf16, &y16, &y32));
+        } else {
+            double denom = t_rms_real(&c->hf16, &y32, NULL);
+            double ours = t_rms_real(&c->hf16, x16, &y16) / denom, theirs = t_rms_real(&c->hf16, &y16, &y32) / denom;
+            double effect = t_rms_real(&c->hf16, x16, x32) / denom;
+            /* logits and each block's output are held to the bound; the rest is printed for context */
+            int bound = strcmp(k, "logits") == 0 || ends_with(k, ".layer_output");
+            fprintf(stderr, "  %-40s %12.4g %12.4g %12.4g%s\n", k, ours, theirs, effect,
+                    bound ? (ours <= theirs ? "" : "  <- above the bound") : "  (not bound)");
+            if (bound) {
+                CU_ASSERT(ours <= theirs);
+                above += !(ours <= theirs);
+            }
+            /* the setting took effect: bfloat16 moves every value well past float32 noise */
+            CU_ASSERT(effect > 1e-4);
+        }
+        nnt_tensor_free(&y16);
+        nnt_tensor_free(&y32);
+    }
+    return above;
+}
+
+void t_bf16_close(t_bf16 *c)
+{
+    nnt_trace_free(c->t16);
+    nnt_trace_free(c->t32);
+    for (int i = 0; i < c->n; i++) free(c->keys[i]);
+    free(c->keys);
+    nnt_model_free(c->m16);
+    nnt_model_free(c->m32);
+    nnt_runtime_close(c->rt16);
+    nnt_runtime_close(c->rt32);
+}

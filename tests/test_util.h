@@ -91,6 +91,46 @@ int t_rewrite_weights(const char *src, const char *dst, t_tensor_fn fn, void *us
  * the directory's path in buf. */
 const char *t_checkpoint_dir(const char *name, const char *fixture_rel, char *buf, size_t n);
 
+/* ---- precision = bf16 ----
+ * [family.NAME] precision = bf16 runs the family as torch runs the model in bfloat16. Its values
+ * are held against two transformers runs of the same checkpoint on the same prompts: in
+ * torch.bfloat16 (hf16, a reference_bf16 file) and in float32 (hf32). Distances are relative RMS
+ * over real tokens, rms(x - y) / rms(hf32): bfloat16 leaves many small, nearly independent
+ * rounding errors over every entry, whose typical size the RMS measures (a max picks the one entry
+ * where two sets of roundings happen to add up worst); dividing by the reference's RMS puts
+ * logits and block outputs on one scale. */
+
+/* A runtime from the build INI with [family.<family>] precision = <precision> (NULL: left to the
+ * default), written as a scratch INI named after both. */
+nnt_runtime *t_runtime_with_precision(const char *family, const char *precision);
+/* rms(a - b) over the real tokens of token-major values [batch, seq, ...] (b NULL: rms(a)). */
+double t_rms_real(const t_ref *r, const nnt_tensor *a, const nnt_tensor *b);
+/* 1 when two references hold the same prompts and padding. */
+int t_same_inputs(const t_ref *a, const t_ref *b);
+/* Real tokens whose index set (the last axis of token-major [batch, seq, K] values) differs. */
+int64_t t_index_sets_differ(const t_ref *r, const nnt_tensor *a, const nnt_tensor *b);
+
+/* One precision check: the model of `fixture` loaded under precision = bf16 (m16) and the default
+ * precision (m32), the references ref16 (hf16) and ref32 (hf32), and traces of hf16's prompts on
+ * both models saving every value hf16's file holds (its indexer selections aside) plus `extra`. */
+typedef struct t_bf16 {
+    nnt_runtime *rt16, *rt32;
+    nnt_model *m16, *m32;
+    t_ref hf16, hf32;
+    nnt_trace *t16, *t32;
+    char **keys; /* the compared values: logits, final_norm_output, then block by block */
+    int n;
+} t_bf16;
+void t_bf16_open(t_bf16 *c, const char *family, const char *fixture, const char *ref16, const char *ref32,
+                 const char *const *extra, int n_extra);
+/* Prints, for every compared value, rms(nnt16 - hf16), rms(hf16 - hf32) and rms(nnt16 - nnt32)
+ * (each over rms(hf32)); asserts rms(nnt16 - hf16) <= rms(hf16 - hf32) on logits and every
+ * layer_output, and that bf16 moved every value (nnt16 - nnt32 above 1e-4). Expert indices are
+ * context: the real tokens whose set differs from hf16's (and hf16's from hf32's). Returns how
+ * many bound values came out above their bound. */
+int t_bf16_report(const t_bf16 *c);
+void t_bf16_close(t_bf16 *c);
+
 /* Asserts a status with the runtime's message on failure. */
 #define T_OK(rt, expr)                                                                                                 \
     do {                                                                                                               \
