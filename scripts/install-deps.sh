@@ -2,8 +2,17 @@
 # install-deps.sh - installs what building and testing nnt needs, from Debian's packages:
 # a C toolchain, CMake, pkg-config, inih, cJSON, PCRE2, OpenBLAS (its OpenMP build too), CUnit
 # (and OpenMP with gcc).
+#   --bench  also installs what the GEMM library benchmark (bench/gemm) compares against OpenBLAS:
+#            oneDNN (libdnnl-dev) and BLIS (its OpenMP build, like OpenBLAS's). nnt itself never
+#            needs them.
 set -euo pipefail
 packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libopenblas-dev libopenblas-openmp-dev libcunit1-dev)
+for arg in "$@"; do
+  case "$arg" in
+    --bench) packages+=(libdnnl-dev libblis-openmp-dev libblis-dev) ;;
+    *) echo "install-deps: unknown option '$arg' (known: --bench)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
