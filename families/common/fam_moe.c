@@ -62,13 +62,20 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
     float *w_h = NULL, *scale = NULL;
     nnt_tensor logits, idx, wts, routed, per_slot = {0};
 
-    /* router */
+    /* router (in a bfloat16 model transformers keeps some routers' products in float32, and the
+     * routing weights of most) */
     TRY(fam_alloc(env, run, NNT_F32, &logits, err, 2, M, E));
-    TRY(be->linear(bc, x, &moe->router, &logits, err));
+    nnt_tensor router = moe->router;
+    if (moe->router_f32) {
+        router.flags &= ~NNT_TENSOR_BF16_PRODUCTS;
+        logits.flags &= ~NNT_TENSOR_BF16_VALUES;
+    }
+    TRY(be->linear(bc, x, &router, &logits, err));
     nnt_tensor l3 = fam_view(&logits, 3, B, T, E);
     TRY(h->emit(run, NNT_SV_ROUTER_LOGITS, layer, &l3));
     TRY(fam_alloc(env, run, NNT_I32, &idx, err, 2, M, K));
     TRY(fam_alloc(env, run, NNT_F32, &wts, err, 2, M, K));
+    if (!moe->route_bf16) wts.flags &= ~NNT_TENSOR_BF16_VALUES;
     nnt_route_params rp = moe->route;
     if (moe->tid2eid) { /* hash routing: the token id picks the experts */
         int32_t *given = malloc((size_t)(M * K) * sizeof *given);

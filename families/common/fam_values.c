@@ -54,6 +54,7 @@ void fam_env_init(fam_env *env, const nnt_load_args *args)
         /* .be = */ args->be,
         /* .be_ctx = */ args->be_ctx,
         /* .precision = */ args->precision,
+        /* .bf16_style = */ 0,
         /* .prepared = */ NULL,
     };
 }
@@ -202,7 +203,9 @@ nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor 
     va_start(ap, ndim);
     for (int i = 0; i < ndim; i++) shape[i] = va_arg(ap, int64_t);
     va_end(ap);
-    return env->host->alloc(run, dt, ndim, shape, out, err);
+    nnt_status st = env->host->alloc(run, dt, ndim, shape, out, err);
+    if (st == NNT_OK && (out->flags & NNT_TENSOR_BF16_VALUES)) out->flags |= env->bf16_style;
+    return st;
 }
 
 nnt_tensor fam_view(const nnt_tensor *t, int ndim, ...)

@@ -23,6 +23,8 @@ typedef struct fam_env {
     const nnt_backend_ops *be;
     void *be_ctx;
     nnt_precision precision;
+    uint32_t bf16_style;    /* NNT_TENSOR_BF16_ONCE / _SHIFTED: how this family's torch code rounds
+                             * in bfloat16, added to every bfloat16 tensor fam_alloc makes */
     fam_prepared *prepared; /* owned; NULL until the first weight */
 } fam_env;
 
@@ -90,6 +92,8 @@ typedef struct fam_moe {
     int has_shared;
     const int32_t *tid2eid; /* host [vocab, top_k], or NULL: hash routing picks experts by token id */
     int vocab;
+    int router_f32;         /* 1: the router's product stays float32 in a bfloat16 model */
+    int route_bf16;         /* 1: scores and weights are computed in bfloat16 in such a model */
 } fam_moe;
 
 /* Runs the mixture on x [M, H] (M = batch * seq) and writes out [M, H], emitting router_logits,

@@ -400,6 +400,9 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
     ly->moe.top_k = m->top_k;
     ly->moe.intermediate = m->moe_inter;
     ly->moe.swiglu_limit = (float)m->limit; /* routed and shared experts alike */
+    /* transformers' DeepSeek-V4 router scores in the model's dtype (modeling_deepseek_v4.py,
+     * DeepseekV4TopKRouter and DeepseekV4HashRouter) */
+    ly->moe.route_bf16 = 1;
     ly->moe.route = (nnt_route_params){
         /* .score_fn = */ m->score_fn,
         /* .top_k = */ m->top_k,
@@ -805,6 +808,9 @@ static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
     dv_model *m = calloc(1, sizeof *m);
     if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     fam_env_init(&m->env, args);
+    /* in bfloat16, transformers' DeepSeek-V4 multiplies its float32 norm gains and its rotation
+     * in float32 and casts once (modeling_deepseek_v4.py, DeepseekV4RMSNorm, apply_rotary_pos_emb) */
+    m->env.bf16_style = NNT_TENSOR_BF16_ONCE;
     const nnt_checkpoint *ck = args->ckpt;
     int *kinds = calloc(4097, sizeof *kinds), *hash = calloc(4097, sizeof *hash);
     nnt_status st = kinds && hash ? read_config(m, ck, kinds, hash, err) : args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");

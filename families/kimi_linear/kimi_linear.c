@@ -372,6 +372,8 @@ static nnt_status bind_mlp(kl_model *m, const nnt_checkpoint *ck, int L, kl_laye
     ly->moe.num_experts = m->experts;
     ly->moe.top_k = m->top_k;
     ly->moe.intermediate = m->moe_inter;
+    /* transformers' Kimi-Linear router multiplies in float32 (modeling_kimi_linear.py) */
+    ly->moe.router_f32 = 1;
     ly->moe.route = (nnt_route_params){
         /* .score_fn = */ NNT_SCORE_SIGMOID,
         /* .top_k = */ m->top_k,

@@ -274,6 +274,8 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     ly->moe.num_experts = m->experts;
     ly->moe.top_k = m->top_k;
     ly->moe.intermediate = m->moe_inter;
+    /* transformers' MiMo-V2-Flash router multiplies in float32 (modeling_mimo_v2_flash.py) */
+    ly->moe.router_f32 = 1;
     ly->moe.route = (nnt_route_params){
         /* .score_fn = */ NNT_SCORE_SIGMOID,
         /* .top_k = */ m->top_k,
@@ -343,6 +345,9 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
     mv_model *m = calloc(1, sizeof *m);
     if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     fam_env_init(&m->env, args);
+    /* in bfloat16, transformers' MiMo-V2-Flash subtracts the row maximum from the scores in
+     * bfloat16 before its softmax (modeling_mimo_v2_flash.py, eager attention with sinks) */
+    m->env.bf16_style = NNT_TENSOR_BF16_SHIFTED;
     const nnt_checkpoint *ck = args->ckpt;
     int *kinds = NULL, *mlp_kinds = NULL;
     nnt_status st = read_config(m, ck, &kinds, &mlp_kinds, err);

@@ -17,7 +17,9 @@ nnt_status cpu_rope(void *ctx, nnt_tensor *x, const int32_t *pos, const float *i
     if (rot_dim % 2 || rot_start < 0 || rot_start + rot_dim > D)
         return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu rope: rotated dims [%d, %d) do not fit a head of %lld",
                          rot_start, rot_start + rot_dim, (long long)D);
-    int half = rot_dim / 2, r16 = cpu_bf16(x); /* torch: cos and sin in bfloat16, each product and sum rounded */
+    /* bfloat16 values: cos and sin rounded, then each product and the sum (or, with ..._ONCE, the
+     * float32 rotation rounded once) */
+    int half = rot_dim / 2, r16 = cpu_bf16(x), once = r16 && (x->flags & NNT_TENSOR_BF16_ONCE);
     float *xd = x->data;
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
@@ -31,7 +33,12 @@ nnt_status cpu_rope(void *ctx, nnt_tensor *x, const int32_t *pos, const float *i
                     int i1 = style == NNT_ROPE_NEOX ? i : 2 * i;
                     int i2 = style == NNT_ROPE_NEOX ? i + half : 2 * i + 1;
                     float x1 = v[i1], x2 = v[i2];
-                    if (r16) {
+                    if (once) {
+                        cs = cpu_r16(cs);
+                        sn = cpu_r16(sn);
+                        v[i1] = cpu_r16(x1 * cs - x2 * sn);
+                        v[i2] = cpu_r16(x2 * cs + x1 * sn);
+                    } else if (r16) {
                         cs = cpu_r16(cs);
                         sn = cpu_r16(sn);
                         v[i1] = cpu_r16(cpu_r16(x1 * cs) - cpu_r16(x2 * sn));
@@ -120,21 +127,22 @@ nnt_status cpu_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_t
     if (nnt_tensor_numel(p) != B * H * T * S) return cpu_error(err, NNT_ERR_SHAPE, "cpu softmax: p size differs");
     const float *sd = s->data;
     float *pd = p->data;
+    int shifted = cpu_bf16(p) && (p->flags & NNT_TENSOR_BF16_SHIFTED); /* R(s - max) before exp */
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t t = 0; t < T; t++) {
                 const float *row = sd + ((b * H + h) * T + t) * S;
                 float *out = pd + ((b * H + h) * T + t) * S;
-                float mx = sinks ? sinks[h] : -INFINITY;
+                float mx = sinks ? (shifted ? cpu_r16(sinks[h]) : sinks[h]) : -INFINITY;
                 for (int64_t j = 0; j < S; j++) mx = row[j] > mx ? row[j] : mx;
                 if (mx == -INFINITY || isnan(mx)) {
                     for (int64_t j = 0; j < S; j++) out[j] = isnan(mx) ? NAN : 0.0f;
                     continue;
                 }
-                double sum = sinks ? exp((double)sinks[h] - mx) : 0.0;
+                double sum = sinks ? exp(shifted ? (double)cpu_r16(cpu_r16(sinks[h]) - mx) : (double)sinks[h] - mx) : 0.0;
                 for (int64_t j = 0; j < S; j++) {
-                    float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+                    float e = row[j] == -INFINITY ? 0.0f : expf(shifted ? cpu_r16(row[j] - mx) : row[j] - mx);
                     out[j] = e;
                     sum += e;
                 }

@@ -25,7 +25,9 @@ nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, flo
                          (int)w->dtype);
     const float *xd = x->data;
     float *yd = y->data;
-    int r16 = cpu_bf16(y); /* torch: the normalised row rounded, then the gain product rounded */
+    /* bfloat16 values: the normalised row rounded, then the gain product rounded; with ..._ONCE
+     * one rounding of the float32 product; without a gain, 1 / rms rounded, then the product */
+    int r16 = cpu_bf16(y), once = r16 && (y->flags & NNT_TENSOR_BF16_ONCE);
 #pragma omp parallel for num_threads(c->threads) schedule(static)
     for (int64_t m = 0; m < M; m++) {
         const float *xr = xd + m * D;
@@ -33,9 +35,10 @@ nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, flo
         double ss = 0.0;
         for (int64_t d = 0; d < D; d++) ss += (double)xr[d] * xr[d];
         float inv = 1.0f / sqrtf((float)(ss / (double)D) + eps);
+        if (r16 && !w) inv = cpu_r16(inv);
         for (int64_t d = 0; d < D; d++) {
             float v = xr[d] * inv;
-            if (r16) v = cpu_r16(v);
+            if (r16 && w && !once) v = cpu_r16(v);
             v = w ? cpu_load(w->data, w->dtype, d) * v : v;
             yr[d] = r16 ? cpu_r16(v) : v;
         }

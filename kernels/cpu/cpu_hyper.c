@@ -98,20 +98,24 @@ nnt_status cpu_hyper_mix(void *ctx, const nnt_tensor *x, const nnt_tensor *a, co
         return cpu_error(err, NNT_ERR_SHAPE, "cpu hyper_mix: a, post, comb or out disagree with x");
     const float *xd = x->data, *ad = a->data, *pd = post->data, *cd = comb->data;
     float *od = out->data;
+    /* bfloat16 values: R(R(R(post) a) + R(sum_j R(comb) x_j)), the weights cast to the stream's
+     * dtype and each of the two terms rounded before their sum */
+    int r16 = cpu_bf16(out);
 #pragma omp parallel for num_threads(c->threads) schedule(static)
     for (int64_t m = 0; m < M; m++)
         for (int64_t k = 0; k < n; k++) {
             float *o = od + (m * n + k) * H;
             const float *ar = ad + m * H;
-            float pk = pd[m * n + k];
-            for (int64_t h = 0; h < H; h++) o[h] = pk * ar[h];
-            for (int64_t j = 0; j < n; j++) {
-                float w = cd[(m * n + j) * n + k];
-                const float *xj = xd + (m * n + j) * H;
-                for (int64_t h = 0; h < H; h++) o[h] += w * xj[h];
+            float pk = r16 ? cpu_r16(pd[m * n + k]) : pd[m * n + k];
+            for (int64_t h = 0; h < H; h++) {
+                float mix = 0.0f;
+                for (int64_t j = 0; j < n; j++) {
+                    float w = cd[(m * n + j) * n + k];
+                    mix += (r16 ? cpu_r16(w) : w) * xd[(m * n + j) * H + h];
+                }
+                o[h] = r16 ? cpu_r16(cpu_r16(pk * ar[h]) + cpu_r16(mix)) : pk * ar[h] + mix;
             }
         }
-    cpu_round_result(c, out);
     return NNT_OK;
 }
 
@@ -160,6 +164,7 @@ nnt_status cpu_compress(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate,
                              (long long)b, count[b], first[b]);
     const float *k = kv->data, *g = gate->data;
     float *o = out->data;
+    int r16 = cpu_bf16(out);
     memset(o, 0, sizeof(float) * (size_t)(B * C * D));
     const void *pe = ape->data;
     nnt_dtype pdt = ape->dtype;
@@ -195,10 +200,24 @@ nnt_status cpu_compress(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate,
                     sum += e;
                     acc += e * k[(b * T + t_this + i) * cD + hi + ch];
                 }
+                if (r16) { /* bfloat16 values: R(sum_i R(kv_i R(p_i))), p from the float32 softmax */
+                    float racc = 0.0f;
+                    for (int64_t i = 0; prev && i < rate; i++) {
+                        float sc = g[(b * T + t_prev + i) * cD + ch] + cpu_load(pe, pdt, i * cD + ch);
+                        float pw = cpu_r16((float)(exp((double)sc - mx) / sum));
+                        racc += cpu_r16(k[(b * T + t_prev + i) * cD + ch] * pw);
+                    }
+                    for (int64_t i = 0; i < rate; i++) {
+                        float sc = g[(b * T + t_this + i) * cD + hi + ch] + cpu_load(pe, pdt, i * cD + hi + ch);
+                        float pw = cpu_r16((float)(exp((double)sc - mx) / sum));
+                        racc += cpu_r16(k[(b * T + t_this + i) * cD + hi + ch] * pw);
+                    }
+                    o[(b * C + w) * D + ch] = cpu_r16(racc);
+                    continue;
+                }
                 o[(b * C + w) * D + ch] = (float)(acc / sum);
             }
         }
-    cpu_round_result(c, out);
     return NNT_OK;
 }
 
@@ -226,6 +245,5 @@ nnt_status cpu_indexer_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *
                 }
                 od[(b * T + t) * C + e] = (float)(acc * scale);
             }
-    cpu_round_result(c, out);
     return NNT_OK;
 }

@@ -5,11 +5,19 @@
 
 #include "cpu_internal.h"
 
-static float score(nnt_score_fn fn, float x)
+/* The score of one logit; r16: each elementwise step rounded to bfloat16, as torch applies the
+ * function to a bfloat16 tensor. */
+static float score(nnt_score_fn fn, float x, int r16)
 {
     switch (fn) {
-    case NNT_SCORE_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case NNT_SCORE_SQRT_SOFTPLUS: return sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+    case NNT_SCORE_SIGMOID: {
+        float s = 1.0f / (1.0f + expf(-x));
+        return r16 ? cpu_r16(s) : s;
+    }
+    case NNT_SCORE_SQRT_SOFTPLUS: {
+        float sp = x > 20.0f ? x : log1pf(expf(x));
+        return r16 ? cpu_r16(sqrtf(cpu_r16(sp))) : sqrtf(sp);
+    }
     default: return x; /* softmax is handled per row */
     }
 }
@@ -40,7 +48,7 @@ nnt_status cpu_route(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias
     const float *bd = bias ? bias->data : NULL;
     int32_t *id = idx->data;
     float *wd = w->data;
-    int bad = 0;
+    int bad = 0, r16 = cpu_bf16(w); /* scores and weights in bfloat16; the choice in float32 */
 #pragma omp parallel for num_threads(c->threads) schedule(static) reduction(| : bad)
     for (int64_t m = 0; m < M; m++) {
         float sc[4096], choice[4096];
@@ -50,9 +58,9 @@ nnt_status cpu_route(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias
             for (int64_t e = 0; e < E; e++) mx = row[e] > mx ? row[e] : mx;
             double sum = 0.0;
             for (int64_t e = 0; e < E; e++) sum += (sc[e] = expf(row[e] - mx));
-            for (int64_t e = 0; e < E; e++) sc[e] = (float)(sc[e] / sum);
+            for (int64_t e = 0; e < E; e++) sc[e] = r16 ? cpu_r16((float)(sc[e] / sum)) : (float)(sc[e] / sum);
         } else {
-            for (int64_t e = 0; e < E; e++) sc[e] = score(p->score_fn, row[e]);
+            for (int64_t e = 0; e < E; e++) sc[e] = score(p->score_fn, row[e], r16);
         }
         int32_t *ir = id + m * K;
         float *wr = wd + m * K;
@@ -104,6 +112,14 @@ nnt_status cpu_route(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias
             }
             wr[k] = sc[ir[k]];
             sum += wr[k];
+        }
+        if (r16) { /* the sum and the eps add rounded, then the quotient, then the scaling */
+            float den = cpu_r16(cpu_r16((float)sum) + p->renorm_eps);
+            for (int k = 0; k < K; k++) {
+                float v = p->renormalize ? cpu_r16(wr[k] / den) : wr[k];
+                wr[k] = cpu_r16(v * p->scaling_factor);
+            }
+            continue;
         }
         for (int k = 0; k < K; k++) {
             float v = wr[k];

@@ -22,6 +22,7 @@ nnt_status cpu_conv1d_causal(void *ctx, const nnt_tensor *x, const nnt_tensor *w
         return cpu_error(err, NNT_ERR_SHAPE, "cpu conv1d_causal: states must be [B, W - 1, C]");
     const float *xd = x->data, *si = state_in ? state_in->data : NULL;
     float *yd = y->data;
+    int r16 = cpu_bf16(y); /* bfloat16 values: the convolution rounded, then its activation */
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t ch = 0; ch < C; ch++)
@@ -33,8 +34,9 @@ nnt_status cpu_conv1d_causal(void *ctx, const nnt_tensor *x, const nnt_tensor *w
                                         : (si ? si[(b * (W - 1) + (W - 1) + src) * C + ch] : 0.0f);
                     acc += cpu_load(w->data, w->dtype, ch * W + j) * in;
                 }
+                if (r16) acc = cpu_r16(acc);
                 if (act == 1) acc = acc / (1.0f + expf(-acc));
-                yd[(b * T + t) * C + ch] = acc;
+                yd[(b * T + t) * C + ch] = r16 ? cpu_r16(acc) : acc;
             }
     if (state_out) {
         float *so = state_out->data;
@@ -46,7 +48,6 @@ nnt_status cpu_conv1d_causal(void *ctx, const nnt_tensor *x, const nnt_tensor *w
                         src >= 0 ? xd[(b * T + src) * C + ch] : (si ? si[(b * (W - 1) + (W - 1) + src) * C + ch] : 0.0f);
             }
     }
-    cpu_round_result(c, y);
     return NNT_OK;
 }
 
@@ -70,7 +71,6 @@ nnt_status cpu_kda_gate(void *ctx, const nnt_tensor *a, const nnt_tensor *dt_bia
             float sp = x > 20.0f ? x : logf(1.0f + expf(x));
             gd[m * P + p] = -expf(cpu_load(a_log->data, a_log->dtype, p / K)) * sp;
         }
-    cpu_round_result(c, g);
     return NNT_OK;
 }
 

@@ -17,11 +17,19 @@
  *     host memory for the cpu backend, which sets `host_memory`).
  *   - an output tensor flagged NNT_TENSOR_BF16_VALUES receives results rounded to bfloat16 (R
  *     below: nearest, ties to even), with the intermediate roundings torch takes when it runs
- *     the operation on bfloat16 tensors: linear R(R(x) . w); rms_norm R(w * R(x / rms)); add
+ *     the operation on bfloat16 tensors: linear R(R(x) . w); rms_norm R(w * R(x / rms)), or
+ *     R(w x / rms) with NNT_TENSOR_BF16_ONCE, and without a gain R(x * R(1 / rms)); add
  *     R(a + b); scale R(f x); swiglu act = R(silu(g)), out = R(act * u); rope with R(cos) and
- *     R(sin), each product and the sum rounded; attn_scores R(R(q . k) * scale); softmax and
- *     attn_mix R(result); scatter_add_rows y = R(y + R(s * src)); route never rounds (routing
- *     weights are float32 in transformers); the other ops round what they write.
+ *     R(sin), each product and the sum rounded, or one rounding of the float32 rotation with
+ *     NNT_TENSOR_BF16_ONCE; attn_scores R(R(q . k) * scale); softmax R(result), with
+ *     NNT_TENSOR_BF16_SHIFTED the exponent of R(s - max) instead; attn_mix R(result);
+ *     scatter_add_rows y = R(y + R(s * src)); conv1d_causal R(silu(R(conv))); route, when its
+ *     weights are flagged, scores through the score function in bfloat16 (each step rounded),
+ *     chooses on score + bias in float32 and gives R(R(s / R(sum)) * scaling) - unflagged it
+ *     works in float32 throughout, as transformers does for most routers; hyper_mix
+ *     R(R(R(post) a) + R(sum_j R(comb) x_j)); compress R(sum R(kv R(p))) with the slot weights p
+ *     from a float32 softmax; kda_gate and indexer_scores never round (float32 in
+ *     transformers); the other ops round what they write.
  * The table only grows at its end; a layout change bumps NNT_ABI_MAJOR. */
 #ifndef NNT_BACKEND_H
 #define NNT_BACKEND_H

@@ -84,6 +84,13 @@ typedef enum nnt_dtype {
                                      * op writing it rounds its results to bfloat16 (nearest
                                      * even, stored as float32) and takes the roundings torch
                                      * takes inside that op (nnt_backend.h says which, per op) */
+#define NNT_TENSOR_BF16_ONCE 4u     /* with BF16_VALUES, for rms_norm's gain product and rope: the
+                                     * op works in float32 and rounds its result once, as torch
+                                     * code does that upcasts and casts back at the end */
+#define NNT_TENSOR_BF16_SHIFTED 8u  /* with BF16_VALUES, for softmax: the scores less their row
+                                     * maximum (the sink included) are rounded before the
+                                     * exponential, as torch code does that subtracts the maximum
+                                     * in bfloat16 */
 
 typedef struct nnt_tensor {
     nnt_dtype dtype;
