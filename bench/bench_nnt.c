@@ -1,20 +1,30 @@
 /* bench_nnt.c - nnt's side of the CPU benchmark (bench/run.py drives it): prefill and decode
  * throughput of one checkpoint, the cost of tracing (no requests, and every value of one block
- * saved) against no trace at all, peak resident memory, OpenBLAS's sgemm rate on this machine as
- * the ceiling for prefill's matrix products, and the memory read rate as the ceiling for decoding.
+ * saved) against no trace at all, peak resident memory, the memory the loaded model holds
+ * (nnt_model_memory) and what a live session's caches add, OpenBLAS's sgemm rate on this machine
+ * as the ceiling for prefill's matrix products, and the memory read rate as the ceiling for
+ * decoding. Also reports the CPU (model name and the vector extensions that pick nnt's kernels),
+ * the precision the INI file gave the family and the instruction set it gave the cpu backend.
  * Prints one JSON object on stdout.
  *
- *   bench_nnt --config INI --model DIR [--prefill 128,512] [--decode 16] [--trace-block 1]
- *             [--repeats 3] [--threads 2]
+ *   bench_nnt --config INI --model DIR [--prefill 128,512] [--decode 16] [--decode-prompt T]
+ *             [--trace-block 1] [--tracing 0|1] [--repeats 3] [--threads 2]
  *
- * Times are wall-clock seconds, the best of --repeats runs (after one warm-up run). */
+ * Decoding follows a prompt of --decode-prompt tokens (default: the first prefill length).
+ * --tracing 0 skips the tracing measurements. Times are wall-clock seconds, the best of --repeats
+ * runs (after one warm-up run). */
 #define _GNU_SOURCE
 #include <cblas.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "nnt/nnt.h"
 
@@ -33,6 +43,111 @@ static double peak_rss_mib(void)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* Resident set of this process now, in MiB (after handing freed heap back to the system where
+ * the C library can, so that what is counted is what is held). */
+static double rss_now_mib(void)
+{
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+    long pages_total = 0, pages_resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    int ok = fscanf(f, "%ld %ld", &pages_total, &pages_resident) == 2;
+    fclose(f);
+    return ok ? (double)pages_resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0) : -1;
+}
+
+/* Writes s as a JSON string (quotes and control characters escaped). */
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", (unsigned char)*s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
+/* The CPU's model name and the flags that decide nnt's kernels and the bf16 products, from
+ * /proc/cpuinfo (Linux); the other fields stay empty elsewhere. */
+static const char *const CPU_FLAGS[] = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16",
+                                        "amx_bf16"};
+#define N_CPU_FLAGS (sizeof CPU_FLAGS / sizeof CPU_FLAGS[0])
+
+static void cpu_info(char *model, size_t model_size, int *has)
+{
+    snprintf(model, model_size, "unknown");
+    for (size_t i = 0; i < N_CPU_FLAGS; i++) has[i] = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    static char line[16384];
+    int got_model = 0, got_flags = 0;
+    while ((!got_model || !got_flags) && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        char *value = colon + 1;
+        while (*value == ' ') value++;
+        value[strcspn(value, "\n")] = 0;
+        if (!got_model && !strncmp(line, "model name", 10)) {
+            snprintf(model, model_size, "%s", value);
+            got_model = 1;
+        } else if (!got_flags && !strncmp(line, "flags", 5)) {
+            for (char *tok = strtok(value, " "); tok; tok = strtok(NULL, " "))
+                for (size_t i = 0; i < N_CPU_FLAGS; i++)
+                    if (!strcmp(tok, CPU_FLAGS[i])) has[i] = 1;
+            got_flags = 1;
+        }
+    }
+    fclose(f);
+}
+
+/* The value of `key` in section [section] of an INI file ("" when absent): what the run asked of
+ * the cpu backend, since the runtime does not report it back. */
+static void ini_value(const char *path, const char *section, const char *key, char *out, size_t out_size)
+{
+    out[0] = 0;
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return;
+    char line[512], current[128] = "";
+    while (fgets(line, sizeof line, f)) {
+        char *s = line;
+        while (isspace((unsigned char)*s)) s++;
+        s[strcspn(s, ";#\r\n")] = 0;
+        size_t n = strlen(s);
+        while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+        if (s[0] == '[' && n > 1 && s[n - 1] == ']') {
+            snprintf(current, sizeof current, "%.*s", (int)(n - 2), s + 1);
+            continue;
+        }
+        char *eq = strchr(s, '=');
+        if (!eq || strcmp(current, section)) continue;
+        char *k = s, *v = eq + 1;
+        *eq = 0;
+        size_t kn = strlen(k);
+        while (kn && isspace((unsigned char)k[kn - 1])) k[--kn] = 0;
+        while (isspace((unsigned char)*v)) v++;
+        if (!strcmp(k, key)) snprintf(out, out_size, "%s", v);
+    }
+    fclose(f);
+}
+
+/* The kernels the cpu backend takes for isa = auto on this CPU (its own rule: AVX-512 F, BW, VL
+ * and DQ, else AVX2 with FMA, else the baseline). */
+static const char *auto_isa(void)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
+        return "avx512";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
+    return "sse2";
+#else
+    return "base";
+#endif
 }
 
 /* Deterministic pseudo-random token ids in [1, vocab). */
@@ -186,11 +301,14 @@ int main(int argc, char **argv)
 {
     const char *config = NULL, *model = NULL;
     int lengths[MAX_LENGTHS] = {128, 512}, n_lengths = 2, decode = 16, layer = 1, repeats = 3, threads = 2;
+    int decode_prompt = 0, tracing = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--config")) config = argv[i + 1];
         else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
         else if (!strcmp(argv[i], "--prefill")) n_lengths = parse_lengths(argv[i + 1], lengths);
         else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--decode-prompt")) decode_prompt = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--tracing")) tracing = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--trace-block")) layer = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -199,11 +317,12 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!model || n_lengths < 1 || repeats < 1 || decode < 1) {
+    if (!model || n_lengths < 1 || repeats < 1 || decode < 1 || decode_prompt < 0) {
         fprintf(stderr, "usage: bench_nnt --config INI --model DIR [--prefill 128,512] [--decode 16] "
-                        "[--trace-block L] [--repeats R] [--threads N]\n");
+                        "[--decode-prompt T] [--trace-block L] [--tracing 0|1] [--repeats R] [--threads N]\n");
         return 2;
     }
+    if (!decode_prompt) decode_prompt = lengths[0];
     openblas_set_num_threads(threads);
     nnt_runtime *rt = NULL;
     nnt_model *m = NULL;
@@ -211,8 +330,9 @@ int main(int argc, char **argv)
     double t0 = now();
     if (nnt_runtime_open(config, &rt) != NNT_OK || nnt_model_load(rt, model, &m) != NNT_OK) goto out;
     double load_s = now() - t0;
+    double rss_load = rss_now_mib();
     const nnt_model_info *mi = nnt_model_get_info(m);
-    int max_T = 0;
+    int max_T = decode_prompt;
     for (int i = 0; i < n_lengths; i++) max_T = lengths[i] > max_T ? lengths[i] : max_T;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)max_T);
     if (!ids) goto out;
@@ -221,6 +341,34 @@ int main(int argc, char **argv)
     printf("{\n  \"tool\": \"nnt\",\n  \"family\": \"%s\",\n  \"backend\": \"%s\",\n  \"threads\": %d,\n", nnt_model_family(m),
            nnt_model_backend(m), threads);
     printf("  \"load_s\": %.3f,\n", load_s);
+    char cpu_model[256], isa[64], precision[64], section[160];
+    int has[N_CPU_FLAGS];
+    cpu_info(cpu_model, sizeof cpu_model, has);
+    printf("  \"cpu\": {\"model\": ");
+    json_string(cpu_model);
+    printf(", \"flags\": {");
+    for (size_t i = 0; i < N_CPU_FLAGS; i++) printf("%s\"%s\": %s", i ? ", " : "", CPU_FLAGS[i], has[i] ? "true" : "false");
+    printf("}},\n");
+    ini_value(config, "backend.cpu", "isa", isa, sizeof isa);
+    snprintf(section, sizeof section, "family.%s", nnt_model_family(m));
+    ini_value(config, section, "precision", precision, sizeof precision);
+    const char *isa_asked = isa[0] ? isa : "auto";
+    printf("  \"isa\": ");
+    json_string(isa_asked);
+    printf(", \"isa_kernels\": ");
+    json_string(strcmp(isa_asked, "auto") ? isa_asked : auto_isa());
+    printf(",\n  \"precision_ini\": ");
+    json_string(precision[0] ? precision : "f32 (default)");
+    printf(",\n");
+    nnt_memory mem;
+    if (nnt_model_memory(m, &mem) != NNT_OK) goto out_ids;
+    printf("  \"precision\": \"%s\",\n", mem.precision == 1 ? "bf16" : "f32");
+    printf("  \"memory\": {\"file_bytes\": %llu, \"mapped_bytes\": %llu, \"allocated_bytes\": %llu, "
+           "\"device_bytes\": %llu},\n",
+           (unsigned long long)mem.file_bytes, (unsigned long long)mem.mapped_bytes,
+           (unsigned long long)mem.allocated_bytes, (unsigned long long)mem.device_bytes);
+    printf("  \"rss_after_load_mib\": %.1f,\n", rss_load);
+    fflush(stdout);
     int n_saved = 0;
     if (prefill_once(m, ids, lengths[0], NO_TRACE, layer, &n_saved) < 0) goto out_ids; /* warm-up */
     printf("  \"prefill\": {");
@@ -231,30 +379,49 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     printf("},\n");
-    /* decode: generating 1 + decode tokens minus generating 1, after a prompt of the first length */
+    /* decode: generating 1 + decode tokens minus generating 1, after a prompt of decode_prompt */
     double g1 = 1e30, gn = 1e30;
     for (int r = 0; r < repeats; r++) {
-        double a = generate_once(m, ids, lengths[0], 1), b = generate_once(m, ids, lengths[0], 1 + decode);
+        double a = generate_once(m, ids, decode_prompt, 1), b = generate_once(m, ids, decode_prompt, 1 + decode);
         if (a < 0 || b < 0) goto out_ids;
         g1 = a < g1 ? a : g1;
         gn = b < gn ? b : gn;
     }
-    printf("  \"decode\": {\"prompt\": %d, \"tokens\": %d, \"seconds\": %.4f, \"tokens_per_s\": %.3f},\n", lengths[0],
-           decode, gn - g1, decode / (gn - g1));
+    printf("  \"decode\": {\"prompt\": %d, \"tokens\": %d, \"seconds\": %.4f, \"tokens_per_s\": %.3f},\n",
+           decode_prompt, decode, gn - g1, decode / (gn - g1));
     /* peak memory of the plain runs, before the traces below hold saved copies */
     printf("  \"peak_rss_mib\": %.1f,\n", peak_rss_mib());
+    fflush(stdout);
+    /* what a session's caches hold: resident memory with a session of the longest prompt plus the
+     * decoded tokens alive after its prompt, over resident memory just before it was made (freed
+     * heap handed back both times, so activations that the forward released do not count) */
+    {
+        int cap = max_T + decode;
+        double before = rss_now_mib();
+        nnt_session *s = NULL;
+        if (nnt_session_new(m, 1, cap, &s) != NNT_OK || nnt_session_forward(s, NULL, ids, NULL, max_T) != NNT_OK) {
+            nnt_session_free(s);
+            goto out_ids;
+        }
+        double live = rss_now_mib();
+        nnt_session_free(s);
+        printf("  \"session_cache\": {\"capacity\": %d, \"tokens\": %d, \"rss_before_mib\": %.1f, "
+               "\"rss_live_mib\": %.1f, \"cache_mib\": %.1f},\n",
+               cap, max_T, before, live, live - before);
+    }
     /* tracing overhead at the first length: the forward without a trace, with an empty trace, and
      * with every value of one block saved; interleaved so drift hits all three alike */
     double best[3] = {1e30, 1e30, 1e30};
-    for (int r = 0; r < repeats + 2; r++)
+    for (int r = 0; tracing && r < repeats + 2; r++)
         for (int mode = 0; mode < 3; mode++) {
             double dt = prefill_once(m, ids, lengths[0], (trace_mode)mode, layer, &n_saved);
             if (dt < 0) goto out_ids;
             best[mode] = dt < best[mode] ? dt : best[mode];
         }
-    printf("  \"tracing\": {\"tokens\": %d, \"no_trace_s\": %.4f, \"empty_trace_s\": %.4f, \"block_saved_s\": %.4f, "
-           "\"block\": %d, \"values_saved\": %d},\n",
-           lengths[0], best[0], best[1], best[2], layer, n_saved);
+    if (tracing)
+        printf("  \"tracing\": {\"tokens\": %d, \"no_trace_s\": %.4f, \"empty_trace_s\": %.4f, \"block_saved_s\": %.4f, "
+               "\"block\": %d, \"values_saved\": %d},\n",
+               lengths[0], best[0], best[1], best[2], layer, n_saved);
     printf("  \"read_gbs\": %.2f,\n", read_gbs(threads));
     printf("  \"sgemm_gflops\": %.2f,\n", sgemm_gflops(512, mi->hidden_size, mi->hidden_size));
     printf("  \"sgemm_shape\": [512, %d, %d]\n}\n", mi->hidden_size, mi->hidden_size);

@@ -4,14 +4,19 @@ bench_nnt, and the matrix-product FLOPs of one prefill (counted by torch's FlopC
 this reference forward). Prints one JSON object on stdout.
 
     python bench_transformers.py --model DIR --dtype fp32|bf16 [--prefill 128,512] [--decode 16]
-                                 [--repeats 3] [--threads 2]
+                                 [--decode-prompt T] [--flops 0|1] [--repeats 3] [--threads 2]
 
-Times are wall-clock seconds, best of --repeats runs after one warm-up, like bench_nnt.
+Decoding follows a prompt of --decode-prompt tokens (default: the first prefill length); --decode 0
+skips it, --flops 0 skips counting the FLOPs. Times are wall-clock seconds, best of --repeats runs
+after one warm-up, like bench_nnt. The JSON names the instruction set torch's own kernels use
+(ATEN_CPU_CAPABILITY can lower it; ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS lower oneDNN's
+and MKL's).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import time
@@ -43,6 +48,8 @@ def main() -> int:
     ap.add_argument("--dtype", choices=("fp32", "bf16"), required=True)
     ap.add_argument("--prefill", default="128,512")
     ap.add_argument("--decode", type=int, default=16)
+    ap.add_argument("--decode-prompt", type=int, default=0)
+    ap.add_argument("--flops", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -58,9 +65,16 @@ def main() -> int:
     load_s = time.perf_counter() - t0
     vocab = model.config.vocab_size
     lengths = [int(x) for x in args.prefill.split(",")]
-    ids = torch.tensor([tokens(max(lengths), vocab)], dtype=torch.long)
+    prompt = args.decode_prompt or lengths[0]
+    ids = torch.tensor([tokens(max(lengths + [prompt]), vocab)], dtype=torch.long)
     result: dict = {"tool": "transformers", "model_type": model.config.model_type, "threads": args.threads,
-                    "torch": torch.__version__, "load_s": round(load_s, 3)}
+                    "torch": torch.__version__, "load_s": round(load_s, 3), "dtype": args.dtype}
+    try:
+        result["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    except AttributeError:
+        pass
+    result["isa_env"] = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+                         if k in os.environ}
     import transformers
 
     result["transformers"] = transformers.__version__
@@ -74,13 +88,18 @@ def main() -> int:
         result["prefill"] = prefill
 
         def generate(n: int):
-            model.generate(ids[:, : lengths[0]], max_new_tokens=n, min_new_tokens=n, do_sample=False,
+            model.generate(ids[:, :prompt], max_new_tokens=n, min_new_tokens=n, do_sample=False,
                            pad_token_id=0, eos_token_id=None)
 
-        g1 = best_of(args.repeats, lambda: generate(1))
-        gn = best_of(args.repeats, lambda: generate(1 + args.decode))
-        result["decode"] = {"prompt": lengths[0], "tokens": args.decode, "seconds": round(gn - g1, 4),
-                            "tokens_per_s": round(args.decode / (gn - g1), 3)}
+        if args.decode > 0:
+            # generating 1 + n tokens minus generating 1, best of each; the two alternate, as in
+            # bench_nnt, so that a slow spell of the machine falls on both
+            g1 = gn = float("inf")
+            for _ in range(args.repeats):
+                g1 = min(g1, best_of(1, lambda: generate(1)))
+                gn = min(gn, best_of(1, lambda: generate(1 + args.decode)))
+            result["decode"] = {"prompt": prompt, "tokens": args.decode, "seconds": round(gn - g1, 4),
+                                "tokens_per_s": round(args.decode / (gn - g1), 3)}
         result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
 
         # matrix-product FLOPs of each prefill, counted on this model with its experts computed one
@@ -95,7 +114,7 @@ def main() -> int:
             pass
 
         flops = {}
-        for T in lengths:
+        for T in lengths if args.flops else []:
             counter = FlopCounterMode(display=False)
             with counter:
                 model(ids[:, :T], use_cache=False)

@@ -10,6 +10,12 @@ Writes the report, with the commit and the raw measurements, to bench/results/.
 
     python bench/run.py [--families a,b] [--dtypes fp32,bf16] [--scale mid|small] [--keep]
 
+--layout release measures the checkpoints as the releases ship them instead (bench/run_release.py:
+MiniMax-M2 and MiMo-V2-Flash FP8, DeepSeek-V4 FP8 with FP4 experts, Kimi-Linear BF16), nnt in
+precision f32 and bf16 on the instruction set it picks and, on an AVX-512 CPU, again on AVX2,
+against transformers on the same weights dequantised, and checks the targets of that benchmark;
+its report is bench/results/<date>-<commit>-release.md.
+
 The checkpoints go to bench/models/ (git-ignored) and are deleted after each family unless --keep.
 """
 from __future__ import annotations
@@ -115,6 +121,12 @@ def measure(fam: str, dt: str, ckpt: Path, args, ini: Path, env: dict, lengths: 
 
 
 def main() -> int:
+    layout = argparse.ArgumentParser(add_help=False)
+    layout.add_argument("--layout", choices=("hf", "release"), default="hf")
+    if layout.parse_known_args()[0].layout == "release":
+        import run_release  # bench/run_release.py, next to this file
+
+        return run_release.main()
     ap = argparse.ArgumentParser()
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--dtypes", default="fp32,bf16")
@@ -126,6 +138,8 @@ def main() -> int:
     ap.add_argument("--build", type=Path, default=ROOT / "build")
     ap.add_argument("--models", type=Path, default=ROOT / "bench" / "models")
     ap.add_argument("--keep", action="store_true", help="keep the checkpoints")
+    ap.add_argument("--layout", choices=("hf", "release"), default="hf",
+                    help="release: the release layouts' benchmark (bench/run_release.py, its own options)")
     args = ap.parse_args()
 
     bench_nnt = args.build / "bench_nnt"  # measure() runs it
@@ -197,6 +211,7 @@ def main() -> int:
               f"{json.dumps(raw, indent=1)}\n```\n")
     if failures:
         table += "\n\nNot measured: " + "; ".join(failures)
+        report += "\nNot measured: " + "; ".join(failures) + "\n"
     print(table)
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
