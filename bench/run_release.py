@@ -81,6 +81,7 @@ class Step:
     def __init__(self, label: str, cmd: list, env: dict, timeout: float):
         self.label, self.cmd = label, [str(c) for c in cmd]
         print(f"$ {' '.join(self.cmd)}", file=sys.stderr, flush=True)
+        self.load = [os.getloadavg()[0]]  # the machine's load around the step: others' work shows here
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             t0 = time.monotonic()
             proc = subprocess.Popen(self.cmd, stdout=out, stderr=err, env=env)
@@ -98,6 +99,7 @@ class Step:
             err.seek(0)
             self.stdout, self.stderr = out.read(), err.read()
         self.timed_out = self.seconds >= timeout
+        self.load.append(os.getloadavg()[0])
         print(f"  {label}: {self.seconds:.0f} s, peak RSS {self.peak_rss_mib:.0f} MiB, status {self.status}",
               file=sys.stderr, flush=True)
 
@@ -113,7 +115,8 @@ class Step:
 
     def record(self) -> dict:
         return {"step": self.label, "command": " ".join(self.cmd), "seconds": round(self.seconds, 1),
-                "peak_rss_mib": round(self.peak_rss_mib, 1), "status": self.status}
+                "peak_rss_mib": round(self.peak_rss_mib, 1), "status": self.status,
+                "load_before_after": [round(x, 2) for x in self.load]}
 
 
 def step_bytes(d: Path) -> tuple[float, dict]:
@@ -404,11 +407,14 @@ def main() -> int:
                     ", the AVX2 rows against transformers as it runs here (AVX-512), --no-avx2-baseline"))
     times = "\n".join(f"| {NAMES.get(f, f)} | {t['seconds'] / 60:.1f} min | {t['largest_step_rss_mib'] / 1024:.1f} GiB |"
                       for f, t in fam_times.items())
-    steps = "\n".join(f"| {s['step']} | {s['seconds']:.0f} s | {s['peak_rss_mib']:.0f} MiB | {s['status']} |" for s in log)
+    steps = "\n".join(f"| {s['step']} | {s['seconds']:.0f} s | {s['peak_rss_mib']:.0f} MiB | {s['status']} "
+                      f"| {s['load_before_after'][0]:.1f} / {s['load_before_after'][1]:.1f} |" for s in log)
     commands = "\n".join(s["command"] for s in log)
     hf0 = next((r["transformers"][k] for r in results for k in r["transformers"]), {})
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     not_measured = ("\n\n**Not measured:** " + "; ".join(failures)) if failures else ""
+    small_note = ("" if args.scale == "mid" else f"\n- scale {args.scale}: a check of the benchmark itself; at these "
+                  "widths fixed costs (the process, thread start-up) dominate and the targets say little")
     report = f"""# nnt vs transformers on the release layouts, CPU
 
 - commit: {common.commit()}
@@ -422,8 +428,8 @@ def main() -> int:
   MiMo's full blocks), rounded to bfloat16 for bf16/ - the same weights nnt reads encoded from release/
 - checkpoints: `bench/make_models.py FAMILY DIR --scale {args.scale} --layout release` (4 blocks, 32 experts - 16 on
   DeepSeek-V4 -, vocabulary 32768, the released widths; the release's names, config spelling and encodings)
-- prefill: {args.prefill} tokens; decode: {args.decode} tokens after a {args.decode_prompt}-token prompt; best of {args.repeats}
-  after a warm-up
+- prefill: {args.prefill} tokens; decode: {args.decode} tokens after a {args.decode_prompt}-token prompt (generating
+  1 + {args.decode} tokens minus generating 1); best of {args.repeats} after a warm-up
 - nnt: `precision = f32|bf16` in each [family.NAME] section, `isa = auto|avx2` in [backend.cpu]
   (build/bench-release-ISA-PRECISION.ini)
 - peak RSS: the nnt process's maximum resident set over loading, the prefills and the decodes (file pages of
@@ -434,7 +440,7 @@ def main() -> int:
   family's runs) over the bytes one decode step reads from the release files as stored - FP8/FP4 codes and
   their scale tensors, the embedding's one row (and DeepSeek-V4's tid2eid row), top_k / n_experts of the
   routed experts, every other tensor once
-- {summary}
+- {summary}{small_note}
 
 ## Targets
 
@@ -453,8 +459,11 @@ def main() -> int:
 Peak RSS of a step is its process's whole life: for nnt that includes the 1 GiB array bench_nnt sums to
 measure the read rate after the timed runs (the peak RSS of the targets is taken before it).
 
-| step | wall time | peak RSS | status |
-|---|---|---|---|
+The load is the machine's one-minute load average when the step started and ended: with {os.cpu_count()}
+cores, values well above {os.cpu_count()} mean other work shared the CPUs and the step's times are not clean.
+
+| step | wall time | peak RSS | status | load before / after |
+|---|---|---|---|---|
 {steps}
 
 ## bench_gemm
