@@ -45,9 +45,10 @@ extern "C" nnt_status cuda_rms_norm(void *ctx, const nnt_tensor *x, const nnt_te
 }
 
 /* table [V, H] in any weight encoding, ids [M] I32 -> y [M, H] F32, each gathered element decoded
- * and multiplied by its block's scale (the cpu backend's decode, bit for bit); an id outside
- * [0, V) is reported through flag (count, lowest position) and its row is left zero. */
-__global__ void k_embedding(cuda_wview t, const int32_t *ids, float *y, int64_t M, int *flag)
+ * and multiplied by its block's scale (the cpu backend's decode, bit for bit), rounded to
+ * bfloat16 when round_y; an id outside [0, V) is reported through flag (count, lowest position)
+ * and its row is left zero. */
+__global__ void k_embedding(cuda_wview t, const int32_t *ids, float *y, int64_t M, int round_y, int *flag)
 {
     const int64_t H = t.cols, V = t.rows;
     GRID_LOOP(i, M * H)
@@ -64,7 +65,7 @@ __global__ void k_embedding(cuda_wview t, const int32_t *ids, float *y, int64_t 
         }
         float v = dec_at_rt((int)t.dtype, wrow_rt(t, id), h);
         if (t.scale) v *= scale_get(t.scale, (int)t.scale_dtype, wgrid_row(t, id) + h / t.block_cols);
-        y[i] = v;
+        y[i] = round_y ? round_bf16(v) : v;
     }
 }
 
@@ -87,7 +88,7 @@ extern "C" nnt_status cuda_embedding(void *ctx, const nnt_tensor *table, const n
     if ((st = cuda_clear_flag(c, err)) != NNT_OK) return st;
     CUDA_CHECK(cudaMemsetAsync(c->flag + 1, 0x7f, sizeof(int), c->stream));
     k_embedding<<<grid_for(M * H), CUDA_THREADS, 0, c->stream>>>(tv, (const int32_t *)ids->data, (float *)y->data, M,
-                                                                 c->flag);
+                                                                 (y->flags & NNT_TENSOR_BF16_VALUES) != 0, c->flag);
     if ((st = cuda_done(c, "embedding", err)) != NNT_OK) return st;
     /* the ids live on the device: reading the flag is the one wait this op needs */
     int f[4];

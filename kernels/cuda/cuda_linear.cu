@@ -10,8 +10,9 @@
  * decoded a tile of rows at a time into the scratch (at most the context's tile_bytes, at least
  * one row) and each tile multiplied by cublasSgemm into its columns of y.
  *
- * NNT_TENSOR_BF16_PRODUCTS (the cpu backend's definition: x rounded to bfloat16 before the
- * product, y after, float32 accumulation, the weight's decoded values as they are): x is rounded
+ * NNT_TENSOR_BF16_PRODUCTS on w or NNT_TENSOR_BF16_VALUES on y (the cpu backend's definition:
+ * x rounded to bfloat16 before the product, y after, float32 accumulation, the weight's decoded
+ * values as they are): x is rounded
  * into the scratch first. When every decoded weight value is itself a bfloat16 - BF16 weights,
  * and FP8 / FP4 codes under E8M0 scales (powers of two) - the product runs on bfloat16 tensor
  * cores (cublasGemmEx, bf16 x bf16, CUBLAS_COMPUTE_32F, float32 output) on the weight as it is
@@ -181,7 +182,8 @@ extern "C" nnt_status cuda_linear(void *ctx, const nnt_tensor *x, const nnt_tens
         CUDA_CHECK(cudaMemsetAsync(yd, 0, (size_t)(M * N) * sizeof(float), c->stream));
         return cuda_done(c, "linear", err);
     }
-    const int bf16 = (w->flags & NNT_TENSOR_BF16_PRODUCTS) != 0;
+    /* the weight asks for bfloat16 products, or y holds bfloat16 values (the same rounding) */
+    const int bf16 = (w->flags & NNT_TENSOR_BF16_PRODUCTS) || (y->flags & NNT_TENSOR_BF16_VALUES);
     const int scaled = dt_scaled((int)wv.dtype);
     /* bfloat16 tensor cores: only when x rounded and every decoded weight value is a bfloat16 */
     const int tensor16 = bf16 && M > FEW_ROWS && (wv.dtype == NNT_BF16 || (scaled && wv.scale_dtype == NNT_F8_E8M0));
