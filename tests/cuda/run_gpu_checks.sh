@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # run_gpu_checks.sh - everything the cuda backend needs checked on a machine with a GPU, in one
 # go: a fresh Release build into build-gpu, nvidia-smi, the `cuda` ctest suite (cpu against cuda,
-# op by op and on every fixture), then the cpu/cuda benchmark. Run from the repository root:
+# op by op - linear and embedding on weights in every stored encoding, F32 / BF16 / F16 / FP8 /
+# FP4 with their block scales, in float32 and bfloat16 numerics - and on every fixture, the FP8
+# and FP4 checkpoints included), then the cpu/cuda benchmark (float32 checkpoints). Run from the
+# repository root:
 #
 #   tests/cuda/run_gpu_checks.sh
 #

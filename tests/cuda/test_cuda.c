@@ -10,7 +10,13 @@
  *    padding and per-query selections in the attention mask; group-limited routing and given
  *    indices; repeated rows in scatters; the delta rule with K != V over several column tiles,
  *    padding tokens and carried state; in-place convolution state; copy_cols inside one tensor;
- *    BF16 weights through prepare_weight;
+ *    BF16 and F16 norm gains as stored;
+ *  - weights in every encoding (F32, BF16, F16, FP8 with F32 / BF16 / F16 / E8M0 block scales
+ *    and partial edge blocks, FP8 views starting inside a block row, FP4 with E8M0 and F32
+ *    group scales): linear at 1, 3, 8 and 40 rows in float32, with bfloat16 products and into a
+ *    bfloat16-valued output, on the default context and on one with 4 KiB decode tiles;
+ *    embedding; the bytes weight_bytes reports grow by exactly what was uploaded and shrink back
+ *    on release;
  *  - fixtures: every model directory under tests/fixtures/<family>/<variant> with a config.json,
  *    loaded once per runtime, runs the prompts of every reference*.safetensors it holds (or, when
  *    it holds none - kimi_linear/hub - its sibling fp32's) with every reference value saved, and
@@ -19,6 +25,12 @@
  *
  * Tolerances (cpu vs cuda, both float32):
  *  - float values: max |cpu - cuda| <= 1e-4 x the largest |cpu| over the compared entries;
+ *  - products with NNT_TENSOR_BF16_PRODUCTS: each entry within one bfloat16 step of the cpu's
+ *    (2^-7 of its magnitude) plus the above, every output a bfloat16, and at most 5% of the
+ *    entries (plus one) different at all (see same_bf16_on); the same for outputs flagged
+ *    NNT_TENSOR_BF16_VALUES;
+ *  - embedding rows in any encoding: exact (the same decode, one multiply by the scale, and the
+ *    bfloat16 rounding of a flagged output);
  *    -inf/+inf must coincide (masked scores), NaN must coincide;
  *  - values of data movement ops (copy, swap12, gather, scatter, copy_cols, zero_rows, fill):
  *    exact;
@@ -47,6 +59,7 @@
 static nnt_runtime *rt_cpu, *rt_gpu;
 static const nnt_backend_ops *cops, *gops;
 static void *cctx, *gctx;
+static const nnt_backend_descriptor *gdesc; /* the backend under test, to make more contexts */
 
 static const nnt_plugin *find_backend(nnt_runtime *rt, const char *name)
 {
@@ -73,6 +86,7 @@ static int setup(void)
     cctx = c->be_ctx;
     gops = g->backend->ops;
     gctx = g->be_ctx;
+    gdesc = g->backend;
     return 0;
 }
 
@@ -115,36 +129,52 @@ static size_t nbytes(const nnt_tensor *t)
     return (size_t)nnt_tensor_numel(t) * nnt_dtype_size(t->dtype);
 }
 
-/* A device copy of a host tensor, made through the cuda backend's alloc and upload. */
-static nnt_tensor dev(const nnt_tensor *h)
+/* A device copy of a host tensor, made through context gx's alloc and upload (gx: a context of
+ * the backend under test; dev() uses the runtime's). */
+static nnt_tensor dev_on(void *gx, const nnt_tensor *h)
 {
     nnt_tensor d = *h;
     nnt_error err = {0};
     d.device = 1;
-    nnt_status st = gops->alloc(gctx, nbytes(h), &d.data, &err);
-    if (st == NNT_OK) st = gops->upload(gctx, d.data, h->data, nbytes(h), &err);
+    nnt_status st = gops->alloc(gx, nbytes(h), &d.data, &err);
+    if (st == NNT_OK) st = gops->upload(gx, d.data, h->data, nbytes(h), &err);
     if (st != NNT_OK) fprintf(stderr, "\n  device copy: %s\n", err.msg);
     CU_ASSERT_FATAL(st == NNT_OK);
     return d;
 }
 
-static void dev_free(nnt_tensor *d)
+static nnt_tensor dev(const nnt_tensor *h)
 {
-    if (d->data) gops->free(gctx, d->data);
+    return dev_on(gctx, h);
+}
+
+static void dev_free_on(void *gx, nnt_tensor *d)
+{
+    if (d->data) gops->free(gx, d->data);
     d->data = NULL;
 }
 
-/* The device tensor read back into a new host tensor. */
-static nnt_tensor back(const nnt_tensor *d)
+static void dev_free(nnt_tensor *d)
+{
+    dev_free_on(gctx, d);
+}
+
+/* The device tensor read back (through context gx) into a new host tensor. */
+static nnt_tensor back_on(void *gx, const nnt_tensor *d)
 {
     nnt_tensor h = *d;
     h.device = 0;
     h.data = malloc(nbytes(d) ? nbytes(d) : 1);
     nnt_error err = {0};
-    nnt_status st = gops->download(gctx, h.data, d->data, nbytes(d), &err);
+    nnt_status st = gops->download(gx, h.data, d->data, nbytes(d), &err);
     if (st != NNT_OK) fprintf(stderr, "\n  download: %s\n", err.msg);
     CU_ASSERT_FATAL(st == NNT_OK);
     return h;
+}
+
+static nnt_tensor back(const nnt_tensor *d)
+{
+    return back_on(gctx, d);
 }
 
 /* Largest |a - b| relative to the largest |a| where sel (NULL: all) is set; -1 when infinities
@@ -176,14 +206,20 @@ static double rel_diff(const nnt_tensor *a, const nnt_tensor *b, const unsigned 
     return worst;
 }
 
-/* Compares the cpu result (host) with the cuda result (device); tol 0 asks for equality. */
-static void same(const char *what, const nnt_tensor *cpu, const nnt_tensor *gpu, double tol)
+/* Compares the cpu result (host) with the cuda result (device, read through context gx); tol 0
+ * asks for equality. */
+static void same_on(void *gx, const char *what, const nnt_tensor *cpu, const nnt_tensor *gpu, double tol)
 {
-    nnt_tensor g = back(gpu);
+    nnt_tensor g = back_on(gx, gpu);
     double e = rel_diff(cpu, &g, NULL);
     if (e < 0 || e > tol) fprintf(stderr, "\n  %s: cpu and cuda differ (relative %.3g, tolerance %.3g)\n", what, e, tol);
     CU_ASSERT(e >= 0 && e <= tol);
     free(g.data);
+}
+
+static void same(const char *what, const nnt_tensor *cpu, const nnt_tensor *gpu, double tol)
+{
+    same_on(gctx, what, cpu, gpu, tol);
 }
 
 #define OK_CPU(expr)                                                                                                   \
@@ -234,15 +270,15 @@ static void test_linear(void)
     if (is_cuda) CU_ASSERT_EQUAL(dw.device, 1);
     OK_GPU(gops->linear(gctx, &dx, &dw, &dy, err));
     same("linear F32", &y, &dy, TOL);
-    /* a BF16 weight: the cpu reads it as is, the cuda backend prepares an F32 copy */
+    /* a BF16 weight: both backends read it as stored */
     nnt_tensor wb = host(NNT_BF16, 2, 45, 70, 0, 0, 0), dwb;
     for (int64_t i = 0; i < 45 * 70; i++) ((uint16_t *)wb.data)[i] = to_bf16(((float *)w.data)[i]);
     OK_CPU(cops->linear(cctx, &x, &wb, &y, err));
     OK_GPU(gops->prepare_weight(gctx, &wb, &dwb, err));
-    if (is_cuda) CU_ASSERT_EQUAL(dwb.dtype, NNT_F32); /* widened on the device */
+    CU_ASSERT_EQUAL(dwb.dtype, NNT_BF16); /* never widened */
     OK_GPU(gops->linear(gctx, &dx, &dwb, &dy, err));
     same("linear BF16 weight", &y, &dy, TOL);
-    /* and a BF16 weight handed to linear directly (widened per call) */
+    /* and a BF16 weight handed to linear without prepare_weight (a plain device copy) */
     nnt_tensor draw = dev(&wb);
     OK_GPU(gops->linear(gctx, &dx, &draw, &dy, err));
     same("linear BF16 weight, unprepared", &y, &dy, TOL);
@@ -255,6 +291,261 @@ static void test_linear(void)
     hfree(4, h);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Weights in their stored encodings.                                                        */
+
+/* A weight [R, C] with its own host storage: codes and, for FP8 / FP4, a scale grid of blocks
+ * br x bc in scale dtype sdt. */
+typedef struct enc_weight {
+    const char *name;
+    nnt_tensor t;
+    void *codes, *grid;
+} enc_weight;
+
+static unsigned next_bits(void)
+{
+    rng = rng * 1664525u + 1013904223u;
+    return rng >> 8;
+}
+
+static enc_weight enc_make(const char *name, nnt_dtype dt, nnt_dtype sdt, int64_t R, int64_t C, int br, int bc)
+{
+    enc_weight w = {name, {0}, NULL, NULL};
+    w.t = (nnt_tensor){.dtype = dt, .ndim = 2, .shape = {R, C}};
+    size_t bytes = nnt_dtype_span(dt, R * C);
+    w.codes = calloc(bytes ? bytes : 1, 1);
+    CU_ASSERT_FATAL(w.codes != NULL);
+    uint8_t *b = w.codes;
+    for (int64_t i = 0; i < R * C; i++) switch (dt) {
+        case NNT_F32: ((float *)b)[i] = 0.2f * urand(); break;
+        case NNT_BF16: ((uint16_t *)b)[i] = nnt_f32_to_bf16(0.2f * urand()); break;
+        case NNT_F16: ((uint16_t *)b)[i] = nnt_f32_to_f16(0.2f * urand()); break;
+        case NNT_F8_E4M3: {
+            uint8_t v = (uint8_t)next_bits();
+            b[i] = (v & 0x7f) == 0x7f ? 0x7e : v; /* every finite code, subnormals included */
+            break;
+        }
+        default:
+            if (i % 2 == 0) b[i / 2] = (uint8_t)next_bits();
+            break;
+        }
+    w.t.data = w.codes;
+    if (dt == NNT_F8_E4M3 || dt == NNT_F4_E2M1) {
+        int64_t n = ((R + br - 1) / br) * ((C + bc - 1) / bc);
+        w.grid = malloc((size_t)n * 4);
+        CU_ASSERT_FATAL(w.grid != NULL);
+        for (int64_t i = 0; i < n; i++) {
+            float sv = 0.01f + 0.02f * (urand() + 1.0f);
+            if (sdt == NNT_F32) ((float *)w.grid)[i] = sv;
+            if (sdt == NNT_BF16) ((uint16_t *)w.grid)[i] = nnt_f32_to_bf16(sv);
+            if (sdt == NNT_F16) ((uint16_t *)w.grid)[i] = nnt_f32_to_f16(sv);
+            if (sdt == NNT_F8_E8M0) ((uint8_t *)w.grid)[i] = (uint8_t)(120 + next_bits() % 8); /* 2^-7 .. 1 */
+        }
+        w.t.scale = w.grid;
+        w.t.scale_dtype = sdt;
+        w.t.block_rows = br;
+        w.t.block_cols = bc;
+    }
+    return w;
+}
+
+static void enc_free(enc_weight *w)
+{
+    free(w->codes);
+    free(w->grid);
+}
+
+/* Bytes prepare_weight uploads for a 2-D weight: codes plus the scale grid. */
+static size_t enc_bytes(const nnt_tensor *t)
+{
+    size_t b = nnt_dtype_span(t->dtype, nnt_tensor_numel(t));
+    if (t->scale) {
+        int64_t sr = (t->shape[0] + t->block_row0 + t->block_rows - 1) / t->block_rows;
+        int64_t sc = (t->shape[1] + t->block_cols - 1) / t->block_cols;
+        b += nnt_dtype_span(t->scale_dtype, sr * sc);
+    }
+    return b;
+}
+
+/* Bfloat16 products: both backends round x to bfloat16, accumulate in float32 and round y. The
+ * unrounded sums differ only by float32 summation order (about 1e-6 of the row's magnitude), so
+ * an output differs only where the two sums fall on either side of a bfloat16 rounding boundary,
+ * and then by one bfloat16 step: at most 2^-7 of the value (8 significant bits). Each entry must
+ * be within that step (plus TOL of the largest magnitude), every cuda output must be a bfloat16,
+ * and such boundary cases must stay rare: at most 5% of the entries plus one. A systematic error
+ * is far above that: rounding the decoded F16 / FP8-with-F32-scales weights to bfloat16 (as a
+ * bfloat16 tensor-core product on them would) changed 35-45% of these 40-row outputs, a tenth by
+ * more than one step, in a host emulation of the kernels. */
+static void same_bf16_on(void *gx, const char *what, const nnt_tensor *cpu, const nnt_tensor *gpu)
+{
+    nnt_tensor g = back_on(gx, gpu);
+    int64_t n = nnt_tensor_numel(cpu), differ = 0, bad = 0, unrounded = 0;
+    const float *a = cpu->data, *b = g.data;
+    double scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(a[i]));
+    for (int64_t i = 0; i < n; i++) {
+        if (a[i] != b[i]) differ++;
+        if (!(fabs((double)a[i] - b[i]) <= fabs(a[i]) / 128.0 + TOL * scale)) bad++;
+        if (nnt_bf16_to_f32(nnt_f32_to_bf16(b[i])) != b[i]) unrounded++;
+    }
+    int ok = bad == 0 && unrounded == 0 && differ <= n / 20 + 1;
+    if (!ok)
+        fprintf(stderr,
+                "\n  %s: %lld of %lld entries differ, %lld beyond one bfloat16 step, %lld cuda outputs not bfloat16\n",
+                what, (long long)differ, (long long)n, (long long)bad, (long long)unrounded);
+    CU_ASSERT(ok);
+    free(g.data);
+}
+
+/* linear at every row count in both numerics, on the cpu with host weight hw and on the backend
+ * under test (context gx) with its prepared weight dw of the same description */
+static void linear_cases(void *gx, const char *label, const nnt_tensor *hw, const nnt_tensor *dw)
+{
+    static const int64_t rows[] = {1, 3, 8, 40};
+    int64_t N = hw->shape[0], K = hw->shape[1];
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        int64_t M = rows[r];
+        nnt_tensor x = hrand(2, M, K, 0, 0, 0, 1), y = host(NNT_F32, 2, M, N, 0, 0, 0);
+        nnt_tensor dx = dev_on(gx, &x), dy = dev_on(gx, &y);
+        /* bf: 0 float32; 1 the weight asks for bfloat16 products; 2 y holds bfloat16 values */
+        for (int bf = 0; bf < 3; bf++) {
+            nnt_tensor h = *hw, d = *dw;
+            h.flags = d.flags = bf == 1 ? NNT_TENSOR_BF16_PRODUCTS : 0u;
+            y.flags = dy.flags = bf == 2 ? NNT_TENSOR_BF16_VALUES : 0u;
+            OK_CPU(cops->linear(cctx, &x, &h, &y, err));
+            OK_GPU(gops->linear(gx, &dx, &d, &dy, err));
+            char what[200];
+            snprintf(what, sizeof what, "linear %s, M = %lld%s", label, (long long)M,
+                     bf == 1 ? ", bfloat16 products" : bf == 2 ? ", bfloat16 output" : "");
+            if (bf)
+                same_bf16_on(gx, what, &y, &dy);
+            else
+                same_on(gx, what, &y, &dy, TOL);
+        }
+        dev_free_on(gx, &dx);
+        dev_free_on(gx, &dy);
+        nnt_tensor_free(&x);
+        nnt_tensor_free(&y);
+    }
+}
+
+/* embedding on a table in any encoding: the same decode on both backends, so equal */
+static void embedding_case(void *gx, const char *label, const nnt_tensor *ht, const nnt_tensor *dt)
+{
+    int64_t V = ht->shape[0], H = ht->shape[1];
+    nnt_tensor ids = host(NNT_I32, 1, 13, 0, 0, 0, 0), y = host(NNT_F32, 2, 13, H, 0, 0, 0);
+    for (int i = 0; i < 13; i++) ((int32_t *)ids.data)[i] = (int32_t)((i * 37 + 5) % V);
+    ((int32_t *)ids.data)[12] = (int32_t)(V - 1); /* the last row, in a partial block row */
+    nnt_tensor dids = dev_on(gx, &ids), dy = dev_on(gx, &y);
+    for (int r16 = 0; r16 < 2; r16++) {
+        y.flags = dy.flags = r16 ? NNT_TENSOR_BF16_VALUES : 0u;
+        OK_CPU(cops->embedding(cctx, ht, &ids, &y, err));
+        OK_GPU(gops->embedding(gx, dt, &dids, &dy, err));
+        char what[200];
+        snprintf(what, sizeof what, "embedding %s%s", label, r16 ? ", bfloat16 output" : "");
+        same_on(gx, what, &y, &dy, 0);
+    }
+    dev_free_on(gx, &dids);
+    dev_free_on(gx, &dy);
+    nnt_tensor_free(&ids);
+    nnt_tensor_free(&y);
+}
+
+/* Every encoding on context gx: prepare (checking the bytes held), linear and embedding on the
+ * whole weight and, for the FP8 ones, on a view of rows 16 .. 129 (block_row0 = 16 in 128-row
+ * blocks; its last rows in the second block row), then release. Widths of 200 take the cuda
+ * backend's element-by-element few-row path (rows not 16-byte multiples), widths of 256 its
+ * 16-byte path. */
+static void encodings_on(void *gx, const char *ctx_label, int is_cuda)
+{
+    enc_weight ws[] = {
+        enc_make("F32 130x200", NNT_F32, NNT_DTYPE_INVALID, 130, 200, 0, 0),
+        enc_make("BF16 130x200", NNT_BF16, NNT_DTYPE_INVALID, 130, 200, 0, 0),
+        enc_make("F16 130x200", NNT_F16, NNT_DTYPE_INVALID, 130, 200, 0, 0),
+        enc_make("FP8 F32 scales 130x200 (128x128 blocks, partial)", NNT_F8_E4M3, NNT_F32, 130, 200, 128, 128),
+        enc_make("FP8 BF16 scales 130x200", NNT_F8_E4M3, NNT_BF16, 130, 200, 128, 128),
+        enc_make("FP8 E8M0 scales 130x200", NNT_F8_E4M3, NNT_F8_E8M0, 130, 200, 128, 128),
+        enc_make("FP8 F32 scales 130x256", NNT_F8_E4M3, NNT_F32, 130, 256, 128, 128),
+        enc_make("FP8 F16 scales 130x256", NNT_F8_E4M3, NNT_F16, 130, 256, 128, 128),
+        enc_make("FP8 E8M0 scales 130x256", NNT_F8_E4M3, NNT_F8_E8M0, 130, 256, 128, 128),
+        enc_make("FP4 E8M0 groups of 32, 130x256", NNT_F4_E2M1, NNT_F8_E8M0, 130, 256, 1, 32),
+        enc_make("FP4 E8M0 groups of 32, 130x200 (partial group)", NNT_F4_E2M1, NNT_F8_E8M0, 130, 200, 1, 32),
+        enc_make("FP4 F32 groups of 32, 130x256", NNT_F4_E2M1, NNT_F32, 130, 256, 1, 32),
+    };
+    const int n = (int)(sizeof ws / sizeof *ws);
+    for (int i = 0; i < n; i++) {
+        char label[240];
+        snprintf(label, sizeof label, "%s%s", ws[i].name, ctx_label);
+        size_t before = gops->weight_bytes(gx);
+        nnt_tensor dw;
+        OK_GPU(gops->prepare_weight(gx, &ws[i].t, &dw, err));
+        size_t held = gops->weight_bytes(gx) - before, want = is_cuda ? enc_bytes(&ws[i].t) : 0;
+        if (held != want)
+            fprintf(stderr, "\n  %s: weight_bytes grew by %zu, expected %zu\n", label, held, want);
+        CU_ASSERT_EQUAL(held, want);
+        CU_ASSERT_EQUAL(dw.dtype, ws[i].t.dtype);
+        CU_ASSERT_EQUAL(dw.block_rows, ws[i].t.block_rows);
+        CU_ASSERT_EQUAL(dw.block_cols, ws[i].t.block_cols);
+        CU_ASSERT_EQUAL(dw.scale_dtype, ws[i].t.scale_dtype);
+        CU_ASSERT((dw.scale != NULL) == (ws[i].t.scale != NULL));
+        if (is_cuda) CU_ASSERT_EQUAL(dw.device, 1);
+        linear_cases(gx, label, &ws[i].t, &dw);
+        embedding_case(gx, label, &ws[i].t, &dw);
+        if (ws[i].t.dtype == NNT_F8_E4M3) {
+            nnt_tensor hv, dv;
+            CU_ASSERT_FATAL(nnt_tensor_rows(&ws[i].t, 0, 16, 114, &hv) && nnt_tensor_rows(&dw, 0, 16, 114, &dv));
+            CU_ASSERT_EQUAL(dv.block_row0, 16);
+            char vl[300];
+            snprintf(vl, sizeof vl, "%s, rows 16..129", label);
+            linear_cases(gx, vl, &hv, &dv);
+            embedding_case(gx, vl, &hv, &dv);
+            size_t with = gops->weight_bytes(gx);
+            gops->release_weight(gx, &dv); /* a view: nothing to free */
+            CU_ASSERT_EQUAL(gops->weight_bytes(gx), with);
+        }
+        gops->release_weight(gx, &dw);
+        CU_ASSERT_EQUAL(gops->weight_bytes(gx), before);
+        enc_free(&ws[i]);
+    }
+}
+
+static void test_encodings(void)
+{
+    int is_cuda = strcmp(NNT_TEST_GPU_BACKEND, "cuda") == 0;
+    encodings_on(gctx, "", is_cuda);
+    if (is_cuda) {
+        /* tiny decode tiles: products of more than a few rows go through many tiles, the last
+         * one partial (5 float32 or 10 bfloat16 rows of 200 columns, 4 or 8 of 256); sync = 1
+         * so that a fault there is reported by the op that caused it */
+        const char *keys[2] = {"tile_bytes", "sync"}, *vals[2] = {"4096", "1"};
+        nnt_backend_options opt = {keys, vals, 2, "test_cuda"};
+        void *tiny = NULL;
+        OK_GPU(gdesc->create(&opt, &tiny, err));
+        encodings_on(tiny, ", 4 KiB tiles", 1);
+        gdesc->destroy(tiny);
+    }
+    /* an FP8 weight without scales is refused, by prepare_weight and by linear */
+    enc_weight w = enc_make("FP8", NNT_F8_E4M3, NNT_F32, 16, 32, 128, 128);
+    nnt_tensor bare = w.t, dw;
+    bare.scale = NULL;
+    nnt_error e = {0};
+    CU_ASSERT_EQUAL(gops->prepare_weight(gctx, &bare, &dw, &e), NNT_ERR_UNSUPPORTED);
+    if (is_cuda) {
+        OK_GPU(gops->prepare_weight(gctx, &w.t, &dw, err));
+        nnt_tensor x = hrand(2, 2, 32, 0, 0, 0, 1), y = host(NNT_F32, 2, 2, 16, 0, 0, 0), dx = dev(&x), dy = dev(&y);
+        nnt_tensor noscale = dw;
+        noscale.scale = NULL;
+        CU_ASSERT_EQUAL(gops->linear(gctx, &dx, &noscale, &dy, &e), NNT_ERR_UNSUPPORTED);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "linear"));
+        gops->release_weight(gctx, &dw);
+        dev_free(&dx);
+        dev_free(&dy);
+        nnt_tensor_free(&x);
+        nnt_tensor_free(&y);
+    }
+    enc_free(&w);
+}
+
 static void test_norms_and_elementwise(void)
 {
     nnt_tensor x = hrand(2, 19, 300, 0, 0, 0, 2), w = hrand(1, 300, 0, 0, 0, 0, 1), y = host(NNT_F32, 2, 19, 300, 0, 0, 0);
@@ -263,6 +554,22 @@ static void test_norms_and_elementwise(void)
     OK_CPU(cops->rms_norm(cctx, &x, &w, 1e-6f, &y, err));
     OK_GPU(gops->rms_norm(gctx, &dx, &dw, 1e-6f, &dy, err));
     same("rms_norm", &y, &dy, TOL);
+    /* the gain as stored in BF16 and F16: prepared, never widened */
+    for (int k = 0; k < 2; k++) {
+        nnt_dtype gdt = k ? NNT_F16 : NNT_BF16;
+        nnt_tensor wh = host(gdt, 1, 300, 0, 0, 0, 0), dwh;
+        for (int64_t i = 0; i < 300; i++) {
+            float v = ((float *)w.data)[i];
+            ((uint16_t *)wh.data)[i] = k ? nnt_f32_to_f16(v) : nnt_f32_to_bf16(v);
+        }
+        OK_GPU(gops->prepare_weight(gctx, &wh, &dwh, err));
+        CU_ASSERT_EQUAL(dwh.dtype, gdt);
+        OK_CPU(cops->rms_norm(cctx, &x, &wh, 1e-6f, &y, err));
+        OK_GPU(gops->rms_norm(gctx, &dx, &dwh, 1e-6f, &dy, err));
+        same(k ? "rms_norm, F16 gain" : "rms_norm, BF16 gain", &y, &dy, TOL);
+        gops->release_weight(gctx, &dwh);
+        nnt_tensor_free(&wh);
+    }
     OK_CPU(cops->rms_norm(cctx, &x, NULL, 1e-5f, &y, err));
     OK_GPU(gops->rms_norm(gctx, &dx, NULL, 1e-5f, &dy, err));
     same("rms_norm without gain", &y, &dy, TOL);
@@ -1040,6 +1347,7 @@ int register_tests(void)
     CU_pSuite s = CU_add_suite("cuda", setup, teardown);
     if (!s) return -1;
     if (!CU_add_test(s, "linear (F32, BF16 prepared and unprepared)", test_linear) ||
+        !CU_add_test(s, "weights in every encoding: linear in both numerics, embedding, views, bytes held", test_encodings) ||
         !CU_add_test(s, "RMSNorm, gated RMSNorm, add, scale, sigmoid, fill, copy, SwiGLU", test_norms_and_elementwise) ||
         !CU_add_test(s, "embedding (and a bad id), swap12, sum_axis1", test_embedding_swap_sum) ||
         !CU_add_test(s, "rotary, NEOX and interleaved", test_rope) ||
