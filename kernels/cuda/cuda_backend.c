@@ -562,7 +562,7 @@ static const nnt_backend_ops cuda_ops = {
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
     /* .header = */ NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "cuda", "0.1.0",
-                                      "NVIDIA GPU kernels (cuBLAS GEMM, own CUDA kernels; float32)"),
+                                      "NVIDIA GPU kernels (weights kept in their encoding, cuBLAS GEMM, own CUDA kernels)"),
     /* .host_memory = */ 0,
     /* .create = */ cuda_create,
     /* .destroy = */ cuda_destroy,
