@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs what building and testing nnt needs, from Debian's packages:
-# a C toolchain, CMake, pkg-config, inih, cJSON, PCRE2, OpenBLAS (its OpenMP build too), CUnit
-# (and OpenMP with gcc).
-#   --bench  also installs what the GEMM library benchmark (bench/gemm) compares against OpenBLAS:
-#            oneDNN (libdnnl-dev) and BLIS (its OpenMP build, like OpenBLAS's). nnt itself never
-#            needs them.
+# a C toolchain, CMake, pkg-config, inih, cJSON, PCRE2, OpenBLAS (its OpenMP build too), oneDNN
+# (the cpu backend's many-row products), CUnit (and OpenMP with gcc).
+#   --bench  also installs what the GEMM library benchmark (bench/gemm) compares: BLIS (its
+#            OpenMP build, like OpenBLAS's).
 set -euo pipefail
-packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libopenblas-dev libopenblas-openmp-dev libcunit1-dev)
+packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcunit1-dev)
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages+=(libdnnl-dev libblis-openmp-dev libblis-dev) ;;
+    --bench) packages+=(libblis-openmp-dev libblis-dev) ;;
     *) echo "install-deps: unknown option '$arg' (known: --bench)" >&2; exit 2 ;;
   esac
 done

@@ -107,14 +107,17 @@ static test_weight weight_make(nnt_dtype dt, nnt_dtype sdt, int64_t R, int64_t C
 }
 
 /* Largest |y - x.w^T| over the bound 1e-5 * sum_k |x_k w_k| + 1e-6, with w from the reference
- * decoder and the product in double precision: below 1 passes. bf16: x rounded to bfloat16
- * first and the exact product rounded after, allowing one bfloat16 step of the result. */
+ * decoder and the product in double precision: below 1 passes. bf16: x and the decoded weight
+ * rounded to bfloat16 first and the exact product rounded after, allowing one bfloat16 step of
+ * the result. */
 static double product_error(const float *x, int64_t M, const nnt_tensor *w, const float *y, int bf16)
 {
     int64_t N = w->shape[0], K = w->shape[1];
     float *wd = malloc((size_t)(N * K) * sizeof *wd);
     nnt_error err = {0};
     CU_ASSERT_FATAL(wd && nnt_weight_decode(w, 0, N, wd, &err) == NNT_OK);
+    if (bf16) /* bfloat16 products use the weight's values as a bfloat16 copy holds them */
+        for (int64_t i = 0; i < N * K; i++) wd[i] = nnt_bf16_to_f32(nnt_f32_to_bf16(wd[i]));
     double worst = 0.0;
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {

@@ -9,6 +9,9 @@
 
 #include "cpu_internal.h"
 #include "nnt/nnt_plugin.h"
+#ifdef NNT_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 /* OpenBLAS's own thread-count setter (not part of the CBLAS standard). */
 extern void openblas_set_num_threads(int num_threads);
@@ -94,6 +97,41 @@ nnt_status cpu_panel(cpu_ctx *c, int t, size_t floats, float **out, nnt_error *e
     return NNT_OK;
 }
 
+nnt_status cpu_buffer(cpu_ctx *c, int slot, size_t bytes, void **out, nnt_error *err)
+{
+    if (bytes > c->buf_bytes[slot]) {
+        free(c->buf[slot]);
+        c->buf[slot] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        c->buf_bytes[slot] = c->buf[slot] ? bytes : 0;
+        if (!c->buf[slot]) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu: no memory for a %zu-byte panel", bytes);
+    }
+    *out = c->buf[slot];
+    return NNT_OK;
+}
+
+#ifdef NNT_HAVE_DNNL
+/* oneDNN's engine and stream for this context; with isa other than auto, oneDNN held to the same
+ * instruction set (a process-wide setting oneDNN accepts before its first primitive). Without a
+ * usable engine the products use OpenBLAS. */
+static void dnnl_setup(cpu_ctx *c, const char *isa)
+{
+    if (isa && strcmp(isa, "auto") != 0)
+        (void)dnnl_set_max_cpu_isa(strcmp(isa, "avx512") == 0 ? dnnl_cpu_isa_avx512_core_bf16
+                                   : strcmp(isa, "avx2") == 0 ? dnnl_cpu_isa_avx2
+                                                              : dnnl_cpu_isa_sse41);
+    dnnl_engine_t e = NULL;
+    dnnl_stream_t s = NULL;
+    if (dnnl_engine_create(&e, dnnl_cpu, 0) != dnnl_success) return;
+    if (dnnl_stream_create(&s, e, dnnl_stream_default_flags) != dnnl_success) {
+        dnnl_engine_destroy(e);
+        return;
+    }
+    c->dnnl_engine = e;
+    c->dnnl_stream = s;
+    c->dnnl_bf16 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
+#endif
+
 nnt_status cpu_scratch(cpu_ctx *c, size_t floats, float **out, nnt_error *err)
 {
     if (floats > c->scratch_floats) {
@@ -144,6 +182,9 @@ static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_err
         return st;
     }
     openblas_set_num_threads(c->threads);
+#ifdef NNT_HAVE_DNNL
+    dnnl_setup(c, isa);
+#endif
     *out = c;
     return NNT_OK;
 }
@@ -156,6 +197,11 @@ static void cpu_destroy(void *ctx)
         for (int t = 0; t < c->threads; t++) free(c->panel[t]);
     free(c->panel);
     free(c->panel_floats);
+    for (int i = 0; i < CPU_BUF_COUNT; i++) free(c->buf[i]);
+#ifdef NNT_HAVE_DNNL
+    if (c->dnnl_stream) dnnl_stream_destroy(c->dnnl_stream);
+    if (c->dnnl_engine) dnnl_engine_destroy(c->dnnl_engine);
+#endif
     free(c->scratch);
     free(c);
 }
@@ -251,7 +297,7 @@ static const nnt_backend_ops cpu_ops = {
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
     /* .header = */ NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "cpu", "0.1.0",
-                                      "reference CPU kernels (weights decoded in registers per instruction set, OpenBLAS GEMM, OpenMP)"),
+                                      "reference CPU kernels (weights decoded in registers per instruction set; oneDNN or OpenBLAS GEMM)"),
     /* .host_memory = */ 1,
     /* .create = */ cpu_create,
     /* .destroy = */ cpu_destroy,

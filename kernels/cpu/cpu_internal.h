@@ -8,15 +8,24 @@
 #include "cpu_weights.h"
 #include "nnt/nnt_backend.h"
 
+/* Buffers of the many-row products (cpu_gemm.c). */
+enum { CPU_BUF_PANEL, CPU_BUF_PANEL16, CPU_BUF_X16, CPU_BUF_COUNT };
+
 typedef struct cpu_ctx {
     int threads;
     const cpu_kernels *k; /* the instruction set's weight kernels */
     /* scratch of one op (activation rows rounded to bfloat16) */
     float *scratch;
     size_t scratch_floats;
-    /* one weight panel per thread (decoded rows for the many-row products) */
+    /* one weight panel per thread (decoded rows for the row-streaming and OpenBLAS products) */
     float **panel;
     size_t *panel_floats;
+    /* the shared panel and bfloat16 operands of the oneDNN products */
+    void *buf[CPU_BUF_COUNT];
+    size_t buf_bytes[CPU_BUF_COUNT];
+    /* oneDNN (NULL without it): its engine and stream, and whether it multiplies bfloat16 here */
+    void *dnnl_engine, *dnnl_stream;
+    int dnnl_bf16;
 } cpu_ctx;
 
 nnt_status cpu_error(nnt_error *err, nnt_status st, const char *fmt, ...)
@@ -48,6 +57,16 @@ nnt_status cpu_check(const char *op, const char *arg, const nnt_tensor *t, nnt_d
 nnt_status cpu_scratch(cpu_ctx *c, size_t floats, float **out, nnt_error *err);
 /* Makes thread t's weight panel at least `floats` long. */
 nnt_status cpu_panel(cpu_ctx *c, int t, size_t floats, float **out, nnt_error *err);
+/* Makes buffer `slot` (CPU_BUF_*) at least `bytes` long (its content is not kept). */
+nnt_status cpu_buffer(cpu_ctx *c, int slot, size_t bytes, void **out, nnt_error *err);
+
+/* cpu_gemm.c: y[M, N] = x[M, K] . w[N, K]^T for many rows of x (see the file); bf16: bfloat16
+ * products (x rounded by the caller, weight values rounded here unless exact). */
+nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y, nnt_error *err);
+/* The few-row product on weight values rounded to bfloat16 (rows decoded in small panels). */
+nnt_status cpu_gemv_rounded(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, float *y, nnt_error *err);
+/* 1 when w's decoded values are not all bfloat16 numbers (bfloat16 products round them). */
+int cpu_needs_rounding(const cpu_weight *w);
 /* The weight kernels for `want` (NULL or "auto": the widest this CPU runs). Errors:
  * NNT_ERR_CONFIG naming the option when the CPU or the build lacks the instruction set. */
 nnt_status cpu_pick_kernels(const char *want, const cpu_kernels **out, nnt_error *err);

@@ -446,9 +446,29 @@ static void k_round_bf16(const float *src, float *dst, int64_t n)
     }
 }
 
+static void k_pack_bf16(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        vf v;
+        memcpy(&v, src + i, sizeof v);
+        k_round_bf16((const float *)&v, (float *)&v, VL);
+        vh h = __builtin_convertvector((vu)v >> 16, vh);
+        memcpy(dst + i, &h, sizeof h);
+    }
+    for (; i < n; i++) {
+        float r;
+        k_round_bf16(src + i, &r, 1);
+        uint32_t u;
+        memcpy(&u, &r, 4);
+        dst[i] = (uint16_t)(u >> 16);
+    }
+}
+
 const cpu_kernels CPU_KERNELS_TABLE = {
     /* .name = */ CPU_KERNELS_NAME,
     /* .gemv = */ k_gemv,
     /* .decode = */ k_decode,
     /* .round_bf16 = */ k_round_bf16,
+    /* .pack_bf16 = */ k_pack_bf16,
 };

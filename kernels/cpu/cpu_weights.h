@@ -39,6 +39,8 @@ typedef struct cpu_kernels {
     void (*decode)(const cpu_weight *w, int64_t r0, int64_t r1, float *dst, int64_t ld);
     /* dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), as float32; dst may be src. */
     void (*round_bf16)(const float *src, float *dst, int64_t n);
+    /* dst[i] = the bfloat16 bits nearest src[i] (ties to even). */
+    void (*pack_bf16)(const float *src, uint16_t *dst, int64_t n);
 } cpu_kernels;
 
 /* Fills *out from a 2-D (or higher) weight tensor; 0 when its dtype or scales are not readable

@@ -1,0 +1,242 @@
+/* cpu_gemm.c - the cpu backend's products with more rows than the register kernels serve
+ * (prefill, experts that receive many tokens): y[M, N] = x[M, K] . w[N, K]^T with the weight in
+ * any encoding, never widened as a whole.
+ *
+ * The GEMM library was chosen by measurement (bench/gemm/bench_gemm.c, report in bench/results/):
+ * oneDNN's matmul primitive on plain row-major operands ran about twice OpenBLAS 0.3.21's sgemm
+ * on an AVX-512 CPU that OpenBLAS does not recognise (it falls back to its AVX2 kernels), and its
+ * bfloat16 matmul twice that again where the CPU has AVX512-BF16. So:
+ *   - an F32 weight in float32 goes to one matmul as it is;
+ *   - any other weight is decoded panel by panel (every thread decoding its share of a panel's
+ *     rows) into a float32 or bfloat16 panel that one matmul multiplies;
+ *   - bfloat16 products (NNT_TENSOR_BF16_PRODUCTS / _VALUES) round x, and any weight value that
+ *     is not already a bfloat16 number, to bfloat16 - as torch holds a bfloat16 copy of the
+ *     weight - and use oneDNN's bfloat16 matmul where the CPU runs one, else the float32 matmul
+ *     on those bfloat16 values (the same products, float32 accumulation either way).
+ * Without oneDNN (or when it refuses a shape), OpenBLAS's sgemm takes each thread's own panel. */
+#include <cblas.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef NNT_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#endif
+
+#include "cpu_internal.h"
+
+#define PANEL_BYTES ((size_t)4 << 20) /* a decoded panel (float32), shared by the threads */
+#define THREAD_PANEL_MAX_ROWS 256     /* OpenBLAS path: weight rows a thread decodes per sgemm */
+
+/* 1 when every value of w, decoded and scaled, is already a bfloat16 number: BF16 itself, and FP8
+ * or FP4 codes times power-of-two (E8M0) scales. */
+static int exact_in_bf16(const cpu_weight *w)
+{
+    if (w->dtype == NNT_BF16) return 1;
+    return (w->dtype == NNT_F8_E4M3 || w->dtype == NNT_F4_E2M1) && w->scale_dtype == NNT_F8_E8M0;
+}
+
+/* Rows [r0, r1) of w decoded into panel [r1 - r0, K] by the calling team, rounded to bfloat16
+ * values when `round`. */
+static void decode_rows(const cpu_ctx *c, const cpu_weight *w, int64_t r0, int64_t r1, float *panel, int round)
+{
+    const cpu_kernels *k = c->k;
+    int64_t K = w->cols, step = 8;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if ((r1 - r0) * K > 65536)
+    for (int64_t r = r0; r < r1; r += step) {
+        int64_t e = r + step < r1 ? r + step : r1;
+        k->decode(w, r, e, panel + (r - r0) * K, K);
+        if (round) k->round_bf16(panel + (r - r0) * K, panel + (r - r0) * K, (e - r) * K);
+    }
+}
+
+#ifdef NNT_HAVE_DNNL
+/* y[M, N] (rows ldy apart) = x[M, K] . w[N, K]^T, x and w of type dt (rows K apart), on oneDNN's
+ * matmul (oneDNN caches the primitive of a repeated shape). */
+static dnnl_status_t matmul(cpu_ctx *c, dnnl_data_type_t dt, const void *x, const void *w, int64_t M, int64_t N,
+                            int64_t K, float *y, int64_t ldy)
+{
+    dnnl_memory_desc_t sm, wm, dm;
+    dnnl_dims_t sd = {M, K}, ss = {K, 1}, wd = {K, N}, ws = {1, K}, dd = {M, N}, ds = {ldy, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_t a = NULL, b = NULL, o = NULL;
+    dnnl_status_t s = dnnl_memory_desc_init_by_strides(&sm, 2, sd, dt, ss);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&wm, 2, wd, dt, ws);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&dm, 2, dd, dnnl_f32, ds);
+    if (s == dnnl_success) s = dnnl_matmul_desc_init(&md, &sm, &wm, NULL, &dm);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &md, NULL, c->dnnl_engine, NULL);
+    if (s == dnnl_success) s = dnnl_primitive_create(&prim, pd);
+    if (s == dnnl_success) s = dnnl_memory_create(&a, &sm, c->dnnl_engine, (void *)x);
+    if (s == dnnl_success) s = dnnl_memory_create(&b, &wm, c->dnnl_engine, (void *)w);
+    if (s == dnnl_success) s = dnnl_memory_create(&o, &dm, c->dnnl_engine, y);
+    if (s == dnnl_success) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, o}};
+#ifdef _OPENMP
+        omp_set_num_threads(c->threads); /* oneDNN's team size */
+#endif
+        s = dnnl_primitive_execute(prim, c->dnnl_stream, 3, args);
+        if (s == dnnl_success) s = dnnl_stream_wait(c->dnnl_stream);
+    }
+    dnnl_memory_destroy(a);
+    dnnl_memory_destroy(b);
+    dnnl_memory_destroy(o);
+    dnnl_primitive_destroy(prim);
+    dnnl_primitive_desc_destroy(pd);
+    return s;
+}
+
+static nnt_status dnnl_fail(nnt_error *err, dnnl_status_t s, const char *what)
+{
+    return cpu_error(err, NNT_ERR_BACKEND, "cpu linear: oneDNN's matmul on %s failed: %s", what, dnnl_status2str(s));
+}
+
+/* The product on oneDNN; *done = 0 (and NNT_OK) when oneDNN has no matmul for it here. */
+static nnt_status gemm_dnnl(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y, int *done,
+                            nnt_error *err)
+{
+    const cpu_kernels *k = c->k;
+    int64_t N = w->rows, K = w->cols, rows = (int64_t)(PANEL_BYTES / sizeof(float)) / K;
+    rows = rows < 64 ? 64 : rows / 64 * 64;
+    if (rows > N) rows = N;
+    int round = bf16 && !exact_in_bf16(w);
+    nnt_status st;
+    dnnl_status_t s = dnnl_success;
+    *done = 0;
+    if (bf16 && c->dnnl_bf16) {
+        uint16_t *xb, *pb = NULL;
+        float *panel = NULL;
+        if ((st = cpu_buffer(c, CPU_BUF_X16, (size_t)(M * K) * 2, (void **)&xb, err)) != NNT_OK) return st;
+        if (w->dtype != NNT_BF16) {
+            if ((st = cpu_buffer(c, CPU_BUF_PANEL, (size_t)(rows * K) * sizeof(float), (void **)&panel, err)) != NNT_OK ||
+                (st = cpu_buffer(c, CPU_BUF_PANEL16, (size_t)(rows * K) * 2, (void **)&pb, err)) != NNT_OK)
+                return st;
+        }
+        k->pack_bf16(x, xb, M * K);
+        if (w->dtype == NNT_BF16 && w->rows == N) {
+            s = matmul(c, dnnl_bf16, xb, w->data, M, N, K, y, N);
+        } else {
+            for (int64_t n0 = 0; n0 < N && s == dnnl_success; n0 += rows) {
+                int64_t nr = N - n0 < rows ? N - n0 : rows;
+                decode_rows(c, w, n0, n0 + nr, panel, 0);
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+                for (int64_t r = 0; r < nr; r++) k->pack_bf16(panel + r * K, pb + r * K, K);
+                s = matmul(c, dnnl_bf16, xb, pb, M, nr, K, y + n0, N);
+            }
+        }
+        if (s != dnnl_success) return dnnl_fail(err, s, "bfloat16 operands");
+        *done = 1;
+        return NNT_OK;
+    }
+    if (w->dtype == NNT_F32 && !round) {
+        s = matmul(c, dnnl_f32, x, w->data, M, N, K, y, N);
+    } else {
+        float *panel;
+        if ((st = cpu_buffer(c, CPU_BUF_PANEL, (size_t)(rows * K) * sizeof(float), (void **)&panel, err)) != NNT_OK)
+            return st;
+        for (int64_t n0 = 0; n0 < N && s == dnnl_success; n0 += rows) {
+            int64_t nr = N - n0 < rows ? N - n0 : rows;
+            decode_rows(c, w, n0, n0 + nr, panel, round);
+            s = matmul(c, dnnl_f32, x, panel, M, nr, K, y + n0, N);
+        }
+    }
+    if (s == dnnl_unimplemented) return NNT_OK;
+    if (s != dnnl_success) return dnnl_fail(err, s, "float32 operands");
+    *done = 1;
+    return NNT_OK;
+}
+#endif
+
+/* OpenBLAS: an F32 weight in one sgemm; any other decoded by each thread into its own panel of
+ * rows for a single-threaded sgemm (called inside the parallel region, OpenBLAS's OpenMP build
+ * runs it on the calling thread). */
+static nnt_status gemm_openblas(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y,
+                                nnt_error *err)
+{
+    int64_t N = w->rows, K = w->cols;
+    int round = bf16 && !exact_in_bf16(w);
+    if (w->dtype == NNT_F32 && !round) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K,
+                    (const float *)w->data, (int)K, 0.0f, y, (int)N);
+        return NNT_OK;
+    }
+    int64_t rows = (N + c->threads - 1) / c->threads;
+    rows = (rows + 15) / 16 * 16;
+    rows = rows > THREAD_PANEL_MAX_ROWS ? THREAD_PANEL_MAX_ROWS : rows < 16 ? 16 : rows;
+    int64_t chunks = (N + rows - 1) / rows;
+    int threads = chunks < c->threads ? (int)chunks : c->threads;
+    nnt_status st;
+    for (int t = 0; t < threads; t++) {
+        float *p;
+        if ((st = cpu_panel(c, t, (size_t)(rows * K), &p, err)) != NNT_OK) return st;
+    }
+    float **panel = c->panel;
+    const cpu_kernels *k = c->k;
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef _OPENMP
+        int t = omp_get_thread_num();
+#else
+        int t = 0;
+#endif
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            int64_t n0 = ch * rows, nr = N - n0 < rows ? N - n0 : rows;
+            k->decode(w, n0, n0 + nr, panel[t], K);
+            if (round) k->round_bf16(panel[t], panel[t], nr * K);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)nr, (int)K, 1.0f, x, (int)K, panel[t],
+                        (int)K, 0.0f, y + n0, (int)N);
+        }
+    }
+    return NNT_OK;
+}
+
+nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y, nnt_error *err)
+{
+#ifdef NNT_HAVE_DNNL
+    if (c->dnnl_engine) {
+        int done = 0;
+        nnt_status st = gemm_dnnl(c, x, M, w, bf16, y, &done, err);
+        if (st != NNT_OK || done) return st;
+    }
+#endif
+    return gemm_openblas(c, x, M, w, bf16, y, err);
+}
+
+nnt_status cpu_gemv_rounded(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, float *y, nnt_error *err)
+{
+    int64_t N = w->rows, K = w->cols, rows = 16;
+    nnt_status st;
+    for (int t = 0; t < c->threads; t++) {
+        float *p;
+        if ((st = cpu_panel(c, t, (size_t)(rows * K), &p, err)) != NNT_OK) return st;
+    }
+    float **panel = c->panel;
+    const cpu_kernels *k = c->k;
+    int64_t chunks = (N + rows - 1) / rows;
+#pragma omp parallel num_threads(c->threads)
+    {
+#ifdef _OPENMP
+        int t = omp_get_thread_num();
+#else
+        int t = 0;
+#endif
+#pragma omp for schedule(static)
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            int64_t n0 = ch * rows, nr = N - n0 < rows ? N - n0 : rows;
+            k->decode(w, n0, n0 + nr, panel[t], K);
+            k->round_bf16(panel[t], panel[t], nr * K);
+            cpu_weight pw = {.data = (const uint8_t *)panel[t], .dtype = NNT_F32, .rows = nr, .cols = K,
+                             .block_rows = nr, .block_cols = K, .mat_rows = nr, .grid_rows = 1, .grid_cols = 1};
+            k->gemv(x, M, &pw, 0, nr, y + n0, N);
+        }
+    }
+    return NNT_OK;
+}
+
+int cpu_needs_rounding(const cpu_weight *w)
+{
+    return !exact_in_bf16(w);
+}
