@@ -15,6 +15,9 @@
  *   scripts/install-deps.sh --bench
  *   cmake -S . -B build && cmake --build build -j --target bench_gemm
  *   build/bench/gemm/bench_gemm --threads 2 --out gemm.md
+ * On a machine shared with other work, two threads that wait on each other lose whole scheduler
+ * ticks whenever another process holds a core, and small products then read many times too slow:
+ * add --rounds 2 --wait-quiet 1800 (bench/results/2026-11-30-gemm-1e09dd8.md was measured so).
  *
  * Options:
  *   --threads N     threads every library runs with (default 2)
