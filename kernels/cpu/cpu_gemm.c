@@ -53,7 +53,8 @@ static void decode_rows(const cpu_ctx *c, const cpu_weight *w, int64_t r0, int64
 
 #ifdef NNT_HAVE_DNNL
 /* y[M, N] (rows ldy apart) = x[M, K] . w[N, K]^T, x and w of type dt (rows K apart), on oneDNN's
- * matmul (oneDNN caches the primitive of a repeated shape). */
+ * matmul (oneDNN caches the primitive of a repeated shape). Call it with ldy = N: oneDNN 2.6
+ * serves a strided destination with a slower, poorly threaded kernel (measured 3-4x slower). */
 static dnnl_status_t matmul(cpu_ctx *c, dnnl_data_type_t dt, const void *x, const void *w, int64_t M, int64_t N,
                             int64_t K, float *y, int64_t ldy)
 {
@@ -93,6 +94,19 @@ static nnt_status dnnl_fail(nnt_error *err, dnnl_status_t s, const char *what)
     return cpu_error(err, NNT_ERR_BACKEND, "cpu linear: oneDNN's matmul on %s failed: %s", what, dnnl_status2str(s));
 }
 
+/* One panel's product into its columns [n0, n0 + nr) of y [M, N]: through the contiguous tile
+ * `out` [M, nr] unless the panel is the whole weight. */
+static dnnl_status_t panel_product(cpu_ctx *c, dnnl_data_type_t dt, const void *x, const void *panel, int64_t M,
+                                   int64_t nr, int64_t K, float *y, int64_t n0, int64_t N, float *out)
+{
+    if (nr == N) return matmul(c, dt, x, panel, M, nr, K, y, N);
+    dnnl_status_t s = matmul(c, dt, x, panel, M, nr, K, out, nr);
+    if (s != dnnl_success) return s;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * nr > 65536)
+    for (int64_t m = 0; m < M; m++) memcpy(y + m * N + n0, out + m * nr, (size_t)nr * sizeof *y);
+    return dnnl_success;
+}
+
 /* The product on oneDNN; *done = 0 (and NNT_OK) when oneDNN has no matmul for it here. */
 static nnt_status gemm_dnnl(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y, int *done,
                             nnt_error *err)
@@ -104,7 +118,10 @@ static nnt_status gemm_dnnl(cpu_ctx *c, const float *x, int64_t M, const cpu_wei
     int round = bf16 && !exact_in_bf16(w);
     nnt_status st;
     dnnl_status_t s = dnnl_success;
+    float *out = NULL;
     *done = 0;
+    if (rows < N && (st = cpu_buffer(c, CPU_BUF_OUT, (size_t)(M * rows) * sizeof(float), (void **)&out, err)) != NNT_OK)
+        return st;
     if (bf16 && c->dnnl_bf16) {
         uint16_t *xb, *pb = NULL;
         float *panel = NULL;
@@ -123,7 +140,7 @@ static nnt_status gemm_dnnl(cpu_ctx *c, const float *x, int64_t M, const cpu_wei
                 decode_rows(c, w, n0, n0 + nr, panel, 0);
 #pragma omp parallel for num_threads(c->threads) schedule(static)
                 for (int64_t r = 0; r < nr; r++) k->pack_bf16(panel + r * K, pb + r * K, K);
-                s = matmul(c, dnnl_bf16, xb, pb, M, nr, K, y + n0, N);
+                s = panel_product(c, dnnl_bf16, xb, pb, M, nr, K, y, n0, N, out);
             }
         }
         if (s != dnnl_success) return dnnl_fail(err, s, "bfloat16 operands");
@@ -139,7 +156,7 @@ static nnt_status gemm_dnnl(cpu_ctx *c, const float *x, int64_t M, const cpu_wei
         for (int64_t n0 = 0; n0 < N && s == dnnl_success; n0 += rows) {
             int64_t nr = N - n0 < rows ? N - n0 : rows;
             decode_rows(c, w, n0, n0 + nr, panel, round);
-            s = matmul(c, dnnl_f32, x, panel, M, nr, K, y + n0, N);
+            s = panel_product(c, dnnl_f32, x, panel, M, nr, K, y, n0, N, out);
         }
     }
     if (s == dnnl_unimplemented) return NNT_OK;
@@ -203,37 +220,6 @@ nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, 
     }
 #endif
     return gemm_openblas(c, x, M, w, bf16, y, err);
-}
-
-nnt_status cpu_gemv_rounded(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, float *y, nnt_error *err)
-{
-    int64_t N = w->rows, K = w->cols, rows = 16;
-    nnt_status st;
-    for (int t = 0; t < c->threads; t++) {
-        float *p;
-        if ((st = cpu_panel(c, t, (size_t)(rows * K), &p, err)) != NNT_OK) return st;
-    }
-    float **panel = c->panel;
-    const cpu_kernels *k = c->k;
-    int64_t chunks = (N + rows - 1) / rows;
-#pragma omp parallel num_threads(c->threads)
-    {
-#ifdef _OPENMP
-        int t = omp_get_thread_num();
-#else
-        int t = 0;
-#endif
-#pragma omp for schedule(static)
-        for (int64_t ch = 0; ch < chunks; ch++) {
-            int64_t n0 = ch * rows, nr = N - n0 < rows ? N - n0 : rows;
-            k->decode(w, n0, n0 + nr, panel[t], K);
-            k->round_bf16(panel[t], panel[t], nr * K);
-            cpu_weight pw = {.data = (const uint8_t *)panel[t], .dtype = NNT_F32, .rows = nr, .cols = K,
-                             .block_rows = nr, .block_cols = K, .mat_rows = nr, .grid_rows = 1, .grid_cols = 1};
-            k->gemv(x, M, &pw, 0, nr, y + n0, N);
-        }
-    }
-    return NNT_OK;
 }
 
 int cpu_needs_rounding(const cpu_weight *w)

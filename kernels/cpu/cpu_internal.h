@@ -9,7 +9,7 @@
 #include "nnt/nnt_backend.h"
 
 /* Buffers of the many-row products (cpu_gemm.c). */
-enum { CPU_BUF_PANEL, CPU_BUF_PANEL16, CPU_BUF_X16, CPU_BUF_COUNT };
+enum { CPU_BUF_PANEL, CPU_BUF_PANEL16, CPU_BUF_X16, CPU_BUF_OUT, CPU_BUF_COUNT };
 
 typedef struct cpu_ctx {
     int threads;
@@ -63,8 +63,6 @@ nnt_status cpu_buffer(cpu_ctx *c, int slot, size_t bytes, void **out, nnt_error 
 /* cpu_gemm.c: y[M, N] = x[M, K] . w[N, K]^T for many rows of x (see the file); bf16: bfloat16
  * products (x rounded by the caller, weight values rounded here unless exact). */
 nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y, nnt_error *err);
-/* The few-row product on weight values rounded to bfloat16 (rows decoded in small panels). */
-nnt_status cpu_gemv_rounded(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, float *y, nnt_error *err);
 /* 1 when w's decoded values are not all bfloat16 numbers (bfloat16 products round them). */
 int cpu_needs_rounding(const cpu_weight *w);
 /* The weight kernels for `want` (NULL or "auto": the widest this CPU runs). Errors:

@@ -302,12 +302,28 @@ INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
     return w->data + nnt_dtype_span(w->dtype, r * w->cols);
 }
 
+/* to the nearest bfloat16 (ties to even); finite values (weights) */
+INLINE vf round_vec(vf v)
+{
+    vu u = (vu)v;
+    return (vf)((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+INLINE float round1(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* ---- few-row products: rows n .. n + R of w against rows 0 .. M of x, y[m * ldy + n + r] ----
  * Each column block accumulates x . codes in registers, then adds the block's sum times its
  * scale; R weight rows (with M = 1) or M rows of x keep several accumulation chains going. */
 #define DEFINE_TILE(T)                                                                                              \
     INLINE void tile_##T(const float *x, const cpu_weight *w, int64_t n, float *y, int64_t ldy, const int M,         \
-                         const int R)                                                                               \
+                         const int R, const int RND)                                                                \
     {                                                                                                               \
         const int64_t K = w->cols, bc = w->block_cols, nb = (K + bc - 1) / bc;                                      \
         const uint8_t *row[4], *srow[4];                                                                            \
@@ -325,7 +341,8 @@ INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
         for (int64_t cb = 0; cb < nb; cb++) {                                                                       \
             int64_t c = cb * bc, c1 = c + bc < K ? c + bc : K;                                                      \
             vf b[CPU_FEW_ROWS][4];                                                                                  \
-            float t[CPU_FEW_ROWS][4];                                                                               \
+            float t[CPU_FEW_ROWS][4], s[4];                                                                         \
+            for (int r = 0; r < R; r++) s[r] = scale_get(w, srow[r], cb, RAW_##T);                                  \
             for (int m = 0; m < M; m++)                                                                             \
                 for (int r = 0; r < R; r++) {                                                                       \
                     b[m][r] = (vf){0};                                                                              \
@@ -333,7 +350,10 @@ INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
                 }                                                                                                   \
             for (; c + VL <= c1; c += VL) {                                                                         \
                 vf wv[4];                                                                                           \
-                for (int r = 0; r < R; r++) wv[r] = ld_##T(row[r], c);                                              \
+                for (int r = 0; r < R; r++) {                                                                       \
+                    wv[r] = ld_##T(row[r], c);                                                                      \
+                    if (RND) wv[r] = round_vec(wv[r] * s[r]);                                                       \
+                }                                                                                                   \
                 for (int m = 0; m < M; m++) {                                                                       \
                     vf xv = loadf(x + m * K + c);                                                                   \
                     for (int r = 0; r < R; r++) b[m][r] += xv * wv[r];                                              \
@@ -342,40 +362,49 @@ INLINE const uint8_t *row_at(const cpu_weight *w, int64_t r)
             for (; c < c1; c++)                                                                                     \
                 for (int r = 0; r < R; r++) {                                                                       \
                     float wr = d1_##T(row[r], c);                                                                   \
+                    if (RND) wr = round1(wr * s[r]);                                                                \
                     for (int m = 0; m < M; m++) t[m][r] += x[m * K + c] * wr;                                       \
                 }                                                                                                   \
-            for (int r = 0; r < R; r++) {                                                                           \
-                float s = scale_get(w, srow[r], cb, RAW_##T);                                                       \
+            for (int r = 0; r < R; r++)                                                                             \
                 for (int m = 0; m < M; m++) {                                                                       \
-                    acc[m][r] += b[m][r] * s;                                                                       \
-                    tacc[m][r] += t[m][r] * s;                                                                      \
+                    acc[m][r] += RND ? b[m][r] : b[m][r] * s[r];                                                    \
+                    tacc[m][r] += RND ? t[m][r] : t[m][r] * s[r];                                                   \
                 }                                                                                                   \
-            }                                                                                                       \
         }                                                                                                           \
         for (int m = 0; m < M; m++)                                                                                 \
             for (int r = 0; r < R; r++) y[m * ldy + n + r] = hsum(acc[m][r]) + tacc[m][r];                          \
     }                                                                                                               \
                                                                                                                     \
-    static void gemv_##T(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y,           \
-                         int64_t ldy)                                                                               \
+    INLINE void rows_##T(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y,          \
+                         int64_t ldy, const int RND)                                                                \
     {                                                                                                               \
         int64_t n = n0;                                                                                             \
         switch (M) {                                                                                                \
         case 1:                                                                                                     \
-            for (; n + 4 <= n1; n += 4) tile_##T(x, w, n, y, ldy, 1, 4);                                            \
-            for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 1, 1);                                                    \
+            for (; n + 4 <= n1; n += 4) tile_##T(x, w, n, y, ldy, 1, 4, RND);                                       \
+            for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 1, 1, RND);                                               \
             break;                                                                                                  \
         case 2:                                                                                                     \
-            for (; n + 2 <= n1; n += 2) tile_##T(x, w, n, y, ldy, 2, 2);                                            \
-            for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 2, 1);                                                    \
+            for (; n + 2 <= n1; n += 2) tile_##T(x, w, n, y, ldy, 2, 2, RND);                                       \
+            for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 2, 1, RND);                                               \
             break;                                                                                                  \
-        case 3: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 3, 1); break;                                         \
-        case 4: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 4, 1); break;                                         \
-        case 5: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 5, 1); break;                                         \
-        case 6: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 6, 1); break;                                         \
-        case 7: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 7, 1); break;                                         \
-        default: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 8, 1); break;                                        \
+        case 3: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 3, 1, RND); break;                                    \
+        case 4: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 4, 1, RND); break;                                    \
+        case 5: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 5, 1, RND); break;                                    \
+        case 6: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 6, 1, RND); break;                                    \
+        case 7: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 7, 1, RND); break;                                    \
+        default: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 8, 1, RND); break;                                   \
         }                                                                                                           \
+    }                                                                                                               \
+                                                                                                                    \
+    /* rnd: each decoded, scaled weight rounded to bfloat16 first (bfloat16 products) */                            \
+    static void gemv_##T(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y,           \
+                         int64_t ldy, int rnd)                                                                      \
+    {                                                                                                               \
+        if (rnd)                                                                                                    \
+            rows_##T(x, M, w, n0, n1, y, ldy, 1);                                                                   \
+        else                                                                                                        \
+            rows_##T(x, M, w, n0, n1, y, ldy, 0);                                                                   \
     }                                                                                                               \
                                                                                                                     \
     /* rows r0 .. r1 decoded and scaled into dst [r1 - r0, ld] */                                                   \
@@ -403,14 +432,15 @@ DEFINE_TILE(f16)
 DEFINE_TILE(fp8)
 DEFINE_TILE(fp4)
 
-static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy)
+static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy,
+                   int rnd)
 {
     switch (w->dtype) {
-    case NNT_F32: gemv_f32(x, M, w, n0, n1, y, ldy); break;
-    case NNT_BF16: gemv_bf16(x, M, w, n0, n1, y, ldy); break;
-    case NNT_F16: gemv_f16(x, M, w, n0, n1, y, ldy); break;
-    case NNT_F8_E4M3: gemv_fp8(x, M, w, n0, n1, y, ldy); break;
-    default: gemv_fp4(x, M, w, n0, n1, y, ldy); break;
+    case NNT_F32: gemv_f32(x, M, w, n0, n1, y, ldy, rnd); break;
+    case NNT_BF16: gemv_bf16(x, M, w, n0, n1, y, ldy, 0); break; /* already bfloat16 numbers */
+    case NNT_F16: gemv_f16(x, M, w, n0, n1, y, ldy, rnd); break;
+    case NNT_F8_E4M3: gemv_fp8(x, M, w, n0, n1, y, ldy, rnd); break;
+    default: gemv_fp4(x, M, w, n0, n1, y, ldy, rnd); break;
     }
 }
 

@@ -44,18 +44,17 @@ nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_t
         c->k->round_bf16(xd, xr, M * K);
         xd = xr;
     }
-    if (M <= CPU_FEW_ROWS && bf16 && cpu_needs_rounding(&wv)) {
-        /* bfloat16 products on a weight whose values are not bfloat16 numbers: the values
-         * rounded first, as torch's bfloat16 copy of the weight holds them */
-        if ((st = cpu_gemv_rounded(c, xd, M, &wv, yd, err)) != NNT_OK) return st;
-    } else if (M <= CPU_FEW_ROWS) {
-        /* each thread streams its own block of weight rows (a multiple of 4: the kernels' tile) */
+    if (M <= CPU_FEW_ROWS) {
+        /* each thread streams its own block of weight rows (a multiple of 4: the kernels' tile);
+         * bfloat16 products on a weight whose values are not bfloat16 numbers round each value
+         * first, as torch's bfloat16 copy of the weight holds it */
         int64_t chunk = ((N + c->threads - 1) / c->threads + 3) / 4 * 4;
+        int rnd = bf16 && cpu_needs_rounding(&wv);
         const cpu_kernels *k = c->k;
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (N * K > 65536)
         for (int t = 0; t < c->threads; t++) {
             int64_t n0 = t * chunk, n1 = n0 + chunk < N ? n0 + chunk : N;
-            if (n0 < n1) k->gemv(xd, M, &wv, n0, n1, yd, N);
+            if (n0 < n1) k->gemv(xd, M, &wv, n0, n1, yd, N, rnd);
         }
     } else if ((st = cpu_gemm(c, xd, M, &wv, bf16, yd, err)) != NNT_OK) {
         return st;

@@ -33,8 +33,10 @@ typedef struct cpu_weight {
 typedef struct cpu_kernels {
     const char *name; /* "avx512", "avx2", "sse2", "neon", "portable" */
     /* y[m * ldy + n] = sum_k x[m * K + k] * w[n, k] for m < M <= CPU_FEW_ROWS and weight rows
-     * n in [n0, n1); K = w->cols. */
-    void (*gemv)(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy);
+     * n in [n0, n1); K = w->cols. rnd: each decoded, scaled weight value rounded to bfloat16
+     * first (bfloat16 products on a weight whose values are not bfloat16 numbers). */
+    void (*gemv)(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy,
+                 int rnd);
     /* dst[(r - r0) * ld + c] = w[r, c] decoded and scaled, float32, for r in [r0, r1). */
     void (*decode)(const cpu_weight *w, int64_t r0, int64_t r1, float *dst, int64_t ld);
     /* dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), as float32; dst may be src. */
