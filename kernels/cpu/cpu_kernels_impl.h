@@ -51,6 +51,9 @@ typedef int16_t vsh __attribute__((vector_size(VL * 2)));
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
+#ifndef PF_ROWS
+#define PF_ROWS 8
+#endif
 
 INLINE vf loadf(const float *p)
 {
@@ -351,6 +354,7 @@ INLINE float round1(float f)
             for (; c + VL <= c1; c += VL) {                                                                         \
                 vf wv[4];                                                                                           \
                 for (int r = 0; r < R; r++) {                                                                       \
+                    __builtin_prefetch(row[r] + nnt_dtype_span(w->dtype, PF_ROWS * K + c), 0, 0);                   \
                     wv[r] = ld_##T(row[r], c);                                                                      \
                     if (RND) wv[r] = round_vec(wv[r] * s[r]);                                                       \
                 }                                                                                                   \
