@@ -128,6 +128,7 @@ nnt_status cpu_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_t
     const float *sd = s->data;
     float *pd = p->data;
     int shifted = cpu_bf16(p) && (p->flags & NNT_TENSOR_BF16_SHIFTED); /* R(s - max) before exp */
+    const cpu_kernels *k = c->k;
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
@@ -141,11 +142,9 @@ nnt_status cpu_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_t
                     continue;
                 }
                 double sum = sinks ? exp(shifted ? (double)cpu_r16(cpu_r16(sinks[h]) - mx) : (double)sinks[h] - mx) : 0.0;
-                for (int64_t j = 0; j < S; j++) {
-                    float e = row[j] == -INFINITY ? 0.0f : expf(shifted ? cpu_r16(row[j] - mx) : row[j] - mx);
-                    out[j] = e;
-                    sum += e;
-                }
+                for (int64_t j = 0; j < S; j++) out[j] = shifted ? cpu_r16(row[j] - mx) : row[j] - mx; /* -inf stays */
+                k->exp(out, out, S);
+                for (int64_t j = 0; j < S; j++) sum += out[j];
                 float inv = (float)(1.0 / sum);
                 for (int64_t j = 0; j < S; j++) out[j] *= inv;
             }

@@ -160,21 +160,31 @@ nnt_status cpu_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, f
     const float *g = gate ? gate->data : NULL, *u = up->data;
     float *a = act ? act->data : NULL, *o = out->data;
     int r16 = cpu_bf16(out); /* torch: silu's result rounded, then the product rounded */
+    const cpu_kernels *k = c->k;
+    enum { CHUNK = 512 };
 #pragma omp parallel for num_threads(c->threads) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float uv = u[i];
-        if (limit > 0.0f) uv = uv < -limit ? -limit : uv > limit ? limit : uv;
-        float s;
-        if (g) {
-            float gv = g[i];
-            if (limit > 0.0f) gv = gv < limit ? gv : limit;
-            s = gv / (1.0f + expf(-gv));
-            if (r16) s = cpu_r16(s);
-            if (a) a[i] = s;
-        } else {
-            s = a[i];
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        int64_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        float e[CHUNK];
+        if (g) { /* e^-gate for the chunk, vectorised */
+            for (int64_t i = i0; i < i1; i++) e[i - i0] = -(limit > 0.0f && g[i] > limit ? limit : g[i]);
+            k->exp(e, e, i1 - i0);
         }
-        o[i] = r16 ? cpu_r16(s * uv) : s * uv;
+        for (int64_t i = i0; i < i1; i++) {
+            float uv = u[i];
+            if (limit > 0.0f) uv = uv < -limit ? -limit : uv > limit ? limit : uv;
+            float s;
+            if (g) {
+                float gv = g[i];
+                if (limit > 0.0f) gv = gv < limit ? gv : limit;
+                s = gv / (1.0f + e[i - i0]);
+                if (r16) s = cpu_r16(s);
+                if (a) a[i] = s;
+            } else {
+                s = a[i];
+            }
+            o[i] = r16 ? cpu_r16(s * uv) : s * uv;
+        }
     }
     return NNT_OK;
 }

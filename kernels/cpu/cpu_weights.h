@@ -43,6 +43,9 @@ typedef struct cpu_kernels {
     void (*round_bf16)(const float *src, float *dst, int64_t n);
     /* dst[i] = the bfloat16 bits nearest src[i] (ties to even). */
     void (*pack_bf16)(const float *src, uint16_t *dst, int64_t n);
+    /* dst[i] = e^src[i] within two units in the last place (0 below -87.3, infinity above
+     * 88.7, -infinity gives 0); dst may be src. */
+    void (*exp)(const float *src, float *dst, int64_t n);
 } cpu_kernels;
 
 /* Fills *out from a 2-D (or higher) weight tensor; 0 when its dtype or scales are not readable
