@@ -2,6 +2,7 @@
  * softmax with an optional sink column, and the value mix. */
 #include <cblas.h>
 #include <math.h>
+#include <string.h>
 
 #include "cpu_internal.h"
 
@@ -83,6 +84,23 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
     const float *qd = q->data, *kd = k->data;
     float *sd = s->data;
     int r16 = cpu_bf16(s); /* torch: the product rounded, then its scaling rounded */
+    if (T >= 8) { /* every head's block of queries in one batched product (oneDNN), then the mask */
+        int done = 0;
+        if ((st = cpu_bmm(c, r16, B * Hkv, group * T, S, D, qd, kd, 1, sd, &done, err)) != NNT_OK) return st;
+        if (done) {
+#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < Hq; h++)
+                    for (int64_t t = 0; t < T; t++) {
+                        float *row = sd + ((b * Hq + h) * T + t) * S;
+                        for (int64_t j = 0; j < S; j++)
+                            row[j] = mask && !visible(mask, b, t, j, T, S) ? -INFINITY
+                                     : r16                                  ? cpu_r16(cpu_r16(row[j]) * scale)
+                                                                            : row[j] * scale;
+                    }
+            return NNT_OK;
+        }
+    }
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
@@ -168,6 +186,22 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
     int64_t group = Hq / Hkv;
     const float *pd = p->data, *vd = v->data;
     float *od = o->data;
+    if (T >= 8) { /* one batched product into [B, Hq, T, Dv] (oneDNN), then heads moved after tokens */
+        float *tmp;
+        int done = 0;
+        if ((st = cpu_buffer(c, CPU_BUF_ATTN, (size_t)(B * Hq * T * Dv) * sizeof(float), (void **)&tmp, err)) != NNT_OK)
+            return st;
+        if ((st = cpu_bmm(c, cpu_bf16(o), B * Hkv, group * T, Dv, S, pd, vd, 0, tmp, &done, err)) != NNT_OK) return st;
+        if (done) {
+#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t h = 0; h < Hq; h++)
+                        memcpy(od + ((b * T + t) * Hq + h) * Dv, tmp + ((b * Hq + h) * T + t) * Dv, (size_t)Dv * sizeof(float));
+            cpu_round_result(c, o);
+            return NNT_OK;
+        }
+    }
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)Dv, (int)S, 1.0f,

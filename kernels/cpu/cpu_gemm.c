@@ -55,18 +55,27 @@ static void decode_rows(const cpu_ctx *c, const cpu_weight *w, int64_t r0, int64
 /* y[M, N] (rows ldy apart) = x[M, K] . w[N, K]^T, x and w of type dt (rows K apart), on oneDNN's
  * matmul (oneDNN caches the primitive of a repeated shape). Call it with ldy = N: oneDNN 2.6
  * serves a strided destination with a slower, poorly threaded kernel (measured 3-4x slower). */
-static dnnl_status_t matmul(cpu_ctx *c, dnnl_data_type_t dt, const void *x, const void *w, int64_t M, int64_t N,
-                            int64_t K, float *y, int64_t ldy)
+/* The batched form: `batch` products, x [M, K] and y [M, N] contiguous per product (batch
+ * strides M K and M N), w [N, K] per product when wt (w^T multiplies), else [K, N]; batch stride
+ * of w N K. */
+static dnnl_status_t bmatmul(cpu_ctx *c, dnnl_data_type_t dt, int64_t batch, const void *x, const void *w, int wt,
+                             int64_t M, int64_t N, int64_t K, float *y, int64_t ldy)
 {
     dnnl_memory_desc_t sm, wm, dm;
-    dnnl_dims_t sd = {M, K}, ss = {K, 1}, wd = {K, N}, ws = {1, K}, dd = {M, N}, ds = {ldy, 1};
+    dnnl_dims_t sd = {batch, M, K}, ss = {M * K, K, 1}, wd = {batch, K, N}, dd = {batch, M, N}, ds = {M * ldy, ldy, 1};
+    dnnl_dims_t ws = {N * K, 1, K};
+    if (!wt) {
+        ws[1] = N;
+        ws[2] = 1;
+    }
+    int nd = batch > 1 ? 3 : 2, o1 = batch > 1 ? 0 : 1; /* two dimensions for one product */
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t prim = NULL;
     dnnl_memory_t a = NULL, b = NULL, o = NULL;
-    dnnl_status_t s = dnnl_memory_desc_init_by_strides(&sm, 2, sd, dt, ss);
-    if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&wm, 2, wd, dt, ws);
-    if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&dm, 2, dd, dnnl_f32, ds);
+    dnnl_status_t s = dnnl_memory_desc_init_by_strides(&sm, nd, sd + o1, dt, ss + o1);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&wm, nd, wd + o1, dt, ws + o1);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&dm, nd, dd + o1, dnnl_f32, ds + o1);
     if (s == dnnl_success) s = dnnl_matmul_desc_init(&md, &sm, &wm, NULL, &dm);
     if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &md, NULL, c->dnnl_engine, NULL);
     if (s == dnnl_success) s = dnnl_primitive_create(&prim, pd);
@@ -87,6 +96,12 @@ static dnnl_status_t matmul(cpu_ctx *c, dnnl_data_type_t dt, const void *x, cons
     dnnl_primitive_destroy(prim);
     dnnl_primitive_desc_destroy(pd);
     return s;
+}
+
+static dnnl_status_t matmul(cpu_ctx *c, dnnl_data_type_t dt, const void *x, const void *w, int64_t M, int64_t N,
+                            int64_t K, float *y, int64_t ldy)
+{
+    return bmatmul(c, dt, 1, x, w, 1, M, N, K, y, ldy);
 }
 
 static nnt_status dnnl_fail(nnt_error *err, dnnl_status_t s, const char *what)
@@ -124,22 +139,22 @@ static nnt_status gemm_dnnl(cpu_ctx *c, const float *x, int64_t M, const cpu_wei
         return st;
     if (bf16 && c->dnnl_bf16) {
         uint16_t *xb, *pb = NULL;
-        float *panel = NULL;
         if ((st = cpu_buffer(c, CPU_BUF_X16, (size_t)(M * K) * 2, (void **)&xb, err)) != NNT_OK) return st;
-        if (w->dtype != NNT_BF16) {
-            if ((st = cpu_buffer(c, CPU_BUF_PANEL, (size_t)(rows * K) * sizeof(float), (void **)&panel, err)) != NNT_OK ||
-                (st = cpu_buffer(c, CPU_BUF_PANEL16, (size_t)(rows * K) * 2, (void **)&pb, err)) != NNT_OK)
-                return st;
-        }
-        k->pack_bf16(x, xb, M * K);
-        if (w->dtype == NNT_BF16 && w->rows == N) {
+        if (w->dtype != NNT_BF16 &&
+            (st = cpu_buffer(c, CPU_BUF_PANEL16, (size_t)(rows * K) * 2, (void **)&pb, err)) != NNT_OK)
+            return st;
+        int64_t step = 65536;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * K > step)
+        for (int64_t i = 0; i < M * K; i += step) k->pack_bf16(x + i, xb + i, M * K - i < step ? M * K - i : step);
+        if (w->dtype == NNT_BF16) {
             s = matmul(c, dnnl_bf16, xb, w->data, M, N, K, y, N);
         } else {
             for (int64_t n0 = 0; n0 < N && s == dnnl_success; n0 += rows) {
-                int64_t nr = N - n0 < rows ? N - n0 : rows;
-                decode_rows(c, w, n0, n0 + nr, panel, 0);
-#pragma omp parallel for num_threads(c->threads) schedule(static)
-                for (int64_t r = 0; r < nr; r++) k->pack_bf16(panel + r * K, pb + r * K, K);
+                int64_t nr = N - n0 < rows ? N - n0 : rows, per = 8;
+                /* decoded, scaled and rounded to bfloat16 in registers, rows shared by the team */
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (nr * K > 65536)
+                for (int64_t r = 0; r < nr; r += per)
+                    k->decode_bf16(w, n0 + r, n0 + (r + per < nr ? r + per : nr), pb + r * K, K);
                 s = panel_product(c, dnnl_bf16, xb, pb, M, nr, K, y, n0, N, out);
             }
         }
@@ -220,6 +235,43 @@ nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, 
     }
 #endif
     return gemm_openblas(c, x, M, w, bf16, y, err);
+}
+
+nnt_status cpu_bmm(cpu_ctx *c, int bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const float *x,
+                   const float *w, int wt, float *y, int *done, nnt_error *err)
+{
+    *done = 0;
+#ifdef NNT_HAVE_DNNL
+    if (!c->dnnl_engine) return NNT_OK;
+    dnnl_status_t s;
+    if (bf16 && c->dnnl_bf16) {
+        uint16_t *xb, *wb;
+        nnt_status st;
+        if ((st = cpu_buffer(c, CPU_BUF_X16, (size_t)(batch * M * K) * 2, (void **)&xb, err)) != NNT_OK ||
+            (st = cpu_buffer(c, CPU_BUF_PANEL16, (size_t)(batch * N * K) * 2, (void **)&wb, err)) != NNT_OK)
+            return st;
+        const cpu_kernels *k = c->k;
+        int64_t nx = batch * M * K, nw = batch * N * K, step = 65536, cx = (nx + step - 1) / step,
+                cw = (nw + step - 1) / step;
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+        for (int64_t ch = 0; ch < cx + cw; ch++) {
+            int64_t i = (ch < cx ? ch : ch - cx) * step, n = ch < cx ? nx : nw;
+            if (ch < cx)
+                k->pack_bf16(x + i, xb + i, n - i < step ? n - i : step);
+            else
+                k->pack_bf16(w + i, wb + i, n - i < step ? n - i : step);
+        }
+        s = bmatmul(c, dnnl_bf16, batch, xb, wb, wt, M, N, K, y, N);
+    } else {
+        s = bmatmul(c, dnnl_f32, batch, x, w, wt, M, N, K, y, N);
+    }
+    if (s == dnnl_unimplemented) return NNT_OK;
+    if (s != dnnl_success) return dnnl_fail(err, s, "attention operands");
+    *done = 1;
+#else
+    (void)c, (void)bf16, (void)batch, (void)M, (void)N, (void)K, (void)x, (void)w, (void)wt, (void)y, (void)err;
+#endif
+    return NNT_OK;
 }
 
 int cpu_needs_rounding(const cpu_weight *w)

@@ -9,7 +9,7 @@
 #include "nnt/nnt_backend.h"
 
 /* Buffers of the many-row products (cpu_gemm.c). */
-enum { CPU_BUF_PANEL, CPU_BUF_PANEL16, CPU_BUF_X16, CPU_BUF_OUT, CPU_BUF_COUNT };
+enum { CPU_BUF_PANEL, CPU_BUF_PANEL16, CPU_BUF_X16, CPU_BUF_OUT, CPU_BUF_ATTN, CPU_BUF_COUNT };
 
 typedef struct cpu_ctx {
     int threads;
@@ -63,6 +63,11 @@ nnt_status cpu_buffer(cpu_ctx *c, int slot, size_t bytes, void **out, nnt_error 
 /* cpu_gemm.c: y[M, N] = x[M, K] . w[N, K]^T for many rows of x (see the file); bf16: bfloat16
  * products (x rounded by the caller, weight values rounded here unless exact). */
 nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y, nnt_error *err);
+/* y[b] = x[b] . w[b]^T (wt) or x[b] . w[b] for `batch` contiguous products of x [M, K], w [N, K]
+ * or [K, N] and y [M, N] (attention's per-head products) on oneDNN, in bfloat16 when bf16 (the
+ * operands then hold bfloat16 values). *done = 0 without oneDNN: the caller computes it. */
+nnt_status cpu_bmm(cpu_ctx *c, int bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const float *x,
+                   const float *w, int wt, float *y, int *done, nnt_error *err);
 /* 1 when w's decoded values are not all bfloat16 numbers (bfloat16 products round them). */
 int cpu_needs_rounding(const cpu_weight *w);
 /* The weight kernels for `want` (NULL or "auto": the widest this CPU runs). Errors:

@@ -429,6 +429,30 @@ INLINE float round1(float f)
                 for (; c < c1; c++) d[c] = d1_##T(row, c) * s;                                                      \
             }                                                                                                       \
         }                                                                                                           \
+    }                                                                                                               \
+                                                                                                                    \
+    /* rows r0 .. r1 decoded, scaled and rounded to bfloat16 bits into dst [r1 - r0, ld] */                         \
+    static void decode16_##T(const cpu_weight *w, int64_t r0, int64_t r1, uint16_t *dst, int64_t ld)                \
+    {                                                                                                               \
+        const int64_t K = w->cols, bc = w->block_cols, nb = (K + bc - 1) / bc;                                      \
+        for (int64_t r = r0; r < r1; r++) {                                                                         \
+            const uint8_t *row = row_at(w, r), *srow = scale_row(w, r);                                             \
+            uint16_t *d = dst + (r - r0) * ld;                                                                      \
+            for (int64_t cb = 0; cb < nb; cb++) {                                                                   \
+                int64_t c = cb * bc, c1 = c + bc < K ? c + bc : K;                                                  \
+                float s = scale_get(w, srow, cb, RAW_##T);                                                          \
+                for (; c + VL <= c1; c += VL) {                                                                     \
+                    vh h = __builtin_convertvector((vu)round_vec(ld_##T(row, c) * s) >> 16, vh);                    \
+                    memcpy(d + c, &h, sizeof h);                                                                    \
+                }                                                                                                   \
+                for (; c < c1; c++) {                                                                               \
+                    float v = round1(d1_##T(row, c) * s);                                                           \
+                    uint32_t u;                                                                                     \
+                    memcpy(&u, &v, 4);                                                                              \
+                    d[c] = (uint16_t)(u >> 16);                                                                     \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
     }
 
 DEFINE_TILE(f32)
@@ -446,6 +470,17 @@ static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, i
     case NNT_F16: gemv_f16(x, M, w, n0, n1, y, ldy, rnd); break;
     case NNT_F8_E4M3: gemv_fp8(x, M, w, n0, n1, y, ldy, rnd); break;
     default: gemv_fp4(x, M, w, n0, n1, y, ldy, rnd); break;
+    }
+}
+
+static void k_decode16(const cpu_weight *w, int64_t r0, int64_t r1, uint16_t *dst, int64_t ld)
+{
+    switch (w->dtype) {
+    case NNT_F32: decode16_f32(w, r0, r1, dst, ld); break;
+    case NNT_BF16: decode16_bf16(w, r0, r1, dst, ld); break;
+    case NNT_F16: decode16_f16(w, r0, r1, dst, ld); break;
+    case NNT_F8_E4M3: decode16_fp8(w, r0, r1, dst, ld); break;
+    default: decode16_fp4(w, r0, r1, dst, ld); break;
     }
 }
 
@@ -527,10 +562,12 @@ static void k_pack_bf16(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + VL <= n; i += VL) {
-        vf v;
-        memcpy(&v, src + i, sizeof v);
-        k_round_bf16((const float *)&v, (float *)&v, VL);
-        vh h = __builtin_convertvector((vu)v >> 16, vh);
+        vu u;
+        memcpy(&u, src + i, sizeof u);
+        vu r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+        r = (r & ~nan) | ((u | 0x00400000u) & 0xffff0000u & nan);
+        vh h = __builtin_convertvector(r >> 16, vh);
         memcpy(dst + i, &h, sizeof h);
     }
     for (; i < n; i++) {
@@ -548,5 +585,6 @@ const cpu_kernels CPU_KERNELS_TABLE = {
     /* .decode = */ k_decode,
     /* .round_bf16 = */ k_round_bf16,
     /* .pack_bf16 = */ k_pack_bf16,
+    /* .decode_bf16 = */ k_decode16,
     /* .exp = */ k_exp,
 };

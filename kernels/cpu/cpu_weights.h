@@ -43,6 +43,8 @@ typedef struct cpu_kernels {
     void (*round_bf16)(const float *src, float *dst, int64_t n);
     /* dst[i] = the bfloat16 bits nearest src[i] (ties to even). */
     void (*pack_bf16)(const float *src, uint16_t *dst, int64_t n);
+    /* As decode, into the bfloat16 bits nearest each decoded, scaled value. */
+    void (*decode_bf16)(const cpu_weight *w, int64_t r0, int64_t r1, uint16_t *dst, int64_t ld);
     /* dst[i] = e^src[i] within two units in the last place (0 below -87.3, infinity above
      * 88.7, -infinity gives 0); dst may be src. */
     void (*exp)(const float *src, float *dst, int64_t n);
