@@ -105,8 +105,9 @@ typedef struct nnt_backend_ops {
     /* ---- dense algebra ---- */
     /* y[M, N] = x[M, K] . w[N, K]^T. x, y F32; w F32, BF16, F16, or F8_E4M3 / F4_E2M1 with
      * block scales, each element decoded and multiplied by its block's scale. With
-     * NNT_TENSOR_BF16_PRODUCTS in w->flags, x is rounded to bfloat16 (nearest even) before the
-     * product and y after it; accumulation is float32 either way. */
+     * NNT_TENSOR_BF16_PRODUCTS in w->flags (or NNT_TENSOR_BF16_VALUES on y), x and the decoded
+     * weight values are rounded to bfloat16 (nearest even) before the product and y after it;
+     * accumulation is float32 either way. */
     nnt_status (*linear)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_tensor *y,
                          nnt_error *err);
     /* y[M, D] = w[D] * x / sqrt(mean(x^2) + eps), row by row; w may be NULL (no gain).

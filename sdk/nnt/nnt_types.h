@@ -78,8 +78,10 @@ typedef enum nnt_dtype {
 
 /* Flags of a tensor (nnt_tensor.flags). */
 #define NNT_TENSOR_BF16_PRODUCTS 1u /* a weight: products with it round their activation rows
-                                     * to bfloat16 before and their results after (float32
-                                     * accumulation), as torch runs a bfloat16 model */
+                                     * and the weight's decoded values (unless already bfloat16
+                                     * numbers) to bfloat16 before, and their results after
+                                     * (float32 accumulation), as torch multiplies with its
+                                     * bfloat16 copy of the weight */
 #define NNT_TENSOR_BF16_VALUES 2u   /* an activation held as torch holds a bfloat16 tensor: the
                                      * op writing it rounds its results to bfloat16 (nearest
                                      * even, stored as float32) and takes the roundings torch
@@ -102,7 +104,7 @@ typedef struct nnt_tensor {
      * tensor. Element [.., r, c] of the last two axes stands for
      *     decode(code[.., r, c]) * scale[.., r / block_rows, c / block_cols],
      * the scale grid [lead.., ceil(rows / block_rows), ceil(cols / block_cols)] being dense and
-     * row-major in scale_dtype (F32, BF16 or F8_E8M0) in the same memory as data. Sources:
+     * row-major in scale_dtype (F32, BF16, F16 or F8_E8M0) in the same memory as data. Sources:
      * DeepSeek-V3 report (128x128 FP8 blocks, weight_scale_inv multiplies); OCP Microscaling
      * Formats v1.0 (E2M1 elements, E8M0 scales, groups of 32). */
     const void *scale;
