@@ -87,29 +87,6 @@ static nnt_runtime *runtime_with_precision(const char *ini_name, const char *pre
     return rt;
 }
 
-/* rms(a - b) over the real tokens of token-major values [batch, seq, ...] (b NULL: rms(a)). */
-static double rms_real(const t_ref *r, const nnt_tensor *a, const nnt_tensor *b)
-{
-    unsigned char *sel = t_sel_tokens(r, a);
-    double sum = 0;
-    int64_t count = 0;
-    for (int64_t i = 0; i < nnt_tensor_numel(a); i++) {
-        if (!sel[i]) continue;
-        double d = nnt_tensor_get_f64(a, i) - (b ? nnt_tensor_get_f64(b, i) : 0.0);
-        sum += d * d;
-        count++;
-    }
-    free(sel);
-    return count ? sqrt(sum / (double)count) : 0.0;
-}
-
-static int same_inputs(const t_ref *a, const t_ref *b)
-{
-    size_t n = (size_t)a->batch * (size_t)a->seq;
-    return a->batch == b->batch && a->seq == b->seq && memcmp(a->ids, b->ids, n * sizeof *a->ids) == 0 &&
-           memcmp(a->mask, b->mask, n * sizeof *a->mask) == 0;
-}
-
 static nnt_trace *run_saving(nnt_runtime *rt, nnt_model *m, const t_ref *r, const char *const *keys, int n)
 {
     nnt_trace *t;
@@ -132,7 +109,7 @@ static void test_bf16_precision(void)
     t_ref hf16, hf32;
     CU_ASSERT_FATAL(t_ref_open(&hf16, rt16, BF16_REFERENCE) == 0);
     CU_ASSERT_FATAL(t_ref_open(&hf32, rt16, FIXTURES[1]) == 0);
-    CU_ASSERT_FATAL(same_inputs(&hf16, &hf32));
+    CU_ASSERT_FATAL(t_same_inputs(&hf16, &hf32));
     int L = nnt_model_get_info(m16)->num_layers, n = 0;
     char keys[64][96];
     const char *kp[64];
@@ -155,9 +132,9 @@ static void test_bf16_precision(void)
         CU_ASSERT_FATAL(t_ref_get(&hf16, kp[i], &y16) == 0 && t_ref_get(&hf32, kp[i], &y32) == 0);
         const nnt_tensor *x16 = nnt_trace_get(t16, kp[i]), *x32 = nnt_trace_get(t32, kp[i]);
         CU_ASSERT_FATAL(x16 && x32 && t_rel_err(x16, &y16, NULL) >= 0);
-        double denom = rms_real(&hf16, &y32, NULL);
-        double ours = rms_real(&hf16, x16, &y16) / denom, theirs = rms_real(&hf16, &y16, &y32) / denom;
-        double effect = rms_real(&hf16, x16, x32) / denom;
+        double denom = t_rms_real(&hf16, &y32, NULL);
+        double ours = t_rms_real(&hf16, x16, &y16) / denom, theirs = t_rms_real(&hf16, &y16, &y32) / denom;
+        double effect = t_rms_real(&hf16, x16, x32) / denom;
         /* logits and each block's output are held to the bound; the rest is printed for context */
         int bound = strcmp(kp[i], "logits") == 0 || strstr(kp[i], ".layer_output") != NULL;
         fprintf(stderr, "  %-36s %14.4g %14.4g %14.4g%s\n", kp[i], ours, theirs, effect,
