@@ -2,17 +2,28 @@
  * (cuBLAS strided-batched GEMM per key/value head, then the mask), softmax with an optional sink
  * column, and the value mix (one batched cuBLAS GEMM over every (row, query head)).
  *
+ * Outputs flagged NNT_TENSOR_BF16_VALUES take the cpu backend's roundings (cpu_attention.c):
+ * rope rounds cos and sin, each product and the sum (NNT_TENSOR_BF16_ONCE: cos and sin, then the
+ * float32 rotation once); scores are R(R(q . k) * scale) - the product unscaled, the scaling after
+ * its rounding - on visible entries; softmax rounds its result, and with NNT_TENSOR_BF16_SHIFTED
+ * the scores less the row maximum (the sink rounded too) before the exponential; the mix rounds
+ * its result. The products stay float32 cuBLAS calls: on bfloat16 operands, as a bfloat16 model
+ * hands them over, every product is exact in float32 and accumulation is float32 either way.
+ *
  * cuDNN is not used: its softmax has no sink column and turns an all-masked row into NaN where
  * the ABI wants zeros, and the matrix products are plain cuBLAS calls. */
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_device.cuh"
 
 /* x [B, H, T, D] F32 in place; pos [B, T]; inv [half]. Pairs (i, i + half) for NEOX, (2i, 2i + 1)
  * for INTERLEAVED inside dims [rot_start, rot_start + 2 half); one thread per pair. Su et al.
- * 2021 (RoFormer). */
+ * 2021 (RoFormer). r16: cos and sin rounded to bfloat16, then each product and the sum (once:
+ * only the float32 rotation, once). */
 __global__ void k_rope(float *x, const int32_t *pos, const float *inv, int rot_start, int half, int neox, float mscale,
-                       int64_t B, int64_t H, int64_t T, int64_t D)
+                       int64_t B, int64_t H, int64_t T, int64_t D, int r16, int once)
 {
     GRID_LOOP(i, B * H * T * half)
     {
@@ -25,8 +36,17 @@ __global__ void k_rope(float *x, const int32_t *pos, const float *inv, int rot_s
         float cs = cosf(a) * mscale, sn = sinf(a) * mscale;
         int i1 = neox ? j : 2 * j, i2 = neox ? j + half : 2 * j + 1;
         float x1 = v[i1], x2 = v[i2];
-        v[i1] = x1 * cs - x2 * sn;
-        v[i2] = x2 * cs + x1 * sn;
+        if (r16) {
+            cs = round_bf16(cs);
+            sn = round_bf16(sn);
+        }
+        if (r16 && !once) {
+            v[i1] = round_bf16(round_bf16(x1 * cs) - round_bf16(x2 * sn));
+            v[i2] = round_bf16(round_bf16(x2 * cs) + round_bf16(x1 * sn));
+        } else {
+            v[i1] = r16_if(r16, x1 * cs - x2 * sn);
+            v[i2] = r16_if(r16, x2 * cs + x1 * sn);
+        }
     }
 }
 
@@ -51,7 +71,7 @@ extern "C" nnt_status cuda_rope(void *ctx, nnt_tensor *x, const int32_t *pos, co
     if ((st = cuda_stage_put(c, inv_freq, fb, &dinv, err)) != NNT_OK) return st;
     k_rope<<<grid_for(B * H * T * half), CUDA_THREADS, 0, c->stream>>>(
         (float *)x->data, (const int32_t *)dpos, (const float *)dinv, rot_start, half, style == NNT_ROPE_NEOX, mscale,
-        B, H, T, D);
+        B, H, T, D, cuda_bf16(x), cuda_bf16_once(x));
     return cuda_done(c, "rope", err);
 }
 
@@ -62,8 +82,10 @@ typedef struct mask_dev {
     int causal, window;
 } mask_dev;
 
-/* s [B, H, T, S]: entries the mask hides become -INFINITY (nnt_attn_mask's rules). */
-__global__ void k_mask(float *s, mask_dev m, int64_t B, int64_t H, int64_t T, int64_t S)
+/* s [B, H, T, S]: entries the mask hides become -INFINITY (nnt_attn_mask's rules; a mask_dev
+ * of NULL arrays, causal 0 and window 0 hides nothing); with r16 the visible ones, unscaled
+ * products, become R(R(s) * scale). */
+__global__ void k_mask(float *s, mask_dev m, int64_t B, int64_t H, int64_t T, int64_t S, int r16, float scale)
 {
     GRID_LOOP(i, B * H * T * S)
     {
@@ -77,7 +99,10 @@ __global__ void k_mask(float *s, mask_dev m, int64_t B, int64_t H, int64_t T, in
         if (m.causal && kp > qp) vis = 0;
         if (m.window > 0 && qp - kp >= m.window && !(m.key_no_window && m.key_no_window[j])) vis = 0;
         if (m.allow && !m.allow[(b * T + t) * S + j]) vis = 0;
-        if (!vis) s[i] = -INFINITY;
+        if (!vis)
+            s[i] = -INFINITY;
+        else if (r16)
+            s[i] = round_bf16(round_bf16(s[i]) * scale);
     }
 }
 
@@ -110,6 +135,9 @@ extern "C" nnt_status cuda_attn_scores(void *ctx, const nnt_tensor *q, const nnt
         return cuda_error(err, NNT_ERR_SHAPE, "cuda attn_scores: q, k and s shapes disagree");
     int64_t G = Hq / Hkv, n = B * Hq * T * S;
     if (n == 0) return NNT_OK;
+    /* bfloat16 scores: the product rounded before its scaling, so cuBLAS leaves it unscaled */
+    const int r16 = cuda_bf16(s);
+    const float alpha = r16 ? 1.0f : scale;
     if (G * T > INT_MAX || S > INT_MAX || D > INT_MAX || B * Hkv > INT_MAX)
         return cuda_error(err, NNT_ERR_UNSUPPORTED, "cuda attn_scores: dimensions above %d", INT_MAX);
     CUDA_CHECK(cudaSetDevice(c->device));
@@ -117,7 +145,7 @@ extern "C" nnt_status cuda_attn_scores(void *ctx, const nnt_tensor *q, const nnt
         CUDA_CHECK(cudaMemsetAsync(s->data, 0, (size_t)n * sizeof(float), c->stream));
     } else {
         const float zero = 0.0f;
-        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)S, (int)(G * T), (int)D, &scale,
+        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)S, (int)(G * T), (int)D, &alpha,
                                                (const float *)k->data, (int)D, (long long)(S * D),
                                                (const float *)q->data, (int)D, (long long)(G * T * D), &zero,
                                                (float *)s->data, (int)S, (long long)(G * T * S), (int)(B * Hkv)));
@@ -145,15 +173,22 @@ extern "C" nnt_status cuda_attn_scores(void *ctx, const nnt_tensor *q, const nnt
         m.allow = (const uint8_t *)p;
         m.causal = mask->causal;
         m.window = mask->window;
-        k_mask<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((float *)s->data, m, B, Hq, T, S);
+        k_mask<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((float *)s->data, m, B, Hq, T, S, r16, scale);
+    } else if (r16) { /* no mask: every entry visible, only the rounding and the scaling */
+        mask_dev none;
+        memset(&none, 0, sizeof none);
+        k_mask<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((float *)s->data, none, B, Hq, T, S, r16, scale);
     }
     return cuda_done(c, "attn_scores", err);
 }
 
 /* s [rows = B H T, S] -> p (may alias s); one warp per row. The sink of head (row / T) % H joins
  * the row as one more column and is dropped; a row with nothing finite (and no sink) is zeros.
- * Maximum as the cpu backend takes it (NaN entries never win), the sum in double. */
-__global__ void k_softmax(const float *s, const float *sinks, float *p, int64_t rows, int64_t H, int64_t T, int64_t S)
+ * Maximum as the cpu backend takes it (NaN entries never win), the sum in double. r16: the
+ * results rounded to bfloat16; shifted (with r16): the sink rounded, and each score less the
+ * maximum rounded before its exponential. */
+__global__ void k_softmax(const float *s, const float *sinks, float *p, int64_t rows, int64_t H, int64_t T, int64_t S,
+                          int r16, int shifted)
 {
     int lane = threadIdx.x & 31;
     ROW_LOOP(r, rows)
@@ -161,6 +196,7 @@ __global__ void k_softmax(const float *s, const float *sinks, float *p, int64_t 
         const float *row = s + r * S;
         float *out = p + r * S;
         float sink = sinks ? sinks[(r / T) % H] : -INFINITY;
+        if (shifted && sinks) sink = round_bf16(sink);
         float mx = -INFINITY;
         for (int64_t j = lane; j < S; j += 32) mx = row[j] > mx ? row[j] : mx;
         mx = warp_max_f(mx);
@@ -171,13 +207,15 @@ __global__ void k_softmax(const float *s, const float *sinks, float *p, int64_t 
         }
         double part = 0.0;
         for (int64_t j = lane; j < S; j += 32) {
-            float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+            float d = shifted ? round_bf16(row[j] - mx) : row[j] - mx;
+            float e = row[j] == -INFINITY ? 0.0f : expf(d);
             out[j] = e;
             part += e;
         }
-        double sum = warp_sum_d(part) + (sinks ? exp((double)sink - mx) : 0.0);
+        double sink_e = !sinks ? 0.0 : shifted ? exp((double)round_bf16(sink - mx)) : exp((double)sink - mx);
+        double sum = warp_sum_d(part) + sink_e;
         float inv = (float)(1.0 / sum);
-        for (int64_t j = lane; j < S; j += 32) out[j] *= inv;
+        for (int64_t j = lane; j < S; j += 32) out[j] = r16_if(r16, out[j] * inv);
     }
 }
 
@@ -199,7 +237,8 @@ extern "C" nnt_status cuda_softmax(void *ctx, const nnt_tensor *s, const float *
         if ((st = cuda_stage_put(c, sinks, sb, &dsinks, err)) != NNT_OK) return st;
     }
     k_softmax<<<grid_rows(rows), CUDA_THREADS, 0, c->stream>>>((const float *)s->data, (const float *)dsinks,
-                                                               (float *)p->data, rows, H, T, S);
+                                                               (float *)p->data, rows, H, T, S, cuda_bf16(p),
+                                                               cuda_bf16_shifted(p));
     return cuda_done(c, "softmax", err);
 }
 
@@ -250,5 +289,6 @@ extern "C" nnt_status cuda_attn_mix(void *ctx, const nnt_tensor *p, const nnt_te
     const float one = 1.0f, zero = 0.0f;
     CUBLAS_CHECK(cublasSgemmBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)Dv, (int)T, (int)S, &one, A, (int)Dv, Bm,
                                     (int)S, &zero, C, (int)(Hq * Dv), (int)batch));
+    if ((st = cuda_round_result(c, o, err)) != NNT_OK) return st;
     return cuda_done(c, "attn_mix", err);
 }

@@ -1,7 +1,12 @@
 /* cuda_backend.c - the cuda kernel backend's descriptor: options, device and stream set-up,
  * memory, weights, the staging of host-memory arguments, error reporting, and the op table that
- * points at the cuda_*.cu kernels. Numerics mirror the cpu backend (float32 accumulation; the
- * bfloat16 rounding of NNT_TENSOR_BF16_PRODUCTS where a weight asks for it).
+ * points at the cuda_*.cu kernels. Numerics mirror the cpu backend: float32 accumulation, and in
+ * bfloat16 mode the cpu's roundings op by op - bfloat16 products (NNT_TENSOR_BF16_PRODUCTS on a
+ * weight or NNT_TENSOR_BF16_VALUES on the output) round the activations, the weight's values and
+ * the results; every other op writing an output flagged NNT_TENSOR_BF16_VALUES takes the
+ * intermediate roundings nnt_backend.h lists for it (and the NNT_TENSOR_BF16_ONCE / _SHIFTED
+ * styles), and the forget gate and indexer scores stay float32. Each cuda_*.cu file's header says
+ * how its ops round.
  *
  * Weights: prepare_weight uploads every weight in its stored encoding - F32, BF16, F16, FP8 e4m3
  * and FP4 e2m1 codes as they are, an encoded weight's scale grid next to them in a second

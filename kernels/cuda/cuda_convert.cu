@@ -1,7 +1,9 @@
 /* cuda_convert.cu - conversions on the device: rows of a weight decoded from their stored
  * encoding into float32 or bfloat16 tiles (the products of more than a few rows multiply such
- * tiles with cuBLAS, a bounded number of rows at a time), bfloat16 rounding of activations and
- * results, and the start-up probe that this build has kernels for the device. */
+ * tiles with cuBLAS, a bounded number of rows at a time; a bfloat16 tile holds each decoded,
+ * scaled value rounded to nearest even), bfloat16 rounding of activations and results (also of
+ * a whole flagged output, cuda_round_result), and the start-up probe that this build has
+ * kernels for the device. */
 #include <limits.h>
 #include <stdio.h>
 
@@ -81,6 +83,12 @@ extern "C" nnt_status cuda_round_bf16(cuda_ctx *c, const float *src, void *dst, 
         k_round_bf16<float><<<grid_for(n), CUDA_THREADS, 0, c->stream>>>(src, (float *)dst, n);
     CUDA_LAUNCHED();
     return NNT_OK;
+}
+
+extern "C" nnt_status cuda_round_result(cuda_ctx *c, nnt_tensor *t, nnt_error *err)
+{
+    if (!cuda_bf16(t) || t->dtype != NNT_F32) return NNT_OK;
+    return cuda_round_bf16(c, (const float *)t->data, t->data, nnt_tensor_numel(t), 0, err);
 }
 
 extern "C" nnt_status cuda_probe_kernels(cuda_ctx *c, nnt_error *err)

@@ -1,6 +1,7 @@
 /* cuda_device.cuh - device-side helpers the cuda_*.cu kernels share: element loads of the plain
  * weight dtypes (F32, BF16, F16 as stored; encoded weights are read through cuda_weights.cuh),
- * warp and block reductions, grid sizes for grid-stride loops. */
+ * bfloat16 rounding (the roundings ops take on outputs flagged NNT_TENSOR_BF16_VALUES), warp
+ * and block reductions, grid sizes for grid-stride loops. */
 #ifndef NNT_CUDA_DEVICE_CUH
 #define NNT_CUDA_DEVICE_CUH
 
@@ -54,6 +55,30 @@ __device__ __forceinline__ float load_any(const void *p, int dt, int64_t i)
     case NNT_I64: return (float)((const int64_t *)p)[i];
     default: return __int_as_float(0x7fc00000); /* NaN */
     }
+}
+
+/* ---- bfloat16 rounding ---- */
+
+/* The bfloat16 nearest f (ties to even) as its 16 bits. A NaN stays a NaN (made quiet), an
+ * infinity stays, a finite value past the largest bfloat16 becomes infinite: the cpu backend's
+ * cpu_r16, bit for bit, done on the integer bits so flush-to-zero cannot touch it. */
+__device__ __forceinline__ uint32_t bf16_bits(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u | 0x00400000u) >> 16;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+/* f rounded to the nearest bfloat16 (ties to even), as a float. */
+__device__ __forceinline__ float round_bf16(float f)
+{
+    return __uint_as_float(bf16_bits(f) << 16);
+}
+
+/* round_bf16(f) when r16 is set, else f unchanged. */
+__device__ __forceinline__ float r16_if(int r16, float f)
+{
+    return r16 ? round_bf16(f) : f;
 }
 
 __device__ __forceinline__ double warp_sum_d(double v)

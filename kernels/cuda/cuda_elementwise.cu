@@ -1,11 +1,19 @@
 /* cuda_elementwise.cu - the cuda backend's row-wise and elementwise kernels: RMSNorm, embedding
  * look-up (rows decoded from the table's stored encoding), add, axis swap, copy, fill, scale,
- * SwiGLU. */
+ * SwiGLU.
+ *
+ * Outputs flagged NNT_TENSOR_BF16_VALUES take the cpu backend's roundings (cpu_elementwise.c):
+ * rms_norm R(w R(x / rms)), with NNT_TENSOR_BF16_ONCE R(w x / rms), without a gain R(x R(1 / rms));
+ * embedding R(decoded row); add R(a + b); scale R(f x); swiglu act = R(silu(g)), out = R(act u).
+ * Axis swaps, copies and fills move values and never round (nor does the cpu backend). */
 #include "cuda_weights.cuh"
 
 /* x [M, D] F32, w [D] F32/BF16/F16 as stored or NULL, y [M, D] (may alias x); one warp per row.
- * y = w * x / sqrt(mean(x^2) + eps), the sum of squares in double (Zhang & Sennrich 2019). */
-__global__ void k_rms_norm(const float *x, const void *w, int wdt, float eps, float *y, int64_t M, int64_t D)
+ * y = w * x / sqrt(mean(x^2) + eps), the sum of squares in double (Zhang & Sennrich 2019).
+ * r16: bfloat16 results - the normalised value rounded before the gain multiplies it (not with
+ * once: one rounding of the float32 product), without a gain 1 / rms rounded first. */
+__global__ void k_rms_norm(const float *x, const void *w, int wdt, float eps, float *y, int64_t M, int64_t D, int r16,
+                           int once)
 {
     int lane = threadIdx.x & 31;
     ROW_LOOP(m, M)
@@ -16,9 +24,12 @@ __global__ void k_rms_norm(const float *x, const void *w, int wdt, float eps, fl
         for (int64_t d = lane; d < D; d += 32) ss += (double)xr[d] * xr[d];
         ss = warp_sum_d(ss);
         float inv = 1.0f / sqrtf((float)(ss / (double)D) + eps);
+        if (r16 && !w) inv = round_bf16(inv);
         for (int64_t d = lane; d < D; d += 32) {
             float v = xr[d] * inv;
-            yr[d] = w ? load_any(w, wdt, d) * v : v;
+            if (r16 && w && !once) v = round_bf16(v);
+            v = w ? load_any(w, wdt, d) * v : v;
+            yr[d] = r16_if(r16, v);
         }
     }
 }
@@ -40,7 +51,8 @@ extern "C" nnt_status cuda_rms_norm(void *ctx, const nnt_tensor *x, const nnt_te
     if (M == 0 || D == 0) return NNT_OK;
     CUDA_CHECK(cudaSetDevice(c->device));
     k_rms_norm<<<grid_rows(M), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, w ? w->data : NULL,
-                                                             w ? (int)w->dtype : 0, eps, (float *)y->data, M, D);
+                                                             w ? (int)w->dtype : 0, eps, (float *)y->data, M, D,
+                                                             cuda_bf16(y), cuda_bf16_once(y));
     return cuda_done(c, "rms_norm", err);
 }
 
@@ -88,7 +100,7 @@ extern "C" nnt_status cuda_embedding(void *ctx, const nnt_tensor *table, const n
     if ((st = cuda_clear_flag(c, err)) != NNT_OK) return st;
     CUDA_CHECK(cudaMemsetAsync(c->flag + 1, 0x7f, sizeof(int), c->stream));
     k_embedding<<<grid_for(M * H), CUDA_THREADS, 0, c->stream>>>(tv, (const int32_t *)ids->data, (float *)y->data, M,
-                                                                 (y->flags & NNT_TENSOR_BF16_VALUES) != 0, c->flag);
+                                                                 cuda_bf16(y), c->flag);
     if ((st = cuda_done(c, "embedding", err)) != NNT_OK) return st;
     /* the ids live on the device: reading the flag is the one wait this op needs */
     int f[4];
@@ -104,9 +116,10 @@ extern "C" nnt_status cuda_embedding(void *ctx, const nnt_tensor *table, const n
     return NNT_OK;
 }
 
-__global__ void k_add(const float *a, const float *b, float *y, int64_t n)
+/* y = a + b (y may alias a or b), rounded to bfloat16 when r16 */
+__global__ void k_add(const float *a, const float *b, float *y, int64_t n, int r16)
 {
-    GRID_LOOP(i, n) y[i] = a[i] + b[i];
+    GRID_LOOP(i, n) y[i] = r16_if(r16, a[i] + b[i]);
 }
 
 extern "C" nnt_status cuda_add(void *ctx, const nnt_tensor *a, const nnt_tensor *b, nnt_tensor *y, nnt_error *err)
@@ -119,7 +132,7 @@ extern "C" nnt_status cuda_add(void *ctx, const nnt_tensor *a, const nnt_tensor 
     if (n == 0) return NNT_OK;
     CUDA_CHECK(cudaSetDevice(c->device));
     k_add<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((const float *)a->data, (const float *)b->data,
-                                                       (float *)y->data, n);
+                                                       (float *)y->data, n, cuda_bf16(y));
     return cuda_done(c, "add", err);
 }
 
@@ -192,9 +205,10 @@ extern "C" nnt_status cuda_fill(void *ctx, nnt_tensor *t, float value, nnt_error
     return cuda_done(c, "fill", err);
 }
 
-__global__ void k_scale(const float *x, float f, float *y, int64_t n)
+/* y = f x (y may alias x), rounded to bfloat16 when r16 */
+__global__ void k_scale(const float *x, float f, float *y, int64_t n, int r16)
 {
-    GRID_LOOP(i, n) y[i] = f * x[i];
+    GRID_LOOP(i, n) y[i] = r16_if(r16, f * x[i]);
 }
 
 extern "C" nnt_status cuda_scale(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y, nnt_error *err)
@@ -205,13 +219,16 @@ extern "C" nnt_status cuda_scale(void *ctx, const nnt_tensor *x, float factor, n
         return cuda_error(err, NNT_ERR_SHAPE, "cuda scale: x and y must be F32 of equal size");
     if (n == 0) return NNT_OK;
     CUDA_CHECK(cudaSetDevice(c->device));
-    k_scale<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, factor, (float *)y->data, n);
+    k_scale<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, factor, (float *)y->data, n,
+                                                         cuda_bf16(y));
     return cuda_done(c, "scale", err);
 }
 
 /* gate (or NULL), up, act (optional; an input when gate is NULL), out: [n] F32.
- * act = silu(min(gate, L)), out = act * clamp(up, -L, L); L = 0: no clamp (Shazeer 2020). */
-__global__ void k_swiglu(const float *g, const float *u, float limit, float *a, float *o, int64_t n)
+ * act = silu(min(gate, L)), out = act * clamp(up, -L, L); L = 0: no clamp (Shazeer 2020).
+ * r16 (out holds bfloat16 values): silu's result rounded - that is what act receives - and the
+ * product rounded; an input act is used as it is. */
+__global__ void k_swiglu(const float *g, const float *u, float limit, float *a, float *o, int64_t n, int r16)
 {
     GRID_LOOP(i, n)
     {
@@ -221,12 +238,12 @@ __global__ void k_swiglu(const float *g, const float *u, float limit, float *a, 
         if (g) {
             float gv = g[i];
             if (limit > 0.0f) gv = gv < limit ? gv : limit;
-            s = gv / (1.0f + expf(-gv));
+            s = r16_if(r16, gv / (1.0f + expf(-gv)));
             if (a) a[i] = s;
         } else {
             s = a[i];
         }
-        o[i] = s * uv;
+        o[i] = r16_if(r16, s * uv);
     }
 }
 
@@ -245,6 +262,7 @@ extern "C" nnt_status cuda_swiglu(void *ctx, const nnt_tensor *gate, const nnt_t
     CUDA_CHECK(cudaSetDevice(c->device));
     k_swiglu<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>(gate ? (const float *)gate->data : NULL,
                                                           (const float *)up->data, limit,
-                                                          act ? (float *)act->data : NULL, (float *)out->data, n);
+                                                          act ? (float *)act->data : NULL, (float *)out->data, n,
+                                                          cuda_bf16(out));
     return cuda_done(c, "swiglu", err);
 }

@@ -3,7 +3,14 @@
  * collapse), token compression into attention entries, and the lightning indexer's scores
  * (dot products by cuBLAS, the weighted ReLU sum by a kernel). The hyper-connection parameters
  * (fn, base, scale) are F32: families bind them from F32 host vectors, as the cpu backend
- * requires too; compression's ape may be F32, BF16 or F16 and is read as stored. */
+ * requires too; compression's ape may be F32, BF16 or F16 and is read as stored.
+ *
+ * Outputs flagged NNT_TENSOR_BF16_VALUES take the cpu backend's roundings (cpu_hyper.c): the
+ * collapsed streams of hyper_connection and hyper_head round their results (post and comb stay
+ * float32); hyper_mix gives R(R(R(post) a) + R(sum_j R(comb) x_j)) - the weights cast to the
+ * streams' dtype, each term rounded before the sum; compress gives R(sum_i R(kv_i R(p_i))), the
+ * slot weights p from the float32 softmax; the indexer's scores never round (float32 in
+ * transformers). */
 #include <limits.h>
 
 #include "cuda_device.cuh"
@@ -17,9 +24,11 @@
  *   pre_j = sigmoid(m_j scale0 + base_j) + hc_eps;  out [M, H] = sum_j pre_j x_j;
  * and unless head: post_j = 2 sigmoid(m_{n+j} scale1 + base_{n+j}) -> post [M, n], comb [M, n, n]
  * = Sinkhorn(softmax_rows(m_C scale2 + base_C) + hc_eps), `iters` column/row passes, column
- * first (computed by one thread, in the cpu backend's order). Xie et al. 2026 (mHC). */
+ * first (computed by one thread, in the cpu backend's order). Xie et al. 2026 (mHC). r16: out
+ * rounded to bfloat16 (post and comb never). */
 __global__ void k_hyper(const float *x, const float *fn, const float *base, const float *sc, float rms_eps,
-                        float hc_eps, int iters, int head, float *post, float *comb, float *out, int n, int64_t H)
+                        float hc_eps, int iters, int head, float *post, float *comb, float *out, int n, int64_t H,
+                        int r16)
 {
     __shared__ float mix[(2 + MAX_STREAMS) * MAX_STREAMS];
     __shared__ float pre[MAX_STREAMS];
@@ -75,7 +84,7 @@ __global__ void k_hyper(const float *x, const float *fn, const float *base, cons
     for (int64_t h = tid; h < H; h += blockDim.x) {
         float acc = 0.0f;
         for (int j = 0; j < n; j++) acc += pre[j] * xm[j * H + h];
-        out[m * H + h] = acc;
+        out[m * H + h] = r16_if(r16, acc);
     }
 }
 
@@ -98,19 +107,27 @@ extern "C" nnt_status cuda_hyper_connection(void *ctx, const nnt_tensor *x, cons
     CUDA_CHECK(cudaSetDevice(c->device));
     k_hyper<<<(unsigned int)M, HC_THREADS, 0, c->stream>>>(
         (const float *)x->data, (const float *)fn->data, (const float *)base->data, (const float *)scale->data,
-        rms_eps, hc_eps, iters, 0, (float *)post->data, (float *)comb->data, (float *)collapsed->data, (int)n, H);
+        rms_eps, hc_eps, iters, 0, (float *)post->data, (float *)comb->data, (float *)collapsed->data, (int)n, H,
+        cuda_bf16(collapsed));
     return cuda_done(c, "hyper_connection", err);
 }
 
 /* x [M, n, H], a [M, H], post [M, n], comb [M, n, n] -> out [M, n, H]:
- * out[m, k] = post[m, k] a[m] + sum_j comb[m, j, k] x[m, j] (comb used transposed) */
+ * out[m, k] = post[m, k] a[m] + sum_j comb[m, j, k] x[m, j] (comb used transposed). r16: post and
+ * comb rounded to bfloat16, the two terms rounded, then their sum. */
 __global__ void k_hyper_mix(const float *x, const float *a, const float *post, const float *comb, float *out,
-                            int64_t M, int64_t n, int64_t H)
+                            int64_t M, int64_t n, int64_t H, int r16)
 {
     GRID_LOOP(i, M * n * H)
     {
         int64_t h = i % H, r = i / H;
         int64_t k = r % n, m = r / n;
+        if (r16) {
+            float mix = 0.0f;
+            for (int64_t j = 0; j < n; j++) mix += round_bf16(comb[(m * n + j) * n + k]) * x[(m * n + j) * H + h];
+            out[i] = round_bf16(round_bf16(round_bf16(post[m * n + k]) * a[m * H + h]) + round_bf16(mix));
+            continue;
+        }
         float o = post[m * n + k] * a[m * H + h];
         for (int64_t j = 0; j < n; j++) o += comb[(m * n + j) * n + k] * x[(m * n + j) * H + h];
         out[i] = o;
@@ -132,7 +149,7 @@ extern "C" nnt_status cuda_hyper_mix(void *ctx, const nnt_tensor *x, const nnt_t
     k_hyper_mix<<<grid_for(M * n * H), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, (const float *)a->data,
                                                                      (const float *)post->data,
                                                                      (const float *)comb->data, (float *)out->data, M,
-                                                                     n, H);
+                                                                     n, H, cuda_bf16(out));
     return cuda_done(c, "hyper_mix", err);
 }
 
@@ -153,7 +170,7 @@ extern "C" nnt_status cuda_hyper_head(void *ctx, const nnt_tensor *x, const nnt_
     k_hyper<<<(unsigned int)M, HC_THREADS, 0, c->stream>>>((const float *)x->data, (const float *)fn->data,
                                                            (const float *)base->data, (const float *)scale->data,
                                                            rms_eps, hc_eps, 0, 1, NULL, NULL, (float *)y->data, (int)n,
-                                                           H);
+                                                           H, cuda_bf16(y));
     return cuda_done(c, "hyper_head", err);
 }
 
@@ -161,10 +178,11 @@ extern "C" nnt_status cuda_hyper_head(void *ctx, const nnt_tensor *x, const nnt_
  * -> out [B, C, D] (zeroed beforehand). One thread per (b, entry w, channel): a softmax over the
  * window's slots of gate + ape pools kv, exponentials and sums in double; with overlap the
  * previous window's tokens join through their first D channels, this window's through the
- * last D. */
+ * last D. r16: each slot's weight exp(s - max) / sum rounded to bfloat16, each weighted value
+ * rounded, their float32 sum (in slot order) rounded. */
 __global__ void k_compress(const float *kv, const float *g, const void *ape, int adt, int rate, int overlap,
                            const int32_t *first, const int32_t *count, float *out, int64_t B, int64_t T, int64_t C,
-                           int64_t D)
+                           int64_t D, int r16)
 {
     int64_t cD = overlap ? 2 * D : D;
     GRID_LOOP(i, B * C * D)
@@ -201,6 +219,24 @@ __global__ void k_compress(const float *kv, const float *g, const void *ape, int
             sum += e;
             acc += e * kv[(b * T + t) * cD + cc];
         }
+        if (r16) {
+            float racc = 0.0f;
+            if (overlap && w > 0)
+                for (int k = 0; k < rate; k++) {
+                    int64_t t = f + (w - 1) * rate + k;
+                    float s = g[(b * T + t) * cD + ch] + load_any(ape, adt, (int64_t)k * cD + ch);
+                    float pw = round_bf16((float)(exp((double)s - mx) / sum));
+                    racc += round_bf16(kv[(b * T + t) * cD + ch] * pw);
+                }
+            for (int k = 0; k < rate; k++) {
+                int64_t t = f + w * rate + k;
+                float s = g[(b * T + t) * cD + cc] + load_any(ape, adt, (int64_t)k * cD + cc);
+                float pw = round_bf16((float)(exp((double)s - mx) / sum));
+                racc += round_bf16(kv[(b * T + t) * cD + cc] * pw);
+            }
+            out[i] = round_bf16(racc);
+            continue;
+        }
         out[i] = (float)(acc / sum);
     }
 }
@@ -235,7 +271,7 @@ extern "C" nnt_status cuda_compress(void *ctx, const nnt_tensor *kv, const nnt_t
     CUDA_CHECK(cudaMemsetAsync(out->data, 0, (size_t)(B * C * D) * sizeof(float), c->stream));
     k_compress<<<grid_for(B * C * D), CUDA_THREADS, 0, c->stream>>>(
         (const float *)kv->data, (const float *)gate->data, ape->data, (int)ape->dtype, rate, overlap,
-        (const int32_t *)dfirst, (const int32_t *)dcount, (float *)out->data, B, T, C, D);
+        (const int32_t *)dfirst, (const int32_t *)dcount, (float *)out->data, B, T, C, D, cuda_bf16(out));
     return cuda_done(c, "compress", err);
 }
 

@@ -1,5 +1,6 @@
 /* cuda_internal.h - the cuda backend's context, its error helpers and check macros, the staging
- * of host-memory arguments, and the op functions each cuda_*.cu file defines.
+ * of host-memory arguments, the bfloat16 flags of a tensor, and the op functions each cuda_*.cu
+ * file defines.
  *
  * Execution model: every op enqueues its work on the context's one stream and returns without
  * waiting; `download` (and the few ops that must read a device result to report an error)
@@ -110,6 +111,26 @@ nnt_status cuda_check_float_weight(const char *op, const char *arg, const nnt_te
  * is not readable. */
 nnt_status cuda_weight_view(const char *op, const char *arg, const nnt_tensor *t, cuda_wview *out, nnt_error *err);
 
+/* ---- bfloat16 values ----
+ * An output flagged NNT_TENSOR_BF16_VALUES receives results rounded to bfloat16 with the
+ * intermediate roundings nnt_backend.h lists per op; NNT_TENSOR_BF16_ONCE (rms_norm's gain
+ * product, rope) and NNT_TENSOR_BF16_SHIFTED (softmax) choose the style. The ops reproduce the
+ * cpu backend's roundings step for step (kernels/cpu). */
+static inline int cuda_bf16(const nnt_tensor *t)
+{
+    return t && (t->flags & NNT_TENSOR_BF16_VALUES) != 0;
+}
+
+static inline int cuda_bf16_once(const nnt_tensor *t)
+{
+    return cuda_bf16(t) && (t->flags & NNT_TENSOR_BF16_ONCE) != 0;
+}
+
+static inline int cuda_bf16_shifted(const nnt_tensor *t)
+{
+    return cuda_bf16(t) && (t->flags & NNT_TENSOR_BF16_SHIFTED) != 0;
+}
+
 /* ---- memory ---- */
 /* cudaMalloc with an NNT_ERR_OUT_OF_MEMORY naming the byte count and the purpose on failure. */
 nnt_status cuda_malloc(cuda_ctx *c, size_t bytes, void **ptr, const char *what, nnt_error *err);
@@ -148,6 +169,9 @@ nnt_status cuda_decode_rows(cuda_ctx *c, const cuda_wview *w, int64_t r0, int64_
 /* dst[i] = src[i] rounded to the nearest bfloat16 (ties to even, NaN kept quiet), n elements:
  * as float32 when to_bf16 is 0 (dst may be src), else as bfloat16 bits (uint16_t). */
 nnt_status cuda_round_bf16(cuda_ctx *c, const float *src, void *dst, int64_t n, int to_bf16, nnt_error *err);
+/* Rounds an F32 tensor's elements to bfloat16 in place when it is flagged NNT_TENSOR_BF16_VALUES
+ * (the ops whose only rounding is that of their result, computed by cuBLAS); else nothing. */
+nnt_status cuda_round_result(cuda_ctx *c, nnt_tensor *t, nnt_error *err);
 /* Checks that this build carries kernels the device can run; the message names the device's
  * architecture and the ones built. */
 nnt_status cuda_probe_kernels(cuda_ctx *c, nnt_error *err);

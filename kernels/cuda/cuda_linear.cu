@@ -2,24 +2,24 @@
  * encoding (F32, BF16, F16, FP8 e4m3 and FP4 e2m1 with block scales); no widened copy of a weight
  * is ever made.
  *
- * Few rows of x (M <= FEW_ROWS: decoding, experts that receive few tokens): one warp per weight
- * row streams the row once, 16 bytes per lane per step, decodes the codes in registers and
- * accumulates in float32; each 16-byte chunk lies inside one scale block, so its partial sum is
- * multiplied by the block's scale once. Rows whose length or address does not allow 16-byte loads
- * go element by element. More rows: an F32 weight goes to cublasSgemm as it is; any other is
- * decoded a tile of rows at a time into the scratch (at most the context's tile_bytes, at least
- * one row) and each tile multiplied by cublasSgemm into its columns of y.
+ * Float32 products. Few rows of x (M <= FEW_ROWS: decoding, experts that receive few tokens): one
+ * warp per weight row streams the row once, 16 bytes per lane per step, decodes the codes in
+ * registers and accumulates in float32; each 16-byte chunk lies inside one scale block, so its
+ * partial sum is multiplied by the block's scale once. Rows whose length or address does not
+ * allow 16-byte loads go element by element. More rows: an F32 weight goes to cublasSgemm as it
+ * is; any other is decoded a tile of rows at a time into the scratch (at most the context's
+ * tile_bytes, at least one row) and each tile multiplied by cublasSgemm into its columns of y.
  *
- * NNT_TENSOR_BF16_PRODUCTS on w or NNT_TENSOR_BF16_VALUES on y (the cpu backend's definition:
- * x rounded to bfloat16 before the product, y after, float32 accumulation, the weight's decoded
- * values as they are): x is rounded
- * into the scratch first. When every decoded weight value is itself a bfloat16 - BF16 weights,
- * and FP8 / FP4 codes under E8M0 scales (powers of two) - the product runs on bfloat16 tensor
- * cores (cublasGemmEx, bf16 x bf16, CUBLAS_COMPUTE_32F, float32 output) on the weight as it is
- * (BF16) or on bfloat16 tiles; with any other weight (F32, F16, FP8/FP4 under F32, BF16 or F16
- * scales) rounding the weight would change the product, so it takes the float32 path above on
- * the rounded x. y is rounded in place at the end. cuBLASLt's block-scaled FP8 products are not
- * used. */
+ * Bfloat16 products: NNT_TENSOR_BF16_PRODUCTS on w or NNT_TENSOR_BF16_VALUES on y, as the cpu
+ * backend defines them - x rounded to bfloat16, every decoded and scaled weight value rounded to
+ * bfloat16 as torch's bfloat16 copy of the weight holds it (a no-op for BF16 weights and for FP8 /
+ * FP4 codes under E8M0 scales, which are bfloat16 numbers already), float32 accumulation, y
+ * rounded. Few rows: x is rounded into the scratch and the streaming kernel rounds each weight
+ * value it decodes (value times its block's scale, then the rounding) before the product. More
+ * rows: x is rounded to bfloat16 bits in the scratch and every weight runs on bfloat16 tensor
+ * cores (cublasGemmEx, bf16 x bf16, CUBLAS_COMPUTE_32F, float32 output): a BF16 weight as it is,
+ * any other decoded into bfloat16 tiles (cuda_convert.cu rounds each value). y is rounded in place
+ * at the end. cuBLASLt's block-scaled FP8 products are not used. */
 #include <limits.h>
 
 #include "cuda_weights.cuh"
@@ -54,11 +54,15 @@ template <int DT> __device__ __forceinline__ void unpack16(const uint4 &raw, flo
 }
 
 /* x [M, K] F32 (already rounded in bfloat16 mode), w [N, K] of dtype DT -> y [M, N] F32, rounded
- * to bfloat16 when round_y. One warp per weight row n (ROW_LOOP). vec: the weight's rows and x's
- * rows start on 16-byte boundaries, K is a multiple of V and (encoded) block_cols too. Column
- * blocks are found by 32-bit division (the caller checked K <= INT_MAX). */
+ * to bfloat16 when round_y. rnd: each decoded weight value, times its block's scale, is rounded
+ * to bfloat16 before it multiplies (bfloat16 products on a weight whose values are not all
+ * bfloat16 numbers); the scale then no longer multiplies the partial sums. One warp per weight
+ * row n (ROW_LOOP). vec: the weight's rows and x's rows start on 16-byte boundaries, K is a
+ * multiple of V and (encoded) block_cols too. Column blocks are found by 32-bit division (the
+ * caller checked K <= INT_MAX). */
 template <int DT, int M>
-__global__ void k_gemv(const float *__restrict__ x, cuda_wview w, float *__restrict__ y, int vec, int round_y)
+__global__ void k_gemv(const float *__restrict__ x, cuda_wview w, float *__restrict__ y, int vec, int round_y,
+                       int rnd)
 {
     constexpr int V = 128 / dt_bits(DT);
     const int64_t N = w.rows, K = w.cols;
@@ -79,6 +83,10 @@ __global__ void k_gemv(const float *__restrict__ x, cuda_wview w, float *__restr
                 const float s =
                     dt_scaled(DT) ? scale_get(w.scale, (int)w.scale_dtype, g + (uint32_t)c0 / (uint32_t)w.block_cols)
                                   : 1.0f;
+                if (rnd) {
+#pragma unroll
+                    for (int j = 0; j < V; j++) wv[j] = round_bf16(dt_scaled(DT) ? wv[j] * s : wv[j]);
+                }
 #pragma unroll
                 for (int m = 0; m < M; m++) {
                     const float4 *xp = (const float4 *)(x + m * K + c0);
@@ -88,13 +96,14 @@ __global__ void k_gemv(const float *__restrict__ x, cuda_wview w, float *__restr
                         float4 xv = __ldg(xp + j);
                         part += xv.x * wv[4 * j] + xv.y * wv[4 * j + 1] + xv.z * wv[4 * j + 2] + xv.w * wv[4 * j + 3];
                     }
-                    acc[m] += dt_scaled(DT) ? part * s : part;
+                    acc[m] += dt_scaled(DT) && !rnd ? part * s : part;
                 }
             }
         } else {
             for (int64_t c = lane; c < K; c += 32) {
                 float wv = dec_at<DT>(row, c);
                 if (dt_scaled(DT)) wv *= scale_get(w.scale, (int)w.scale_dtype, g + (uint32_t)c / (uint32_t)w.block_cols);
+                if (rnd) wv = round_bf16(wv);
 #pragma unroll
                 for (int m = 0; m < M; m++) acc[m] += __ldg(x + m * K + c) * wv;
             }
@@ -108,34 +117,35 @@ __global__ void k_gemv(const float *__restrict__ x, cuda_wview w, float *__restr
 }
 
 template <int DT>
-static void launch_gemv(cudaStream_t s, const float *x, int64_t M, const cuda_wview &w, float *y, int vec, int round_y)
+static void launch_gemv(cudaStream_t s, const float *x, int64_t M, const cuda_wview &w, float *y, int vec, int round_y,
+                        int rnd)
 {
     unsigned int g = grid_rows(w.rows);
     switch (M) {
-    case 1: k_gemv<DT, 1><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y); break;
-    case 2: k_gemv<DT, 2><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y); break;
-    case 3: k_gemv<DT, 3><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y); break;
-    case 4: k_gemv<DT, 4><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y); break;
-    case 5: k_gemv<DT, 5><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y); break;
-    case 6: k_gemv<DT, 6><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y); break;
-    case 7: k_gemv<DT, 7><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y); break;
-    default: k_gemv<DT, 8><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y); break;
+    case 1: k_gemv<DT, 1><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y, rnd); break;
+    case 2: k_gemv<DT, 2><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y, rnd); break;
+    case 3: k_gemv<DT, 3><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y, rnd); break;
+    case 4: k_gemv<DT, 4><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y, rnd); break;
+    case 5: k_gemv<DT, 5><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y, rnd); break;
+    case 6: k_gemv<DT, 6><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y, rnd); break;
+    case 7: k_gemv<DT, 7><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y, rnd); break;
+    default: k_gemv<DT, 8><<<g, CUDA_THREADS, 0, s>>>(x, w, y, vec, round_y, rnd); break;
     }
 }
 
-/* y [M, N] = x [M, K] . w^T with M in 1..FEW_ROWS */
+/* y [M, N] = x [M, K] . w^T with M in 1..FEW_ROWS; round_y and rnd as for k_gemv */
 static nnt_status few_rows(cuda_ctx *c, const float *x, int64_t M, const cuda_wview *w, float *y, int round_y,
-                           nnt_error *err)
+                           int rnd, nnt_error *err)
 {
     const int64_t V = 128 / dt_bits((int)w->dtype);
     int vec = (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0 && w->cols % V == 0 &&
               (!dt_scaled((int)w->dtype) || w->block_cols % V == 0);
     switch (w->dtype) {
-    case NNT_F32: launch_gemv<NNT_F32>(c->stream, x, M, *w, y, vec, round_y); break;
-    case NNT_BF16: launch_gemv<NNT_BF16>(c->stream, x, M, *w, y, vec, round_y); break;
-    case NNT_F16: launch_gemv<NNT_F16>(c->stream, x, M, *w, y, vec, round_y); break;
-    case NNT_F8_E4M3: launch_gemv<NNT_F8_E4M3>(c->stream, x, M, *w, y, vec, round_y); break;
-    default: launch_gemv<NNT_F4_E2M1>(c->stream, x, M, *w, y, vec, round_y); break;
+    case NNT_F32: launch_gemv<NNT_F32>(c->stream, x, M, *w, y, vec, round_y, rnd); break;
+    case NNT_BF16: launch_gemv<NNT_BF16>(c->stream, x, M, *w, y, vec, round_y, 0); break; /* bfloat16 already */
+    case NNT_F16: launch_gemv<NNT_F16>(c->stream, x, M, *w, y, vec, round_y, rnd); break;
+    case NNT_F8_E4M3: launch_gemv<NNT_F8_E4M3>(c->stream, x, M, *w, y, vec, round_y, rnd); break;
+    default: launch_gemv<NNT_F4_E2M1>(c->stream, x, M, *w, y, vec, round_y, rnd); break;
     }
     CUDA_LAUNCHED();
     return NNT_OK;
@@ -183,16 +193,19 @@ extern "C" nnt_status cuda_linear(void *ctx, const nnt_tensor *x, const nnt_tens
         return cuda_done(c, "linear", err);
     }
     /* the weight asks for bfloat16 products, or y holds bfloat16 values (the same rounding) */
-    const int bf16 = (w->flags & NNT_TENSOR_BF16_PRODUCTS) || (y->flags & NNT_TENSOR_BF16_VALUES);
+    const int bf16 = (w->flags & NNT_TENSOR_BF16_PRODUCTS) || cuda_bf16(y);
     const int scaled = dt_scaled((int)wv.dtype);
-    /* bfloat16 tensor cores: only when x rounded and every decoded weight value is a bfloat16 */
-    const int tensor16 = bf16 && M > FEW_ROWS && (wv.dtype == NNT_BF16 || (scaled && wv.scale_dtype == NNT_F8_E8M0));
-    /* decoded tiles: every weight but F32 (and BF16 on the tensor-core path), past FEW_ROWS */
-    const int tiled = M > FEW_ROWS && wv.dtype != NNT_F32 && !(tensor16 && wv.dtype == NNT_BF16);
+    /* decoded values that are bfloat16 numbers already: BF16, and codes times powers of two */
+    const int exact16 = wv.dtype == NNT_BF16 || (scaled && wv.scale_dtype == NNT_F8_E8M0);
+    /* bfloat16 tensor cores: every bfloat16 product past FEW_ROWS */
+    const int tensor16 = bf16 && M > FEW_ROWS;
+    /* decoded tiles past FEW_ROWS: every weight but the one cuBLAS reads as stored (F32 in
+     * float32, BF16 on the tensor cores) */
+    const int tiled = M > FEW_ROWS && wv.dtype != (tensor16 ? NNT_BF16 : NNT_F32);
     const size_t esz = tensor16 ? 2 : 4;
     const int64_t rows = tiled ? tile_rows(c, N, K, esz) : 0;
-    /* scratch: x rounded (bfloat16 mode: bfloat16 bits for the tensor cores, else float32), then
-     * the weight tile */
+    /* scratch: x rounded (bfloat16 bits for the tensor cores, float32 for the streaming kernel),
+     * then the weight tile */
     const size_t xbytes = bf16 ? align256((size_t)(M * K) * esz) : 0, tbytes = (size_t)(rows * K) * esz;
     void *scratch = NULL;
     if (xbytes + tbytes > 0 && (st = cuda_scratch(c, xbytes + tbytes, &scratch, err)) != NNT_OK) return st;
@@ -204,7 +217,7 @@ extern "C" nnt_status cuda_linear(void *ctx, const nnt_tensor *x, const nnt_tens
     void *tile = (char *)scratch + xbytes;
     const float one = 1.0f, zero = 0.0f;
     if (M <= FEW_ROWS) {
-        if ((st = few_rows(c, (const float *)xd, M, &wv, yd, bf16, err)) != NNT_OK) return st;
+        if ((st = few_rows(c, (const float *)xd, M, &wv, yd, bf16, bf16 && !exact16, err)) != NNT_OK) return st;
         return cuda_done(c, "linear", err);
     }
     /* Row-major y = x w^T is column-major y^T = w x^T: cuBLAS sees a block of w rows as a K x nr

@@ -1,6 +1,13 @@
 /* cuda_moe.cu - the cuda backend's mixture-of-experts kernels: router scoring with top-k and
  * group-limited choice (one block per token), row gather and scatter (rows and scales come from
- * host memory and are checked there), and the sum over routing slots. */
+ * host memory and are checked there), and the sum over routing slots.
+ *
+ * Bfloat16 values (NNT_TENSOR_BF16_VALUES), as the cpu backend rounds them (cpu_moe.c): a router
+ * whose weights output is flagged scores in bfloat16 - sigmoid R(sigmoid(x)), sqrt-softplus
+ * R(sqrt(R(softplus(x)))), softmax R(e / sum) - chooses on those scores plus the bias in float32,
+ * and gives R(R(s / R(R(sum) + eps)) * scaling); unflagged it is float32 throughout. A flagged
+ * scatter destination receives R(dst + R(scale src)) (or R(scale src) when storing); the sum
+ * over slots rounds its result; a gather only moves values. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,15 +18,21 @@
 
 typedef struct route_dev {
     int fn;          /* nnt_score_fn */
+    int r16;         /* scores and weights in bfloat16 (the weights output is flagged) */
     int K, G, kept;  /* top_k, groups (1: none), groups kept */
     int renormalize, indices_given;
     float renorm_eps, scaling;
 } route_dev;
 
-__device__ __forceinline__ float score_of(int fn, float x)
+/* The score of one logit; r16: each elementwise step rounded to bfloat16, as torch applies the
+ * function to a bfloat16 tensor. */
+__device__ __forceinline__ float score_of(int fn, float x, int r16)
 {
-    if (fn == NNT_SCORE_SIGMOID) return 1.0f / (1.0f + expf(-x));
-    if (fn == NNT_SCORE_SQRT_SOFTPLUS) return sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+    if (fn == NNT_SCORE_SIGMOID) return r16_if(r16, 1.0f / (1.0f + expf(-x)));
+    if (fn == NNT_SCORE_SQRT_SOFTPLUS) {
+        float sp = x > 20.0f ? x : log1pf(expf(x));
+        return r16 ? round_bf16(sqrtf(round_bf16(sp))) : sqrtf(sp);
+    }
     return x;
 }
 
@@ -58,9 +71,9 @@ __global__ void k_route(const float *logits, const float *bias, route_dev p, int
         double part = 0.0;
         for (int e = tid; e < E; e += blockDim.x) part += (sc[e] = expf(row[e] - mx));
         double sum = block_sum_d(part, red_d);
-        for (int e = tid; e < E; e += blockDim.x) sc[e] = (float)(sc[e] / sum);
+        for (int e = tid; e < E; e += blockDim.x) sc[e] = r16_if(p.r16, (float)(sc[e] / sum));
     } else {
-        for (int e = tid; e < E; e += blockDim.x) sc[e] = score_of(p.fn, row[e]);
+        for (int e = tid; e < E; e += blockDim.x) sc[e] = score_of(p.fn, row[e], p.r16);
     }
     int32_t *ir = idx + m * p.K;
     float *wr = w + m * p.K;
@@ -128,10 +141,18 @@ __global__ void k_route(const float *logits, const float *bias, route_dev p, int
             wr[k] = sc[e];
             sum += wr[k];
         }
-        for (int k = 0; k < p.K; k++) {
-            float v = wr[k];
-            if (p.renormalize) v = (float)(v / (sum + p.renorm_eps));
-            wr[k] = v * p.scaling;
+        if (p.r16) { /* the sum and the eps add rounded, then the quotient, then the scaling */
+            float den = round_bf16(round_bf16((float)sum) + p.renorm_eps);
+            for (int k = 0; k < p.K; k++) {
+                float v = p.renormalize ? round_bf16(wr[k] / den) : wr[k];
+                wr[k] = round_bf16(v * p.scaling);
+            }
+        } else {
+            for (int k = 0; k < p.K; k++) {
+                float v = wr[k];
+                if (p.renormalize) v = (float)(v / (sum + p.renorm_eps));
+                wr[k] = v * p.scaling;
+            }
         }
     }
 }
@@ -160,6 +181,7 @@ extern "C" nnt_status cuda_route(void *ctx, const nnt_tensor *logits, const nnt_
     CUDA_CHECK(cudaSetDevice(c->device));
     route_dev rd;
     rd.fn = (int)p->score_fn;
+    rd.r16 = cuda_bf16(w);
     rd.K = K;
     rd.G = G;
     rd.kept = p->topk_group > 0 && p->topk_group < G ? p->topk_group : G;
@@ -223,9 +245,9 @@ extern "C" nnt_status cuda_gather_rows(void *ctx, const nnt_tensor *src, const i
 }
 
 /* dst[rows[i]] (+)= scale[i] src[sel[i]] for i < n, rows distinct; one thread per element.
- * sel NULL: sel[i] = i; scale NULL: 1. */
+ * sel NULL: sel[i] = i; scale NULL: 1. r16: the weighted row rounded to bfloat16, then the sum. */
 __global__ void k_scatter(const float *src, const int32_t *rows, const int32_t *sel, const float *scale, float *dst,
-                          int64_t n, int64_t H, int accumulate)
+                          int64_t n, int64_t H, int accumulate, int r16)
 {
     GRID_LOOP(i, n * H)
     {
@@ -234,7 +256,9 @@ __global__ void k_scatter(const float *src, const int32_t *rows, const int32_t *
         float f = scale ? scale[r] : 1.0f;
         float *d = dst + (int64_t)rows[r] * H + h;
         float v = f * src[from * H + h];
-        if (accumulate)
+        if (r16)
+            *d = accumulate ? round_bf16(*d + round_bf16(v)) : round_bf16(v);
+        else if (accumulate)
             *d += v;
         else
             *d = v;
@@ -244,13 +268,16 @@ __global__ void k_scatter(const float *src, const int32_t *rows, const int32_t *
 /* The same with repeated rows: one thread per column walks i in order, so the adds to one row
  * happen in the order of i (as the ABI asks). */
 __global__ void k_scatter_add_ordered(const float *src, const int32_t *rows, const float *scale, float *dst, int64_t n,
-                                      int64_t H)
+                                      int64_t H, int r16)
 {
     GRID_LOOP(h, H)
     {
         for (int64_t i = 0; i < n; i++) {
-            float f = scale ? scale[i] : 1.0f;
-            dst[(int64_t)rows[i] * H + h] += f * src[i * H + h];
+            float f = scale ? scale[i] : 1.0f, *d = dst + (int64_t)rows[i] * H + h;
+            if (r16)
+                *d = round_bf16(*d + round_bf16(f * src[i * H + h]));
+            else
+                *d += f * src[i * H + h];
         }
     }
 }
@@ -295,7 +322,8 @@ static nnt_status scatter(cuda_ctx *c, const char *op, const nnt_tensor *src, co
             if ((st = cuda_stage_put(c, rows, rb, &dr, err)) != NNT_OK) goto done;
             if (scale && (st = cuda_stage_put(c, scale, sb, &ds, err)) != NNT_OK) goto done;
             k_scatter_add_ordered<<<grid_for(H), CUDA_THREADS, 0, c->stream>>>(
-                (const float *)src->data, (const int32_t *)dr, (const float *)ds, (float *)dst->data, (int64_t)n, H);
+                (const float *)src->data, (const int32_t *)dr, (const float *)ds, (float *)dst->data, (int64_t)n, H,
+                cuda_bf16(dst));
         } else {
             size_t ib = (size_t)kept * sizeof(int32_t), fb = (size_t)kept * sizeof(float);
             void *dr, *dsel, *ds;
@@ -305,7 +333,7 @@ static nnt_status scatter(cuda_ctx *c, const char *op, const nnt_tensor *src, co
             if ((st = cuda_stage_put(c, keep_scale, fb, &ds, err)) != NNT_OK) goto done;
             k_scatter<<<grid_for((int64_t)kept * H), CUDA_THREADS, 0, c->stream>>>(
                 (const float *)src->data, (const int32_t *)dr, (const int32_t *)dsel, (const float *)ds,
-                (float *)dst->data, (int64_t)kept, H, accumulate);
+                (float *)dst->data, (int64_t)kept, H, accumulate, cuda_bf16(dst));
         }
         st = cuda_done(c, op, err);
     }
@@ -329,15 +357,16 @@ extern "C" nnt_status cuda_scatter_rows(void *ctx, const nnt_tensor *src, const 
     return scatter((cuda_ctx *)ctx, "scatter_rows", src, rows, scale, n, dst, 0, err);
 }
 
-/* x [M, K, H] -> y [M, H]: y[m, h] = sum over k of x[m, k, h], in order of k */
-__global__ void k_sum_axis1(const float *x, float *y, int64_t M, int64_t K, int64_t H)
+/* x [M, K, H] -> y [M, H]: y[m, h] = sum over k of x[m, k, h], in order of k; the sum rounded to
+ * bfloat16 when r16 */
+__global__ void k_sum_axis1(const float *x, float *y, int64_t M, int64_t K, int64_t H, int r16)
 {
     GRID_LOOP(i, M * H)
     {
         int64_t m = i / H, h = i % H;
         float acc = 0.0f;
         for (int64_t k = 0; k < K; k++) acc += x[(m * K + k) * H + h];
-        y[i] = acc;
+        y[i] = r16_if(r16, acc);
     }
 }
 
@@ -350,6 +379,7 @@ extern "C" nnt_status cuda_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor 
     if (nnt_tensor_numel(y) != M * H) return cuda_error(err, NNT_ERR_SHAPE, "cuda sum_axis1: y is not [M, H]");
     if (M * H == 0) return NNT_OK;
     CUDA_CHECK(cudaSetDevice(c->device));
-    k_sum_axis1<<<grid_for(M * H), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, (float *)y->data, M, K, H);
+    k_sum_axis1<<<grid_for(M * H), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, (float *)y->data, M, K, H,
+                                                                 cuda_bf16(y));
     return cuda_done(c, "sum_axis1", err);
 }

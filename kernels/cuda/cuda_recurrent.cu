@@ -1,15 +1,22 @@
 /* cuda_recurrent.cu - the cuda backend's kernels for recurrent mixers: the causal depthwise
  * convolution with carried state, Kimi's forget gate, sigmoid, the gated delta rule (a
  * sequential scan per (row, head, 32 value columns) with the state tile in shared memory), the
- * gated RMSNorm, and the column copies and row masking their forward needs. */
+ * gated RMSNorm, and the column copies and row masking their forward needs.
+ *
+ * Outputs flagged NNT_TENSOR_BF16_VALUES take the cpu backend's roundings (cpu_recurrent.c): the
+ * convolution R(act(R(conv))) (its carried state is a copy of inputs, never rounded); sigmoid,
+ * the delta rule's output and the gated RMSNorm round their results (the delta rule's states
+ * stay float32); the forget gate never rounds (float32 in transformers); column copies and row
+ * zeroing only move values. */
 #include <stdlib.h>
 
 #include "cuda_device.cuh"
 
 /* x [B, T, C], w [C, W] F32/BF16/F16 as stored, state_in [B, W-1, C] or NULL -> y [B, T, C];
- * y[b, t, c] = act(sum_j w[c, j] x[b, t - (W - 1) + j, c]), earlier inputs from state_in. */
+ * y[b, t, c] = act(sum_j w[c, j] x[b, t - (W - 1) + j, c]), earlier inputs from state_in. r16:
+ * the sum rounded to bfloat16 before the activation, and the result after it. */
 __global__ void k_conv1d(const float *x, const void *w, int wdt, const float *si, int act, float *y, int64_t B,
-                         int64_t T, int64_t C, int64_t W)
+                         int64_t T, int64_t C, int64_t W, int r16)
 {
     GRID_LOOP(i, B * T * C)
     {
@@ -21,8 +28,9 @@ __global__ void k_conv1d(const float *x, const void *w, int wdt, const float *si
             float in = src >= 0 ? x[(b * T + src) * C + ch] : (si ? si[(b * (W - 1) + (W - 1) + src) * C + ch] : 0.0f);
             acc += load_any(w, wdt, ch * W + j) * in;
         }
+        acc = r16_if(r16, acc);
         if (act == 1) acc = acc / (1.0f + expf(-acc));
-        y[i] = acc;
+        y[i] = r16_if(r16, acc);
     }
 }
 
@@ -74,7 +82,7 @@ extern "C" nnt_status cuda_conv1d_causal(void *ctx, const nnt_tensor *x, const n
     }
     if (T > 0)
         k_conv1d<<<grid_for(B * T * C), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, w->data, (int)w->dtype, si,
-                                                                      act, (float *)y->data, B, T, C, W);
+                                                                      act, (float *)y->data, B, T, C, W, cuda_bf16(y));
     if (state_out && W > 1)
         k_conv_state<<<grid_for(B * (W - 1) * C), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, si,
                                                                                 (float *)state_out->data, B, T, C, W);
@@ -82,7 +90,7 @@ extern "C" nnt_status cuda_conv1d_causal(void *ctx, const nnt_tensor *x, const n
 }
 
 /* a [M, P], dt_bias [P], a_log [H] (F32/BF16/F16 as stored), P = H K -> g [M, P] =
- * -exp(a_log[p / K]) softplus(a + dt_bias), softplus(x) = x above 20 */
+ * -exp(a_log[p / K]) softplus(a + dt_bias), softplus(x) = x above 20; float32 whatever g's flags */
 __global__ void k_kda_gate(const float *a, const void *dt, int dtt, const void *al, int alt, float *g, int64_t M,
                            int64_t P, int64_t K)
 {
@@ -115,9 +123,9 @@ extern "C" nnt_status cuda_kda_gate(void *ctx, const nnt_tensor *a, const nnt_te
     return cuda_done(c, "kda_gate", err);
 }
 
-__global__ void k_sigmoid(const float *x, float *y, int64_t n)
+__global__ void k_sigmoid(const float *x, float *y, int64_t n, int r16)
 {
-    GRID_LOOP(i, n) y[i] = 1.0f / (1.0f + expf(-x[i]));
+    GRID_LOOP(i, n) y[i] = r16_if(r16, 1.0f / (1.0f + expf(-x[i])));
 }
 
 extern "C" nnt_status cuda_sigmoid(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
@@ -128,22 +136,23 @@ extern "C" nnt_status cuda_sigmoid(void *ctx, const nnt_tensor *x, nnt_tensor *y
         return cuda_error(err, NNT_ERR_SHAPE, "cuda sigmoid: x and y must be F32 of equal size");
     if (n == 0) return NNT_OK;
     CUDA_CHECK(cudaSetDevice(c->device));
-    k_sigmoid<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, (float *)y->data, n);
+    k_sigmoid<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, (float *)y->data, n, cuda_bf16(y));
     return cuda_done(c, "sigmoid", err);
 }
 
 #define DR_COLS 32 /* value columns per block: one warp, one column per lane */
 
 /* The gated delta rule. q, k, g [B, T, H, K]; v [B, T, H, V]; beta [B, T, H]; valid [B, T] or
- * NULL; s_in [B, H, K, V] or NULL -> o [B, T, H, V], s_out [B, H, K, V] or NULL, states
- * [B, T, H, K, V] or NULL. Grid (B H, ceil(V / 32)), one warp per block; lane l owns value
- * column j = 32 blockIdx.y + l of the state, kept in shared memory S [K, 32] next to the token's
- * normalised q, k and decays [K] each. Columns never mix, so a lane runs the recurrence of its
- * column alone, token by token, in the cpu backend's order of operations:
+ * NULL; s_in [B, H, K, V] or NULL -> o [B, T, H, V] (rounded to bfloat16 when r16), s_out
+ * [B, H, K, V] or NULL, states [B, T, H, K, V] or NULL (float32 always). Grid (B H,
+ * ceil(V / 32)), one warp per block; lane l owns value column j = 32 blockIdx.y + l of the state,
+ * kept in shared memory S [K, 32] next to the token's normalised q, k and decays [K] each.
+ * Columns never mix, so a lane runs the recurrence of its column alone, token by token, in the
+ * cpu backend's order of operations:
  *   S *= exp(g_t);  u = beta_t (v_t - S^T k_t);  S += k_t u^T;  o_t = S^T q_t. */
 __global__ void k_delta_rule(const float *q, const float *k, const float *v, const float *g, const float *beta,
                              const uint8_t *valid, const float *s_in, int l2norm, float scale, float *o, float *s_out,
-                             float *states, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V)
+                             float *states, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int r16)
 {
     extern __shared__ float sm[];
     float *qn = sm, *kn = sm + K, *dec = sm + 2 * K, *S = sm + 3 * K;
@@ -199,7 +208,7 @@ __global__ void k_delta_rule(const float *q, const float *k, const float *v, con
                 acc += s * qn[i];
                 if (states) states[(base * K + i) * V + j] = s;
             }
-            o[base * V + j] = acc;
+            o[base * V + j] = r16_if(r16, acc);
         }
     }
     if (col && s_out)
@@ -249,14 +258,14 @@ extern "C" nnt_status cuda_delta_rule(void *ctx, const nnt_tensor *q, const nnt_
         (const float *)q->data, (const float *)k->data, (const float *)v->data, (const float *)g->data,
         (const float *)beta->data, (const uint8_t *)dvalid, state_in ? (const float *)state_in->data : NULL, l2norm,
         scale, (float *)o->data, state_out ? (float *)state_out->data : NULL, states ? (float *)states->data : NULL, B,
-        T, H, K, V);
+        T, H, K, V, cuda_bf16(o));
     return cuda_done(c, "delta_rule", err);
 }
 
 /* x [M, D], w [D] F32/BF16/F16 as stored, gate [M, D] -> y [M, D] = w x / sqrt(mean(x^2) + eps)
- * sigmoid(gate); one warp per row */
+ * sigmoid(gate), rounded to bfloat16 when r16; one warp per row */
 __global__ void k_rms_norm_gated(const float *x, const void *w, int wdt, const float *gate, float eps, float *y,
-                                 int64_t M, int64_t D)
+                                 int64_t M, int64_t D, int r16)
 {
     int lane = threadIdx.x & 31;
     ROW_LOOP(m, M)
@@ -269,7 +278,7 @@ __global__ void k_rms_norm_gated(const float *x, const void *w, int wdt, const f
         float inv = 1.0f / sqrtf((float)(ss / (double)D) + eps);
         for (int64_t d = lane; d < D; d += 32) {
             float gv = gr[d];
-            yr[d] = load_any(w, wdt, d) * (xr[d] * inv) * (1.0f / (1.0f + expf(-gv)));
+            yr[d] = r16_if(r16, load_any(w, wdt, d) * (xr[d] * inv) * (1.0f / (1.0f + expf(-gv))));
         }
     }
 }
@@ -289,7 +298,7 @@ extern "C" nnt_status cuda_rms_norm_gated(void *ctx, const nnt_tensor *x, const 
     CUDA_CHECK(cudaSetDevice(c->device));
     k_rms_norm_gated<<<grid_rows(M), CUDA_THREADS, 0, c->stream>>>((const float *)x->data, w->data, (int)w->dtype,
                                                                    (const float *)gate->data, eps, (float *)y->data,
-                                                                   M, D);
+                                                                   M, D, cuda_bf16(y));
     return cuda_done(c, "rms_norm_gated", err);
 }
 

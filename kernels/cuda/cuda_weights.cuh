@@ -112,23 +112,10 @@ __device__ __forceinline__ int64_t wgrid_row(const cuda_wview &w, int64_t r)
     return (r + w.row0) / w.block_rows * w.grid_cols;
 }
 
-/* ---- bfloat16 rounding ---- */
+/* ---- tiles ---- */
 
-/* The nearest bfloat16 (ties to even) as its 16 bits; a NaN stays a quiet NaN (the cpu
- * backend's rounding, bit for bit). */
-__device__ __forceinline__ uint32_t bf16_bits(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (u | 0x00400000u) >> 16;
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-
-__device__ __forceinline__ float round_bf16(float f)
-{
-    return __uint_as_float(bf16_bits(f) << 16);
-}
-
-/* Stores v into a float32 tile as it is, or into a bfloat16 tile rounded to nearest even. */
+/* Stores v into a float32 tile as it is, or into a bfloat16 tile rounded to nearest even
+ * (bf16_bits, cuda_device.cuh). */
 __device__ __forceinline__ void put_value(float *d, float v)
 {
     *d = v;
