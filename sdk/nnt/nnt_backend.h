@@ -29,7 +29,9 @@
  *     works in float32 throughout, as transformers does for most routers; hyper_mix
  *     R(R(R(post) a) + R(sum_j R(comb) x_j)); compress R(sum R(kv R(p))) with the slot weights p
  *     from a float32 softmax; kda_gate and indexer_scores never round (float32 in
- *     transformers); the other ops round what they write.
+ *     transformers), nor do the ops that only move values (gather_rows, copy, copy_cols,
+ *     swap12, fill, zero_rows) or write recurrent states (delta_rule's states, conv1d_causal's
+ *     state, hyper_connection's post and comb); the other ops round what they write.
  * The table only grows at its end; a layout change bumps NNT_ABI_MAJOR. */
 #ifndef NNT_BACKEND_H
 #define NNT_BACKEND_H
