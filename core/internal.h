@@ -319,6 +319,10 @@ char *nnt_strdup(const char *s);
 char *nnt_path_join(const char *dir, const char *name);
 char *nnt_dirname(const char *path);
 int nnt_file_exists(const char *path);
+/* Reads the whole file `path` (at most max_bytes) into a new NUL-terminated buffer the caller
+ * frees; *len (may be NULL) gets its size. Errors: NNT_ERR_IO (cannot open or read),
+ * NNT_ERR_FORMAT (larger than max_bytes), NNT_ERR_OUT_OF_MEMORY; the message names the file. */
+nnt_status nnt_read_file(const char *path, size_t max_bytes, char **text, size_t *len, nnt_error *err);
 /* Levenshtein distance, for "did you mean". */
 int nnt_edit_distance(const char *a, const char *b);
 /* Bytes the C library's allocator has handed out and not had back (glibc: mallinfo2's in-use

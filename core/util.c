@@ -1,5 +1,7 @@
 /* util.c - small string and file helpers used across libnnt. */
 #include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -45,6 +47,41 @@ int nnt_file_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+nnt_status nnt_read_file(const char *path, size_t max_bytes, char **text, size_t *len, nnt_error *err)
+{
+    *text = NULL;
+    if (len) *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open", path);
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return nnt_err_set(err, NNT_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > (uint64_t)max_bytes) {
+        fclose(f);
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: %lld bytes, more than the %zu expected at most", path,
+                           (long long)st.st_size, max_bytes);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(f);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "%s: no memory for %zu bytes", path, n);
+    }
+    size_t got = fread(buf, 1, n, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || got != n) {
+        free(buf);
+        return nnt_err_set(err, NNT_ERR_IO, "%s: read %zu of %zu bytes", path, got, n);
+    }
+    buf[n] = '\0';
+    *text = buf;
+    if (len) *len = n;
+    return NNT_OK;
 }
 
 int nnt_edit_distance(const char *a, const char *b)

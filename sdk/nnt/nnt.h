@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "nnt_types.h"
+#include "nnt_tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {

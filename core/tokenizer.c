@@ -1,0 +1,456 @@
+/* tokenizer.c - the tokenizer's public API (sdk/nnt/nnt_tokenizer.h): loading a model folder's
+ * tokenizer, encoding (added tokens, normalization, pre-tokenization, byte-pair merging,
+ * post-processing), decoding, and left-padded batches. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok_internal.h"
+
+#define MAX_CONFIG_JSON (64u << 20)
+/* Kimi-Linear's encode (tokenization_kimi.py) cuts a text into pieces of at most this many
+ * characters, then each piece so that no run of white space or of other characters is longer
+ * than the second bound; tiktoken encodes each cut on its own. */
+#define KIMI_MAX_CHARS 400000
+#define KIMI_MAX_RUN 25000
+
+int tok_reserve_ids(nnt_tokenizer *tok, int32_t id)
+{
+    if (id < tok->vocab_size) return 0;
+    int32_t n = id + 1;
+    uint8_t *f = realloc(tok->flags, (size_t)n);
+    if (!f) return -1;
+    memset(f + tok->vocab_size, 0, (size_t)(n - tok->vocab_size));
+    tok->flags = f;
+    tok->vocab_size = n;
+    return 0;
+}
+
+int32_t tok_lookup(const nnt_tokenizer *tok, const char *s, size_t n)
+{
+    for (int32_t i = 0; i < tok->n_added; i++)
+        if (tok->added[i].len == n && memcmp(tok->added[i].content, s, n) == 0) return tok->added[i].id;
+    if (tok->byte_level) {
+        tok_buf b = {0};
+        int32_t id = -1;
+        if (tok_bytelevel_unmap(&tok->bl, s, n, &b) >= 0)
+            id = tok_strmap_find(&tok->bpe.vocab_map, &tok->bpe.vocab, b.p ? b.p : "", b.n);
+        tok_buf_free(&b);
+        return id;
+    }
+    return tok_strmap_find(&tok->bpe.vocab_map, &tok->bpe.vocab, s, n);
+}
+
+nnt_status tok_read_config(nnt_tokenizer *tok, cJSON **cfg_out)
+{
+    if (cfg_out) *cfg_out = NULL;
+    char *path = nnt_path_join(tok->dir, "tokenizer_config.json");
+    if (!path) return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory");
+    if (!nnt_file_exists(path)) {
+        free(path);
+        return NNT_OK;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    nnt_status st = nnt_read_file(path, MAX_CONFIG_JSON, &text, &len, &tok->err);
+    if (st) {
+        free(path);
+        return st;
+    }
+    const char *end = NULL;
+    cJSON *cfg = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!cJSON_IsObject(cfg)) {
+        st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: malformed JSON near byte %ld (expected an object)", path,
+                         cfg ? 0L : (end ? (long)(end - text) : -1L));
+        cJSON_Delete(cfg);
+        free(text);
+        free(path);
+        return st;
+    }
+    free(text);
+    const char *keys[3] = {"bos_token", "eos_token", "pad_token"};
+    int32_t *ids[3] = {&tok->bos_id, &tok->eos_id, &tok->pad_id};
+    for (int k = 0; k < 3 && !st; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[k]);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+        if (!cJSON_IsString(v)) {
+            st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: %s: expected a string or an object with a \"content\" string",
+                             path, keys[k]);
+            break;
+        }
+        *ids[k] = tok_lookup(tok, v->valuestring, strlen(v->valuestring));
+    }
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
+    if (!st && ab && !cJSON_IsNull(ab) && !cJSON_IsBool(ab))
+        st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: add_bos_token: expected true or false", path);
+    if (!st) tok->want_bos = cJSON_IsTrue(ab);
+    free(path);
+    if (cfg_out && !st) *cfg_out = cfg;
+    else cJSON_Delete(cfg);
+    return st;
+}
+
+nnt_status nnt_tokenizer_load(const char *dir, nnt_tokenizer **out)
+{
+    if (!out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_tokenizer *tok = calloc(1, sizeof *tok);
+    *out = tok;
+    if (!tok) return NNT_ERR_OUT_OF_MEMORY;
+    tok->bos_id = tok->eos_id = tok->pad_id = -1;
+    tok_bytelevel_init(&tok->bl);
+    if (!dir) return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "tokenizer: no folder given");
+    tok->dir = nnt_strdup(dir);
+    if (!tok->dir || tok_matcher_init(&tok->m) != 0)
+        return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory");
+    char *json = nnt_path_join(dir, "tokenizer.json");
+    char *tik = nnt_path_join(dir, "tiktoken.model");
+    nnt_status st;
+    if (!json || !tik) {
+        st = nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory");
+    } else if (nnt_file_exists(json)) {
+        st = tok_load_json(tok, json);
+        if (!st) st = tok_read_config(tok, NULL);
+    } else if (nnt_file_exists(tik)) {
+        st = tok_load_tiktoken(tok, tik);
+    } else {
+        st = nnt_err_set(&tok->err, NNT_ERR_NOT_FOUND,
+                         "%s: no tokenizer: the folder holds neither tokenizer.json nor tiktoken.model", dir);
+    }
+    free(json);
+    free(tik);
+    if (!st && tok->want_bos) {
+        if (tok->bos_id < 0)
+            st = nnt_err_set(&tok->err, NNT_ERR_CONFIG,
+                             "%s/tokenizer_config.json: add_bos_token is true but bos_token names no token", dir);
+        int already = 0;
+        for (int64_t i = 0; i < tok->prefix.n; i++)
+            if (tok->prefix.p[i] == tok->bos_id) already = 1;
+        tok->add_bos = !already;
+    }
+    if (!st) {
+        for (int64_t i = 0; i < tok->prefix.n; i++)
+            if (tok->prefix.p[i] >= tok->vocab_size) st = NNT_ERR_FORMAT;
+        for (int64_t i = 0; i < tok->suffix.n; i++)
+            if (tok->suffix.p[i] >= tok->vocab_size) st = NNT_ERR_FORMAT;
+        if (st) nnt_err_set(&tok->err, st, "%s: post_processor: a template token id is outside the vocabulary", dir);
+    }
+    return st;
+}
+
+void nnt_tokenizer_free(nnt_tokenizer *tok)
+{
+    if (!tok) return;
+    tok_bpe_free(&tok->bpe);
+    tok_normalizer_free(&tok->norm);
+    tok_pretok_free(&tok->pre);
+    if (tok->tik_re) pcre2_code_free(tok->tik_re);
+    for (int32_t i = 0; i < tok->n_added; i++) free(tok->added[i].content);
+    free(tok->added);
+    tok_trie_free(&tok->trie_raw);
+    tok_trie_free(&tok->trie_norm);
+    free(tok->prefix.p);
+    free(tok->suffix.p);
+    tok_strtab_free(&tok->dec);
+    free(tok->flags);
+    tok_matcher_free(&tok->m);
+    tok_buf_free(&tok->text);
+    tok_buf_free(&tok->normed);
+    tok_buf_free(&tok->tmp);
+    tok_buf_free(&tok->work);
+    free(tok->segs.p);
+    free(tok->segs2.p);
+    free(tok->pieces.p);
+    free(tok->pieces_tmp.p);
+    free(tok->dir);
+    free(tok);
+}
+
+const char *nnt_tokenizer_last_error(const nnt_tokenizer *tok)
+{
+    return tok ? tok->err.msg : "no tokenizer (out of memory)";
+}
+
+const char *nnt_tokenizer_kind(const nnt_tokenizer *tok)
+{
+    return tok && tok->format == TOK_FORMAT_TIKTOKEN ? "tiktoken" : "tokenizer.json (BPE)";
+}
+
+int32_t nnt_tokenizer_vocab_size(const nnt_tokenizer *tok) { return tok ? tok->vocab_size : 0; }
+int32_t nnt_tokenizer_bos_id(const nnt_tokenizer *tok) { return tok ? tok->bos_id : -1; }
+int32_t nnt_tokenizer_eos_id(const nnt_tokenizer *tok) { return tok ? tok->eos_id : -1; }
+int32_t nnt_tokenizer_pad_id(const nnt_tokenizer *tok) { return tok ? tok->pad_id : -1; }
+
+int32_t nnt_tokenizer_token_id(const nnt_tokenizer *tok, const char *text)
+{
+    if (!tok || !text) return -1;
+    return tok_lookup(tok, text, strlen(text));
+}
+
+const char *nnt_tokenizer_token_bytes(const nnt_tokenizer *tok, int32_t id, size_t *len)
+{
+    if (len) *len = 0;
+    if (!tok || id < 0 || id >= tok->vocab_size || !(tok->flags[id] & TOK_ID_PRESENT)) return NULL;
+    size_t n;
+    const char *s = tok_strtab_get(&tok->dec, id, &n);
+    if (len) *len = n;
+    return s;
+}
+
+int nnt_tokenizer_is_special(const nnt_tokenizer *tok, int32_t id)
+{
+    return tok && id >= 0 && id < tok->vocab_size && (tok->flags[id] & TOK_ID_SPECIAL) != 0;
+}
+
+/* ---- encoding ---- */
+
+/* Pre-tokenizes and merges one stretch of normalized text. */
+static int encode_words(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out)
+{
+    if (n == 0) return 0;
+    if (tok->pre.n == 0) return tok_bpe_word(&tok->bpe, s, n, out) == 0 ? 0 : -2;
+    if (tok_pretokenize(&tok->pre, s, n, &tok->work, &tok->pieces, &tok->pieces_tmp, &tok->m, &tok->err) != 0)
+        return -1;
+    for (size_t i = 0; i < tok->pieces.n; i++)
+        if (tok_bpe_word(&tok->bpe, tok->work.p + tok->pieces.p[i].off, tok->pieces.p[i].len, out) != 0) return -2;
+    return 0;
+}
+
+static int encode_json(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out)
+{
+    tok->segs.n = 0;
+    if (tok_trie_split(&tok->trie_raw, tok->added, s, n, &tok->segs) != 0) return -2;
+    for (size_t i = 0; i < tok->segs.n; i++) {
+        tok_seg g = tok->segs.p[i];
+        if (g.index >= 0) {
+            if (tok_ids_put(out, tok->added[g.index].id) != 0) return -2;
+            continue;
+        }
+        const char *t = s + g.start;
+        size_t tn = g.end - g.start;
+        if (tok->norm.n) {
+            if (tok_normalize(&tok->norm, t, tn, &tok->normed, &tok->tmp, &tok->m, &tok->err) != 0) return -1;
+            t = tok->normed.p;
+            tn = tok->normed.n;
+        }
+        tok->segs2.n = 0;
+        if (tok_trie_split(&tok->trie_norm, tok->added, t, tn, &tok->segs2) != 0) return -2;
+        for (size_t j = 0; j < tok->segs2.n; j++) {
+            tok_seg h = tok->segs2.p[j];
+            int r = h.index >= 0 ? (tok_ids_put(out, tok->added[h.index].id) ? -2 : 0)
+                                 : encode_words(tok, t + h.start, h.end - h.start, out);
+            if (r) return r;
+        }
+    }
+    return 0;
+}
+
+/* tiktoken: special tokens split the text; the pattern's matches are the words (text between
+ * matches is dropped, as tiktoken drops it). */
+static int encode_tiktoken_piece(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out)
+{
+    tok->segs.n = 0;
+    if (tok_trie_split(&tok->trie_raw, tok->added, s, n, &tok->segs) != 0) return -2;
+    for (size_t i = 0; i < tok->segs.n; i++) {
+        tok_seg g = tok->segs.p[i];
+        if (g.index >= 0) {
+            if (tok_ids_put(out, tok->added[g.index].id) != 0) return -2;
+            continue;
+        }
+        size_t from = g.start, ms, me;
+        for (;;) {
+            int r = tok_regex_next(tok->tik_re, &tok->m, s, g.end, from, &ms, &me, &tok->err);
+            if (r < 0) return -1;
+            if (r == 0) break;
+            if (tok_bpe_word(&tok->bpe, s + ms, me - ms, out) != 0) return -2;
+            from = me;
+        }
+    }
+    return 0;
+}
+
+static int encode_tiktoken(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out)
+{
+    if (!tok->kimi_chunks) return encode_tiktoken_piece(tok, s, n, out);
+    const uint8_t *u = (const uint8_t *)s;
+    size_t chunk = 0;
+    while (chunk < n) {
+        /* the next KIMI_MAX_CHARS characters */
+        size_t end = chunk;
+        for (long c = 0; c < KIMI_MAX_CHARS && end < n; c++) {
+            int l = tok_utf8_len(u + end, n - end);
+            end += (size_t)(l > 0 ? l : 1);
+        }
+        /* cut where a run of space or of non-space characters would pass KIMI_MAX_RUN */
+        size_t slice = chunk, p = chunk;
+        long run = 0;
+        int run_space = -1;
+        while (p < end) {
+            int l = tok_utf8_len(u + p, end - p);
+            if (l <= 0) l = 1;
+            int sp = tok_is_py_space(tok_utf8_decode(u + p, l));
+            if (run_space < 0) run_space = sp;
+            if (sp != run_space) {
+                run = 1;
+                run_space = sp;
+            } else if (++run > KIMI_MAX_RUN) {
+                int r = encode_tiktoken_piece(tok, s + slice, p - slice, out);
+                if (r) return r;
+                slice = p;
+                run = 1;
+            }
+            p += (size_t)l;
+        }
+        int r = encode_tiktoken_piece(tok, s + slice, end - slice, out);
+        if (r) return r;
+        chunk = end;
+    }
+    return 0;
+}
+
+nnt_status nnt_tokenizer_encode(nnt_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids,
+                                int64_t *n_ids)
+{
+    if (ids) *ids = NULL;
+    if (n_ids) *n_ids = 0;
+    if (!tok) return NNT_ERR_INVALID_ARGUMENT;
+    if (!ids || !n_ids || (!text && len))
+        return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "nnt_tokenizer_encode: NULL argument");
+    if (len > (UINT32_MAX >> 2))
+        return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "nnt_tokenizer_encode: %zu bytes; at most %u per text",
+                           len, UINT32_MAX >> 2);
+    nnt_err_clear(&tok->err);
+    const char *s = text ? text : "";
+    long bad = tok_utf8_repair(s, len, &tok->text);
+    if (bad < 0) return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory for %zu bytes", len);
+    if (bad) s = tok->text.p, len = tok->text.n;
+    tok_ids out = {0};
+    int add = (flags & NNT_TOKENIZE_ADD_SPECIAL) != 0;
+    int r = 0;
+    if (add && tok->add_bos && tok_ids_put(&out, tok->bos_id) != 0) r = -2;
+    if (!r && add && tok_ids_put_n(&out, tok->prefix.p, tok->prefix.n) != 0) r = -2;
+    if (!r) r = tok->format == TOK_FORMAT_JSON ? encode_json(tok, s, len, &out) : encode_tiktoken(tok, s, len, &out);
+    if (!r && add && tok_ids_put_n(&out, tok->suffix.p, tok->suffix.n) != 0) r = -2;
+    if (r) {
+        free(out.p);
+        if (r == -2) return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory encoding %zu bytes", len);
+        return tok->err.status;
+    }
+    if (!out.p) out.p = malloc(sizeof(int32_t)); /* a valid pointer even for no ids */
+    if (!out.p) return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory");
+    *ids = out.p;
+    *n_ids = out.n;
+    return NNT_OK;
+}
+
+/* ---- decoding ---- */
+
+nnt_status nnt_tokenizer_decode(nnt_tokenizer *tok, const int32_t *ids, int64_t n_ids, int flags, char **text,
+                                size_t *len)
+{
+    if (text) *text = NULL;
+    if (len) *len = 0;
+    if (!tok) return NNT_ERR_INVALID_ARGUMENT;
+    if (!text || (!ids && n_ids) || n_ids < 0)
+        return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "nnt_tokenizer_decode: NULL argument or negative count");
+    tok_buf out = {0};
+    int first = 1;
+    for (int64_t i = 0; i < n_ids; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= tok->vocab_size || !(tok->flags[id] & TOK_ID_PRESENT)) {
+            tok_buf_free(&out);
+            return nnt_err_set(&tok->err, NNT_ERR_INDEX, "nnt_tokenizer_decode: ids[%lld] = %d is not a token (vocabulary of %d)",
+                               (long long)i, id, tok->vocab_size);
+        }
+        if ((flags & NNT_DECODE_SKIP_SPECIAL) && (tok->flags[id] & TOK_ID_SPECIAL)) continue;
+        size_t n;
+        const char *s = tok_strtab_get(&tok->dec, id, &n);
+        if ((tok->join_space && !first && tok_buf_put(&out, " ", 1) != 0) || tok_buf_put(&out, s, n) != 0) {
+            tok_buf_free(&out);
+            return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory decoding");
+        }
+        first = 0;
+    }
+    if (tok_buf_put(&out, "", 0) != 0) return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory");
+    if (flags & NNT_DECODE_REPLACE_INVALID) {
+        tok_buf fixed = {0};
+        long bad = tok_utf8_repair(out.p, out.n, &fixed);
+        tok_buf_free(&out);
+        if (bad < 0 || tok_buf_put(&fixed, "", 0) != 0) {
+            tok_buf_free(&fixed);
+            return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory");
+        }
+        out = fixed;
+    }
+    *text = out.p;
+    if (len) *len = out.n;
+    return NNT_OK;
+}
+
+/* ---- batches ---- */
+
+nnt_status nnt_tokenizer_encode_batch(nnt_tokenizer *tok, const char *const *texts, int n_texts, int flags,
+                                      nnt_token_batch *out)
+{
+    if (!tok) return NNT_ERR_INVALID_ARGUMENT;
+    if (!out || !texts || n_texts < 1)
+        return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "nnt_tokenizer_encode_batch: no texts (n_texts = %d)",
+                           n_texts);
+    memset(out, 0, sizeof *out);
+    int32_t **rows = calloc((size_t)n_texts, sizeof *rows);
+    int64_t *lens = calloc((size_t)n_texts, sizeof *lens);
+    nnt_status st = NNT_OK;
+    if (!rows || !lens) st = nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory");
+    int64_t seq = 0;
+    for (int r = 0; r < n_texts && !st; r++) {
+        if (!texts[r]) {
+            st = nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "nnt_tokenizer_encode_batch: texts[%d] is NULL", r);
+            break;
+        }
+        st = nnt_tokenizer_encode(tok, texts[r], strlen(texts[r]), flags, &rows[r], &lens[r]);
+        if (!st && lens[r] == 0)
+            st = nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "nnt_tokenizer_encode_batch: texts[%d] encodes to no token", r);
+        if (!st && lens[r] > INT32_MAX)
+            st = nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "nnt_tokenizer_encode_batch: texts[%d] has more than 2^31 tokens", r);
+        if (!st && lens[r] > seq) seq = lens[r];
+    }
+    if (!st && (int64_t)n_texts * seq > INT32_MAX)
+        st = nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "nnt_tokenizer_encode_batch: %d rows of %lld tokens is too many",
+                         n_texts, (long long)seq);
+    if (!st) {
+        out->batch = n_texts;
+        out->seq = (int)seq;
+        out->ids = malloc((size_t)n_texts * (size_t)seq * sizeof(int32_t));
+        out->attention_mask = malloc((size_t)n_texts * (size_t)seq * sizeof(int32_t));
+        out->lengths = malloc((size_t)n_texts * sizeof(int32_t));
+        if (!out->ids || !out->attention_mask || !out->lengths) {
+            nnt_token_batch_free(out);
+            st = nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory for the batch");
+        }
+    }
+    if (!st) {
+        int32_t pad = tok->pad_id >= 0 ? tok->pad_id : tok->eos_id >= 0 ? tok->eos_id : 0;
+        for (int r = 0; r < n_texts; r++) {
+            int64_t lead = seq - lens[r];
+            int32_t *ids = out->ids + (size_t)r * (size_t)seq, *mask = out->attention_mask + (size_t)r * (size_t)seq;
+            for (int64_t j = 0; j < seq; j++) {
+                ids[j] = j < lead ? pad : rows[r][j - lead];
+                mask[j] = j >= lead;
+            }
+            out->lengths[r] = (int32_t)lens[r];
+        }
+    }
+    for (int r = 0; rows && r < n_texts; r++) free(rows[r]);
+    free(rows);
+    free(lens);
+    return st;
+}
+
+void nnt_token_batch_free(nnt_token_batch *b)
+{
+    if (!b) return;
+    free(b->ids);
+    free(b->attention_mask);
+    free(b->lengths);
+    memset(b, 0, sizeof *b);
+}
