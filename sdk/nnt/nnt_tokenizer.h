@@ -2,12 +2,17 @@
  *
  * Two formats are read, whichever the folder holds:
  *   tokenizer.json  Hugging Face tokenizers: a BPE model (byte-level alphabet or plain, merges
- *                   spelt "a b" or ["a", "b"], ignore_merges, byte_fallback), normalizers
- *                   (NFC, NFKC, NFD, NFKD, Lowercase, Replace, Prepend, Strip, Sequence),
+ *                   spelt "a b" or ["a", "b"], ignore_merges, byte_fallback, unk_token and
+ *                   fuse_unk), normalizers (NFC, NFKC, NFD, NFKD, Lowercase, Strip, Replace,
+ *                   Prepend, Sequence),
  *                   pre-tokenizers (ByteLevel, Split, Digits, Whitespace, WhitespaceSplit,
  *                   Sequence), added tokens with their special / normalized / lstrip / rstrip /
- *                   single_word flags, the TemplateProcessing and ByteLevel post-processors and
- *                   the ByteLevel, ByteFallback and Fuse decoders.
+ *                   single_word flags, the TemplateProcessing, ByteLevel and Sequence
+ *                   post-processors and the ByteLevel, ByteFallback, Fuse, Replace and
+ *                   Sequence decoders (no decoder: tokens joined by spaces, as tokenizers does).
+ *                   Split patterns are Oniguruma's syntax; they run on PCRE2 after a rewrite
+ *                   (see core/tok_regex.c) that keeps \s, \w and script names meaning what
+ *                   the references' engines make them mean.
  *   tiktoken.model  base64 token bytes and their rank, one per line (the rank is the id), with
  *                   the split pattern and special tokens of the release's tokenization code
  *                   (Kimi-Linear's tokenization_kimi.py), or a "pat_str" string in

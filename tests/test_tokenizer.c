@@ -1,0 +1,474 @@
+/* test_tokenizer.c - the tokenizer against its references. Each fixture of
+ * tests/fixtures/tokenizer (made by make_tokenizer_refs.py with Hugging Face tokenizers 0.23.3
+ * and tiktoken 0.14.0 on real vocabularies: DeepSeek-V4's tokenizer.json, Qwen's tiktoken files
+ * with Kimi-Linear's split pattern or Qwen's) lists texts and the ids the reference gives;
+ * every id must match, and decoding the ids must give the text back (or what the reference's
+ * decoder gives, where a normalizer changes the text). Then hand-computed cases: the pattern
+ * rewrite, UTF-8 repair, the byte-level alphabet, merge order, batches and error messages. */
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/tok_internal.h"
+#include "test_util.h"
+
+#ifndef NNT_TEST_TOKENIZER_VOCAB
+#error "NNT_TEST_TOKENIZER_VOCAB must name the unpacked vocabularies (tests/CMakeLists.txt)"
+#endif
+
+static char *slurp(const char *path, size_t *len)
+{
+    char *text = NULL;
+    nnt_error err = {0};
+    if (nnt_read_file(path, 1u << 30, &text, len, &err) != NNT_OK) fprintf(stderr, "\n  %s\n", err.msg);
+    return text;
+}
+
+static int hex_decode(const char *hex, char **out, size_t *len)
+{
+    size_t n = strlen(hex);
+    if (n % 2) return -1;
+    char *b = malloc(n / 2 + 1);
+    if (!b) return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+            free(b);
+            return -1;
+        }
+        b[i] = (char)v;
+    }
+    b[n / 2] = 0;
+    *out = b;
+    *len = n / 2;
+    return 0;
+}
+
+/* The folder a fixture names; with a patch, a copy of its tokenizer.json with the patch
+ * applied (top-level keys replaced, "added_tokens_append" appended) in a scratch folder. */
+static int fixture_folder(const cJSON *fx, const char *name, char *dir, size_t n)
+{
+    const cJSON *tk = cJSON_GetObjectItem(fx, "tokenizer"), *src = cJSON_GetObjectItem(fx, "source");
+    if (!cJSON_IsString(tk)) return -1;
+    if (cJSON_IsString(src) && strcmp(src->valuestring, "repo") == 0)
+        snprintf(dir, n, "%s/%s", NNT_TEST_SOURCE_DIR, tk->valuestring);
+    else
+        snprintf(dir, n, "%s/%s", NNT_TEST_TOKENIZER_VOCAB, tk->valuestring);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "\n  the tokenizer folder %s is missing (are the vocabularies unpacked? see tests/CMakeLists.txt)\n", dir);
+        return -1;
+    }
+    const cJSON *patch = cJSON_GetObjectItem(fx, "patch");
+    if (!patch) return 0;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    size_t len;
+    char *text = slurp(path, &len);
+    cJSON *base = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!base) return -1;
+    for (const cJSON *e = patch->child; e; e = e->next) {
+        if (strcmp(e->string, "added_tokens_append") == 0) {
+            cJSON *list = cJSON_GetObjectItem(base, "added_tokens");
+            for (const cJSON *a = e->child; a; a = a->next) cJSON_AddItemToArray(list, cJSON_Duplicate(a, 1));
+        } else {
+            cJSON_ReplaceItemInObjectCaseSensitive(base, e->string, cJSON_Duplicate(e, 1));
+        }
+    }
+    char out[1024];
+    snprintf(out, sizeof out, "%s/tok_%s", t_tmpdir(), name);
+    mkdir(out, 0755);
+    char *printed = cJSON_PrintUnformatted(base);
+    cJSON_Delete(base);
+    snprintf(path, sizeof path, "%s/tokenizer.json", out);
+    int rc = printed ? t_write_file(path, printed) : -1;
+    free(printed);
+    char cfg_from[1024], cfg_to[1024];
+    snprintf(cfg_from, sizeof cfg_from, "%s/tokenizer_config.json", dir);
+    snprintf(cfg_to, sizeof cfg_to, "%s/tokenizer_config.json", out);
+    if (rc == 0 && access(cfg_from, R_OK) == 0) rc = t_copy_file(cfg_from, cfg_to);
+    snprintf(dir, n, "%s", out);
+    return rc;
+}
+
+static int ids_equal(const int32_t *got, int64_t n, const cJSON *want, int64_t *first_diff)
+{
+    int64_t i = 0;
+    const cJSON *e = want ? want->child : NULL;
+    for (; e && i < n; e = e->next, i++)
+        if (!cJSON_IsNumber(e) || got[i] != (int32_t)e->valuedouble) break;
+    *first_diff = i;
+    return !e && i == n;
+}
+
+/* Runs every case of one fixture; returns the number of mismatches. */
+static int run_fixture(const char *file)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer/%s.json", NNT_TEST_FIXTURES, file);
+    size_t len;
+    char *text = slurp(path, &len);
+    cJSON *fx = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fx);
+    char dir[1024];
+    if (fixture_folder(fx, file, dir, sizeof dir) != 0) {
+        cJSON_Delete(fx);
+        CU_FAIL("the fixture's tokenizer folder is not there");
+        return 1;
+    }
+    nnt_tokenizer *tok = NULL;
+    nnt_status st = nnt_tokenizer_load(dir, &tok);
+    if (st) fprintf(stderr, "\n  %s: %s\n", file, nnt_tokenizer_last_error(tok));
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    int bad = 0, cases = 0;
+    for (const cJSON *c = cJSON_GetObjectItem(fx, "cases")->child; c; c = c->next, cases++) {
+        const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+        char *raw;
+        size_t n;
+        CU_ASSERT_FATAL(hex_decode(cJSON_GetObjectItem(c, "text_hex")->valuestring, &raw, &n) == 0);
+        const char *keys[2] = {"ids", "ids_special"};
+        for (int k = 0; k < 2; k++) {
+            const cJSON *want = cJSON_GetObjectItem(c, keys[k]);
+            if (!want) continue;
+            int32_t *ids = NULL;
+            int64_t m = 0, at;
+            st = nnt_tokenizer_encode(tok, raw, n, k ? NNT_TOKENIZE_ADD_SPECIAL : 0, &ids, &m);
+            if (st || !ids_equal(ids, m, want, &at)) {
+                if (bad++ < 5)
+                    fprintf(stderr, "\n  %s / %s / %s: %s at id %lld (got %d ids, want %d)", file, name, keys[k],
+                            st ? nnt_tokenizer_last_error(tok) : "ids differ", (long long)at, (int)m,
+                            cJSON_GetArraySize(want));
+            } else if (k == 0 && cJSON_IsTrue(cJSON_GetObjectItem(c, "valid_utf8"))) {
+                const cJSON *dh = cJSON_GetObjectItem(c, "decoded_hex");
+                char *expect = raw, *alloc = NULL, *back = NULL;
+                size_t expect_n = n, back_n = 0;
+                if (cJSON_IsString(dh) && hex_decode(dh->valuestring, &alloc, &expect_n) == 0) expect = alloc;
+                st = nnt_tokenizer_decode(tok, ids, m, 0, &back, &back_n);
+                if (st || back_n != expect_n || memcmp(back, expect, expect_n) != 0) {
+                    if (bad++ < 5) fprintf(stderr, "\n  %s / %s: decode(encode(text)) differs", file, name);
+                }
+                free(back);
+                free(alloc);
+            }
+            free(ids);
+        }
+        free(raw);
+    }
+    if (bad) fprintf(stderr, "\n  %s: %d mismatches over %d cases\n", file, bad, cases);
+    CU_ASSERT(cases > 0);
+    nnt_tokenizer_free(tok);
+    cJSON_Delete(fx);
+    return bad;
+}
+
+/* The main references: DeepSeek-V4's tokenizer.json; Qwen3.6's ranks with Kimi-Linear's
+ * pattern (its && classes rewritten) and chunking; Qwen's ranks with a pat_str. */
+static void test_deepseek_v4(void) { CU_ASSERT_EQUAL(run_fixture("deepseek_v4"), 0); }
+static void test_kimi_tiktoken(void) { CU_ASSERT_EQUAL(run_fixture("kimi_qwen3_6"), 0); }
+static void test_qwen_tiktoken(void) { CU_ASSERT_EQUAL(run_fixture("qwen"), 0); }
+/* DeepSeek-V4's vocabulary under other components: TemplateProcessing and added-token flags;
+ * ByteLevel's own regex and prefix space after Digits; every Split behaviour; NFKD, Lowercase,
+ * Strip, Prepend with WhitespaceSplit; NFD with the Whitespace pre-tokenizer. */
+static void test_variant_template(void) { CU_ASSERT_EQUAL(run_fixture("deepseek_v4_template"), 0); }
+static void test_variant_bytelevel(void) { CU_ASSERT_EQUAL(run_fixture("deepseek_v4_bytelevel"), 0); }
+static void test_variant_split(void) { CU_ASSERT_EQUAL(run_fixture("deepseek_v4_split"), 0); }
+static void test_variant_norms(void) { CU_ASSERT_EQUAL(run_fixture("deepseek_v4_norms"), 0); }
+static void test_variant_whitespace(void) { CU_ASSERT_EQUAL(run_fixture("deepseek_v4_whitespace"), 0); }
+/* The embedded example model's tokenizer (merges spelt as pairs) and a byte-fallback BPE. */
+static void test_tiny(void) { CU_ASSERT_EQUAL(run_fixture("tiny"), 0); }
+static void test_fallback(void) { CU_ASSERT_EQUAL(run_fixture("fallback"), 0); }
+
+/* ---- hand-computed cases ---- */
+
+static pcre2_code *compile(const char *pattern)
+{
+    nnt_error err = {0};
+    pcre2_code *re = tok_regex_compile(pattern, strlen(pattern), "test", &err);
+    if (!re) fprintf(stderr, "\n  %s\n", err.msg);
+    return re;
+}
+
+/* The first match of pattern in s, as a new string ("" when none). */
+static char *first_match(const char *pattern, const char *s)
+{
+    pcre2_code *re = compile(pattern);
+    tok_matcher m;
+    CU_ASSERT_FATAL(re && tok_matcher_init(&m) == 0);
+    nnt_error err = {0};
+    size_t a = 0, b = 0;
+    int r = tok_regex_next(re, &m, s, strlen(s), 0, &a, &b, &err);
+    char *out = calloc(1, b - a + 1);
+    if (r == 1) memcpy(out, s + a, b - a);
+    tok_matcher_free(&m);
+    pcre2_code_free(re);
+    return out;
+}
+
+static void expect_match(const char *pattern, const char *s, const char *want)
+{
+    char *got = first_match(pattern, s);
+    if (strcmp(got, want) != 0) fprintf(stderr, "\n  /%s/ on '%s': got '%s', want '%s'", pattern, s, got, want);
+    CU_ASSERT_STRING_EQUAL(got, want);
+    free(got);
+}
+
+static void test_pattern_rewrite(void)
+{
+    /* the intersection becomes a lookahead on the same character; script names mean Script */
+    char *r = tok_regex_rewrite("[\\p{Lu}&&[^\\p{Han}]]+", strlen("[\\p{Lu}&&[^\\p{Han}]]+"));
+    CU_ASSERT_STRING_EQUAL(r, "(?:(?=[^\\p{sc:Han}])[\\p{Lu}])+");
+    free(r);
+    /* Lo letters that are not Han: kana passes, Han stops the run */
+    expect_match("[\\p{Lo}&&[^\\p{Han}]]+", "\xe3\x81\x8b\xe3\x81\xaa\xe4\xb8\xad", "\xe3\x81\x8b\xe3\x81\xaa");
+    /* U+3002 (ideographic full stop) is Script=Common, though its Script_Extensions hold Han */
+    expect_match("[\\p{Han}]+", "\xe4\xb8\xad\xe3\x80\x82", "\xe4\xb8\xad");
+    /* \s is White_Space: U+0085 (NEXT LINE) and U+3000 are spaces, U+200B is not */
+    expect_match("\\s+", "a\xc2\x85\xe3\x80\x80" "b", "\xc2\x85\xe3\x80\x80");
+    expect_match("[^\\s]+", "\xe2\x80\x8b x", "\xe2\x80\x8b");
+    /* \w holds marks: a Devanagari consonant with its vowel sign is one word */
+    expect_match("\\w+", "\xe0\xa4\x95\xe0\xa4\xbf x", "\xe0\xa4\x95\xe0\xa4\xbf");
+    /* Oniguruma's \u escape */
+    expect_match("\\u0041+", "xAAy", "AA");
+}
+
+static void test_utf8_repair(void)
+{
+    /* Unicode's maximal-subpart rule, as Python's bytes.decode("utf-8", "replace") applies it:
+     * ED A0 80 (an encoded surrogate) is three errors, a truncated E2 82 one, C0 80 two */
+    const char in[] = "a\xed\xa0\x80" "b\xe2\x82" "c\xc0\x80" "d\xff";
+    const char want[] = "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd" "d\xef\xbf\xbd";
+    tok_buf out = {0};
+    long bad = tok_utf8_repair(in, sizeof in - 1, &out);
+    CU_ASSERT_EQUAL(bad, 7);
+    CU_ASSERT_EQUAL(out.n, sizeof want - 1);
+    CU_ASSERT(out.p && memcmp(out.p, want, sizeof want - 1) == 0);
+    tok_buf_free(&out);
+}
+
+static void test_bytelevel_alphabet(void)
+{
+    /* GPT-2's table: space -> U+0120 'Ġ', newline -> U+010A 'Ċ', printable ASCII unchanged,
+     * 0xAD -> U+0143 (the 68th and last remapped byte is 0xAD: 256 + 67) */
+    tok_bytelevel bl;
+    tok_bytelevel_init(&bl);
+    CU_ASSERT_EQUAL(bl.cp[' '], 0x120);
+    CU_ASSERT_EQUAL(bl.cp['\n'], 0x10A);
+    CU_ASSERT_EQUAL(bl.cp['a'], 'a');
+    CU_ASSERT_EQUAL(bl.cp[0xAD], 0x143);
+    tok_buf out = {0};
+    CU_ASSERT_EQUAL(tok_bytelevel_unmap(&bl, "\xc4\xa0the", 5, &out), 1);
+    CU_ASSERT(out.n == 4 && memcmp(out.p, " the", 4) == 0);
+    tok_buf_free(&out);
+}
+
+/* Writes a tokenizer.json in a scratch folder; returns the folder. */
+static const char *write_tokenizer(const char *name, const char *json, char *dir, size_t n)
+{
+    snprintf(dir, n, "%s/%s", t_tmpdir(), name);
+    mkdir(dir, 0755);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    CU_ASSERT_FATAL(t_write_file(path, json) == 0);
+    return dir;
+}
+
+static void expect_ids(const char *dir, const char *text, const int32_t *want, int64_t n)
+{
+    nnt_tokenizer *tok = NULL;
+    nnt_status st = nnt_tokenizer_load(dir, &tok);
+    if (st) fprintf(stderr, "\n  %s\n", nnt_tokenizer_last_error(tok));
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    int32_t *ids;
+    int64_t m;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_encode(tok, text, strlen(text), 0, &ids, &m), NNT_OK);
+    CU_ASSERT_EQUAL(m, n);
+    for (int64_t i = 0; i < n && i < m; i++) CU_ASSERT_EQUAL(ids[i], want[i]);
+    free(ids);
+    nnt_tokenizer_free(tok);
+}
+
+static void test_merge_order(void)
+{
+    /* merges by rank, not left to right: "b c" (rank 0) before "a b" (rank 1), so "abc" is
+     * a + bc, then "a bc" (rank 2) gives abc; "ab" alone is one merge */
+    char dir[1024];
+    write_tokenizer("bpe_rank",
+                    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5},"
+                    "\"merges\":[\"b c\",\"a b\",[\"a\",\"bc\"]]}}",
+                    dir, sizeof dir);
+    expect_ids(dir, "abc", (const int32_t[]){5}, 1);
+    expect_ids(dir, "ab", (const int32_t[]){3}, 1);
+    expect_ids(dir, "cab", (const int32_t[]){2, 3}, 2);
+    /* without a merge to it, a vocabulary word is reached only with ignore_merges */
+    write_tokenizer("bpe_plain",
+                    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"abc\":4},"
+                    "\"merges\":[\"a b\"]}}",
+                    dir, sizeof dir);
+    expect_ids(dir, "abc", (const int32_t[]){3, 2}, 2);
+    write_tokenizer("bpe_ignore",
+                    "{\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,"
+                    "\"abc\":4},\"merges\":[\"a b\"]}}",
+                    dir, sizeof dir);
+    expect_ids(dir, "abc", (const int32_t[]){4}, 1);
+    /* equal ranks go leftmost first: "aaa" with only "a a" is aa + a */
+    write_tokenizer("bpe_left",
+                    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"aa\":1},\"merges\":[\"a a\"]}}", dir, sizeof dir);
+    expect_ids(dir, "aaa", (const int32_t[]){1, 0}, 2);
+}
+
+static void test_tiny_batch(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/examples/tiny-minimax-m2", NNT_TEST_SOURCE_DIR);
+    nnt_tokenizer *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_load(dir, &tok), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_tokenizer_vocab_size(tok), 256); /* the model's vocab_size */
+    CU_ASSERT_EQUAL(nnt_tokenizer_eos_id(tok), 0);
+    CU_ASSERT_EQUAL(nnt_tokenizer_pad_id(tok), 0);
+    const char *texts[2] = {"The", "The people of the United States"};
+    int32_t *row[2];
+    int64_t len[2];
+    for (int r = 0; r < 2; r++)
+        CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_encode(tok, texts[r], strlen(texts[r]), NNT_TOKENIZE_ADD_SPECIAL, &row[r], &len[r]),
+                              NNT_OK);
+    CU_ASSERT_FATAL(len[1] > len[0]);
+    nnt_token_batch b;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_encode_batch(tok, texts, 2, NNT_TOKENIZE_ADD_SPECIAL, &b), NNT_OK);
+    CU_ASSERT_EQUAL(b.batch, 2);
+    CU_ASSERT_EQUAL(b.seq, len[1]);
+    for (int r = 0; r < 2; r++) {
+        CU_ASSERT_EQUAL(b.lengths[r], len[r]);
+        int64_t lead = b.seq - len[r];
+        for (int64_t j = 0; j < b.seq; j++) {
+            CU_ASSERT_EQUAL(b.attention_mask[r * b.seq + j], j >= lead);
+            CU_ASSERT_EQUAL(b.ids[r * b.seq + j], j < lead ? 0 : row[r][j - lead]);
+        }
+        free(row[r]);
+    }
+    nnt_token_batch_free(&b);
+    /* an empty row is refused by index */
+    const char *bad[2] = {"The", ""};
+    CU_ASSERT_EQUAL(nnt_tokenizer_encode_batch(tok, bad, 2, 0, &b), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_tokenizer_last_error(tok), "texts[1]"));
+    /* decode: an id past the vocabulary names its position */
+    char *text;
+    size_t tl;
+    CU_ASSERT_EQUAL(nnt_tokenizer_decode(tok, (const int32_t[]){5, 256}, 2, 0, &text, &tl), NNT_ERR_INDEX);
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_tokenizer_last_error(tok), "ids[1]"));
+    nnt_tokenizer_free(tok);
+}
+
+static void test_special_lookup(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/deepseek_v4", NNT_TEST_TOKENIZER_VOCAB);
+    nnt_tokenizer *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_load(dir, &tok), NNT_OK);
+    /* tokenizer_config.json: bos <｜begin▁of▁sentence｜> (id 0), eos and pad <｜end▁of▁sentence｜> (1) */
+    CU_ASSERT_EQUAL(nnt_tokenizer_bos_id(tok), 0);
+    CU_ASSERT_EQUAL(nnt_tokenizer_eos_id(tok), 1);
+    CU_ASSERT_EQUAL(nnt_tokenizer_pad_id(tok), 1);
+    CU_ASSERT(nnt_tokenizer_is_special(tok, 0));
+    int32_t the = nnt_tokenizer_token_id(tok, "\xc4\xa0the"); /* "Ġthe", a byte-level spelling */
+    CU_ASSERT(the > 0);
+    CU_ASSERT(!nnt_tokenizer_is_special(tok, the));
+    size_t n;
+    const char *b = nnt_tokenizer_token_bytes(tok, the, &n);
+    CU_ASSERT(b && n == 4 && memcmp(b, " the", 4) == 0);
+    /* decoding can leave special tokens out */
+    char *text;
+    size_t tl;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_decode(tok, (const int32_t[]){0, the}, 2, NNT_DECODE_SKIP_SPECIAL, &text, &tl), NNT_OK);
+    CU_ASSERT_STRING_EQUAL(text, " the");
+    free(text);
+    nnt_tokenizer_free(tok);
+}
+
+static void expect_load_error(const char *dir, nnt_status want, const char *needle1, const char *needle2)
+{
+    nnt_tokenizer *tok = NULL;
+    nnt_status st = nnt_tokenizer_load(dir, &tok);
+    const char *msg = nnt_tokenizer_last_error(tok);
+    if (st != want || !strstr(msg, needle1) || (needle2 && !strstr(msg, needle2)))
+        fprintf(stderr, "\n  expected %s with '%s' and '%s', got %s: %s\n", nnt_status_str(want), needle1,
+                needle2 ? needle2 : "", nnt_status_str(st), msg);
+    CU_ASSERT_EQUAL(st, want);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, needle1));
+    if (needle2) CU_ASSERT_PTR_NOT_NULL(strstr(msg, needle2));
+    nnt_tokenizer_free(tok);
+}
+
+static void test_errors(void)
+{
+    char dir[1024], path[1200];
+    /* a folder without a tokenizer */
+    snprintf(dir, sizeof dir, "%s/no_tokenizer", t_tmpdir());
+    mkdir(dir, 0755);
+    expect_load_error(dir, NNT_ERR_NOT_FOUND, "tokenizer.json", "tiktoken.model");
+    /* malformed JSON names the file */
+    write_tokenizer("bad_json", "{\"model\": {", dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "bad_json/tokenizer.json", "malformed JSON");
+    /* an unknown model type, pre-tokenizer, normalizer, each named with its field */
+    write_tokenizer("wordpiece", "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}", dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_UNSUPPORTED, "model.type", "WordPiece");
+    write_tokenizer("metaspace",
+                    "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Metaspace\"}]},"
+                    "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+                    dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0]", "Metaspace");
+    write_tokenizer("nmt", "{\"normalizer\":{\"type\":\"Nmt\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+                    dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_UNSUPPORTED, "normalizer", "Nmt");
+    /* a merge naming a token the vocabulary lacks */
+    write_tokenizer("bad_merge", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}}", dir,
+                    sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "model.merges[0]", "'ab' is not in model.vocab");
+    /* a broken split pattern quotes it */
+    write_tokenizer("bad_regex",
+                    "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a\"},\"behavior\":\"Isolated\"},"
+                    "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+                    dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "pre_tokenizer.pattern", "(a");
+    /* tiktoken: a malformed line, and a folder with no pattern */
+    snprintf(dir, sizeof dir, "%s/tik_bad", t_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+    CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1\n!!! 2\n") == 0);
+    expect_load_error(dir, NNT_ERR_FORMAT, "line 3", "base64");
+    CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1\n") == 0);
+    expect_load_error(dir, NNT_ERR_UNSUPPORTED, "pat_str", "tokenization_kimi");
+    /* a NULL folder */
+    nnt_tokenizer *tok = NULL;
+    CU_ASSERT_EQUAL(nnt_tokenizer_load(NULL, &tok), NNT_ERR_INVALID_ARGUMENT);
+    nnt_tokenizer_free(tok);
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("tokenizer", NULL, NULL);
+    if (!s) return -1;
+    if (!CU_add_test(s, "DeepSeek-V4 tokenizer.json vs tokenizers", test_deepseek_v4) ||
+        !CU_add_test(s, "Kimi-Linear tiktoken (Qwen3.6 ranks) vs tiktoken", test_kimi_tiktoken) ||
+        !CU_add_test(s, "Qwen tiktoken with pat_str vs tiktoken", test_qwen_tiktoken) ||
+        !CU_add_test(s, "variant: TemplateProcessing and added-token flags", test_variant_template) ||
+        !CU_add_test(s, "variant: ByteLevel regex and prefix space, Digits", test_variant_bytelevel) ||
+        !CU_add_test(s, "variant: every Split behaviour", test_variant_split) ||
+        !CU_add_test(s, "variant: NFKD, Lowercase, Strip, Prepend", test_variant_norms) ||
+        !CU_add_test(s, "variant: NFD and Whitespace", test_variant_whitespace) ||
+        !CU_add_test(s, "example model's tokenizer vs tokenizers", test_tiny) ||
+        !CU_add_test(s, "byte fallback vs tokenizers", test_fallback) ||
+        !CU_add_test(s, "pattern rewrite for PCRE2", test_pattern_rewrite) ||
+        !CU_add_test(s, "UTF-8 repair", test_utf8_repair) ||
+        !CU_add_test(s, "byte-level alphabet", test_bytelevel_alphabet) ||
+        !CU_add_test(s, "merge order", test_merge_order) ||
+        !CU_add_test(s, "batches and decode errors", test_tiny_batch) ||
+        !CU_add_test(s, "special tokens and token bytes", test_special_lookup) ||
+        !CU_add_test(s, "load errors name file and field", test_errors))
+        return -1;
+    return 0;
+}
