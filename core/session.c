@@ -1,6 +1,6 @@
 /* session.c - sessions (a batch's caches carried from call to call) and generation: greedy or
- * sampled continuation with temperature, top-k and top-p, under a trace whose requests apply at
- * every step. */
+ * sampled continuation with temperature, top-k and top-p, rows stopping at stop tokens, under a
+ * trace whose requests apply at every step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,8 +132,10 @@ nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const in
     if (!m || !ids || !o || !out) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = &m->rt->err;
     nnt_err_clear(err);
-    if (o->max_new_tokens < 0 || o->top_k < 0)
-        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: max_new_tokens and top_k must be >= 0");
+    if (o->max_new_tokens < 0 || o->top_k < 0 || o->n_stop_ids < 0)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: max_new_tokens, top_k and n_stop_ids must be >= 0");
+    if (o->n_stop_ids > 0 && !o->stop_ids)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: stop_ids is NULL but n_stop_ids is %d", o->n_stop_ids);
     if (o->max_new_tokens == 0) return NNT_OK;
     nnt_session *s;
     nnt_status st = nnt_session_new(m, batch, seq + o->max_new_tokens, &s);
@@ -148,8 +150,10 @@ nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const in
     int V = m->info.vocab_size;
     cand *work = malloc((size_t)V * sizeof *work);
     int32_t *next = malloc((size_t)batch * sizeof *next);
+    unsigned char *stopped = calloc((size_t)batch, 1); /* rows that emitted a stop id */
+    int n_stopped = 0;
     uint64_t rng = o->seed;
-    if (st == NNT_OK && (!work || !next)) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (st == NNT_OK && (!work || !next || !stopped)) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     /* each step's logits come from a request of generate's own, added after the caller's (so
      * their edits of logits count); its results are taken out of the trace at every step */
     if (st == NNT_OK) st = nnt_trace_save_every_step(tr, "logits");
@@ -164,14 +168,32 @@ nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const in
         }
         int64_t T = lg.shape[1];
         for (int b = 0; b < batch; b++) {
-            next[b] = pick_token((const float *)lg.data + ((int64_t)b * T + T - 1) * V, V, o, &rng, work);
-            out[(int64_t)b * o->max_new_tokens + step] = next[b];
+            /* a stopped row still draws, so the other rows' samples do not depend on it */
+            int id = pick_token((const float *)lg.data + ((int64_t)b * T + T - 1) * V, V, o, &rng, work);
+            int32_t *slot = &out[(int64_t)b * o->max_new_tokens + step];
+            if (stopped[b]) { /* fed its stop id again (next[b] unchanged) */
+                *slot = NNT_TOKEN_STOPPED;
+                continue;
+            }
+            next[b] = *slot = id;
+            for (int k = 0; k < o->n_stop_ids; k++)
+                if (id == o->stop_ids[k]) {
+                    stopped[b] = 1;
+                    n_stopped++;
+                    break;
+                }
+        }
+        if (n_stopped == batch) { /* every row is done: fill the remaining slots and stop */
+            for (int b = 0; b < batch; b++)
+                for (int i = step + 1; i < o->max_new_tokens; i++) out[(int64_t)b * o->max_new_tokens + i] = NNT_TOKEN_STOPPED;
+            break;
         }
     }
     nnt_tensor_free(&lg);
     if (logits_req && t) nnt_trace_drop_last_request(t); /* the caller's trace keeps only its own requests */
     free(work);
     free(next);
+    free(stopped);
     nnt_trace_free(own);
     nnt_session_free(s);
     return st;

@@ -53,11 +53,12 @@ int main(int argc, char **argv)
     int rc = 1;
     if (nnt_runtime_open(NULL, &rt) != NNT_OK || nnt_model_load(rt, argv[1], &m) != NNT_OK) goto out;
     nnt_generate_opts greedy = {
-        /* .max_new_tokens = */ N,
-        /* .temperature = */ 0.0f,
-        /* .top_k = */ 0,
-        /* .top_p = */ 1.0f,
-        /* .seed = */ 0,
+        .max_new_tokens = N,
+        .temperature = 0.0f, /* greedy */
+        .top_k = 0,
+        .top_p = 1.0f,
+        .seed = 0,
+        /* no stop_ids: every token is generated */
     };
     if (nnt_generate(m, NULL, ids, NULL, 1, T, &greedy, clean) != NNT_OK) goto out;
     if (nnt_trace_new(m, &t) != NNT_OK || nnt_trace_edit(t, "layers.0.layer_output", halve, &log) != NNT_OK)

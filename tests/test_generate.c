@@ -2,7 +2,8 @@
  * equal those of its first T - k tokens followed by k single-token steps (k >= 8, crossing
  * sliding windows, Kimi's convolution width and DeepSeek-V4's compression boundaries), in a
  * left-padded batch; greedy generation agrees with a full forward over its own output;
- * sampling is reproducible from its seed; edits apply at every step or only the chosen ones. */
+ * sampling is reproducible from its seed; edits apply at every step or only the chosen ones;
+ * stop tokens end a row as a run without them predicts. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +118,7 @@ static void test_greedy_consistent(void)
         CU_ASSERT_FATAL(t_ref_open(&r, rt, fixtures[fi][1] ? fixtures[fi][1] : fixtures[fi][0]) == 0);
         const int N = 6, B = r.batch, S = r.seq, T = S + N;
         int32_t out[2 * 6];
-        nnt_generate_opts o = {N, 0.0f, 0, 1.0f, 0};
+        nnt_generate_opts o = {.max_new_tokens = N, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
         T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, B, S, &o, out));
         int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * T)), *mask = malloc(sizeof(int32_t) * (size_t)(B * T));
         for (int b = 0; b < B; b++)
@@ -159,14 +160,16 @@ static void test_sampling(void)
     CU_ASSERT_FATAL(t_ref_open(&r, rt, "minimax_m2/fp32") == 0);
     enum { N = 12 };
     int32_t a[2 * N], b[2 * N], c[2 * N], g[2 * N], k1[2 * N];
-    nnt_generate_opts o = {N, 1.5f, 0, 1.0f, 42};
+    nnt_generate_opts o = {.max_new_tokens = N, .temperature = 1.5f, .top_k = 0, .top_p = 1.0f, .seed = 42};
     T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, r.batch, r.seq, &o, a));
     T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, r.batch, r.seq, &o, b));
     o.seed = 43;
     T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, r.batch, r.seq, &o, c));
     CU_ASSERT(memcmp(a, b, sizeof a) == 0);
     CU_ASSERT(memcmp(a, c, sizeof a) != 0);
-    nnt_generate_opts greedy = {N, 0.0f, 0, 1.0f, 0}, top1 = {N, 2.0f, 1, 1.0f, 7}, nucleus = {N, 1.0f, 0, 1e-6f, 9};
+    nnt_generate_opts greedy = {.max_new_tokens = N, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0},
+                      top1 = {.max_new_tokens = N, .temperature = 2.0f, .top_k = 1, .top_p = 1.0f, .seed = 7},
+                      nucleus = {.max_new_tokens = N, .temperature = 1.0f, .top_k = 0, .top_p = 1e-6f, .seed = 9};
     T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, r.batch, r.seq, &greedy, g));
     T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, r.batch, r.seq, &top1, k1));
     CU_ASSERT(memcmp(g, k1, sizeof g) == 0);
@@ -186,7 +189,7 @@ static void test_values_per_step(void)
     CU_ASSERT_FATAL(t_ref_open(&r, rt, "minimax_m2/fp32") == 0);
     enum { N = 5 };
     int32_t out[2 * N], clean[2 * N];
-    nnt_generate_opts o = {N, 0.0f, 0, 1.0f, 0};
+    nnt_generate_opts o = {.max_new_tokens = N, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, r.batch, r.seq, &o, clean));
     nnt_trace *t;
     T_OK(rt, nnt_trace_new(m, &t));
@@ -214,6 +217,83 @@ static void test_values_per_step(void)
     /* the first two generated tokens cannot have changed: the edit starts at step 2 */
     for (int b = 0; b < r.batch; b++) CU_ASSERT(out[b * N] == clean[b * N] && out[b * N + 1] == clean[b * N + 1]);
     nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* What nnt_generate must return with stop ids, derived from a run without them: each row equal
+ * to that run up to and including the first stop id it emitted, NNT_TOKEN_STOPPED after it; a
+ * row that never emits one unchanged. *steps: how many steps must run (all N unless every row
+ * stops, else one past the latest stop). */
+static void expect_stops(const int32_t *clean, int B, int N, const int32_t *stops, int n_stops, int32_t *want, int *steps)
+{
+    int all_stop = 1, latest = 0;
+    for (int b = 0; b < B; b++) {
+        int end = -1;
+        for (int i = 0; i < N; i++) {
+            want[b * N + i] = end >= 0 ? NNT_TOKEN_STOPPED : clean[b * N + i];
+            for (int k = 0; end < 0 && k < n_stops; k++)
+                if (clean[b * N + i] == stops[k]) end = i;
+        }
+        if (end < 0) all_stop = 0;
+        latest = end > latest ? end : latest;
+    }
+    *steps = all_stop ? latest + 1 : N;
+}
+
+/* Stop tokens: greedy and sampled, one row or every row stopping; a zero-initialised struct
+ * keeps every token; bad stop arguments are refused. */
+static void test_stop_tokens(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, "minimax_m2/fp32");
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, "minimax_m2/fp32") == 0);
+    enum { N = 10 };
+    const int B = r.batch;
+    CU_ASSERT_FATAL(B == 2);
+    int32_t clean[2 * N], out[2 * N], want[2 * N];
+    int steps;
+    for (int sampled = 0; sampled < 2; sampled++) {
+        nnt_generate_opts o = {.max_new_tokens = N, .temperature = sampled ? 1.3f : 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 5};
+        T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, B, r.seq, &o, clean));
+        /* one stop id: the token row 0 generated at step 3 (its first occurrence may be earlier) */
+        int32_t stop = clean[3];
+        o.stop_ids = &stop;
+        o.n_stop_ids = 1;
+        for (int i = 0; i < 2 * N; i++) out[i] = -7;
+        T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, B, r.seq, &o, out));
+        expect_stops(clean, B, N, &stop, 1, want, &steps);
+        CU_ASSERT(memcmp(out, want, sizeof out) == 0);
+        CU_ASSERT(want[4] == NNT_TOKEN_STOPPED); /* the check is not vacuous: row 0 stopped by step 3 */
+        /* two stop ids that end both rows: no step runs past the later stop */
+        int32_t stops[2] = {clean[2], clean[N + 4]};
+        o.stop_ids = stops;
+        o.n_stop_ids = 2;
+        nnt_trace *t;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_OK(rt, nnt_trace_save(t, "layers.0.layer_output"));
+        T_OK(rt, nnt_generate(m, t, r.ids, r.mask, B, r.seq, &o, out));
+        expect_stops(clean, B, N, stops, 2, want, &steps);
+        CU_ASSERT(steps <= 5);
+        CU_ASSERT(memcmp(out, want, sizeof out) == 0);
+        char key[64];
+        snprintf(key, sizeof key, steps > 1 ? "layers.0.layer_output@%d" : "layers.0.layer_output", steps - 1);
+        CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, key));
+        snprintf(key, sizeof key, "layers.0.layer_output@%d", steps);
+        CU_ASSERT_PTR_NULL(nnt_trace_get(t, key));
+        nnt_trace_free(t);
+        /* an id never generated changes nothing */
+        int32_t never = -5;
+        o.stop_ids = &never;
+        o.n_stop_ids = 1;
+        T_OK(rt, nnt_generate(m, NULL, r.ids, r.mask, B, r.seq, &o, out));
+        CU_ASSERT(memcmp(out, clean, sizeof out) == 0);
+        o.stop_ids = NULL;
+        CU_ASSERT_EQUAL(nnt_generate(m, NULL, r.ids, r.mask, B, r.seq, &o, out), NNT_ERR_INVALID_ARGUMENT);
+        o.n_stop_ids = -1;
+        CU_ASSERT_EQUAL(nnt_generate(m, NULL, r.ids, r.mask, B, r.seq, &o, out), NNT_ERR_INVALID_ARGUMENT);
+    }
     nnt_model_free(m);
     nnt_runtime_close(rt);
 }
@@ -257,6 +337,7 @@ int register_tests(void)
         !CU_add_test(s, "greedy tokens are the full forward's argmax", test_greedy_consistent) ||
         !CU_add_test(s, "sampling: seeds, top-k, top-p", test_sampling) ||
         !CU_add_test(s, "values and edits per step", test_values_per_step) ||
+        !CU_add_test(s, "stop tokens end rows, and the call once all rows stop", test_stop_tokens) ||
         !CU_add_test(s, "Kimi: state_input carries over", test_kimi_state_carried))
         return -1;
     return 0;

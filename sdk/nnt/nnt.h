@@ -188,11 +188,29 @@ typedef struct nnt_generate_opts {
     int top_k;         /* 0: no top-k filter */
     float top_p;       /* >= 1: no nucleus filter */
     uint64_t seed;     /* for sampling; the same seed gives the same tokens */
+    /* Stop tokens (e.g. the tokenizer's eos): a row that emits one of these n_stop_ids ids
+     * stops there. The array is the caller's and is only read during the call. NULL / 0 (as
+     * in a zero-initialised struct): no stop token, every row gets max_new_tokens tokens. */
+    const int32_t *stop_ids;
+    int n_stop_ids;
 } nnt_generate_opts;
+
+/* The value nnt_generate writes in a row's slots after the stop token it emitted. */
+#define NNT_TOKEN_STOPPED (-1)
 
 /* Generates max_new_tokens tokens per row after the prompt ids [batch, seq] (mask: left padding),
  * under trace t (may be NULL): its requests apply at every step (see nnt_trace_steps) and its
- * saves accumulate ("path@step"). out: [batch, max_new_tokens] new ids. */
+ * saves accumulate ("path@step"). out: [batch, max_new_tokens] I32, owned by the caller: the new
+ * ids, row by row.
+ * Stop tokens: when row b emits a stop id at step k, out[b][k] holds that id and out[b][k+1..]
+ * hold NNT_TOKEN_STOPPED. The row stays in the batch while other rows run (it is fed its stop
+ * id again, and its saved values after step k mean nothing), and sampling draws for it as
+ * before, so the other rows get exactly the tokens they would get without stop ids. Once every
+ * row has stopped the call returns NNT_OK without running further steps: saved values then
+ * have fewer "path@step" entries than max_new_tokens.
+ * Errors: NNT_ERR_INVALID_ARGUMENT (NULL m, ids, opts or out; max_new_tokens, top_k or
+ * n_stop_ids negative; stop_ids NULL with n_stop_ids > 0), those of nnt_session_new and of the
+ * forward (e.g. an id outside the vocabulary). */
 nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
                         const nnt_generate_opts *opts, int32_t *out);
 
