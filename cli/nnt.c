@@ -1,10 +1,12 @@
 /* nnt.c - the `nnt` command line: print a model's module tree, list the standard values it
  * serves, trace a forward pass (saving and editing values by path), the logit lens, and
- * generation with edits at every step. */
+ * generation with edits at every step; prompts are token ids or text (encoded with the model
+ * folder's tokenizer), and tokens are shown with their text wherever the folder has one. */
 #include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 
 #define MAX_REQ 256
 #define MAX_ROWS 64
+#define MAX_STOP 64
 
 static const char USAGE[] =
     "usage: nnt COMMAND [options]\n"
@@ -20,16 +23,30 @@ static const char USAGE[] =
     "commands:\n"
     "  print    --model DIR                module tree with native and standard names, value layouts\n"
     "  support  --model DIR [--tsv]        every standard value per host and block, served or not and why\n"
-    "  trace    --model DIR --tokens \"ID ID ...\" [--tokens ...]   run the forward (one --tokens per row;\n"
-    "           shorter rows are left-padded) and print the top next tokens\n"
-    "  lens     --model DIR --tokens \"ID ...\"   the logit lens: for every block and position, the top\n"
+    "  trace    --model DIR ROWS           run the forward and print the top next tokens of each row\n"
+    "  lens     --model DIR ROW            the logit lens: for every block and position, the top\n"
     "           token of the block's output read through the final norm and lm_head, with its probability;\n"
     "           --out FILE writes the probabilities [layers, seq, vocab] as key lens_probs\n"
-    "  generate --model DIR --tokens \"ID ...\" [--tokens ...] --max-new-tokens N   print the new token ids\n"
+    "  generate --model DIR ROWS --max-new-tokens N   print the new token ids and, with a tokenizer, their text\n"
     "           --temperature T (0: greedy, the default)  --top-k K  --top-p P  --seed S\n"
+    "           a row stops at the tokenizer's eos token (tokenizer_config.json's eos_token), unless\n"
+    "           --ignore-eos; --stop-id ID (repeatable) stops rows at ID too\n"
+    "  tokenize --model DIR \"text\"        each token of the text: its id, a tab, its text (quoted, escaped);\n"
+    "           --ids prints only the ids, on one line; special tokens are added as the tokenizer adds\n"
+    "           them (a BOS where the release adds one) unless --no-special; reads only the tokenizer\n"
     "  info     --model DIR                what the checkpoint stores (bytes per encoding, from the file\n"
     "           headers), then what loading it holds: bytes read in place, allocated, on the device\n"
     "  plugins                             loaded plugins and the backend of each family\n"
+    "\n"
+    "rows (trace, lens and generate; all token ids or all text, one row per option, shorter rows\n"
+    "left-padded):\n"
+    "  --tokens \"ID ID ...\"   a row of token ids\n"
+    "  --prompt \"text\"        a row of text, encoded with the model folder's tokenizer (tokenizer.json or\n"
+    "                         tiktoken.model) with its special tokens added, as tokenize does (--no-special:\n"
+    "                         without them)\n"
+    "  --prompt-file FILE     a row of text: the file's whole content, final newline included\n"
+    "token text is shown quoted, with \\\\, \\\", \\n, \\t, \\r, \\xNN (other control bytes and bytes that are\n"
+    "not valid UTF-8) and \\uNNNN (invisible and direction-changing characters) escaped\n"
     "\n"
     "requests (trace, lens and generate; applied in order, at every generation step):\n"
     "  --save PATH        save a value (repeatable; 'layers.*.layer_output' saves every block)\n"
@@ -55,11 +72,20 @@ typedef struct req {
     char *positions;     /* R_STEER: "P,P,..." or NULL */
 } req;
 
+/* One batch row as given: token ids (--tokens), text (--prompt) or a file of text (--prompt-file). */
+typedef struct row_arg {
+    enum { ROW_TOKENS, ROW_PROMPT, ROW_FILE } kind;
+    const char *arg;
+} row_arg;
+
 typedef struct opts {
     const char *cmd, *model, *config, *out;
     int tsv;
-    const char *tokens[MAX_ROWS];
-    int n_rows;
+    row_arg rows[MAX_ROWS];
+    int n_rows, n_text_rows; /* n_text_rows: --prompt and --prompt-file rows */
+    /* tokenize */
+    const char *text;        /* its positional argument */
+    int ids_only, no_special;
     req reqs[MAX_REQ];
     int n_reqs;
     /* generate */
@@ -67,6 +93,9 @@ typedef struct opts {
     float temperature, top_p;
     int top_k;
     unsigned long long seed;
+    int ignore_eos;
+    int32_t stop_ids[MAX_STOP]; /* --stop-id */
+    int n_stop_ids;
 } opts;
 
 static int fail(nnt_runtime *rt, const char *what)
@@ -120,9 +149,11 @@ static int parse_range(const char *text, long *a, long *b, long b_default, int u
 }
 
 /* Options that take a value, other than the requests. */
-static const char *const VALUE_OPTIONS[] = {"--model", "--config", "--out", "--tokens", "--max-new-tokens",
-                                            "--temperature", "--top-k", "--top-p", "--seed", "--steer-factor",
-                                            "--steer-positions", NULL};
+static const char *const VALUE_OPTIONS[] = {"--model", "--config", "--out", "--tokens", "--prompt", "--prompt-file",
+                                            "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed",
+                                            "--stop-id", "--steer-factor", "--steer-positions", NULL};
+/* Options without a value. */
+static const char *const FLAG_OPTIONS[] = {"--tsv", "--ids", "--no-special", "--ignore-eos", NULL};
 
 /* The requests, in the order given: flag, kind, and the separator of their argument. */
 static const struct {
@@ -136,9 +167,16 @@ static const struct {
 };
 #define N_REQUESTS (sizeof REQUESTS / sizeof *REQUESTS)
 
+static int is_flag(const char *a)
+{
+    for (int i = 0; FLAG_OPTIONS[i]; i++)
+        if (strcmp(a, FLAG_OPTIONS[i]) == 0) return 1;
+    return 0;
+}
+
 static int known_option(const char *a)
 {
-    if (strcmp(a, "--tsv") == 0) return 1;
+    if (is_flag(a)) return 1;
     for (int i = 0; VALUE_OPTIONS[i]; i++)
         if (strcmp(a, VALUE_OPTIONS[i]) == 0) return 1;
     for (size_t k = 0; k < N_REQUESTS; k++)
@@ -164,11 +202,25 @@ static int parse_args(int argc, char **argv, opts *o)
     int steer_pending = 0; /* --steer-factor / --steer-positions given and no --steer after them yet */
     if (argc < 2) return usage_error("%s", "missing command");
     o->cmd = argv[1];
+    int tokenize = strcmp(o->cmd, "tokenize") == 0, options_end = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
+        /* tokenize's text: its one positional argument ("--" first when it starts with '-') */
+        if (tokenize && (options_end || a[0] != '-' || !a[1])) {
+            if (o->text) return usage_error("%s", "tokenize reads one text (quote it to pass spaces)");
+            o->text = a;
+            continue;
+        }
+        if (tokenize && strcmp(a, "--") == 0) {
+            options_end = 1;
+            continue;
+        }
         if (!known_option(a)) return usage_error(a[0] == '-' ? "unknown option %s" : "unexpected argument '%s'", a);
-        if (strcmp(a, "--tsv") == 0) {
-            o->tsv = 1;
+        if (is_flag(a)) {
+            if (strcmp(a, "--tsv") == 0) o->tsv = 1;
+            else if (strcmp(a, "--ids") == 0) o->ids_only = 1;
+            else if (strcmp(a, "--no-special") == 0) o->no_special = 1;
+            else o->ignore_eos = 1;
             continue;
         }
         if (i + 1 >= argc) return usage_error("option %s needs a value", a);
@@ -181,9 +233,16 @@ static int parse_args(int argc, char **argv, opts *o)
             rc = set_once(&o->config, a, v);
         else if (strcmp(a, "--out") == 0)
             rc = set_once(&o->out, a, v);
-        else if (strcmp(a, "--tokens") == 0) {
-            if (o->n_rows == MAX_ROWS) return usage_error("at most %s --tokens rows", "64");
-            o->tokens[o->n_rows++] = v;
+        else if (strcmp(a, "--tokens") == 0 || strcmp(a, "--prompt") == 0 || strcmp(a, "--prompt-file") == 0) {
+            if (o->n_rows == MAX_ROWS) return usage_error("at most %s rows (--tokens, --prompt, --prompt-file)", "64");
+            int kind = strcmp(a, "--tokens") == 0 ? ROW_TOKENS : strcmp(a, "--prompt") == 0 ? ROW_PROMPT : ROW_FILE;
+            o->rows[o->n_rows++] = (row_arg){kind, v};
+            o->n_text_rows += kind != ROW_TOKENS;
+        } else if (strcmp(a, "--stop-id") == 0) {
+            if (parse_long(v, &n) != 0 || n < 0 || n > 0x7fffffff)
+                return usage_error("--stop-id: '%s' is not a token id (a non-negative integer)", v);
+            if (o->n_stop_ids == MAX_STOP) return usage_error("at most %s --stop-id options", "64");
+            o->stop_ids[o->n_stop_ids++] = (int32_t)n;
         } else if (strcmp(a, "--max-new-tokens") == 0) {
             if (parse_long(v, &n) != 0 || n < 1 || n > 1000000)
                 return usage_error("--max-new-tokens: '%s' is not an integer in 1..1000000", v);
@@ -239,11 +298,27 @@ static int parse_args(int argc, char **argv, opts *o)
     }
     if (steer_pending)
         return usage_error("%s", "--steer-factor and --steer-positions apply to the --steer options after them; none follows");
+    if (o->n_text_rows && o->n_text_rows < o->n_rows)
+        return usage_error("%s", "--tokens cannot be mixed with --prompt or --prompt-file: give every row as token ids "
+                                 "or every row as text");
+    if (tokenize) {
+        if (o->n_rows > o->n_text_rows) return usage_error("%s", "tokenize reads text; --tokens gives ids already");
+        if (o->n_rows + (o->text != NULL) != 1)
+            return usage_error("%s", o->n_rows + (o->text != NULL) ? "tokenize reads one text"
+                                                                   : "tokenize needs a text: nnt tokenize --model DIR \"text\"");
+        if (o->n_reqs || o->out) return usage_error("%s", "tokenize takes no requests and no --out");
+    } else if (o->ids_only) {
+        return usage_error("%s", "--ids is an option of tokenize");
+    }
+    if (o->no_special && !tokenize && !o->n_text_rows)
+        return usage_error("%s", "--no-special applies to text: tokenize, --prompt and --prompt-file");
     if (strcmp(o->cmd, "generate") != 0) {
-        const char *only[] = {"--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--steps"};
-        int given[] = {o->max_new_tokens >= 0, o->temperature != 0.0f, o->top_k != 0, o->top_p != 1.0f, o->seed != 0, 0};
+        const char *only[] = {"--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--steps",
+                              "--ignore-eos", "--stop-id"};
+        int given[] = {o->max_new_tokens >= 0, o->temperature != 0.0f, o->top_k != 0, o->top_p != 1.0f, o->seed != 0, 0,
+                       o->ignore_eos, o->n_stop_ids > 0};
         for (int q = 0; q < o->n_reqs; q++) given[5] |= o->reqs[q].kind == R_STEPS;
-        for (int q = 0; q < 6; q++)
+        for (int q = 0; q < 8; q++)
             if (given[q]) return usage_error("%s is an option of generate", only[q]);
     } else if (o->temperature == 0.0f && (o->top_k != 0 || o->top_p != 1.0f)) {
         return usage_error("%s", "--top-k and --top-p filter sampling: give --temperature > 0 too (0 is greedy)");
@@ -323,7 +398,303 @@ static void describe(const char *path, const nnt_tensor *t)
     printf("\n");
 }
 
-/* The rows of --tokens as one left-padded batch: ids and mask [batch, seq]. */
+/* ---- token text ---- */
+
+/* A growing string. */
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *g = realloc(b->p, cap);
+        if (!g) {
+            b->oom = 1;
+            return;
+        }
+        b->p = g;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+/* The length of the well-formed UTF-8 sequence at s (n bytes available) and its code point, or
+ * 0 when s[0] does not start one (overlong forms, surrogates and values past U+10FFFF are not
+ * well-formed). */
+static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned char c = s[0];
+    size_t len;
+    uint32_t v, min;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xc2 && c <= 0xdf) len = 2, v = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, v = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, v = c & 0x07, min = 0x10000;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        v = v << 6 | (s[i] & 0x3f);
+    }
+    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
+    *cp = v;
+    return len;
+}
+
+/* Characters written as \uNNNN: C1 controls, and characters that are invisible or change the
+ * direction or the lines of what follows them on a terminal. */
+static int escaped_code_point(uint32_t cp)
+{
+    return (cp >= 0x80 && cp <= 0x9f) || cp == 0xad || cp == 0x61c || (cp >= 0x200b && cp <= 0x200f) ||
+           (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff;
+}
+
+/* Appends bytes as a double-quoted string: printable text as is; backslash, the double quote,
+ * \n, \t and \r escaped; other control bytes and every byte that is not part of well-formed
+ * UTF-8 as \xNN; the characters escaped_code_point names as \uNNNN. */
+static void sb_quoted(sbuf *b, const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    char esc[16];
+    sb_add(b, "\"", 1);
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t n = utf8_seq(s + i, len - i, &cp);
+        if (n == 0) { /* a byte that is not well-formed UTF-8 */
+            snprintf(esc, sizeof esc, "\\x%02x", s[i]);
+            sb_str(b, esc);
+            i++;
+            continue;
+        }
+        if (cp == '\\' || cp == '"') {
+            esc[0] = '\\', esc[1] = (char)cp, esc[2] = '\0';
+            sb_str(b, esc);
+        } else if (cp == '\n' || cp == '\t' || cp == '\r') {
+            sb_str(b, cp == '\n' ? "\\n" : cp == '\t' ? "\\t" : "\\r");
+        } else if (cp < 0x20 || cp == 0x7f) {
+            snprintf(esc, sizeof esc, "\\x%02x", (unsigned)cp);
+            sb_str(b, esc);
+        } else if (escaped_code_point(cp)) {
+            snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
+            sb_str(b, esc);
+        } else {
+            sb_add(b, text + i, n);
+        }
+        i += n;
+    }
+    sb_add(b, "\"", 1);
+}
+
+/* Appends `ID "text"` (or `ID ?` for an id the tokenizer has no token for, or `ID` without a
+ * tokenizer). */
+static void sb_token(sbuf *b, const nnt_tokenizer *tok, int32_t id)
+{
+    char num[16];
+    snprintf(num, sizeof num, "%d", id);
+    sb_str(b, num);
+    if (!tok) return;
+    size_t len;
+    const char *bytes = nnt_tokenizer_token_bytes(tok, id, &len);
+    sb_add(b, " ", 1);
+    if (bytes)
+        sb_quoted(b, bytes, len);
+    else
+        sb_add(b, "?", 1);
+}
+
+static void print_token(const nnt_tokenizer *tok, int32_t id)
+{
+    sbuf b = {0};
+    sb_token(&b, tok, id);
+    fputs(b.oom ? "?" : b.p, stdout);
+    free(b.p);
+}
+
+/* Characters on screen: code points (wide characters count one). */
+static int display_width(const char *s)
+{
+    int w = 0;
+    for (; *s; s++) w += ((unsigned char)*s & 0xc0) != 0x80;
+    return w;
+}
+
+/* ---- batch rows ---- */
+
+/* The rows of a command, as ids: parsed from --tokens or encoded from text; and the tokenizer
+ * of the model folder (NULL when it has none, or none could be loaded and no row is text). */
+typedef struct input {
+    nnt_tokenizer *tok;
+    int n;
+    int32_t *ids[MAX_ROWS];
+    int len[MAX_ROWS];
+} input;
+
+static void input_free(input *in)
+{
+    for (int r = 0; r < in->n; r++) free(in->ids[r]);
+    nnt_tokenizer_free(in->tok);
+    memset(in, 0, sizeof *in);
+}
+
+/* Reads a whole file into a new buffer; NULL (errno set) on failure. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *g = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap *= 2);
+        if (!g) {
+            free(buf);
+            buf = NULL;
+            errno = ENOMEM;
+        }
+        buf = g;
+    }
+    int bad = buf && ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* How a row was given, for messages: "--prompt row 2" or "--prompt-file FILE (row 2)". */
+static const char *row_name(const row_arg *a, int r, char *buf, size_t n)
+{
+    if (a->kind == ROW_FILE)
+        snprintf(buf, n, "--prompt-file %s (row %d)", a->arg, r);
+    else
+        snprintf(buf, n, "%s row %d", a->kind == ROW_PROMPT ? "--prompt" : "--tokens", r);
+    return buf;
+}
+
+/* Encodes one row of text with the tokenizer's special tokens unless --no-special. Returns 0,
+ * or 1 with the message printed. */
+static int encode_text(nnt_tokenizer *tok, const opts *o, const row_arg *a, int r, int32_t **ids, int *n)
+{
+    char name[1200];
+    size_t len = 0;
+    char *file = NULL;
+    const char *text = a->arg;
+    if (a->kind == ROW_FILE) {
+        if (!(file = read_file(a->arg, &len))) {
+            fprintf(stderr, "nnt: error: --prompt-file %s: %s\n", a->arg, strerror(errno));
+            return 1;
+        }
+        text = file;
+    } else {
+        len = strlen(text);
+    }
+    int64_t count = 0;
+    nnt_status st = nnt_tokenizer_encode(tok, text, len, o->no_special ? 0 : NNT_TOKENIZE_ADD_SPECIAL, ids, &count);
+    free(file);
+    if (st != NNT_OK) {
+        fprintf(stderr, "nnt: error: %s: %s\n", row_name(a, r, name, sizeof name), nnt_tokenizer_last_error(tok));
+        return 1;
+    }
+    if (count > 0x7fffffff) {
+        fprintf(stderr, "nnt: error: %s: %lld tokens is too many\n", row_name(a, r, name, sizeof name), (long long)count);
+        free(*ids);
+        return 1;
+    }
+    *n = (int)count;
+    return 0;
+}
+
+/* Loads the model folder's tokenizer, then reads every row. A folder without a tokenizer is an
+ * error only when a row is text; otherwise token text is simply not shown. Returns 0, 1 (error,
+ * printed) or 2 (usage error, printed). */
+static int read_input(const opts *o, input *in)
+{
+    memset(in, 0, sizeof *in);
+    if (o->n_rows == 0)
+        return usage_error("%s needs at least one row: --tokens \"ID ...\", --prompt \"text\" or --prompt-file FILE", o->cmd);
+    nnt_tokenizer *tok = NULL;
+    nnt_status st = nnt_tokenizer_load(o->model, &tok);
+    if (st != NNT_OK) {
+        if (o->n_text_rows) {
+            fprintf(stderr, "nnt: error: --prompt needs the model's tokenizer: %s\n", nnt_tokenizer_last_error(tok));
+            nnt_tokenizer_free(tok);
+            return 1;
+        }
+        if (st != NNT_ERR_NOT_FOUND) /* a tokenizer the build cannot read: ids are still fine */
+            fprintf(stderr, "nnt: warning: token text not shown: %s\n", nnt_tokenizer_last_error(tok));
+        nnt_tokenizer_free(tok);
+        tok = NULL;
+    }
+    in->tok = tok;
+    for (int r = 0; r < o->n_rows; r++) {
+        const row_arg *a = &o->rows[r];
+        int rc = 0;
+        if (a->kind == ROW_TOKENS)
+            rc = parse_tokens(a->arg, &in->ids[r], &in->len[r]) != 0 ? 2 : 0;
+        else if ((rc = encode_text(tok, o, a, r, &in->ids[r], &in->len[r])) == 0 && in->len[r] == 0) {
+            char name[1200];
+            fprintf(stderr, "nnt: error: %s encodes to no token\n", row_name(a, r, name, sizeof name));
+            free(in->ids[r]);
+            rc = 1;
+        }
+        if (rc) {
+            input_free(in);
+            return rc;
+        }
+        in->n = r + 1;
+    }
+    return 0;
+}
+
+/* Text rows must give ids the model has: a tokenizer and a checkpoint that disagree are named
+ * before anything runs. (Ids given with --tokens are checked by the forward.) Returns 0 or 1. */
+static int check_vocab(const opts *o, const input *in, const nnt_model *m)
+{
+    int64_t V = nnt_model_get_info(m)->vocab_size;
+    for (int r = 0; r < in->n; r++) {
+        if (o->rows[r].kind == ROW_TOKENS) continue;
+        for (int i = 0; i < in->len[r]; i++)
+            if (in->ids[r][i] >= V) {
+                char name[1200];
+                size_t len;
+                const char *bytes = nnt_tokenizer_token_bytes(in->tok, in->ids[r][i], &len);
+                sbuf b = {0};
+                if (bytes) sb_quoted(&b, bytes, len);
+                fprintf(stderr,
+                        "nnt: error: %s: the tokenizer gives token id %d (%s) at position %d, outside the model's "
+                        "vocabulary (vocab_size %lld): the tokenizer does not belong to this checkpoint\n",
+                        row_name(&o->rows[r], r, name, sizeof name), in->ids[r][i], b.p ? b.p : "?", i, (long long)V);
+                free(b.p);
+                return 1;
+            }
+    }
+    for (int k = 0; k < o->n_stop_ids; k++)
+        if (o->stop_ids[k] >= V) {
+            fprintf(stderr, "nnt: error: --stop-id %d is outside the model's vocabulary (vocab_size %lld)\n", o->stop_ids[k],
+                    (long long)V);
+            return 1;
+        }
+    return 0;
+}
+
+/* The rows as one left-padded batch: ids and mask [batch, seq]. */
 typedef struct batch {
     int B, seq;
     int32_t *ids, *mask;
@@ -335,36 +706,40 @@ static void batch_free(batch *b)
     free(b->mask);
 }
 
-/* 0 on success, 2 on bad token text (message printed). */
-static int build_batch(const opts *o, batch *b)
+/* 0 on success, 1 when out of memory (message printed). Padded slots hold id 0 and mask 0,
+ * whether the rows were ids or text. */
+static int build_batch(const input *in, batch *b)
 {
     memset(b, 0, sizeof *b);
-    if (o->n_rows == 0) return usage_error("%s needs at least one --tokens row", o->cmd);
-    int32_t *rows[MAX_ROWS];
-    int lens[MAX_ROWS];
-    for (int r = 0; r < o->n_rows; r++) {
-        if (parse_tokens(o->tokens[r], &rows[r], &lens[r]) != 0) {
-            for (int q = 0; q < r; q++) free(rows[q]);
-            return 2;
-        }
-        b->seq = lens[r] > b->seq ? lens[r] : b->seq;
-    }
-    b->B = o->n_rows;
+    for (int r = 0; r < in->n; r++) b->seq = in->len[r] > b->seq ? in->len[r] : b->seq;
+    b->B = in->n;
     b->ids = calloc((size_t)b->B * b->seq, sizeof *b->ids);
     b->mask = calloc((size_t)b->B * b->seq, sizeof *b->mask);
-    int rc = 0;
     if (!b->ids || !b->mask) {
         fprintf(stderr, "nnt: out of memory for %d x %d tokens\n", b->B, b->seq);
-        rc = 1;
-    } else
-        for (int r = 0; r < b->B; r++)
-            for (int s = 0; s < lens[r]; s++) {
-                b->ids[r * b->seq + b->seq - lens[r] + s] = rows[r][s];
-                b->mask[r * b->seq + b->seq - lens[r] + s] = 1;
-            }
-    for (int r = 0; r < o->n_rows; r++) free(rows[r]);
-    if (rc) batch_free(b);
-    return rc;
+        batch_free(b);
+        return 1;
+    }
+    for (int r = 0; r < b->B; r++)
+        for (int s = 0; s < in->len[r]; s++) {
+            b->ids[r * b->seq + b->seq - in->len[r] + s] = in->ids[r][s];
+            b->mask[r * b->seq + b->seq - in->len[r] + s] = 1;
+        }
+    return 0;
+}
+
+/* For rows of text: each row's tokens with their text, so positions can be read off. */
+static void print_prompt_tokens(const opts *o, const input *in)
+{
+    if (!o->n_text_rows) return;
+    for (int r = 0; r < in->n; r++) {
+        printf("prompt, row %d (%d token%s):", r, in->len[r], in->len[r] == 1 ? "" : "s");
+        for (int i = 0; i < in->len[r]; i++) {
+            printf("  ");
+            print_token(in->tok, in->ids[r][i]);
+        }
+        printf("\n");
+    }
 }
 
 /* Tensors read for --set/--add/--steer; they must outlive the run. */
@@ -551,13 +926,14 @@ static int top_tokens(const float *p, int64_t V, int k, int *top)
     return n;
 }
 
-static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o)
+static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
 {
     batch b;
     int rc = check_out(o->out);
     if (rc) return rc;
-    rc = build_batch(o, &b);
+    rc = build_batch(in, &b);
     if (rc) return rc;
+    print_prompt_tokens(o, in);
     nnt_trace *t = NULL;
     loaded_set l = {.n = 0};
     int user_saved_probs = 0;
@@ -586,7 +962,11 @@ static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o)
             const float *p = (const float *)probs->data + (int64_t)r * V;
             int top[5], n = top_tokens(p, V, 5, top);
             printf("top 5 next tokens, row %d:", r);
-            for (int k = 0; k < n; k++) printf("  %d (%.4f)", top[k], p[top[k]]);
+            for (int k = 0; k < n; k++) {
+                printf("  ");
+                print_token(in->tok, top[k]);
+                printf(" (%.4f)", p[top[k]]);
+            }
             printf("\n");
         }
     }
@@ -611,13 +991,36 @@ static void softmax_rows(float *x, int64_t rows, int64_t n)
     }
 }
 
-static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o)
+/* The lens table with token text: cells [rows][S] are laid out in columns as wide as their
+ * widest cell. */
+static void print_table(char **cells, int rows, int S, const char *const *labels)
 {
-    if (o->n_rows > 1) return usage_error("%s", "lens reads one --tokens row");
+    int *width = calloc((size_t)S, sizeof *width);
+    for (int s = 0; width && s < S; s++)
+        for (int r = 0; r < rows; r++) {
+            int w = display_width(cells[(size_t)r * S + s]);
+            width[s] = w > width[s] ? w : width[s];
+        }
+    for (int r = 0; r < rows; r++) {
+        printf("%-6s", labels[r]);
+        for (int s = 0; s < S; s++) {
+            const char *c = cells[(size_t)r * S + s];
+            printf("  %s", c);
+            if (s + 1 < S && width)
+                for (int w = display_width(c); w < width[s]; w++) putchar(' ');
+        }
+        printf("\n");
+    }
+    free(width);
+}
+
+static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
+{
+    if (o->n_rows > 1) return usage_error("%s", "lens reads one row (one --tokens, --prompt or --prompt-file)");
     batch b;
     int rc = check_out(o->out);
     if (rc) return rc;
-    rc = build_batch(o, &b);
+    rc = build_batch(in, &b);
     if (rc) return rc;
     const nnt_model_info *mi = nnt_model_get_info(m);
     int L = mi->num_layers, S = b.seq;
@@ -625,7 +1028,16 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o)
     nnt_trace *t = NULL;
     loaded_set l = {.n = 0};
     nnt_tensor all = {0};
+    /* with a tokenizer the table is built first (cells of any width), else printed as it goes */
+    const nnt_tokenizer *tok = in->tok;
+    int n_cells = (L + 2) * S;
+    char **cells = tok ? calloc((size_t)n_cells, sizeof *cells) : NULL;
+    char **labels = tok ? calloc((size_t)(L + 2), sizeof *labels) : NULL;
     rc = 1;
+    if (tok && (!cells || !labels)) {
+        fprintf(stderr, "nnt: lens: out of memory\n");
+        goto out;
+    }
     if (nnt_trace_new(m, &t) != NNT_OK) {
         fail(rt, "lens");
         goto out;
@@ -644,11 +1056,25 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o)
         fprintf(stderr, "nnt: lens: no memory for [%d, %d, %lld] probabilities\n", L, S, (long long)V);
         goto out;
     }
-    printf("logit lens: top token (probability) of each block's output, by position\n%-6s", "block");
-    for (int s = 0; s < S; s++) printf(" %14d", s);
-    printf("\n%-6s", "input");
-    for (int s = 0; s < S; s++) printf(" %14d", b.ids[s]);
-    printf("\n");
+    printf("logit lens: top token (probability) of each block's output, by position\n");
+    if (tok) {
+        char num[32];
+        labels[0] = strdup("block");
+        labels[1] = strdup("input");
+        for (int s = 0; s < S; s++) {
+            snprintf(num, sizeof num, "%d", s);
+            cells[s] = strdup(num);
+            sbuf c = {0};
+            sb_token(&c, tok, b.ids[s]);
+            cells[S + s] = c.p;
+        }
+    } else {
+        printf("%-6s", "block");
+        for (int s = 0; s < S; s++) printf(" %14d", s);
+        printf("\n%-6s", "input");
+        for (int s = 0; s < S; s++) printf(" %14d", b.ids[s]);
+        printf("\n");
+    }
     for (int layer = 0; layer < L; layer++) {
         char path[64];
         snprintf(path, sizeof path, "layers.%d.layer_output", layer);
@@ -664,15 +1090,47 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o)
         }
         float *p = (float *)lg.data;
         softmax_rows(p, S, V);
-        printf("%-6d", layer);
+        if (tok) {
+            char num[32];
+            snprintf(num, sizeof num, "%d", layer);
+            labels[layer + 2] = strdup(num);
+        } else {
+            printf("%-6d", layer);
+        }
         for (int s = 0; s < S; s++) {
             int top[1];
             top_tokens(p + (int64_t)s * V, V, 1, top);
-            printf(" %6d (%.4f)", top[0], p[(int64_t)s * V + top[0]]);
+            if (tok) {
+                char prob[32];
+                sbuf c = {0};
+                sb_token(&c, tok, top[0]);
+                snprintf(prob, sizeof prob, " (%.4f)", p[(int64_t)s * V + top[0]]);
+                sb_str(&c, prob);
+                cells[(size_t)(layer + 2) * S + s] = c.p;
+            } else {
+                printf(" %6d (%.4f)", top[0], p[(int64_t)s * V + top[0]]);
+            }
         }
-        printf("\n");
+        if (!tok) printf("\n");
         if (all.data) memcpy((float *)all.data + (int64_t)layer * S * V, p, sizeof(float) * (size_t)(S * V));
         nnt_tensor_free(&lg);
+    }
+    if (tok) {
+        for (int i = 0; i < n_cells; i++)
+            if (!cells[i]) cells[i] = strdup("?");
+        for (int r = 0; r < L + 2; r++)
+            if (!labels[r]) labels[r] = strdup("?");
+        for (int i = 0; i < n_cells; i++)
+            if (!cells[i]) {
+                fprintf(stderr, "nnt: lens: out of memory\n");
+                goto out;
+            }
+        for (int r = 0; r < L + 2; r++)
+            if (!labels[r]) {
+                fprintf(stderr, "nnt: lens: out of memory\n");
+                goto out;
+            }
+        print_table(cells, L + 2, S, (const char *const *)labels);
     }
     if (o->out) {
         const char *names[] = {"lens_probs"};
@@ -684,6 +1142,10 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o)
     }
     rc = 0;
 out:
+    for (int i = 0; cells && i < n_cells; i++) free(cells[i]);
+    for (int r = 0; labels && r < L + 2; r++) free(labels[r]);
+    free(cells);
+    free(labels);
     nnt_tensor_free(&all);
     loaded_free(&l);
     nnt_trace_free(t);
@@ -691,14 +1153,59 @@ out:
     return rc;
 }
 
-static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o)
+/* Prints a generated row: its ids; with a tokenizer, each id with its text and the decoded
+ * continuation (without the stop token that ended it). */
+static void print_generated(nnt_tokenizer *tok, int r, const int32_t *ids, int N,
+                            const int32_t *stops, int n_stops)
+{
+    int n = 0;
+    while (n < N && ids[n] != NNT_TOKEN_STOPPED) n++;
+    int stopped = 0;
+    for (int k = 0; n > 0 && k < n_stops; k++) stopped |= ids[n - 1] == stops[k];
+    printf("new tokens, row %d:", r);
+    for (int i = 0; i < n; i++) printf(" %d", ids[i]);
+    printf("\n");
+    if (!tok) return;
+    printf("tokens, row %d:", r);
+    for (int i = 0; i < n; i++) {
+        printf("  ");
+        print_token(tok, ids[i]);
+    }
+    printf("\ntext, row %d: ", r);
+    char *text = NULL;
+    size_t len = 0;
+    if (nnt_tokenizer_decode(tok, ids, n - stopped, 0, &text, &len) == NNT_OK) {
+        sbuf q = {0};
+        sb_quoted(&q, text, len);
+        fputs(q.p ? q.p : "?", stdout);
+        free(q.p);
+        free(text);
+    } else {
+        printf("? (%s)", nnt_tokenizer_last_error(tok));
+    }
+    if (stopped) {
+        printf(" (stopped at ");
+        print_token(tok, ids[n - 1]);
+        printf(")");
+    }
+    printf("\n");
+}
+
+static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
 {
     if (o->max_new_tokens < 0) return usage_error("%s", "generate needs --max-new-tokens N");
     batch b;
     int rc = check_out(o->out);
     if (rc) return rc;
-    rc = build_batch(o, &b);
+    rc = build_batch(in, &b);
     if (rc) return rc;
+    print_prompt_tokens(o, in);
+    /* stop ids: the tokenizer's eos unless --ignore-eos, and every --stop-id */
+    int32_t stops[MAX_STOP + 1];
+    int n_stops = 0;
+    int32_t eos = in->tok && !o->ignore_eos ? nnt_tokenizer_eos_id(in->tok) : -1;
+    if (eos >= 0) stops[n_stops++] = eos;
+    for (int k = 0; k < o->n_stop_ids; k++) stops[n_stops++] = o->stop_ids[k];
     nnt_trace *t = NULL;
     loaded_set l = {.n = 0};
     int N = o->max_new_tokens;
@@ -715,28 +1222,63 @@ static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o)
     if ((rc = add_requests(rt, t, o, &l, NULL, NULL)) != 0) goto out;
     rc = 1;
     nnt_generate_opts g = {
-        /* .max_new_tokens = */ N,
-        /* .temperature = */ o->temperature,
-        /* .top_k = */ o->top_k,
-        /* .top_p = */ o->top_p,
-        /* .seed = */ o->seed,
+        .max_new_tokens = N,
+        .temperature = o->temperature,
+        .top_k = o->top_k,
+        .top_p = o->top_p,
+        .seed = o->seed,
+        .stop_ids = n_stops ? stops : NULL,
+        .n_stop_ids = n_stops,
     };
     if (nnt_generate(m, t, b.ids, b.mask, b.B, b.seq, &g, out) != NNT_OK) {
         fail(rt, "generate");
         goto out;
     }
     if (report_saved(rt, t, o, NULL, "saved values (\"path@k\": the k-th time the request saved it, one per step):\n") != 0) goto out;
-    for (int r = 0; r < b.B; r++) {
-        printf("new tokens, row %d:", r);
-        for (int i = 0; i < N; i++) printf(" %d", out[r * N + i]);
-        printf("\n");
-    }
+    for (int r = 0; r < b.B; r++) print_generated(in->tok, r, out + (size_t)r * N, N, stops, n_stops);
     rc = 0;
 out:
     free(out);
     loaded_free(&l);
     nnt_trace_free(t);
     batch_free(&b);
+    return rc;
+}
+
+/* nnt tokenize: needs only the tokenizer (no runtime, no plugins, no weights). */
+static int cmd_tokenize(const opts *o)
+{
+    nnt_tokenizer *tok = NULL;
+    if (nnt_tokenizer_load(o->model, &tok) != NNT_OK) {
+        fprintf(stderr, "nnt: error: %s\n", nnt_tokenizer_last_error(tok));
+        nnt_tokenizer_free(tok);
+        return 1;
+    }
+    int32_t *ids = NULL;
+    int n = 0, rc;
+    if (o->text) {
+        row_arg a = {ROW_PROMPT, o->text};
+        rc = encode_text(tok, o, &a, 0, &ids, &n);
+    } else {
+        rc = encode_text(tok, o, &o->rows[0], 0, &ids, &n);
+    }
+    if (rc == 0) {
+        for (int i = 0; i < n; i++) {
+            if (o->ids_only) {
+                printf(i ? " %d" : "%d", ids[i]);
+                continue;
+            }
+            size_t len;
+            const char *bytes = nnt_tokenizer_token_bytes(tok, ids[i], &len);
+            sbuf q = {0};
+            if (bytes) sb_quoted(&q, bytes, len);
+            printf("%d\t%s\n", ids[i], q.p ? q.p : "?");
+            free(q.p);
+        }
+        if (o->ids_only) printf("\n");
+    }
+    free(ids);
+    nnt_tokenizer_free(tok);
     return rc;
 }
 
@@ -793,6 +1335,7 @@ int main(int argc, char **argv)
     opts o;
     nnt_runtime *rt = NULL;
     nnt_model *m = NULL;
+    input in = {0};
     int rc = parse_args(argc, argv, &o);
     if (rc != 0) goto done;
     if (strcmp(o.cmd, "help") == 0 || strcmp(o.cmd, "--help") == 0 || strcmp(o.cmd, "-h") == 0) {
@@ -800,8 +1343,21 @@ int main(int argc, char **argv)
         goto done;
     }
     if (strcmp(o.cmd, "print") && strcmp(o.cmd, "support") && strcmp(o.cmd, "trace") && strcmp(o.cmd, "lens") &&
-        strcmp(o.cmd, "generate") && strcmp(o.cmd, "plugins") && strcmp(o.cmd, "info")) {
+        strcmp(o.cmd, "generate") && strcmp(o.cmd, "plugins") && strcmp(o.cmd, "info") && strcmp(o.cmd, "tokenize")) {
         rc = usage_error("unknown command '%s'", o.cmd);
+        goto done;
+    }
+    int runs = !strcmp(o.cmd, "trace") || !strcmp(o.cmd, "lens") || !strcmp(o.cmd, "generate");
+    if (!runs && strcmp(o.cmd, "tokenize") && o.n_rows) {
+        rc = usage_error("%s takes no --tokens, --prompt or --prompt-file", o.cmd);
+        goto done;
+    }
+    if (!runs && strcmp(o.cmd, "tokenize") && o.no_special) {
+        rc = usage_error("%s", "--no-special applies to text: tokenize, --prompt and --prompt-file");
+        goto done;
+    }
+    if (strcmp(o.cmd, "tokenize") == 0) {
+        rc = o.model ? cmd_tokenize(&o) : usage_error("%s needs --model DIR", o.cmd);
         goto done;
     }
     if (nnt_runtime_open(o.config, &rt) != NNT_OK) {
@@ -821,10 +1377,13 @@ int main(int argc, char **argv)
         goto done;
     }
     if (strcmp(o.cmd, "info") == 0 && (rc = info_before_load(rt, o.model)) != 0) goto done;
+    /* the rows (and the tokenizer) before the weights: a prompt that cannot be read fails fast */
+    if (runs && (rc = read_input(&o, &in)) != 0) goto done;
     if (nnt_model_load(rt, o.model, &m) != NNT_OK) {
         rc = fail(rt, "cannot load the model");
         goto done;
     }
+    if (runs && (rc = check_vocab(&o, &in, m)) != 0) goto done;
     if (strcmp(o.cmd, "info") == 0)
         rc = info_after_load(m);
     else if (strcmp(o.cmd, "print") == 0)
@@ -832,12 +1391,13 @@ int main(int argc, char **argv)
     else if (strcmp(o.cmd, "support") == 0)
         rc = nnt_model_support(m, stdout, o.tsv) == NNT_OK ? 0 : fail(rt, NULL);
     else if (strcmp(o.cmd, "lens") == 0)
-        rc = cmd_lens(rt, m, &o);
+        rc = cmd_lens(rt, m, &o, &in);
     else if (strcmp(o.cmd, "generate") == 0)
-        rc = cmd_generate(rt, m, &o);
+        rc = cmd_generate(rt, m, &o, &in);
     else
-        rc = cmd_trace(rt, m, &o);
+        rc = cmd_trace(rt, m, &o, &in);
 done:
+    input_free(&in);
     nnt_model_free(m);
     nnt_runtime_close(rt);
     for (int i = 0; i < o.n_reqs; i++) free(o.reqs[i].path);

@@ -6,6 +6,9 @@ nnt=$1 model=$2 tmp=$3 fixtures=$4
 mkdir -p "$tmp"
 fails=0
 prompt=$(cat "$model/prompt.txt")
+text=$(cat "$model/prompt_text.txt")
+# a token with its text, as trace, lens and generate print it when the folder has a tokenizer
+tok='[0-9]+ "([^"\\]|\\.)*"'
 # the build tree's INI, its plugin directories made absolute, with one setting added after `backend = cpu`
 ini_with() {
   local build; build=$(cd "$(dirname "$nnt")" && pwd)
@@ -24,7 +27,7 @@ check() { # name expected_rc pattern command...
   fi
 }
 
-check "trace prints values and next tokens" 0 "top 5 next tokens, row 0:  [0-9]+ \(0\.[0-9]+\)" \
+check "trace prints values and next tokens (with their text)" 0 "top 5 next tokens, row 0:  $tok \(0\.[0-9]+\)" \
   "$nnt" trace --model "$model" --tokens "$prompt" --save layers.1.mlp.expert_weights
 check "saved value line" 0 "layers.1.mlp.expert_weights +\[1, 24, 2\] +F32 +min" \
   "$nnt" trace --model "$model" --tokens "$prompt" --save 'layers[1].mlp.expert_weights'
@@ -85,13 +88,13 @@ check "DeepSeek-V4 lens collapses the streams" 0 "^4 +[0-9]+ \(0\.[0-9]+\)" \
 # --- lens, generate, steering, skipping ---
 top1() { "$nnt" trace --model "$1" --tokens "$2" | sed -n 's/^top 5 next tokens, row 0:  \([0-9]*\) .*/\1/p'; }
 want=$(top1 "$model" "$prompt")
-check "lens table: a line per block" 0 "^2 +[0-9]+ \(0\.[0-9]+\)" "$nnt" lens --model "$model" --tokens "$prompt"
+check "lens table: a line per block" 0 "^2 +$tok \(0\.[0-9]+\)" "$nnt" lens --model "$model" --tokens "$prompt"
 # the lens of the last block at the last position is the model's own next-token distribution
-check "lens of the last block is the next-token prediction" 0 "^2 .* $want \(0\.[0-9]+\) *$" \
+check "lens of the last block is the next-token prediction" 0 "^2 .* $want \"([^\"\\\\]|\\\\.)*\" \(0\.[0-9]+\) *$" \
   "$nnt" lens --model "$model" --tokens "$prompt"
 check "lens --out writes [layers, seq, vocab]" 0 "wrote lens_probs \[3, 24, 256\] to $tmp/lens.safetensors" \
   "$nnt" lens --model "$model" --tokens "$prompt" --out "$tmp/lens.safetensors"
-check "lens reads one row" 2 "lens reads one --tokens row" "$nnt" lens --model "$model" --tokens "1 2" --tokens "3 4"
+check "lens reads one row" 2 "lens reads one row" "$nnt" lens --model "$model" --tokens "1 2" --tokens "3 4"
 check "greedy generation starts with the top next token" 0 "^new tokens, row 0: $want " \
   "$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 4
 check "generation over two rows, one left-padded" 0 "new tokens, row 1: [0-9]+ [0-9]+ [0-9]+$" \
@@ -136,5 +139,95 @@ check "a steering position outside the prompt" 1 "position 5 is outside the 3 po
   "$nnt" trace --model "$model" --tokens "1 2 3" --steer-positions 5 --steer "0=$vec"
 check "a key before any INI section" 1 "comes before any section" \
   bash -c "printf 'threads = 2\n' > '$tmp/nosect.ini'; '$nnt' plugins --config '$tmp/nosect.ini'"
+
+# --- text in, text out: tokenize, --prompt, --prompt-file, token text, eos ---
+same() { # name a b: two outputs that must be equal (and not empty)
+  if [ -n "$2" ] && [ "$2" = "$3" ]; then echo "ok   $1"; else echo "FAIL $1: '$2' vs '$3'"; fails=$((fails + 1)); fi
+}
+# A case of the reference files tests/fixtures/tokenizer/*.json (ids from Hugging Face tokenizers;
+# each file is one line of JSON, read here with grep and sed): writes the case's text bytes to
+# FILE and prints its ids (FIELD: ids, or ids_special with the special tokens added).
+ref_case() { # json name field file
+  local c
+  c=$(grep -o "{\"name\":\"$2\",\"text_hex\":\"[0-9a-f]*\",[^}]*}" "$1") || { echo "missing case $2"; return; }
+  printf '%b' "$(sed -e 's/.*"text_hex":"\([0-9a-f]*\)".*/\1/' -e 's/../\\x&/g' <<<"$c")" > "$4"
+  sed "s/.*\"$3\":\[\([0-9,]*\)\].*/\1/" <<<"$c" | tr ',' ' '
+}
+tiny_ref="$fixtures/tokenizer/tiny.json" fb_ref="$fixtures/tokenizer/fallback.json" fallback="$fixtures/tokenizer/fallback"
+want=$(ref_case "$tiny_ref" url ids_special "$tmp/url.txt")
+same "tokenize --ids gives the reference ids (tiny.json, case url)" "$want" \
+  "$("$nnt" tokenize --model "$model" --ids "$(cat "$tmp/url.txt")" 2>&1)"
+want=$(ref_case "$tiny_ref" crlf ids_special "$tmp/crlf.txt")
+same "tokenize --prompt-file keeps every byte (tiny.json, case crlf)" "$want" \
+  "$("$nnt" tokenize --model "$model" --ids --prompt-file "$tmp/crlf.txt" 2>&1)"
+# the byte-fallback tokenizer adds <s>; its folder has no weights, which tokenize does not need
+want=$(ref_case "$fb_ref" invalid_ff_fe ids_special "$tmp/ff.txt")
+same "tokenize adds the BOS, repairs invalid UTF-8 (fallback.json, case invalid_ff_fe)" "$want" \
+  "$("$nnt" tokenize --model "$fallback" --ids --prompt-file "$tmp/ff.txt" 2>&1)"
+want=$(ref_case "$fb_ref" invalid_ff_fe ids "$tmp/ff.txt")
+same "tokenize --no-special leaves the BOS out" "$want" \
+  "$("$nnt" tokenize --model "$fallback" --ids --no-special --prompt-file "$tmp/ff.txt" 2>&1)"
+check "tokenize: id, tab, quoted text" 0 "^1	\"<s>\"\$" "$nnt" tokenize --model "$fallback" "tab	and \\"
+check "tokenize escapes a control byte" 0 "^30	\"\\\\x1b\"\$" "$nnt" tokenize --model "$fallback" "$(printf 'a\033b')"
+check "tokenize escapes a tab and a backslash" 0 "\"\\\\t\"" "$nnt" tokenize --model "$model" "$(printf 'a\tb\\')"
+lines=$("$nnt" tokenize --model "$model" "Hello world" | cut -f1 | tr '\n' ' ')
+same "tokenize lists the ids --ids prints" "$("$nnt" tokenize --model "$model" --ids "Hello world") " "$lines"
+check "tokenize needs --model" 2 "tokenize needs --model DIR" "$nnt" tokenize "Hello"
+check "tokenize: a folder without a tokenizer" 1 "minimax_m2/fp32: .*neither tokenizer.json nor tiktoken.model" \
+  "$nnt" tokenize --model "$fixtures/minimax_m2/fp32" "Hello"
+check "--ids belongs to tokenize" 2 "--ids is an option of tokenize" "$nnt" trace --model "$model" --tokens "1 2" --ids
+
+check "trace --prompt shows the prompt's tokens" 0 "^prompt, row 0 \([0-9]+ tokens\):  235 \"The\"  " \
+  "$nnt" trace --model "$model" --prompt "$text"
+check "trace --prompt shows text beside the top tokens" 0 "^top 5 next tokens, row 0:  $tok \(0\.[0-9]+\)  $tok \(" \
+  "$nnt" trace --model "$model" --prompt "$text"
+# text rows are the rows tokenize gives, left-padded exactly as --tokens rows
+ids1=$("$nnt" tokenize --model "$model" --ids "$text") ids2=$("$nnt" tokenize --model "$model" --ids "We the people")
+same "--prompt rows equal the --tokens rows of their ids" \
+  "$("$nnt" trace --model "$model" --tokens "$ids1" --tokens "$ids2" --save layers.1.mlp.expert_weights | grep -v '^prompt')" \
+  "$("$nnt" trace --model "$model" --prompt "$text" --prompt "We the people" --save layers.1.mlp.expert_weights | grep -v '^prompt')"
+check "--prompt-file: the whole file, its final newline included" 0 "14 \"\\.\"  96 \"\\\\n\"\$" \
+  "$nnt" trace --model "$model" --prompt-file "$model/prompt_text.txt"
+check "--prompt and --tokens together" 2 "--tokens cannot be mixed with --prompt" \
+  "$nnt" trace --model "$model" --prompt "We" --tokens "1 2"
+check "--prompt on a folder without a tokenizer" 1 "minimax_m2/fp32: .*neither tokenizer.json nor tiktoken.model" \
+  "$nnt" trace --model "$fixtures/minimax_m2/fp32" --prompt "We the people"
+check "a missing --prompt-file" 1 "--prompt-file $tmp/none.txt: No such file" \
+  "$nnt" generate --model "$model" --prompt-file "$tmp/none.txt" --max-new-tokens 2
+check "a prompt with no token" 1 "--prompt row 0 encodes to no token" "$nnt" trace --model "$model" --prompt ""
+# the tiny weights with the byte-fallback tokenizer (800 ids): ids past the model's 256 are refused
+mkdir -p "$tmp/mismatch" && ln -sf "$(cd "$model" && pwd)"/{config.json,model.safetensors} "$tmp/mismatch/" &&
+  cp "$fallback"/tokenizer*.json "$tmp/mismatch/"
+check "prompt ids outside the model's vocabulary" 1 "token id [0-9]+ \(.*\) at position [0-9]+, outside the model's vocabulary \(vocab_size 256\)" \
+  "$nnt" trace --model "$tmp/mismatch" --prompt "The people"
+# byte-fallback tokens 30, 242 and 12 are the bytes 1b, ef (a lone UTF-8 lead byte) and 09
+check "token text escapes control bytes and bytes outside UTF-8" 0 "^input +30 \"\\\\x1b\" +242 \"\\\\xef\" +12 \"\\\\t\"" \
+  "$nnt" lens --model "$tmp/mismatch" --tokens "30 242 12"
+check "lens --prompt: the input row has text" 0 "^input +235 \"The\" +121 \" p\"" \
+  "$nnt" lens --model "$model" --prompt "The people"
+check "lens without a tokenizer keeps ids only" 0 "^input +1 +2 +3\$" "$nnt" lens --model "$fixtures/minimax_m2/fp32" --tokens "1 2 3"
+check "generate shows each new token's text" 0 "^tokens, row 1:  $tok  $tok  $tok\$" \
+  "$nnt" generate --model "$model" --prompt "$text" --prompt "We" --max-new-tokens 3
+check "generate prints the continuation as text" 0 "^text, row 0: \"([^\"\\\\]|\\\\.)*\"\$" \
+  "$nnt" generate --model "$model" --prompt "$text" --max-new-tokens 3
+
+# eos (id 0, <|endoftext|>): a temperature so high that the draws hardly depend on the logits, and a
+# seed whose draws reach 0 at the 4th token; the row must stop there unless --ignore-eos
+gen() { "$nnt" generate --model "$model" --prompt "We the people" --max-new-tokens 12 --temperature 10000 --seed 20 "$@"; }
+full=$(gen --ignore-eos | sed -n 's/^new tokens, row 0: //p')
+upto=$(awk '{ for (i = 1; i <= NF; i++) { printf "%s%s", (i > 1 ? " " : ""), $i; if ($i == 0) exit } }' <<<"$full")
+if [ "$(wc -w <<<"$full")" = 12 ] && [ "$upto" != "$full" ]; then echo "ok   --ignore-eos runs past the eos"; else echo "FAIL --ignore-eos: '$full'"; fails=$((fails + 1)); fi
+same "generate stops a row at the eos token" "$upto" "$(gen | sed -n 's/^new tokens, row 0: //p')"
+check "a stopped row says so" 0 "^text, row 0: \".*\" \(stopped at 0 \"<\|endoftext\|>\"\)\$" gen
+# --stop-id: the greedy run's third token ends the row at its first occurrence
+full=$("$nnt" generate --model "$model" --prompt "$text" --max-new-tokens 8 | sed -n 's/^new tokens, row 0: //p')
+stop=$(awk '{ print $3 }' <<<"$full")
+upto=$(awk -v s="$stop" '{ for (i = 1; i <= NF; i++) { printf "%s%s", (i > 1 ? " " : ""), $i; if ($i == s) exit } }' <<<"$full")
+same "--stop-id ends a row" "$upto" \
+  "$("$nnt" generate --model "$model" --prompt "$text" --max-new-tokens 8 --stop-id "$stop" | sed -n 's/^new tokens, row 0: //p')"
+check "--stop-id outside the vocabulary" 1 "--stop-id 300 is outside the model's vocabulary" \
+  "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 2 --stop-id 300
+check "--ignore-eos belongs to generate" 2 "--ignore-eos is an option of generate" \
+  "$nnt" trace --model "$model" --prompt "We" --ignore-eos
 
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }
