@@ -216,13 +216,7 @@ static double best_prefill(nnt_model *m, const int32_t *ids, int T, trace_mode m
 static double generate_once(nnt_model *m, const int32_t *ids, int T, int n)
 {
     int32_t *out = malloc(sizeof(int32_t) * (size_t)n);
-    nnt_generate_opts o = {
-        /* .max_new_tokens = */ n,
-        /* .temperature = */ 0.0f,
-        /* .top_k = */ 0,
-        /* .top_p = */ 1.0f,
-        /* .seed = */ 0,
-    };
+    nnt_generate_opts o = {.max_new_tokens = n, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     double t0 = now();
     nnt_status st = out ? nnt_generate(m, NULL, ids, NULL, 1, T, &o, out) : NNT_ERR_OUT_OF_MEMORY;
     double dt = now() - t0;

@@ -64,7 +64,7 @@ static int fixture_folder(const cJSON *fx, const char *name, char *dir, size_t n
     }
     const cJSON *patch = cJSON_GetObjectItem(fx, "patch");
     if (!patch) return 0;
-    char path[1024];
+    char path[1200];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     size_t len;
     char *text = slurp(path, &len);
@@ -79,15 +79,15 @@ static int fixture_folder(const cJSON *fx, const char *name, char *dir, size_t n
             cJSON_ReplaceItemInObjectCaseSensitive(base, e->string, cJSON_Duplicate(e, 1));
         }
     }
-    char out[1024];
-    snprintf(out, sizeof out, "%s/tok_%s", t_tmpdir(), name);
+    char out[900];
+    snprintf(out, sizeof out, "%s/tok_%.100s", t_tmpdir(), name);
     mkdir(out, 0755);
     char *printed = cJSON_PrintUnformatted(base);
     cJSON_Delete(base);
     snprintf(path, sizeof path, "%s/tokenizer.json", out);
     int rc = printed ? t_write_file(path, printed) : -1;
     free(printed);
-    char cfg_from[1024], cfg_to[1024];
+    char cfg_from[1200], cfg_to[1200];
     snprintf(cfg_from, sizeof cfg_from, "%s/tokenizer_config.json", dir);
     snprintf(cfg_to, sizeof cfg_to, "%s/tokenizer_config.json", out);
     if (rc == 0 && access(cfg_from, R_OK) == 0) rc = t_copy_file(cfg_from, cfg_to);
@@ -136,7 +136,7 @@ static int run_fixture(const char *file)
             const cJSON *want = cJSON_GetObjectItem(c, keys[k]);
             if (!want) continue;
             int32_t *ids = NULL;
-            int64_t m = 0, at;
+            int64_t m = 0, at = 0;
             st = nnt_tokenizer_encode(tok, raw, n, k ? NNT_TOKENIZE_ADD_SPECIAL : 0, &ids, &m);
             if (st || !ids_equal(ids, m, want, &at)) {
                 if (bad++ < 5)
