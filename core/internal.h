@@ -190,20 +190,47 @@ typedef struct nnt_plugin {
     /* families only: the backend chosen by the INI file, and the precision */
     struct nnt_plugin *be;
     nnt_precision precision;
+    /* families only: why the family has no backend (be == NULL), NULL otherwise */
+    char *no_backend;
+    /* backends only: why creating the backend failed, NULL otherwise */
+    char *create_failed;
+    int explicit_file; /* loaded from a [plugins] file = line, not found by a directory scan */
 } nnt_plugin;
+
+/* A plugin file found by a directory scan that was skipped, or a family left without a backend:
+ * kept by the runtime and listed by nnt_runtime_warning. */
+typedef struct nnt_plugin_warning {
+    char *file;
+    char *reason;
+    char *name;   /* the plugin's name when its descriptor header could be read, else NULL */
+    char **archs; /* a family's architectures when readable (NULL-terminated), else NULL */
+} nnt_plugin_warning;
 
 typedef struct nnt_plugin_set {
     nnt_plugin **items;
     int n;
+    nnt_plugin_warning *warnings;
+    int n_warnings;
 } nnt_plugin_set;
 
 /* Loads one shared object and checks its descriptor; no plugin function is called. */
 nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err);
 void nnt_plugin_unload(nnt_plugin *p);
 /* Loads every plugin the INI names (directories and files), checks names and architectures
- * for conflicts, creates the backends, and attaches each family to its backend. */
+ * for conflicts, creates the backends, and attaches each family to its backend. A file found
+ * by a directory scan that fails to load or conflicts with one loaded before it is skipped and
+ * recorded in set->warnings; so is a family that is not named in the INI and whose backend is
+ * missing or cannot be created (it stays listed, with be == NULL and no_backend saying why).
+ * What the INI names (file = lines, [family.X] and [backend.Y] sections, a family's backend)
+ * must load: its failure is an error that names the file and the reason. */
 nnt_status nnt_plugins_load_all(const nnt_ini *ini, nnt_plugin_set *set, nnt_error *err);
 void nnt_plugins_free(nnt_plugin_set *set);
+/* Writes into buf (size n) a hint about skipped plugin files that may be the one a caller
+ * wanted: those whose plugin name, file stem (NAME.so) or architecture list matches `name` or
+ * `arch` (either may be NULL); when none matches and any_if_none is set, a summary of every
+ * skipped file. buf is "" when there is nothing to say; otherwise it starts with "; ". */
+void nnt_plugins_skip_hint(const nnt_plugin_set *set, const char *name, const char *arch, int any_if_none,
+                           char *buf, size_t n);
 
 /* ---- the standard-value registry (registry.c) ---- */
 typedef struct nnt_slot_def {

@@ -38,11 +38,14 @@ static nnt_status no_family(nnt_runtime *rt, const nnt_checkpoint *ck, const cha
             k += (size_t)snprintf(served + k, sizeof served - k, "%s%s (%s)", k ? ", " : "", *x,
                                   p->family->header.name);
     }
+    /* a plugin skipped while the runtime opened may be the one this checkpoint needs */
+    char hint[NNT_ERROR_MSG_MAX / 2];
+    nnt_plugins_skip_hint(&rt->plugins, model_type, archs[0], 1, hint, sizeof hint);
     return nnt_err_set(&rt->err, NNT_ERR_NOT_FOUND,
                        "%s: no installed family plugin serves architecture '%s' (model_type '%s'); "
-                       "installed plugins serve: %s",
+                       "installed plugins serve: %s%s",
                        nnt_cfg_path(ck), archs[0] ? archs[0] : "(none listed)",
-                       model_type ? model_type : "(none)", k ? served : "nothing (no family plugins loaded)");
+                       model_type ? model_type : "(none)", k ? served : "nothing (no family plugins loaded)", hint);
 }
 
 nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
@@ -63,6 +66,12 @@ nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
     const nnt_plugin *fam = find_family(rt, archs, model_type);
     if (!fam) {
         st = no_family(rt, ck, archs, model_type);
+        nnt_checkpoint_close(ck);
+        return st;
+    }
+    if (!fam->be) { /* found in a plugin directory, but its backend is missing or failed */
+        st = nnt_err_set(&rt->err, NNT_ERR_NOT_FOUND, "%s: family '%s' (%s) cannot load models: %s", nnt_cfg_path(ck),
+                         fam->family->header.name, fam->file, fam->no_backend ? fam->no_backend : "it has no backend");
         nnt_checkpoint_close(ck);
         return st;
     }

@@ -74,7 +74,16 @@ int nnt_runtime_plugin(const nnt_runtime *rt, int i, const char **kind, const ch
     if (kind) *kind = p->kind == NNT_PLUGIN_FAMILY ? "family" : "backend";
     if (name) *name = h->name;
     if (file) *file = p->file;
-    if (detail) *detail = p->kind == NNT_PLUGIN_FAMILY && p->be ? p->be->backend->header.name : h->summary;
+    if (detail)
+        *detail = p->kind == NNT_PLUGIN_FAMILY ? (p->be ? p->be->backend->header.name : "none") : h->summary;
+    return 1;
+}
+
+int nnt_runtime_warning(const nnt_runtime *rt, int i, const char **file, const char **reason)
+{
+    if (!rt || i < 0 || i >= rt->plugins.n_warnings) return 0;
+    if (file) *file = rt->plugins.warnings[i].file;
+    if (reason) *reason = rt->plugins.warnings[i].reason;
     return 1;
 }
 

@@ -1,8 +1,9 @@
 /* ini_config.c - the runtime's INI file, read with inih.
  *
  *   [plugins]
- *   dir  = families          ; every *.so in it is loaded (repeatable)
- *   file = extra/libfoo.so   ; one plugin file (repeatable)
+ *   dir  = families          ; every *.so in it is loaded (repeatable); one that is not a
+ *                            ; usable plugin is skipped with a warning (plugin_host.c)
+ *   file = extra/libfoo.so   ; one plugin file (repeatable); it must load
  *   [family.minimax_m2]
  *   backend = cpu            ; which kernel backend the family runs on (default cpu)
  *   [backend.cpu]

@@ -1,6 +1,14 @@
 /* plugin_host.c - loading family and backend plugins: dlopen, the descriptor checks made
  * before any plugin function runs, conflict checks, backend creation and the family-to-backend
- * wiring the INI file asks for. */
+ * wiring the INI file asks for.
+ *
+ * What fails is an error only where it is needed: a file found by scanning a [plugins] dir that
+ * cannot be used (not loadable, not a plugin, another ABI, a bad descriptor, a name or
+ * architecture already taken) is skipped and kept as a warning, and so is a family the INI does
+ * not name whose backend is missing or fails to start (a model load that picks it then fails with
+ * the reason). A `file =` plugin, a [family.X] or [backend.Y] section and the backend a family
+ * section asks for must work, or the runtime does not open; such errors, and a model load that
+ * finds no family, say which skipped file was probably meant (nnt_plugins_skip_hint). */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -93,7 +101,23 @@ static nnt_status check_backend(const char *file, const nnt_backend_descriptor *
     return NNT_OK;
 }
 
-nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err)
+/* Copies what can safely be read from a descriptor whose header passed check_header: the name
+ * and, for a family, its architectures. Used to say which skipped file a caller wanted. */
+static void capture_identity(const nnt_plugin_header *h, const char *const *archs, nnt_plugin_warning *w)
+{
+    if (!w) return;
+    w->name = nnt_strdup(h->name);
+    if (!archs) return;
+    int n = 0;
+    while (n < 64 && archs[n]) n++;
+    w->archs = calloc((size_t)n + 1, sizeof *w->archs);
+    if (!w->archs) return;
+    for (int i = 0; i < n; i++) w->archs[i] = nnt_strdup(archs[i]);
+}
+
+/* nnt_plugin_load, also filling *who (when not NULL) with the name and architectures of a
+ * plugin whose header was readable but which failed a later check. */
+static nnt_status plugin_open(const char *file, nnt_plugin **out, nnt_plugin_warning *who, nnt_error *err)
 {
     *out = NULL;
     struct stat sb;
@@ -104,6 +128,8 @@ nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err)
     void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
         const char *why = dlerror();
+        size_t n = strlen(file);
+        if (why && strncmp(why, file, n) == 0 && why[n] == ':' && why[n + 1] == ' ') why += n + 2; /* said once */
         return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: cannot be loaded as a shared object: %s", file,
                            why ? why : "unknown reason");
     }
@@ -121,6 +147,14 @@ nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err)
     else
         st = check_backend(file, be, err);
     if (st != NNT_OK) {
+        /* the header was sound when the failure came from a later check: keep the identity */
+        nnt_error scratch = {0};
+        if (fam && check_header(file, NNT_FAMILY_SYMBOL, &fam->header, NNT_PLUGIN_FAMILY,
+                                sizeof(nnt_family_descriptor), sizeof(nnt_family_descriptor), &scratch) == NNT_OK)
+            capture_identity(&fam->header, fam->architectures, who);
+        else if (be && check_header(file, NNT_BACKEND_SYMBOL, &be->header, NNT_PLUGIN_BACKEND,
+                                    sizeof(nnt_backend_descriptor), sizeof(nnt_backend_descriptor), &scratch) == NNT_OK)
+            capture_identity(&be->header, NULL, who);
         dlclose(h);
         return st;
     }
@@ -138,11 +172,18 @@ nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err)
     return NNT_OK;
 }
 
+nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err)
+{
+    return plugin_open(file, out, NULL, err);
+}
+
 void nnt_plugin_unload(nnt_plugin *p)
 {
     if (!p) return;
     if (p->be_ctx) p->backend->destroy(p->be_ctx);
     if (p->handle) dlclose(p->handle);
+    free(p->no_backend);
+    free(p->create_failed);
     free(p->file);
     free(p);
 }
@@ -152,19 +193,70 @@ static const char *pname(const nnt_plugin *p)
     return p->kind == NNT_PLUGIN_FAMILY ? p->family->header.name : p->backend->header.name;
 }
 
-static nnt_status add_plugin(nnt_plugin_set *set, const char *file, nnt_error *err)
+/* The reason part of an error message "FILE: reason" (the whole message if it does not start so). */
+static const char *reason_of(const char *msg, const char *file)
+{
+    size_t n = strlen(file);
+    if (strncmp(msg, file, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ') return msg + n + 2;
+    return msg;
+}
+
+/* Records a warning; takes ownership of w's name and archs. Returns nonzero when out of memory. */
+static int add_warning(nnt_plugin_set *set, const char *file, const char *reason, nnt_plugin_warning *who)
+{
+    nnt_plugin_warning *g = realloc(set->warnings, (size_t)(set->n_warnings + 1) * sizeof *g);
+    if (!g) return -1;
+    set->warnings = g;
+    nnt_plugin_warning *w = &set->warnings[set->n_warnings++];
+    w->file = nnt_strdup(file);
+    w->reason = nnt_strdup(reason);
+    w->name = who ? who->name : NULL;
+    w->archs = who ? who->archs : NULL;
+    return 0;
+}
+
+static void free_warning(nnt_plugin_warning *w)
+{
+    free(w->file);
+    free(w->reason);
+    free(w->name);
+    if (w->archs)
+        for (char **a = w->archs; *a; a++) free(*a);
+    free(w->archs);
+}
+
+/* Loads `file` into the set. A file the INI names (explicit) must load and must not conflict
+ * with a plugin loaded before it; a file found by a directory scan that fails either way is
+ * skipped and recorded as a warning, and the call returns NNT_OK. */
+static nnt_status add_plugin(nnt_plugin_set *set, const char *file, int explicit_file, nnt_error *err)
 {
     for (int i = 0; i < set->n; i++)
-        if (strcmp(set->items[i]->file, file) == 0) return NNT_OK; /* listed twice: load once */
+        if (strcmp(set->items[i]->file, file) == 0) { /* listed twice: load once */
+            if (explicit_file) set->items[i]->explicit_file = 1;
+            return NNT_OK;
+        }
     nnt_plugin *p;
-    nnt_status st = nnt_plugin_load(file, &p, err);
-    if (st != NNT_OK) return st;
+    nnt_plugin_warning who = {0};
+    nnt_status st = plugin_open(file, &p, explicit_file ? NULL : &who, err);
+    if (st != NNT_OK) {
+        if (explicit_file || st == NNT_ERR_OUT_OF_MEMORY) return st;
+        if (add_warning(set, file, reason_of(err->msg, file), &who) != 0) {
+            free_warning(&who);
+            return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        }
+        nnt_err_clear(err);
+        return NNT_OK;
+    }
+    p->explicit_file = explicit_file;
+    char why[NNT_ERROR_MSG_MAX] = "";
     for (int i = 0; i < set->n; i++) {
         nnt_plugin *q = set->items[i];
         if (q->kind != p->kind) continue;
         if (strcmp(pname(q), pname(p)) == 0) {
             st = nnt_err_set(err, NNT_ERR_CONFLICT, "two %s plugins are named '%s': %s and %s",
                              p->kind == NNT_PLUGIN_FAMILY ? "family" : "backend", pname(p), q->file, p->file);
+            snprintf(why, sizeof why, "%s plugin name '%s' is already taken by %s (loaded first); skipped",
+                     p->kind == NNT_PLUGIN_FAMILY ? "family" : "backend", pname(p), q->file);
             break;
         }
         if (p->kind != NNT_PLUGIN_FAMILY) continue;
@@ -174,11 +266,26 @@ static nnt_status add_plugin(nnt_plugin_set *set, const char *file, nnt_error *e
                     st = nnt_err_set(err, NNT_ERR_CONFLICT,
                                      "architecture '%s' is claimed by two family plugins: '%s' (%s) and '%s' (%s)", *a,
                                      pname(q), q->file, pname(p), p->file);
+                    snprintf(why, sizeof why,
+                             "family '%s' claims architecture '%s', already served by family '%s' (%s, loaded "
+                             "first); skipped",
+                             pname(p), *a, pname(q), q->file);
                     break;
                 }
         if (st != NNT_OK) break;
     }
     if (st != NNT_OK) {
+        if (!explicit_file) {
+            capture_identity(p->kind == NNT_PLUGIN_FAMILY ? &p->family->header : &p->backend->header,
+                             p->kind == NNT_PLUGIN_FAMILY ? p->family->architectures : NULL, &who);
+            if (add_warning(set, file, why, &who) != 0) {
+                free_warning(&who);
+                st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            } else {
+                nnt_err_clear(err);
+                st = NNT_OK;
+            }
+        }
         nnt_plugin_unload(p);
         return st;
     }
@@ -218,7 +325,7 @@ static nnt_status load_dir(nnt_plugin_set *set, const nnt_ini *ini, const char *
     }
     closedir(d);
     if (names) qsort(names, (size_t)n, sizeof *names, cmp_str);
-    for (int i = 0; i < n && st == NNT_OK; i++) st = add_plugin(set, names[i], err);
+    for (int i = 0; i < n && st == NNT_OK; i++) st = add_plugin(set, names[i], 0, err);
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
     return st;
@@ -241,9 +348,46 @@ static void list_names(const nnt_plugin_set *set, nnt_plugin_kind kind, char *bu
     if (k == 0) snprintf(buf, n, "none");
 }
 
+/* Does warning w concern plugin `name` (by recorded name or file stem NAME.so) or `arch`? */
+static int warning_matches(const nnt_plugin_warning *w, const char *name, const char *arch)
+{
+    if (name) {
+        if (w->name && strcmp(w->name, name) == 0) return 1;
+        const char *base = strrchr(w->file, '/');
+        base = base ? base + 1 : w->file;
+        size_t n = strlen(name);
+        if (strncmp(base, name, n) == 0 && strcmp(base + n, ".so") == 0) return 1;
+    }
+    if (arch && w->archs)
+        for (char **a = w->archs; *a; a++)
+            if (strcmp(*a, arch) == 0) return 1;
+    return 0;
+}
+
+void nnt_plugins_skip_hint(const nnt_plugin_set *set, const char *name, const char *arch, int any_if_none,
+                           char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    int matched = 0;
+    for (int i = 0; i < set->n_warnings && k < n; i++) {
+        const nnt_plugin_warning *w = &set->warnings[i];
+        if (!warning_matches(w, name, arch)) continue;
+        k += (size_t)snprintf(buf + k, n - k, "; %s was skipped: %s", w->file, w->reason);
+        matched++;
+    }
+    if (matched || !any_if_none || set->n_warnings == 0) return;
+    k += (size_t)snprintf(buf + k, n - k, "; %d plugin file%s skipped:", set->n_warnings,
+                          set->n_warnings == 1 ? " was" : "s were");
+    for (int i = 0; i < set->n_warnings && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s %s (%s)", i ? ";" : "", set->warnings[i].file,
+                              set->warnings[i].reason);
+}
+
 static nnt_status create_backend(nnt_plugin *be, const nnt_ini *ini, nnt_error *err)
 {
     if (be->be_ctx) return NNT_OK;
+    if (be->create_failed) return nnt_err_set(err, NNT_ERR_PLUGIN, "%s", be->create_failed);
     const nnt_ini_section *s = nnt_ini_section_find(ini, "backend", pname(be));
     int n = s ? s->n_kv : 0;
     const char **keys = calloc((size_t)n + 1, sizeof *keys), **vals = calloc((size_t)n + 1, sizeof *vals);
@@ -263,8 +407,20 @@ static nnt_status create_backend(nnt_plugin *be, const nnt_ini *ini, nnt_error *
     if (st != NNT_OK) {
         be->be_ctx = NULL;
         nnt_err_prefix(err, "%s: backend '%s' (%s)", ini->path, pname(be), be->file);
+        be->create_failed = nnt_strdup(err->msg);
     }
     return st;
+}
+
+/* A family the INI does not name whose backend is unusable: kept without a backend, with the
+ * reason recorded on the family and as a warning; a model load that picks it fails with it. */
+static nnt_status leave_without_backend(nnt_plugin_set *set, nnt_plugin *p, nnt_error *err)
+{
+    p->no_backend = nnt_strdup(err->msg);
+    if (!p->no_backend || add_warning(set, p->file, err->msg, NULL) != 0)
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    nnt_err_clear(err);
+    return NNT_OK;
 }
 
 nnt_status nnt_plugins_load_all(const nnt_ini *ini, nnt_plugin_set *set, nnt_error *err)
@@ -272,19 +428,20 @@ nnt_status nnt_plugins_load_all(const nnt_ini *ini, nnt_plugin_set *set, nnt_err
     nnt_status st = NNT_OK;
     for (int i = 0; i < ini->n_dirs && st == NNT_OK; i++) st = load_dir(set, ini, ini->dirs[i], ini->dir_lines[i], err);
     for (int i = 0; i < ini->n_files && st == NNT_OK; i++) {
-        st = add_plugin(set, ini->files[i], err);
+        st = add_plugin(set, ini->files[i], 1, err);
         if (st != NNT_OK) nnt_err_prefix(err, "%s:%d", ini->path, ini->file_lines[i]);
     }
     if (st != NNT_OK) return st;
-    char have[512];
+    char have[512], hint[NNT_ERROR_MSG_MAX];
     /* sections must name loaded plugins */
     for (int i = 0; i < ini->n_sections; i++) {
         const nnt_ini_section *s = &ini->sections[i];
         nnt_plugin_kind kind = strcmp(s->kind, "family") == 0 ? NNT_PLUGIN_FAMILY : NNT_PLUGIN_BACKEND;
         if (!find(set, kind, s->name)) {
             list_names(set, kind, have, sizeof have);
-            return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s:%d: [%s.%s] names no loaded %s plugin (loaded: %s)",
-                               ini->path, s->line, s->kind, s->name, s->kind, have);
+            nnt_plugins_skip_hint(set, s->name, NULL, 0, hint, sizeof hint);
+            return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s:%d: [%s.%s] names no loaded %s plugin (loaded: %s)%s",
+                               ini->path, s->line, s->kind, s->name, s->kind, have, hint);
         }
     }
     /* attach every family to its backend, creating the backends that are used */
@@ -292,24 +449,35 @@ nnt_status nnt_plugins_load_all(const nnt_ini *ini, nnt_plugin_set *set, nnt_err
         nnt_plugin *p = set->items[i];
         if (p->kind != NNT_PLUGIN_FAMILY) continue;
         const nnt_ini_section *s = nnt_ini_section_find(ini, "family", pname(p));
+        /* the INI names this family: its own section, or a file = line */
+        int named = s != NULL || p->explicit_file;
         int line = s ? s->line : 0;
         const char *want = nnt_ini_get(s, "backend", &line);
         if (!want) want = "cpu";
         nnt_plugin *be = find(set, NNT_PLUGIN_BACKEND, want);
         if (!be) {
             list_names(set, NNT_PLUGIN_BACKEND, have, sizeof have);
+            nnt_plugins_skip_hint(set, want, NULL, 0, hint, sizeof hint);
             if (s && nnt_ini_get(s, "backend", NULL))
                 return nnt_err_set(err, NNT_ERR_NOT_FOUND,
                                    "%s:%d: family '%s' is configured to use backend '%s', which no loaded plugin provides "
-                                   "(loaded backends: %s)",
-                                   ini->path, line, pname(p), want, have);
-            return nnt_err_set(err, NNT_ERR_NOT_FOUND,
-                               "%s: family '%s' uses the default backend 'cpu', which no loaded plugin provides "
-                               "(loaded backends: %s); add its directory under [plugins]",
-                               ini->path, pname(p), have);
+                                   "(loaded backends: %s)%s",
+                                   ini->path, line, pname(p), want, have, hint);
+            nnt_err_set(err, NNT_ERR_NOT_FOUND,
+                        "%s: family '%s' uses the default backend 'cpu', which no loaded plugin provides "
+                        "(loaded backends: %s); add its directory under [plugins]%s",
+                        ini->path, pname(p), have, hint);
+            if (named) return err->status;
+            if ((st = leave_without_backend(set, p, err)) != NNT_OK) return st;
+            continue;
         }
         st = create_backend(be, ini, err);
-        if (st != NNT_OK) return st;
+        if (st != NNT_OK) {
+            /* an error when the INI names the family or the backend ([backend.NAME] or file =) */
+            if (named || be->explicit_file || nnt_ini_section_find(ini, "backend", pname(be))) return st;
+            if ((st = leave_without_backend(set, p, err)) != NNT_OK) return st;
+            continue;
+        }
         p->be = be;
         /* precision = f32 (the default) | bf16 */
         int pline = s ? s->line : 0;
@@ -337,4 +505,8 @@ void nnt_plugins_free(nnt_plugin_set *set)
     free(set->items);
     set->items = NULL;
     set->n = 0;
+    for (int i = 0; i < set->n_warnings; i++) free_warning(&set->warnings[i]);
+    free(set->warnings);
+    set->warnings = NULL;
+    set->n_warnings = 0;
 }

@@ -2,6 +2,8 @@
  * plugin must produce, shown with deliberately broken plugins built for the purpose. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -103,14 +105,167 @@ static void test_conflicts(void)
     expect("cpu2.ini", ini, NNT_ERR_CONFLICT, "two backend plugins are named 'cpu'");
 }
 
+/* The warning recorded for `file` (a path ending in /<base>), or NULL. */
+static const char *warning_for(const nnt_runtime *rt, const char *base)
+{
+    const char *file, *reason;
+    size_t n = strlen(base);
+    for (int i = 0; nnt_runtime_warning(rt, i, &file, &reason); i++) {
+        size_t m = strlen(file);
+        if (m > n && strcmp(file + m - n, base) == 0 && file[m - n - 1] == '/') return reason;
+    }
+    return NULL;
+}
+
+static void expect_warning(const nnt_runtime *rt, const char *base, const char *needle)
+{
+    const char *reason = warning_for(rt, base);
+    if (!reason || !strstr(reason, needle))
+        fprintf(stderr, "\n  %s: expected a warning containing '%s', got %s\n", base, needle, reason ? reason : "none");
+    CU_ASSERT_PTR_NOT_NULL(reason);
+    CU_ASSERT_PTR_NOT_NULL(reason ? strstr(reason, needle) : NULL);
+}
+
+/* The backend of a loaded family ("none" without one), or NULL when it is not loaded. */
+static const char *family_backend(const nnt_runtime *rt, const char *family)
+{
+    const char *kind, *name, *file, *detail;
+    for (int i = 0; nnt_runtime_plugin(rt, i, &kind, &name, &file, &detail); i++)
+        if (strcmp(kind, "family") == 0 && strcmp(name, family) == 0) return detail;
+    return NULL;
+}
+
+/* <scratch>/<name>: a directory holding `link` -> `target` (and junk.so when `junk`). */
+static const char *scratch_dir(const char *name, const char *link, const char *target, int junk, char *buf, size_t n)
+{
+    char path[1024];
+    snprintf(buf, n, "%s/%s", t_tmpdir(), name);
+    mkdir(buf, 0755);
+    if (link) {
+        snprintf(path, sizeof path, "%s/%s", buf, link);
+        unlink(path);
+        CU_ASSERT_FATAL(symlink(target, path) == 0);
+    }
+    if (junk) {
+        snprintf(path, sizeof path, "%s/junk.so", buf);
+        CU_ASSERT_FATAL(t_write_file(path, "this is not an ELF file\n") == 0);
+    }
+    return buf;
+}
+
 static void test_missing_backend(void)
 {
     char ini[2048];
     ini_for(ini, sizeof ini, NULL, "\n[family.minimax_m2]\nbackend = cuda\n");
     expect("nobackend.ini", ini, NNT_ERR_NOT_FOUND, "nobackend.ini:6: family 'minimax_m2' is configured to use backend 'cuda'");
+    /* families the INI does not name open without their default backend, each with a warning;
+     * loading a model of one is the error */
     char text[1024];
     snprintf(text, sizeof text, "[plugins]\ndir = %s/families\n", NNT_TEST_BUILD_DIR);
-    expect("nokernels.ini", text, NNT_ERR_NOT_FOUND, "uses the default backend 'cpu'");
+    nnt_runtime *rt = NULL;
+    T_OK(rt, open_with("nokernels.ini", text, &rt));
+    char base[64];
+    snprintf(base, sizeof base, "minimax_m2.so");
+    expect_warning(rt, base, "uses the default backend 'cpu', which no loaded plugin provides");
+    CU_ASSERT_STRING_EQUAL(family_backend(rt, "minimax_m2"), "none");
+    nnt_model *m = NULL;
+    char dir[512];
+    T_FAILS(rt, nnt_model_load(rt, t_fixture("minimax_m2/fp32", dir, sizeof dir), &m), NNT_ERR_NOT_FOUND,
+            "family 'minimax_m2'");
+    T_FAILS(rt, nnt_model_load(rt, t_fixture("minimax_m2/fp32", dir, sizeof dir), &m), NNT_ERR_NOT_FOUND,
+            "cannot load models: ");
+    T_FAILS(rt, nnt_model_load(rt, t_fixture("minimax_m2/fp32", dir, sizeof dir), &m), NNT_ERR_NOT_FOUND,
+            "uses the default backend 'cpu'");
+    CU_ASSERT_PTR_NULL(m);
+    nnt_runtime_close(rt);
+    /* a [family.NAME] section names the family: then its missing backend fails the open */
+    snprintf(text, sizeof text, "[plugins]\ndir = %s/families\n[family.minimax_m2]\nprecision = f32\n", NNT_TEST_BUILD_DIR);
+    expect("nokernels2.ini", text, NNT_ERR_NOT_FOUND, "family 'minimax_m2' uses the default backend 'cpu'");
+}
+
+/* Every broken plugin in a scanned directory is skipped with its reason; the good ones load and
+ * run a model. */
+static void test_scanned_dir_skips_broken(void)
+{
+    char junkdir[768], text[4096];
+    scratch_dir("scan-junk", NULL, NULL, 1, junkdir, sizeof junkdir);
+    snprintf(text, sizeof text, "[plugins]\ndir = %s/families\ndir = %s/kernels\ndir = %s\ndir = %s\n",
+             NNT_TEST_BUILD_DIR, NNT_TEST_BUILD_DIR, NNT_TEST_PLUGIN_DIR, junkdir);
+    nnt_runtime *rt = NULL;
+    T_OK(rt, open_with("scan.ini", text, &rt));
+    expect_warning(rt, "not_a_plugin.so", "not an nnt plugin");
+    expect_warning(rt, "junk.so", "cannot be loaded as a shared object");
+    expect_warning(rt, "abi_major.so", "majors must be equal");
+    expect_warning(rt, "abi_minor.so", "newer than this core");
+    expect_warning(rt, "bad_size.so", "bytes; ABI");
+    expect_warning(rt, "bad_name.so", "'Bad Name!' is not of the form");
+    expect_warning(rt, "no_forward.so", "leaves 'forward' NULL");
+    expect_warning(rt, "dup_arch.so", "claims architecture 'MiniMaxM2ForCausalLM', already served by family 'minimax_m2'");
+    expect_warning(rt, "second_cpu.so", "backend plugin name 'cpu' is already taken by");
+    expect_warning(rt, "old_backend.so", "majors must be equal");
+    /* the reason does not repeat the file */
+    const char *r = warning_for(rt, "junk.so");
+    CU_ASSERT(r && !strstr(r, "junk.so"));
+    int n = 0;
+    while (nnt_runtime_warning(rt, n, NULL, NULL)) n++;
+    CU_ASSERT_EQUAL(n, 10);
+    CU_ASSERT_EQUAL(nnt_runtime_warning(rt, -1, NULL, NULL), 0);
+    CU_ASSERT_EQUAL(nnt_runtime_warning(NULL, 0, NULL, NULL), 0);
+    /* nothing broken was kept, and the good plugins work */
+    const char *kind, *name, *file, *detail;
+    for (int i = 0; nnt_runtime_plugin(rt, i, &kind, &name, &file, &detail); i++)
+        CU_ASSERT_PTR_NULL(strstr(file, NNT_TEST_PLUGIN_DIR));
+    CU_ASSERT_STRING_EQUAL(family_backend(rt, "minimax_m2"), "cpu");
+    nnt_model *m = t_model(rt, "minimax_m2/fp32");
+    CU_ASSERT_STRING_EQUAL(nnt_model_family(m), "minimax_m2");
+    nnt_model_free(m);
+
+    /* a checkpoint whose architecture only a skipped plugin claims: the error names it */
+    char ckpt[768], path[1024], fx[512];
+    snprintf(ckpt, sizeof ckpt, "%s/broken-ckpt", t_tmpdir());
+    mkdir(ckpt, 0755);
+    snprintf(path, sizeof path, "%s/config.json", ckpt);
+    CU_ASSERT_FATAL(t_write_file(path, "{\"architectures\": [\"BrokenForCausalLM\"], \"model_type\": \"nothing\"}\n") == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
+    unlink(path);
+    CU_ASSERT_FATAL(symlink(t_fixture("minimax_m2/fp32/model.safetensors", fx, sizeof fx), path) == 0);
+    T_FAILS(rt, nnt_model_load(rt, ckpt, &m), NNT_ERR_NOT_FOUND, "no installed family plugin serves architecture 'BrokenForCausalLM'");
+    T_FAILS(rt, nnt_model_load(rt, ckpt, &m), NNT_ERR_NOT_FOUND, "no_forward.so was skipped: family 'broken' leaves 'forward' NULL");
+    nnt_runtime_close(rt);
+
+    /* an INI that names a skipped plugin (a family's backend, a section) fails, with the
+     * skipped file and its reason */
+    char ini[sizeof text + 64];
+    snprintf(ini, sizeof ini, "%s[family.minimax_m2]\nbackend = old_backend\n", text);
+    expect("scan-oldbe.ini", ini, NNT_ERR_NOT_FOUND, "family 'minimax_m2' is configured to use backend 'old_backend'");
+    expect("scan-oldbe2.ini", ini, NNT_ERR_NOT_FOUND, "old_backend.so was skipped: built for nnt plugin ABI");
+    snprintf(ini, sizeof ini, "%s[family.broken]\nprecision = f32\n", text);
+    expect("scan-fam.ini", ini, NNT_ERR_NOT_FOUND, "[family.broken] names no loaded family plugin");
+    expect("scan-fam2.ini", ini, NNT_ERR_NOT_FOUND, "no_forward.so was skipped: family 'broken' leaves 'forward' NULL");
+    snprintf(ini, sizeof ini, "%s[backend.old_backend]\nthreads = 1\n", text);
+    expect("scan-be.ini", ini, NNT_ERR_NOT_FOUND, "old_backend.so was skipped");
+}
+
+/* A broken default backend: every family the INI leaves unnamed opens without it, and a model
+ * load (or a family section) reports the backend's file and reason. */
+static void test_broken_default_backend(void)
+{
+    char kdir[768], target[512], text[2048];
+    scratch_dir("stale-kernels", "cpu.so", t_plugin("old_backend", target, sizeof target), 0, kdir, sizeof kdir);
+    snprintf(text, sizeof text, "[plugins]\ndir = %s/families\ndir = %s\n", NNT_TEST_BUILD_DIR, kdir);
+    nnt_runtime *rt = NULL;
+    T_OK(rt, open_with("stale.ini", text, &rt));
+    expect_warning(rt, "cpu.so", "majors must be equal");
+    expect_warning(rt, "minimax_m2.so", "cpu.so was skipped: built for nnt plugin ABI");
+    nnt_model *m = NULL;
+    char dir[512];
+    T_FAILS(rt, nnt_model_load(rt, t_fixture("minimax_m2/fp32", dir, sizeof dir), &m), NNT_ERR_NOT_FOUND,
+            "cpu.so was skipped: built for nnt plugin ABI");
+    nnt_runtime_close(rt);
+    char ini[sizeof text + 64];
+    snprintf(ini, sizeof ini, "%s[family.kimi_linear]\nbackend = cpu\n", text);
+    expect("stale2.ini", ini, NNT_ERR_NOT_FOUND, "family 'kimi_linear' is configured to use backend 'cpu'");
+    expect("stale3.ini", ini, NNT_ERR_NOT_FOUND, "cpu.so was skipped: built for nnt plugin ABI");
 }
 
 static void test_ini_errors(void)
@@ -157,6 +312,9 @@ int register_tests(void)
         !CU_add_test(s, "ABI major, minor, size, name and table checks", test_abi_checks) ||
         !CU_add_test(s, "two plugins claiming one architecture or name", test_conflicts) ||
         !CU_add_test(s, "a family whose backend is absent", test_missing_backend) ||
+        !CU_add_test(s, "broken plugins in a scanned directory are skipped with their reasons",
+                     test_scanned_dir_skips_broken) ||
+        !CU_add_test(s, "a broken default backend fails only where it is needed", test_broken_default_backend) ||
         !CU_add_test(s, "INI errors name the file and line", test_ini_errors) ||
         !CU_add_test(s, "NNT_CONFIG and the build-tree default", test_env_config))
         return -1;

@@ -41,15 +41,34 @@ const char *nnt_slot_description(nnt_slot slot);
 /* Opens a runtime: reads the INI file, loads every family and backend plugin it names, checks
  * their descriptors and creates the backends. ini_path NULL means: the NNT_CONFIG environment
  * variable, else the build tree's nnt.ini, else the installed one. *out is set even on failure
- * (like sqlite3_open) so that nnt_last_error can say why; close it either way. */
+ * (like sqlite3_open) so that nnt_last_error can say why; close it either way.
+ *
+ * Plugins found by scanning a [plugins] dir that cannot be used - not a shared object, not an
+ * nnt plugin, another ABI, a malformed descriptor, a name or architecture already served by a
+ * plugin loaded before it - are skipped, and so is a family the INI does not name whose
+ * backend is missing or fails to start; each is recorded (nnt_runtime_warning) and the open
+ * succeeds. What the INI names itself must work: a `file =` plugin, a [family.NAME] or
+ * [backend.NAME] section, the backend a family section asks for; its failure fails the open
+ * (NNT_ERR_IO, NNT_ERR_PLUGIN, NNT_ERR_ABI, NNT_ERR_CONFLICT, NNT_ERR_NOT_FOUND) with a message
+ * naming the file and the reason. A model whose family was skipped fails in nnt_model_load the
+ * same way. */
 nnt_status nnt_runtime_open(const char *ini_path, nnt_runtime **out);
 void nnt_runtime_close(nnt_runtime *rt);
 const char *nnt_last_error(const nnt_runtime *rt);
 nnt_status nnt_last_status(const nnt_runtime *rt);
+/* The INI file the runtime was opened from (owned by the runtime). */
 const char *nnt_runtime_config_path(const nnt_runtime *rt);
-/* Loaded plugins, for listing: kind is "family" or "backend". Returns 0 past the end. */
+/* Loaded plugins, for listing: kind is "family" or "backend"; detail is a family's backend
+ * ("none" when it has no usable backend: nnt_runtime_warning says why) or a backend's summary.
+ * The strings belong to the runtime. Returns 0 past the end. */
 int nnt_runtime_plugin(const nnt_runtime *rt, int i, const char **kind, const char **name,
                        const char **file, const char **detail);
+/* What nnt_runtime_open skipped, for listing: warning i (from 0) sets *file to the plugin file
+ * and *reason to why it was skipped or cannot be used, e.g. "built for nnt plugin ABI 3.0, but
+ * this core speaks ABI 2.0 ...". Either pointer may be NULL. The strings belong to the runtime
+ * and live until nnt_runtime_close. Returns 1, or 0 past the end (or for a NULL runtime). The
+ * list is kept when the open fails, so it can be shown next to nnt_last_error. */
+int nnt_runtime_warning(const nnt_runtime *rt, int i, const char **file, const char **reason);
 
 /* ---- models ---- */
 /* Loads the checkpoint directory `dir` (config.json plus model.safetensors or a sharded

@@ -26,17 +26,23 @@ static nnt_status project(void *m, nnt_run *r, const nnt_tensor *x, int s, nnt_t
 #if defined(BROKEN_NOT_A_PLUGIN)
 /* exports no descriptor at all */
 NNT_PLUGIN_EXPORT int nnt_something_else = 42;
-#elif defined(BROKEN_SECOND_CPU)
-/* a second backend that calls itself "cpu" */
+#elif defined(BROKEN_SECOND_CPU) || defined(BROKEN_OLD_BACKEND)
+/* BROKEN_SECOND_CPU: a second backend that calls itself "cpu";
+ * BROKEN_OLD_BACKEND: a backend "old_backend" built for the next ABI major (a stale build) */
 static nnt_status create(const nnt_backend_options *o, void **c, nnt_error *e) { return NNT_ERR_INTERNAL; }
 static void destroy(void *c) {}
 static nnt_status stub(void) { return NNT_ERR_INTERNAL; }
-/* every entry filled (with a stub never called) so that only the name conflict is wrong */
+/* every entry filled (with a stub never called) so that only the one defect is wrong */
 static nnt_status (*const stubs[sizeof(nnt_backend_ops) / sizeof(void (*)(void))])(void) = {
     [0 ... sizeof(nnt_backend_ops) / sizeof(void (*)(void)) - 1] = stub};
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
+#if defined(BROKEN_SECOND_CPU)
     /* .header = */ NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "cpu", "0", "imposter"),
+#else
+    /* .header = */ {NNT_PLUGIN_MAGIC, NNT_ABI_MAJOR + 1, 0, (uint32_t)sizeof(nnt_backend_descriptor),
+                     NNT_PLUGIN_BACKEND, "old_backend", "0", "a backend built for another ABI"},
+#endif
     /* .host_memory = */ 1,
     /* .create = */ create,
     /* .destroy = */ destroy,
