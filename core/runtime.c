@@ -1,26 +1,80 @@
 /* runtime.c - opening a runtime: finding the INI file, loading and checking the plugins, and
  * the routine table handed to them. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr */
+#endif
+#include <dlfcn.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 
+/* Compile definitions from CMakeLists.txt:
+ *   NNT_BUILD_LIBDIR    the build tree's directory of libnnt (where this library is built)
+ *   NNT_BUILD_CONFIG    the build tree's nnt.ini
+ *   NNT_LIBDIR_TO_CONFIG the installed nnt.ini relative to the installed libnnt's directory
+ *                        (e.g. "../share/nnt/nnt.ini"), or an absolute path when the install
+ *                        directories were given as absolute paths
+ *   NNT_INSTALL_CONFIG  the installed nnt.ini under the prefix given at configure time, used
+ *                        only when this library cannot find its own file */
+#ifndef NNT_BUILD_LIBDIR
+#define NNT_BUILD_LIBDIR ""
+#endif
 #ifndef NNT_BUILD_CONFIG
 #define NNT_BUILD_CONFIG ""
+#endif
+#ifndef NNT_LIBDIR_TO_CONFIG
+#define NNT_LIBDIR_TO_CONFIG ""
 #endif
 #ifndef NNT_INSTALL_CONFIG
 #define NNT_INSTALL_CONFIG ""
 #endif
 
-/* --config FILE, then NNT_CONFIG, then the build tree's nnt.ini, then the installed one. */
-static const char *choose_config(const char *arg)
+static int same_dir(const char *a, const char *b)
 {
-    if (arg && *arg) return arg;
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The configuration that belongs to the running libnnt (a new string, or NULL when out of
+ * memory): the build tree's nnt.ini when this library is the one in the build tree, else the
+ * nnt.ini installed next to it (<libdir>/<NNT_LIBDIR_TO_CONFIG>, normalised). The decision
+ * follows the library's own file, found with dladdr, so an installed copy never reads the build
+ * tree's configuration, and an installation moved to another prefix still finds its own. */
+static char *default_config(void)
+{
+    Dl_info info;
+    char lib[PATH_MAX];
+    if (dladdr((const void *)&nnt_runtime_open, &info) && info.dli_fname && realpath(info.dli_fname, lib)) {
+        char *dir = nnt_dirname(lib);
+        if (!dir) return NULL;
+        if (*NNT_BUILD_LIBDIR && same_dir(dir, NNT_BUILD_LIBDIR)) {
+            free(dir);
+            return nnt_strdup(NNT_BUILD_CONFIG);
+        }
+        char *path = *NNT_LIBDIR_TO_CONFIG ? nnt_path_join(dir, NNT_LIBDIR_TO_CONFIG) : nnt_strdup(NNT_INSTALL_CONFIG);
+        free(dir);
+        char real[PATH_MAX];
+        if (path && realpath(path, real)) { /* "<prefix>/lib/../share/..." -> "<prefix>/share/..." */
+            free(path);
+            path = nnt_strdup(real);
+        }
+        return path;
+    }
+    /* dladdr found no file for this code: the build tree's INI when present, else the install's */
+    if (*NNT_BUILD_CONFIG && nnt_file_exists(NNT_BUILD_CONFIG)) return nnt_strdup(NNT_BUILD_CONFIG);
+    return nnt_strdup(NNT_INSTALL_CONFIG);
+}
+
+/* --config FILE, then NNT_CONFIG, then the configuration that belongs to this library. */
+static char *choose_config(const char *arg)
+{
+    if (arg && *arg) return nnt_strdup(arg);
     const char *env = getenv("NNT_CONFIG");
-    if (env && *env) return env;
-    if (*NNT_BUILD_CONFIG && nnt_file_exists(NNT_BUILD_CONFIG)) return NNT_BUILD_CONFIG;
-    if (*NNT_INSTALL_CONFIG) return NNT_INSTALL_CONFIG;
-    return NNT_BUILD_CONFIG;
+    if (env && *env) return nnt_strdup(env);
+    return default_config();
 }
 
 nnt_status nnt_runtime_open(const char *ini_path, nnt_runtime **out)
@@ -30,12 +84,14 @@ nnt_status nnt_runtime_open(const char *ini_path, nnt_runtime **out)
     *out = rt;
     if (!rt) return NNT_ERR_OUT_OF_MEMORY;
     nnt_host_api_init(&rt->host);
-    const char *path = choose_config(ini_path);
-    rt->config_path = nnt_strdup(path);
+    char *path = choose_config(ini_path);
+    rt->config_path = path;
     if (!path || !*path)
         return nnt_err_set(&rt->err, NNT_ERR_CONFIG,
                            "no configuration file: pass --config FILE or set NNT_CONFIG");
     nnt_status st = nnt_ini_load(path, &rt->ini, &rt->err);
+    if (st == NNT_ERR_IO && !(ini_path && *ini_path) && !(getenv("NNT_CONFIG") && *getenv("NNT_CONFIG")))
+        nnt_err_prefix(&rt->err, "the default configuration of this libnnt (pass --config FILE or set NNT_CONFIG)");
     if (st != NNT_OK) return st;
     return nnt_plugins_load_all(rt->ini, &rt->plugins, &rt->err);
 }

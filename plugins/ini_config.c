@@ -12,6 +12,7 @@
  * Relative paths are resolved against the INI file's directory. Every error names the file
  * and the line. */
 #include <ini.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -97,6 +98,13 @@ static int handler(void *user, const char *section, const char *name, const char
             }
             char *path = nnt_path_join(ps->dir, value);
             if (!path) return 0;
+            /* "<prefix>/share/nnt/../../lib/nnt/families" -> "<prefix>/lib/nnt/families" when it
+             * exists (an installed INI names its plugins relative to itself) */
+            char real[PATH_MAX];
+            if ((strstr(path, "/../") || strstr(path, "/./")) && realpath(path, real)) {
+                free(path);
+                if (!(path = nnt_strdup(real))) return 0;
+            }
             int rc = strcmp(name, "dir") == 0 ? push_str(&ini->dirs, &ini->dir_lines, &ini->n_dirs, path, ps->lr->line)
                                               : push_str(&ini->files, &ini->file_lines, &ini->n_files, path, ps->lr->line);
             if (rc != 0) {

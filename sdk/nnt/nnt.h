@@ -40,8 +40,11 @@ const char *nnt_slot_description(nnt_slot slot);
 /* ---- runtime ---- */
 /* Opens a runtime: reads the INI file, loads every family and backend plugin it names, checks
  * their descriptors and creates the backends. ini_path NULL means: the NNT_CONFIG environment
- * variable, else the build tree's nnt.ini, else the installed one. *out is set even on failure
- * (like sqlite3_open) so that nnt_last_error can say why; close it either way.
+ * variable, else the configuration that belongs to the libnnt running the call - the build
+ * tree's nnt.ini for the library in a build tree, <prefix>/share/nnt/nnt.ini for one installed
+ * in <prefix>/lib (found from the library's own location, so an installation works from any
+ * prefix and never reads a build tree's files). *out is set even on failure (like
+ * sqlite3_open) so that nnt_last_error can say why; close it either way.
  *
  * Plugins found by scanning a [plugins] dir that cannot be used - not a shared object, not an
  * nnt plugin, another ABI, a malformed descriptor, a name or architecture already served by a

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# install_test.sh - an installation works from a prefix the configure step never saw, on its own.
+#
+#   install_test.sh CMAKE BUILD_DIR SOURCE_DIR [C_COMPILER] [SANITIZE]
+#
+# Installs BUILD_DIR with `cmake --install --prefix WORK/prefix`, WORK a new directory under
+# $TMPDIR (default /tmp; outside the build tree, so no path of one can pass for the other),
+# touching nothing in the build tree but CMake's install_manifest.txt. Then, with NNT_CONFIG and
+# LD_LIBRARY_PATH unset and WORK as the working directory, it checks that
+#   (a) the installed nnt reads the installed INI and loads the installed plugins: `nnt plugins`
+#       prints <prefix>/share/nnt/nnt.ini and no path of the build tree, and traces the example;
+#   (b) bin/nnt finds lib/libnnt.so.0 by its RPATH ($ORIGIN), ldd reports nothing missing, and
+#       the installed text files (INI, nnt.pc, CMake package) name neither the build tree nor a
+#       fixed prefix;
+#   (c) pkg-config --cflags --libs nnt builds a program, and a consumer CMake project
+#       (tests/install/consumer: find_package(nnt CONFIG REQUIRED), nnt::nnt, nnt_add_plugin)
+#       configures with CMAKE_PREFIX_PATH=<prefix>, builds, and runs;
+#   (d) the installation still works after its directory is moved (nothing in it names the
+#       prefix it was installed to).
+# SANITIZE=ON builds the consumer with the sanitizers libnnt was built with. WORK is removed
+# when every check passes and kept (its path printed) when one fails.
+set -euo pipefail
+cmake_cmd=$1 build=$(cd "$2" && pwd -P) src=$(cd "$3" && pwd -P)
+cc=${4:-cc} sanitize=${5:-OFF}
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/nnt-install-test.XXXXXX")
+work=$(cd "$work" && pwd -P)
+fail() { echo "install_test: FAIL: $* (files kept in $work)" >&2; exit 1; }
+step() { echo "install_test: $*"; }
+case "$work/" in "$build/"*) fail "the scratch directory $work lies in the build tree" ;; esac
+prefix=$work/prefix
+unset NNT_CONFIG LD_LIBRARY_PATH
+cd "$work"
+
+step "installing $build to $prefix"
+"$cmake_cmd" --install "$build" --prefix "$prefix" > "$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
+ini=$prefix/share/nnt/nnt.ini
+[ -f "$ini" ] || fail "no $ini"
+
+# (a) the installed configuration and plugins, never the build tree's
+step "(a) nnt plugins"
+"$prefix/bin/nnt" plugins > plugins.txt 2>&1 || { cat plugins.txt; fail "the installed nnt plugins failed"; }
+cat plugins.txt
+grep -qxF "configuration: $ini" plugins.txt || fail "nnt plugins does not report $ini"
+if grep -qF "$build" plugins.txt; then fail "the installed nnt uses files of the build tree $build"; fi
+grep -qE "family +minimax_m2 +cpu +$prefix/lib/nnt/families/minimax_m2.so" plugins.txt ||
+  fail "minimax_m2 is not loaded from $prefix/lib/nnt/families on cpu"
+step "(a) nnt trace on the example model"
+"$prefix/bin/nnt" trace --model "$src/examples/tiny-minimax-m2" --tokens "$(cat "$src/examples/tiny-minimax-m2/prompt.txt")" \
+  > trace.txt 2>&1 || { cat trace.txt; fail "the installed nnt cannot trace the example"; }
+
+# (b) RPATH and no build-tree or fixed-prefix paths in the installed text files
+step "(b) ldd bin/nnt"
+ldd "$prefix/bin/nnt" > ldd.txt
+cat ldd.txt
+if grep -q "not found" ldd.txt; then fail "bin/nnt misses a library"; fi
+lib=$(awk '$1 == "libnnt.so.0" { print $3 }' ldd.txt)
+# shellcheck disable=SC2015
+[ -n "$lib" ] && [ "$(realpath "$lib")" = "$(realpath "$prefix/lib/libnnt.so.0")" ] ||
+  fail "bin/nnt resolves libnnt.so.0 to '$lib', not $prefix/lib/libnnt.so.0"
+# shellcheck disable=SC2016
+readelf -d "$prefix/bin/nnt" | grep -E 'R(UN)?PATH' | grep -qF '$ORIGIN' || fail "bin/nnt has no \$ORIGIN RPATH"
+configured_prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt")
+for f in "$ini" "$prefix/lib/pkgconfig/nnt.pc" "$prefix"/lib/cmake/nnt/*.cmake; do
+  if grep -qF "$build" "$f"; then fail "$f names the build tree $build"; fi
+  if [ -n "$configured_prefix" ] && [ "$configured_prefix" != "$prefix" ] && grep -v '^[#;]' "$f" | grep -qF "$configured_prefix/"; then
+    fail "$f names the configured prefix $configured_prefix"
+  fi
+done
+
+# (c) building against the installation: pkg-config, then CMake
+san_flags=()
+[ "$sanitize" = "ON" ] && san_flags=("-fsanitize=address,undefined")
+step "(c) pkg-config"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+[ "$(realpath "$(pkg-config --variable=configfile nnt)")" = "$ini" ] || fail "pkg-config's configfile is not $ini"
+[ "$(realpath "$(pkg-config --variable=familydir nnt)")" = "$prefix/lib/nnt/families" ] || fail "pkg-config's familydir"
+cat > pc_main.c <<'C'
+#include <stdio.h>
+#include <nnt/nnt.h>
+int main(void)
+{
+    nnt_runtime *rt = NULL;
+    nnt_status st = nnt_runtime_open(NULL, &rt);
+    printf("%s\n", st == NNT_OK ? nnt_runtime_config_path(rt) : nnt_last_error(rt));
+    nnt_runtime_close(rt);
+    return st == NNT_OK ? 0 : 1;
+}
+C
+# shellcheck disable=SC2046
+"$cc" "${san_flags[@]}" pc_main.c -o pc_main $(pkg-config --cflags --libs nnt) -Wl,-rpath,"$(pkg-config --variable=libdir nnt)"
+./pc_main > pc_main.txt || { cat pc_main.txt; fail "the pkg-config program failed"; }
+[ "$(realpath "$(cat pc_main.txt)")" = "$ini" ] || fail "the pkg-config program read $(cat pc_main.txt), not $ini"
+
+step "(c) find_package(nnt CONFIG) consumer"
+cflags=()
+[ "$sanitize" = "ON" ] && cflags=("-DCMAKE_C_FLAGS=-fsanitize=address,undefined"
+                                  "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
+                                  "-DCMAKE_MODULE_LINKER_FLAGS=-fsanitize=address,undefined")
+"$cmake_cmd" -S "$src/tests/install/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" "${cflags[@]}" > consumer-configure.log 2>&1 ||
+  { cat consumer-configure.log; fail "the consumer project does not configure"; }
+grep -F "nnt_DIR:PATH=" "$work/consumer/CMakeCache.txt" | grep -qF "$prefix/lib/cmake/nnt" ||
+  fail "the consumer found nnt elsewhere than $prefix: $(grep -F nnt_DIR "$work/consumer/CMakeCache.txt")"
+"$cmake_cmd" --build "$work/consumer" > consumer-build.log 2>&1 || { cat consumer-build.log; fail "the consumer does not build"; }
+"$work/consumer/nnt_consumer" "$prefix" "$src/examples/tiny-minimax-m2" "$work" > consumer.txt 2>&1 ||
+  { cat consumer.txt; fail "the consumer failed"; }
+cat consumer.txt
+
+# (d) moved after installation
+step "(d) the installation moved to $work/moved"
+mv "$prefix" "$work/moved"
+"$work/moved/bin/nnt" plugins > moved.txt 2>&1 || { cat moved.txt; fail "the moved installation's nnt plugins failed"; }
+grep -qxF "configuration: $work/moved/share/nnt/nnt.ini" moved.txt || { cat moved.txt; fail "the moved nnt does not read its own INI"; }
+grep -qE "family +minimax_m2 +cpu +$work/moved/lib/nnt/families/minimax_m2.so" moved.txt ||
+  { cat moved.txt; fail "the moved nnt does not load its own plugins"; }
+[ "$(realpath "$(PKG_CONFIG_PATH=$work/moved/lib/pkgconfig pkg-config --variable=configfile nnt)")" = "$work/moved/share/nnt/nnt.ini" ] ||
+  fail "the moved nnt.pc does not follow the move"
+rm -rf "$work"
+step "passed"
