@@ -62,7 +62,7 @@ static const char USAGE[] =
     "  --steps FROM[:TO]  the requests after it apply only at generation steps FROM..TO (0: the prompt)\n"
     "  --out FILE.safetensors   write every saved value under its path\n"
     "\n"
-    "common options: --config FILE (else $NNT_CONFIG, else the build tree's nnt.ini)\n";
+    "common options: --config FILE (else $NNT_CONFIG, else the nnt.ini of this build or installation)\n";
 
 typedef struct req {
     enum { R_SAVE, R_ZERO, R_SCALE, R_SET, R_ADD, R_ABLATE, R_SKIP, R_STEER, R_STEPS } kind;
@@ -1369,6 +1369,7 @@ int main(int argc, char **argv)
         const char *kind, *name, *file, *detail;
         for (int i = 0; nnt_runtime_plugin(rt, i, &kind, &name, &file, &detail); i++)
             printf("  %-8s %-16s %-10s %s\n", kind, name, detail ? detail : "", file);
+        for (int i = 0; nnt_runtime_warning(rt, i, &file, &detail); i++) printf("  skipped  %s: %s\n", file, detail);
         rc = 0;
         goto done;
     }
