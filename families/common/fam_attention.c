@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "family_common.h"
+#include <nnt/nnt_family_kit.h>
 
 nnt_status fam_mask_build(const nnt_forward_args *args, nnt_attn_mask *mask, nnt_error *err)
 {

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "family_common.h"
+#include <nnt/nnt_family_kit.h>
 
 nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied,
                             fam_decoder *d, nnt_error *err)

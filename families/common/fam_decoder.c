@@ -1,6 +1,6 @@
 /* fam_decoder.c - Llama's pre-norm decoder skeleton with its standard values: embedding, each
  * block's norms and residual adds around a family-supplied mixer and MLP, final norm, lm_head. */
-#include "family_common.h"
+#include <nnt/nnt_family_kit.h>
 
 int fam_decoder_info(int hidden, int vocab, nnt_slot slot, const nnt_call_dims *d, nnt_value_info *out)
 {

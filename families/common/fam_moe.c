@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "family_common.h"
+#include <nnt/nnt_family_kit.h>
 
 #define TRY(x)                                                                                                         \
     do {                                                                                                               \

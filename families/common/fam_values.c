@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "family_common.h"
+#include <nnt/nnt_family_kit.h>
 
 static void unserved_v(nnt_value_info *out, int off_page, const char *fmt, va_list ap)
 {
@@ -238,4 +238,9 @@ const char *fam_norm_detail(char *buf, size_t n, int64_t width, double eps)
 {
     snprintf(buf, n, "(%lld,), eps=%g", (long long)width, eps);
     return buf;
+}
+
+uint32_t fam_kit_abi(void)
+{
+    return ((uint32_t)NNT_ABI_MAJOR << 16) | (uint32_t)NNT_ABI_MINOR;
 }

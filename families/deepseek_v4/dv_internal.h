@@ -3,7 +3,7 @@
 #ifndef NNT_DV_INTERNAL_H
 #define NNT_DV_INTERNAL_H
 
-#include "../common/family_common.h"
+#include <nnt/nnt_family_kit.h>
 
 enum { SLIDING = 0, CSA = 1, HCA = 2 };
 

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/family_common.h"
+#include <nnt/nnt_family_kit.h>
 
 enum { KDA = 0, MLA = 1 };
 enum { DENSE = 0, SPARSE = 1 };

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/family_common.h"
+#include <nnt/nnt_family_kit.h>
 
 enum { FULL = 0, SLIDING = 1 };
 enum { DENSE = 0, SPARSE = 1 };

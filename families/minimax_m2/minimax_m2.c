@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/family_common.h"
+#include <nnt/nnt_family_kit.h>
 
 typedef struct mm_layer {
     nnt_tensor in_norm, post_norm; /* [H] */

@@ -1,0 +1,440 @@
+/* nnt_family_kit.h - the family kit (libnnt_family): the building blocks nnt's own family
+ * plugins are made of, for any family plugin to link.
+ *
+ * What it holds: a per-model environment (fam_env) that owns every weight prepared on the
+ * backend; weight binding from a checkpoint in its stored encoding (F32, BF16, F16, FP8/FP4 with
+ * block scales); value-info helpers for `value_info`; softmax attention with rotary, sliding
+ * window, sinks and key/value caches; a mixture of experts and a dense SwiGLU MLP; and Llama's
+ * pre-norm decoder skeleton. Each building block emits its standard values through the host's
+ * `emit` in the order nnterp's paths expect, so a family that uses them serves those values
+ * without further code. minimax_m2 (families/minimax_m2/minimax_m2.c) is the shortest complete
+ * family built on it; examples/third_party_family/ is one built outside the tree.
+ *
+ * Linking. The kit is a static library, libnnt_family.a, compiled as position-independent code
+ * with hidden symbols: its code goes inside the plugin .so, which stays one self-contained file
+ * with no further library to find at load time, and two plugins' copies never clash. With CMake:
+ *     find_package(nnt CONFIG REQUIRED)
+ *     nnt_add_plugin(my_family SOURCES my_family.c)
+ *     target_link_libraries(my_family PRIVATE nnt::family_kit)
+ * with pkg-config: cc -shared -fPIC -fvisibility=hidden $(pkg-config --cflags nnt) my_family.c
+ *     $(pkg-config --variable=kitlibs nnt) -o my_family.so
+ * The kit calls the core only through the host routine table and the backend through its op
+ * table (both reach the plugin in nnt_load_args), so a plugin still never links libnnt.
+ *
+ * Version. The kit is versioned with the plugin ABI: its structs, their layouts and its function
+ * signatures change only together with NNT_ABI_MAJOR / NNT_ABI_MINOR (nnt_types.h), and the
+ * libnnt_family.a of an installation is built from the headers installed beside it.
+ * NNT_FAMILY_KIT_ABI_MAJOR/_MINOR give the version a plugin compiled against; fam_kit_abi()
+ * gives the one the linked library was compiled for, so a plugin can refuse to load when
+ * headers and library came from different installations.
+ *
+ * Axis names used below (as in the rest of the SDK):
+ *   B  rows of the batch (args->batch)        T  tokens of this call per row (args->seq)
+ *   M  token rows B * T, row b * T + t         S  keys one query sees: cached tokens then T
+ *   H  hidden_size                             V  vocab_size
+ *   Hq query heads, Hkv key/value heads        Dqk, Dv  query/key and value head widths
+ *   E  routed experts, K experts per token     I  one expert's (or the dense MLP's) width
+ *   L  blocks (num_hidden_layers)
+ * "Backend memory" is memory of the kernel backend (nnt_backend_ops alloc, a run's arena);
+ * "host memory" is ordinary CPU memory the plugin reads directly. Activations are F32 in
+ * backend memory unless stated otherwise. Every function taking `nnt_error *err` returns
+ * NNT_OK or the status it also stored in err with a message; on an error nothing the function
+ * was asked to produce is valid, but what it already registered with a fam_env stays owned by
+ * that env. None of these functions is thread-safe on one env or one run at a time: the core
+ * calls a family's entry points one at a time per model. */
+#ifndef NNT_FAMILY_KIT_H
+#define NNT_FAMILY_KIT_H
+
+#include "nnt_family.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The plugin ABI version this header belongs to. */
+#define NNT_FAMILY_KIT_ABI_MAJOR NNT_ABI_MAJOR
+#define NNT_FAMILY_KIT_ABI_MINOR NNT_ABI_MINOR
+/* The ABI the linked libnnt_family was compiled for, as (major << 16) | minor. A plugin may
+ * compare it with (NNT_FAMILY_KIT_ABI_MAJOR << 16) | NNT_FAMILY_KIT_ABI_MINOR in its load. */
+uint32_t fam_kit_abi(void);
+
+/* ======================================================================================== */
+/* ---- the environment ---- */
+
+/* The list of what an env holds: every weight prepared on the backend (released through the
+ * backend at fam_env_release) and the host buffers made for small parameter vectors (freed
+ * there). Internal to the kit; a family never touches it. */
+typedef struct fam_prepared {
+    nnt_tensor *w;
+    int n, cap;
+    void **buf;
+    int n_buf, cap_buf;
+} fam_prepared;
+
+/* The environment a family's code runs in, one per loaded model, embedded in the family's model
+ * struct: the host routines, the backend and its context, the precision products run in, and
+ * what was prepared through it. Every kit function takes it const; only the `prepared` list
+ * grows behind the const (weights and buffers registered for release). */
+typedef struct fam_env {
+    const nnt_host_api *host;
+    const nnt_backend_ops *be;
+    void *be_ctx;
+    nnt_precision precision;
+    uint32_t bf16_style;    /* NNT_TENSOR_BF16_ONCE / _SHIFTED: how this family's torch code rounds
+                             * in bfloat16, added to every bfloat16 tensor fam_alloc makes; 0 for
+                             * the default (set it after fam_env_init) */
+    fam_prepared *prepared; /* owned; NULL until the first weight */
+} fam_env;
+
+/* Fills env from the family's load arguments (host, backend, backend context, precision);
+ * nothing is allocated. Call it first thing in `load`. */
+void fam_env_init(fam_env *env, const nnt_load_args *args);
+/* Releases everything registered with env: each prepared weight through the backend's
+ * release_weight (newest first), each host vector fam_vector_f32 / fam_bind_vector copied, and
+ * the lists; env can be reused afterwards. Call it in `unload` (and when `load` fails half-way);
+ * tensors handed out by fam_weight & co. are invalid afterwards. Safe on an env that holds
+ * nothing. */
+void fam_env_release(fam_env *env);
+
+/* ======================================================================================== */
+/* ---- value info (for the family's `value_info` entry point) ---- */
+
+/* Marks a value as not served on this block: out is cleared, out->served = 0, and the printf-
+ * formatted reason (cut to NNT_REASON_MAX - 1 bytes) says why, in words the user reads in
+ * `nnt support` and in the error of a request for it. */
+void fam_unserved(nnt_value_info *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same, and the value is left off the family's page altogether (out->off_page = 1):
+ * printouts omit it; a request still fails with the reason. For values that make no sense in
+ * this architecture (e.g. hyper-connection values in a single-stream model). */
+void fam_off_page(nnt_value_info *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Marks a value as served with `dtype` (NNT_F32 for activations, NNT_I32 for expert indices),
+ * writable (1: edits may rewrite it) or not, and a shape of `ndim` dims (at most
+ * NNT_MAX_DIMS) passed as int64_t arguments - cast each one: (int64_t)B, ... The shape is
+ * recorded only when dims != NULL (the core asks without dims when it wants no shapes; then
+ * out->ndim = 0). The declared dtype and shape must be those the forward emits. */
+void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, int ndim, ...);
+
+/* ======================================================================================== */
+/* ---- weights (in `load`) ---- */
+
+/* Binds checkpoint tensor `name` and prepares it on the backend in its stored encoding (F32,
+ * BF16, F16, or FP8 e4m3 / FP4 e2m1 with their block scales; never widened), flagged for
+ * bfloat16 products when env->precision is NNT_PRECISION_BF16. With ndim > 0 the stored shape
+ * must equal shape[0..ndim) (e.g. [out_features, in_features] for a Linear); ndim 0 accepts
+ * any shape. *out is the backend's handle, registered with env: valid while the checkpoint is
+ * open and until fam_env_release; never release it yourself.
+ * Errors: NNT_ERR_NOT_FOUND (no such tensor), NNT_ERR_SHAPE (another shape, or not a float
+ * dtype), the backend's status from prepare_weight, NNT_ERR_OUT_OF_MEMORY; messages name the
+ * checkpoint and the tensor. */
+nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
+                      const int64_t *shape, nnt_tensor *out, nnt_error *err);
+/* The first of names[0..n) that the checkpoint holds (NULL entries skipped), or NULL when it
+ * holds none: for tensors spelled differently by the hub release and by transformers. The
+ * pointer returned is one of `names`. */
+const char *fam_first_present(const fam_env *env, const nnt_checkpoint *ck, const char *const *names, int n);
+/* A small float tensor holding n values (any shape; F32, BF16 or F16) as F32 host memory
+ * *out[n]: the mapped bytes themselves when stored as aligned F32, else a widened copy
+ * registered with env. For router biases, per-head decay rates, sinks. Read-only; owned by env
+ * (freed by fam_env_release), never freed by the caller.
+ * Errors: NNT_ERR_NOT_FOUND, NNT_ERR_SHAPE (another count, or not a float tensor),
+ * NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t n,
+                          float **out, nnt_error *err);
+/* A view *out of rows [r0, r0 + nr) of matrix `index` of a prepared weight w [E, R, C]
+ * (`index` 0 for a 2-D weight [R, C]), block scales included (nnt_tensor_rows): e.g. one
+ * expert's gate rows inside a fused gate_up tensor. The view shares w's memory and owner; it
+ * is never released on its own.
+ * Views may start inside a scale block (the view remembers where). Errors: NNT_ERR_SHAPE for an
+ * encoded weight whose scales have no block sizes (the message names `what`). */
+nnt_status fam_rows(const fam_env *env, const nnt_tensor *w, int64_t index, int64_t r0, int64_t nr, const char *what,
+                    nnt_tensor *out, nnt_error *err);
+/* Prepares a tensor the family built itself in host memory (e.g. an F32 vector it computed)
+ * on the backend, as fam_weight does, and registers the result with env. The host memory must
+ * stay valid as long as the backend may read it (the cpu backend reads it in place): keep it
+ * until fam_env_release. Errors: the backend's, NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_prepare(const fam_env *env, const nnt_tensor *host, nnt_tensor *out, nnt_error *err);
+/* The key and value projections of an attention block as `heads` key/value heads of widths dk
+ * and dv over `in` inputs (the host's tensor_kv_heads: it also reads fused per-head key/value
+ * layouts and their scale grids), prepared: *k [heads * dk, in], *v [heads * dv, in], both
+ * registered with env. Errors: as fam_weight. */
+nnt_status fam_weight_kv_heads(const fam_env *env, const nnt_checkpoint *ck, const char *k_name, const char *v_name,
+                               int64_t heads, int64_t dk, int64_t dv, int64_t in, nnt_tensor *k, nnt_tensor *v,
+                               nnt_error *err);
+
+/* ======================================================================================== */
+/* ---- tensors in a forward ---- */
+
+/* Allocates *out of dtype `dt` and `ndim` dims (int64_t arguments: cast each one) from the
+ * run's arena in backend memory, with the bfloat16 flags the run's precision gives and
+ * env->bf16_style. Freed by the arena: release it with host->arena_release(run, mark) for a
+ * mark taken before, or it lives until the forward returns. Contents are undefined.
+ * Errors: the host's alloc (NNT_ERR_OUT_OF_MEMORY when the arena cannot grow). */
+nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, int ndim, ...);
+/* The same data seen with another shape of `ndim` dims (int64_t arguments); the element
+ * counts must agree (not checked). A view owns nothing. E.g. fam_view(&x, 3, B, T, H) turns
+ * x [M, H] into the [B, T, H] layout values are emitted in. */
+nnt_tensor fam_view(const nnt_tensor *t, int ndim, ...);
+
+/* ======================================================================================== */
+/* ---- mixture of experts and MLPs ---- */
+
+/* One SwiGLU MLP's weights: out = down(silu(gate(x)) * up(x)). Prepared weights (fam_weight,
+ * fam_rows, fam_bind_experts); the struct owns nothing. */
+typedef struct fam_expert {
+    nnt_tensor gate; /* [I, H] */
+    nnt_tensor up;   /* [I, H] */
+    nnt_tensor down; /* [H, I] */
+} fam_expert;
+
+/* One block's mixture of experts, filled by the family in `load`. */
+typedef struct fam_moe {
+    int num_experts;        /* E */
+    int top_k;              /* K */
+    int intermediate;       /* I, one expert's width */
+    nnt_tensor router;      /* [E, H]: router_logits = x router^T */
+    nnt_tensor bias;        /* [E] F32 on the backend, data NULL when absent: a selection bias
+                             * added to the scores for the choice only (fam_bind_vector) */
+    nnt_route_params route; /* scoring function, top-k, groups, renormalisation, scaling */
+    float swiglu_limit;     /* 0: no clamp; else the clamped SwiGLU of nnt_backend_ops.swiglu */
+    fam_expert *experts;    /* [E], owned by the family */
+    fam_expert shared;      /* a shared expert added to every token, used when has_shared */
+    int has_shared;
+    const int32_t *tid2eid; /* host [vocab, K], or NULL: hash routing picks each token's experts
+                             * by its id; the router then only weighs them */
+    int vocab;              /* rows of tid2eid */
+    int router_f32;         /* 1: the router's product stays float32 in a bfloat16 model */
+    int route_bf16;         /* 1: scores and weights are computed in bfloat16 in such a model */
+} fam_moe;
+
+/* Runs the mixture of block `layer` on x [M, H] (M = dims->batch * dims->seq, backend F32) and
+ * writes the block's mlp output to out [M, H] (allocated by the caller). Emits, in order:
+ * router_logits [B, T, E], expert_indices [B, T, K] (I32), expert_weights [B, T, K],
+ * expert_outputs [B, T, K, H] (only when requested: each slot's expert output times its
+ * weight), routed_output [B, T, H], shared_expert_output [B, T, H] (with a shared expert) and
+ * mlp_output [B, T, H]; an edit of each reaches everything computed after it (edited indices
+ * choose the experts). The experts run one at a time over the tokens routed to them (gather,
+ * SwiGLU, weighted scatter). With moe->tid2eid the indices are the table's rows for `ids`
+ * (host [M] token ids, else unused and may be NULL). Scratch comes from the run's arena and is
+ * released before returning.
+ * Errors: the backend's; NNT_ERR_INVALID_ARGUMENT for an (edited) expert index outside
+ * [0, E); NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fam_moe *moe,
+                           const nnt_call_dims *dims, const int32_t *ids, const nnt_tensor *x, nnt_tensor *out,
+                           nnt_error *err);
+
+/* A dense SwiGLU MLP of block `layer` on x [M, H] -> out [M, H] (caller-allocated, backend
+ * F32), I = w->gate.shape[0], SwiGLU clamped at `limit` (0: none). With emit nonzero it emits
+ * mlp_activation [B, T, I] (silu(gate)), mlp_neurons [B, T, I] (what down reads) and
+ * mlp_output [B, T, H], and an edited activation feeds the neurons; with emit 0 (a shared
+ * expert inside fam_moe_forward) it emits nothing. Errors: the backend's,
+ * NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_mlp_forward(const fam_env *env, nnt_run *run, int layer, const fam_expert *w, float limit,
+                           const nnt_call_dims *dims, const nnt_tensor *x, nnt_tensor *out, int emit,
+                           nnt_error *err);
+
+/* ======================================================================================== */
+/* ---- softmax attention ---- */
+
+/* The shape of one block's softmax attention, filled by the family (also for value_info and
+ * the caches, so cheap to fill). Pointers are borrowed: they must outlive every call. */
+typedef struct fam_attn {
+    int num_heads;         /* Hq */
+    int num_kv_heads;      /* Hkv; Hq must be a multiple (grouped-query attention) */
+    int qk_head_dim;       /* Dqk */
+    int v_head_dim;        /* Dv */
+    int rot_start;         /* first rotated dim of each q/k head */
+    int rot_dim;           /* rotated dims from rot_start; 0: no rotary */
+    nnt_rope_style rope_style;
+    const float *inv_freq; /* host [rot_dim / 2]: fam_rope_inv_freq, or the family's scaled ones */
+    float rope_mscale;     /* multiplies cos and sin (1 for none) */
+    float scale;           /* softmax scale, usually 1 / sqrt(Dqk) */
+    int window;            /* 0: none; else keys within `window` positions, the query included */
+    const float *sinks;    /* host [Hq] F32 attention sinks, or NULL */
+    nnt_tensor o_proj;     /* [H, Hq * Dv], prepared */
+} fam_attn;
+
+/* A key/value cache of one attention block for generation: the last `keep` tokens of every row
+ * (keep = the session's capacity for full attention, window - 1 for a sliding block). Made
+ * and freed by the kit (fam_layer_caches_new); a family only passes it around. */
+typedef struct fam_kv_cache {
+    nnt_tensor k, v; /* backend [B * Hkv, keep * Dqk], [B * Hkv, keep * Dv] */
+    int32_t *pos;    /* host [B, keep]: the cached keys' positions */
+    uint8_t *valid;  /* host [B, keep]: 0 for padding */
+    int batch, heads, dk, dv, keep, len;
+} fam_kv_cache;
+/* Allocates one cache for `batch` rows of `heads` key/value heads (widths dk, dv) holding up
+ * to `keep` tokens, empty (len 0). Free with fam_kv_cache_free, also after a failure.
+ * Errors: the backend's alloc, NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_kv_cache_init(const fam_env *env, fam_kv_cache *c, int batch, int heads, int dk, int dv, int keep,
+                             nnt_error *err);
+/* Frees a cache's backend and host memory and clears it; safe on a cleared cache. */
+void fam_kv_cache_free(const fam_env *env, fam_kv_cache *c);
+/* A generation cache: one key/value cache per block, keep[l] tokens for block l (0: block l has
+ * no cache, e.g. a linear-attention block). */
+typedef struct fam_layer_caches {
+    fam_kv_cache *kv; /* [layers] */
+    int layers;
+} fam_layer_caches;
+/* Makes a generation cache from per-block arrays heads[L], dk[L], dv[L], keep[L] (L = layers).
+ * *out is owned by the caller: free with fam_layer_caches_free. Errors: as fam_kv_cache_init;
+ * nothing is left allocated on failure. */
+nnt_status fam_layer_caches_new(const fam_env *env, int layers, int batch, const int *heads, const int *dk,
+                                const int *dv, const int *keep, fam_layer_caches **out, nnt_error *err);
+/* Frees a generation cache and every block's cache; NULL is ignored. */
+void fam_layer_caches_free(const fam_env *env, fam_layer_caches *c);
+/* The same from each block's attention shape, for the family's `cache_new`: attn_of(model, l,
+ * &a) fills block l's fam_attn and returns 1, or returns 0 for a block without softmax
+ * attention (no cache); a sliding block (window > 0) keeps its last window - 1 keys (the query
+ * is the window's last), a full one keeps `capacity` (the session's token capacity).
+ * *out: as fam_layer_caches_new (the family's `cache_free` calls fam_layer_caches_free). */
+nnt_status fam_attention_caches_new(const fam_env *env, int layers, int batch, int capacity,
+                                    int (*attn_of)(const void *model, int layer, fam_attn *out), const void *model,
+                                    fam_layer_caches **out, nnt_error *err);
+/* The cache of block `layer` when the call carries a generation cache made by the kit
+ * (args->cache), else NULL (a stateless call, or a block without one). */
+fam_kv_cache *fam_layer_cache(const nnt_forward_args *args, int layer);
+
+/* Keys a call with a cache of `keep` tokens attends to: the cached tokens (min(past, keep))
+ * then the call's seq - the S axis value_info declares for a cached call. */
+int64_t fam_kv_cached_len(int keep, const nnt_call_dims *dims);
+
+/* One attention block from its projections q [M, Hq * Dqk], k [M, Hkv * Dqk], v [M, Hkv * Dv]
+ * (backend F32, token-major; any per-head norm already applied): splits heads, applies rotary
+ * at args->positions, appends the cached keys (cache non-NULL: it is read, then updated to the
+ * last `keep` keys), masks (padding, causal, window, `mask`), softmax with the sinks, mixes the
+ * values, and writes o_proj's result to out [M, H] (caller-allocated). Emits, in order:
+ * attention_queries [B, Hq, T, Dqk], attention_keys [B, Hkv, S, Dqk], attention_values
+ * [B, Hkv, S, Dv], attention_scores [B, Hq, T, S] (scaled and masked, before softmax),
+ * attention_probabilities [B, Hq, T, S], attention_head_outputs and attention_premix
+ * [B, T, Hq, Dv], attention_output [B, T, H]; an edit of each reaches what follows. `mask` is
+ * the call's mask from fam_mask_build (the decoder skeleton passes it to the mixer).
+ * Errors: the backend's, NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, const fam_attn *a,
+                                 const nnt_forward_args *args, const nnt_attn_mask *mask,
+                                 const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
+                                 fam_kv_cache *cache, nnt_tensor *out, nnt_error *err);
+
+/* The padding and position masks of a call, built once per forward: key_valid = query_valid =
+ * this call's part of args->attention_mask != 0 (host [B, T], allocated), q_pos = k_pos =
+ * args->positions (borrowed), causal. Free with fam_mask_free. Errors: NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_mask_build(const nnt_forward_args *args, nnt_attn_mask *mask, nnt_error *err);
+/* Frees what fam_mask_build allocated and clears the mask. */
+void fam_mask_free(nnt_attn_mask *mask);
+
+/* Value info of the self_attn values (attention_queries ... attention_output) for an
+ * attention of shape *a in a model of width `hidden`, with S = past + seq keys; another slot
+ * is marked unserved. For the family's value_info. */
+void fam_attention_info(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *dims,
+                        nnt_value_info *out);
+/* The same with the key axis S = `keys` long (a sliding or capped cache: fam_kv_cached_len). */
+void fam_attention_info_keys(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *dims, int64_t keys,
+                             nnt_value_info *out);
+/* Writes the inverse frequencies theta^(-2i / rot_dim), i < rot_dim / 2, into host out
+ * [rot_dim / 2], computed in float32 as transformers' default rotary embedding does. */
+void fam_rope_inv_freq(float *out, int rot_dim, double theta);
+
+/* ======================================================================================== */
+/* ---- module tree text (for `build_tree`) ---- */
+
+/* Writes "in_features=IN, out_features=OUT, bias=False" (a Linear's print() detail) into
+ * buf[n] and returns buf. */
+const char *fam_linear_detail(char *buf, size_t n, int64_t in, int64_t out);
+/* Writes "(W,), eps=E" (an RMSNorm's print() detail) into buf[n] and returns buf. */
+const char *fam_norm_detail(char *buf, size_t n, int64_t width, double eps);
+
+/* ======================================================================================== */
+/* ---- Llama's pre-norm decoder: the skeleton MiniMax-M2, MiMo-V2-Flash and Kimi-Linear share ---- */
+
+/* x_{l+1} = h + mlp(post_attention_layernorm(h)), h = x_l + mixer(input_layernorm(x_l));
+ * logits = lm_head(norm(x_L)), every norm an RMSNorm with `eps`. The family supplies each
+ * block's mixer and MLP as callbacks; the skeleton emits the residual-stream values. Filled by
+ * fam_bind_readout and fam_decoder_wire; weights borrowed (owned by the env). */
+typedef struct fam_decoder {
+    int num_layers;              /* L */
+    int hidden;                  /* H */
+    int vocab;                   /* V */
+    float eps;
+    nnt_tensor embed;            /* [V, H] */
+    nnt_tensor final_norm;       /* [H] */
+    nnt_tensor lm_head;          /* [V, H] (the embedding when tied) */
+    const nnt_tensor *in_norm;   /* block 0's input_layernorm [H]; block l's is norm_stride * l bytes on */
+    const nnt_tensor *post_norm; /* block 0's post_attention_layernorm [H], likewise */
+    size_t norm_stride;          /* bytes between consecutive blocks' norms (sizeof the family's block struct) */
+    void *self;                  /* the family's model, passed to the callbacks */
+    /* xn [M, H] -> out [M, H] (both backend F32, out allocated by the skeleton); emits the
+     * mixer's values (self_attn or linear_attn); mask: the call's, from fam_mask_build */
+    nnt_status (*mixer)(void *self, nnt_run *run, int layer, const nnt_forward_args *args,
+                        const nnt_attn_mask *mask, const nnt_tensor *xn, nnt_tensor *out, nnt_error *err);
+    /* xn [M, H] -> out [M, H]; emits the mlp values (fam_moe_forward or fam_mlp_forward) */
+    nnt_status (*mlp)(void *self, nnt_run *run, int layer, const nnt_forward_args *args, const nnt_tensor *xn,
+                      nnt_tensor *out, nnt_error *err);
+} fam_decoder;
+
+/* The whole forward of a single-stream decoder for the family's `forward`: embeds
+ * args->input_ids, runs every block and the readout, emitting token_embeddings [B, T, H];
+ * per block layer_input, attention_norm_output, (the mixer's values), layer_mid,
+ * mlp_norm_output, mlp_input, (the MLP's values), layer_output, all [B, T, H]; then
+ * final_norm_output [B, T, H], lm_head_output and logits [B, T, V]. Edits of each reach what
+ * follows. Each block's scratch is released before the next block.
+ * Errors: the callbacks', the backend's, NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forward_args *args,
+                               const fam_decoder *d, nnt_error *err);
+
+/* The readout for the family's `project` (the logit lens): x [M, H] through the final norm and
+ * lm_head into logits [M, V] (caller-allocated, backend F32). Errors: the backend's,
+ * NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_decoder_project(const fam_env *env, nnt_run *run, const fam_decoder *d, const nnt_tensor *x,
+                               nnt_tensor *logits, nnt_error *err);
+
+/* Value info of the model values (token_embeddings, final_norm_output, lm_head_output,
+ * logits) and of the block values the skeleton emits (layer_input ... layer_output), all F32
+ * and writable; hyper-connection values are marked off the page. Returns 1 when `slot` was one
+ * of those (out filled), 0 otherwise (out untouched: the family answers). */
+int fam_decoder_info(int hidden, int vocab, nnt_slot slot, const nnt_call_dims *dims, nnt_value_info *out);
+
+/* ======================================================================================== */
+/* ---- weight binding shared by families (in `load`) ---- */
+
+/* Reads tensor `name` ([count] values, any float dtype) as host F32 *host (fam_vector_f32:
+ * owned by env) and prepares it on the backend as *out (registered with env): router biases,
+ * sinks, hyper-connection parameters. Errors: as fam_vector_f32 and fam_prepare, naming the
+ * tensor. */
+nnt_status fam_bind_vector(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t count, float **host,
+                           nnt_tensor *out, nnt_error *err);
+/* Wires a Llama-style decoder d: sizes, eps, the per-block norms found every `stride` bytes
+ * from block 0's in_norm0 and post_norm0 (pointers into the family's block array, borrowed),
+ * and the family's mixer and MLP callbacks called with `self`. Cannot fail. */
+void fam_decoder_wire(fam_decoder *d, int layers, int hidden, int vocab, double eps, const nnt_tensor *in_norm0,
+                      const nnt_tensor *post_norm0, size_t stride, void *self,
+                      nnt_status (*mixer)(void *, nnt_run *, int, const nnt_forward_args *, const nnt_attn_mask *,
+                                          const nnt_tensor *, nnt_tensor *, nnt_error *),
+                      nnt_status (*mlp)(void *, nnt_run *, int, const nnt_forward_args *, const nnt_tensor *, nnt_tensor *,
+                                        nnt_error *));
+/* Binds model.embed_tokens.weight [V, H], model.norm.weight [H] and lm_head.weight [V, H] into
+ * d (the embedding serves as lm_head when `tied` and the checkpoint has no lm_head.weight).
+ * Errors: as fam_weight. */
+nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied,
+                            fam_decoder *d, nnt_error *err);
+
+/* One spelling of a block's per-expert weight names: printf patterns taking (int layer,
+ * int expert), e.g. "model.layers.%d.mlp.experts.%d.gate_proj.weight". */
+typedef struct fam_expert_names {
+    const char *gate, *up, *down;
+} fam_expert_names;
+
+/* Binds the E experts of block `layer` into out[E] (gate and up [I, H], down [H, I], all
+ * registered with env): from transformers' fused 3-D tensors when the checkpoint holds
+ * `fused_gate_up` (a pattern taking the layer; [E, 2I, H], each expert's gate rows then its up
+ * rows) with `fused_down` ([E, H, I]), else from the first spelling in names[0..n) whose
+ * expert-0 gate tensor exists. fused_gate_up may be NULL (per-expert names only).
+ * Errors: NNT_ERR_NOT_FOUND naming the block and the names tried (no spelling matches, or an
+ * expert is missing), then as fam_weight and fam_rows. */
+nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int layer, int64_t E, int64_t I,
+                            int64_t H, const char *fused_gate_up, const char *fused_down,
+                            const fam_expert_names *names, int n, fam_expert *out, nnt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NNT_FAMILY_KIT_H */
