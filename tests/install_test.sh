@@ -16,7 +16,14 @@
 #       (tests/install/consumer: find_package(nnt CONFIG REQUIRED), nnt::nnt, nnt_add_plugin)
 #       configures with CMAKE_PREFIX_PATH=<prefix>, builds, and runs;
 #   (d) the installation still works after its directory is moved (nothing in it names the
-#       prefix it was installed to).
+#       prefix it was installed to);
+#   (e) the family kit is installed (include/nnt/nnt_family_kit.h, lib/libnnt_family.a) and an
+#       out-of-tree family builds on it: examples/third_party_family (Qwen3-MoE; find_package,
+#       nnt_add_plugin, nnt::family_kit) configures against <prefix> alone, and the same source
+#       links with pkg-config's kitlibs; loaded by an INI next to the installed families on the
+#       cpu backend, the installed nnt traces tests/fixtures/qwen3_moe and its logits and block
+#       values match transformers' (reference.safetensors) within 1e-5 relative, checked by
+#       tests/install/compare_values.c. It runs before (d), on the prefix as installed.
 # SANITIZE=ON builds the consumer with the sanitizers libnnt was built with. WORK is removed
 # when every check passes and kept (its path printed) when one fails.
 set -euo pipefail
@@ -106,6 +113,61 @@ grep -F "nnt_DIR:PATH=" "$work/consumer/CMakeCache.txt" | grep -qF "$prefix/lib/
 "$work/consumer/nnt_consumer" "$prefix" "$src/examples/tiny-minimax-m2" "$work" > consumer.txt 2>&1 ||
   { cat consumer.txt; fail "the consumer failed"; }
 cat consumer.txt
+
+# (e) the family kit and an out-of-tree family (Qwen3-MoE) built on it
+step "(e) the family kit"
+[ -f "$prefix/include/nnt/nnt_family_kit.h" ] || fail "no $prefix/include/nnt/nnt_family_kit.h"
+[ -f "$prefix/lib/libnnt_family.a" ] || fail "no $prefix/lib/libnnt_family.a"
+step "(e) examples/third_party_family with find_package(nnt CONFIG) and nnt::family_kit"
+"$cmake_cmd" -S "$src/examples/third_party_family" -B "$work/q3" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" "${cflags[@]}" > q3-configure.log 2>&1 ||
+  { cat q3-configure.log; fail "examples/third_party_family does not configure against $prefix"; }
+grep -F "nnt_DIR:PATH=" "$work/q3/CMakeCache.txt" | grep -qF "$prefix/lib/cmake/nnt" ||
+  fail "examples/third_party_family found nnt elsewhere than $prefix"
+"$cmake_cmd" --build "$work/q3" > q3-build.log 2>&1 || { cat q3-build.log; fail "examples/third_party_family does not build"; }
+q3so=$work/q3/qwen3_moe.so
+[ -f "$q3so" ] || fail "no $q3so"
+# the kit is linked in with hidden symbols: the plugin exports its descriptor and nothing of the kit
+if nm -D --defined-only "$q3so" | grep -q ' fam_'; then fail "qwen3_moe.so exports the kit's symbols"; fi
+step "(e) the same family with pkg-config (kitlibs)"
+# shellcheck disable=SC2046
+"$cc" "${san_flags[@]}" -shared -fPIC -fvisibility=hidden $(pkg-config --cflags nnt) "$src/examples/third_party_family/qwen3_moe.c" \
+  $(pkg-config --variable=kitlibs nnt) -o "$work/qwen3_moe_pc.so" > q3-pc.log 2>&1 || { cat q3-pc.log; fail "the pkg-config recipe does not build the family"; }
+cat > q3.ini <<INI
+[plugins]
+dir = $prefix/lib/nnt/families
+dir = $prefix/lib/nnt/kernels
+file = $q3so
+
+[family.qwen3_moe]
+backend = cpu
+
+[family.minimax_m2]
+backend = cpu
+
+[backend.cpu]
+threads = 2
+INI
+"$prefix/bin/nnt" plugins --config "$work/q3.ini" > q3-plugins.txt 2>&1 || { cat q3-plugins.txt; fail "nnt plugins with the Qwen3-MoE INI failed"; }
+cat q3-plugins.txt
+grep -qE "family +qwen3_moe +cpu +$q3so" q3-plugins.txt || fail "qwen3_moe is not loaded from $q3so on cpu"
+grep -qE "family +minimax_m2 +cpu +$prefix/lib/nnt/families/minimax_m2.so" q3-plugins.txt ||
+  fail "the installed families are not loaded beside qwen3_moe"
+step "(e) nnt trace on tests/fixtures/qwen3_moe, compared with transformers"
+q3fix=$src/tests/fixtures/qwen3_moe
+q3keys=(logits)
+for l in 0 1; do
+  q3keys+=("layers.$l.layer_output" "layers.$l.self_attn.attention_probabilities" "layers.$l.mlp.router_logits"
+           "layers.$l.mlp.expert_indices" "layers.$l.mlp.expert_weights" "layers.$l.mlp.mlp_output")
+done
+q3save=()
+for k in "${q3keys[@]}"; do q3save+=(--save "$k"); done
+"$prefix/bin/nnt" trace --config "$work/q3.ini" --model "$q3fix" --tokens "$(cat "$q3fix/tokens.txt")" "${q3save[@]}" \
+  --out "$work/q3-values.safetensors" > q3-trace.txt 2>&1 || { cat q3-trace.txt; fail "the installed nnt cannot trace the Qwen3-MoE fixture"; }
+"$cc" "${san_flags[@]}" -O2 "$src/tests/install/compare_values.c" -o compare_values -lm
+./compare_values "$work/q3-values.safetensors" "$q3fix/reference.safetensors" 1e-5 "${q3keys[@]}" > q3-compare.txt 2>&1 ||
+  { cat q3-compare.txt; fail "the Qwen3-MoE values differ from transformers'"; }
+cat q3-compare.txt
 
 # (d) moved after installation
 step "(d) the installation moved to $work/moved"
