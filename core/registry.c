@@ -1,5 +1,6 @@
-/* registry.c - the standard-value registry: every (host, value) slot nnterp's encyclopedia
- * names, with its layout, axes and a one-line description (nnt's own wording). */
+/* registry.c - the standard-value registry: every (host, value) slot, named as nnterp names
+ * it, with its layout, axes and a one-line description (nnt's own wording; docs/plugin-guide.md
+ * lists them). */
 #include <string.h>
 
 #include "internal.h"

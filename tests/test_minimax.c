@@ -1,5 +1,5 @@
 /* test_minimax.c - the MiniMax-M2 family against transformers' values (fp32, bf16 sharded,
- * fp8 block-scaled), the encyclopedia page's identities, and its write semantics.
+ * fp8 block-scaled), the identities its values obey, and its write semantics.
  *
  * Tolerances: every float value within 1e-5 of the reference's largest magnitude (fp32
  * compute on fp32, bf16 and dequantised fp8 weights; transformers ran in float32 on the same

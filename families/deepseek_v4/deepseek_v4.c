@@ -13,8 +13,10 @@
  * before the grouped o_a_proj and o_b_proj. Every MLP is a mixture with sqrt(softplus) scores,
  * hash routing (tid2eid) on the first blocks, a shared expert, and SwiGLU clamped at
  * swiglu_limit on every expert. The readout collapses the streams through hc_head, then norm and
- * lm_head. Sources: shared/spec/kimi_linear_deepseek_v4.md part B; the encyclopedia page
- * shared/reference/encyclopedia/deepseek_v4.txt. Weights under transformers' names or the
+ * lm_head. Sources: src/transformers/models/deepseek_v4/modeling_deepseek_v4.py; the release's
+ * inference/model.py (deepseek-ai/DeepSeek-V4-Flash on the Hugging Face hub);
+ * vllm/model_executor/models/deepseek_v4.py. Values: docs/plugin-guide.md. Weights under
+ * transformers' names or the
  * release's native names (FP8 with E8M0 block scales, FP4 experts). */
 #include <math.h>
 #include <stdio.h>

@@ -1,8 +1,9 @@
 /* dv_cache.c - DeepSeek-V4's generation cache: per block, the sliding window's keys (window - 1
  * tokens, the query is the window's last) and the raw rows of each compressor for every position
  * so far. Compressed entries are rebuilt from those rows at each call, so an entry that closes
- * during generation is exactly the one a full forward would pool (shared/spec part B, the
- * decode-state section: positions are absolute, a compressor fires when its window fills). */
+ * during generation is exactly the one a full forward would pool (as in the release's
+ * inference/model.py, deepseek-ai/DeepSeek-V4-Flash: positions are absolute, a compressor fires
+ * when its window fills). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -13,8 +13,10 @@
  *    head, kv_b_proj into per-head key and value parts, softmax scale qk_head_dim^-0.5.
  * MLP: dense below first_k_dense_replace (or mlp_layer_types), else a mixture: sigmoid router
  * with the selection bias for the choice only, group-limited top-k, renormalised weights times
- * routed_scaling_factor, and shared experts. Sources: shared/spec/kimi_linear_deepseek_v4.md part
- * A; shared/reference/encyclopedia/kimi_linear.txt. */
+ * routed_scaling_factor, and shared experts. Sources: Kimi Linear tech report (arXiv:2510.26692);
+ * src/transformers/models/kimi_linear/modeling_kimi_linear.py; vllm/model_executor/models/
+ * kimi_linear.py (the release's names); flash-linear-attention's fla/ops/kda/naive.py. Values:
+ * docs/plugin-guide.md. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

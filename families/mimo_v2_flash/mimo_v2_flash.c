@@ -10,8 +10,11 @@
  * dense or a mixture (mlp_layer_types, or the hub's moe_layer_freq): DeepSeek-V3's router in
  * float32 - sigmoid scores, the selection bias for the choice only, n_group / topk_group,
  * renormalised weights times routed_scaling_factor - and no shared expert. Multi-token-
- * prediction tensors (model.mtp.*) are never bound. Sources: shared/spec/minimax_m2_mimo_v2.md
- * section 3; shared/reference/encyclopedia/mimo_v2_flash.txt. */
+ * prediction tensors (model.mtp.*) are never bound. Sources:
+ * src/transformers/models/mimo_v2_flash/modeling_mimo_v2_flash.py (and its
+ * convert_mimo_v2_flash_weights_to_hf.py for the hub's spellings); vllm and sglang's
+ * models/mimo_v2_flash.py; the XiaomiMiMo/MiMo-V2-Flash model card. Values:
+ * docs/plugin-guide.md. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,8 +6,11 @@
  * dimensions of each head, grouped-query heads, no sink or window. Every MLP is a mixture:
  * sigmoid router, selection bias (e_score_correction_bias) used for the choice only, top-k,
  * weights renormalised to one, SwiGLU experts (w1 gate, w3 up, w2 down), no shared expert.
- * Final RMSNorm, untied lm_head. Sources: shared/spec/minimax_m2_mimo_v2.md section 2 and the
- * encyclopedia page shared/reference/encyclopedia/minimax_m2.txt. */
+ * Final RMSNorm, untied lm_head. Sources: transformers'
+ * src/transformers/models/minimax_m2/modeling_minimax_m2.py; vLLM's
+ * vllm/model_executor/models/minimax_m2.py (the hub's tensor names); the MiniMaxAI/MiniMax-M2
+ * model card and its config.json. Values: docs/plugin-guide.md; this file is walked through in
+ * docs/adding-a-family.md. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,7 +213,8 @@ static void attn_shape(const mm_model *m, const mm_layer *ly, fam_attn *a)
 }
 
 /* The attention sublayer: projections, one RMSNorm over each whole projection (all heads
- * together, pitfall A2), then the shared attention with partial NeoX rotary. */
+ * together: their weights are num_heads * head_dim and num_kv_heads * head_dim long, as in
+ * transformers' MiniMaxM2Attention), then the shared attention with partial NeoX rotary. */
 static nnt_status mm_attention(void *self, nnt_run *run, int L, const nnt_forward_args *args,
                                const nnt_attn_mask *mask, const nnt_tensor *xn, nnt_tensor *out, nnt_error *err)
 {

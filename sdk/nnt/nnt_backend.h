@@ -77,7 +77,8 @@ typedef enum nnt_score_fn {
 } nnt_score_fn;
 
 /* Router parameters. Choice uses score + bias; weights use the score alone. Source: the
- * DeepSeek-V3 "noaux_tc" router as transformers implements it (see shared/spec). */
+ * DeepSeek-V3 "noaux_tc" router as transformers implements it (DeepseekV3TopkRouter and
+ * DeepseekV3MoE in src/transformers/models/deepseek_v3/modeling_deepseek_v3.py). */
 typedef struct nnt_route_params {
     nnt_score_fn score_fn;
     int top_k;
@@ -185,8 +186,9 @@ typedef struct nnt_backend_ops {
     nnt_status (*conv1d_causal)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *state_in,
                                 int act, nnt_tensor *y, nnt_tensor *state_out, nnt_error *err);
     /* KDA forget gate: g[M, H * K] = -exp(a_log[h]) * softplus(a + dt_bias), softplus(x) = x for
-     * x > 20; a_log F32 [H], dt_bias F32 [H * K]. Source: Kimi Linear tech report (2025), eq. for
-     * the channel-wise decay; shared/spec part A4. */
+     * x > 20; a_log F32 [H], dt_bias F32 [H * K]. Source: Kimi Linear tech report (arXiv:2510.26692),
+     * the channel-wise decay, as src/transformers/models/kimi_linear/modeling_kimi_linear.py
+     * computes it. */
     nnt_status (*kda_gate)(void *ctx, const nnt_tensor *a, const nnt_tensor *dt_bias, const nnt_tensor *a_log,
                            nnt_tensor *g, nnt_error *err);
     /* y = 1 / (1 + exp(-x)) elementwise (F32, same sizes); y may alias x. */
@@ -198,7 +200,9 @@ typedef struct nnt_backend_ops {
      * S [K, V] starts from state_in [B, H, K, V] (NULL: zeros); state_out [B, H, K, V] gets the
      * last S; states [B, T, H, K, V] (may be NULL) every token's S. A token with
      * token_valid[b, t] == 0 (host memory, may be NULL) leaves S unchanged and outputs zeros.
-     * Sources: Yang et al. 2024 (gated delta networks); Kimi Linear (2025); shared/spec A4. */
+     * Sources: Yang et al. 2024, Gated Delta Networks (arXiv:2412.06464); Kimi Linear
+     * (arXiv:2510.26692); the token-by-token reference in flash-linear-attention's
+     * fla/ops/kda/naive.py. */
     nnt_status (*delta_rule)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
                              const nnt_tensor *g, const nnt_tensor *beta, const uint8_t *token_valid,
                              const nnt_tensor *state_in, int l2norm, float scale, nnt_tensor *o,
@@ -221,7 +225,8 @@ typedef struct nnt_backend_ops {
      * 2 sigmoid(m_{n+j} scale[1] + base_{n+j}), comb = Sinkhorn(softmax_rows(m_C scale[2] +
      * base_C) + hc_eps) with `iters` column/row passes (column first). Writes post [M, n], comb
      * [M, n, n] (row j, column k) and collapsed [M, H] = sum_j pre_j x_j. fn, base, scale F32.
-     * Sources: Xie et al. 2026 (mHC); shared/spec B4. */
+     * Sources: Xie et al. 2026, mHC: Manifold-Constrained Hyper-Connections; as in
+     * src/transformers/models/deepseek_v4/modeling_deepseek_v4.py. */
     nnt_status (*hyper_connection)(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
                                    const nnt_tensor *scale, float rms_eps, float hc_eps, int iters, nnt_tensor *post,
                                    nnt_tensor *comb, nnt_tensor *collapsed, nnt_error *err);
@@ -238,11 +243,13 @@ typedef struct nnt_backend_ops {
      * channel, softmax over slots of gate times kv: without overlap the rate tokens of window w;
      * with overlap also window w - 1's tokens through their first D channels (window w's
      * through the last D). out [B, C, D]; entries past count[b] are zero. Source: DeepSeek-V4
-     * report, compressed sparse / heavily compressed attention; shared/spec B5.4. */
+     * report, compressed sparse / heavily compressed attention; the compressor of
+     * src/transformers/models/deepseek_v4/modeling_deepseek_v4.py. */
     nnt_status (*compress)(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate, const nnt_tensor *ape, int rate,
                            int overlap, const int32_t *first, const int32_t *count, nnt_tensor *out, nnt_error *err);
     /* Lightning-indexer scores: out[B, T, C] = scale * sum_h w[B, T, h] relu(q[B, T, h, :] . k[B, C, :]).
-     * Source: DeepSeek-V3.2 / V4 reports; shared/spec B5.5. */
+     * Source: DeepSeek-V3.2 / V4 reports; the indexer of
+     * src/transformers/models/deepseek_v4/modeling_deepseek_v4.py. */
     nnt_status (*indexer_scores)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w,
                                  float scale, nnt_tensor *out, nnt_error *err);
 

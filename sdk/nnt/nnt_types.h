@@ -188,7 +188,8 @@ typedef enum nnt_host {
 } nnt_host;
 
 /* ---------------------------------------------------------------------------------------- */
-/* Standard-value slots: one per (host, value name) pair of the nnterp encyclopedia.         */
+/* Standard-value slots: one per (host, value name) pair, named as nnterp names them.        */
+/* docs/plugin-guide.md lists them with their layouts.                                       */
 /* The registry in the core (nnt_slot_name, nnt_slot_layout, ...) describes each.            */
 
 typedef enum nnt_slot {
@@ -274,7 +275,7 @@ typedef struct nnt_value_info {
     int64_t shape[NNT_MAX_DIMS];
     int writable;      /* 1: edits are honoured (later values see them) */
     int may_be_none;   /* 1: some calls emit no tensor (e.g. a state at a prompt's start) */
-    int off_page;      /* 1: the family's encyclopedia page does not list the value at all (e.g.
+    int off_page;      /* 1: the value has no place in this family's architecture at all (e.g.
                         * hyper-connection weights on a single-stream model); `nnt print` omits
                         * it, `nnt support` still shows it with the reason */
     const char *layout; /* NULL: the registry's layout name for the slot */
