@@ -183,10 +183,19 @@ typedef struct nnt_plugin {
     char *file;
     void *handle;
     nnt_plugin_kind kind;
-    const nnt_family_descriptor *family;
+    const nnt_family_descriptor *family; /* families: &family_desc */
+    nnt_family_descriptor family_desc;   /* families: the plugin's descriptor up to its struct_size,
+                                          * later fields zero */
     const nnt_backend_descriptor *backend;
     /* backends only: the created context */
     void *be_ctx;
+    /* backends only: the backend's op table, copied up to its struct_size and zero past it, so
+     * that every op this core knows reads as the backend's function or NULL; the core and the
+     * families use this copy, never the backend's own table */
+    nnt_backend_ops ops;
+    /* families only: the ops the family calls (its ops_needed, or every ABI 3.0 op when its
+     * descriptor predates the field) */
+    uint64_t ops_needed;
     /* families only: the backend chosen by the INI file, and the precision */
     struct nnt_plugin *be;
     nnt_precision precision;
@@ -213,6 +222,8 @@ typedef struct nnt_plugin_set {
     int n_warnings;
 } nnt_plugin_set;
 
+/* The field name of backend op `op` ("linear"), or "?" outside [0, NNT_OP_COUNT). */
+const char *nnt_op_name(nnt_op op);
 /* Loads one shared object and checks its descriptor; no plugin function is called. */
 nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err);
 void nnt_plugin_unload(nnt_plugin *p);
@@ -326,6 +337,10 @@ nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_slot slot,
  * earlier calls saved. */
 nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, int keep_results, nnt_error *err);
 nnt_model *nnt_trace_model(const nnt_trace *t);
+/* After a forward that returned NNT_OK: every (value, block) a request of the call covered was
+ * emitted at least once, or NNT_ERR_PLUGIN naming the family, the value and its declared dtype
+ * and shape. (nnt_run_emit checks each emission's dtype and shape as it comes.) */
+nnt_status nnt_trace_check_emitted(nnt_trace *t, nnt_error *err);
 /* nnt_trace_save at every step, whatever nnt_trace_steps chose for the caller's requests. */
 nnt_status nnt_trace_save_every_step(nnt_trace *t, const char *path);
 /* Removes every result the most recent request saved; the latest non-None one moves into *out

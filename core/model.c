@@ -84,20 +84,21 @@ nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
     m->family = (nnt_plugin *)fam;
     m->ckpt = ck;
     const nnt_plugin *be = fam->be;
-    st = nnt_arena_new(be->backend->ops, be->be_ctx, &m->arena, &rt->err);
+    st = nnt_arena_new(&be->ops, be->be_ctx, &m->arena, &rt->err);
     if (st == NNT_OK) {
         nnt_load_args args = {
-            /* .host = */ &rt->host,
-            /* .ckpt = */ ck,
-            /* .be = */ be->backend->ops,
-            /* .be_ctx = */ be->be_ctx,
-            /* .precision = */ fam->precision,
+            .struct_size = sizeof(nnt_load_args),
+            .host = &rt->host,
+            .ckpt = ck,
+            .be = &be->ops,
+            .be_ctx = be->be_ctx,
+            .precision = fam->precision,
         };
         uint64_t heap0 = nnt_heap_in_use();
-        size_t dev0 = be->backend->ops->weight_bytes(be->be_ctx);
+        size_t dev0 = be->ops.weight_bytes(be->be_ctx);
         st = fam->family->load(&args, &m->impl, &rt->err);
         uint64_t heap1 = nnt_heap_in_use();
-        size_t dev1 = be->backend->ops->weight_bytes(be->be_ctx), dev = dev1 > dev0 ? dev1 - dev0 : 0;
+        size_t dev1 = be->ops.weight_bytes(be->be_ctx), dev = dev1 > dev0 ? dev1 - dev0 : 0;
         nnt_ck_memory(ck, &m->memory.file_bytes, &m->memory.mapped_bytes, &m->memory.allocated_bytes);
         if (heap0 && heap1) /* everything the load left on the heap, a host backend's copies included */
             m->memory.allocated_bytes = heap1 > heap0 ? heap1 - heap0 : 0;
@@ -230,7 +231,7 @@ static nnt_status host_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *
     for (int64_t b = 0; b < B && st == NNT_OK; b++) {
         const float *row = (const float *)t->data + (b * T + T - 1) * V;
         if (t->device)
-            st = be->backend->ops->download(be->be_ctx, p + b * V, row, (size_t)V * sizeof(float), run->err);
+            st = be->ops.download(be->be_ctx, p + b * V, row, (size_t)V * sizeof(float), run->err);
         else
             memcpy(p + b * V, row, (size_t)V * sizeof(float));
         if (st != NNT_OK) break;
@@ -365,16 +366,17 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
     const nnt_plugin *be = m->family->be;
     int step = ss ? ss->step : 0;
     nnt_forward_args args = {
-        /* .batch = */ batch,
-        /* .seq = */ seq,
-        /* .past = */ past,
-        /* .input_ids = */ ids,
-        /* .attention_mask = */ all_mask,
-        /* .positions = */ pos,
-        /* .be = */ be->backend->ops,
-        /* .be_ctx = */ be->be_ctx,
-        /* .step = */ step,
-        /* .cache = */ ss ? ss->cache : NULL,
+        .struct_size = sizeof(nnt_forward_args),
+        .batch = batch,
+        .seq = seq,
+        .past = past,
+        .input_ids = ids,
+        .attention_mask = all_mask,
+        .positions = pos,
+        .be = &be->ops,
+        .be_ctx = be->be_ctx,
+        .step = step,
+        .cache = ss ? ss->cache : NULL,
     };
     nnt_run run = {
         /* .model = */ m,
@@ -399,6 +401,7 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_INPUT_SIZE, -1, &tsize);
     }
     if (st == NNT_OK) st = m->family->family->forward(m->impl, &run, &args, err);
+    if (st == NNT_OK && t) st = nnt_trace_check_emitted(t, err);
     if (st == NNT_OK && ss) {
         for (int b = 0; b < batch; b++)
             for (int s = 0; s < seq; s++) {
@@ -572,7 +575,7 @@ nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *o
                          : nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     if (st == NNT_OK) st = api_alloc(&run, NNT_F32, streams ? 3 : 2, xs, &dx, err);
     if (st == NNT_OK) st = api_alloc(&run, NNT_F32, 2, ys, &dy, err);
-    if (st == NNT_OK) st = be->backend->ops->upload(be->be_ctx, dx.data, host, nnt_tensor_nbytes(&dx), err);
+    if (st == NNT_OK) st = be->ops.upload(be->be_ctx, dx.data, host, nnt_tensor_nbytes(&dx), err);
     if (st == NNT_OK) st = m->family->family->project(m->impl, &run, &dx, streams, &dy, err);
     if (st == NNT_OK) {
         int64_t shape[NNT_MAX_DIMS];
@@ -582,7 +585,7 @@ nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *o
         if (nnt_tensor_alloc(out, NNT_F32, nd, shape) != NNT_OK)
             st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         else
-            st = be->backend->ops->download(be->be_ctx, out->data, dy.data, nnt_tensor_nbytes(out), err);
+            st = be->ops.download(be->be_ctx, out->data, dy.data, nnt_tensor_nbytes(out), err);
         if (st != NNT_OK) nnt_tensor_free(out);
     }
     free(host);

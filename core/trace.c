@@ -39,6 +39,12 @@ typedef struct request {
 typedef struct cell {
     int *ids;
     int n;
+    /* what the family's value_info declared for the call (set with the first request) */
+    nnt_dtype dtype;
+    int ndim;
+    int64_t shape[NNT_MAX_DIMS];
+    int may_be_none;
+    int emitted; /* times the family emitted the value in this call */
 } cell;
 
 typedef struct result {
@@ -542,10 +548,32 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             if (!vi.served) continue; /* a "*" request skips blocks that lack the value */
             st = check_shapes(t, r, l, &vi);
             if (st != NNT_OK) return st;
-            if (cell_push(cell_at(t, l, r->path.slot), i) != NNT_OK)
-                return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
+            cell *c = cell_at(t, l, r->path.slot);
+            if (cell_push(c, i) != NNT_OK) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
+            c->dtype = vi.dtype;
+            c->ndim = vi.ndim;
+            memcpy(c->shape, vi.shape, sizeof c->shape);
+            c->may_be_none = vi.may_be_none;
         }
     }
+    return NNT_OK;
+}
+
+nnt_status nnt_trace_check_emitted(nnt_trace *t, nnt_error *err)
+{
+    int L = t->m->info.num_layers;
+    for (int layer = -1; layer < L; layer++)
+        for (int slot = 0; slot < NNT_SLOT_COUNT; slot++) {
+            const cell *c = cell_at(t, layer, (nnt_slot)slot);
+            if (!c || c->n == 0 || c->emitted) continue;
+            char path[160], want[96];
+            nnt_path_format((nnt_slot)slot, layer, path, sizeof path);
+            return nnt_err_set(err, NNT_ERR_PLUGIN,
+                               "family '%s' did not emit %s in this call (batch %d, seq %d, past %d), though its "
+                               "value_info declares it served as %s %s; nothing was emitted, so no shape to compare",
+                               nnt_model_family(t->m), path, t->dims.batch, t->dims.seq, t->dims.past,
+                               nnt_dtype_name(c->dtype), nnt_dims_str(c->ndim, c->shape, want, sizeof want));
+        }
     return NNT_OK;
 }
 
@@ -569,7 +597,7 @@ static nnt_status host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst
         return NNT_OK;
     }
     const nnt_plugin *be = run->model->family->be;
-    return be->backend->ops->download(be->be_ctx, dst->data, src->data, bytes, run->err);
+    return be->ops.download(be->be_ctx, dst->data, src->data, bytes, run->err);
 }
 
 static nnt_status push_result(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *value)
@@ -727,6 +755,24 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *valu
     nnt_trace *t = run->trace;
     cell *c = cell_at(t, layer, slot);
     if (!c || c->n == 0) return NNT_OK;
+    /* the family contract: a requested value comes as value_info declared it */
+    c->emitted++;
+    if (value ? value->dtype != c->dtype || !nnt_shape_equal(value->ndim, value->shape, c->ndim, c->shape)
+              : !c->may_be_none) {
+        char path[160], want[96], got[96];
+        nnt_path_format(slot, layer, path, sizeof path);
+        nnt_dims_str(c->ndim, c->shape, want, sizeof want);
+        if (!value)
+            snprintf(got, sizeof got, "None");
+        else
+            nnt_shape_str(value, got, sizeof got);
+        return nnt_err_set(run->err, NNT_ERR_PLUGIN,
+                           "family '%s' emitted %s as %s %s, but its value_info declares %s %s for this call "
+                           "(batch %d, seq %d, past %d)%s",
+                           nnt_model_family(run->model), path, value ? nnt_dtype_name(value->dtype) : "", got,
+                           nnt_dtype_name(c->dtype), want, t->dims.batch, t->dims.seq, t->dims.past,
+                           value ? "" : " and not may_be_none");
+    }
     const nnt_plugin *be = run->model->family->be;
     nnt_tensor host = {0};
     int on_device = value && value->device;
@@ -773,7 +819,7 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *valu
         dirty = 1;
     }
     if (st == NNT_OK && on_device && dirty)
-        st = be->backend->ops->upload(be->be_ctx, value->data, host.data, nnt_tensor_nbytes(value), run->err);
+        st = be->ops.upload(be->be_ctx, value->data, host.data, nnt_tensor_nbytes(value), run->err);
     nnt_tensor_free(&host);
     return st;
 }

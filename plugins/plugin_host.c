@@ -60,7 +60,7 @@ static nnt_status check_header(const char *file, const char *symbol, const nnt_p
 static nnt_status check_family(const char *file, const nnt_family_descriptor *d, nnt_error *err)
 {
     nnt_status st = check_header(file, NNT_FAMILY_SYMBOL, &d->header, NNT_PLUGIN_FAMILY,
-                                 sizeof(nnt_family_descriptor), sizeof(nnt_family_descriptor), err);
+                                 NNT_FAMILY_DESCRIPTOR_MIN_SIZE, sizeof(nnt_family_descriptor), err);
     if (st != NNT_OK) return st;
     if (!d->architectures || !d->architectures[0])
         return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: family '%s' lists no architectures", file, d->header.name);
@@ -83,7 +83,42 @@ static nnt_status check_family(const char *file, const nnt_family_descriptor *d,
     return NNT_OK;
 }
 
-static nnt_status check_backend(const char *file, const nnt_backend_descriptor *d, nnt_error *err)
+/* The backend ops by table position: name and offset, in nnt_op order. */
+#define OP(name) {#name, offsetof(nnt_backend_ops, name)}
+static const struct {
+    const char *name;
+    size_t offset;
+} OPS[] = {OP(alloc),          OP(free),           OP(upload),         OP(download),         OP(prepare_weight),
+           OP(release_weight), OP(weight_bytes),   OP(linear),         OP(rms_norm),         OP(embedding),
+           OP(add),            OP(swap12),         OP(copy),           OP(fill),             OP(scale),
+           OP(rope),           OP(attn_scores),    OP(softmax),        OP(attn_mix),         OP(swiglu),
+           OP(route),          OP(gather_rows),    OP(scatter_add_rows), OP(scatter_rows),   OP(sum_axis1),
+           OP(conv1d_causal),  OP(kda_gate),       OP(sigmoid),        OP(delta_rule),       OP(rms_norm_gated),
+           OP(copy_cols),      OP(zero_rows),      OP(hyper_connection), OP(hyper_mix),      OP(hyper_head),
+           OP(compress),       OP(indexer_scores)};
+#undef OP
+_Static_assert(sizeof OPS / sizeof OPS[0] == NNT_OP_COUNT, "OPS lists every nnt_op");
+_Static_assert(NNT_OP_COUNT <= 64, "ops_needed is one 64-bit set");
+_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, indexer_scores) + sizeof(void (*)(void)),
+               "indexer_scores is the table's last op; append new ones to OPS and nnt_op");
+
+const char *nnt_op_name(nnt_op op)
+{
+    return (int)op >= 0 && op < NNT_OP_COUNT ? OPS[op].name : "?";
+}
+
+/* Op `op` of a table copied by check_backend (NULL when absent). */
+static const void *op_fn(const nnt_backend_ops *t, int op)
+{
+    const void *fn;
+    memcpy(&fn, (const char *)t + OPS[op].offset, sizeof fn);
+    return fn;
+}
+
+/* Checks a backend descriptor and copies its op table into *ops: the first struct_size bytes,
+ * the rest zero. Every required op must be present; the optional ones may be NULL. */
+static nnt_status check_backend(const char *file, const nnt_backend_descriptor *d, nnt_backend_ops *ops,
+                                nnt_error *err)
 {
     nnt_status st = check_header(file, NNT_BACKEND_SYMBOL, &d->header, NNT_PLUGIN_BACKEND,
                                  sizeof(nnt_backend_descriptor), sizeof(nnt_backend_descriptor), err);
@@ -91,14 +126,35 @@ static nnt_status check_backend(const char *file, const nnt_backend_descriptor *
     if (!d->create || !d->destroy || !d->ops)
         return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: backend '%s' leaves create, destroy or ops NULL", file,
                            d->header.name);
-    /* every op of the table must be present */
-    const void *const *ops = (const void *const *)d->ops;
-    size_t n = sizeof(nnt_backend_ops) / sizeof(void *);
-    for (size_t i = 0; i < n; i++)
-        if (!ops[i])
-            return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: backend '%s' leaves operation %zu of its table NULL", file,
-                               d->header.name, i);
+    uint32_t size = d->ops->struct_size;
+    if (size < NNT_BACKEND_OPS_MIN_SIZE || size > sizeof(nnt_backend_ops))
+        return nnt_err_set(err, NNT_ERR_ABI,
+                           "%s: backend '%s' has an op table of %u bytes (struct_size); ABI %d.%d expects between %zu "
+                           "(the required ops) and %zu",
+                           file, d->header.name, size, NNT_ABI_MAJOR, NNT_ABI_MINOR, (size_t)NNT_BACKEND_OPS_MIN_SIZE,
+                           sizeof(nnt_backend_ops));
+    memset(ops, 0, sizeof *ops);
+    memcpy(ops, d->ops, size);
+    for (int i = 0; i < NNT_OP_LINEAR; i++)
+        if (!op_fn(ops, i))
+            return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: backend '%s' leaves required operation '%s' NULL", file,
+                               d->header.name, OPS[i].name);
     return NNT_OK;
+}
+
+/* Lists in buf (", "-separated, quoted) the ops of `needed` that the table lacks; returns their
+ * number. */
+static int missing_ops(uint64_t needed, const nnt_backend_ops *ops, char *buf, size_t n)
+{
+    int count = 0;
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < NNT_OP_COUNT; i++) {
+        if (!(needed & NNT_OP_BIT(i)) || op_fn(ops, i)) continue;
+        if (k < n) k += (size_t)snprintf(buf + k, n - k, "%s'%s'", count ? ", " : "", OPS[i].name);
+        count++;
+    }
+    return count;
 }
 
 /* Copies what can safely be read from a descriptor whose header passed check_header: the name
@@ -136,6 +192,7 @@ static nnt_status plugin_open(const char *file, nnt_plugin **out, nnt_plugin_war
     const nnt_family_descriptor *fam = dlsym(h, NNT_FAMILY_SYMBOL);
     const nnt_backend_descriptor *be = dlsym(h, NNT_BACKEND_SYMBOL);
     nnt_status st = NNT_OK;
+    nnt_backend_ops ops;
     if (!fam && !be)
         st = nnt_err_set(err, NNT_ERR_PLUGIN, "%s: not an nnt plugin: it exports neither '%s' nor '%s'", file,
                          NNT_FAMILY_SYMBOL, NNT_BACKEND_SYMBOL);
@@ -145,12 +202,12 @@ static nnt_status plugin_open(const char *file, nnt_plugin **out, nnt_plugin_war
     else if (fam)
         st = check_family(file, fam, err);
     else
-        st = check_backend(file, be, err);
+        st = check_backend(file, be, &ops, err);
     if (st != NNT_OK) {
         /* the header was sound when the failure came from a later check: keep the identity */
         nnt_error scratch = {0};
         if (fam && check_header(file, NNT_FAMILY_SYMBOL, &fam->header, NNT_PLUGIN_FAMILY,
-                                sizeof(nnt_family_descriptor), sizeof(nnt_family_descriptor), &scratch) == NNT_OK)
+                                NNT_FAMILY_DESCRIPTOR_MIN_SIZE, sizeof(nnt_family_descriptor), &scratch) == NNT_OK)
             capture_identity(&fam->header, fam->architectures, who);
         else if (be && check_header(file, NNT_BACKEND_SYMBOL, &be->header, NNT_PLUGIN_BACKEND,
                                     sizeof(nnt_backend_descriptor), sizeof(nnt_backend_descriptor), &scratch) == NNT_OK)
@@ -166,8 +223,17 @@ static nnt_status plugin_open(const char *file, nnt_plugin **out, nnt_plugin_war
     p->file = nnt_strdup(file);
     p->handle = h;
     p->kind = fam ? NNT_PLUGIN_FAMILY : NNT_PLUGIN_BACKEND;
-    p->family = fam;
+    if (fam) {
+        /* a descriptor shorter than this core's (an older minor's): its fields up to
+         * struct_size, the later ones absent */
+        memcpy(&p->family_desc, fam, fam->header.struct_size);
+        p->family = &p->family_desc;
+        p->ops_needed = NNT_STRUCT_HAS(&fam->header, nnt_family_descriptor, ops_needed) && fam->ops_needed
+                            ? fam->ops_needed
+                            : NNT_OPS_ALL_3_0;
+    }
     p->backend = be;
+    if (be) p->ops = ops;
     *out = p;
     return NNT_OK;
 }
@@ -400,7 +466,8 @@ static nnt_status create_backend(nnt_plugin *be, const nnt_ini *ini, nnt_error *
         keys[i] = s->kv[i].key;
         vals[i] = s->kv[i].value;
     }
-    nnt_backend_options opt = {keys, vals, n, ini->path};
+    nnt_backend_options opt = {
+        .struct_size = sizeof(nnt_backend_options), .keys = keys, .values = vals, .count = n, .ini_path = ini->path};
     nnt_status st = be->backend->create(&opt, &be->be_ctx, err);
     free(keys);
     free(vals);
@@ -467,6 +534,22 @@ nnt_status nnt_plugins_load_all(const nnt_ini *ini, nnt_plugin_set *set, nnt_err
                         "%s: family '%s' uses the default backend 'cpu', which no loaded plugin provides "
                         "(loaded backends: %s); add its directory under [plugins]%s",
                         ini->path, pname(p), have, hint);
+            if (named) return err->status;
+            if ((st = leave_without_backend(set, p, err)) != NNT_OK) return st;
+            continue;
+        }
+        /* the capability check: every op the family calls must be in the backend's table */
+        char miss[NNT_ERROR_MSG_MAX / 2];
+        int n_miss = missing_ops(p->ops_needed, &be->ops, miss, sizeof miss);
+        if (n_miss) {
+            char where[600];
+            if (s && nnt_ini_get(s, "backend", NULL))
+                snprintf(where, sizeof where, "%s:%d: ", ini->path, line);
+            else
+                snprintf(where, sizeof where, "%s: ", ini->path);
+            nnt_err_set(err, NNT_ERR_UNSUPPORTED,
+                        "%sfamily '%s' (%s) needs backend operation%s %s, which backend '%s' (%s) does not provide",
+                        where, pname(p), p->file, n_miss == 1 ? "" : "s", miss, pname(be), be->file);
             if (named) return err->status;
             if ((st = leave_without_backend(set, p, err)) != NNT_OK) return st;
             continue;

@@ -23,7 +23,13 @@
 #       links with pkg-config's kitlibs; loaded by an INI next to the installed families on the
 #       cpu backend, the installed nnt traces tests/fixtures/qwen3_moe and its logits and block
 #       values match transformers' (reference.safetensors) within 1e-5 relative, checked by
-#       tests/install/compare_values.c. It runs before (d), on the prefix as installed.
+#       tests/install/compare_values.c. It runs before (d), on the prefix as installed;
+#   (f) an out-of-tree backend builds and loads: examples/third_party_backend (plain_c: plain C
+#       loops for the required and decoder ops only) configures against <prefix> alone; an INI
+#       puts the Qwen3-MoE family of (e) on it and minimax_m2 on cpu, `nnt plugins` shows that
+#       wiring, the Qwen3-MoE values on plain_c match transformers' within 1e-5 relative, and an
+#       INI that also puts kimi_linear on plain_c fails to open, naming kimi_linear, plain_c and
+#       the recurrent ops plain_c lacks (the capability check).
 # SANITIZE=ON builds the consumer with the sanitizers libnnt was built with. WORK is removed
 # when every check passes and kept (its path printed) when one fails.
 set -euo pipefail
@@ -168,6 +174,56 @@ for k in "${q3keys[@]}"; do q3save+=(--save "$k"); done
 ./compare_values "$work/q3-values.safetensors" "$q3fix/reference.safetensors" 1e-5 "${q3keys[@]}" > q3-compare.txt 2>&1 ||
   { cat q3-compare.txt; fail "the Qwen3-MoE values differ from transformers'"; }
 cat q3-compare.txt
+
+# (f) an out-of-tree backend (examples/third_party_backend: plain_c, the decoder ops only)
+step "(f) examples/third_party_backend with find_package(nnt CONFIG)"
+"$cmake_cmd" -S "$src/examples/third_party_backend" -B "$work/plain" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" "${cflags[@]}" > plain-configure.log 2>&1 ||
+  { cat plain-configure.log; fail "examples/third_party_backend does not configure against $prefix"; }
+grep -F "nnt_DIR:PATH=" "$work/plain/CMakeCache.txt" | grep -qF "$prefix/lib/cmake/nnt" ||
+  fail "examples/third_party_backend found nnt elsewhere than $prefix"
+"$cmake_cmd" --build "$work/plain" > plain-build.log 2>&1 || { cat plain-build.log; fail "examples/third_party_backend does not build"; }
+plainso=$work/plain/plain_c.so
+[ -f "$plainso" ] || fail "no $plainso"
+cat > plain.ini <<INI
+[plugins]
+dir = $prefix/lib/nnt/families
+dir = $prefix/lib/nnt/kernels
+file = $q3so
+file = $plainso
+
+[family.qwen3_moe]
+backend = plain_c
+
+[family.minimax_m2]
+backend = cpu
+INI
+"$prefix/bin/nnt" plugins --config "$work/plain.ini" > plain-plugins.txt 2>&1 ||
+  { cat plain-plugins.txt; fail "nnt plugins with the plain_c INI failed"; }
+cat plain-plugins.txt
+grep -qE "backend +plain_c .*$plainso" plain-plugins.txt || fail "plain_c is not loaded from $plainso"
+grep -qE "family +qwen3_moe +plain_c +$q3so" plain-plugins.txt || fail "qwen3_moe is not on plain_c"
+grep -qE "family +minimax_m2 +cpu +$prefix/lib/nnt/families/minimax_m2.so" plain-plugins.txt ||
+  fail "minimax_m2 is not on cpu beside plain_c"
+step "(f) qwen3_moe on plain_c, compared with transformers; minimax_m2 on cpu in the same runtime"
+"$prefix/bin/nnt" trace --config "$work/plain.ini" --model "$q3fix" --tokens "$(cat "$q3fix/tokens.txt")" "${q3save[@]}" \
+  --out "$work/plain-values.safetensors" > plain-trace.txt 2>&1 ||
+  { cat plain-trace.txt; fail "qwen3_moe does not trace on plain_c"; }
+./compare_values "$work/plain-values.safetensors" "$q3fix/reference.safetensors" 1e-5 "${q3keys[@]}" > plain-compare.txt 2>&1 ||
+  { cat plain-compare.txt; fail "the Qwen3-MoE values on plain_c differ from transformers'"; }
+cat plain-compare.txt
+"$prefix/bin/nnt" trace --config "$work/plain.ini" --model "$src/examples/tiny-minimax-m2" \
+  --tokens "$(cat "$src/examples/tiny-minimax-m2/prompt.txt")" > plain-minimax.txt 2>&1 ||
+  { cat plain-minimax.txt; fail "minimax_m2 on cpu does not trace beside plain_c"; }
+step "(f) a family that needs ops plain_c lacks is refused, naming the family, the backend and the ops"
+printf '[family.kimi_linear]\nbackend = plain_c\n' >> plain.ini
+if "$prefix/bin/nnt" plugins --config "$work/plain.ini" > plain-kimi.txt 2>&1; then
+  cat plain-kimi.txt; fail "kimi_linear on plain_c was accepted"
+fi
+cat plain-kimi.txt
+grep -qF "family 'kimi_linear'" plain-kimi.txt && grep -qF "which backend 'plain_c'" plain-kimi.txt &&
+  grep -qF "'conv1d_causal', 'kda_gate', 'sigmoid', 'delta_rule', 'rms_norm_gated', 'zero_rows'" plain-kimi.txt ||
+  fail "the refusal of kimi_linear on plain_c does not name the family, the backend and the missing ops"
 
 # (d) moved after installation
 step "(d) the installation moved to $work/moved"

@@ -94,6 +94,10 @@ static void test_abi_checks(void)
     expect("name.ini", ini, NNT_ERR_PLUGIN, "'Bad Name!' is not of the form");
     ini_for(ini, sizeof ini, "no_forward", NULL);
     expect("nofwd.ini", ini, NNT_ERR_PLUGIN, "leaves 'forward' NULL");
+    ini_for(ini, sizeof ini, "null_op", NULL);
+    expect("nullop.ini", ini, NNT_ERR_PLUGIN, "backend 'null_op' leaves required operation 'download' NULL");
+    ini_for(ini, sizeof ini, "bad_ops_size", NULL);
+    expect("opsize.ini", ini, NNT_ERR_ABI, "backend 'bad_ops_size' has an op table of 8 bytes (struct_size)");
 }
 
 static void test_conflicts(void)
@@ -203,12 +207,14 @@ static void test_scanned_dir_skips_broken(void)
     expect_warning(rt, "dup_arch.so", "claims architecture 'MiniMaxM2ForCausalLM', already served by family 'minimax_m2'");
     expect_warning(rt, "second_cpu.so", "backend plugin name 'cpu' is already taken by");
     expect_warning(rt, "old_backend.so", "majors must be equal");
+    expect_warning(rt, "null_op.so", "backend 'null_op' leaves required operation 'download' NULL");
+    expect_warning(rt, "bad_ops_size.so", "has an op table of 8 bytes (struct_size)");
     /* the reason does not repeat the file */
     const char *r = warning_for(rt, "junk.so");
     CU_ASSERT(r && !strstr(r, "junk.so"));
     int n = 0;
     while (nnt_runtime_warning(rt, n, NULL, NULL)) n++;
-    CU_ASSERT_EQUAL(n, 10);
+    CU_ASSERT_EQUAL(n, 12);
     CU_ASSERT_EQUAL(nnt_runtime_warning(rt, -1, NULL, NULL), 0);
     CU_ASSERT_EQUAL(nnt_runtime_warning(NULL, 0, NULL, NULL), 0);
     /* nothing broken was kept, and the good plugins work */
@@ -268,6 +274,157 @@ static void test_broken_default_backend(void)
     expect("stale3.ini", ini, NNT_ERR_NOT_FOUND, "cpu.so was skipped: built for nnt plugin ABI");
 }
 
+/* <build>/tests/plugins-ok/<name>.so: the test plugins that load. */
+static const char *ok_plugin(const char *name, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s-ok/%s.so", NNT_TEST_PLUGIN_DIR, name);
+    return buf;
+}
+
+/* The in-tree families and kernels, the test plugins `a` and `b` (NULL: none) by file =, then tail. */
+static void ini_with(char *buf, size_t n, const char *a, const char *b, const char *tail)
+{
+    char pa[512], pb[512];
+    snprintf(buf, n, "[plugins]\ndir = %s/families\ndir = %s/kernels\n%s%s%s%s%s%s%s", NNT_TEST_BUILD_DIR,
+             NNT_TEST_BUILD_DIR, a ? "file = " : "", a ? ok_plugin(a, pa, sizeof pa) : "", a ? "\n" : "",
+             b ? "file = " : "", b ? ok_plugin(b, pb, sizeof pb) : "", b ? "\n" : "", tail ? tail : "");
+}
+
+/* A descriptor that ends where an older minor's did (at `project`) loads; its absent fields
+ * read as absent: no sessions, and it is taken to need every op. */
+static void test_older_minor_accepted(void)
+{
+    char ini[4096];
+    ini_with(ini, sizeof ini, "old_minor", NULL, NULL);
+    nnt_runtime *rt = NULL;
+    T_OK(rt, open_with("oldminor.ini", ini, &rt));
+    CU_ASSERT_STRING_EQUAL(family_backend(rt, "old_minor"), "cpu");
+    nnt_runtime_close(rt);
+    /* taken to need every op: a backend without the optional ones cannot take it */
+    ini_with(ini, sizeof ini, "old_minor", "few_ops", "[family.old_minor]\nbackend = few_ops\n");
+    expect("oldminor2.ini", ini, NNT_ERR_UNSUPPORTED, "family 'old_minor'");
+    expect("oldminor3.ini", ini, NNT_ERR_UNSUPPORTED, "'conv1d_causal', 'kda_gate', 'sigmoid', 'delta_rule'");
+}
+
+/* A backend without the optional ops loads, and so do the families that do not call them on it;
+ * a family that calls one fails, naming the family, every missing op and the backend. */
+static void test_capabilities(void)
+{
+    char ini[4096];
+    ini_with(ini, sizeof ini, "few_ops", NULL, "[family.minimax_m2]\nbackend = few_ops\n");
+    nnt_runtime *rt = NULL;
+    T_OK(rt, open_with("few.ini", ini, &rt));
+    CU_ASSERT_STRING_EQUAL(family_backend(rt, "minimax_m2"), "few_ops");
+    CU_ASSERT_STRING_EQUAL(family_backend(rt, "kimi_linear"), "cpu");
+    nnt_runtime_close(rt);
+    /* an in-tree family mapped onto it by the INI: the open fails, at the INI line */
+    ini_with(ini, sizeof ini, "few_ops", NULL, "[family.kimi_linear]\nbackend = few_ops\n");
+    expect("fewkimi.ini", ini, NNT_ERR_UNSUPPORTED, "fewkimi.ini:6: family 'kimi_linear'");
+    expect("fewkimi2.ini", ini, NNT_ERR_UNSUPPORTED,
+           "needs backend operations 'conv1d_causal', 'kda_gate', 'sigmoid', 'delta_rule', 'rms_norm_gated', "
+           "'zero_rows', which backend 'few_ops'");
+    ini_with(ini, sizeof ini, "few_ops", NULL, "[family.deepseek_v4]\nbackend = few_ops\n");
+    expect("fewdsv4.ini", ini, NNT_ERR_UNSUPPORTED,
+           "family 'deepseek_v4'");
+    expect("fewdsv42.ini", ini, NNT_ERR_UNSUPPORTED,
+           "'hyper_connection', 'hyper_mix', 'hyper_head', 'compress', 'indexer_scores', which backend 'few_ops'");
+    /* a family that declares one op the backend lacks: one op, named alone */
+    ini_with(ini, sizeof ini, "few_ops", "needs_op", "[family.needs_op]\nbackend = few_ops\n");
+    expect("needsop.ini", ini, NNT_ERR_UNSUPPORTED,
+           "family 'needs_op' (");
+    expect("needsop2.ini", ini, NNT_ERR_UNSUPPORTED, "needs backend operation 'delta_rule', which backend 'few_ops' (");
+    /* on the full cpu backend the same family is fine */
+    ini_with(ini, sizeof ini, "needs_op", NULL, NULL);
+    T_OK(rt, open_with("needsop3.ini", ini, &rt));
+    CU_ASSERT_STRING_EQUAL(family_backend(rt, "needs_op"), "cpu");
+    nnt_runtime_close(rt);
+
+    /* not named by the INI: the family stays without a backend, with a warning, and a model
+     * load names the family, the ops and the backend */
+    char kdir[768], target[512], text[2048];
+    scratch_dir("few-kernels", "cpu.so", ok_plugin("few_cpu", target, sizeof target), 0, kdir, sizeof kdir);
+    snprintf(text, sizeof text, "[plugins]\ndir = %s/families\ndir = %s\n", NNT_TEST_BUILD_DIR, kdir);
+    T_OK(rt, open_with("fewcpu.ini", text, &rt));
+    expect_warning(rt, "kimi_linear.so", "family 'kimi_linear'");
+    expect_warning(rt, "kimi_linear.so", "needs backend operations 'conv1d_causal'");
+    CU_ASSERT_STRING_EQUAL(family_backend(rt, "kimi_linear"), "none");
+    CU_ASSERT_STRING_EQUAL(family_backend(rt, "minimax_m2"), "cpu");
+    nnt_model *m = NULL;
+    char dir[512];
+    T_FAILS(rt, nnt_model_load(rt, t_fixture("kimi_linear/fp32", dir, sizeof dir), &m), NNT_ERR_NOT_FOUND,
+            "family 'kimi_linear'");
+    T_FAILS(rt, nnt_model_load(rt, t_fixture("kimi_linear/fp32", dir, sizeof dir), &m), NNT_ERR_NOT_FOUND,
+            "'delta_rule', 'rms_norm_gated', 'zero_rows', which backend 'cpu'");
+    CU_ASSERT_PTR_NULL(m);
+    nnt_runtime_close(rt);
+}
+
+/* A checkpoint folder for a test family: its config.json and the example model's weights. */
+static const char *fake_checkpoint(const char *name, const char *arch, char *buf, size_t n)
+{
+    char path[1024], fx[512], json[256];
+    snprintf(buf, n, "%s/%s-ckpt", t_tmpdir(), name);
+    mkdir(buf, 0755);
+    snprintf(path, sizeof path, "%s/config.json", buf);
+    snprintf(json, sizeof json, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\"}\n", arch, name);
+    CU_ASSERT_FATAL(t_write_file(path, json) == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", buf);
+    unlink(path);
+    CU_ASSERT_FATAL(symlink(t_fixture("minimax_m2/fp32/model.safetensors", fx, sizeof fx), path) == 0);
+    return buf;
+}
+
+/* Runs layers.0.layer_output (and logits) through the test family `name`; returns the status. */
+static nnt_status run_fake(nnt_runtime *rt, const char *name, const char *arch, const char *save, nnt_model **mp)
+{
+    char ckpt[768];
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, fake_checkpoint(name, arch, ckpt, sizeof ckpt), &m));
+    *mp = m;
+    if (!m) return NNT_ERR_INTERNAL;
+    nnt_trace *t = NULL;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, save));
+    int32_t ids[3] = {1, 2, 3};
+    nnt_status st = nnt_trace_run(t, ids, NULL, 1, 3);
+    nnt_trace_free(t);
+    return st;
+}
+
+/* The forward contract: a requested value the family declares served must be emitted, with the
+ * declared dtype and shape; otherwise the call fails naming the family, the value and shapes. */
+static void test_forward_contract(void)
+{
+    char ini[4096];
+    ini_with(ini, sizeof ini, "no_emit", "wrong_shape", NULL);
+    nnt_runtime *rt = NULL;
+    T_OK(rt, open_with("contract.ini", ini, &rt));
+    nnt_model *m = NULL;
+    /* a value it does emit as declared is fine */
+    CU_ASSERT_EQUAL(run_fake(rt, "no_emit", "NoEmitForCausalLM", "logits", &m), NNT_OK);
+    nnt_model_free(m);
+    CU_ASSERT_EQUAL(run_fake(rt, "no_emit", "NoEmitForCausalLM", "layers.0.layer_output", &m), NNT_ERR_PLUGIN);
+    const char *msg = nnt_last_error(rt);
+    if (!strstr(msg, "family 'no_emit' did not emit layers.0.layer_output") || !strstr(msg, "served as F32 [1, 3, 4]"))
+        fprintf(stderr, "\n  no_emit: %s\n", msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "family 'no_emit' did not emit layers.0.layer_output"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "served as F32 [1, 3, 4]"));
+    nnt_model_free(m);
+    CU_ASSERT_EQUAL(run_fake(rt, "wrong_shape", "WrongShapeForCausalLM", "layers.0.layer_output", &m), NNT_ERR_PLUGIN);
+    msg = nnt_last_error(rt);
+    if (!strstr(msg, "family 'wrong_shape' emitted layers.0.layer_output as F32 [1, 3, 5], but its value_info declares "
+                     "F32 [1, 3, 4]"))
+        fprintf(stderr, "\n  wrong_shape: %s\n", msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "family 'wrong_shape' emitted layers.0.layer_output as F32 [1, 3, 5], but its "
+                                       "value_info declares F32 [1, 3, 4]"));
+    nnt_model_free(m);
+    /* the same through a "*" request */
+    CU_ASSERT_EQUAL(run_fake(rt, "wrong_shape", "WrongShapeForCausalLM", "layers.*.layer_output", &m), NNT_ERR_PLUGIN);
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_last_error(rt), "F32 [1, 3, 5]"));
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 static void test_ini_errors(void)
 {
     expect("key.ini", "; comment\n[plugins]\ndirectory = x\n", NNT_ERR_CONFIG, "key.ini:3: unknown key 'directory' in [plugins]");
@@ -310,6 +467,9 @@ int register_tests(void)
         !CU_add_test(s, "missing plugin file, directory or INI", test_missing_file) ||
         !CU_add_test(s, "a shared object that is not a plugin", test_not_a_plugin) ||
         !CU_add_test(s, "ABI major, minor, size, name and table checks", test_abi_checks) ||
+        !CU_add_test(s, "an older minor's shorter descriptor is accepted", test_older_minor_accepted) ||
+        !CU_add_test(s, "optional ops and the capability check", test_capabilities) ||
+        !CU_add_test(s, "the forward contract: declared values emitted with their shapes", test_forward_contract) ||
         !CU_add_test(s, "two plugins claiming one architecture or name", test_conflicts) ||
         !CU_add_test(s, "a family whose backend is absent", test_missing_backend) ||
         !CU_add_test(s, "broken plugins in a scanned directory are skipped with their reasons",

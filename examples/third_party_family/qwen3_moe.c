@@ -150,6 +150,7 @@ static nnt_status bind_layer(q3_model *m, const nnt_checkpoint *ck, int L, nnt_e
     ly->moe.intermediate = m->moe_inter;
     /* softmax over all experts in float32, top-k, optionally renormalised (Qwen3MoeTopKRouter) */
     ly->moe.route = (nnt_route_params){
+        .struct_size = sizeof(nnt_route_params),
         .score_fn = NNT_SCORE_SOFTMAX,
         .top_k = m->top_k,
         .n_group = 1,
@@ -401,4 +402,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .project = q3_project,
     .cache_new = q3_cache_new,
     .cache_free = q3_cache_free,
+    .ops_needed = NNT_OPS_DECODER, /* the kit's decoder, attention and MoE helpers */
 };

@@ -9,6 +9,7 @@
 nnt_status fam_mask_build(const nnt_forward_args *args, nnt_attn_mask *mask, nnt_error *err)
 {
     memset(mask, 0, sizeof *mask);
+    mask->struct_size = sizeof *mask;
     int64_t n = (int64_t)args->batch * args->seq, S = (int64_t)args->past + args->seq;
     uint8_t *valid = malloc((size_t)n);
     if (!valid) {

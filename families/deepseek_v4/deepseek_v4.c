@@ -406,14 +406,15 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
      * DeepseekV4TopKRouter and DeepseekV4HashRouter) */
     ly->moe.route_bf16 = 1;
     ly->moe.route = (nnt_route_params){
-        /* .score_fn = */ m->score_fn,
-        /* .top_k = */ m->top_k,
-        /* .n_group = */ 1,
-        /* .topk_group = */ 1,
-        /* .renormalize = */ m->norm_topk,
-        /* .renorm_eps = */ 1e-20f,
-        /* .scaling_factor = */ (float)m->scaling,
-        /* .indices_given = */ 0,
+        .struct_size = sizeof(nnt_route_params),
+        .score_fn = m->score_fn,
+        .top_k = m->top_k,
+        .n_group = 1,
+        .topk_group = 1,
+        .renormalize = m->norm_topk,
+        .renorm_eps = 1e-20f,
+        .scaling_factor = (float)m->scaling,
+        .indices_given = 0,
     };
     return NNT_OK;
 }
@@ -612,7 +613,15 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
             for (int64_t t = 0; t < T; t++) memset(allow + (b * T + t) * S, 1, (size_t)K);
         if (C > 0) TRY(indexer_select(m, run, L, args, rows, xn, &qr, C, S, K, allow, err));
     }
-    nnt_attn_mask mask = {args->positions, kpos, kvalid, qvalid, nowin, allow, 1, m->window};
+    nnt_attn_mask mask = {.struct_size = sizeof(nnt_attn_mask),
+                          .q_pos = args->positions,
+                          .k_pos = kpos,
+                          .key_valid = kvalid,
+                          .query_valid = qvalid,
+                          .key_no_window = nowin,
+                          .allow = allow,
+                          .causal = 1,
+                          .window = m->window};
     TRY(h->emit(run, NNT_SV_ATTN_QUERIES, L, &qh));
     /* keys and values are one tensor: an edit to either is an edit to both */
     TRY(h->emit(run, NNT_SV_ATTN_KEYS, L, &keys));
@@ -1019,18 +1028,19 @@ static nnt_status dv_build_tree(const void *model, nnt_tree *tree, nnt_error *er
 }
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "deepseek_v4", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "deepseek_v4", "0.1.0",
                                       "DeepSeek-V4 (DeepseekV4ForCausalLM): hyper-connections, compressed sparse attention"),
-    /* .architectures = */ ARCHS,
-    /* .model_types = */ TYPES,
-    /* .renames = */ RENAMES,
-    /* .load = */ dv_load,
-    /* .unload = */ dv_unload,
-    /* .info = */ dv_info,
-    /* .value_info = */ dv_value_info,
-    /* .build_tree = */ dv_build_tree,
-    /* .forward = */ dv_forward,
-    /* .project = */ dv_project,
-    /* .cache_new = */ dv_cache_new,
-    /* .cache_free = */ dv_cache_free,
+    .architectures = ARCHS,
+    .model_types = TYPES,
+    .renames = RENAMES,
+    .load = dv_load,
+    .unload = dv_unload,
+    .info = dv_info,
+    .value_info = dv_value_info,
+    .build_tree = dv_build_tree,
+    .forward = dv_forward,
+    .project = dv_project,
+    .cache_new = dv_cache_new,
+    .cache_free = dv_cache_free,
+    .ops_needed = NNT_OPS_DECODER | NNT_OPS_HYPER,
 };

@@ -377,14 +377,15 @@ static nnt_status bind_mlp(kl_model *m, const nnt_checkpoint *ck, int L, kl_laye
     /* transformers' Kimi-Linear router multiplies in float32 (modeling_kimi_linear.py) */
     ly->moe.router_f32 = 1;
     ly->moe.route = (nnt_route_params){
-        /* .score_fn = */ NNT_SCORE_SIGMOID,
-        /* .top_k = */ m->top_k,
-        /* .n_group = */ m->n_group,
-        /* .topk_group = */ m->topk_group,
-        /* .renormalize = */ m->norm_topk,
-        /* .renorm_eps = */ 1e-20f,
-        /* .scaling_factor = */ (float)m->scaling_factor,
-        /* .indices_given = */ 0,
+        .struct_size = sizeof(nnt_route_params),
+        .score_fn = NNT_SCORE_SIGMOID,
+        .top_k = m->top_k,
+        .n_group = m->n_group,
+        .topk_group = m->topk_group,
+        .renormalize = m->norm_topk,
+        .renorm_eps = 1e-20f,
+        .scaling_factor = (float)m->scaling_factor,
+        .indices_given = 0,
     };
     return NNT_OK;
 }
@@ -848,18 +849,19 @@ static nnt_status kl_cache_new(void *model, int batch, int capacity, void **cach
 }
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "kimi_linear", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "kimi_linear", "0.1.0",
                                       "Kimi-Linear (KimiLinearForCausalLM): Kimi Delta Attention and latent attention"),
-    /* .architectures = */ ARCHS,
-    /* .model_types = */ TYPES,
-    /* .renames = */ RENAMES,
-    /* .load = */ kl_load,
-    /* .unload = */ kl_unload,
-    /* .info = */ kl_info,
-    /* .value_info = */ kl_value_info,
-    /* .build_tree = */ kl_build_tree,
-    /* .forward = */ kl_forward,
-    /* .project = */ kl_project,
-    /* .cache_new = */ kl_cache_new,
-    /* .cache_free = */ kl_cache_free,
+    .architectures = ARCHS,
+    .model_types = TYPES,
+    .renames = RENAMES,
+    .load = kl_load,
+    .unload = kl_unload,
+    .info = kl_info,
+    .value_info = kl_value_info,
+    .build_tree = kl_build_tree,
+    .forward = kl_forward,
+    .project = kl_project,
+    .cache_new = kl_cache_new,
+    .cache_free = kl_cache_free,
+    .ops_needed = NNT_OPS_DECODER | NNT_OPS_RECURRENT,
 };

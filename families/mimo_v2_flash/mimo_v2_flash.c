@@ -280,14 +280,15 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     /* transformers' MiMo-V2-Flash router multiplies in float32 (modeling_mimo_v2_flash.py) */
     ly->moe.router_f32 = 1;
     ly->moe.route = (nnt_route_params){
-        /* .score_fn = */ NNT_SCORE_SIGMOID,
-        /* .top_k = */ m->top_k,
-        /* .n_group = */ m->n_group,
-        /* .topk_group = */ m->topk_group,
-        /* .renormalize = */ m->norm_topk,
-        /* .renorm_eps = */ 1e-20f,
-        /* .scaling_factor = */ (float)m->scaling_factor,
-        /* .indices_given = */ 0,
+        .struct_size = sizeof(nnt_route_params),
+        .score_fn = NNT_SCORE_SIGMOID,
+        .top_k = m->top_k,
+        .n_group = m->n_group,
+        .topk_group = m->topk_group,
+        .renormalize = m->norm_topk,
+        .renorm_eps = 1e-20f,
+        .scaling_factor = (float)m->scaling_factor,
+        .indices_given = 0,
     };
     ly->moe.swiglu_limit = 0.0f;
     ly->moe.has_shared = 0;
@@ -528,18 +529,19 @@ static void mv_cache_free(void *model, void *cache)
 }
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "mimo_v2_flash", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "mimo_v2_flash", "0.1.0",
                                       "MiMo-V2-Flash (MiMoV2FlashForCausalLM)"),
-    /* .architectures = */ ARCHS,
-    /* .model_types = */ TYPES,
-    /* .renames = */ RENAMES,
-    /* .load = */ mv_load,
-    /* .unload = */ mv_unload,
-    /* .info = */ mv_info,
-    /* .value_info = */ mv_value_info,
-    /* .build_tree = */ mv_build_tree,
-    /* .forward = */ mv_forward,
-    /* .project = */ mv_project,
-    /* .cache_new = */ mv_cache_new,
-    /* .cache_free = */ mv_cache_free,
+    .architectures = ARCHS,
+    .model_types = TYPES,
+    .renames = RENAMES,
+    .load = mv_load,
+    .unload = mv_unload,
+    .info = mv_info,
+    .value_info = mv_value_info,
+    .build_tree = mv_build_tree,
+    .forward = mv_forward,
+    .project = mv_project,
+    .cache_new = mv_cache_new,
+    .cache_free = mv_cache_free,
+    .ops_needed = NNT_OPS_DECODER,
 };

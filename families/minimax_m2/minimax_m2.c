@@ -180,14 +180,15 @@ static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_e
     ly->moe.top_k = m->top_k;
     ly->moe.intermediate = m->inter;
     ly->moe.route = (nnt_route_params){
-        /* .score_fn = */ NNT_SCORE_SIGMOID,
-        /* .top_k = */ m->top_k,
-        /* .n_group = */ 1,
-        /* .topk_group = */ 1,
-        /* .renormalize = */ 1,
-        /* .renorm_eps = */ 0.0f,
-        /* .scaling_factor = */ 1.0f,
-        /* .indices_given = */ 0,
+        .struct_size = sizeof(nnt_route_params),
+        .score_fn = NNT_SCORE_SIGMOID,
+        .top_k = m->top_k,
+        .n_group = 1,
+        .topk_group = 1,
+        .renormalize = 1,
+        .renorm_eps = 0.0f,
+        .scaling_factor = 1.0f,
+        .indices_given = 0,
     };
     ly->moe.swiglu_limit = 0.0f;
     ly->moe.has_shared = 0;
@@ -422,18 +423,19 @@ static void mm_cache_free(void *model, void *cache)
 }
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    /* .header = */ NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "minimax_m2", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "minimax_m2", "0.1.0",
                                       "MiniMax-M2 / M2.1 / M2.5 / M2.7 (MiniMaxM2ForCausalLM)"),
-    /* .architectures = */ ARCHS,
-    /* .model_types = */ TYPES,
-    /* .renames = */ RENAMES,
-    /* .load = */ mm_load,
-    /* .unload = */ mm_unload,
-    /* .info = */ mm_info,
-    /* .value_info = */ mm_value_info,
-    /* .build_tree = */ mm_build_tree,
-    /* .forward = */ mm_forward,
-    /* .project = */ mm_project,
-    /* .cache_new = */ mm_cache_new,
-    /* .cache_free = */ mm_cache_free,
+    .architectures = ARCHS,
+    .model_types = TYPES,
+    .renames = RENAMES,
+    .load = mm_load,
+    .unload = mm_unload,
+    .info = mm_info,
+    .value_info = mm_value_info,
+    .build_tree = mm_build_tree,
+    .forward = mm_forward,
+    .project = mm_project,
+    .cache_new = mm_cache_new,
+    .cache_free = mm_cache_free,
+    .ops_needed = NNT_OPS_DECODER,
 };

@@ -32,7 +32,15 @@
  *     transformers), nor do the ops that only move values (gather_rows, copy, copy_cols,
  *     swap12, fill, zero_rows) or write recurrent states (delta_rule's states, conv1d_causal's
  *     state, hyper_connection's post and comb); the other ops round what they write.
- * The table only grows at its end; a layout change bumps NNT_ABI_MAJOR. */
+ *
+ * Growth (since ABI 3.0). The op table and the argument structs a family hands to a backend
+ * (nnt_attn_mask, nnt_route_params) start with `struct_size`, set by whoever fills them to the
+ * sizeof it was compiled with; they only grow at their end, and a reader takes every field past
+ * struct_size as absent (NULL, 0). The table's memory ops and weight_bytes are required: a
+ * backend that leaves one NULL is refused at load, the error naming the op. Every other op is
+ * optional: a family lists the ops it calls (nnt_family_descriptor.ops_needed, bits NNT_OP_BIT
+ * of nnt_op below) and a family mapped to a backend that lacks one is refused, the error
+ * naming the family, the backend and each missing op. A layout change bumps NNT_ABI_MAJOR. */
 #ifndef NNT_BACKEND_H
 #define NNT_BACKEND_H
 
@@ -59,6 +67,7 @@ typedef enum nnt_rope_style {
  *                                                          sparse-attention indexer kept).
  * Invisible entries are written as -INFINITY. */
 typedef struct nnt_attn_mask {
+    uint32_t struct_size;         /* sizeof(nnt_attn_mask) as the family saw it */
     const int32_t *q_pos;         /* [batch, query] host memory */
     const int32_t *k_pos;         /* [batch, key] host memory */
     const uint8_t *key_valid;     /* [batch, key] host memory, or NULL */
@@ -80,6 +89,7 @@ typedef enum nnt_score_fn {
  * DeepSeek-V3 "noaux_tc" router as transformers implements it (DeepseekV3TopkRouter and
  * DeepseekV3MoE in src/transformers/models/deepseek_v3/modeling_deepseek_v3.py). */
 typedef struct nnt_route_params {
+    uint32_t struct_size; /* sizeof(nnt_route_params) as the family saw it */
     nnt_score_fn score_fn;
     int top_k;
     int n_group;          /* expert groups; 1 or 0 means no grouping */
@@ -90,8 +100,79 @@ typedef struct nnt_route_params {
     int indices_given;    /* 1: idx is an input (hash routing); only weights are computed */
 } nnt_route_params;
 
+/* The operations of nnt_backend_ops, in table order, for nnt_family_descriptor.ops_needed and
+ * for messages (the core names each op by its field name). NNT_OP_ALLOC .. NNT_OP_WEIGHT_BYTES
+ * are required; the rest are optional. New ops are appended before NNT_OP_COUNT. */
+typedef enum nnt_op {
+    NNT_OP_ALLOC = 0,
+    NNT_OP_FREE,
+    NNT_OP_UPLOAD,
+    NNT_OP_DOWNLOAD,
+    NNT_OP_PREPARE_WEIGHT,
+    NNT_OP_RELEASE_WEIGHT,
+    NNT_OP_WEIGHT_BYTES,
+    NNT_OP_LINEAR, /* the first optional op */
+    NNT_OP_RMS_NORM,
+    NNT_OP_EMBEDDING,
+    NNT_OP_ADD,
+    NNT_OP_SWAP12,
+    NNT_OP_COPY,
+    NNT_OP_FILL,
+    NNT_OP_SCALE,
+    NNT_OP_ROPE,
+    NNT_OP_ATTN_SCORES,
+    NNT_OP_SOFTMAX,
+    NNT_OP_ATTN_MIX,
+    NNT_OP_SWIGLU,
+    NNT_OP_ROUTE,
+    NNT_OP_GATHER_ROWS,
+    NNT_OP_SCATTER_ADD_ROWS,
+    NNT_OP_SCATTER_ROWS,
+    NNT_OP_SUM_AXIS1,
+    NNT_OP_CONV1D_CAUSAL,
+    NNT_OP_KDA_GATE,
+    NNT_OP_SIGMOID,
+    NNT_OP_DELTA_RULE,
+    NNT_OP_RMS_NORM_GATED,
+    NNT_OP_COPY_COLS,
+    NNT_OP_ZERO_ROWS,
+    NNT_OP_HYPER_CONNECTION,
+    NNT_OP_HYPER_MIX,
+    NNT_OP_HYPER_HEAD,
+    NNT_OP_COMPRESS,
+    NNT_OP_INDEXER_SCORES,
+    NNT_OP_COUNT
+} nnt_op;
+
+/* The bit of op `op` in an op set (nnt_family_descriptor.ops_needed). */
+#define NNT_OP_BIT(op) ((uint64_t)1 << (op))
+/* Op sets: the required ops; what a softmax-attention decoder with dense or mixture-of-experts
+ * blocks calls (the family kit's decoder, attention and MoE helpers); the recurrent mixer ops
+ * of Kimi Delta Attention; the hyper-connection and compressed-attention ops of DeepSeek-V4. */
+#define NNT_OPS_REQUIRED (NNT_OP_BIT(NNT_OP_LINEAR) - 1)
+#define NNT_OPS_DECODER                                                                                         \
+    (NNT_OPS_REQUIRED | NNT_OP_BIT(NNT_OP_LINEAR) | NNT_OP_BIT(NNT_OP_RMS_NORM) | NNT_OP_BIT(NNT_OP_EMBEDDING) | \
+     NNT_OP_BIT(NNT_OP_ADD) | NNT_OP_BIT(NNT_OP_SWAP12) | NNT_OP_BIT(NNT_OP_COPY) | NNT_OP_BIT(NNT_OP_FILL) |      \
+     NNT_OP_BIT(NNT_OP_SCALE) | NNT_OP_BIT(NNT_OP_ROPE) | NNT_OP_BIT(NNT_OP_ATTN_SCORES) |                       \
+     NNT_OP_BIT(NNT_OP_SOFTMAX) | NNT_OP_BIT(NNT_OP_ATTN_MIX) | NNT_OP_BIT(NNT_OP_SWIGLU) |                      \
+     NNT_OP_BIT(NNT_OP_ROUTE) | NNT_OP_BIT(NNT_OP_GATHER_ROWS) | NNT_OP_BIT(NNT_OP_SCATTER_ADD_ROWS) |           \
+     NNT_OP_BIT(NNT_OP_SCATTER_ROWS) | NNT_OP_BIT(NNT_OP_SUM_AXIS1) | NNT_OP_BIT(NNT_OP_COPY_COLS))
+#define NNT_OPS_RECURRENT                                                                                       \
+    (NNT_OP_BIT(NNT_OP_CONV1D_CAUSAL) | NNT_OP_BIT(NNT_OP_KDA_GATE) | NNT_OP_BIT(NNT_OP_SIGMOID) |              \
+     NNT_OP_BIT(NNT_OP_DELTA_RULE) | NNT_OP_BIT(NNT_OP_RMS_NORM_GATED) | NNT_OP_BIT(NNT_OP_ZERO_ROWS))
+#define NNT_OPS_HYPER                                                                                           \
+    (NNT_OP_BIT(NNT_OP_HYPER_CONNECTION) | NNT_OP_BIT(NNT_OP_HYPER_MIX) | NNT_OP_BIT(NNT_OP_HYPER_HEAD) |        \
+     NNT_OP_BIT(NNT_OP_COMPRESS) | NNT_OP_BIT(NNT_OP_INDEXER_SCORES))
+/* Every op of ABI 3.0: what a family whose descriptor predates ops_needed is taken to need. */
+#define NNT_OPS_ALL_3_0 (NNT_OP_BIT(NNT_OP_INDEXER_SCORES + 1) - 1)
+
+/* The op table. Fill it with designated initialisers and .struct_size = sizeof(nnt_backend_ops);
+ * the host copies the first struct_size bytes (at least up to `linear`, the required part) and
+ * reads the rest as NULL. */
 typedef struct nnt_backend_ops {
-    /* ---- memory ---- */
+    uint32_t struct_size; /* sizeof(nnt_backend_ops) as the backend saw it */
+
+    /* ---- memory (required) ---- */
     /* Allocates `bytes` of backend memory into *ptr (aligned to 64 bytes). */
     nnt_status (*alloc)(void *ctx, size_t bytes, void **ptr, nnt_error *err);
     void (*free)(void *ctx, void *ptr);
@@ -104,8 +185,12 @@ typedef struct nnt_backend_ops {
      * it prepared when it unloads. */
     nnt_status (*prepare_weight)(void *ctx, const nnt_tensor *host, nnt_tensor *out, nnt_error *err);
     void (*release_weight)(void *ctx, nnt_tensor *w);
+    /* Bytes of memory this context holds for the weights prepare_weight made and release_weight
+     * has not yet released: device memory for a device backend; host memory a host backend
+     * allocated for them (0 when its weights alias the checkpoint's mapping). */
+    size_t (*weight_bytes)(void *ctx);
 
-    /* ---- dense algebra ---- */
+    /* ---- dense algebra (optional from here on) ---- */
     /* y[M, N] = x[M, K] . w[N, K]^T. x, y F32; w F32, BF16, F16, or F8_E4M3 / F4_E2M1 with
      * block scales, each element decoded and multiplied by its block's scale. With
      * NNT_TENSOR_BF16_PRODUCTS in w->flags (or NNT_TENSOR_BF16_VALUES on y), x and the decoded
@@ -253,15 +338,14 @@ typedef struct nnt_backend_ops {
     nnt_status (*indexer_scores)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w,
                                  float scale, nnt_tensor *out, nnt_error *err);
 
-    /* ---- accounting ---- */
-    /* Bytes of memory this context holds for the weights prepare_weight made and release_weight
-     * has not yet released: device memory for a device backend; host memory a host backend
-     * allocated for them (0 when its weights alias the checkpoint's mapping). */
-    size_t (*weight_bytes)(void *ctx);
 } nnt_backend_ops;
+
+/* The smallest op table the core accepts: struct_size and the required ops. */
+#define NNT_BACKEND_OPS_MIN_SIZE (offsetof(nnt_backend_ops, linear))
 
 /* Options from the INI file's [backend.NAME] section, as key/value strings. */
 typedef struct nnt_backend_options {
+    uint32_t struct_size; /* sizeof(nnt_backend_options) as the core saw it */
     const char *const *keys;
     const char *const *values;
     int count;
@@ -275,6 +359,8 @@ typedef struct nnt_backend_descriptor {
     /* Creates a context from the options; an unknown or malformed option is an error naming it. */
     nnt_status (*create)(const nnt_backend_options *opt, void **ctx, nnt_error *err);
     void (*destroy)(void *ctx);
+    /* The op table (struct_size first), static for the life of the plugin. The host reads a
+     * copy; optional ops left NULL are missing capabilities (see nnt_op). */
     const nnt_backend_ops *ops;
 } nnt_backend_descriptor;
 

@@ -9,6 +9,7 @@
 #define NNT_FAMILY_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 #include "nnt_backend.h"
 #include "nnt_plugin.h"
@@ -31,6 +32,7 @@ typedef struct nnt_rename_rule {
 
 /* Everything a forward call receives. Host pointers stay valid for the call. */
 typedef struct nnt_forward_args {
+    uint32_t struct_size; /* sizeof(nnt_forward_args) as the core saw it */
     int batch;
     int seq;
     int past;
@@ -144,6 +146,7 @@ typedef enum nnt_precision {
 
 /* What `load` receives. */
 typedef struct nnt_load_args {
+    uint32_t struct_size; /* sizeof(nnt_load_args) as the core saw it */
     const nnt_host_api *host;
     const nnt_checkpoint *ckpt;
     const nnt_backend_ops *be;
@@ -168,7 +171,11 @@ typedef struct nnt_family_descriptor {
     nnt_status (*value_info)(const void *model, int layer, nnt_slot slot,
                              const nnt_call_dims *dims, nnt_value_info *out);
     nnt_status (*build_tree)(const void *model, nnt_tree *tree, nnt_error *err);
-    /* Runs the forward for args, emitting every served value. */
+    /* Runs the forward for args, emitting every served value through host->emit, each with the
+     * dtype and shape value_info declares for the call's dims (a NULL tensor only where it
+     * declares may_be_none). The core holds the family to it for every requested value: one
+     * that is not emitted, or emitted with another dtype or shape, fails the call with an
+     * NNT_ERR_PLUGIN error naming the family, the value and both shapes. */
     nnt_status (*forward)(void *model, nnt_run *run, const nnt_forward_args *args,
                           nnt_error *err);
     /* The family's own readout (the logit lens): x [M, H] (backend memory, F32) through the
@@ -181,7 +188,20 @@ typedef struct nnt_family_descriptor {
      * args->cache is set, appending the call's tokens. */
     nnt_status (*cache_new)(void *model, int batch, int capacity, void **cache, nnt_error *err);
     void (*cache_free)(void *model, void *cache);
+
+    /* The backend ops this family calls, as a set of NNT_OP_BIT(op) bits (nnt_backend.h; e.g.
+     * NNT_OPS_DECODER | NNT_OPS_RECURRENT). The family may call exactly these; the core refuses
+     * to map it onto a backend that lacks one (at runtime open when the INI maps it, else at
+     * model load), naming the family, the backend and each missing op. 0 (left out of the
+     * initialiser), or a descriptor whose struct_size ends before this field, is taken to
+     * need every op of ABI 3.0. */
+    uint64_t ops_needed;
 } nnt_family_descriptor;
+
+/* The smallest family descriptor the core accepts: everything up to `project` (the functions
+ * every family must provide). Later fields a shorter descriptor leaves out read as absent:
+ * cache_new and cache_free NULL (no sessions), ops_needed every op. */
+#define NNT_FAMILY_DESCRIPTOR_MIN_SIZE (offsetof(nnt_family_descriptor, project) + sizeof(void (*)(void)))
 
 #ifdef __cplusplus
 }

@@ -16,8 +16,12 @@ extern "C" {
 #endif
 
 /* ABI version shared by the core, family plugins and kernel backends. A plugin is accepted
- * when its major equals the core's and its minor is not newer than the core's. */
-#define NNT_ABI_MAJOR 2
+ * when its major equals the core's and its minor is not newer than the core's; the core reads
+ * an older minor's descriptor, op table and argument structs only up to their struct_size.
+ * 3.0 gave the op table and the argument structs a leading struct_size (which moved every
+ * field, hence the major), split the ops into required and optional ones and let a family
+ * declare the ops it needs (nnt_family_descriptor.ops_needed). */
+#define NNT_ABI_MAJOR 3
 #define NNT_ABI_MINOR 0
 
 /* ---------------------------------------------------------------------------------------- */
