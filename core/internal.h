@@ -222,8 +222,6 @@ typedef struct nnt_plugin_set {
     int n_warnings;
 } nnt_plugin_set;
 
-/* The field name of backend op `op` ("linear"), or "?" outside [0, NNT_OP_COUNT). */
-const char *nnt_op_name(nnt_op op);
 /* Loads one shared object and checks its descriptor; no plugin function is called. */
 nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err);
 void nnt_plugin_unload(nnt_plugin *p);

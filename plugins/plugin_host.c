@@ -102,11 +102,6 @@ _Static_assert(NNT_OP_COUNT <= 64, "ops_needed is one 64-bit set");
 _Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, indexer_scores) + sizeof(void (*)(void)),
                "indexer_scores is the table's last op; append new ones to OPS and nnt_op");
 
-const char *nnt_op_name(nnt_op op)
-{
-    return (int)op >= 0 && op < NNT_OP_COUNT ? OPS[op].name : "?";
-}
-
 /* Op `op` of a table copied by check_backend (NULL when absent). */
 static const void *op_fn(const nnt_backend_ops *t, int op)
 {
@@ -135,6 +130,9 @@ static nnt_status check_backend(const char *file, const nnt_backend_descriptor *
                            sizeof(nnt_backend_ops));
     memset(ops, 0, sizeof *ops);
     memcpy(ops, d->ops, size);
+    for (int i = NNT_OP_LINEAR; i < NNT_OP_COUNT; i++) /* an op the size covers only in part is absent */
+        if (OPS[i].offset < size && OPS[i].offset + sizeof(void (*)(void)) > size)
+            memset((char *)ops + OPS[i].offset, 0, sizeof(void (*)(void)));
     for (int i = 0; i < NNT_OP_LINEAR; i++)
         if (!op_fn(ops, i))
             return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: backend '%s' leaves required operation '%s' NULL", file,

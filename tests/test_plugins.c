@@ -333,6 +333,18 @@ static void test_capabilities(void)
     expect("needsop.ini", ini, NNT_ERR_UNSUPPORTED,
            "family 'needs_op' (");
     expect("needsop2.ini", ini, NNT_ERR_UNSUPPORTED, "needs backend operation 'delta_rule', which backend 'few_ops' (");
+    /* a table whose struct_size ends before conv1d_causal (an older minor's): the ops past it are
+     * absent even though the plugin's memory holds them; minimax_m2 misses only copy_cols */
+    ini_with(ini, sizeof ini, "short_table", NULL, "[family.kimi_linear]\nbackend = short_table\n");
+    expect("short.ini", ini, NNT_ERR_UNSUPPORTED, "'conv1d_causal', 'kda_gate', 'sigmoid', 'delta_rule', "
+                                                  "'rms_norm_gated', 'copy_cols', 'zero_rows', which backend 'short_table'");
+    ini_with(ini, sizeof ini, "short_table", NULL, "[family.minimax_m2]\nbackend = short_table\n");
+    expect("short2.ini", ini, NNT_ERR_UNSUPPORTED,
+           "family 'minimax_m2' (");
+    expect("short3.ini", ini, NNT_ERR_UNSUPPORTED, "needs backend operation 'copy_cols', which backend 'short_table'");
+    ini_with(ini, sizeof ini, "short_table", NULL, NULL);
+    T_OK(rt, open_with("short4.ini", ini, &rt));
+    nnt_runtime_close(rt);
     /* on the full cpu backend the same family is fine */
     ini_with(ini, sizeof ini, "needs_op", NULL, NULL);
     T_OK(rt, open_with("needsop3.ini", ini, &rt));

@@ -30,13 +30,15 @@ static nnt_status project(void *m, nnt_run *r, const nnt_tensor *x, int s, nnt_t
 /* exports no descriptor at all */
 NNT_PLUGIN_EXPORT int nnt_something_else = 42;
 #elif defined(BROKEN_SECOND_CPU) || defined(BROKEN_OLD_BACKEND) || defined(BROKEN_NULL_OP) ||                    \
-    defined(BROKEN_BAD_OPS_SIZE) || defined(BROKEN_FEW_OPS) || defined(BROKEN_FEW_CPU)
+    defined(BROKEN_BAD_OPS_SIZE) || defined(BROKEN_FEW_OPS) || defined(BROKEN_FEW_CPU) || defined(BROKEN_SHORT_TABLE)
 /* BROKEN_SECOND_CPU: a second backend that calls itself "cpu";
  * BROKEN_OLD_BACKEND: a backend "old_backend" built for the next ABI major (a stale build);
  * BROKEN_NULL_OP: "null_op", whose table leaves the required op `download` NULL;
  * BROKEN_BAD_OPS_SIZE: "bad_ops_size", whose table's struct_size is smaller than the required ops;
  * BROKEN_FEW_OPS (loads): "few_ops", without the optional recurrent (Kimi) and hyper-connection
- * (DeepSeek) ops; BROKEN_FEW_CPU (loads): the same table under the name "cpu". */
+ * (DeepSeek) ops; BROKEN_FEW_CPU (loads): the same table under the name "cpu";
+ * BROKEN_SHORT_TABLE (loads): "short_table", every op filled but struct_size ending before
+ * conv1d_causal, as an older minor's shorter table would: the ops past it must read as absent. */
 #include <string.h>
 static nnt_status create(const nnt_backend_options *o, void **c, nnt_error *e)
 {
@@ -51,6 +53,8 @@ static size_t no_bytes(void *c) { return 0; }
 static const nnt_backend_ops OPS = {
 #if defined(BROKEN_BAD_OPS_SIZE)
     .struct_size = 8,
+#elif defined(BROKEN_SHORT_TABLE)
+    .struct_size = offsetof(nnt_backend_ops, conv1d_causal),
 #else
     .struct_size = sizeof(nnt_backend_ops),
 #endif
@@ -83,6 +87,8 @@ NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
     .header = NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "bad_ops_size", "0", "a short op table"),
 #elif defined(BROKEN_FEW_OPS)
     .header = NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "few_ops", "0", "no optional ops"),
+#elif defined(BROKEN_SHORT_TABLE)
+    .header = NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "short_table", "0", "a shorter table"),
 #else
     .header = {NNT_PLUGIN_MAGIC, NNT_ABI_MAJOR + 1, 0, (uint32_t)sizeof(nnt_backend_descriptor),
                NNT_PLUGIN_BACKEND, "old_backend", "0", "a backend built for another ABI"},
