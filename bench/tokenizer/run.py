@@ -262,11 +262,14 @@ def commit() -> tuple[str, bool]:
 
 
 def build(build_dir: Path, configure: bool) -> Path:
-    if configure and not (build_dir / "CMakeCache.txt").exists():
-        log("configuring %s (Release)" % build_dir)
-        subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                       stdout=sys.stderr)
     if configure:
+        # a new folder is configured Release; an existing one keeps its cache and is regenerated, so
+        # that a folder configured before bench/tokenizer existed learns the bench_tokenize target
+        # (make alone answers "no rule to make target" there)
+        fresh = not (build_dir / "CMakeCache.txt").exists()
+        log("configuring %s%s" % (build_dir, " (Release)" if fresh else ""))
+        subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir)]
+                       + (["-DCMAKE_BUILD_TYPE=Release"] if fresh else []), check=True, stdout=sys.stderr)
         subprocess.run(["cmake", "--build", str(build_dir), "--target", "bench_tokenize", "-j",
                         str(os.cpu_count() or 1)], check=True, stdout=sys.stderr)
     exe = build_dir / "bench_tokenize"
