@@ -11,6 +11,10 @@ one thread per tokenizer, each tokenizer in a process of its own:
   qwen           tiktoken on the Qwen ranks with the folder's pat_str        vs nnt, same folder
                  (leave it out with --no-qwen)
 
+The corpus strings longer than 4 KB (long runs of one character, the 100 KB text) are also
+timed one by one on each side (--long-repeats), since the mixed text holds them only as a few
+percent of its bytes.
+
 The folders are the ones the tests use (tests/fixtures/tokenizer/vocabularies.tar.xz, unpacked
 here into BUILD/tokenizer-bench/vocab). nnt's ids must equal the reference's ids on the whole
 text; a difference is printed (first differing position and the text there), marked in the
@@ -20,8 +24,8 @@ as the faster of the two references on the same text.
     /work/venv/bin/pip install -r bench/tokenizer/requirements.txt
     /work/venv/bin/python bench/tokenizer/run.py [--build build-bench] [--repeats 5]
 
-It configures BUILD (Release) if it holds no CMake cache, builds the bench_tokenize target,
-and writes the Markdown report to bench/results/<date>-<commit>-tokenizer.md (--out to change).
+It configures BUILD (Release) when it holds no CMake cache (else regenerates it), builds the
+bench_tokenize target, and writes the Markdown report to bench/results/<date>-<commit>-tokenizer.md (--out to change).
 The generated text and the ids stay under BUILD/tokenizer-bench/ (not committed).
 """
 from __future__ import annotations
@@ -45,6 +49,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "tokenizer"
 PINNED = {"tokenizers": "0.23.3", "tiktoken": "0.14.0"}  # requirements.txt says the same
 TEXT_SEED = 20261130
 TEXT_BYTES = 10_000_000
+LONG_BYTES = 4096  # corpus strings longer than this are also timed one by one (--long-repeats)
 
 # Each reference in a process of its own with one thread: tokenizers' Rayon pool off.
 ONE_THREAD_ENV = {"RAYON_NUM_THREADS": "1", "RAYON_RS_NUM_CPUS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -94,83 +99,107 @@ def tiktoken_encoding(kind: str, folder: Path):
                              special_tokens={v: k for k, v in specials.items()})
 
 
-def worker(args) -> int:
-    folder = Path(args.folder)
-    text = Path(args.text).read_bytes().decode("utf-8")  # bytes as they are: no newline translation
-    n_bytes = len(text.encode("utf-8"))
-    t0 = time.perf_counter()
-    if args.worker == "hf":
+def load_reference(kind: str, folder: Path):
+    """The reference tokenizer of a folder and its name with version."""
+    if kind == "hf":
         import tokenizers
 
-        tok = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
-        version = "tokenizers %s" % tokenizers.__version__
-        call = "Tokenizer.encode(text, add_special_tokens=False), the whole text in one call"
+        return tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json")), "tokenizers %s" % tokenizers.__version__
+    import tiktoken
 
+    return tiktoken_encoding(kind, folder), "tiktoken %s" % tiktoken.__version__
+
+
+def reference_call(kind: str, ref, text: str):
+    """(encode, ids_of, how the call is made): encode() runs the timed work on `text`, ids_of()
+    turns its result into a list of ids."""
+    if kind == "hf":
         def encode():
-            return tok.encode(text, add_special_tokens=False)
+            return ref.encode(text, add_special_tokens=False)
 
-        def ids_of(enc):
-            return enc.ids
+        return encode, (lambda enc: enc.ids), \
+            "Tokenizer.encode(text, add_special_tokens=False), the whole text in one call"
+    if kind == "tiktoken-kimi":
+        R = fixtures_module()
+        pieces = R.kimi_pieces(text)  # Kimi's chunking, in Python: not timed
+        call = ("Encoding.encode(piece, allowed_special='all', disallowed_special=()) on each of "
+                "the %d pieces of Kimi-Linear's chunking (%d-code-point chunks, same-isspace runs cut "
+                "after %d; the cutting itself is done before the clock starts)"
+                % (len(pieces), R.KIMI_MAX_CHARS, R.KIMI_MAX_RUN))
     else:
-        import tiktoken
+        pieces = [text]
+        call = "Encoding.encode(text, allowed_special='all', disallowed_special=()), the whole text in one call"
 
-        enc_ = tiktoken_encoding(args.worker, folder)
-        version = "tiktoken %s" % tiktoken.__version__
-        if args.worker == "tiktoken-kimi":
-            R = fixtures_module()
-            pieces = R.kimi_pieces(text)  # Kimi's chunking, in Python: not timed
-            call = ("Encoding.encode(piece, allowed_special='all', disallowed_special=()) on each of "
-                    "the %d pieces of Kimi-Linear's chunking (%d-code-point chunks, same-isspace runs cut "
-                    "after %d; the cutting itself is done before the clock starts)"
-                    % (len(pieces), R.KIMI_MAX_CHARS, R.KIMI_MAX_RUN))
-        else:
-            pieces = [text]
-            call = "Encoding.encode(text, allowed_special='all', disallowed_special=()), the whole text in one call"
+    def encode():
+        return [ref.encode(p, allowed_special="all", disallowed_special=()) for p in pieces]
 
-        def encode():
-            return [enc_.encode(p, allowed_special="all", disallowed_special=()) for p in pieces]
+    def ids_of(out):
+        ids = []
+        for part in out:
+            ids.extend(part)
+        return ids
 
-        def ids_of(out):
-            ids = []
-            for part in out:
-                ids.extend(part)
-            return ids
-    load_s = time.perf_counter() - t0
+    return encode, ids_of, call
 
+
+def time_calls(encode, ids_of, warmup: int, repeats: int) -> dict:
+    """warmup untimed calls then repeats timed ones; the ids of the last call and whether the
+    first call gave the same."""
     runs, cpu = [], []
-    first = None
-    same = True
-    result = None
-    for r in range(args.warmup + args.repeats):
+    first, same, result, first_call = None, True, None, 0.0
+    for r in range(warmup + repeats):
         result = None  # the previous call's output is freed before the next call
         c0, w0 = time.process_time(), time.perf_counter()
         result = encode()
         w1, c1 = time.perf_counter(), time.process_time()
         if r == 0:
             first_call = w1 - w0
-        if r >= args.warmup:
+        if r >= warmup:
             runs.append(w1 - w0)
             cpu.append(c1 - c0)
-        if r == 0 or r == args.warmup + args.repeats - 1:
+        if r == 0 or r == warmup + repeats - 1:
             ids = ids_of(result)
             if first is None:
                 first = ids
             elif ids != first:
                 same = False
     ids = ids_of(result)
+    s = sorted(runs)
+    median = s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
+    return {"ids": ids, "first_call_s": first_call, "runs_s": runs, "runs_cpu_s": cpu, "best_s": s[0],
+            "median_s": median, "same_ids_every_run": same}
+
+
+def worker(args) -> int:
+    folder = Path(args.folder)
+    t0 = time.perf_counter()
+    ref, version = load_reference(args.worker, folder)
+    load_s = time.perf_counter() - t0
+    if args.strings:  # each file of the folder on its own: tokens, checksum and times only
+        out = []
+        for path in sorted(Path(args.text).glob("*.txt")):
+            text = path.read_bytes().decode("utf-8")
+            encode, ids_of, _ = reference_call(args.worker, ref, text)
+            t = time_calls(encode, ids_of, args.warmup, args.repeats)
+            ids = t.pop("ids")
+            out.append(dict(t, name=path.stem, bytes=len(text.encode("utf-8")), tokens=len(ids),
+                            id_hash="%016x" % ids_hash(ids)))
+        print(json.dumps({"reference": version, "strings": out}))
+        return 0
+    text = Path(args.text).read_bytes().decode("utf-8")  # bytes as they are: no newline translation
+    n_bytes = len(text.encode("utf-8"))
+    encode, ids_of, call = reference_call(args.worker, ref, text)
+    t = time_calls(encode, ids_of, args.warmup, args.repeats)
+    ids = t.pop("ids")
     arr = array.array("i", ids)
     if sys.byteorder != "little":
         arr.byteswap()
     with open(args.ids_out, "wb") as f:
         arr.tofile(f)
-    s = sorted(runs)
-    median = s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
-    print(json.dumps({"reference": version, "call": call, "bytes": n_bytes, "tokens": len(ids),
-                      "id_sum": sum(ids), "id_hash": "%016x" % ids_hash(ids), "load_s": load_s,
-                      "warmup": args.warmup, "first_call_s": first_call, "runs_s": runs, "runs_cpu_s": cpu,
-                      "best_s": s[0], "median_s": median,
-                      "best_bytes_per_s": n_bytes / s[0], "median_bytes_per_s": n_bytes / median,
-                      "same_ids_every_run": same}))
+    print(json.dumps(dict({"reference": version, "call": call, "bytes": n_bytes, "tokens": len(ids),
+                           "id_sum": sum(ids), "id_hash": "%016x" % ids_hash(ids), "load_s": load_s,
+                           "warmup": args.warmup}, **t,
+                          best_bytes_per_s=n_bytes / t["best_s"], median_bytes_per_s=n_bytes / t["median_s"])))
     return 0
 
 
@@ -204,17 +233,35 @@ def make_text(path: Path, target: int = TEXT_BYTES, seed: int = TEXT_SEED) -> di
         else:
             empty += 1
     share = target / len(valid)
-    occurrences = []
+    occurrences, long_bytes = [], 0
     for name, raw in valid:
-        occurrences += [raw] * max(1, round(share / (len(raw) + 1)))
+        k = max(1, round(share / (len(raw) + 1)))
+        occurrences += [raw] * k
+        if len(raw) > LONG_BYTES:
+            long_bytes += k * len(raw)
     random.Random(seed).shuffle(occurrences)
     data = b"\n".join(occurrences)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_bytes() != data:
         path.write_bytes(data)
     return {"bytes": len(data), "strings": len(valid), "invalid": invalid, "empty": empty,
-            "occurrences": len(occurrences), "seed": seed,
+            "occurrences": len(occurrences), "seed": seed, "long_bytes": long_bytes,
             "chars": len(data.decode("utf-8")), "lines": data.count(b"\n") + 1}
+
+
+def write_long_strings(dest: Path) -> list[str]:
+    """The corpus's valid strings longer than LONG_BYTES, one file each (NN-name.txt, corpus
+    order); their names."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("*.txt"):
+        old.unlink()
+    names = []
+    for c in json.loads((FIXTURES / "corpus.json").read_text(encoding="utf-8"))["cases"]:
+        raw = bytes.fromhex(c["text_hex"])
+        if c["valid_utf8"] and len(raw) > LONG_BYTES:
+            (dest / ("%02d-%s.txt" % (len(names), c["name"]))).write_bytes(raw)
+            names.append(c["name"])
+    return names
 
 
 def unpack_vocab(dest: Path) -> None:
@@ -338,7 +385,7 @@ def ratio(a: float, b: float) -> str:
     return "%.2fx" % (a / b) if b else "-"
 
 
-def report(meta: dict, rows: list[dict]) -> str:
+def report(meta: dict, rows: list[dict], longs: list[dict]) -> str:
     model, flags = meta["cpu"]
     yes = lambda b: "yes" if b else "no"  # noqa: E731
     by = {r["folder"]: r for r in rows}
@@ -410,6 +457,32 @@ def report(meta: dict, rows: list[dict]) -> str:
                "busy thread and nothing else taking the core. Load s: reading the tokenizer files. First call: the "
                "untimed call, with the caches empty (nnt and tokenizers keep a word cache across calls; tiktoken "
                "keeps none).")
+    if longs:
+        folders = [r["folder"] for r in rows]
+        refs = {r["folder"]: r["ref_name"] for r in rows}
+        names = list(dict.fromkeys(x["name"] for x in longs))
+        by = {(x["folder"], x["name"]): x for x in longs}
+        out.append("")
+        out.append("## Long strings alone")
+        out.append("")
+        out.append("The corpus strings longer than %d bytes (runs of one letter, of spaces, of Han, the 100 KB "
+                   "text), each encoded on its own: best of %d calls after one untimed call, ms per call. In the "
+                   "mixed text they are %.1f%% of the bytes. Ids checked by count and checksum (%s)."
+                   % (LONG_BYTES, meta["long_repeats"], 100 * text["long_bytes"] / text["bytes"],
+                      "all equal" if all(x["match"] for x in longs) else "**SOME DIFFER**"))
+        out.append("")
+        out.append("| string | bytes | " + " | ".join("%s %s ms | nnt ms | nnt / ref" % (f, refs[f]) for f in folders)
+                   + " |")
+        out.append("|---|---|" + "---|---|---|" * len(folders))
+        for name in names:
+            cells = []
+            for f in folders:
+                x = by[(f, name)]
+                cells.append("%.2f | %.2f | %s%s" % (1e3 * x["ref_s"], 1e3 * x["nnt_s"], ratio(x["ref_s"], x["nnt_s"]),
+                                                     "" if x["match"] else " **ids differ**"))
+            out.append("| %s | %d | %s |" % (name, by[(folders[0], name)]["bytes"], " | ".join(cells)))
+        out.append("")
+        out.append("nnt / ref is the reference's time over nnt's (above 1: nnt faster).")
     for r in rows:
         if not r["match"]:
             out.append("")
@@ -423,6 +496,8 @@ def report(meta: dict, rows: list[dict]) -> str:
     out.append("")
     out.append("```json")
     raw = [{"folder": r["folder"], "reference": r["ref"], "nnt": r["nnt"]} for r in rows]
+    if longs:
+        raw.append({"long_strings": longs})
     out.append(json.dumps(raw, indent=1))
     out.append("```")
     out.append("")
@@ -440,11 +515,14 @@ def main() -> int:
     ap.add_argument("--bytes", type=int, default=TEXT_BYTES, help="size of the text (default 10000000)")
     ap.add_argument("--out", type=Path, help="the report (default bench/results/<date>-<commit>-tokenizer.md)")
     ap.add_argument("--note", default="", help="a remark for the report's machine line")
+    ap.add_argument("--long-repeats", type=int, default=20,
+                    help="timed calls per long corpus string, each on its own (default 20; 0 leaves them out)")
     # the child-process mode for the reference tokenizers
     ap.add_argument("--worker", choices=("hf", "tiktoken-kimi", "tiktoken"), help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
     ap.add_argument("--text", help=argparse.SUPPRESS)
     ap.add_argument("--ids-out", help=argparse.SUPPRESS)
+    ap.add_argument("--strings", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
@@ -497,13 +575,35 @@ def main() -> int:
                                                          "equal" if match else "DIFFER"))
         rows.append(row)
 
-    md = report(meta, rows)
+    longs = []
+    if args.long_repeats > 0:
+        long_dir = work / "long"
+        names = write_long_strings(long_dir)
+        meta["long_repeats"] = args.long_repeats
+        for r in rows:
+            folder, kind = r["folder"], next(k for f, k, _ in BENCHES if f == r["folder"])
+            vdir = work / "vocab" / folder
+            ref = run_json([sys.executable, Path(__file__).resolve(), "--worker", kind, "--folder", vdir, "--text",
+                            long_dir, "--strings", "--repeats", args.long_repeats, "--warmup", 1], env)["strings"]
+            for i, name in enumerate(names):
+                path = long_dir / ("%02d-%s.txt" % (i, name))
+                nn = run_json([exe, "--tokenizer", vdir, "--text", path, "--repeats", args.long_repeats,
+                               "--warmup", 1], env)
+                rs = ref[i]
+                match = rs["tokens"] == nn["tokens"] and rs["id_hash"] == nn["id_hash"]
+                if not match:
+                    log("\n!!! %s, long string %s: nnt's ids DIFFER (reference %d ids %s, nnt %d ids %s)\n"
+                        % (folder, name, rs["tokens"], rs["id_hash"], nn["tokens"], nn["id_hash"]))
+                longs.append({"folder": folder, "name": name, "bytes": nn["bytes"], "ref_s": rs["best_s"],
+                              "nnt_s": nn["best_s"], "match": match, "tokens": nn["tokens"]})
+
+    md = report(meta, rows, longs)
     out = args.out or ROOT / "bench" / "results" / ("%s-%s-tokenizer.md" % (now.strftime("%Y-%m-%d"), rev))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(md, encoding="utf-8")
     print(md)
     log("wrote %s" % out)
-    if not all(r["match"] for r in rows):
+    if not all(r["match"] for r in rows + longs):
         log("!!! nnt's ids differ from a reference's: see the report")
         return 1
     return 0
