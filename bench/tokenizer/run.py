@@ -325,6 +325,20 @@ def build(build_dir: Path, configure: bool) -> Path:
     return exe
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """(seconds the whole machine's CPUs were busy, /proc/stat; CPU seconds of this process and its
+    finished children): their growth over a run tells how much other processes took meanwhile."""
+    busy = 0.0
+    try:
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        # user nice system idle iowait irq softirq steal ... (guest time is inside user)
+        busy = (f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    t = os.times()
+    return busy, t.user + t.system + t.children_user + t.children_system
+
+
 def build_type(build_dir: Path) -> str:
     try:
         for line in (build_dir / "CMakeCache.txt").read_text().splitlines():
@@ -405,6 +419,9 @@ def report(meta: dict, rows: list[dict], longs: list[dict]) -> str:
     out.append("- machine: %s, %d cores, %s %s; load average %.2f when the run started%s"
                % (model, os.cpu_count() or 0, platform.system(), platform.release(), meta["load"],
                   " (" + meta["note"] + ")" if meta["note"] else ""))
+    out.append("- other load: processes outside this benchmark used %.1f CPU-seconds during its %.0f s of "
+               "measuring, %.2f of the %d cores on average (/proc/stat less this run's own CPU time)"
+               % (meta["other_cpu_s"], meta["wall_s"], meta["other_cpu_s"] / meta["wall_s"], os.cpu_count() or 0))
     out.append("- CPU flags: avx2 %s, avx512f %s, avx512_bf16 %s"
                % (yes(flags["avx2"]), yes(flags["avx512f"]), yes(flags["avx512_bf16"])))
     out.append("- text: %d bytes (%.2f MB, %d code points, %d lines) of UTF-8 made by bench/tokenizer/run.py "
@@ -549,6 +566,7 @@ def main() -> int:
             "warmup": args.warmup, "build": os.path.relpath(build_dir, ROOT) if build_dir.is_relative_to(ROOT)
             else str(build_dir), "build_type": build_type(build_dir)}
     env = dict(os.environ, **ONE_THREAD_ENV)
+    busy0, ours0, wall0 = *cpu_seconds(), time.perf_counter()
     rows = []
     for folder, kind, ref_name in BENCHES:
         if folder == "qwen" and args.no_qwen:
@@ -597,6 +615,9 @@ def main() -> int:
                 longs.append({"folder": folder, "name": name, "bytes": nn["bytes"], "ref_s": rs["best_s"],
                               "nnt_s": nn["best_s"], "match": match, "tokens": nn["tokens"]})
 
+    busy1, ours1 = cpu_seconds()
+    meta["wall_s"] = time.perf_counter() - wall0
+    meta["other_cpu_s"] = max(0.0, (busy1 - busy0) - (ours1 - ours0))
     md = report(meta, rows, longs)
     out = args.out or ROOT / "bench" / "results" / ("%s-%s-tokenizer.md" % (now.strftime("%Y-%m-%d"), rev))
     out.parent.mkdir(parents=True, exist_ok=True)
