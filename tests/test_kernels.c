@@ -2,7 +2,8 @@
  * their formulas: the gated delta rule with key_dim != value_dim (so a transposed state cannot
  * pass) at sequence lengths 1, 2, 63, 64, 65 and 130, with and without an initial state and with
  * padding tokens; the causal convolution with a carried state; Kimi's forget gate; the matrix
- * product on half-precision weights. */
+ * product on half-precision weights; attention with one key/value head shared by many query
+ * heads (few and many queries). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +259,70 @@ static void test_linear_half(void)
         }
 }
 
+/* Attention with one key/value head shared by many query heads (DeepSeek-V4's layout) at few
+ * queries (decoding: one sgemm per key/value head) and more (prefill: blocks of rows), one and
+ * two rows: scores under a causal mask and the probability-weighted values, against loops in
+ * double precision. */
+static void test_attention_shared_head(void)
+{
+    const int64_t Ts[] = {1, 3, 9}, Bs[] = {1, 2}, Hq = 16, D = 24, P = 5;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++) {
+            int64_t T = Ts[ti], B = Bs[bi], S = P + T;
+            nnt_tensor q = make(4, B, Hq, T, D, 0), k = make(4, B, 1, S, D, 0), s = make(4, B, Hq, T, S, 0);
+            nnt_tensor p = make(4, B, Hq, T, S, 0), o = make(4, B, T, Hq, D, 0);
+            float *qd = q.data, *kd = k.data, *sd = s.data, *pd = p.data, *od = o.data;
+            for (int64_t i = 0; i < B * Hq * T * D; i++) qd[i] = urand();
+            for (int64_t i = 0; i < B * S * D; i++) kd[i] = urand();
+            for (int64_t i = 0; i < B * Hq * T * S; i++) pd[i] = 0.5f * (urand() + 1.0f);
+            int32_t *qpos = malloc((size_t)(B * T) * sizeof *qpos), *kpos = malloc((size_t)(B * S) * sizeof *kpos);
+            CU_ASSERT_FATAL(qpos && kpos);
+            for (int64_t b = 0; b < B; b++) {
+                for (int64_t t = 0; t < T; t++) qpos[b * T + t] = (int32_t)(P + t);
+                for (int64_t j = 0; j < S; j++) kpos[b * S + j] = (int32_t)j;
+            }
+            nnt_attn_mask mask = {.struct_size = sizeof(nnt_attn_mask), .q_pos = qpos, .k_pos = kpos, .causal = 1};
+            nnt_error err = {0};
+            float scale = 0.3f;
+            CU_ASSERT_FATAL(ops->attn_scores(bctx, &q, &k, scale, &mask, &s, &err) == NNT_OK);
+            CU_ASSERT_FATAL(ops->attn_mix(bctx, &p, &k, &o, &err) == NNT_OK);
+            double worst_s = 0, worst_o = 0;
+            int masked_ok = 1;
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < Hq; h++)
+                    for (int64_t t = 0; t < T; t++) {
+                        for (int64_t j = 0; j < S; j++) {
+                            float got = sd[((b * Hq + h) * T + t) * S + j];
+                            if (j > P + t) {
+                                masked_ok &= got == -INFINITY;
+                                continue;
+                            }
+                            double ref = 0;
+                            for (int64_t d = 0; d < D; d++)
+                                ref += (double)qd[((b * Hq + h) * T + t) * D + d] * kd[(b * S + j) * D + d];
+                            worst_s = fmax(worst_s, fabs(ref * scale - got));
+                        }
+                        for (int64_t d = 0; d < D; d++) {
+                            double ref = 0;
+                            for (int64_t j = 0; j < S; j++)
+                                ref += (double)pd[((b * Hq + h) * T + t) * S + j] * kd[(b * S + j) * D + d];
+                            worst_o = fmax(worst_o, fabs(ref - od[((b * T + t) * Hq + h) * D + d]));
+                        }
+                    }
+            if (worst_s > 1e-4 || worst_o > 1e-4 || !masked_ok)
+                fprintf(stderr, "\n  attention B=%lld T=%lld: scores off by %.3g, outputs by %.3g, mask %s\n", (long long)B,
+                        (long long)T, worst_s, worst_o, masked_ok ? "kept" : "broken");
+            CU_ASSERT(worst_s <= 1e-4 && worst_o <= 1e-4 && masked_ok);
+            free(qpos);
+            free(kpos);
+            nnt_tensor_free(&q);
+            nnt_tensor_free(&k);
+            nnt_tensor_free(&s);
+            nnt_tensor_free(&p);
+            nnt_tensor_free(&o);
+        }
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("kernels", setup, teardown);
@@ -266,7 +331,9 @@ int register_tests(void)
         !CU_add_test(s, "delta rule: padding tokens leave the state alone", test_delta_rule_padding) ||
         !CU_add_test(s, "causal convolution carries its state across calls", test_conv_carry) ||
         !CU_add_test(s, "KDA forget gate values", test_kda_gate) ||
-        !CU_add_test(s, "linear with F32, BF16 and F16 weights, few rows and panels", test_linear_half))
+        !CU_add_test(s, "linear with F32, BF16 and F16 weights, few rows and panels", test_linear_half) ||
+        !CU_add_test(s, "attention with one key/value head for many query heads, few and many queries",
+                     test_attention_shared_head))
         return -1;
     return 0;
 }

@@ -642,10 +642,13 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
     TRY(fam_alloc(env, run, NNT_F32, &scores, err, 4, B, Hh, T, S));
     TRY(be->attn_scores(bc, &qh, &keys, 1.0f / sqrtf((float)D), &mask, &scores, err));
     TRY(h->emit(run, NNT_SV_ATTN_SCORES, L, &scores));
-    TRY(fam_alloc(env, run, NNT_F32, &probs, err, 4, B, Hh, T, S));
+    /* the probabilities overwrite the scores (saved or edited by now), and the head outputs
+     * take the place of q (its heads were moved into qh): two [B, T, heads, ...] buffers fewer
+     * at once, a long prompt's largest */
+    probs = scores;
     TRY(be->softmax(bc, &scores, ly->sinks, &probs, err));
     TRY(h->emit(run, NNT_SV_ATTN_PROBABILITIES, L, &probs));
-    TRY(fam_alloc(env, run, NNT_F32, &o, err, 4, B, T, Hh, D));
+    o = fam_view(&q, 4, B, T, Hh, D);
     TRY(be->attn_mix(bc, &probs, &keys, &o, err));
     /* the values carried their rotation: turn the output back at the query's position */
     nnt_tensor o4 = fam_view(&o, 4, M, Hh, (int64_t)1, D);

@@ -101,6 +101,26 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
             return NNT_OK;
         }
     }
+    if (T < 8 && group * T >= 8) {
+        /* few queries (decoding) but many heads on one key/value head: each key/value head's
+         * [group T, D] block of queries in one sgemm against its keys, then the mask */
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t g = 0; g < Hkv; g++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(group * T), (int)S, (int)D, r16 ? 1.0f : scale,
+                            qd + (b * Hq + g * group) * T * D, (int)D, kd + (b * Hkv + g) * S * D, (int)D, 0.0f,
+                            sd + (b * Hq + g * group) * T * S, (int)S);
+#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < Hq; h++)
+                for (int64_t t = 0; t < T; t++) {
+                    float *row = sd + ((b * Hq + h) * T + t) * S;
+                    for (int64_t j = 0; j < S; j++)
+                        row[j] = mask && !visible(mask, b, t, j, T, S) ? -INFINITY
+                                 : r16                                  ? cpu_r16(cpu_r16(row[j]) * scale)
+                                                                        : row[j];
+                }
+        return NNT_OK;
+    }
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
@@ -186,6 +206,34 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
     int64_t group = Hq / Hkv;
     const float *pd = p->data, *vd = v->data;
     float *od = o->data;
+    if (T >= 8 && B * Hkv == 1) {
+        /* one key/value head: its [Hq T, S] probabilities in blocks of rows, each product into a
+         * tile of at most 8 MiB, then its heads moved after tokens (no [Hq, T, Dv] copy) */
+        int64_t R = Hq * T, chunk = ((int64_t)(8 << 20) / (Dv * (int64_t)sizeof(float))) / T * T;
+        if (chunk < T) chunk = T;
+        if (chunk > R) chunk = R;
+        float *tmp;
+        int done = 1;
+        if ((st = cpu_buffer(c, CPU_BUF_ATTN, (size_t)(chunk * Dv) * sizeof(float), (void **)&tmp, err)) != NNT_OK)
+            return st;
+        for (int64_t r0 = 0; r0 < R && done; r0 += chunk) {
+            int64_t n = R - r0 < chunk ? R - r0 : chunk;
+            if ((st = cpu_bmm(c, cpu_bf16(o), 1, n, Dv, S, pd + r0 * S, vd, 0, tmp, &done, err)) != NNT_OK) return st;
+            if (!done) {
+                if (r0 > 0) return cpu_error(err, NNT_ERR_BACKEND, "cpu attn_mix: oneDNN refused a block it ran before");
+                break;
+            }
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+            for (int64_t r = r0; r < r0 + n; r++) {
+                int64_t h = r / T, t = r % T;
+                memcpy(od + (t * Hq + h) * Dv, tmp + (r - r0) * Dv, (size_t)Dv * sizeof(float));
+            }
+        }
+        if (done) {
+            cpu_round_result(c, o);
+            return NNT_OK;
+        }
+    }
     if (T >= 8) { /* one batched product into [B, Hq, T, Dv] (oneDNN), then heads moved after tokens */
         float *tmp;
         int done = 0;
@@ -201,6 +249,24 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
             cpu_round_result(c, o);
             return NNT_OK;
         }
+    }
+    if (T < 8 && group * T >= 8) {
+        /* few queries, many heads per key/value head: one sgemm per key/value head into
+         * [B, Hq, T, Dv], then heads moved after tokens */
+        float *tmp;
+        if ((st = cpu_buffer(c, CPU_BUF_ATTN, (size_t)(B * Hq * T * Dv) * sizeof(float), (void **)&tmp, err)) != NNT_OK)
+            return st;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t g = 0; g < Hkv; g++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(group * T), (int)Dv, (int)S, 1.0f,
+                            pd + (b * Hq + g * group) * T * S, (int)S, vd + (b * Hkv + g) * S * Dv, (int)Dv, 0.0f,
+                            tmp + (b * Hq + g * group) * T * Dv, (int)Dv);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t h = 0; h < Hq; h++)
+                    memcpy(od + ((b * T + t) * Hq + h) * Dv, tmp + ((b * Hq + h) * T + t) * Dv, (size_t)Dv * sizeof(float));
+        cpu_round_result(c, o);
+        return NNT_OK;
     }
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++)

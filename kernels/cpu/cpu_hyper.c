@@ -14,18 +14,43 @@ static float sigm(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
-/* m[o] = sum_i fn[o, i] x[i] / rms(x), for one token's n*H values (double accumulation). */
-static void mixes(const float *x, int64_t nH, const float *fn, int64_t outs, float rms_eps, float *m)
+/* 1 / rms(x) over one token's n*H values (double accumulation) */
+static float rms_factor(const float *x, int64_t nH, float rms_eps)
 {
     double ss = 0.0;
     for (int64_t i = 0; i < nH; i++) ss += (double)x[i] * x[i];
-    float r = 1.0f / sqrtf((float)(ss / (double)nH) + rms_eps);
-    for (int64_t o = 0; o < outs; o++) {
-        double acc = 0.0;
-        const float *row = fn + o * nH;
-        for (int64_t i = 0; i < nH; i++) acc += (double)row[i] * (x[i] * r);
-        m[o] = (float)acc;
+    return 1.0f / sqrtf((float)(ss / (double)nH) + rms_eps);
+}
+
+/* sum_i row[i] (x[i] r) in double, four partial sums */
+static float mix_dot(const float *row, const float *x, float r, int64_t nH)
+{
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    int64_t i = 0;
+    for (; i + 4 <= nH; i += 4) {
+        a0 += (double)row[i] * (x[i] * r);
+        a1 += (double)row[i + 1] * (x[i + 1] * r);
+        a2 += (double)row[i + 2] * (x[i + 2] * r);
+        a3 += (double)row[i + 3] * (x[i + 3] * r);
     }
+    for (; i < nH; i++) a0 += (double)row[i] * (x[i] * r);
+    return (float)((a0 + a1) + (a2 + a3));
+}
+
+/* mx[m, o] = sum_i fn[o, i] x[m, i] / rms(x[m]) for every token m of x [M, nH]: the (token,
+ * output) pairs shared by the threads, so that one token (decoding) uses them all */
+static int mixes_all(cpu_ctx *c, const float *x, int64_t M, int64_t nH, const float *fn, int64_t outs, float rms_eps,
+                     float *mx)
+{
+    float *r = malloc((size_t)(M ? M : 1) * sizeof *r);
+    if (!r) return 0;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (M > 1)
+    for (int64_t m = 0; m < M; m++) r[m] = rms_factor(x + m * nH, nH, rms_eps);
+#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t o = 0; o < outs; o++) mx[m * outs + o] = mix_dot(fn + o * nH, x + m * nH, r[m], nH);
+    free(r);
+    return 1;
 }
 
 /* x [M, n, H], fn [(2+n) n, n H], base [(2+n) n], scale [3] -> post [M, n], comb [M, n, n],
@@ -43,11 +68,15 @@ nnt_status cpu_hyper_connection(void *ctx, const nnt_tensor *x, const nnt_tensor
         return cpu_error(err, NNT_ERR_SHAPE, "cpu hyper_connection: fn, base, scale, post, comb or collapsed disagree with x");
     const float *xd = x->data, *f = fn->data, *b = base->data, *sc = scale->data;
     float *pd = post->data, *cd = comb->data, *yd = collapsed->data;
+    float *mxa = malloc((size_t)(M * outs + 1) * sizeof *mxa);
+    if (!mxa || !mixes_all(c, xd, M, n * H, f, outs, rms_eps, mxa)) {
+        free(mxa);
+        return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu hyper_connection: no memory");
+    }
 #pragma omp parallel for num_threads(c->threads) schedule(static)
     for (int64_t m = 0; m < M; m++) {
-        float mx[(2 + MAX_STREAMS) * MAX_STREAMS], pre[MAX_STREAMS], C[MAX_STREAMS * MAX_STREAMS];
-        const float *xm = xd + m * n * H;
-        mixes(xm, n * H, f, outs, rms_eps, mx);
+        float pre[MAX_STREAMS], C[MAX_STREAMS * MAX_STREAMS];
+        const float *xm = xd + m * n * H, *mx = mxa + m * outs;
         for (int64_t j = 0; j < n; j++) {
             pre[j] = sigm(mx[j] * sc[0] + b[j]) + hc_eps;
             pd[m * n + j] = 2.0f * sigm(mx[n + j] * sc[1] + b[n + j]);
@@ -82,6 +111,7 @@ nnt_status cpu_hyper_connection(void *ctx, const nnt_tensor *x, const nnt_tensor
             yd[m * H + h] = acc;
         }
     }
+    free(mxa);
     cpu_round_result(c, collapsed);
     return NNT_OK;
 }
@@ -131,11 +161,15 @@ nnt_status cpu_hyper_head(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, 
         return cpu_error(err, NNT_ERR_SHAPE, "cpu hyper_head: fn, base, scale or y disagree with x");
     const float *xd = x->data, *f = fn->data, *b = base->data, *sc = scale->data;
     float *yd = y->data;
+    float *mxa = malloc((size_t)(M * n + 1) * sizeof *mxa);
+    if (!mxa || !mixes_all(c, xd, M, n * H, f, n, rms_eps, mxa)) {
+        free(mxa);
+        return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu hyper_head: no memory");
+    }
 #pragma omp parallel for num_threads(c->threads) schedule(static)
     for (int64_t m = 0; m < M; m++) {
-        float mx[MAX_STREAMS], pre[MAX_STREAMS];
-        const float *xm = xd + m * n * H;
-        mixes(xm, n * H, f, n, rms_eps, mx);
+        float pre[MAX_STREAMS];
+        const float *xm = xd + m * n * H, *mx = mxa + m * n;
         for (int64_t j = 0; j < n; j++) pre[j] = sigm(mx[j] * sc[0] + b[j]) + hc_eps;
         for (int64_t h = 0; h < H; h++) {
             float acc = 0.0f;
@@ -143,6 +177,7 @@ nnt_status cpu_hyper_head(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, 
             yd[m * H + h] = acc;
         }
     }
+    free(mxa);
     cpu_round_result(c, y);
     return NNT_OK;
 }

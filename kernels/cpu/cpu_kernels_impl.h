@@ -17,6 +17,7 @@
  * Sources: IEEE 754 binary16; the OCP 8-bit floating point specification (e4m3fn); OCP
  * Microscaling Formats v1.0 (e2m1, e8m0). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__))
@@ -461,6 +462,178 @@ DEFINE_TILE(f16)
 DEFINE_TILE(fp8)
 DEFINE_TILE(fp4)
 
+/* ---- FP4 e2m1 with E8M0 scales, few rows, on x86: a table lookup per code ----
+ * The 2 VL codes of VL bytes are widened to one 32-bit lane per byte; a permute whose index is
+ * the lane (only its low bits count) reads the low nibbles' values from a table of the 16 e2m1
+ * values (AVX-512) or of the 8 magnitudes, the sign put in by a shift and xor (AVX2), and the
+ * lane shifted right by 4 the high nibbles'. Lane j then holds the weights of columns 2j and
+ * 2j + 1, so x is first split per 2 VL columns into its even and odd columns (xs). The table is
+ * multiplied by the block's scale, a power of two: the scaled weights are exact, as the generic
+ * kernel's are, and only the order of the additions differs. */
+#if defined(X86_512) || defined(X86_256)
+#define FP4_LUT 1
+#if defined(X86_512)
+typedef __m512 lut_v;
+typedef __m512i lut_i;
+#define LUT_FMA _mm512_fmadd_ps
+#define LUT_SET1 _mm512_set1_ps
+#define LUT_MUL _mm512_mul_ps
+#define LUT_ZERO _mm512_setzero_ps
+#define LUT_LOADX _mm512_loadu_ps
+INLINE lut_v lut_table(void)
+{
+    return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f,
+                          -4.0f, -6.0f);
+}
+INLINE lut_i lut_codes(const uint8_t *p)
+{
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+INLINE lut_v lut_lo(lut_i q, lut_v t)
+{
+    return _mm512_permutexvar_ps(q, t);
+}
+INLINE lut_v lut_hi(lut_i q, lut_v t)
+{
+    return _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), t);
+}
+INLINE float lut_hsum(lut_v v)
+{
+    return _mm512_reduce_add_ps(v);
+}
+#else
+typedef __m256 lut_v;
+typedef __m256i lut_i;
+#define LUT_FMA _mm256_fmadd_ps
+#define LUT_SET1 _mm256_set1_ps
+#define LUT_MUL _mm256_mul_ps
+#define LUT_ZERO _mm256_setzero_ps
+#define LUT_LOADX _mm256_loadu_ps
+INLINE lut_v lut_table(void)
+{
+    return _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+}
+INLINE lut_i lut_codes(const uint8_t *p)
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+INLINE lut_v lut_lo(lut_i q, lut_v t)
+{
+    __m256i sign = _mm256_and_si256(_mm256_slli_epi32(q, 28), _mm256_set1_epi32((int)0x80000000u));
+    return _mm256_xor_ps(_mm256_permutevar8x32_ps(t, q), _mm256_castsi256_ps(sign));
+}
+INLINE lut_v lut_hi(lut_i q, lut_v t)
+{
+    __m256i sign = _mm256_and_si256(_mm256_slli_epi32(q, 24), _mm256_set1_epi32((int)0x80000000u));
+    return _mm256_xor_ps(_mm256_permutevar8x32_ps(t, _mm256_srli_epi32(q, 4)), _mm256_castsi256_ps(sign));
+}
+INLINE float lut_hsum(lut_v v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+INLINE float e8m0(uint8_t b)
+{
+    return b == 255 ? NAN : b == 0 ? 0x1p-127f : bits_f((uint32_t)b << 23);
+}
+
+/* the n E8M0 scales of p as floats, VL at a time: 2^(b - 127), 0 is 2^-127 and 255 NaN */
+#define FP4_MAX_BLOCKS 1024
+INLINE void e8m0_row(const uint8_t *p, int64_t n, float *out)
+{
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        vb b;
+        memcpy(&b, p + i, sizeof b);
+        vu u = __builtin_convertvector(b, vu);
+        vu zero = (vu)(u == 0u), nan = (vu)(u == 255u);
+        vu f = ((u << 23) & ~(zero | nan)) | (0x00400000u & zero) | (0x7fc00000u & nan);
+        memcpy(out + i, &f, sizeof f);
+    }
+    for (; i < n; i++) out[i] = e8m0(p[i]);
+}
+
+/* rows n .. n + R against the M rows of xs (split as above) */
+INLINE void tile_fp4lut(const float *xs, const cpu_weight *w, int64_t n, float *y, int64_t ldy, const int M,
+                        const int R)
+{
+    const int64_t K = w->cols, bc = w->block_cols, nb = (K + bc - 1) / bc;
+    const uint8_t *row[4];
+    float scl[4][FP4_MAX_BLOCKS];
+    lut_v acc[CPU_FEW_ROWS][4][2];
+    const lut_v table = lut_table();
+    for (int r = 0; r < R; r++) {
+        row[r] = row_at(w, n + r);
+        e8m0_row(scale_row(w, n + r), nb, scl[r]);
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) acc[m][r][0] = acc[m][r][1] = LUT_ZERO();
+    for (int64_t c0 = 0, cb = 0; c0 < K; c0 += bc, cb++) {
+        int64_t c1 = c0 + bc < K ? c0 + bc : K;
+        lut_v t[4];
+        for (int r = 0; r < R; r++) t[r] = LUT_MUL(table, LUT_SET1(scl[r][cb]));
+        for (int64_t c = c0; c < c1; c += 2 * VL) {
+            lut_v lo[4], hi[4];
+            for (int r = 0; r < R; r++) {
+                if (!(c & 127)) __builtin_prefetch(row[r] + (PF_ROWS * K + c) / 2, 0, 0);
+                lut_i q = lut_codes(row[r] + c / 2);
+                lo[r] = lut_lo(q, t[r]);
+                hi[r] = lut_hi(q, t[r]);
+            }
+            for (int m = 0; m < M; m++) {
+                lut_v xe = LUT_LOADX(xs + m * K + c), xo = LUT_LOADX(xs + m * K + c + VL);
+                for (int r = 0; r < R; r++) {
+                    acc[m][r][0] = LUT_FMA(lo[r], xe, acc[m][r][0]);
+                    acc[m][r][1] = LUT_FMA(hi[r], xo, acc[m][r][1]);
+                }
+            }
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) y[m * ldy + n + r] = lut_hsum(acc[m][r][0]) + lut_hsum(acc[m][r][1]);
+}
+
+/* 1 when the table kernel serves w: E8M0 scales, whole steps of 2 VL columns in every block */
+INLINE int fp4lut_serves(const cpu_weight *w)
+{
+    return w->dtype == NNT_F4_E2M1 && w->scale && w->scale_dtype == NNT_F8_E8M0 && w->cols % (2 * VL) == 0 &&
+           w->block_cols % (2 * VL) == 0 && w->grid_cols <= FP4_MAX_BLOCKS;
+}
+
+static void gemv_fp4lut(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy,
+                        float *xs)
+{
+    const int64_t K = w->cols;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < K; c += 2 * VL)
+            for (int j = 0; j < VL; j++) {
+                xs[m * K + c + j] = x[m * K + c + 2 * j];
+                xs[m * K + c + VL + j] = x[m * K + c + 2 * j + 1];
+            }
+    int64_t n = n0;
+    switch (M) {
+    case 1:
+        for (; n + 4 <= n1; n += 4) tile_fp4lut(xs, w, n, y, ldy, 1, 4);
+        for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 1, 1);
+        break;
+    case 2:
+        for (; n + 2 <= n1; n += 2) tile_fp4lut(xs, w, n, y, ldy, 2, 2);
+        for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 2, 1);
+        break;
+    case 3: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 3, 1); break;
+    case 4: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 4, 1); break;
+    case 5: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 5, 1); break;
+    case 6: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 6, 1); break;
+    case 7: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 7, 1); break;
+    default: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 8, 1); break;
+    }
+}
+#endif
+
 static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy,
                    int rnd)
 {
@@ -469,7 +642,19 @@ static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, i
     case NNT_BF16: gemv_bf16(x, M, w, n0, n1, y, ldy, 0); break; /* already bfloat16 numbers */
     case NNT_F16: gemv_f16(x, M, w, n0, n1, y, ldy, rnd); break;
     case NNT_F8_E4M3: gemv_fp8(x, M, w, n0, n1, y, ldy, rnd); break;
-    default: gemv_fp4(x, M, w, n0, n1, y, ldy, rnd); break;
+    default:
+#ifdef FP4_LUT
+        if (!rnd && fp4lut_serves(w)) {
+            float *xs = aligned_alloc(64, (size_t)(M * w->cols) * sizeof(float));
+            if (xs) {
+                gemv_fp4lut(x, M, w, n0, n1, y, ldy, xs);
+                free(xs);
+                break;
+            }
+        }
+#endif
+        gemv_fp4(x, M, w, n0, n1, y, ldy, rnd);
+        break;
     }
 }
 
