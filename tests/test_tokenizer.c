@@ -442,6 +442,25 @@ static void test_errors(void)
     expect_load_error(dir, NNT_ERR_FORMAT, "line 3", "base64");
     CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1\n") == 0);
     expect_load_error(dir, NNT_ERR_UNSUPPORTED, "pat_str", "tokenization_kimi");
+    /* a tiktoken folder with its own pattern, specials and add_bos_token: "ab" merges (rank 2 is
+     * the bytes "ab"), <s> (id 3) is added before the text only with NNT_TOKENIZE_ADD_SPECIAL */
+    CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1\nYWI= 2\n") == 0);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    CU_ASSERT_FATAL(t_write_file(path, "{\"pat_str\": \"[a-z]+| \", \"bos_token\": \"<s>\", \"add_bos_token\": true,"
+                                       " \"added_tokens_decoder\": {\"3\": {\"content\": \"<s>\", \"special\": true}}}") == 0);
+    nnt_tokenizer *tik = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_load(dir, &tik), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_tokenizer_bos_id(tik), 3);
+    int32_t *ids;
+    int64_t m;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_encode(tik, "ab<s>b", 6, NNT_TOKENIZE_ADD_SPECIAL, &ids, &m), NNT_OK);
+    CU_ASSERT_EQUAL(m, 4);
+    if (m == 4) CU_ASSERT(ids[0] == 3 && ids[1] == 2 && ids[2] == 3 && ids[3] == 1);
+    free(ids);
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_encode(tik, "ab<s>b", 6, 0, &ids, &m), NNT_OK);
+    CU_ASSERT(m == 3 && ids[0] == 2 && ids[1] == 3 && ids[2] == 1);
+    free(ids);
+    nnt_tokenizer_free(tik);
     /* a NULL folder */
     nnt_tokenizer *tok = NULL;
     CU_ASSERT_EQUAL(nnt_tokenizer_load(NULL, &tok), NNT_ERR_INVALID_ARGUMENT);
