@@ -22,6 +22,24 @@ static int cmp_begin(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
+/* JSON numbers are doubles: an integer field is accepted only when it is finite, whole, and at
+ * most 2^53 (every integer up to there has an exact double), so the casts below never overflow. */
+#define MAX_EXACT_INT 9007199254740992.0
+
+static int json_uint(const cJSON *v, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!isfinite(d) || d < 0 || d > MAX_EXACT_INT || d != floor(d)) return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static nnt_status parse_entry(const char *path, const cJSON *item, nnt_st_entry *e,
                               uint64_t data_size, nnt_error *err)
 {
@@ -44,35 +62,46 @@ static nnt_status parse_entry(const char *path, const cJSON *item, nnt_st_entry 
         return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' has %d dimensions, at most %d supported",
                            path, name, nd, NNT_MAX_DIMS);
     e->ndim = nd;
-    double numel = 1.0;
+    /* the product of the nonzero extents must fit in int64 (then every partial product taken in
+     * any order does, and nnt_tensor_numel cannot overflow); numel is 0 when an extent is 0 */
+    int64_t nonzero = 1, numel = 1;
     for (int i = 0; i < nd; i++) {
-        const cJSON *d = cJSON_GetArrayItem(shape, i);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != floor(d->valuedouble))
-            return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' shape entry %d is not a non-negative integer",
-                               path, name, i);
-        e->shape[i] = (int64_t)d->valuedouble;
-        numel *= d->valuedouble;
+        uint64_t v;
+        if (!json_uint(cJSON_GetArrayItem(shape, i), &v))
+            return nnt_err_set(err, NNT_ERR_FORMAT,
+                               "%s: tensor '%s' shape entry %d is not an integer in [0, 2^53]", path, name, i);
+        e->shape[i] = (int64_t)v;
+        if (v == 0) {
+            numel = 0;
+            continue;
+        }
+        if (__builtin_mul_overflow(nonzero, (int64_t)v, &nonzero))
+            return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' has a shape whose element count overflows 64 bits",
+                               path, name);
     }
+    if (numel) numel = nonzero;
     if (cJSON_GetArraySize(offs) != 2)
         return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' data_offsets must hold two numbers", path, name);
-    const cJSON *b = cJSON_GetArrayItem(offs, 0), *en = cJSON_GetArrayItem(offs, 1);
-    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < 0)
-        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' data_offsets are not non-negative integers", path, name);
-    e->begin = (uint64_t)b->valuedouble;
-    e->end = (uint64_t)en->valuedouble;
+    if (!json_uint(cJSON_GetArrayItem(offs, 0), &e->begin) || !json_uint(cJSON_GetArrayItem(offs, 1), &e->end))
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' data_offsets are not integers in [0, 2^53]", path,
+                           name);
     if (e->begin > e->end || e->end > data_size)
         return nnt_err_set(err, NNT_ERR_FORMAT,
                            "%s: tensor '%s' data_offsets [%llu, %llu] fall outside the data section "
                            "(%llu bytes; is the file truncated?)",
                            path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
                            (unsigned long long)data_size);
-    double need = numel * (double)nnt_dtype_bits(e->dtype) / 8.0; /* F4 packs two per byte */
-    if ((double)(e->end - e->begin) != need) {
+    /* bytes needed: numel * bits / 8, whole (F4 packs two per byte); numel < 2^63, bits <= 64 */
+    unsigned __int128 bits = (unsigned __int128)(uint64_t)numel * (unsigned)nnt_dtype_bits(e->dtype);
+    int whole = bits % 8 == 0;
+    unsigned __int128 need = bits / 8;
+    if (!whole || need != (unsigned __int128)(e->end - e->begin)) {
         char sh[96];
         return nnt_err_set(err, NNT_ERR_FORMAT,
-                           "%s: tensor '%s' spans %llu bytes but dtype %s and shape %s need %.0f",
-                           path, name, (unsigned long long)(e->end - e->begin),
-                           nnt_dtype_name(e->dtype), nnt_dims_str(e->ndim, e->shape, sh, sizeof sh), need);
+                           "%s: tensor '%s' spans %llu bytes but dtype %s and shape %s need %.0f%s",
+                           path, name, (unsigned long long)(e->end - e->begin), nnt_dtype_name(e->dtype),
+                           nnt_dims_str(e->ndim, e->shape, sh, sizeof sh), (double)need,
+                           whole ? "" : " and a half (a whole number of bytes is required)");
     }
     e->name = nnt_strdup(name);
     if (!e->name) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
@@ -146,6 +175,23 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
         if (status != NNT_OK) goto fail;
         f->n_entries++;
     }
+    /* a name given twice (JSON allows it; the format does not) */
+    if (f->n_entries > 1) {
+        const char **names = malloc((size_t)f->n_entries * sizeof *names);
+        if (!names) {
+            status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            goto fail;
+        }
+        for (int i = 0; i < f->n_entries; i++) names[i] = f->entries[i].name;
+        qsort(names, (size_t)f->n_entries, sizeof *names, cmp_name);
+        for (int i = 1; i < f->n_entries; i++)
+            if (strcmp(names[i], names[i - 1]) == 0) {
+                status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' is named twice in the header", path, names[i]);
+                free(names);
+                goto fail;
+            }
+        free(names);
+    }
     /* overlap check on a copy sorted by offset */
     if (f->n_entries > 1) {
         nnt_st_entry *sorted = malloc((size_t)f->n_entries * sizeof *sorted);
@@ -155,16 +201,21 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
         }
         memcpy(sorted, f->entries, (size_t)f->n_entries * sizeof *sorted);
         qsort(sorted, (size_t)f->n_entries, sizeof *sorted, cmp_begin);
-        for (int i = 1; i < f->n_entries; i++) {
-            if (sorted[i].begin < sorted[i - 1].end && sorted[i].end > sorted[i].begin) {
+        /* every non-empty tensor against the furthest-reaching one before it (an empty tensor
+         * between two overlapping ones must not hide the overlap) */
+        int far = -1;
+        for (int i = 0; i < f->n_entries; i++) {
+            if (sorted[i].end == sorted[i].begin) continue;
+            if (far >= 0 && sorted[i].begin < sorted[far].end) {
                 status = nnt_err_set(err, NNT_ERR_FORMAT,
                                      "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap in the data section",
-                                     path, sorted[i - 1].name, (unsigned long long)sorted[i - 1].begin,
-                                     (unsigned long long)sorted[i - 1].end, sorted[i].name,
+                                     path, sorted[far].name, (unsigned long long)sorted[far].begin,
+                                     (unsigned long long)sorted[far].end, sorted[i].name,
                                      (unsigned long long)sorted[i].begin, (unsigned long long)sorted[i].end);
                 free(sorted);
                 goto fail;
             }
+            if (far < 0 || sorted[i].end > sorted[far].end) far = i;
         }
         free(sorted);
     }

@@ -72,7 +72,36 @@ static void test_offsets(void)
     expect_bad(raw_file("dtype.safetensors", "{\"w\":{\"dtype\":\"Q7\",\"shape\":[3],\"data_offsets\":[0,3]}}", -1, 3),
                "unknown dtype 'Q7'");
     expect_bad(raw_file("neg.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[-3],\"data_offsets\":[0,3]}}", -1, 3),
-               "shape entry 0 is not a non-negative integer");
+               "shape entry 0 is not an integer in [0, 2^53]");
+    /* numbers past what a double holds exactly, or infinite, are refused before any cast */
+    expect_bad(raw_file("huge_dim.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[1e19],\"data_offsets\":[0,3]}}", -1, 3),
+               "shape entry 0 is not an integer in [0, 2^53]");
+    expect_bad(raw_file("inf_dim.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[1e999],\"data_offsets\":[0,3]}}", -1, 3),
+               "shape entry 0 is not an integer in [0, 2^53]");
+    expect_bad(raw_file("huge_off.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,1e30]}}", -1, 3),
+               "data_offsets are not integers in [0, 2^53]");
+    expect_bad(raw_file("frac_off.safetensors", "{\"w\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0.5,3]}}", -1, 3),
+               "data_offsets are not integers in [0, 2^53]");
+    /* 2^62 * 4 * 0: zero elements, but the nonzero extents overflow 64 bits */
+    expect_bad(raw_file("overflow.safetensors",
+                        "{\"w\":{\"dtype\":\"U8\",\"shape\":[4611686018427387904,4,0],\"data_offsets\":[0,0]}}", -1, 0),
+               "shape entry 0 is not an integer in [0, 2^53]");
+    expect_bad(raw_file("overflow2.safetensors",
+                        "{\"w\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,0],\"data_offsets\":[0,0]}}", -1, 0),
+               "element count overflows 64 bits");
+    /* an empty tensor sorted between two overlapping ones does not hide the overlap */
+    expect_bad(raw_file("overlap_empty.safetensors",
+                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+                        "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[5,5]},"
+                        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                        -1, 16),
+               "overlap");
+    /* a name given twice */
+    expect_bad(raw_file("dup.safetensors",
+                        "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+                        "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
+                        -1, 4),
+               "named twice");
 }
 
 static void test_round_trip(void)
