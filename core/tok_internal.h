@@ -109,6 +109,8 @@ int tok_utf8_len(const uint8_t *s, size_t n);
 /* Decodes the valid sequence at s of length len (from tok_utf8_len). */
 uint32_t tok_utf8_decode(const uint8_t *s, int len);
 int tok_utf8_encode(uint32_t cp, char out[4]);
+/* The length of the longest valid UTF-8 prefix of text (n when all of it is valid). */
+size_t tok_utf8_valid_prefix(const char *text, size_t n);
 /* Copies `text` into out with every maximal invalid subpart replaced by U+FFFD. Returns the
  * number of replacements, or -1 (no memory). */
 long tok_utf8_repair(const char *text, size_t n, tok_buf *out);

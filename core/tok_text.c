@@ -71,6 +71,22 @@ int tok_utf8_encode(uint32_t cp, char out[4])
     return 4;
 }
 
+size_t tok_utf8_valid_prefix(const char *text, size_t n)
+{
+    const uint8_t *s = (const uint8_t *)text;
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int l = tok_utf8_len(s + i, n - i);
+        if (l <= 0) return i;
+        i += (size_t)l;
+    }
+    return n;
+}
+
 long tok_utf8_repair(const char *text, size_t n, tok_buf *out)
 {
     static const char fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
@@ -109,6 +125,7 @@ int tok_is_white_space(uint32_t c)
 
 int tok_is_py_space(uint32_t c)
 {
+    if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
     const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)c);
     return p->bidi_class == UTF8PROC_BIDI_CLASS_WS || p->bidi_class == UTF8PROC_BIDI_CLASS_B ||
            p->bidi_class == UTF8PROC_BIDI_CLASS_S || p->category == UTF8PROC_CATEGORY_ZS;

@@ -321,9 +321,11 @@ nnt_status nnt_tokenizer_encode(nnt_tokenizer *tok, const char *text, size_t len
                            len, UINT32_MAX >> 2);
     nnt_err_clear(&tok->err);
     const char *s = text ? text : "";
-    long bad = tok_utf8_repair(s, len, &tok->text);
-    if (bad < 0) return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory for %zu bytes", len);
-    if (bad) s = tok->text.p, len = tok->text.n;
+    if (tok_utf8_valid_prefix(s, len) < len) { /* copied only when something must be replaced */
+        if (tok_utf8_repair(s, len, &tok->text) < 0)
+            return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory for %zu bytes", len);
+        s = tok->text.p, len = tok->text.n;
+    }
     tok_ids out = {0};
     int add = (flags & NNT_TOKENIZE_ADD_SPECIAL) != 0;
     int r = 0;
