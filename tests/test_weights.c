@@ -191,6 +191,10 @@ static void test_linear_encodings(void)
         {"FP8/F32 130x200, 128x128 blocks", NNT_F8_E4M3, NNT_F32, 130, 200, 128, 128},
         {"FP8/BF16 45x83, 16x16 blocks", NNT_F8_E4M3, NNT_BF16, 45, 83, 16, 16},
         {"FP8/E8M0 33x150, 8x24 blocks", NNT_F8_E4M3, NNT_F8_E8M0, 33, 150, 8, 24},
+        /* widths and blocks in whole steps of 32 columns: x86's 16-bit-lane kernels */
+        {"FP8/F32 70x256, 128x128 blocks", NNT_F8_E4M3, NNT_F32, 70, 256, 128, 128},
+        {"FP8/E8M0 36x192, 32x64 blocks", NNT_F8_E4M3, NNT_F8_E8M0, 36, 192, 32, 64},
+        {"FP8/BF16 21x96, 16x32 blocks", NNT_F8_E4M3, NNT_BF16, 21, 96, 16, 32},
         {"FP4/E8M0 37x96, groups of 32", NNT_F4_E2M1, NNT_F8_E8M0, 37, 96, 1, 32},
         {"FP4/E8M0 21x70, groups of 14 (a partial vector per group)", NNT_F4_E2M1, NNT_F8_E8M0, 21, 70, 1, 14},
         {"FP4/F32 19x40, groups of 8", NNT_F4_E2M1, NNT_F32, 19, 40, 1, 8},
@@ -199,6 +203,52 @@ static void test_linear_encodings(void)
         test_weight w = weight_make(cases[i].dt, cases[i].sdt, cases[i].R, cases[i].C, cases[i].br, cases[i].bc);
         check_weight(cases[i].what, &w.t, 0);
         check_weight(cases[i].what, &w.t, 1);
+        weight_free(&w);
+    }
+}
+
+/* bfloat16 products read each FP8 weight as torch's bfloat16 copy holds it: the float32 product
+ * code x scale rounded to the nearest bfloat16, ties to even. With x one-hot at column c the
+ * product is that weight alone, so y must equal it exactly. Scales: (1 + 2^-8) 2^-4, which
+ * puts every code of significand 1.0 exactly halfway between two bfloat16 numbers (1 + 2^-8 is
+ * the midpoint of 1 and 1 + 2^-7: ties to even gives 1, rounding half up 1 + 2^-7); 300 and
+ * 1e-36, outside the range where x86's fast kernels scale exactly (they must hand over); 0.02. */
+static void test_linear_bf16_ties(void)
+{
+    static const float scales[] = {1.00390625f * 0.0625f, 300.0f, 1e-36f, 0.02f};
+    for (size_t si = 0; si < sizeof scales / sizeof *scales; si++) {
+        test_weight w = weight_make(NNT_F8_E4M3, NNT_F32, 12, 64, 128, 64);
+        ((float *)w.grid)[0] = scales[si];
+        for (int i = 0; i < 12 * 64; i += 3) ((uint8_t *)w.codes)[i] = (uint8_t)(0x38 + (i % 7) * 8); /* significand 1.0 */
+        float wd[12 * 64];
+        nnt_error err = {0};
+        CU_ASSERT_FATAL(nnt_weight_decode(&w.t, 0, 12, wd, &err) == NNT_OK);
+        nnt_tensor wv = w.t;
+        wv.flags |= NNT_TENSOR_BF16_PRODUCTS;
+        for (size_t ii = 0; ii < sizeof ISAS / sizeof *ISAS; ii++) {
+            void *ctx = context(ISAS[ii], 1);
+            if (!ctx) continue;
+            static const int64_t cols[] = {0, 3, 17, 63};
+            for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {
+                int64_t xs[2] = {1, 64}, ys[2] = {1, 12}, bad = 0;
+                nnt_tensor x, y;
+                CU_ASSERT_FATAL(nnt_tensor_alloc(&x, NNT_F32, 2, xs) == NNT_OK && nnt_tensor_alloc(&y, NNT_F32, 2, ys) == NNT_OK);
+                memset(x.data, 0, 64 * sizeof(float));
+                ((float *)x.data)[cols[ci]] = 1.0f;
+                CU_ASSERT_EQUAL(cpu->ops->linear(ctx, &x, &wv, &y, &err), NNT_OK);
+                for (int64_t n = 0; n < 12; n++) {
+                    float want = nnt_bf16_to_f32(nnt_f32_to_bf16(wd[n * 64 + cols[ci]]));
+                    if (((float *)y.data)[n] != want && bad++ == 0)
+                        fprintf(stderr, "\n  scale %g on %s: w[%lld, %lld] read as %.9g, bfloat16 of %.9g is %.9g\n",
+                                scales[si], ISAS[ii], (long long)n, (long long)cols[ci], ((float *)y.data)[n],
+                                wd[n * 64 + cols[ci]], want);
+                }
+                CU_ASSERT_EQUAL(bad, 0);
+                nnt_tensor_free(&x);
+                nnt_tensor_free(&y);
+            }
+            cpu->destroy(ctx);
+        }
         weight_free(&w);
     }
 }
@@ -316,6 +366,7 @@ int register_tests(void)
     if (!s) return -1;
     if (!CU_add_test(s, "linear on every encoding, instruction set and row count", test_linear_encodings) ||
         !CU_add_test(s, "linear on row views that start inside a block", test_linear_views) ||
+        !CU_add_test(s, "bfloat16 products round FP8 weights to even on ties", test_linear_bf16_ties) ||
         !CU_add_test(s, "embedding rows of every encoding", test_embedding_encodings) ||
         !CU_add_test(s, "the isa option", test_isa_option) ||
         !CU_add_test(s, "FP8 and FP4 fixtures load without a widened copy", test_memory_accounting))

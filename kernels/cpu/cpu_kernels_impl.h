@@ -478,6 +478,7 @@ typedef __m512i lut_i;
 #define LUT_FMA _mm512_fmadd_ps
 #define LUT_SET1 _mm512_set1_ps
 #define LUT_MUL _mm512_mul_ps
+#define LUT_ADD _mm512_add_ps
 #define LUT_ZERO _mm512_setzero_ps
 #define LUT_LOADX _mm512_loadu_ps
 INLINE lut_v lut_table(void)
@@ -507,6 +508,7 @@ typedef __m256i lut_i;
 #define LUT_FMA _mm256_fmadd_ps
 #define LUT_SET1 _mm256_set1_ps
 #define LUT_MUL _mm256_mul_ps
+#define LUT_ADD _mm256_add_ps
 #define LUT_ZERO _mm256_setzero_ps
 #define LUT_LOADX _mm256_loadu_ps
 INLINE lut_v lut_table(void)
@@ -632,6 +634,330 @@ static void gemv_fp4lut(const float *x, int64_t M, const cpu_weight *w, int64_t 
     default: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 8, 1); break;
     }
 }
+
+/* ---- FP8 e4m3, few rows, on x86: codes widened to 16-bit lanes that read as bfloat16 ----
+ * Sign-extending a code to 16 bits and shifting it left by 4 puts its sign at bit 15 and its
+ * exponent and mantissa at bits 10..4 (the sign copies above bit 10 are masked off): the bits of
+ * a bfloat16 whose value is the code's times 2^-120 (exponent bias 7 against 127). Interleaving
+ * those lanes with zero lanes (unpack low and high, within each 128-bit lane) makes two float
+ * vectors of 2 VL codes, whose lane 4l + j holds column c + 8l + j (first vector) and
+ * c + 8l + 4 + j (second); x is permuted once per product into that order (xp). Per 2 VL codes
+ * that is four integer steps and no conversion instruction: about 1.3x the half-precision path
+ * above on AMD Zen 5 (bench/gemv), which then runs at the read rate with AVX-512.
+ * Subnormal codes become subnormal floats. AMD's cores (Zen 5 measured) take them at full speed
+ * in fused multiply-adds, though not in plain multiplies (fp8_scale); Intel's cores may take a
+ * slow assist on subnormal operands, so there the half-precision path (which never makes one)
+ * is kept: fp8_lanes_cpu says which.
+ * - float32 products: x is also multiplied by 2^64 (exact), so each product x w 2^-56 stays a
+ *   normal float, and each block's sum is multiplied by its scale times 2^56: the products and
+ *   their roundings are those of x . w in float32; only the order of the additions differs.
+ * - bfloat16 products (rnd): each code times its scale times 2^120 is the float32 product
+ *   code x scale (what transformers' dequantisation computes), rounded to bfloat16: by the
+ *   AVX512-BF16 conversion, feeding its bfloat16 dot product, where the CPU has them; otherwise
+ *   by adding half a bfloat16 step and truncating, which is ties-to-even except on exact ties.
+ *   Every code's significand is one of 1 + k/8 (k = 0..7, subnormals included), so a block has
+ *   an exact tie only if one of those eight times its scale has one: such a block (rare: about
+ *   one scale in 8000) is rounded the full way.
+ * Scales outside the range where these scalings stay exact (a block scale of 2^7 or more, or
+ * under 2^-117, for rnd; |x| of 2^60 or more) send the tile or the call to the kernels above. */
+#define FP8_LANES 1
+#define FP8_MAX_BLOCKS 1024
+#if defined(X86_512)
+INLINE void fp8_lanes(const uint8_t *p, lut_v *lo, lut_v *hi)
+{
+    __m512i h = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
+    h = _mm512_and_si512(_mm512_slli_epi16(h, 4), _mm512_set1_epi16((short)0x87f0));
+    *lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), h));
+    *hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), h));
+}
+/* to bfloat16 by adding half a step and truncating; exact=1: ties to even */
+INLINE lut_v fp8_round(lut_v v, const int exact)
+{
+    __m512i u = _mm512_castps_si512(v), add = _mm512_set1_epi32(0x8000);
+    if (exact) add = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(u, add), _mm512_set1_epi32((int)0xffff0000u)));
+}
+#else
+INLINE void fp8_lanes(const uint8_t *p, lut_v *lo, lut_v *hi)
+{
+    __m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    h = _mm256_and_si256(_mm256_slli_epi16(h, 4), _mm256_set1_epi16((short)0x87f0));
+    *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), h));
+    *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), h));
+}
+INLINE lut_v fp8_round(lut_v v, const int exact)
+{
+    __m256i u = _mm256_castps_si256(v), add = _mm256_set1_epi32(0x8000);
+    if (exact) add = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(u, add), _mm256_set1_epi32((int)0xffff0000u)));
+}
+#endif
+
+/* w s, as a fused multiply-add of -0 (exactly the rounded product): AMD Zen 5 multiplies a
+ * subnormal operand (a subnormal code's w) at a fraction of the speed, its fused multiply-add at
+ * full speed (measured: 2.2x on the whole product with random codes) */
+INLINE lut_v fp8_scale(lut_v w, lut_v s)
+{
+    return LUT_FMA(w, s, LUT_SET1(-0.0f));
+}
+
+/* 1 when one of the significands 1 + k/8 times s (a float32 product) lies exactly halfway
+ * between two bfloat16 numbers */
+INLINE int fp8_tie(float s)
+{
+    __m256 p = _mm256_mul_ps(_mm256_setr_ps(1.0f, 1.125f, 1.25f, 1.375f, 1.5f, 1.625f, 1.75f, 1.875f), _mm256_set1_ps(s));
+    __m256i low = _mm256_and_si256(_mm256_castps_si256(p), _mm256_set1_epi32(0xffff));
+    return _mm256_movemask_epi8(_mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x8000))) != 0;
+}
+
+/* This CPU takes subnormal operands at full speed (see above). */
+INLINE int fp8_lanes_cpu(void)
+{
+    return __builtin_cpu_is("amd");
+}
+
+INLINE int fp8_lanes_serve(const cpu_weight *w)
+{
+    return w->dtype == NNT_F8_E4M3 && w->cols % (2 * VL) == 0 && w->block_cols % (2 * VL) == 0 &&
+           w->grid_cols <= FP8_MAX_BLOCKS && fp8_lanes_cpu();
+}
+
+/* The scales of row r's blocks times `raw`, into s; 0 when one leaves [lo, hi] (a zero scale is
+ * taken) or is not a number. */
+INLINE int fp8_scales(const cpu_weight *w, int64_t r, float raw, float lo, float hi, float *s)
+{
+    const uint8_t *srow = scale_row(w, r);
+    const int64_t nb = (w->cols + w->block_cols - 1) / w->block_cols;
+    for (int64_t cb = 0; cb < nb; cb++) {
+        float v = scale_get(w, srow, cb, raw);
+        if (!(v == 0.0f || (fabsf(v) >= lo && fabsf(v) <= hi))) return 0;
+        s[cb] = v;
+    }
+    return 1;
+}
+
+/* one block's columns c0 .. c1 of rows row[0 .. R] into acc[m][r][0 .. 1] (two chains per row and
+ * row of x); RND: each weight times sv[r] and rounded to bfloat16 (EXACT: ties to even) */
+INLINE void block_fp8lanes(const float *xp, const uint8_t *const *row, int64_t K, int64_t c0, int64_t c1,
+                           const lut_v *sv, lut_v (*acc)[4][2], const int M, const int R, const int RND,
+                           const int EXACT)
+{
+    for (int64_t c = c0; c < c1; c += 2 * VL) {
+        if (!(c & 63))
+            for (int r = 0; r < R; r++) __builtin_prefetch(row[r] + PF_ROWS * K + c, 0, 0);
+        for (int r = 0; r < R; r++) { /* one row's two vectors at a time: few registers live */
+            lut_v lo, hi;
+            fp8_lanes(row[r] + c, &lo, &hi);
+            if (RND) {
+                lo = fp8_round(fp8_scale(lo, sv[r]), EXACT);
+                hi = fp8_round(fp8_scale(hi, sv[r]), EXACT);
+            }
+            for (int m = 0; m < M; m++) { /* RND: one chain (the rounding, not the latency, bounds it) */
+                acc[m][r][0] = LUT_FMA(lo, LUT_LOADX(xp + m * K + c), acc[m][r][0]);
+                acc[m][r][RND ? 0 : 1] = LUT_FMA(hi, LUT_LOADX(xp + m * K + c + VL), acc[m][r][RND ? 0 : 1]);
+            }
+        }
+    }
+}
+
+/* rows n .. n + R against the M rows of xp (permuted as above; times 2^64 unless RND); 0 when a
+ * scale is out of range (nothing written) */
+INLINE int tile_fp8lanes(const float *xp, const cpu_weight *w, int64_t n, float *y, int64_t ldy, const int M,
+                         const int R, const int RND)
+{
+    const int64_t K = w->cols, bc = w->block_cols;
+    const uint8_t *row[4];
+    float scl[4][FP8_MAX_BLOCKS];
+    lut_v acc[CPU_FEW_ROWS][4][2], b[CPU_FEW_ROWS][4][2];
+    for (int r = 0; r < R; r++) {
+        row[r] = row_at(w, n + r);
+        if (RND ? !fp8_scales(w, n + r, 0x1p120f, 0x1p3f, 0x1p127f, scl[r])
+                : !fp8_scales(w, n + r, 0x1p56f, 0.0f, 3.4e38f, scl[r]))
+            return 0;
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) acc[m][r][0] = acc[m][r][1] = LUT_ZERO();
+    for (int64_t c0 = 0, cb = 0; c0 < K; c0 += bc, cb++) {
+        const int64_t c1 = c0 + bc < K ? c0 + bc : K;
+        lut_v sv[4];
+        int tie = 0;
+        for (int r = 0; r < R; r++) {
+            sv[r] = LUT_SET1(scl[r][cb]);
+            if (RND) tie |= fp8_tie(scl[r][cb]);
+        }
+        if (RND) { /* the weights carry their scales: straight into the row sums */
+            if (tie)
+                block_fp8lanes(xp, row, K, c0, c1, sv, acc, M, R, 1, 1);
+            else
+                block_fp8lanes(xp, row, K, c0, c1, sv, acc, M, R, 1, 0);
+            continue;
+        }
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < R; r++) b[m][r][0] = b[m][r][1] = LUT_ZERO();
+        block_fp8lanes(xp, row, K, c0, c1, sv, b, M, R, 0, 0);
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < R; r++) acc[m][r][0] = LUT_FMA(LUT_ADD(b[m][r][0], b[m][r][1]), sv[r], acc[m][r][0]);
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) y[m * ldy + n + r] = lut_hsum(acc[m][r][0]) + lut_hsum(acc[m][r][1]);
+    return 1;
+}
+
+#if defined(X86_512) && (defined(__GNUC__) || defined(__clang__))
+/* bfloat16 products with AVX512-BF16: xb [M, K] bfloat16 bits in the permuted order, each pair
+ * of the conversion's lanes multiplied and summed by the dot-product instruction (which reads
+ * subnormal inputs as zero: the rounded, scaled weights and x are normal or zero here). */
+#define FP8_DPBF16 1
+#define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
+TARGET_BF16 static inline __m512 dp_pair(lut_v lo, lut_v hi, lut_v s, __m512bh x, __m512 acc)
+{
+    const __m512 nz = _mm512_set1_ps(-0.0f); /* see fp8_scale */
+    __m512bh wb = _mm512_cvtne2ps_pbh(_mm512_fmadd_ps(hi, s, nz), _mm512_fmadd_ps(lo, s, nz));
+    return _mm512_dpbf16_ps(acc, wb, x);
+}
+
+TARGET_BF16 static inline __attribute__((always_inline)) int tile_fp8dp(const uint16_t *xb, const cpu_weight *w,
+                                                                       int64_t n, float *y, int64_t ldy,
+                                                                       const int M, const int R)
+{
+    const int64_t K = w->cols, bc = w->block_cols;
+    const uint8_t *row[4];
+    float scl[4][FP8_MAX_BLOCKS];
+    __m512 acc[CPU_FEW_ROWS][4];
+    for (int r = 0; r < R; r++) {
+        row[r] = row_at(w, n + r);
+        if (!fp8_scales(w, n + r, 0x1p120f, 0x1p3f, 0x1p127f, scl[r])) return 0;
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
+    for (int64_t c0 = 0, cb = 0; c0 < K; c0 += bc, cb++) {
+        const int64_t c1 = c0 + bc < K ? c0 + bc : K;
+        lut_v sv[4];
+        for (int r = 0; r < R; r++) sv[r] = _mm512_set1_ps(scl[r][cb]);
+        for (int64_t c = c0; c < c1; c += 2 * VL) {
+            lut_v lo[4], hi[4];
+            for (int r = 0; r < R; r++) {
+                if (!(c & 63)) __builtin_prefetch(row[r] + PF_ROWS * K + c, 0, 0);
+                fp8_lanes(row[r] + c, &lo[r], &hi[r]);
+            }
+            for (int m = 0; m < M; m++) {
+                __m512bh xv;
+                memcpy(&xv, xb + m * K + c, sizeof xv);
+                for (int r = 0; r < R; r++) acc[m][r] = dp_pair(lo[r], hi[r], sv[r], xv, acc[m][r]);
+            }
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) y[m * ldy + n + r] = _mm512_reduce_add_ps(acc[m][r]);
+    return 1;
+}
+
+/* rows n0 .. n1 in tiles of constant shape (as rows_fp8lanes); a tile whose scales are out of
+ * range goes to the generic kernel */
+#define FP8DP_TILE(MM, RR)                                                                                   \
+    do {                                                                                                      \
+        if (!tile_fp8dp(xb, w, n, y, ldy, MM, RR)) tile_fp8(x, w, n, y, ldy, MM, RR, 1);                   \
+    } while (0)
+TARGET_BF16 static void rows_fp8dp(const float *x, const uint16_t *xb, int64_t M, const cpu_weight *w, int64_t n0,
+                                   int64_t n1, float *y, int64_t ldy)
+{
+    int64_t n = n0;
+    switch (M) {
+    case 1:
+        for (; n + 4 <= n1; n += 4) FP8DP_TILE(1, 4);
+        for (; n < n1; n++) FP8DP_TILE(1, 1);
+        break;
+    case 2:
+        for (; n + 2 <= n1; n += 2) FP8DP_TILE(2, 2);
+        for (; n < n1; n++) FP8DP_TILE(2, 1);
+        break;
+    case 3: for (; n < n1; n++) FP8DP_TILE(3, 1); break;
+    case 4: for (; n < n1; n++) FP8DP_TILE(4, 1); break;
+    case 5: for (; n < n1; n++) FP8DP_TILE(5, 1); break;
+    case 6: for (; n < n1; n++) FP8DP_TILE(6, 1); break;
+    case 7: for (; n < n1; n++) FP8DP_TILE(7, 1); break;
+    default: for (; n < n1; n++) FP8DP_TILE(8, 1); break;
+    }
+}
+#undef FP8DP_TILE
+
+TARGET_BF16 static void pack_pairs(const float *xp, uint16_t *xb, int64_t n)
+{
+    for (int64_t c = 0; c < n; c += 2 * VL) {
+        __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xp + c + VL), _mm512_loadu_ps(xp + c));
+        memcpy(xb + c, &v, sizeof v);
+    }
+}
+#endif
+
+/* rows n .. n + R: the lanes tile, else the generic one */
+INLINE void tile_fp8any(const float *x, const float *xp, const cpu_weight *w, int64_t n, float *y, int64_t ldy,
+                        const int M, const int R, const int RND)
+{
+    if (!tile_fp8lanes(xp, w, n, y, ldy, M, R, RND)) tile_fp8(x, w, n, y, ldy, M, R, RND);
+}
+
+INLINE void rows_fp8lanes(const float *x, const float *xp, int64_t M, const cpu_weight *w,
+                          int64_t n0, int64_t n1, float *y, int64_t ldy, const int RND)
+{
+    int64_t n = n0;
+    switch (M) {
+    case 1:
+        for (; n + 4 <= n1; n += 4) tile_fp8any(x, xp, w, n, y, ldy, 1, 4, RND);
+        for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 1, 1, RND);
+        break;
+    case 2:
+        for (; n + 2 <= n1; n += 2) tile_fp8any(x, xp, w, n, y, ldy, 2, 2, RND);
+        for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 2, 1, RND);
+        break;
+    case 3: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 3, 1, RND); break;
+    case 4: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 4, 1, RND); break;
+    case 5: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 5, 1, RND); break;
+    case 6: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 6, 1, RND); break;
+    case 7: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 7, 1, RND); break;
+    default: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 8, 1, RND); break;
+    }
+}
+
+/* 0 when the call must take the generic kernel (no memory, or |x| too large to scale) */
+static int gemv_fp8lanes(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y,
+                         int64_t ldy, int rnd)
+{
+    const int64_t K = w->cols;
+    float *xp = aligned_alloc(64, (size_t)(M * K) * sizeof(float) + 64);
+    if (!xp) return 0;
+    const float f = rnd ? 1.0f : 0x1p64f;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < K; c += 2 * VL)
+            for (int l = 0; l < VL / 4; l++)
+                for (int j = 0; j < 4; j++) {
+                    float a = x[m * K + c + 8 * l + j], b = x[m * K + c + 8 * l + 4 + j];
+                    if (!(fabsf(a) < 0x1p60f) || !(fabsf(b) < 0x1p60f)) { /* also NaN */
+                        free(xp);
+                        return 0;
+                    }
+                    xp[m * K + c + 4 * l + j] = a * f;
+                    xp[m * K + c + VL + 4 * l + j] = b * f;
+                }
+    uint16_t *xb = NULL;
+#ifdef FP8_DPBF16
+    if (rnd && __builtin_cpu_supports("avx512bf16") && (xb = aligned_alloc(64, (size_t)(M * K) * 2 + 64)))
+        pack_pairs(xp, xb, M * K);
+#endif
+    if (xb)
+#ifdef FP8_DPBF16
+        rows_fp8dp(x, xb, M, w, n0, n1, y, ldy);
+#else
+        ;
+#endif
+    else if (rnd)
+        rows_fp8lanes(x, xp, M, w, n0, n1, y, ldy, 1);
+    else
+        rows_fp8lanes(x, xp, M, w, n0, n1, y, ldy, 0);
+    free(xb);
+    free(xp);
+    return 1;
+}
 #endif
 
 static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy,
@@ -641,7 +967,12 @@ static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, i
     case NNT_F32: gemv_f32(x, M, w, n0, n1, y, ldy, rnd); break;
     case NNT_BF16: gemv_bf16(x, M, w, n0, n1, y, ldy, 0); break; /* already bfloat16 numbers */
     case NNT_F16: gemv_f16(x, M, w, n0, n1, y, ldy, rnd); break;
-    case NNT_F8_E4M3: gemv_fp8(x, M, w, n0, n1, y, ldy, rnd); break;
+    case NNT_F8_E4M3:
+#ifdef FP8_LANES
+        if (fp8_lanes_serve(w) && gemv_fp8lanes(x, M, w, n0, n1, y, ldy, rnd)) break;
+#endif
+        gemv_fp8(x, M, w, n0, n1, y, ldy, rnd);
+        break;
     default:
 #ifdef FP4_LUT
         if (!rnd && fp4lut_serves(w)) {
