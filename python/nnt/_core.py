@@ -13,13 +13,15 @@ from . import _lib
 
 
 class Error(Exception):
-    """A failure reported by nnt. str(error) is nnt's message; `status` names the status code
-    (e.g. "path error"), or is None for a check made on the Python side."""
+    """A failure reported by nnt. str(error) is nnt's message; `code` is the nnt_status
+    (nnt_types.h) and `status` its name (nnt_status_str, e.g. "unknown value path"); both are
+    None for a check made on the Python side."""
 
-    def __init__(self, message, status=None):
+    def __init__(self, message, status=None, code=None):
         super().__init__(message)
         self.message = message
         self.status = status
+        self.code = code
 
 
 # ---- tensors between numpy and the C API ----
@@ -110,7 +112,7 @@ class _ModelHandle:
     def error(self, status, context=None):
         msg = self.lib.nnt_last_error(self.rt) if self.rt else None
         msg = msg.decode("utf-8", "replace") if msg else _lib.status_name(self.lib, status)
-        return Error(f"{context}: {msg}" if context else msg, _lib.status_name(self.lib, status))
+        return Error(f"{context}: {msg}" if context else msg, _lib.status_name(self.lib, status), status)
 
     def check(self, status, context=None):
         if status != _lib.NNT_OK:
@@ -292,8 +294,9 @@ def _add_steer(tr, s):
 # ---- results ----
 
 class Values(dict):
-    """The values a trace saved, by canonical path ("layers.1.mlp.expert_weights"; a value saved
-    again is "path@1", "path@2", ...). Any spelling nnt accepts also works as a key
+    """The values a trace saved, by canonical path ("layers.1.mlp.expert_weights"; a value a
+    request saves again - at a later generation step, a per-token state - is "path@1", "path@2",
+    ...; one saved by a second request, e.g. after an edit, "path#1", "path#2", ...). Any spelling nnt accepts also works as a key
     ("layers[1].mlp.expert_weights", "model.layers.-1.layer_output", "block_sparse_moe" names)."""
 
     def __init__(self, items, trace, pointers):
@@ -343,7 +346,7 @@ class Tokenizer:
             if self.tok:
                 self.lib.nnt_tokenizer_free(self.tok)
                 self.tok = ctypes.c_void_p()
-            raise Error(msg, _lib.status_name(self.lib, st))
+            raise Error(msg, _lib.status_name(self.lib, st), st)
 
     def __del__(self):
         if getattr(self, "tok", None):
@@ -353,7 +356,7 @@ class Tokenizer:
     def _error(self, st):
         msg = self.lib.nnt_tokenizer_last_error(self.tok)
         return Error(msg.decode("utf-8", "replace") if msg else _lib.status_name(self.lib, st),
-                     _lib.status_name(self.lib, st))
+                     _lib.status_name(self.lib, st), st)
 
     @property
     def kind(self):
@@ -578,6 +581,11 @@ class Model:
             value = ctypes.POINTER(_lib.Tensor)()
             self._h.check(lib.nnt_trace_result(tr.t, i, ctypes.byref(path), ctypes.byref(value)))
             key = path.value.decode()
+            if key in items:  # the same value saved by a second request: "path#1", "path#2", ...
+                k = 1
+                while f"{key}#{k}" in items:
+                    k += 1
+                key = f"{key}#{k}"
             if not value:
                 items[key] = None
                 continue
@@ -668,11 +676,14 @@ class Model:
                  stop_ids=(), ignore_eos=False, output="numpy", add_special=True):
         """Samples max_new_tokens tokens per row (greedy when temperature is 0) with `edits`
         applied at every step (Steps(first, last) limits the ones after it) and `save`d values
-        kept per step. A row stops at the tokenizer's eos token unless ignore_eos, and at any of
+        kept at every step (a ("path", "save") among the edits follows the Steps before it). A row stops at the tokenizer's eos token unless ignore_eos, and at any of
         stop_ids. Returns a Generation (tokens, values, text)."""
         ids, mask = self._batch(prompts, add_special)
         save = [save] if isinstance(save, str) else list(save)
-        tr = self._new_trace(list(edits) + save)
+        edits = list(edits)
+        if save and any(isinstance(e, Steps) for e in edits):
+            edits.append(Steps(0, None))  # `save` is kept at every step; ("path", "save") in edits follows Steps
+        tr = self._new_trace(edits + save)
         stops = []
         if self.tokenizer is not None and not ignore_eos and self.tokenizer.eos_id is not None:
             stops.append(self.tokenizer.eos_id)
