@@ -49,13 +49,17 @@ def _shape(t):
     return tuple(int(t.shape[i]) for i in range(t.ndim))
 
 
-def _as_array(t, owner):
+def _as_array(t, owner, must_view=False):
     """A numpy array over host tensor t: a view (kept alive through `owner`) for dtypes numpy has,
-    one float32 copy for BF16. Other dtypes (FP8, FP4) raise Error."""
+    one float32 copy for BF16 (an Error instead when must_view: an edit must write nnt's memory).
+    Other dtypes (FP8, FP4) raise Error."""
     name = _lib.DTYPES[t.dtype] if 0 <= t.dtype < len(_lib.DTYPES) else str(t.dtype)
     shape = _shape(t)
     if t.device:
         raise Error("a tensor in device memory cannot be viewed from Python")
+    if name == "BF16" and must_view:
+        raise Error("a BF16 value has no writable numpy view (numpy has no bfloat16); edit it with "
+                    "the data edits (zero, scale, set, add) instead")
     if name == "BF16":
         raw = np.asarray(_Memory(owner, t.data, shape, np.uint16)) if t.data else np.zeros(shape, np.uint16)
         return (raw.astype(np.uint32) << 16).view(np.float32)
@@ -204,7 +208,7 @@ def _callback(fn, trace):
 
     def call(user, path, layer, value_p, err_p):
         try:
-            value = _as_array(value_p.contents, None)
+            value = _as_array(value_p.contents, None, must_view=True)
             ret = fn(value, path.decode(), layer) if with_context else fn(value)
             if ret is not None and ret is not value:
                 value[...] = ret
