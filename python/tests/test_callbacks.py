@@ -4,7 +4,6 @@ what a callback writes is what the forward reads."""
 
 import numpy as np
 
-import nnt
 
 ROWS = [[235, 244, 202, 156, 148, 193, 80, 192, 183], [97, 63, 169, 247, 160]]
 DOWNSTREAM = ["layers.1.mlp.mlp_output", "layers.1.layer_output", "layers.2.mlp.expert_indices",
