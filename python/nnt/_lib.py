@@ -1,0 +1,281 @@
+"""_lib.py - finds libnnt and declares the parts of its C API (sdk/nnt/nnt.h, nnt_types.h,
+nnt_tokenizer.h) the package calls through ctypes.
+
+Where libnnt comes from, first match wins:
+  1. the `library` argument (nnt.Model(..., library=PATH) or nnt.load_library(PATH));
+  2. the NNT_LIBRARY environment variable;
+  3. a source checkout: this package imported from <repo>/python finds <repo>/build/libnnt.so;
+  4. the `nnt` command on PATH, as its own RPATH finds the library: next to it in a build tree
+     (build/nnt, build/libnnt.so), <prefix>/lib* beside <prefix>/bin/nnt when installed;
+  5. the system's library search (ctypes.util.find_library("nnt"), e.g. /usr/local/lib).
+libnnt itself then picks its INI as the CLI's does: the config argument, else $NNT_CONFIG, else
+the nnt.ini that belongs to that library (the build tree's, or <prefix>/share/nnt/nnt.ini).
+"""
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import sysconfig
+
+# ---- plain types (nnt_types.h) ----
+
+NNT_MAX_DIMS = 6
+NNT_ERROR_MSG_MAX = 1024
+NNT_REASON_MAX = 320
+NNT_TOKEN_STOPPED = -1
+NNT_TOKENIZE_ADD_SPECIAL = 1
+NNT_DECODE_SKIP_SPECIAL = 1
+NNT_DECODE_REPLACE_INVALID = 2
+
+NNT_OK = 0
+NNT_ERR_INVALID_ARGUMENT = 1
+NNT_ERR_NOT_FOUND = 9
+NNT_ERR_CALLBACK = 17
+
+# nnt_dtype values, in the enum's order
+DTYPES = ["INVALID", "F32", "F16", "BF16", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "I64", "I32",
+          "I16", "I8", "U8", "BOOL", "F4_E2M1"]
+DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
+
+
+class Tensor(ctypes.Structure):
+    """struct nnt_tensor: dense, row-major; `data` host memory unless `device`."""
+    _fields_ = [
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_int64 * NNT_MAX_DIMS),
+        ("data", ctypes.c_void_p),
+        ("device", ctypes.c_int),
+        ("scale", ctypes.c_void_p),
+        ("scale_dtype", ctypes.c_int),
+        ("block_rows", ctypes.c_int32),
+        ("block_cols", ctypes.c_int32),
+        ("block_row0", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+    ]
+
+
+class ErrorRecord(ctypes.Structure):
+    """struct nnt_error: a status and a message, filled by an edit callback that fails."""
+    _fields_ = [("status", ctypes.c_int), ("msg", ctypes.c_char * NNT_ERROR_MSG_MAX)]
+
+
+class CallDims(ctypes.Structure):
+    _fields_ = [("batch", ctypes.c_int), ("seq", ctypes.c_int), ("past", ctypes.c_int)]
+
+
+class ValueInfo(ctypes.Structure):
+    _fields_ = [
+        ("served", ctypes.c_int),
+        ("reason", ctypes.c_char * NNT_REASON_MAX),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_int64 * NNT_MAX_DIMS),
+        ("writable", ctypes.c_int),
+        ("may_be_none", ctypes.c_int),
+        ("off_page", ctypes.c_int),
+        ("layout", ctypes.c_char_p),
+        ("axes", ctypes.c_char_p),
+    ]
+
+
+class ModelInfo(ctypes.Structure):
+    _fields_ = [
+        ("architecture", ctypes.c_char_p),
+        ("model_type", ctypes.c_char_p),
+        ("root_class", ctypes.c_char_p),
+        ("num_layers", ctypes.c_int),
+        ("hidden_size", ctypes.c_int),
+        ("vocab_size", ctypes.c_int),
+        ("num_heads", ctypes.c_int),
+        ("num_kv_heads", ctypes.c_int),
+        ("head_dim", ctypes.c_int),
+        ("qk_head_dim", ctypes.c_int),
+        ("intermediate_size", ctypes.c_int),
+        ("num_experts", ctypes.c_int),
+        ("top_k", ctypes.c_int),
+        ("num_streams", ctypes.c_int),
+    ]
+
+
+class GenerateOpts(ctypes.Structure):
+    _fields_ = [
+        ("max_new_tokens", ctypes.c_int),
+        ("temperature", ctypes.c_float),
+        ("top_k", ctypes.c_int),
+        ("top_p", ctypes.c_float),
+        ("seed", ctypes.c_uint64),
+        ("stop_ids", ctypes.POINTER(ctypes.c_int32)),
+        ("n_stop_ids", ctypes.c_int),
+    ]
+
+
+# nnt_edit_fn: status (void *user, const char *path, int layer, nnt_tensor *value, nnt_error *err)
+EDIT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
+                           ctypes.POINTER(Tensor), ctypes.POINTER(ErrorRecord))
+
+_P = ctypes.c_void_p
+_I32P = ctypes.POINTER(ctypes.c_int32)
+
+# name: (restype, argtypes)
+_SIGNATURES = {
+    "nnt_status_str": (ctypes.c_char_p, [ctypes.c_int]),
+    "nnt_runtime_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "nnt_runtime_close": (None, [_P]),
+    "nnt_last_error": (ctypes.c_char_p, [_P]),
+    "nnt_runtime_config_path": (ctypes.c_char_p, [_P]),
+    "nnt_model_load": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "nnt_model_free": (None, [_P]),
+    "nnt_model_get_info": (ctypes.POINTER(ModelInfo), [_P]),
+    "nnt_model_family": (ctypes.c_char_p, [_P]),
+    "nnt_model_backend": (ctypes.c_char_p, [_P]),
+    "nnt_model_print": (ctypes.c_int, [_P, _P]),
+    "nnt_model_support": (ctypes.c_int, [_P, _P, ctypes.c_int]),
+    "nnt_model_value_info": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(CallDims),
+                                            ctypes.POINTER(ValueInfo)]),
+    "nnt_trace_new": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
+    "nnt_trace_free": (None, [_P]),
+    "nnt_trace_save": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "nnt_trace_edit": (ctypes.c_int, [_P, ctypes.c_char_p, EDIT_FN, _P]),
+    "nnt_trace_set": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(Tensor)]),
+    "nnt_trace_add": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(Tensor), ctypes.c_float]),
+    "nnt_trace_scale": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_float]),
+    "nnt_trace_zero": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "nnt_trace_masked_fill": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64,
+                                             ctypes.c_float]),
+    "nnt_trace_ablate_expert": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int]),
+    "nnt_trace_skip_layers": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int]),
+    "nnt_trace_steer": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, _I32P, ctypes.c_int,
+                                       ctypes.POINTER(Tensor), ctypes.c_float]),
+    "nnt_trace_steps": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int]),
+    "nnt_trace_run": (ctypes.c_int, [_P, _I32P, _I32P, ctypes.c_int, ctypes.c_int]),
+    "nnt_trace_result_count": (ctypes.c_int, [_P]),
+    "nnt_trace_result": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+                                        ctypes.POINTER(ctypes.POINTER(Tensor))]),
+    "nnt_trace_get": (ctypes.c_void_p, [_P, ctypes.c_char_p]),
+    "nnt_trace_write_safetensors": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "nnt_generate": (ctypes.c_int, [_P, _P, _I32P, _I32P, ctypes.c_int, ctypes.c_int,
+                                    ctypes.POINTER(GenerateOpts), _I32P]),
+    "nnt_project_on_vocab": (ctypes.c_int, [_P, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor)]),
+    "nnt_tensor_free": (None, [ctypes.POINTER(Tensor)]),
+    "nnt_tokenizer_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "nnt_tokenizer_free": (None, [_P]),
+    "nnt_tokenizer_last_error": (ctypes.c_char_p, [_P]),
+    "nnt_tokenizer_kind": (ctypes.c_char_p, [_P]),
+    "nnt_tokenizer_vocab_size": (ctypes.c_int32, [_P]),
+    "nnt_tokenizer_bos_id": (ctypes.c_int32, [_P]),
+    "nnt_tokenizer_eos_id": (ctypes.c_int32, [_P]),
+    "nnt_tokenizer_pad_id": (ctypes.c_int32, [_P]),
+    "nnt_tokenizer_token_id": (ctypes.c_int32, [_P, ctypes.c_char_p]),
+    "nnt_tokenizer_token_bytes": (ctypes.c_void_p, [_P, ctypes.c_int32, ctypes.POINTER(ctypes.c_size_t)]),
+    "nnt_tokenizer_is_special": (ctypes.c_int, [_P, ctypes.c_int32]),
+    "nnt_tokenizer_encode": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
+                                            ctypes.POINTER(_I32P), ctypes.POINTER(ctypes.c_int64)]),
+    "nnt_tokenizer_decode": (ctypes.c_int, [_P, _I32P, ctypes.c_int64, ctypes.c_int,
+                                            ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]),
+}
+
+_LIBS = {}  # real path -> ctypes.CDLL, so each libnnt is opened and declared once
+
+
+def _libc():
+    libc = ctypes.CDLL(None)
+    libc.open_memstream.restype = ctypes.c_void_p
+    libc.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.free.restype = None
+    return libc
+
+
+LIBC = _libc()
+
+
+def _package_checkout_candidates():
+    """<repo>/build/libnnt.so when this package is the one in <repo>/python."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(here))
+    if os.path.isfile(os.path.join(repo, "sdk", "nnt", "nnt.h")):
+        return [os.path.join(repo, "build", "libnnt.so")]
+    return []
+
+
+def _command_candidates():
+    """Where the `nnt` command on PATH finds its libnnt: beside it in a build tree, <prefix>/lib*
+    in an installation."""
+    exe = shutil.which("nnt")
+    if not exe:
+        return []
+    bindir = os.path.dirname(os.path.realpath(exe))
+    prefix = os.path.dirname(bindir)
+    out = [os.path.join(bindir, "libnnt.so")]
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    for libdir in ("lib", "lib64", os.path.join("lib", multiarch) if multiarch else None):
+        if libdir:
+            out.append(os.path.join(prefix, libdir, "libnnt.so.0"))
+            out.append(os.path.join(prefix, libdir, "libnnt.so"))
+    return out
+
+
+def find_library(library=None):
+    """The path of the libnnt to load (see the module comment for the order). Raises OSError
+    listing the places looked at when none holds it."""
+    if library:
+        if not os.path.isfile(library):
+            raise OSError(f"libnnt: the library argument {library!r} is not a file")
+        return library
+    env = os.environ.get("NNT_LIBRARY")
+    if env:
+        if not os.path.isfile(env):
+            raise OSError(f"libnnt: NNT_LIBRARY={env!r} is not a file")
+        return env
+    tried = []
+    for path in _package_checkout_candidates() + _command_candidates():
+        tried.append(path)
+        if os.path.isfile(path):
+            return path
+    found = ctypes.util.find_library("nnt")
+    if found:
+        return found
+    tried.append("the system library path (ctypes.util.find_library('nnt'))")
+    raise OSError("libnnt was not found: pass library=PATH, set NNT_LIBRARY, or put the `nnt` command "
+                  "of a build tree or installation on PATH; looked at " + ", ".join(tried))
+
+
+def load(library=None):
+    """Opens libnnt (once per file) and declares its functions; returns the ctypes.CDLL."""
+    path = find_library(library)
+    key = os.path.realpath(path) if os.path.sep in path else path
+    lib = _LIBS.get(key)
+    if lib is not None:
+        return lib
+    lib = ctypes.CDLL(path)
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    lib.nnt_path = path
+    _LIBS[key] = lib
+    return lib
+
+
+def status_name(lib, status):
+    s = lib.nnt_status_str(status)
+    return s.decode() if s else str(status)
+
+
+def capture(write):
+    """Runs write(FILE *) on an in-memory stream (POSIX open_memstream) and returns the text."""
+    buf = ctypes.c_void_p()
+    size = ctypes.c_size_t()
+    f = LIBC.open_memstream(ctypes.byref(buf), ctypes.byref(size))
+    if not f:
+        raise OSError("open_memstream failed")
+    try:
+        status = write(f)
+    finally:
+        LIBC.fclose(f)
+        text = ctypes.string_at(buf, size.value).decode("utf-8", "replace") if buf.value else ""
+        LIBC.free(buf)
+    return status, text

@@ -1,0 +1,134 @@
+"""test_api.py - the package's own behaviour: where libnnt and its INI come from, zero-copy
+results and their lifetime, positions, batches, the tokenizer, listings, torch through DLPack."""
+
+import gc
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import nnt
+from conftest import EXAMPLE, SOURCE, run_cli
+
+
+def test_library_and_config(example_model):
+    lib = os.environ.get("NNT_LIBRARY")
+    if lib:
+        assert os.path.realpath(example_model.lib.nnt_path) == os.path.realpath(lib)
+    # the INI libnnt picks for itself is the one the nnt command reports
+    cli = run_cli("plugins").stdout.splitlines()[0]
+    assert cli == f"configuration: {example_model.config_path}"
+    # config= and NNT_CONFIG choose another file; a missing one is nnt's error
+    m = nnt.Model(EXAMPLE, config=example_model.config_path)
+    assert m.config_path == example_model.config_path
+    with pytest.raises(nnt.Error, match="/no/such.ini"):
+        nnt.Model(EXAMPLE, config="/no/such.ini")
+
+
+def test_nnt_config_environment(tmp_path):
+    code = ("import nnt, sys\ntry:\n    nnt.Model(sys.argv[1])\nexcept nnt.Error as e:\n    print(e)\n")
+    env = dict(os.environ, NNT_CONFIG=str(tmp_path / "absent.ini"), PYTHONPATH=os.path.join(SOURCE, "python"))
+    p = subprocess.run([sys.executable, "-c", code, EXAMPLE], capture_output=True, text=True, env=env)
+    assert str(tmp_path / "absent.ini") in p.stdout, p.stdout + p.stderr
+
+
+def test_library_found_from_the_command_on_path(tmp_path):
+    """Without NNT_LIBRARY, outside a source checkout: the `nnt` command on PATH leads to libnnt."""
+    import shutil
+
+    pkg = tmp_path / "site" / "nnt"
+    shutil.copytree(os.path.join(SOURCE, "python", "nnt"), pkg)
+    cli_dir = os.path.dirname(os.path.realpath(os.environ.get("NNT_CLI") or os.path.join(SOURCE, "build", "nnt")))
+    env = {k: v for k, v in os.environ.items() if k != "NNT_LIBRARY"}
+    env.update(PYTHONPATH=str(tmp_path / "site"), PATH=cli_dir + os.pathsep + env.get("PATH", ""))
+    code = "import nnt; print(nnt.find_library())"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.stdout.strip() == os.path.join(cli_dir, "libnnt.so"), p.stderr
+    env["PATH"] = "/nonexistent"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if p.returncode != 0:  # unless libnnt is installed system-wide
+        assert "libnnt was not found" in p.stderr
+
+
+def test_results_are_views_that_outlive_the_model():
+    model = nnt.Model(EXAMPLE)
+    out = model.trace([1, 2, 3, 4], save=["layers.*.layer_output", "logits"])
+    x = out["layers.1.layer_output"]
+    assert not x.flags.owndata and x.flags.c_contiguous
+    want = x.copy()
+    del model, out
+    gc.collect()
+    model2 = nnt.Model(EXAMPLE)
+    model2.trace([5, 6, 7, 8], save=["layers.1.layer_output"])
+    assert np.array_equal(x, want)  # the trace's memory lives as long as the array
+
+
+def test_aliases_and_positions(example_model):
+    ids = [235, 244, 202, 156, 148, 193]
+    out = example_model.trace(ids, save=["layers[1].mlp.expert_weights", "layers.1.self_attn.attention_probabilities"])
+    assert "layers.1.mlp.expert_weights" in out
+    assert out["layers[1].mlp.expert_weights"] is out["layers.1.mlp.expert_weights"]
+    assert out["model.layers.-2.mlp.expert_weights"] is out["layers.1.mlp.expert_weights"]
+    last = example_model.trace(ids, save=["layers.1.mlp.expert_weights", "layers.1.self_attn.attention_probabilities",
+                                          "next_token_probs"], positions=-1)
+    assert np.array_equal(last["layers.1.mlp.expert_weights"], out["layers.1.mlp.expert_weights"][:, -1])
+    # the pattern [batch heads query key] keeps the query axis' chosen position
+    assert np.array_equal(last["layers.1.self_attn.attention_probabilities"],
+                          out["layers.1.self_attn.attention_probabilities"][:, :, -1])
+    assert last["next_token_probs"].shape == (1, example_model.vocab_size)  # no seq axis: unchanged
+    some = example_model.trace(ids, save=["layers.1.mlp.expert_weights"], positions=[0, 2])
+    assert np.array_equal(some["layers.1.mlp.expert_weights"], out["layers.1.mlp.expert_weights"][:, [0, 2]])
+
+
+def test_batch_rows_equal_single_rows(example_model):
+    a, b = [235, 244, 202, 156, 148], [97, 63]
+    both = example_model.trace([a, b], save=["logits"])["logits"]
+    np.testing.assert_allclose(both[0], example_model.trace(a, save=["logits"])["logits"][0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(both[1, -2:], example_model.trace(b, save=["logits"])["logits"][0], rtol=1e-5, atol=1e-5)
+    arr = example_model.trace(np.array([a], np.int64), save=["logits"])["logits"]
+    assert np.array_equal(arr, example_model.trace(a, save=["logits"])["logits"])
+
+
+def test_project_on_vocab_is_the_lens(example_model):
+    out = example_model.trace([1, 2, 3], save=["layers.2.layer_output", "logits"])
+    assert np.array_equal(example_model.project_on_vocab(out["layers.2.layer_output"]), out["logits"])
+
+
+def test_skip_layers(example_model):
+    ids = [235, 244, 202, 156]
+    out = example_model.skip_layers(ids, 1, 2, save=["layers.0.layer_output", "layers.2.layer_output"])
+    assert np.array_equal(out["layers.2.layer_output"], out["layers.0.layer_output"])
+
+
+def test_tokenizer(example_model, example_prompt):
+    tok = example_model.tokenizer
+    ids = tok.encode(example_prompt)
+    lines = run_cli("tokenize", "--model", EXAMPLE, example_prompt).stdout.splitlines()
+    assert [int(x.split("\t")[0]) for x in lines] == ids
+    assert tok.decode(tok.encode(example_prompt, add_special=False)) == example_prompt
+    assert tok.vocab_size <= example_model.vocab_size
+
+
+def test_listings(example_model):
+    assert str(example_model) == run_cli("print", "--model", EXAMPLE).stdout
+    assert example_model.support(table=True) == run_cli("support", "--model", EXAMPLE).stdout
+    tsv = run_cli("support", "--model", EXAMPLE, "--tsv").stdout.splitlines()[1:]
+    rows = example_model.support()
+    assert len(rows) == len(tsv)
+    assert [r.value for r in rows] == [t.split("\t")[2] for t in tsv]
+    assert [r.served for r in rows] == [t.split("\t")[3] == "yes" for t in tsv]
+
+
+def test_torch_through_dlpack(example_model):
+    torch = pytest.importorskip("torch")  # optional: the package needs numpy only
+    out = example_model.trace([1, 2, 3], save=["logits"], output="torch")
+    t = out["logits"]
+    assert isinstance(t, torch.Tensor)
+    ref = example_model.trace([1, 2, 3], save=["logits"])["logits"]
+    assert np.array_equal(t.numpy(), ref)
+    arr = example_model.trace([1, 2, 3], save=["logits"])["logits"]
+    tt = nnt.to_torch(arr)
+    arr[0, 0, 0] = 123.0
+    assert float(tt[0, 0, 0]) == 123.0  # the same memory
