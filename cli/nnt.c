@@ -58,9 +58,15 @@ static const char USAGE[] =
     "  --skip-layers START:END  skip blocks START..END (block END's output is block START's input)\n"
     "  --steer FIRST[:LAST]=FILE[:KEY]  add a [hidden_size] vector to layer_output of blocks FIRST..LAST\n"
     "           (--steer-factor F and --steer-positions P,P,... given before it scale it and choose\n"
-    "           positions; negative positions count from the end)\n"
+    "           the tokens; see positions below)\n"
     "  --steps FROM[:TO]  the requests after it apply only at generation steps FROM..TO (0: the prompt)\n"
     "  --out FILE.safetensors   write every saved value under its path\n"
+    "\n"
+    "positions (--steer-positions, lens --positions): a row's real tokens counted from its prompt's\n"
+    "first token (0-based) across the prompt and the generated tokens, left padding never counted;\n"
+    "a negative P counts back from the row's newest token as of each forward call (-1: the prompt's\n"
+    "last token in the prompt's call, the newly fed token in each generation step); the words\n"
+    "prompt, generated and all name those tokens; e.g. 0,generated\n"
     "\n"
     "common options: --config FILE (else $NNT_CONFIG, else the nnt.ini of this build or installation)\n";
 
@@ -823,17 +829,9 @@ static int add_requests(nnt_runtime *rt, nnt_trace *t, const opts *o, loaded_set
                 return 2;
             }
             int pos[MAX_REQ], np = 0;
-            if (q->positions) {
-                char buf[1024];
-                snprintf(buf, sizeof buf, "%s", q->positions);
-                for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                    long p;
-                    if (parse_long(tok, &p) != 0 || np == MAX_REQ) {
-                        fprintf(stderr, "nnt: --steer-positions %s: expected integers P,P,... (at most %d)\n", q->positions, MAX_REQ);
-                        return 2;
-                    }
-                    pos[np++] = (int)p;
-                }
+            if (q->positions && nnt_positions_parse(rt, q->positions, pos, MAX_REQ, &np) != NNT_OK) {
+                fprintf(stderr, "nnt: --steer-positions: %s\n", nnt_last_error(rt));
+                return 2;
             }
             const nnt_tensor *v = load_arg(rt, q->arg, l);
             if (!v) return fail(rt, "--steer");

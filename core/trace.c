@@ -1,5 +1,6 @@
 /* trace.c - traces: save and edit requests on standard values, checked before the forward,
  * applied when the family emits each value, and the saved results. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -441,6 +442,100 @@ nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positio
     return NNT_OK;
 }
 
+nnt_status nnt_positions_parse(nnt_runtime *rt, const char *text, int *out, int max, int *n)
+{
+    nnt_error scratch, *err = rt ? &rt->err : &scratch;
+    if (!text || !out || !n || max < 0) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions: NULL argument");
+    *n = 0;
+    if (!*text) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions: the list is empty");
+    for (const char *p = text;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (len == 0 || len >= sizeof item)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                               "positions '%s': %s entry; expected integers and the words prompt, generated, all",
+                               text, len ? "an overlong" : "an empty");
+        memcpy(item, p, len);
+        item[len] = '\0';
+        int v;
+        if (strcmp(item, "prompt") == 0) {
+            v = NNT_POS_PROMPT;
+        } else if (strcmp(item, "generated") == 0) {
+            v = NNT_POS_GENERATED;
+        } else if (strcmp(item, "all") == 0) {
+            v = NNT_POS_ALL;
+        } else {
+            char *end;
+            errno = 0;
+            long long x = strtoll(item, &end, 10);
+            if (end == item || *end || errno || x > 2147483647LL || x < -2147483645LL)
+                return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                                   "positions '%s': '%s' is neither an integer in -2147483645..2147483647 nor one of "
+                                   "prompt, generated, all", text, item);
+            v = (int)x;
+        }
+        if (*n == max)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions '%s': more than %d entries", text, max);
+        out[(*n)++] = v;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return NNT_OK;
+}
+
+/* Whether position q (nnt.h, "token positions") names a token that some call processes: rows
+ * of lens[b] prompt tokens, the prompt at step 0 and one token per row at each later step, for
+ * the steps from..to. */
+static int position_reached(int q, const int *lens, int B, int from, int to)
+{
+    for (int b = 0; b < B; b++) {
+        if (from == 0) { /* the prompt's call: tokens 0..lens[b] - 1, the end at lens[b] */
+            if (q == NNT_POS_PROMPT || q == NNT_POS_ALL) return 1;
+            if (q != NNT_POS_GENERATED && (q >= 0 ? q < lens[b] : lens[b] + q >= 0)) return 1;
+        }
+        int lo = from > 1 ? from : 1;
+        if (lo > to) continue;
+        /* step s >= 1 feeds token lens[b] + s - 1, the row's newest */
+        if (q == NNT_POS_GENERATED || q == NNT_POS_ALL || q == -1) return 1;
+        if (q >= 0 && (int64_t)q - lens[b] + 1 >= lo && (int64_t)q - lens[b] + 1 <= to) return 1;
+    }
+    return 0;
+}
+
+nnt_status nnt_trace_check_positions(nnt_trace *t, const int *lens, int B, int n_steps, nnt_error *err)
+{
+    int longest = 0;
+    for (int b = 0; b < B; b++) longest = lens[b] > longest ? lens[b] : longest;
+    for (int i = 0; i < t->n_reqs; i++) {
+        const request *r = &t->reqs[i];
+        if (r->kind != REQ_STEER) continue;
+        int from = r->step_from, to = r->step_to < 0 || r->step_to >= n_steps ? n_steps - 1 : r->step_to;
+        if (from > to) continue; /* applies at no step of this run */
+        for (int k = 0; k < r->n_positions; k++) {
+            int q = r->positions[k];
+            if (position_reached(q, lens, B, from, to)) continue;
+            char word[32];
+            if (q == NNT_POS_PROMPT || q == NNT_POS_GENERATED)
+                snprintf(word, sizeof word, "'%s'", q == NNT_POS_PROMPT ? "prompt" : "generated");
+            else
+                snprintf(word, sizeof word, "%d", q);
+            if (n_steps == 1)
+                return nnt_err_set(err, NNT_ERR_INDEX,
+                                   "steer %s: position %s names no token of this forward: its longest row has %d "
+                                   "tokens (positions 0..%d, or -%d..-1 from the row's end)%s",
+                                   r->text, word, longest, longest - 1, longest,
+                                   q == NNT_POS_GENERATED ? "; a single forward has no generated token" : "");
+            return nnt_err_set(err, NNT_ERR_INDEX,
+                               "steer %s: position %s names no token processed at steps %d..%d: the longest prompt "
+                               "has %d tokens (positions 0..%d) and step s >= 1 feeds the row's token (prompt "
+                               "length + s - 1), up to position %d at step %d",
+                               r->text, word, from, to, longest, longest - 1, longest + n_steps - 2, n_steps - 1);
+        }
+    }
+    return NNT_OK;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 
 static nnt_status cell_push(cell *c, int id)
@@ -529,13 +624,6 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
     for (int i = 0; i < t->n_reqs; i++) {
         request *r = &t->reqs[i];
         if (step < r->step_from || (r->step_to >= 0 && step > r->step_to)) continue;
-        /* steering positions name positions of the prompt; a later single-token step applies
-         * only those that land on its one position */
-        for (int k = 0; step == 0 && r->kind == REQ_STEER && k < r->n_positions; k++)
-            if (r->positions[k] >= dims->seq || r->positions[k] < -dims->seq)
-                return nnt_err_set(rt_err(t), NNT_ERR_INDEX,
-                                   "steer: position %d is outside the %d positions of the call (-%d..%d allowed)",
-                                   r->positions[k], (int)dims->seq, (int)dims->seq, (int)dims->seq - 1);
         int lo = r->path.layer, hi = r->path.layer;
         if (r->path.layer == NNT_LAYER_ALL) {
             lo = 0;
@@ -671,6 +759,20 @@ static void store_f(nnt_tensor *v, int64_t i, double x)
         ((uint16_t *)v->data)[i] = nnt_f32_to_f16((float)x);
 }
 
+/* Whether a list of positions (nnt.h, "token positions"; n == 0: every token) chooses the token
+ * at position p of a row whose newest token so far is end - 1, in a call at session step `step`. */
+static int position_chosen(const int *list, int n, int step, int p, int end)
+{
+    if (n == 0) return 1;
+    for (int i = 0; i < n; i++) {
+        int q = list[i];
+        if (q == NNT_POS_ALL || (q == NNT_POS_PROMPT && step == 0) || (q == NNT_POS_GENERATED && step > 0)) return 1;
+        if (q == NNT_POS_PROMPT || q == NNT_POS_GENERATED) continue;
+        if (q >= 0 ? q == p : (int64_t)end + q == p) return 1;
+    }
+    return 0;
+}
+
 /* Applies one edit to a host tensor. */
 static nnt_status apply_edit(nnt_run *run, const request *r, int layer, nnt_tensor *v)
 {
@@ -729,20 +831,25 @@ static nnt_status apply_edit(nnt_run *run, const request *r, int layer, nnt_tens
         return nnt_convert(k->t.data, k->t.dtype, v->data, v->dtype, n, run->err);
     }
     case REQ_STEER: {
-        /* value [batch, seq, ..., hidden]: add at the chosen sequence positions, every stream */
+        /* value [batch, seq, ..., hidden]: add at the chosen tokens, every stream; a token's
+         * position is its index among its row's real tokens (the call's positions) */
+        const nnt_forward_args *a = run->args;
         int64_t B = v->shape[0], T = v->shape[1], H = nnt_tensor_numel(&r->param), inner = n / (B * T);
-        for (int64_t b = 0; b < B; b++)
+        if (!a || B != a->batch || T != a->seq)
+            return nnt_err_set(run->err, NNT_ERR_INTERNAL, "steer %s: the value is not [batch, seq, ...] of the call", path);
+        for (int64_t b = 0; b < B; b++) {
+            const int32_t *real = a->attention_mask + b * (a->past + T) + a->past;
+            int end = 0; /* the row's tokens so far, this call's included */
+            for (int64_t s = 0; s < T; s++)
+                if (real[s]) end = a->positions[b * T + s] + 1;
             for (int64_t s = 0; s < T; s++) {
-                int hit = r->n_positions == 0;
-                for (int i = 0; i < r->n_positions && !hit; i++) {
-                    int64_t p = r->positions[i] < 0 ? T + r->positions[i] : r->positions[i];
-                    hit = p == s;
-                }
-                if (!hit) continue;
+                if (!real[s] || !position_chosen(r->positions, r->n_positions, a->step, a->positions[b * T + s], end))
+                    continue;
                 for (int64_t j = 0; j < inner; j++)
                     store_f(v, (b * T + s) * inner + j,
                             nnt_tensor_get_f64(v, (b * T + s) * inner + j) + (double)r->factor * nnt_tensor_get_f64(&r->param, j % H));
             }
+        }
         return NNT_OK;
     }
     default: return NNT_OK;

@@ -100,7 +100,8 @@ static void test_skip_layers(void)
 }
 
 /* steer(first, last, positions, v, factor): at block `first` the output moves by factor * v at
- * the chosen positions of every row (and every stream) and stays bit-identical elsewhere. */
+ * the chosen tokens of every row (and every stream; positions count each row's real tokens) and
+ * stays bit-identical elsewhere, left padding included. */
 static void check_steer(const char *const fixture[2], const int *positions, int n_positions)
 {
     const char *rel = fixture[0];
@@ -132,16 +133,25 @@ static void check_steer(const char *const fixture[2], const int *positions, int 
     CU_ASSERT_FATAL(a && b);
     int64_t per = nnt_tensor_numel(a) / ((int64_t)r.batch * r.seq); /* streams x hidden */
     double worst = 0;
-    for (int64_t row = 0; row < r.batch; row++)
+    int64_t n_chosen = 0;
+    for (int64_t row = 0; row < r.batch; row++) {
+        /* positions count the row's real tokens: left padding is never steered */
+        int len = 0, p = 0;
+        for (int64_t s = 0; s < r.seq; s++) len += r.mask[row * r.seq + s];
         for (int64_t s = 0; s < r.seq; s++) {
-            int chosen = n_positions == 0;
-            for (int k = 0; k < n_positions; k++) chosen |= (positions[k] < 0 ? positions[k] + r.seq : positions[k]) == s;
+            int real = r.mask[row * r.seq + s];
+            int chosen = real && n_positions == 0;
+            for (int k = 0; real && k < n_positions; k++) chosen |= (positions[k] < 0 ? positions[k] + len : positions[k]) == p;
+            p += real;
+            n_chosen += chosen;
             for (int64_t j = 0; j < per; j++) {
                 int64_t i = (row * r.seq + s) * per + j;
                 double want = nnt_tensor_get_f64(a, i) + (chosen ? factor * ((float *)v.data)[j % H] : 0.0);
                 worst = fmax(worst, fabs(nnt_tensor_get_f64(b, i) - want));
             }
         }
+    }
+    CU_ASSERT(n_chosen >= r.batch); /* every row was steered somewhere */
     if (worst > 1e-5) fprintf(stderr, "\n  %s: steered output off by %.3g\n", rel, worst);
     CU_ASSERT(worst <= 1e-5);
     CU_ASSERT(t_rel_err(nnt_trace_get(t, "logits"), nnt_trace_get(clean, "logits"), NULL) > 1e-4);

@@ -170,11 +170,49 @@ nnt_status nnt_trace_zero(nnt_trace *t, const char *path);
 nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *where_path,
                                  int64_t equals, float fill);
 
+/* ---- token positions ----
+ * A position names one token of a batch row: the row's real tokens are counted from its prompt's
+ * first token (0-based) across the prompt and every token a session or a generation adds after
+ * it. Left padding never counts, and a position names the same token whether the token is
+ * processed in the prompt's call or in a later one-token call. In a list of positions:
+ *   p >= 0             the row's token p; it applies in the call that processes that token (in a
+ *                      generation, token p of a 10-token prompt is its (p - 9)-th generated token
+ *                      for p >= 10, fed back at step p - 9);
+ *   p < 0              counts back from the row's current end, which is the row's newest token
+ *                      as of the call being run, this call's tokens included: -1 is the row's last
+ *                      token of that call (the prompt's last token in the prompt's call, the newly
+ *                      fed token in each later one-token call), -2 the one before, ... It applies
+ *                      where that token is processed by the call: in a one-token call only -1
+ *                      names a token of the call (-2 names a token already in the cache, which
+ *                      keeps the values it was computed with);
+ *   NNT_POS_PROMPT     every token of the prompt (the first call of a session, or the one call
+ *                      of nnt_trace_run);
+ *   NNT_POS_GENERATED  every token after the prompt (the tokens each later call of a session
+ *                      brings: in a generation, each generated token as it is fed back);
+ *   NNT_POS_ALL        every token (as an empty list).
+ * So steering position 0 in a generation edits the prompt's first token only, and gives the
+ * tokens greedy decoding gives when each step runs one full forward steered at position 0.
+ * nnt_trace_run refuses a position that no row has (p >= the longest row, p < -longest) and
+ * NNT_POS_GENERATED; nnt_generate refuses positions no step reaches (p >= longest prompt +
+ * max_new_tokens - 1, since the last token generated is never fed back). A row shorter than a
+ * position is simply not edited there. */
+#define NNT_POS_PROMPT (-2147483647 - 1)
+#define NNT_POS_GENERATED (-2147483647)
+#define NNT_POS_ALL (-2147483646)
+
+/* Parses a position list as the command line writes it: comma-separated integers and the words
+ * "prompt", "generated" and "all", e.g. "0,5,-1" or "generated" or "0,generated". Writes at
+ * most `max` entries to out (the words as NNT_POS_*) and their number to *n. Errors:
+ * NNT_ERR_INVALID_ARGUMENT naming the bad entry (not an integer in -2147483645..2147483647, nor
+ * one of the words; an empty entry; more than max entries), with nnt_last_error(rt) saying
+ * which. rt may be NULL (then no message is kept). */
+nnt_status nnt_positions_parse(nnt_runtime *rt, const char *text, int *out, int max, int *n);
+
 /* Built-in operations, checked like the requests above:
  * ablate_expert: zero expert e's weight wherever block `layer` routes to it;
  * skip_layers: blocks start..end are skipped - block end's output is block start's input;
  * steer: add factor * vector ([hidden_size]) to layer_output of blocks first..last at the given
- *   sequence positions (negative counts from the end; NULL / 0: all), on every stream. */
+ *   token positions (see "token positions" above; NULL / 0: every token), on every stream. */
 nnt_status nnt_trace_ablate_expert(nnt_trace *t, int layer, int expert);
 nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end);
 nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positions, int n_positions,
