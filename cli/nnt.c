@@ -60,7 +60,9 @@ static const char USAGE[] =
     "           (--steer-factor F and --steer-positions P,P,... given before it scale it and choose\n"
     "           the tokens; see positions below)\n"
     "  --steps FROM[:TO]  the requests after it apply only at generation steps FROM..TO (0: the prompt)\n"
-    "  --out FILE.safetensors   write every saved value under its path\n"
+    "  --out FILE.safetensors   write every saved value under its key: path, path@k (its k-th save by the\n"
+    "           request: a later step, or a value emitted again in one call), path#r (saved by the r-th\n"
+    "           later request of the same value); a value that is None is listed in the metadata's none_values\n"
     "\n"
     "positions (--steer-positions, lens --positions): a row's real tokens counted from its prompt's\n"
     "first token (0-based) across the prompt and the generated tokens, left padding never counted;\n"
@@ -1232,7 +1234,10 @@ static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o, const inpu
         fail(rt, "generate");
         goto out;
     }
-    if (report_saved(rt, t, o, NULL, "saved values (\"path@k\": the k-th time the request saved it, one per step):\n") != 0) goto out;
+    if (report_saved(rt, t, o, NULL,
+                     "saved values (\"path@k\": the k-th time the request saved it, one per step; \"#r\": saved by "
+                     "the r-th later request of the same value):\n") != 0)
+        goto out;
     for (int r = 0; r < b.B; r++) print_generated(in->tok, r, out + (size_t)r * N, N, stops, n_stops);
     rc = 0;
 out:

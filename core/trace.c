@@ -1,5 +1,6 @@
 /* trace.c - traces: save and edit requests on standard values, checked before the forward,
  * applied when the family emits each value, and the saved results. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -700,14 +701,20 @@ static nnt_status push_result(nnt_run *run, nnt_slot slot, int layer, nnt_tensor
     }
     result *res = &t->results[t->n_results];
     memset(res, 0, sizeof *res);
-    /* a value emitted again in the same call (a per-token state) is saved as path@k */
-    int occurrence = 0;
+    /* the key (nnt.h, "saved values"): path, then @k for the request's k-th emission of the value
+     * (k > 0: a later step, or a value emitted again in one call), then #r when r earlier save
+     * requests cover the same value */
+    int occurrence = 0, copy = 0;
     for (int i = 0; i < t->n_results; i++)
         occurrence += t->results[i].slot == slot && t->results[i].layer == layer &&
                       t->results[i].occurrence_of_request == run->current_request;
+    for (int j = 0; j < run->current_request; j++)
+        copy += t->reqs[j].kind == REQ_SAVE && t->reqs[j].path.slot == slot &&
+                (t->reqs[j].path.layer == layer || t->reqs[j].path.layer == NNT_LAYER_ALL);
     char path[192];
     nnt_path_format(slot, layer, path, sizeof path);
     if (occurrence) snprintf(path + strlen(path), sizeof path - strlen(path), "@%d", occurrence);
+    if (copy) snprintf(path + strlen(path), sizeof path - strlen(path), "#%d", copy);
     res->path = nnt_strdup(path);
     res->occurrence_of_request = run->current_request;
     res->slot = slot;
@@ -933,24 +940,60 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *valu
 
 /* ---------------------------------------------------------------------------------------- */
 
-const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path)
+/* Reads a trailing "@k" or "#r" (digits) off key (modified in place); 1 when found. */
+static int take_suffix(char *key, char mark, long *out)
 {
-    if (!t || !path) return NULL;
+    char *at = strrchr(key, mark);
+    if (!at || !at[1]) return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(at + 1, &end, 10);
+    if (*end || errno || v < 0 || at[1] == '+' || at[1] == '-' || at[1] == ' ') return 0;
+    *out = v;
+    *at = '\0';
+    return 1;
+}
+
+/* The result saved under key (any path spelling, suffixes @k and #r in either order), or NULL. */
+static const result *find_result(const nnt_trace *t, const char *key)
+{
+    if (!t || !key) return NULL;
+    char base[192], canon[256];
+    if (strlen(key) >= sizeof base) return NULL;
+    snprintf(base, sizeof base, "%s", key);
+    long k = 0, r = 0;
+    for (int i = 0; i < 2; i++) /* "path@k#r" or "path#r@k" */
+        if (!take_suffix(base, '#', &r)) take_suffix(base, '@', &k);
+    const char *want = key;
     nnt_path p;
     nnt_error scratch;
-    char base[192], canon[192];
-    snprintf(base, sizeof base, "%s", path);
-    char *at = strchr(base, '@'); /* path@k: the k-th emission in the call */
-    if (at) *at = '\0';
-    const char *want = path;
     if (nnt_path_parse(t->m, base, &p, &scratch) == NNT_OK && p.layer != NNT_LAYER_ALL) {
         nnt_path_format(p.slot, p.layer, canon, sizeof canon);
-        if (at) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "@%s", at + 1);
+        if (k) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "@%ld", k);
+        if (r) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "#%ld", r);
         want = canon;
     }
     for (int i = 0; i < t->n_results; i++)
-        if (strcmp(t->results[i].path, want) == 0) return t->results[i].none ? NULL : &t->results[i].t;
+        if (strcmp(t->results[i].path, want) == 0) return &t->results[i];
     return NULL;
+}
+
+const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path)
+{
+    const result *r = find_result(t, path);
+    return r && !r->none ? &r->t : NULL;
+}
+
+nnt_status nnt_trace_lookup(const nnt_trace *t, const char *key, const nnt_tensor **value, int *is_none)
+{
+    if (value) *value = NULL;
+    if (is_none) *is_none = 0;
+    if (!t || !key) return NNT_ERR_INVALID_ARGUMENT;
+    const result *r = find_result(t, key);
+    if (!r) return NNT_ERR_NOT_FOUND;
+    if (is_none) *is_none = r->none;
+    if (value && !r->none) *value = &r->t;
+    return NNT_OK;
 }
 
 int nnt_trace_result_count(const nnt_trace *t)
@@ -972,35 +1015,36 @@ nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file)
     nnt_error *err = &t->m->rt->err;
     const char **keys = calloc((size_t)t->n_results + 1, sizeof *keys);
     const nnt_tensor **vals = calloc((size_t)t->n_results + 1, sizeof *vals);
-    char **owned = calloc((size_t)t->n_results + 1, sizeof *owned);
-    if (!keys || !vals || !owned) {
-        free(keys);
-        free(vals);
-        free(owned);
-        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    }
+    size_t none_len = 1;
+    for (int i = 0; i < t->n_results; i++) none_len += t->results[i].none ? strlen(t->results[i].path) + 1 : 0;
+    char *none = malloc(none_len);
+    cJSON *meta = cJSON_CreateObject();
+    char *meta_text = NULL;
+    nnt_status st = NNT_OK;
+    if (!keys || !vals || !none || !meta) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     int n = 0;
-    for (int i = 0; i < t->n_results; i++) {
-        if (t->results[i].none) continue;
-        int dup = 0;
-        for (int j = 0; j < i; j++) dup += strcmp(t->results[j].path, t->results[i].path) == 0;
-        if (dup) {
-            size_t len = strlen(t->results[i].path) + 16;
-            owned[n] = malloc(len);
-            if (owned[n]) snprintf(owned[n], len, "%s#%d", t->results[i].path, dup);
-            keys[n] = owned[n];
-        } else {
-            keys[n] = t->results[i].path;
+    size_t len = 0;
+    for (int i = 0; st == NNT_OK && i < t->n_results; i++) {
+        const result *r = &t->results[i];
+        if (r->none) { /* recorded as absent in the metadata: "none_values" lists the keys */
+            len += (size_t)snprintf(none + len, none_len - len, "%s%s", len ? "," : "", r->path);
+            continue;
         }
-        vals[n] = &t->results[i].t;
-        if (keys[n]) n++;
+        keys[n] = r->path;
+        vals[n++] = &r->t;
     }
-    char meta[256];
-    snprintf(meta, sizeof meta, "{\"producer\":\"nnt\",\"family\":\"%s\",\"format\":\"pt\"}",
-             nnt_model_family(t->m));
-    nnt_status st = nnt_st_write(file, n, keys, vals, meta, err);
-    for (int i = 0; i < t->n_results; i++) free(owned[i]);
-    free(owned);
+    if (st == NNT_OK) {
+        none[len] = '\0';
+        if (!cJSON_AddStringToObject(meta, "producer", "nnt") ||
+            !cJSON_AddStringToObject(meta, "family", nnt_model_family(t->m)) ||
+            !cJSON_AddStringToObject(meta, "format", "pt") || (len && !cJSON_AddStringToObject(meta, "none_values", none)) ||
+            !(meta_text = cJSON_PrintUnformatted(meta)))
+            st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    if (st == NNT_OK) st = nnt_st_write(file, n, keys, vals, meta_text, err);
+    cJSON_free(meta_text);
+    cJSON_Delete(meta);
+    free(none);
     free(keys);
     free(vals);
     return st;

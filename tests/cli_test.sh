@@ -79,6 +79,12 @@ check "MiMo trace on the hub-spelled FP8 checkpoint" 0 "layers.1.self_attn.atten
 
 check "Kimi KDA block has no self_attn, with the reason" 0 "attention_scores +no +this block mixes tokens with Kimi Delta Attention" \
   "$nnt" support --model "$fixtures/kimi_linear/fp32"
+check "a value saved by two requests: path#1, per step path@k#1" 0 "^layers.0.layer_output@2#1 +\[1, 1, 64\]" \
+  "$nnt" generate --model "$model" --tokens "1 2 3" --max-new-tokens 3 --save layers.0.layer_output --save 'layers.*.layer_output'
+check "Kimi's None state_input is shown" 0 "^layers.1.linear_attn.state_input +None" \
+  "$nnt" trace --model "$fixtures/kimi_linear/hub" --tokens "5 6 7" --save layers.1.linear_attn.state_input --save layers.1.linear_attn.state_output --out "$tmp/none.safetensors"
+if grep -aq '"none_values":"layers.1.linear_attn.state_input"' "$tmp/none.safetensors"; then echo "ok   --out lists the None value in none_values"
+else echo "FAIL --out: no none_values entry"; fails=$((fails + 1)); fi
 check "Kimi per-token states" 0 "layers.1.linear_attn.state@2 +\[1, 2, 16, 16\]" \
   "$nnt" trace --model "$fixtures/kimi_linear/hub" --tokens "5 6 7" --save layers.1.linear_attn.state
 

@@ -460,7 +460,8 @@ static void test_steer_positions_refused(void)
     nnt_runtime_close(rt);
 }
 
-/* Kimi: a continued call's state_input is the state the previous call left. */
+/* Kimi: a continued call's state_input is the state the previous call left; the prompt's, None,
+ * is recorded as absent (nnt_trace_lookup's flag, the file's none_values metadata). */
 static void test_kimi_state_carried(void)
 {
     nnt_runtime *rt = t_runtime();
@@ -481,6 +482,37 @@ static void test_kimi_state_carried(void)
     const nnt_tensor *in1 = nnt_trace_get(t, "layers.1.linear_attn.state_input@1");
     CU_ASSERT_FATAL(out0 && in1);
     CU_ASSERT(t_rel_err(in1, out0, NULL) == 0.0);
+    /* the prompt's state_input is recorded as absent, not dropped: found, flagged None */
+    const nnt_tensor *v = out0;
+    int none = 0;
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.1.linear_attn.state_input", &v, &none), NNT_OK);
+    CU_ASSERT(v == NULL && none == 1);
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.1.linear_attn.state_input@1", &v, &none), NNT_OK);
+    CU_ASSERT(v == in1 && none == 0);
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.1.linear_attn.state_input@2", &v, &none), NNT_ERR_NOT_FOUND);
+    const char *key;
+    T_OK(rt, nnt_trace_result(t, 0, &key, &v));
+    CU_ASSERT(strcmp(key, "layers.1.linear_attn.state_input") == 0 && v == NULL);
+    /* and in a written file: no tensor, its key in the metadata's none_values */
+    char file[768];
+    snprintf(file, sizeof file, "%s/kimi_none.safetensors", t_tmpdir());
+    T_OK(rt, nnt_trace_write_safetensors(t, file));
+    nnt_tensor back;
+    CU_ASSERT_NOT_EQUAL(nnt_safetensors_read(rt, file, "layers.1.linear_attn.state_input", &back), NNT_OK);
+    T_OK(rt, nnt_safetensors_read(rt, file, "layers.1.linear_attn.state_input@1", &back));
+    nnt_tensor_free(&back);
+    FILE *f = fopen(file, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    unsigned char len8[8];
+    char header[4096] = "";
+    CU_ASSERT_FATAL(fread(len8, 1, 8, f) == 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    CU_ASSERT_FATAL(hlen < sizeof header);
+    CU_ASSERT_FATAL(fread(header, 1, (size_t)hlen, f) == hlen);
+    fclose(f);
+    if (!strstr(header, "\"none_values\":\"layers.1.linear_attn.state_input\"")) fprintf(stderr, "\n  header: %s\n", header);
+    CU_ASSERT_PTR_NOT_NULL(strstr(header, "\"none_values\":\"layers.1.linear_attn.state_input\""));
     nnt_trace_free(t);
     nnt_session_free(s);
     nnt_model_free(m);
@@ -500,7 +532,7 @@ int register_tests(void)
         !CU_add_test(s, "sampling: seeds, top-k, top-p", test_sampling) ||
         !CU_add_test(s, "values and edits per step", test_values_per_step) ||
         !CU_add_test(s, "stop tokens end rows, and the call once all rows stop", test_stop_tokens) ||
-        !CU_add_test(s, "Kimi: state_input carries over", test_kimi_state_carried) ||
+        !CU_add_test(s, "Kimi: state_input carries over; None recorded as absent", test_kimi_state_carried) ||
         !CU_add_test(s, "steering positions mean tokens: generation == full forwards", test_steer_positions) ||
         !CU_add_test(s, "steering positions no call reaches are refused", test_steer_positions_refused))
         return -1;

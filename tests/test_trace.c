@@ -163,6 +163,69 @@ static void test_bad_inputs(void)
     nnt_trace_free(t);
 }
 
+/* Equal element by element (same count, same values as doubles). */
+static int same_values(const nnt_tensor *a, const nnt_tensor *b, double factor)
+{
+    if (!a || !b || nnt_tensor_numel(a) != nnt_tensor_numel(b)) return 0;
+    for (int64_t i = 0; i < nnt_tensor_numel(a); i++)
+        if (nnt_tensor_get_f64(a, i) != factor * nnt_tensor_get_f64(b, i)) return 0;
+    return 1;
+}
+
+/* A value saved by several requests of one call: the first under its path, the r-th later one
+ * under path#r, each reachable from nnt_trace_get and nnt_trace_lookup in any spelling, listed
+ * by nnt_trace_result and written under the same keys. A save before an edit keeps the value
+ * before it, a save after keeps the edited one. */
+static void test_saved_twice(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.0.layer_output"));
+    T_OK(rt, nnt_trace_scale(t, "layers.0.layer_output", 2.0f));
+    T_OK(rt, nnt_trace_save(t, "layers[0].output"));
+    T_OK(rt, nnt_trace_save(t, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq));
+    const nnt_tensor *before = nnt_trace_get(t, "layers.0.layer_output");
+    const nnt_tensor *after = nnt_trace_get(t, "layers.0.layer_output#1");
+    const nnt_tensor *star = nnt_trace_get(t, "model.layers[0].layer_output#2");
+    CU_ASSERT_FATAL(before && after && star && before != after);
+    CU_ASSERT(same_values(after, before, 2.0));
+    CU_ASSERT(same_values(star, after, 1.0));
+    /* block 1 is covered by the "*" request alone: no suffix */
+    CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, "layers.1.layer_output"));
+    CU_ASSERT_PTR_NULL(nnt_trace_get(t, "layers.1.layer_output#1"));
+    CU_ASSERT_PTR_NULL(nnt_trace_get(t, "layers.0.layer_output#3"));
+    CU_ASSERT(nnt_trace_get(t, "layers.0.layer_output#0") == before);
+    const nnt_tensor *v = NULL;
+    int none = -1;
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.0.output#1", &v, &none), NNT_OK);
+    CU_ASSERT(v == after && none == 0);
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.0.layer_output#3", &v, &none), NNT_ERR_NOT_FOUND);
+    CU_ASSERT(v == NULL && none == 0);
+    /* the keys, in the order saved */
+    const char *want[] = {"layers.0.layer_output", "layers.0.layer_output#1", "layers.0.layer_output#2",
+                          "layers.1.layer_output", "layers.2.layer_output"};
+    CU_ASSERT_EQUAL_FATAL(nnt_trace_result_count(t), 5);
+    for (int i = 0; i < 5; i++) {
+        const char *key;
+        T_OK(rt, nnt_trace_result(t, i, &key, &v));
+        if (strcmp(key, want[i]) != 0) fprintf(stderr, "\n  result %d: '%s', expected '%s'\n", i, key, want[i]);
+        CU_ASSERT_STRING_EQUAL(key, want[i]);
+    }
+    /* the file holds the same keys */
+    char file[768];
+    snprintf(file, sizeof file, "%s/saved_twice.safetensors", t_tmpdir());
+    T_OK(rt, nnt_trace_write_safetensors(t, file));
+    nnt_tensor back;
+    T_OK(rt, nnt_safetensors_read(rt, file, "layers.0.layer_output#1", &back));
+    CU_ASSERT(same_values(&back, after, 1.0));
+    nnt_tensor_free(&back);
+    T_OK(rt, nnt_safetensors_read(rt, file, "layers.0.layer_output", &back));
+    CU_ASSERT(same_values(&back, before, 1.0));
+    nnt_tensor_free(&back);
+    nnt_trace_free(t);
+}
+
 /* The support listing covers every value of the page with a reason where not served. */
 static void test_support_listing(void)
 {
@@ -210,7 +273,8 @@ int register_tests(void)
         !CU_add_test(s, "edits of read-only values", test_read_only) ||
         !CU_add_test(s, "written shapes are checked before the forward", test_shapes_checked_before_forward) ||
         !CU_add_test(s, "bad token ids and masks", test_bad_inputs) ||
-        !CU_add_test(s, "support lists every value with a reason", test_support_listing))
+        !CU_add_test(s, "support lists every value with a reason", test_support_listing) ||
+        !CU_add_test(s, "a value saved twice in one call: path and path#r", test_saved_twice))
         return -1;
     return 0;
 }

@@ -239,7 +239,7 @@ int nnt_session_length(const nnt_session *s);
 /* Runs the next `seq` tokens of every row (ids [batch, seq]); the first call is the prompt (mask
  * may mark left padding), later calls continue it (mask NULL: all real). Values saved by t
  * accumulate over the session's calls: a value emitted again is saved as "path@k", its k-th
- * emission (so a Kimi `state` is "state@<token index>"). */
+ * emission (so a Kimi `state` is "state@<token index>"; see "saved values" below). */
 nnt_status nnt_session_forward(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq);
 
 typedef struct nnt_generate_opts {
@@ -274,14 +274,44 @@ typedef struct nnt_generate_opts {
 nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
                         const nnt_generate_opts *opts, int32_t *out);
 
-/* Saved values: by canonical path ("layers.1.mlp.expert_weights"), or by index in request
- * order with every block of a "*" request listed. NULL / NNT_ERR_NOT_FOUND when absent. The
- * tensors stay owned by the trace until the next run or nnt_trace_free. */
-const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path);
+/* Saved values. Each is kept under one key, the same in nnt_trace_get, nnt_trace_lookup,
+ * nnt_trace_result and the files nnt_trace_write_safetensors writes:
+ *   PATH[@k][#r]
+ * PATH is the value's canonical path ("layers.1.mlp.expert_weights"); @k (k >= 1) numbers the
+ * times one save request saved the value, from PATH (k = 0) on, over a stateless run or over all
+ * calls of a session: the value of session step k (nnt_session_forward, nnt_generate; with
+ * nnt_trace_steps(2, 3) the step-2 value is PATH and the step-3 one PATH@1), or copy k of a value
+ * a family emits several times in one call (Kimi's per-token `state`: state@<token index>, counted
+ * on across calls); #r (r >= 1) marks the value saved
+ * by a request when r earlier save requests of the trace cover the same value - e.g. saving
+ * "layers.0.layer_output", editing it, and saving it again gives "layers.0.layer_output" (before
+ * the edit) and "layers.0.layer_output#1" (after), and a save of "layers.*.layer_output" after
+ * a save of "layers.0.layer_output" gives "layers.0.layer_output#1" for block 0. @0 and #0 are
+ * never written (they are the key without the suffix); a lookup accepts any path spelling and
+ * the suffixes in either order.
+ * An optional value the family emitted as None (Kimi's state_input at the start of a prompt:
+ * there is no earlier state) is kept as absent: nnt_trace_get returns NULL for it (as for a key
+ * never saved), nnt_trace_lookup and nnt_trace_result tell the two apart, and a file written by
+ * nnt_trace_write_safetensors lists such keys in its metadata. */
+
+/* The saved value under key, or NULL when nothing was saved under it or it is absent (None).
+ * The tensor stays owned by the trace until the next run (of a stateless trace; a session
+ * keeps accumulating) or nnt_trace_free. */
+const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *key);
+/* Looks key up: NNT_OK with *value the saved tensor and *is_none 0, or NNT_OK with *value NULL
+ * and *is_none 1 when the value was emitted as None (absent); NNT_ERR_NOT_FOUND (*value NULL,
+ * *is_none 0) when nothing was saved under key; NNT_ERR_INVALID_ARGUMENT for a NULL t or key.
+ * value and is_none may be NULL. Sets no error message (the trace is const). */
+nnt_status nnt_trace_lookup(const nnt_trace *t, const char *key, const nnt_tensor **value, int *is_none);
+/* Every saved value in the order saved: result i's key and tensor (NULL when absent). */
 int nnt_trace_result_count(const nnt_trace *t);
-nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **path,
+nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **key,
                             const nnt_tensor **value);
-/* Writes every saved value under its canonical path as a key of one safetensors file. */
+/* Writes every saved value that is not absent as one tensor of a safetensors file, under its
+ * key. The file's __metadata__ holds "producer": "nnt", "family", "format": "pt", and, when any
+ * saved value is absent, "none_values": their keys joined by commas (keys hold no comma), e.g.
+ * "layers.1.linear_attn.state_input,layers.2.linear_attn.state_input". Errors: those of
+ * nnt_safetensors_write. */
 nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file);
 
 /* ---- operations ---- */
