@@ -102,9 +102,26 @@ check "lens table: a line per block" 0 "^2 +$tok \(0\.[0-9]+\)" "$nnt" lens --mo
 # the lens of the last block at the last position is the model's own next-token distribution
 check "lens of the last block is the next-token prediction" 0 "^2 .* $want \"([^\"\\\\]|\\\\.)*\" \(0\.[0-9]+\) *$" \
   "$nnt" lens --model "$model" --tokens "$prompt"
-check "lens --out writes [layers, seq, vocab]" 0 "wrote lens_probs \[3, 24, 256\] to $tmp/lens.safetensors" \
+check "lens --out writes [rows, layers, positions, vocab]" 0 \
+  "wrote lens_probs \[1, 3, 24, 256\] and lens_positions \[1, 24\] to $tmp/lens.safetensors" \
   "$nnt" lens --model "$model" --tokens "$prompt" --out "$tmp/lens.safetensors"
-check "lens reads one row" 2 "lens reads one row" "$nnt" lens --model "$model" --tokens "1 2" --tokens "3 4"
+# lens over rows: each row's table (from its 'block' line on) is the table of the row alone, at
+# its own positions, padding not counted
+table() { sed -n "/^row $1 /,/^row $(($1 + 1)) /p" | grep -v '^row '; }
+same "lens: a left-padded row's table is the row's own" \
+  "$("$nnt" lens --model "$model" --tokens "5 6 7 8" --positions 1,-1 | table 0)" \
+  "$("$nnt" lens --model "$model" --tokens "$prompt" --tokens "5 6 7 8" --positions 1,-1 | table 1)"
+check "lens --positions: the chosen columns of each row" 0 "^block +1 +3\$" \
+  "$nnt" lens --model "$model" --tokens "$prompt" --tokens "5 6 7 8" --positions 1,-1
+same "lens over rows on DeepSeek-V4's streams" \
+  "$("$nnt" lens --model "$fixtures/deepseek_v4/fp32" --tokens "3 4 5 6" | table 0)" \
+  "$("$nnt" lens --model "$fixtures/deepseek_v4/fp32" --tokens "1 2 3 4 5 6" --tokens "3 4 5 6" | table 1)"
+check "lens --positions past every row" 2 "position 4 names no token: the longest row has 4 tokens" \
+  "$nnt" lens --model "$model" --tokens "1 2" --tokens "3 4 5 6" --positions 0,4
+check "lens --positions generated" 2 "'generated' names tokens after the prompt" \
+  "$nnt" lens --model "$model" --tokens "1 2" --positions generated
+check "--positions belongs to lens" 2 "--positions is an option of lens" \
+  "$nnt" trace --model "$model" --tokens "1 2" --positions 0
 check "greedy generation starts with the top next token" 0 "^new tokens, row 0: $want " \
   "$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 4
 check "generation over two rows, one left-padded" 0 "new tokens, row 1: [0-9]+ [0-9]+ [0-9]+$" \

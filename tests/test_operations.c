@@ -198,6 +198,104 @@ static void test_ablation_arguments(void)
     }
 }
 
+/* nnt lens over batch rows at chosen positions: the command's lens_probs equal, for each row run
+ * alone (no padding) through a trace, softmax(lm_head . RMSNorm(layer_output)) computed here from
+ * the checkpoint's own model.norm.weight, lm_head.weight and rms_norm_eps (MiniMax-M2's final
+ * norm), at each chosen position of each block; lens_positions names each column's position. */
+static void test_lens_command(void)
+{
+    nnt_runtime *rt = t_runtime();
+    const char *rel = "minimax_m2/fp32";
+    nnt_model *m = t_model(rt, rel);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, rel) == 0);
+    const nnt_model_info *mi = nnt_model_get_info(m);
+    const int L = mi->num_layers, H = mi->hidden_size, V = mi->vocab_size, B = r.batch, S = r.seq;
+    CU_ASSERT_FATAL(B == 2);
+    char dir[512], file[768], weights[768], cmd[8192];
+    t_fixture(rel, dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/lens_rows.safetensors", t_tmpdir());
+    snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+    /* the rows' real tokens, row 1 shorter (the fixture left-pads it) */
+    int32_t rows[2][64];
+    int len[2] = {0, 0};
+    size_t k = (size_t)snprintf(cmd, sizeof cmd, "'%s/nnt' lens --model '%s'", NNT_TEST_BUILD_DIR, dir);
+    for (int b = 0; b < B; b++) {
+        k += (size_t)snprintf(cmd + k, sizeof cmd - k, " --tokens '");
+        for (int s = 0; s < S; s++)
+            if (r.mask[b * S + s]) {
+                rows[b][len[b]++] = r.ids[b * S + s];
+                k += (size_t)snprintf(cmd + k, sizeof cmd - k, "%d ", r.ids[b * S + s]);
+            }
+        k += (size_t)snprintf(cmd + k, sizeof cmd - k, "'");
+    }
+    CU_ASSERT_FATAL(len[1] < len[0] && len[1] > 3);
+    snprintf(cmd + k, sizeof cmd - k, " --positions 2,0,-1,%d --out '%s' > /dev/null", len[0] - 2, file);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    /* the columns each row must have, ascending: 0, 2, (len[0] - 2 where the row has it), len - 1 */
+    int want[2][4], n_want[2];
+    for (int b = 0; b < B; b++) {
+        n_want[b] = 0;
+        want[b][n_want[b]++] = 0;
+        want[b][n_want[b]++] = 2;
+        if (len[0] - 2 < len[b] - 1) want[b][n_want[b]++] = len[0] - 2;
+        want[b][n_want[b]++] = len[b] - 1;
+    }
+    nnt_tensor probs, pos, norm_w, head;
+    T_OK(rt, nnt_safetensors_read(rt, file, "lens_probs", &probs));
+    T_OK(rt, nnt_safetensors_read(rt, file, "lens_positions", &pos));
+    T_OK(rt, nnt_safetensors_read(rt, weights, "model.norm.weight", &norm_w));
+    T_OK(rt, nnt_safetensors_read(rt, weights, "lm_head.weight", &head));
+    const int W = 3 + (len[0] - 2 < len[0] - 1);
+    CU_ASSERT_FATAL(probs.ndim == 4 && probs.shape[0] == B && probs.shape[1] == L && probs.shape[2] == W && probs.shape[3] == V);
+    CU_ASSERT_FATAL(pos.ndim == 2 && pos.shape[0] == B && pos.shape[1] == W);
+    const double eps = 1e-6; /* config.json's rms_norm_eps */
+    double worst = 0, *logit = malloc(sizeof(double) * (size_t)V);
+    CU_ASSERT_FATAL(logit != NULL);
+    for (int b = 0; b < B; b++) {
+        nnt_trace *t;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_OK(rt, nnt_trace_save(t, "layers.*.layer_output"));
+        T_OK(rt, nnt_trace_run(t, rows[b], NULL, 1, len[b]));
+        for (int j = 0; j < W; j++) {
+            int p = j < n_want[b] ? want[b][j] : -1;
+            CU_ASSERT_EQUAL(nnt_tensor_get_f64(&pos, (int64_t)b * W + j), p);
+            for (int layer = 0; layer < L; layer++) {
+                const float *got = (const float *)probs.data + (((int64_t)b * L + layer) * W + j) * V;
+                if (p < 0) { /* past the row's own columns: zeros */
+                    for (int v = 0; v < V; v++) worst = fmax(worst, fabs(got[v]));
+                    continue;
+                }
+                char path[64];
+                snprintf(path, sizeof path, "layers.%d.layer_output", layer);
+                const float *x = (const float *)nnt_trace_get(t, path)->data + (int64_t)p * H;
+                double ms = 0, mx = -INFINITY, sum = 0;
+                for (int h = 0; h < H; h++) ms += (double)x[h] * x[h];
+                double inv = 1.0 / sqrt(ms / H + eps);
+                for (int v = 0; v < V; v++) {
+                    double acc = 0;
+                    for (int h = 0; h < H; h++)
+                        acc += nnt_tensor_get_f64(&head, (int64_t)v * H + h) * x[h] * inv * nnt_tensor_get_f64(&norm_w, h);
+                    logit[v] = acc;
+                    mx = fmax(mx, acc);
+                }
+                for (int v = 0; v < V; v++) sum += exp(logit[v] - mx);
+                for (int v = 0; v < V; v++) worst = fmax(worst, fabs(got[v] - exp(logit[v] - mx) / sum));
+            }
+        }
+        nnt_trace_free(t);
+    }
+    if (worst > 1e-6) fprintf(stderr, "\n  lens_probs differ from the projection by %.3g\n", worst);
+    CU_ASSERT(worst <= 1e-6);
+    free(logit);
+    nnt_tensor_free(&probs);
+    nnt_tensor_free(&pos);
+    nnt_tensor_free(&norm_w);
+    nnt_tensor_free(&head);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("operations", NULL, NULL);
@@ -206,7 +304,8 @@ int register_tests(void)
         !CU_add_test(s, "skip_layers: block end's output is block start's input", test_skip_layers) ||
         !CU_add_test(s, "steer at every position", test_steer_all_positions) ||
         !CU_add_test(s, "steer at chosen positions only", test_steer_chosen_positions) ||
-        !CU_add_test(s, "ablate_expert arguments", test_ablation_arguments))
+        !CU_add_test(s, "ablate_expert arguments", test_ablation_arguments) ||
+        !CU_add_test(s, "nnt lens over rows and positions == the final norm and lm_head", test_lens_command))
         return -1;
     return 0;
 }
