@@ -36,7 +36,20 @@ typedef struct request {
     int *positions;      /* STEER: sequence positions (negative: from the end), NULL for all */
     int n_positions;
     int step_from, step_to; /* the session steps it applies at; step_to < 0: no end */
+    int n_slice;            /* SAVE: items of its [...] slice (0: the whole value) */
+    struct slice_item {
+        enum { SL_INDEX, SL_RANGE, SL_ELLIPSIS } kind;
+        int64_t start, stop, step; /* INDEX: start; RANGE: start:stop:step */
+        int has_start, has_stop;
+    } slice[NNT_MAX_DIMS + 1];
 } request;
+
+/* One axis of a resolved slice: `count` entries from `start` by `step`; `keep` 0 drops the axis
+ * (an index). */
+typedef struct axis_sel {
+    int64_t start, step, count;
+    int keep;
+} axis_sel;
 
 typedef struct cell {
     int *ids;
@@ -200,9 +213,14 @@ static nnt_status check_served(nnt_trace *t, const char *text, const nnt_path *p
     return NNT_OK;
 }
 
+static const char *slice_start(const char *text);
+
 static nnt_status add_request(nnt_trace *t, req_kind kind, const char *text, request **out)
 {
     nnt_error *err = rt_err(t);
+    if (kind != REQ_SAVE && text && slice_start(text))
+        return nnt_err_set(err, NNT_ERR_PATH, "'%s': a [...] slice chooses what a save keeps; edits take the whole value",
+                           text);
     nnt_path p;
     nnt_status st = nnt_path_parse(t->m, text, &p, err);
     if (st != NNT_OK) return st;
@@ -230,11 +248,201 @@ static nnt_status add_request(nnt_trace *t, req_kind kind, const char *text, req
     return NNT_OK;
 }
 
+static void pop_request(nnt_trace *t);
+
+/* Where a trailing "[...]" slice starts in a request's text (its last '[', after the value's
+ * name: a block index "layers[1]" comes before it), or NULL. */
+static const char *slice_start(const char *text)
+{
+    size_t n = strlen(text);
+    if (n < 3 || text[n - 1] != ']') return NULL;
+    const char *open = strrchr(text, '[');
+    return open && open > text && open[-1] != '.' && open[-1] != '[' ? open : NULL;
+}
+
+/* Parses one number of a slice item (whole text); 0 on success. */
+static int slice_number(const char *s, size_t n, int64_t *out)
+{
+    char buf[32];
+    while (n && *s == ' ') s++, n--;
+    while (n && s[n - 1] == ' ') n--;
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    char *end;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (*end || errno) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Parses "[item, item, ...]" (the text from '[' to the final ']'): an index "i", a range
+ * "start:stop[:step]" with any part left out, or "...". */
+static nnt_status slice_parse(nnt_trace *t, const char *text, const char *open, request *r)
+{
+    nnt_error *err = rt_err(t);
+    const char *p = open + 1, *end = text + strlen(text) - 1; /* the final ']' */
+    int n = 0, ellipses = 0;
+    for (;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma ? comma : end;
+        const char *a = p, *b = stop;
+        while (a < b && *a == ' ') a++;
+        while (b > a && b[-1] == ' ') b--;
+        if (n == NNT_MAX_DIMS + 1)
+            return nnt_err_set(err, NNT_ERR_PATH, "save '%s': more slice items than a value has axes (%d)", text, NNT_MAX_DIMS);
+        struct slice_item *it = &r->slice[n];
+        memset(it, 0, sizeof *it);
+        size_t len = (size_t)(b - a);
+        const char *c1 = memchr(a, ':', len);
+        if (len == 3 && memcmp(a, "...", 3) == 0) {
+            it->kind = SL_ELLIPSIS;
+            ellipses++;
+        } else if (!c1) {
+            it->kind = SL_INDEX;
+            if (slice_number(a, len, &it->start) != 0)
+                return nnt_err_set(err, NNT_ERR_PATH,
+                                   "save '%s': slice item '%.*s' is not an index, a range start:stop[:step] or '...'",
+                                   text, (int)len, a);
+        } else {
+            it->kind = SL_RANGE;
+            const char *c2 = memchr(c1 + 1, ':', (size_t)(b - c1 - 1));
+            const char *stop_end = c2 ? c2 : b;
+            it->step = 1;
+            int bad = 0;
+            if (c1 > a) bad |= slice_number(a, (size_t)(c1 - a), &it->start), it->has_start = 1;
+            if (stop_end > c1 + 1) bad |= slice_number(c1 + 1, (size_t)(stop_end - c1 - 1), &it->stop), it->has_stop = 1;
+            if (c2 && b > c2 + 1) bad |= slice_number(c2 + 1, (size_t)(b - c2 - 1), &it->step);
+            if (bad || it->step < 1)
+                return nnt_err_set(err, NNT_ERR_PATH,
+                                   "save '%s': slice item '%.*s' is not a range start:stop[:step] of integers with "
+                                   "step >= 1", text, (int)len, a);
+        }
+        n++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (ellipses > 1) return nnt_err_set(err, NNT_ERR_PATH, "save '%s': '...' may appear once in a slice", text);
+    r->n_slice = n;
+    return NNT_OK;
+}
+
+/* Resolves request r's slice on a value of shape [ndim]: one axis_sel per axis. NNT_ERR_INDEX
+ * (naming the axis, its name from `axes` when given, e.g. "[batch seq hidden]") when an index
+ * falls outside its axis, a range selects nothing or there are more items than axes. */
+static nnt_status slice_resolve(const request *r, const char *path, int ndim, const int64_t *shape, const char *axes,
+                                axis_sel *ax, nnt_error *err)
+{
+    int items = 0;
+    for (int i = 0; i < r->n_slice; i++) items += r->slice[i].kind != SL_ELLIPSIS;
+    char dims[96];
+    nnt_dims_str(ndim, shape, dims, sizeof dims);
+    if (items > ndim)
+        return nnt_err_set(err, NNT_ERR_INDEX, "save '%s': %d slice items for the %d axes of %s %s", r->text, items, ndim,
+                           path, dims);
+    int d = 0;
+    for (int i = 0; i < r->n_slice; i++) {
+        const struct slice_item *it = &r->slice[i];
+        if (it->kind == SL_ELLIPSIS) {
+            for (int k = 0; k < ndim - items; k++, d++) ax[d] = (axis_sel){0, 1, shape[d], 1};
+            continue;
+        }
+        int64_t n = shape[d];
+        char name[32] = "";
+        if (axes) { /* the d-th word of "[a b c]" */
+            const char *w = axes + (axes[0] == '[');
+            for (int k = 0; k < d && w; k++) {
+                w = strchr(w, ' ');
+                if (w) w++;
+            }
+            size_t len = w ? strcspn(w, " ]") : 0;
+            if (len && len < sizeof name - 3) snprintf(name, sizeof name, " (%.*s)", (int)len, w);
+        }
+        if (it->kind == SL_INDEX) {
+            int64_t x = it->start < 0 ? it->start + n : it->start;
+            if (x < 0 || x >= n)
+                return nnt_err_set(err, NNT_ERR_INDEX, "save '%s': index %lld is outside axis %d%s of size %lld of %s %s",
+                                   r->text, (long long)it->start, d, name, (long long)n, path, dims);
+            ax[d++] = (axis_sel){x, 1, 1, 0};
+            continue;
+        }
+        int64_t a = it->has_start ? it->start : 0, b = it->has_stop ? it->stop : n;
+        a = a < 0 ? a + n : a;
+        b = b < 0 ? b + n : b;
+        a = a < 0 ? 0 : a > n ? n : a; /* ranges are clipped to the axis, as in Python */
+        b = b < 0 ? 0 : b > n ? n : b;
+        int64_t count = b > a ? (b - a + it->step - 1) / it->step : 0;
+        if (count == 0)
+            return nnt_err_set(err, NNT_ERR_INDEX, "save '%s': the range of axis %d%s selects nothing of its %lld entries (%s %s)",
+                               r->text, d, name, (long long)n, path, dims);
+        ax[d++] = (axis_sel){a, it->step, count, 1};
+    }
+    for (; d < ndim; d++) ax[d] = (axis_sel){0, 1, shape[d], 1};
+    return NNT_OK;
+}
+
+/* Copies the selected entries of host tensor src into a new host tensor *dst (the kept axes). */
+static nnt_status slice_copy(const nnt_tensor *src, const axis_sel *ax, nnt_tensor *dst, nnt_error *err)
+{
+    int nd = src->ndim, out_nd = 0;
+    int64_t out_shape[NNT_MAX_DIMS], stride[NNT_MAX_DIMS];
+    size_t es = nnt_dtype_size(src->dtype);
+    int64_t acc = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        stride[d] = acc;
+        acc *= src->shape[d];
+    }
+    for (int d = 0; d < nd; d++)
+        if (ax[d].keep) out_shape[out_nd++] = ax[d].count;
+    if (nnt_tensor_alloc(dst, src->dtype, out_nd, out_shape) != NNT_OK)
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory to save a slice");
+    if (nd == 0) {
+        memcpy(dst->data, src->data, es);
+        return NNT_OK;
+    }
+    /* an odometer over every axis but the last; the last axis is copied as a run */
+    int64_t idx[NNT_MAX_DIMS] = {0};
+    const axis_sel *last = &ax[nd - 1];
+    char *out = dst->data;
+    for (;;) {
+        int64_t off = 0;
+        for (int d = 0; d < nd - 1; d++) off += (ax[d].start + idx[d] * ax[d].step) * stride[d];
+        const char *in = (const char *)src->data + (size_t)(off + last->start) * es;
+        if (last->step == 1) {
+            memcpy(out, in, (size_t)last->count * es);
+            out += (size_t)last->count * es;
+        } else {
+            for (int64_t i = 0; i < last->count; i++, out += es) memcpy(out, in + (size_t)(i * last->step) * es, es);
+        }
+        int d = nd - 2;
+        while (d >= 0 && ++idx[d] == ax[d].count) idx[d--] = 0;
+        if (d < 0) break;
+    }
+    return NNT_OK;
+}
+
 nnt_status nnt_trace_save(nnt_trace *t, const char *path)
 {
-    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    if (!t || !path) return NNT_ERR_INVALID_ARGUMENT;
+    const char *open = slice_start(path);
+    char base[256];
+    if (open && (size_t)(open - path) >= sizeof base)
+        return nnt_err_set(rt_err(t), NNT_ERR_PATH, "save '%s': the path is too long", path);
+    if (open) snprintf(base, sizeof base, "%.*s", (int)(open - path), path);
     request *r;
-    return add_request(t, REQ_SAVE, path, &r);
+    nnt_status st = add_request(t, REQ_SAVE, open ? base : path, &r);
+    if (st != NNT_OK || !open) return st;
+    char *full = nnt_strdup(path); /* messages quote the request as written */
+    if (!full) {
+        pop_request(t);
+        return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    free(r->text);
+    r->text = full;
+    st = slice_parse(t, path, open, r); /* checked against the value's shape when a run starts */
+    if (st != NNT_OK) pop_request(t);
+    return st;
 }
 
 nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user)
@@ -636,6 +844,12 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             if (st != NNT_OK) return st;
             if (!vi.served) continue; /* a "*" request skips blocks that lack the value */
             st = check_shapes(t, r, l, &vi);
+            if (st == NNT_OK && r->n_slice) {
+                axis_sel ax[NNT_MAX_DIMS];
+                char path[160];
+                nnt_path_format(r->path.slot, l, path, sizeof path);
+                st = slice_resolve(r, path, vi.ndim, vi.shape, vi.axes, ax, rt_err(t));
+            }
             if (st != NNT_OK) return st;
             cell *c = cell_at(t, l, r->path.slot);
             if (cell_push(c, i) != NNT_OK) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
@@ -720,10 +934,27 @@ static nnt_status push_result(nnt_run *run, nnt_slot slot, int layer, nnt_tensor
     res->slot = slot;
     res->layer = layer;
     res->step = run->step;
+    const request *rq = &t->reqs[run->current_request];
     if (!value) {
         res->none = 1;
-    } else {
+    } else if (!rq->n_slice) {
         nnt_status st = host_copy(run, value, &res->t);
+        if (st != NNT_OK) {
+            free(res->path);
+            return st;
+        }
+    } else { /* only the slice is kept (a device value passes through host memory once) */
+        nnt_tensor tmp = {0};
+        const nnt_tensor *src = value;
+        axis_sel ax[NNT_MAX_DIMS];
+        nnt_status st = NNT_OK;
+        if (value->device) {
+            st = host_copy(run, value, &tmp);
+            src = &tmp;
+        }
+        if (st == NNT_OK) st = slice_resolve(rq, path, src->ndim, src->shape, NULL, ax, run->err);
+        if (st == NNT_OK) st = slice_copy(src, ax, &res->t, run->err);
+        nnt_tensor_free(&tmp);
         if (st != NNT_OK) {
             free(res->path);
             return st;

@@ -85,6 +85,10 @@ check "Kimi's None state_input is shown" 0 "^layers.1.linear_attn.state_input +N
   "$nnt" trace --model "$fixtures/kimi_linear/hub" --tokens "5 6 7" --save layers.1.linear_attn.state_input --save layers.1.linear_attn.state_output --out "$tmp/none.safetensors"
 if grep -aq '"none_values":"layers.1.linear_attn.state_input"' "$tmp/none.safetensors"; then echo "ok   --out lists the None value in none_values"
 else echo "FAIL --out: no none_values entry"; fails=$((fails + 1)); fi
+check "--save with a slice keeps [batch, hidden] per block" 0 "^layers.2.layer_output +\[2, 64\] +F32" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --tokens "5 6 7" --save 'layers.*.layer_output[:, -1]'
+check "a slice index outside its axis, before the forward" 1 "index 7 is outside axis 1 \(num_heads\) of size 4" \
+  "$nnt" trace --model "$model" --tokens "1 2 3" --save 'layers.1.self_attn.attention_probabilities[:, 7]'
 check "Kimi per-token states" 0 "layers.1.linear_attn.state@2 +\[1, 2, 16, 16\]" \
   "$nnt" trace --model "$fixtures/kimi_linear/hub" --tokens "5 6 7" --save layers.1.linear_attn.state
 

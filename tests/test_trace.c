@@ -226,6 +226,93 @@ static void test_saved_twice(void)
     nnt_trace_free(t);
 }
 
+/* Saves with a [...] slice keep only the slice, under the value's key: each equals the same
+ * entries of the whole value saved alongside, taken here with explicit index arithmetic, on a
+ * left-padded batch; per generation step too. Bad slices are refused: syntax when requested,
+ * indices against the value's shape before the forward, and edits with a slice. */
+static void test_slices(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.attention_probabilities"));
+    T_OK(rt, nnt_trace_save(t, "layers.*.layer_output[:, -1]"));
+    T_OK(rt, nnt_trace_save(t, "layers[1].self_attn.attention_probabilities[:, 3]"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.attention_probabilities[..., 2:20:5]"));
+    T_OK(rt, nnt_trace_save(t, "layers.0.layer_output[1, -3:, 7]"));
+    T_OK(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq));
+    const int B = ref.batch, S = ref.seq;
+    const nnt_tensor *full = nnt_trace_get(t, "layers.2.layer_output");
+    const nnt_tensor *last = nnt_trace_get(t, "layers.2.layer_output#1");
+    CU_ASSERT_FATAL(full && last);
+    const int64_t H = full->shape[2];
+    CU_ASSERT_FATAL(last->ndim == 2 && last->shape[0] == B && last->shape[1] == H);
+    int bad = 0;
+    for (int b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            bad += ((const float *)last->data)[b * H + h] != ((const float *)full->data)[((int64_t)b * S + S - 1) * H + h];
+    const nnt_tensor *pf = nnt_trace_get(t, "layers.1.self_attn.attention_probabilities");
+    const nnt_tensor *head3 = nnt_trace_get(t, "layers.1.self_attn.attention_probabilities#1");
+    const nnt_tensor *keys = nnt_trace_get(t, "layers.1.self_attn.attention_probabilities#2");
+    CU_ASSERT_FATAL(pf && head3 && keys && pf->ndim == 4 && pf->shape[1] > 3);
+    const int64_t NH = pf->shape[1], Q = pf->shape[2], K = pf->shape[3];
+    CU_ASSERT_FATAL(head3->ndim == 3 && head3->shape[0] == B && head3->shape[1] == Q && head3->shape[2] == K);
+    CU_ASSERT_FATAL(keys->ndim == 4 && keys->shape[3] == 4); /* keys 2, 7, 12, 17 */
+    for (int b = 0; b < B; b++)
+        for (int64_t h = 0; h < NH; h++)
+            for (int64_t q = 0; q < Q; q++)
+                for (int64_t k = 0; k < K; k++) {
+                    float x = ((const float *)pf->data)[((b * NH + h) * Q + q) * K + k];
+                    if (h == 3) bad += ((const float *)head3->data)[(b * Q + q) * K + k] != x;
+                    if (k >= 2 && k < 20 && (k - 2) % 5 == 0)
+                        bad += ((const float *)keys->data)[((b * NH + h) * Q + q) * 4 + (k - 2) / 5] != x;
+                }
+    const nnt_tensor *f0 = nnt_trace_get(t, "layers.0.layer_output"), *pick = nnt_trace_get(t, "layers.0.layer_output#2");
+    CU_ASSERT_FATAL(f0 && pick && pick->ndim == 1 && pick->shape[0] == 3);
+    for (int i = 0; i < 3; i++) bad += ((const float *)pick->data)[i] != ((const float *)f0->data)[((int64_t)S + S - 3 + i) * H + 7];
+    CU_ASSERT_EQUAL(bad, 0);
+    nnt_trace_free(t);
+    /* refusals */
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_FAILS(rt, nnt_trace_save(t, "layers.0.layer_output[:, x]"), NNT_ERR_PATH, "slice item 'x' is not an index");
+    T_FAILS(rt, nnt_trace_save(t, "layers.0.layer_output[::0]"), NNT_ERR_PATH, "step >= 1");
+    T_FAILS(rt, nnt_trace_save(t, "layers.0.layer_output[..., ...]"), NNT_ERR_PATH, "'...' may appear once");
+    T_FAILS(rt, nnt_trace_zero(t, "layers.0.layer_output[:, 1]"), NNT_ERR_PATH, "edits take the whole value");
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 0);
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.attention_probabilities[:, 99]"));
+    T_FAILS(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq), NNT_ERR_INDEX,
+            "index 99 is outside axis 1 (num_heads) of size");
+    nnt_trace_free(t);
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.0.layer_output[0, 0, 0, 0]"));
+    T_FAILS(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq), NNT_ERR_INDEX, "4 slice items for the 3 axes");
+    nnt_trace_free(t);
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.0.layer_output[:, 30:]"));
+    T_FAILS(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq), NNT_ERR_INDEX, "axis 1 (seq) selects nothing");
+    nnt_trace_free(t);
+    /* per generation step: the last position of each call, [batch, hidden] */
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.2.layer_output"));
+    T_OK(rt, nnt_trace_save(t, "layers.2.layer_output[:, -1]"));
+    int32_t out[2 * 3];
+    nnt_generate_opts o = {.max_new_tokens = 3, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    T_OK(rt, nnt_generate(m, t, ref.ids, ref.mask, B, S, &o, out));
+    for (int step = 0; step < 3; step++) {
+        char kf[64], ks[64];
+        snprintf(kf, sizeof kf, step ? "layers.2.layer_output@%d" : "layers.2.layer_output", step);
+        snprintf(ks, sizeof ks, step ? "layers.2.layer_output@%d#1" : "layers.2.layer_output#1", step);
+        const nnt_tensor *a = nnt_trace_get(t, kf), *sl = nnt_trace_get(t, ks);
+        CU_ASSERT_FATAL(a && sl && sl->ndim == 2 && sl->shape[0] == B);
+        int64_t T = a->shape[1];
+        for (int b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                bad += ((const float *)sl->data)[b * H + h] != ((const float *)a->data)[((int64_t)b * T + T - 1) * H + h];
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    nnt_trace_free(t);
+}
+
 /* The support listing covers every value of the page with a reason where not served. */
 static void test_support_listing(void)
 {
@@ -274,7 +361,8 @@ int register_tests(void)
         !CU_add_test(s, "written shapes are checked before the forward", test_shapes_checked_before_forward) ||
         !CU_add_test(s, "bad token ids and masks", test_bad_inputs) ||
         !CU_add_test(s, "support lists every value with a reason", test_support_listing) ||
-        !CU_add_test(s, "a value saved twice in one call: path and path#r", test_saved_twice))
+        !CU_add_test(s, "a value saved twice in one call: path and path#r", test_saved_twice) ||
+        !CU_add_test(s, "slices at save time equal the slice of the whole value", test_slices))
         return -1;
     return 0;
 }

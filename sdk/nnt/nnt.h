@@ -153,6 +153,18 @@ void nnt_trace_free(nnt_trace *t);
 /* Requests. Each is checked now: an unknown path (the message suggests the nearest names), a
  * block index out of range, a value the family does not serve there (with its reason), an
  * edit on a read-only value. Requests on one value apply in the order they were made. */
+/* nnt_trace_save: path may end in a slice, "[item, item, ...]", applied to the value in its own
+ * layout (nnt_slot_axes): an index i (the axis is dropped; negative counts from the axis end), a
+ * range start:stop[:step] (any part may be left out, negatives count from the end, bounds are
+ * clipped to the axis as in Python, step >= 1; the axis is kept), or "..." (once: as many whole
+ * axes as needed); axes past the items are kept whole. E.g. "layers.*.layer_output[:, -1]" keeps
+ * the last position of every row, [batch, hidden_size]; "layers.1.self_attn.
+ * attention_probabilities[:, 3]" keeps head 3, [batch, query, key]. Only the slice is copied out
+ * as the forward emits the value (a device value passes once through a host buffer), so a run
+ * holds no more than the slices; the result keeps the value's key (see "saved values"). Errors:
+ * NNT_ERR_PATH for a malformed slice, now; NNT_ERR_INDEX, when a run starts and before its
+ * forward, for an index outside its axis, a range that selects nothing or more items than the
+ * value has axes, naming the axis. Edits take no slice (NNT_ERR_PATH). */
 nnt_status nnt_trace_save(nnt_trace *t, const char *path);
 nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user);
 /* value := v. v (host, any float dtype for float values) must have the value's shape; checked
