@@ -24,9 +24,11 @@ static const char USAGE[] =
     "  print    --model DIR                module tree with native and standard names, value layouts\n"
     "  support  --model DIR [--tsv]        every standard value per host and block, served or not and why\n"
     "  trace    --model DIR ROWS           run the forward and print the top next tokens of each row\n"
-    "  lens     --model DIR ROW            the logit lens: for every block and position, the top\n"
-    "           token of the block's output read through the final norm and lm_head, with its probability;\n"
-    "           --out FILE writes the probabilities [layers, seq, vocab] as key lens_probs\n"
+    "  lens     --model DIR ROWS           the logit lens: for every block and chosen position of each row,\n"
+    "           the top token of the block's output read through the final norm and lm_head, with its\n"
+    "           probability, a table per row; --positions P,P,... chooses the tokens (default: all);\n"
+    "           --out FILE writes lens_probs [rows, layers, columns, vocab] and lens_positions [rows,\n"
+    "           columns] (each column's position, -1 past a row's own)\n"
     "  generate --model DIR ROWS --max-new-tokens N   print the new token ids and, with a tokenizer, their text\n"
     "           --temperature T (0: greedy, the default)  --top-k K  --top-p P  --seed S\n"
     "           a row stops at the tokenizer's eos token (tokenizer_config.json's eos_token), unless\n"
@@ -49,7 +51,8 @@ static const char USAGE[] =
     "not valid UTF-8) and \\uNNNN (invisible and direction-changing characters) escaped\n"
     "\n"
     "requests (trace, lens and generate; applied in order, at every generation step):\n"
-    "  --save PATH        save a value (repeatable; 'layers.*.layer_output' saves every block)\n"
+    "  --save PATH        save a value (repeatable; 'layers.*.layer_output' saves every block);\n"
+    "           'PATH[:, -1]', 'PATH[..., 3]', 'PATH[0, 2:8:2]': keep only that slice of it, in its layout\n"
     "  --zero PATH        zero a value before the forward uses it\n"
     "  --scale PATH=F     multiply a value by F\n"
     "  --set PATH=FILE[:KEY]  replace a value by a tensor from a safetensors file\n"
@@ -58,9 +61,17 @@ static const char USAGE[] =
     "  --skip-layers START:END  skip blocks START..END (block END's output is block START's input)\n"
     "  --steer FIRST[:LAST]=FILE[:KEY]  add a [hidden_size] vector to layer_output of blocks FIRST..LAST\n"
     "           (--steer-factor F and --steer-positions P,P,... given before it scale it and choose\n"
-    "           positions; negative positions count from the end)\n"
+    "           the tokens; see positions below)\n"
     "  --steps FROM[:TO]  the requests after it apply only at generation steps FROM..TO (0: the prompt)\n"
-    "  --out FILE.safetensors   write every saved value under its path\n"
+    "  --out FILE.safetensors   write every saved value under its key: path, path@k (its k-th save by the\n"
+    "           request: a later step, or a value emitted again in one call), path#r (saved by the r-th\n"
+    "           later request of the same value); a value that is None is listed in the metadata's none_values\n"
+    "\n"
+    "positions (--steer-positions, lens --positions): a row's real tokens counted from its prompt's\n"
+    "first token (0-based) across the prompt and the generated tokens, left padding never counted;\n"
+    "a negative P counts back from the row's newest token as of each forward call (-1: the prompt's\n"
+    "last token in the prompt's call, the newly fed token in each generation step); the words\n"
+    "prompt, generated and all name those tokens; e.g. 0,generated\n"
     "\n"
     "common options: --config FILE (else $NNT_CONFIG, else the nnt.ini of this build or installation)\n";
 
@@ -80,6 +91,7 @@ typedef struct row_arg {
 
 typedef struct opts {
     const char *cmd, *model, *config, *out;
+    const char *lens_positions; /* lens --positions */
     int tsv;
     row_arg rows[MAX_ROWS];
     int n_rows, n_text_rows; /* n_text_rows: --prompt and --prompt-file rows */
@@ -151,7 +163,7 @@ static int parse_range(const char *text, long *a, long *b, long b_default, int u
 /* Options that take a value, other than the requests. */
 static const char *const VALUE_OPTIONS[] = {"--model", "--config", "--out", "--tokens", "--prompt", "--prompt-file",
                                             "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed",
-                                            "--stop-id", "--steer-factor", "--steer-positions", NULL};
+                                            "--stop-id", "--steer-factor", "--steer-positions", "--positions", NULL};
 /* Options without a value. */
 static const char *const FLAG_OPTIONS[] = {"--tsv", "--ids", "--no-special", "--ignore-eos", NULL};
 
@@ -233,6 +245,8 @@ static int parse_args(int argc, char **argv, opts *o)
             rc = set_once(&o->config, a, v);
         else if (strcmp(a, "--out") == 0)
             rc = set_once(&o->out, a, v);
+        else if (strcmp(a, "--positions") == 0)
+            rc = set_once(&o->lens_positions, a, v);
         else if (strcmp(a, "--tokens") == 0 || strcmp(a, "--prompt") == 0 || strcmp(a, "--prompt-file") == 0) {
             if (o->n_rows == MAX_ROWS) return usage_error("at most %s rows (--tokens, --prompt, --prompt-file)", "64");
             int kind = strcmp(a, "--tokens") == 0 ? ROW_TOKENS : strcmp(a, "--prompt") == 0 ? ROW_PROMPT : ROW_FILE;
@@ -323,6 +337,8 @@ static int parse_args(int argc, char **argv, opts *o)
     } else if (o->temperature == 0.0f && (o->top_k != 0 || o->top_p != 1.0f)) {
         return usage_error("%s", "--top-k and --top-p filter sampling: give --temperature > 0 too (0 is greedy)");
     }
+    if (o->lens_positions && strcmp(o->cmd, "lens") != 0)
+        return usage_error("%s", "--positions is an option of lens (steering takes --steer-positions)");
     if (strcmp(o->cmd, "lens") == 0)
         for (int q = 0; q < o->n_reqs; q++)
             if (o->reqs[q].kind == R_SAVE)
@@ -823,17 +839,9 @@ static int add_requests(nnt_runtime *rt, nnt_trace *t, const opts *o, loaded_set
                 return 2;
             }
             int pos[MAX_REQ], np = 0;
-            if (q->positions) {
-                char buf[1024];
-                snprintf(buf, sizeof buf, "%s", q->positions);
-                for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                    long p;
-                    if (parse_long(tok, &p) != 0 || np == MAX_REQ) {
-                        fprintf(stderr, "nnt: --steer-positions %s: expected integers P,P,... (at most %d)\n", q->positions, MAX_REQ);
-                        return 2;
-                    }
-                    pos[np++] = (int)p;
-                }
+            if (q->positions && nnt_positions_parse(rt, q->positions, pos, MAX_REQ, &np) != NNT_OK) {
+                fprintf(stderr, "nnt: --steer-positions: %s\n", nnt_last_error(rt));
+                return 2;
             }
             const nnt_tensor *v = load_arg(rt, q->arg, l);
             if (!v) return fail(rt, "--steer");
@@ -1014,27 +1022,93 @@ static void print_table(char **cells, int rows, int S, const char *const *labels
     free(width);
 }
 
+/* The tokens lens reads: for each chosen (row, position), in row order and ascending positions
+ * (each once), the position and its column in the left-padded batch. */
+typedef struct lens_sel {
+    int n, *row, *pos, *col;
+    int per_row[MAX_ROWS]; /* how many of them each row has */
+    int width;             /* the most any row has */
+} lens_sel;
+
+static void lens_sel_free(lens_sel *ls)
+{
+    free(ls->row);
+    free(ls->pos);
+    free(ls->col);
+}
+
+/* Chooses the tokens from --positions (NULL: every token; see "positions" in the usage). Returns
+ * 0, or 2 with the message printed. */
+static int lens_choose(nnt_runtime *rt, const char *text, const batch *b, const input *in, lens_sel *ls)
+{
+    memset(ls, 0, sizeof *ls);
+    int q[MAX_REQ], nq = 0, every = text == NULL, longest = 0;
+    if (text && nnt_positions_parse(rt, text, q, MAX_REQ, &nq) != NNT_OK) {
+        fprintf(stderr, "nnt: lens --positions: %s\n", nnt_last_error(rt));
+        return 2;
+    }
+    for (int r = 0; r < in->n; r++) longest = in->len[r] > longest ? in->len[r] : longest;
+    for (int k = 0; k < nq; k++) {
+        if (q[k] == NNT_POS_GENERATED) {
+            fprintf(stderr, "nnt: lens --positions %s: 'generated' names tokens after the prompt; lens runs one "
+                            "forward over the prompt\n", text);
+            return 2;
+        }
+        every |= q[k] == NNT_POS_PROMPT || q[k] == NNT_POS_ALL;
+        if (q[k] >= longest || (q[k] < 0 && q[k] != NNT_POS_PROMPT && q[k] != NNT_POS_ALL && q[k] < -longest)) {
+            fprintf(stderr, "nnt: lens --positions %s: position %d names no token: the longest row has %d tokens "
+                            "(positions 0..%d, or -%d..-1 from the row's end)\n", text, q[k], longest, longest - 1,
+                    longest);
+            return 2;
+        }
+    }
+    size_t cap = (size_t)b->B * (size_t)b->seq;
+    ls->row = malloc(cap * sizeof *ls->row);
+    ls->pos = malloc(cap * sizeof *ls->pos);
+    ls->col = malloc(cap * sizeof *ls->col);
+    if (!ls->row || !ls->pos || !ls->col) {
+        fprintf(stderr, "nnt: lens: out of memory\n");
+        lens_sel_free(ls);
+        return 1;
+    }
+    for (int r = 0; r < in->n; r++) {
+        int len = in->len[r];
+        for (int p = 0; p < len; p++) {
+            int chosen = every;
+            for (int k = 0; k < nq && !chosen; k++) chosen = q[k] >= 0 ? q[k] == p : len + q[k] == p;
+            if (!chosen) continue;
+            ls->row[ls->n] = r;
+            ls->pos[ls->n] = p;
+            ls->col[ls->n++] = b->seq - len + p;
+            ls->per_row[r]++;
+        }
+        ls->width = ls->per_row[r] > ls->width ? ls->per_row[r] : ls->width;
+    }
+    return 0;
+}
+
 static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
 {
-    if (o->n_rows > 1) return usage_error("%s", "lens reads one row (one --tokens, --prompt or --prompt-file)");
     batch b;
     int rc = check_out(o->out);
     if (rc) return rc;
     rc = build_batch(in, &b);
     if (rc) return rc;
+    lens_sel ls;
+    if ((rc = lens_choose(rt, o->lens_positions, &b, in, &ls)) != 0) {
+        batch_free(&b);
+        return rc;
+    }
     const nnt_model_info *mi = nnt_model_get_info(m);
-    int L = mi->num_layers, S = b.seq;
+    int L = mi->num_layers, B = b.B, S = b.seq, n = ls.n, W = ls.width;
     int64_t V = mi->vocab_size;
     nnt_trace *t = NULL;
     loaded_set l = {.n = 0};
-    nnt_tensor all = {0};
-    /* with a tokenizer the table is built first (cells of any width), else printed as it goes */
-    const nnt_tokenizer *tok = in->tok;
-    int n_cells = (L + 2) * S;
-    char **cells = tok ? calloc((size_t)n_cells, sizeof *cells) : NULL;
-    char **labels = tok ? calloc((size_t)(L + 2), sizeof *labels) : NULL;
+    nnt_tensor all = {0}, pos_out = {0}, sel = {0};
+    int *top = malloc(sizeof(int) * (size_t)L * (size_t)n);
+    float *prob = malloc(sizeof(float) * (size_t)L * (size_t)n);
     rc = 1;
-    if (tok && (!cells || !labels)) {
+    if (!top || !prob) {
         fprintf(stderr, "nnt: lens: out of memory\n");
         goto out;
     }
@@ -1048,105 +1122,116 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *i
         fail(rt, NULL);
         goto out;
     }
-    if (nnt_trace_run(t, b.ids, b.mask, 1, S) != NNT_OK) {
+    if (nnt_trace_run(t, b.ids, b.mask, B, S) != NNT_OK) {
         fail(rt, "forward");
         goto out;
     }
-    if (o->out && nnt_tensor_alloc(&all, NNT_F32, 3, (int64_t[]){L, S, V}) != NNT_OK) {
-        fprintf(stderr, "nnt: lens: no memory for [%d, %d, %lld] probabilities\n", L, S, (long long)V);
+    /* --out: probabilities [batch, layers, width, vocab] and the position of each column [batch,
+     * width] (-1 past a row's own columns, whose probabilities stay 0) */
+    if (o->out && (nnt_tensor_alloc(&all, NNT_F32, 4, (int64_t[]){B, L, W, V}) != NNT_OK ||
+                   nnt_tensor_alloc(&pos_out, NNT_I32, 2, (int64_t[]){B, W}) != NNT_OK)) {
+        fprintf(stderr, "nnt: lens: no memory for [%d, %d, %d, %lld] probabilities\n", B, L, W, (long long)V);
         goto out;
     }
-    printf("logit lens: top token (probability) of each block's output, by position\n");
-    if (tok) {
-        char num[32];
-        labels[0] = strdup("block");
-        labels[1] = strdup("input");
-        for (int s = 0; s < S; s++) {
-            snprintf(num, sizeof num, "%d", s);
-            cells[s] = strdup(num);
-            sbuf c = {0};
-            sb_token(&c, tok, b.ids[s]);
-            cells[S + s] = c.p;
-        }
-    } else {
-        printf("%-6s", "block");
-        for (int s = 0; s < S; s++) printf(" %14d", s);
-        printf("\n%-6s", "input");
-        for (int s = 0; s < S; s++) printf(" %14d", b.ids[s]);
-        printf("\n");
-    }
+    for (int i = 0; pos_out.data && i < B * W; i++) ((int32_t *)pos_out.data)[i] = -1;
     for (int layer = 0; layer < L; layer++) {
         char path[64];
         snprintf(path, sizeof path, "layers.%d.layer_output", layer);
         const nnt_tensor *x = nnt_trace_get(t, path);
-        nnt_tensor lg = {0};
         if (!x) {
             fprintf(stderr, "nnt: lens: %s is None\n", path);
             goto out;
         }
-        if (nnt_project_on_vocab(m, x, &lg) != NNT_OK) {
+        /* the chosen tokens as one row [1, n, ...] (every stream of a Streams value kept) */
+        nnt_tensor_free(&sel);
+        int64_t shape[8] = {1, n};
+        for (int d = 2; d < x->ndim && d < 8; d++) shape[d] = x->shape[d];
+        if (nnt_tensor_alloc(&sel, x->dtype, x->ndim, shape) != NNT_OK) {
+            fprintf(stderr, "nnt: lens: out of memory\n");
+            goto out;
+        }
+        size_t inner = (size_t)(nnt_tensor_numel(x) / ((int64_t)B * S)) * nnt_dtype_size(x->dtype);
+        for (int i = 0; i < n; i++)
+            memcpy((char *)sel.data + (size_t)i * inner, (const char *)x->data + ((size_t)ls.row[i] * S + ls.col[i]) * inner,
+                   inner);
+        nnt_tensor lg = {0};
+        if (nnt_project_on_vocab(m, &sel, &lg) != NNT_OK) {
             fail(rt, "lens");
             goto out;
         }
         float *p = (float *)lg.data;
-        softmax_rows(p, S, V);
-        if (tok) {
-            char num[32];
-            snprintf(num, sizeof num, "%d", layer);
-            labels[layer + 2] = strdup(num);
-        } else {
-            printf("%-6d", layer);
+        softmax_rows(p, n, V);
+        for (int i = 0, j = 0; i < n; i++) {
+            j = i > 0 && ls.row[i] == ls.row[i - 1] ? j + 1 : 0; /* the column within its row */
+            int k;
+            top_tokens(p + (int64_t)i * V, V, 1, &k);
+            top[(size_t)layer * n + i] = k;
+            prob[(size_t)layer * n + i] = p[(int64_t)i * V + k];
+            if (!all.data) continue;
+            memcpy((float *)all.data + (((int64_t)ls.row[i] * L + layer) * W + j) * V, p + (int64_t)i * V, sizeof(float) * (size_t)V);
+            ((int32_t *)pos_out.data)[ls.row[i] * W + j] = ls.pos[i];
         }
-        for (int s = 0; s < S; s++) {
-            int top[1];
-            top_tokens(p + (int64_t)s * V, V, 1, top);
-            if (tok) {
-                char prob[32];
-                sbuf c = {0};
-                sb_token(&c, tok, top[0]);
-                snprintf(prob, sizeof prob, " (%.4f)", p[(int64_t)s * V + top[0]]);
-                sb_str(&c, prob);
-                cells[(size_t)(layer + 2) * S + s] = c.p;
-            } else {
-                printf(" %6d (%.4f)", top[0], p[(int64_t)s * V + top[0]]);
-            }
-        }
-        if (!tok) printf("\n");
-        if (all.data) memcpy((float *)all.data + (int64_t)layer * S * V, p, sizeof(float) * (size_t)(S * V));
         nnt_tensor_free(&lg);
     }
-    if (tok) {
-        for (int i = 0; i < n_cells; i++)
-            if (!cells[i]) cells[i] = strdup("?");
-        for (int r = 0; r < L + 2; r++)
-            if (!labels[r]) labels[r] = strdup("?");
-        for (int i = 0; i < n_cells; i++)
-            if (!cells[i]) {
-                fprintf(stderr, "nnt: lens: out of memory\n");
-                goto out;
+    printf("logit lens: top token (probability) of each block's output, by position\n");
+    for (int r = 0, first = 0; r < B; first += ls.per_row[r], r++) {
+        int N = ls.per_row[r];
+        printf("row %d (%d token%s, %d shown):\n", r, in->len[r], in->len[r] == 1 ? "" : "s", N);
+        char **cells = calloc((size_t)(L + 2) * (size_t)(N ? N : 1), sizeof *cells);
+        char *labels[2] = {"block", "input"};
+        char **lab = calloc((size_t)(L + 2), sizeof *lab);
+        int ok = cells && lab;
+        for (int c = 0; ok && c < N; c++) {
+            int i = first + c;
+            char buf[48];
+            snprintf(buf, sizeof buf, "%d", ls.pos[i]);
+            cells[c] = strdup(buf);
+            sbuf tk = {0};
+            sb_token(&tk, in->tok, in->ids[r][ls.pos[i]]);
+            cells[N + c] = tk.p;
+            for (int layer = 0; layer < L; layer++) {
+                sbuf cell = {0};
+                sb_token(&cell, in->tok, top[(size_t)layer * n + i]);
+                snprintf(buf, sizeof buf, " (%.4f)", prob[(size_t)layer * n + i]);
+                sb_str(&cell, buf);
+                cells[(size_t)(layer + 2) * N + c] = cell.p;
             }
-        for (int r = 0; r < L + 2; r++)
-            if (!labels[r]) {
-                fprintf(stderr, "nnt: lens: out of memory\n");
-                goto out;
-            }
-        print_table(cells, L + 2, S, (const char *const *)labels);
+        }
+        for (int k = 0; ok && k < L + 2; k++) {
+            char buf[16];
+            snprintf(buf, sizeof buf, "%d", k - 2);
+            lab[k] = strdup(k < 2 ? labels[k] : buf);
+            ok = lab[k] != NULL;
+        }
+        for (size_t k = 0; ok && k < (size_t)(L + 2) * N; k++) ok = cells[k] != NULL;
+        if (ok) print_table(cells, L + 2, N, (const char *const *)lab);
+        for (size_t k = 0; cells && k < (size_t)(L + 2) * N; k++) free(cells[k]);
+        for (int k = 0; lab && k < L + 2; k++) free(lab[k]);
+        free(cells);
+        free(lab);
+        if (!ok) {
+            fprintf(stderr, "nnt: lens: out of memory\n");
+            goto out;
+        }
     }
     if (o->out) {
-        const char *names[] = {"lens_probs"};
-        if (nnt_safetensors_write(rt, o->out, 1, names, &all) != NNT_OK) {
+        const char *names[] = {"lens_probs", "lens_positions"};
+        nnt_tensor both[2] = {all, pos_out};
+        if (nnt_safetensors_write(rt, o->out, 2, names, both) != NNT_OK) {
             fail(rt, "--out");
             goto out;
         }
-        printf("wrote lens_probs [%d, %d, %lld] to %s\n", L, S, (long long)V, o->out);
+        printf("wrote lens_probs [%d, %d, %d, %lld] and lens_positions [%d, %d] to %s\n", B, L, W, (long long)V, B, W,
+               o->out);
     }
     rc = 0;
 out:
-    for (int i = 0; cells && i < n_cells; i++) free(cells[i]);
-    for (int r = 0; labels && r < L + 2; r++) free(labels[r]);
-    free(cells);
-    free(labels);
+    free(top);
+    free(prob);
+    nnt_tensor_free(&sel);
     nnt_tensor_free(&all);
+    nnt_tensor_free(&pos_out);
+    lens_sel_free(&ls);
     loaded_free(&l);
     nnt_trace_free(t);
     batch_free(&b);
@@ -1234,7 +1319,10 @@ static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o, const inpu
         fail(rt, "generate");
         goto out;
     }
-    if (report_saved(rt, t, o, NULL, "saved values (\"path@k\": the k-th time the request saved it, one per step):\n") != 0) goto out;
+    if (report_saved(rt, t, o, NULL,
+                     "saved values (\"path@k\": the k-th time the request saved it, one per step; \"#r\": saved by "
+                     "the r-th later request of the same value):\n") != 0)
+        goto out;
     for (int r = 0; r < b.B; r++) print_generated(in->tok, r, out + (size_t)r * N, N, stops, n_stops);
     rc = 0;
 out:

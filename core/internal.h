@@ -339,6 +339,11 @@ nnt_model *nnt_trace_model(const nnt_trace *t);
  * emitted at least once, or NNT_ERR_PLUGIN naming the family, the value and its declared dtype
  * and shape. (nnt_run_emit checks each emission's dtype and shape as it comes.) */
 nnt_status nnt_trace_check_emitted(nnt_trace *t, nnt_error *err);
+/* Checks, before a run, that every steering position of t names a token some call of the run
+ * processes: rows of lens[0..B) real prompt tokens, the prompt's call at step 0 and, at each
+ * step 1..n_steps-1, one more token per row (n_steps 1: a single forward). NNT_ERR_INDEX
+ * naming the request and the position otherwise. */
+nnt_status nnt_trace_check_positions(nnt_trace *t, const int *lens, int B, int n_steps, nnt_error *err);
 /* nnt_trace_save at every step, whatever nnt_trace_steps chose for the caller's requests. */
 nnt_status nnt_trace_save_every_step(nnt_trace *t, const char *path);
 /* Removes every result the most recent request saved; the latest non-None one moves into *out

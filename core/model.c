@@ -389,7 +389,18 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         /* .current_request = */ -1,
     };
     nnt_arena_reset(m->arena);
-    nnt_status st = t ? nnt_trace_prepare(t, &run.dims, step, ss && (step > 0 || ss->keep_results), err) : NNT_OK;
+    nnt_status st = NNT_OK;
+    if (t && !ss) { /* a single forward: every steering position must name one of its tokens */
+        int *lens = malloc((size_t)batch * sizeof *lens);
+        if (!lens) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        for (int b = 0; lens && b < batch; b++) {
+            lens[b] = 0;
+            for (int s = 0; s < seq; s++) lens[b] += call_mask[(int64_t)b * seq + s];
+        }
+        if (lens) st = nnt_trace_check_positions(t, lens, batch, 1, err);
+        free(lens);
+    }
+    if (st == NNT_OK && t) st = nnt_trace_prepare(t, &run.dims, step, ss && (step > 0 || ss->keep_results), err);
     if (st == NNT_OK && t) {
         /* the call's inputs, as the core holds them */
         nnt_tensor tids = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = (void *)ids};

@@ -137,8 +137,20 @@ nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const in
     if (o->n_stop_ids > 0 && !o->stop_ids)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: stop_ids is NULL but n_stop_ids is %d", o->n_stop_ids);
     if (o->max_new_tokens == 0) return NNT_OK;
+    if (batch < 1 || seq < 1)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: needs batch, seq >= 1 (got %d, %d)", batch, seq);
+    nnt_status st = NNT_OK;
+    if (t) { /* every steering position must name a token some step processes */
+        int *lens = calloc((size_t)batch, sizeof *lens);
+        if (!lens) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        for (int b = 0; b < batch; b++)
+            for (int i = 0; i < seq; i++) lens[b] += mask ? mask[(int64_t)b * seq + i] != 0 : 1;
+        st = nnt_trace_check_positions(t, lens, batch, o->max_new_tokens, err);
+        free(lens);
+        if (st != NNT_OK) return st;
+    }
     nnt_session *s;
-    nnt_status st = nnt_session_new(m, batch, seq + o->max_new_tokens, &s);
+    st = nnt_session_new(m, batch, seq + o->max_new_tokens, &s);
     if (st != NNT_OK) return st;
     s->keep_results = 0;
     /* the readout of each step: an internal trace when the caller's does not save logits */

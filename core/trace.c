@@ -1,5 +1,7 @@
 /* trace.c - traces: save and edit requests on standard values, checked before the forward,
  * applied when the family emits each value, and the saved results. */
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,20 @@ typedef struct request {
     int *positions;      /* STEER: sequence positions (negative: from the end), NULL for all */
     int n_positions;
     int step_from, step_to; /* the session steps it applies at; step_to < 0: no end */
+    int n_slice;            /* SAVE: items of its [...] slice (0: the whole value) */
+    struct slice_item {
+        enum { SL_INDEX, SL_RANGE, SL_ELLIPSIS } kind;
+        int64_t start, stop, step; /* INDEX: start; RANGE: start:stop:step */
+        int has_start, has_stop;
+    } slice[NNT_MAX_DIMS + 1];
 } request;
+
+/* One axis of a resolved slice: `count` entries from `start` by `step`; `keep` 0 drops the axis
+ * (an index). */
+typedef struct axis_sel {
+    int64_t start, step, count;
+    int keep;
+} axis_sel;
 
 typedef struct cell {
     int *ids;
@@ -198,9 +213,14 @@ static nnt_status check_served(nnt_trace *t, const char *text, const nnt_path *p
     return NNT_OK;
 }
 
+static const char *slice_start(const char *text);
+
 static nnt_status add_request(nnt_trace *t, req_kind kind, const char *text, request **out)
 {
     nnt_error *err = rt_err(t);
+    if (kind != REQ_SAVE && text && slice_start(text))
+        return nnt_err_set(err, NNT_ERR_PATH, "'%s': a [...] slice chooses what a save keeps; edits take the whole value",
+                           text);
     nnt_path p;
     nnt_status st = nnt_path_parse(t->m, text, &p, err);
     if (st != NNT_OK) return st;
@@ -228,11 +248,201 @@ static nnt_status add_request(nnt_trace *t, req_kind kind, const char *text, req
     return NNT_OK;
 }
 
+static void pop_request(nnt_trace *t);
+
+/* Where a trailing "[...]" slice starts in a request's text (its last '[', after the value's
+ * name: a block index "layers[1]" comes before it), or NULL. */
+static const char *slice_start(const char *text)
+{
+    size_t n = strlen(text);
+    if (n < 3 || text[n - 1] != ']') return NULL;
+    const char *open = strrchr(text, '[');
+    return open && open > text && open[-1] != '.' && open[-1] != '[' ? open : NULL;
+}
+
+/* Parses one number of a slice item (whole text); 0 on success. */
+static int slice_number(const char *s, size_t n, int64_t *out)
+{
+    char buf[32];
+    while (n && *s == ' ') s++, n--;
+    while (n && s[n - 1] == ' ') n--;
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    char *end;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (*end || errno) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Parses "[item, item, ...]" (the text from '[' to the final ']'): an index "i", a range
+ * "start:stop[:step]" with any part left out, or "...". */
+static nnt_status slice_parse(nnt_trace *t, const char *text, const char *open, request *r)
+{
+    nnt_error *err = rt_err(t);
+    const char *p = open + 1, *end = text + strlen(text) - 1; /* the final ']' */
+    int n = 0, ellipses = 0;
+    for (;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma ? comma : end;
+        const char *a = p, *b = stop;
+        while (a < b && *a == ' ') a++;
+        while (b > a && b[-1] == ' ') b--;
+        if (n == NNT_MAX_DIMS + 1)
+            return nnt_err_set(err, NNT_ERR_PATH, "save '%s': more slice items than a value has axes (%d)", text, NNT_MAX_DIMS);
+        struct slice_item *it = &r->slice[n];
+        memset(it, 0, sizeof *it);
+        size_t len = (size_t)(b - a);
+        const char *c1 = memchr(a, ':', len);
+        if (len == 3 && memcmp(a, "...", 3) == 0) {
+            it->kind = SL_ELLIPSIS;
+            ellipses++;
+        } else if (!c1) {
+            it->kind = SL_INDEX;
+            if (slice_number(a, len, &it->start) != 0)
+                return nnt_err_set(err, NNT_ERR_PATH,
+                                   "save '%s': slice item '%.*s' is not an index, a range start:stop[:step] or '...'",
+                                   text, (int)len, a);
+        } else {
+            it->kind = SL_RANGE;
+            const char *c2 = memchr(c1 + 1, ':', (size_t)(b - c1 - 1));
+            const char *stop_end = c2 ? c2 : b;
+            it->step = 1;
+            int bad = 0;
+            if (c1 > a) bad |= slice_number(a, (size_t)(c1 - a), &it->start), it->has_start = 1;
+            if (stop_end > c1 + 1) bad |= slice_number(c1 + 1, (size_t)(stop_end - c1 - 1), &it->stop), it->has_stop = 1;
+            if (c2 && b > c2 + 1) bad |= slice_number(c2 + 1, (size_t)(b - c2 - 1), &it->step);
+            if (bad || it->step < 1)
+                return nnt_err_set(err, NNT_ERR_PATH,
+                                   "save '%s': slice item '%.*s' is not a range start:stop[:step] of integers with "
+                                   "step >= 1", text, (int)len, a);
+        }
+        n++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (ellipses > 1) return nnt_err_set(err, NNT_ERR_PATH, "save '%s': '...' may appear once in a slice", text);
+    r->n_slice = n;
+    return NNT_OK;
+}
+
+/* Resolves request r's slice on a value of shape [ndim]: one axis_sel per axis. NNT_ERR_INDEX
+ * (naming the axis, its name from `axes` when given, e.g. "[batch seq hidden]") when an index
+ * falls outside its axis, a range selects nothing or there are more items than axes. */
+static nnt_status slice_resolve(const request *r, const char *path, int ndim, const int64_t *shape, const char *axes,
+                                axis_sel *ax, nnt_error *err)
+{
+    int items = 0;
+    for (int i = 0; i < r->n_slice; i++) items += r->slice[i].kind != SL_ELLIPSIS;
+    char dims[96];
+    nnt_dims_str(ndim, shape, dims, sizeof dims);
+    if (items > ndim)
+        return nnt_err_set(err, NNT_ERR_INDEX, "save '%s': %d slice items for the %d axes of %s %s", r->text, items, ndim,
+                           path, dims);
+    int d = 0;
+    for (int i = 0; i < r->n_slice; i++) {
+        const struct slice_item *it = &r->slice[i];
+        if (it->kind == SL_ELLIPSIS) {
+            for (int k = 0; k < ndim - items; k++, d++) ax[d] = (axis_sel){0, 1, shape[d], 1};
+            continue;
+        }
+        int64_t n = shape[d];
+        char name[32] = "";
+        if (axes) { /* the d-th word of "[a b c]" */
+            const char *w = axes + (axes[0] == '[');
+            for (int k = 0; k < d && w; k++) {
+                w = strchr(w, ' ');
+                if (w) w++;
+            }
+            size_t len = w ? strcspn(w, " ]") : 0;
+            if (len && len < sizeof name - 3) snprintf(name, sizeof name, " (%.*s)", (int)len, w);
+        }
+        if (it->kind == SL_INDEX) {
+            int64_t x = it->start < 0 ? it->start + n : it->start;
+            if (x < 0 || x >= n)
+                return nnt_err_set(err, NNT_ERR_INDEX, "save '%s': index %lld is outside axis %d%s of size %lld of %s %s",
+                                   r->text, (long long)it->start, d, name, (long long)n, path, dims);
+            ax[d++] = (axis_sel){x, 1, 1, 0};
+            continue;
+        }
+        int64_t a = it->has_start ? it->start : 0, b = it->has_stop ? it->stop : n;
+        a = a < 0 ? a + n : a;
+        b = b < 0 ? b + n : b;
+        a = a < 0 ? 0 : a > n ? n : a; /* ranges are clipped to the axis, as in Python */
+        b = b < 0 ? 0 : b > n ? n : b;
+        int64_t count = b > a ? (b - a + it->step - 1) / it->step : 0;
+        if (count == 0)
+            return nnt_err_set(err, NNT_ERR_INDEX, "save '%s': the range of axis %d%s selects nothing of its %lld entries (%s %s)",
+                               r->text, d, name, (long long)n, path, dims);
+        ax[d++] = (axis_sel){a, it->step, count, 1};
+    }
+    for (; d < ndim; d++) ax[d] = (axis_sel){0, 1, shape[d], 1};
+    return NNT_OK;
+}
+
+/* Copies the selected entries of host tensor src into a new host tensor *dst (the kept axes). */
+static nnt_status slice_copy(const nnt_tensor *src, const axis_sel *ax, nnt_tensor *dst, nnt_error *err)
+{
+    int nd = src->ndim, out_nd = 0;
+    int64_t out_shape[NNT_MAX_DIMS], stride[NNT_MAX_DIMS];
+    size_t es = nnt_dtype_size(src->dtype);
+    int64_t acc = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        stride[d] = acc;
+        acc *= src->shape[d];
+    }
+    for (int d = 0; d < nd; d++)
+        if (ax[d].keep) out_shape[out_nd++] = ax[d].count;
+    if (nnt_tensor_alloc(dst, src->dtype, out_nd, out_shape) != NNT_OK)
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory to save a slice");
+    if (nd == 0) {
+        memcpy(dst->data, src->data, es);
+        return NNT_OK;
+    }
+    /* an odometer over every axis but the last; the last axis is copied as a run */
+    int64_t idx[NNT_MAX_DIMS] = {0};
+    const axis_sel *last = &ax[nd - 1];
+    char *out = dst->data;
+    for (;;) {
+        int64_t off = 0;
+        for (int d = 0; d < nd - 1; d++) off += (ax[d].start + idx[d] * ax[d].step) * stride[d];
+        const char *in = (const char *)src->data + (size_t)(off + last->start) * es;
+        if (last->step == 1) {
+            memcpy(out, in, (size_t)last->count * es);
+            out += (size_t)last->count * es;
+        } else {
+            for (int64_t i = 0; i < last->count; i++, out += es) memcpy(out, in + (size_t)(i * last->step) * es, es);
+        }
+        int d = nd - 2;
+        while (d >= 0 && ++idx[d] == ax[d].count) idx[d--] = 0;
+        if (d < 0) break;
+    }
+    return NNT_OK;
+}
+
 nnt_status nnt_trace_save(nnt_trace *t, const char *path)
 {
-    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    if (!t || !path) return NNT_ERR_INVALID_ARGUMENT;
+    const char *open = slice_start(path);
+    char base[256];
+    if (open && (size_t)(open - path) >= sizeof base)
+        return nnt_err_set(rt_err(t), NNT_ERR_PATH, "save '%s': the path is too long", path);
+    if (open) snprintf(base, sizeof base, "%.*s", (int)(open - path), path);
     request *r;
-    return add_request(t, REQ_SAVE, path, &r);
+    nnt_status st = add_request(t, REQ_SAVE, open ? base : path, &r);
+    if (st != NNT_OK || !open) return st;
+    char *full = nnt_strdup(path); /* messages quote the request as written */
+    if (!full) {
+        pop_request(t);
+        return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    free(r->text);
+    r->text = full;
+    st = slice_parse(t, path, open, r); /* checked against the value's shape when a run starts */
+    if (st != NNT_OK) pop_request(t);
+    return st;
 }
 
 nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user)
@@ -441,6 +651,100 @@ nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positio
     return NNT_OK;
 }
 
+nnt_status nnt_positions_parse(nnt_runtime *rt, const char *text, int *out, int max, int *n)
+{
+    nnt_error scratch, *err = rt ? &rt->err : &scratch;
+    if (!text || !out || !n || max < 0) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions: NULL argument");
+    *n = 0;
+    if (!*text) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions: the list is empty");
+    for (const char *p = text;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (len == 0 || len >= sizeof item)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                               "positions '%s': %s entry; expected integers and the words prompt, generated, all",
+                               text, len ? "an overlong" : "an empty");
+        memcpy(item, p, len);
+        item[len] = '\0';
+        int v;
+        if (strcmp(item, "prompt") == 0) {
+            v = NNT_POS_PROMPT;
+        } else if (strcmp(item, "generated") == 0) {
+            v = NNT_POS_GENERATED;
+        } else if (strcmp(item, "all") == 0) {
+            v = NNT_POS_ALL;
+        } else {
+            char *end;
+            errno = 0;
+            long long x = strtoll(item, &end, 10);
+            if (end == item || *end || errno || x > 2147483647LL || x < -2147483645LL)
+                return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                                   "positions '%s': '%s' is neither an integer in -2147483645..2147483647 nor one of "
+                                   "prompt, generated, all", text, item);
+            v = (int)x;
+        }
+        if (*n == max)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions '%s': more than %d entries", text, max);
+        out[(*n)++] = v;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return NNT_OK;
+}
+
+/* Whether position q (nnt.h, "token positions") names a token that some call processes: rows
+ * of lens[b] prompt tokens, the prompt at step 0 and one token per row at each later step, for
+ * the steps from..to. */
+static int position_reached(int q, const int *lens, int B, int from, int to)
+{
+    for (int b = 0; b < B; b++) {
+        if (from == 0) { /* the prompt's call: tokens 0..lens[b] - 1, the end at lens[b] */
+            if (q == NNT_POS_PROMPT || q == NNT_POS_ALL) return 1;
+            if (q != NNT_POS_GENERATED && (q >= 0 ? q < lens[b] : lens[b] + q >= 0)) return 1;
+        }
+        int lo = from > 1 ? from : 1;
+        if (lo > to) continue;
+        /* step s >= 1 feeds token lens[b] + s - 1, the row's newest */
+        if (q == NNT_POS_GENERATED || q == NNT_POS_ALL || q == -1) return 1;
+        if (q >= 0 && (int64_t)q - lens[b] + 1 >= lo && (int64_t)q - lens[b] + 1 <= to) return 1;
+    }
+    return 0;
+}
+
+nnt_status nnt_trace_check_positions(nnt_trace *t, const int *lens, int B, int n_steps, nnt_error *err)
+{
+    int longest = 0;
+    for (int b = 0; b < B; b++) longest = lens[b] > longest ? lens[b] : longest;
+    for (int i = 0; i < t->n_reqs; i++) {
+        const request *r = &t->reqs[i];
+        if (r->kind != REQ_STEER) continue;
+        int from = r->step_from, to = r->step_to < 0 || r->step_to >= n_steps ? n_steps - 1 : r->step_to;
+        if (from > to) continue; /* applies at no step of this run */
+        for (int k = 0; k < r->n_positions; k++) {
+            int q = r->positions[k];
+            if (position_reached(q, lens, B, from, to)) continue;
+            char word[32];
+            if (q == NNT_POS_PROMPT || q == NNT_POS_GENERATED)
+                snprintf(word, sizeof word, "'%s'", q == NNT_POS_PROMPT ? "prompt" : "generated");
+            else
+                snprintf(word, sizeof word, "%d", q);
+            if (n_steps == 1)
+                return nnt_err_set(err, NNT_ERR_INDEX,
+                                   "steer %s: position %s names no token of this forward: its longest row has %d "
+                                   "tokens (positions 0..%d, or -%d..-1 from the row's end)%s",
+                                   r->text, word, longest, longest - 1, longest,
+                                   q == NNT_POS_GENERATED ? "; a single forward has no generated token" : "");
+            return nnt_err_set(err, NNT_ERR_INDEX,
+                               "steer %s: position %s names no token processed at steps %d..%d: the longest prompt "
+                               "has %d tokens (positions 0..%d) and step s >= 1 feeds the row's token (prompt "
+                               "length + s - 1), up to position %d at step %d",
+                               r->text, word, from, to, longest, longest - 1, longest + n_steps - 2, n_steps - 1);
+        }
+    }
+    return NNT_OK;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 
 static nnt_status cell_push(cell *c, int id)
@@ -529,13 +833,6 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
     for (int i = 0; i < t->n_reqs; i++) {
         request *r = &t->reqs[i];
         if (step < r->step_from || (r->step_to >= 0 && step > r->step_to)) continue;
-        /* steering positions name positions of the prompt; a later single-token step applies
-         * only those that land on its one position */
-        for (int k = 0; step == 0 && r->kind == REQ_STEER && k < r->n_positions; k++)
-            if (r->positions[k] >= dims->seq || r->positions[k] < -dims->seq)
-                return nnt_err_set(rt_err(t), NNT_ERR_INDEX,
-                                   "steer: position %d is outside the %d positions of the call (-%d..%d allowed)",
-                                   r->positions[k], (int)dims->seq, (int)dims->seq, (int)dims->seq - 1);
         int lo = r->path.layer, hi = r->path.layer;
         if (r->path.layer == NNT_LAYER_ALL) {
             lo = 0;
@@ -547,6 +844,12 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             if (st != NNT_OK) return st;
             if (!vi.served) continue; /* a "*" request skips blocks that lack the value */
             st = check_shapes(t, r, l, &vi);
+            if (st == NNT_OK && r->n_slice) {
+                axis_sel ax[NNT_MAX_DIMS];
+                char path[160];
+                nnt_path_format(r->path.slot, l, path, sizeof path);
+                st = slice_resolve(r, path, vi.ndim, vi.shape, vi.axes, ax, rt_err(t));
+            }
             if (st != NNT_OK) return st;
             cell *c = cell_at(t, l, r->path.slot);
             if (cell_push(c, i) != NNT_OK) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
@@ -612,23 +915,46 @@ static nnt_status push_result(nnt_run *run, nnt_slot slot, int layer, nnt_tensor
     }
     result *res = &t->results[t->n_results];
     memset(res, 0, sizeof *res);
-    /* a value emitted again in the same call (a per-token state) is saved as path@k */
-    int occurrence = 0;
+    /* the key (nnt.h, "saved values"): path, then @k for the request's k-th emission of the value
+     * (k > 0: a later step, or a value emitted again in one call), then #r when r earlier save
+     * requests cover the same value */
+    int occurrence = 0, copy = 0;
     for (int i = 0; i < t->n_results; i++)
         occurrence += t->results[i].slot == slot && t->results[i].layer == layer &&
                       t->results[i].occurrence_of_request == run->current_request;
+    for (int j = 0; j < run->current_request; j++)
+        copy += t->reqs[j].kind == REQ_SAVE && t->reqs[j].path.slot == slot &&
+                (t->reqs[j].path.layer == layer || t->reqs[j].path.layer == NNT_LAYER_ALL);
     char path[192];
     nnt_path_format(slot, layer, path, sizeof path);
     if (occurrence) snprintf(path + strlen(path), sizeof path - strlen(path), "@%d", occurrence);
+    if (copy) snprintf(path + strlen(path), sizeof path - strlen(path), "#%d", copy);
     res->path = nnt_strdup(path);
     res->occurrence_of_request = run->current_request;
     res->slot = slot;
     res->layer = layer;
     res->step = run->step;
+    const request *rq = &t->reqs[run->current_request];
     if (!value) {
         res->none = 1;
-    } else {
+    } else if (!rq->n_slice) {
         nnt_status st = host_copy(run, value, &res->t);
+        if (st != NNT_OK) {
+            free(res->path);
+            return st;
+        }
+    } else { /* only the slice is kept (a device value passes through host memory once) */
+        nnt_tensor tmp = {0};
+        const nnt_tensor *src = value;
+        axis_sel ax[NNT_MAX_DIMS];
+        nnt_status st = NNT_OK;
+        if (value->device) {
+            st = host_copy(run, value, &tmp);
+            src = &tmp;
+        }
+        if (st == NNT_OK) st = slice_resolve(rq, path, src->ndim, src->shape, NULL, ax, run->err);
+        if (st == NNT_OK) st = slice_copy(src, ax, &res->t, run->err);
+        nnt_tensor_free(&tmp);
         if (st != NNT_OK) {
             free(res->path);
             return st;
@@ -669,6 +995,20 @@ static void store_f(nnt_tensor *v, int64_t i, double x)
         ((uint16_t *)v->data)[i] = nnt_f32_to_bf16((float)x);
     else if (v->dtype == NNT_F16)
         ((uint16_t *)v->data)[i] = nnt_f32_to_f16((float)x);
+}
+
+/* Whether a list of positions (nnt.h, "token positions"; n == 0: every token) chooses the token
+ * at position p of a row whose newest token so far is end - 1, in a call at session step `step`. */
+static int position_chosen(const int *list, int n, int step, int p, int end)
+{
+    if (n == 0) return 1;
+    for (int i = 0; i < n; i++) {
+        int q = list[i];
+        if (q == NNT_POS_ALL || (q == NNT_POS_PROMPT && step == 0) || (q == NNT_POS_GENERATED && step > 0)) return 1;
+        if (q == NNT_POS_PROMPT || q == NNT_POS_GENERATED) continue;
+        if (q >= 0 ? q == p : (int64_t)end + q == p) return 1;
+    }
+    return 0;
 }
 
 /* Applies one edit to a host tensor. */
@@ -729,20 +1069,25 @@ static nnt_status apply_edit(nnt_run *run, const request *r, int layer, nnt_tens
         return nnt_convert(k->t.data, k->t.dtype, v->data, v->dtype, n, run->err);
     }
     case REQ_STEER: {
-        /* value [batch, seq, ..., hidden]: add at the chosen sequence positions, every stream */
+        /* value [batch, seq, ..., hidden]: add at the chosen tokens, every stream; a token's
+         * position is its index among its row's real tokens (the call's positions) */
+        const nnt_forward_args *a = run->args;
         int64_t B = v->shape[0], T = v->shape[1], H = nnt_tensor_numel(&r->param), inner = n / (B * T);
-        for (int64_t b = 0; b < B; b++)
+        if (!a || B != a->batch || T != a->seq)
+            return nnt_err_set(run->err, NNT_ERR_INTERNAL, "steer %s: the value is not [batch, seq, ...] of the call", path);
+        for (int64_t b = 0; b < B; b++) {
+            const int32_t *real = a->attention_mask + b * (a->past + T) + a->past;
+            int end = 0; /* the row's tokens so far, this call's included */
+            for (int64_t s = 0; s < T; s++)
+                if (real[s]) end = a->positions[b * T + s] + 1;
             for (int64_t s = 0; s < T; s++) {
-                int hit = r->n_positions == 0;
-                for (int i = 0; i < r->n_positions && !hit; i++) {
-                    int64_t p = r->positions[i] < 0 ? T + r->positions[i] : r->positions[i];
-                    hit = p == s;
-                }
-                if (!hit) continue;
+                if (!real[s] || !position_chosen(r->positions, r->n_positions, a->step, a->positions[b * T + s], end))
+                    continue;
                 for (int64_t j = 0; j < inner; j++)
                     store_f(v, (b * T + s) * inner + j,
                             nnt_tensor_get_f64(v, (b * T + s) * inner + j) + (double)r->factor * nnt_tensor_get_f64(&r->param, j % H));
             }
+        }
         return NNT_OK;
     }
     default: return NNT_OK;
@@ -826,24 +1171,60 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *valu
 
 /* ---------------------------------------------------------------------------------------- */
 
-const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path)
+/* Reads a trailing "@k" or "#r" (digits) off key (modified in place); 1 when found. */
+static int take_suffix(char *key, char mark, long *out)
 {
-    if (!t || !path) return NULL;
+    char *at = strrchr(key, mark);
+    if (!at || !at[1]) return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(at + 1, &end, 10);
+    if (*end || errno || v < 0 || at[1] == '+' || at[1] == '-' || at[1] == ' ') return 0;
+    *out = v;
+    *at = '\0';
+    return 1;
+}
+
+/* The result saved under key (any path spelling, suffixes @k and #r in either order), or NULL. */
+static const result *find_result(const nnt_trace *t, const char *key)
+{
+    if (!t || !key) return NULL;
+    char base[192], canon[256];
+    if (strlen(key) >= sizeof base) return NULL;
+    snprintf(base, sizeof base, "%s", key);
+    long k = 0, r = 0;
+    for (int i = 0; i < 2; i++) /* "path@k#r" or "path#r@k" */
+        if (!take_suffix(base, '#', &r)) take_suffix(base, '@', &k);
+    const char *want = key;
     nnt_path p;
     nnt_error scratch;
-    char base[192], canon[192];
-    snprintf(base, sizeof base, "%s", path);
-    char *at = strchr(base, '@'); /* path@k: the k-th emission in the call */
-    if (at) *at = '\0';
-    const char *want = path;
     if (nnt_path_parse(t->m, base, &p, &scratch) == NNT_OK && p.layer != NNT_LAYER_ALL) {
         nnt_path_format(p.slot, p.layer, canon, sizeof canon);
-        if (at) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "@%s", at + 1);
+        if (k) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "@%ld", k);
+        if (r) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "#%ld", r);
         want = canon;
     }
     for (int i = 0; i < t->n_results; i++)
-        if (strcmp(t->results[i].path, want) == 0) return t->results[i].none ? NULL : &t->results[i].t;
+        if (strcmp(t->results[i].path, want) == 0) return &t->results[i];
     return NULL;
+}
+
+const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path)
+{
+    const result *r = find_result(t, path);
+    return r && !r->none ? &r->t : NULL;
+}
+
+nnt_status nnt_trace_lookup(const nnt_trace *t, const char *key, const nnt_tensor **value, int *is_none)
+{
+    if (value) *value = NULL;
+    if (is_none) *is_none = 0;
+    if (!t || !key) return NNT_ERR_INVALID_ARGUMENT;
+    const result *r = find_result(t, key);
+    if (!r) return NNT_ERR_NOT_FOUND;
+    if (is_none) *is_none = r->none;
+    if (value && !r->none) *value = &r->t;
+    return NNT_OK;
 }
 
 int nnt_trace_result_count(const nnt_trace *t)
@@ -865,35 +1246,36 @@ nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file)
     nnt_error *err = &t->m->rt->err;
     const char **keys = calloc((size_t)t->n_results + 1, sizeof *keys);
     const nnt_tensor **vals = calloc((size_t)t->n_results + 1, sizeof *vals);
-    char **owned = calloc((size_t)t->n_results + 1, sizeof *owned);
-    if (!keys || !vals || !owned) {
-        free(keys);
-        free(vals);
-        free(owned);
-        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    }
+    size_t none_len = 1;
+    for (int i = 0; i < t->n_results; i++) none_len += t->results[i].none ? strlen(t->results[i].path) + 1 : 0;
+    char *none = malloc(none_len);
+    cJSON *meta = cJSON_CreateObject();
+    char *meta_text = NULL;
+    nnt_status st = NNT_OK;
+    if (!keys || !vals || !none || !meta) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     int n = 0;
-    for (int i = 0; i < t->n_results; i++) {
-        if (t->results[i].none) continue;
-        int dup = 0;
-        for (int j = 0; j < i; j++) dup += strcmp(t->results[j].path, t->results[i].path) == 0;
-        if (dup) {
-            size_t len = strlen(t->results[i].path) + 16;
-            owned[n] = malloc(len);
-            if (owned[n]) snprintf(owned[n], len, "%s#%d", t->results[i].path, dup);
-            keys[n] = owned[n];
-        } else {
-            keys[n] = t->results[i].path;
+    size_t len = 0;
+    for (int i = 0; st == NNT_OK && i < t->n_results; i++) {
+        const result *r = &t->results[i];
+        if (r->none) { /* recorded as absent in the metadata: "none_values" lists the keys */
+            len += (size_t)snprintf(none + len, none_len - len, "%s%s", len ? "," : "", r->path);
+            continue;
         }
-        vals[n] = &t->results[i].t;
-        if (keys[n]) n++;
+        keys[n] = r->path;
+        vals[n++] = &r->t;
     }
-    char meta[256];
-    snprintf(meta, sizeof meta, "{\"producer\":\"nnt\",\"family\":\"%s\",\"format\":\"pt\"}",
-             nnt_model_family(t->m));
-    nnt_status st = nnt_st_write(file, n, keys, vals, meta, err);
-    for (int i = 0; i < t->n_results; i++) free(owned[i]);
-    free(owned);
+    if (st == NNT_OK) {
+        none[len] = '\0';
+        if (!cJSON_AddStringToObject(meta, "producer", "nnt") ||
+            !cJSON_AddStringToObject(meta, "family", nnt_model_family(t->m)) ||
+            !cJSON_AddStringToObject(meta, "format", "pt") || (len && !cJSON_AddStringToObject(meta, "none_values", none)) ||
+            !(meta_text = cJSON_PrintUnformatted(meta)))
+            st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    if (st == NNT_OK) st = nnt_st_write(file, n, keys, vals, meta_text, err);
+    cJSON_free(meta_text);
+    cJSON_Delete(meta);
+    free(none);
     free(keys);
     free(vals);
     return st;

@@ -27,6 +27,10 @@ check() { # name expected_rc pattern command...
   fi
 }
 
+same() { # name a b: two outputs that must be equal (and not empty)
+  if [ -n "$2" ] && [ "$2" = "$3" ]; then echo "ok   $1"; else echo "FAIL $1: '$2' vs '$3'"; fails=$((fails + 1)); fi
+}
+
 check "trace prints values and next tokens (with their text)" 0 "top 5 next tokens, row 0:  $tok \(0\.[0-9]+\)" \
   "$nnt" trace --model "$model" --tokens "$prompt" --save layers.1.mlp.expert_weights
 check "saved value line" 0 "layers.1.mlp.expert_weights +\[1, 24, 2\] +F32 +min" \
@@ -75,6 +79,16 @@ check "MiMo trace on the hub-spelled FP8 checkpoint" 0 "layers.1.self_attn.atten
 
 check "Kimi KDA block has no self_attn, with the reason" 0 "attention_scores +no +this block mixes tokens with Kimi Delta Attention" \
   "$nnt" support --model "$fixtures/kimi_linear/fp32"
+check "a value saved by two requests: path#1, per step path@k#1" 0 "^layers.0.layer_output@2#1 +\[1, 1, 64\]" \
+  "$nnt" generate --model "$model" --tokens "1 2 3" --max-new-tokens 3 --save layers.0.layer_output --save 'layers.*.layer_output'
+check "Kimi's None state_input is shown" 0 "^layers.1.linear_attn.state_input +None" \
+  "$nnt" trace --model "$fixtures/kimi_linear/hub" --tokens "5 6 7" --save layers.1.linear_attn.state_input --save layers.1.linear_attn.state_output --out "$tmp/none.safetensors"
+if grep -aq '"none_values":"layers.1.linear_attn.state_input"' "$tmp/none.safetensors"; then echo "ok   --out lists the None value in none_values"
+else echo "FAIL --out: no none_values entry"; fails=$((fails + 1)); fi
+check "--save with a slice keeps [batch, hidden] per block" 0 "^layers.2.layer_output +\[2, 64\] +F32" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --tokens "5 6 7" --save 'layers.*.layer_output[:, -1]'
+check "a slice index outside its axis, before the forward" 1 "index 7 is outside axis 1 \(num_heads\) of size 4" \
+  "$nnt" trace --model "$model" --tokens "1 2 3" --save 'layers.1.self_attn.attention_probabilities[:, 7]'
 check "Kimi per-token states" 0 "layers.1.linear_attn.state@2 +\[1, 2, 16, 16\]" \
   "$nnt" trace --model "$fixtures/kimi_linear/hub" --tokens "5 6 7" --save layers.1.linear_attn.state
 
@@ -92,9 +106,26 @@ check "lens table: a line per block" 0 "^2 +$tok \(0\.[0-9]+\)" "$nnt" lens --mo
 # the lens of the last block at the last position is the model's own next-token distribution
 check "lens of the last block is the next-token prediction" 0 "^2 .* $want \"([^\"\\\\]|\\\\.)*\" \(0\.[0-9]+\) *$" \
   "$nnt" lens --model "$model" --tokens "$prompt"
-check "lens --out writes [layers, seq, vocab]" 0 "wrote lens_probs \[3, 24, 256\] to $tmp/lens.safetensors" \
+check "lens --out writes [rows, layers, positions, vocab]" 0 \
+  "wrote lens_probs \[1, 3, 24, 256\] and lens_positions \[1, 24\] to $tmp/lens.safetensors" \
   "$nnt" lens --model "$model" --tokens "$prompt" --out "$tmp/lens.safetensors"
-check "lens reads one row" 2 "lens reads one row" "$nnt" lens --model "$model" --tokens "1 2" --tokens "3 4"
+# lens over rows: each row's table (from its 'block' line on) is the table of the row alone, at
+# its own positions, padding not counted
+table() { sed -n "/^row $1 /,/^row $(($1 + 1)) /p" | grep -v '^row '; }
+same "lens: a left-padded row's table is the row's own" \
+  "$("$nnt" lens --model "$model" --tokens "5 6 7 8" --positions 1,-1 | table 0)" \
+  "$("$nnt" lens --model "$model" --tokens "$prompt" --tokens "5 6 7 8" --positions 1,-1 | table 1)"
+check "lens --positions: the chosen columns of each row" 0 "^block +1 +3\$" \
+  "$nnt" lens --model "$model" --tokens "$prompt" --tokens "5 6 7 8" --positions 1,-1
+same "lens over rows on DeepSeek-V4's streams" \
+  "$("$nnt" lens --model "$fixtures/deepseek_v4/fp32" --tokens "3 4 5 6" | table 0)" \
+  "$("$nnt" lens --model "$fixtures/deepseek_v4/fp32" --tokens "1 2 3 4 5 6" --tokens "3 4 5 6" | table 1)"
+check "lens --positions past every row" 2 "position 4 names no token: the longest row has 4 tokens" \
+  "$nnt" lens --model "$model" --tokens "1 2" --tokens "3 4 5 6" --positions 0,4
+check "lens --positions generated" 2 "'generated' names tokens after the prompt" \
+  "$nnt" lens --model "$model" --tokens "1 2" --positions generated
+check "--positions belongs to lens" 2 "--positions is an option of lens" \
+  "$nnt" trace --model "$model" --tokens "1 2" --positions 0
 check "greedy generation starts with the top next token" 0 "^new tokens, row 0: $want " \
   "$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 4
 check "generation over two rows, one left-padded" 0 "new tokens, row 1: [0-9]+ [0-9]+ [0-9]+$" \
@@ -128,6 +159,46 @@ skipped=$("$nnt" trace --model "$model" --tokens "$prompt" --skip-layers 1:2 | t
 if [ "$plain" != "$skipped" ]; then echo "ok   --skip-layers moves the prediction"; else echo "FAIL --skip-layers changed nothing"; fails=$((fails + 1)); fi
 check "--skip-layers range checked" 1 "skip_layers\(2, 1\)" "$nnt" trace --model "$model" --tokens "$prompt" --skip-layers 2:1
 
+# --- steering positions mean tokens (issue 16): generation steered at some positions gives the
+# tokens of greedy decoding by full forwards, each steered at the same tokens of the sequence so
+# far (computed here with trace, one forward per new token). The reproduction: MiMo-V2-Flash,
+# factor 4 on block 1, v = numpy's RandomState(2).randn(64) (tests/fixtures/steering/make_vector.py).
+mimo="$fixtures/mimo_v2_flash/fp32" v="$fixtures/steering/v.safetensors:v" p10="5 6 7 8 9 10 11 12 13 14"
+# full_forwards FN: 6 greedy tokens after p10, each from a trace of the sequence so far steered at
+# the positions `FN LENGTH` prints (nothing: unsteered)
+full_forwards() {
+  local seq=$p10 n pos next a
+  for _ in 1 2 3 4 5 6; do
+    n=$(wc -w <<<"$seq") pos=$($1 "$n") a=()
+    [ -n "$pos" ] && a=(--steer-factor 4 --steer-positions "$pos" --steer "1=$v")
+    next=$("$nnt" trace --model "$mimo" --tokens "$seq" "${a[@]}" | sed -n 's/^top 5 next tokens, row 0:  \([0-9]*\) .*/\1/p')
+    seq="$seq $next"
+  done
+  cut -d' ' -f11- <<<"$seq"
+}
+at0() { echo 0; }
+at11() { [ "$1" -gt 11 ] && echo 11; }           # the second generated token, once it exists
+after_prompt() { [ "$1" -gt 10 ] && seq -s, 10 $(($1 - 1)); }
+newest() { seq -s, 9 $(($1 - 1)); }             # -1 in generation: the prompt's last token, then each new one
+steered() { "$nnt" generate --model "$mimo" --max-new-tokens 6 --steer-factor 4 --steer-positions "$1" --steer "1=$v" "${@:2}"; }
+plain=$("$nnt" generate --model "$mimo" --tokens "$p10" --max-new-tokens 6 | sed -n 's/^new tokens, row 0: //p')
+want=$(full_forwards at0)
+same "steering position 0 in generate == full forwards steered at position 0" "$want" \
+  "$(steered 0 --tokens "$p10" | sed -n 's/^new tokens, row 0: //p')"
+case "$want" in "177 102 "*) echo "ok   the reproduction's tokens start 177 102";;
+  *) echo "FAIL the reproduction gives '$want'"; fails=$((fails + 1));; esac
+# the same row left-padded under a longer one: padding does not count
+same "steering position 0 of a left-padded row" "$want" \
+  "$(steered 0 --tokens "1 2 3 4 5 6 7 8 9 10 11 12 13" --tokens "$p10" | sed -n 's/^new tokens, row 1: //p')"
+want=$(full_forwards at11)
+same "steering position 11 (a generated token) == full forwards" "$want" \
+  "$(steered 11 --tokens "$p10" | sed -n 's/^new tokens, row 0: //p')"
+if [ "$want" != "$plain" ]; then echo "ok   steering position 11 changes the tokens"; else echo "FAIL position 11 changed nothing"; fails=$((fails + 1)); fi
+same "steering 'generated' == full forwards steered after the prompt" "$(full_forwards after_prompt)" \
+  "$(steered generated --tokens "$p10" | sed -n 's/^new tokens, row 0: //p')"
+same "steering -1 == full forwards steered at the prompt's last token and every later one" "$(full_forwards newest)" \
+  "$(steered -1 --tokens "$p10" | sed -n 's/^new tokens, row 0: //p')"
+
 # --- refusals ---
 check "unknown option named as such" 2 "unknown option --bogus" "$nnt" trace --model "$model" --tokens "1 2" --bogus
 check "an option given twice" 2 "--out is given twice" "$nnt" trace --model "$model" --tokens "1 2" --out "$tmp/a.st" --out "$tmp/b.st"
@@ -135,15 +206,18 @@ check "--out never replaces a device" 2 "exists and is not a regular file" "$nnt
 check "--out into a missing directory, before the forward" 2 "does not exist or is not writable" \
   "$nnt" trace --model "$model" --tokens "1 2" --out "$tmp/no/such/dir.st"
 check "--steps belongs to generate" 2 "--steps is an option of generate" "$nnt" trace --model "$model" --tokens "1 2" --steps 1
-check "a steering position outside the prompt" 1 "position 5 is outside the 3 positions" \
+check "a steering position no row has" 1 "position 5 names no token of this forward: its longest row has 3 tokens" \
   "$nnt" trace --model "$model" --tokens "1 2 3" --steer-positions 5 --steer "0=$vec"
+check "'generated' in a single forward" 1 "position 'generated' names no token of this forward.*no generated token" \
+  "$nnt" trace --model "$model" --tokens "1 2 3" --steer-positions generated --steer "0=$vec"
+check "a steering position no generation step reaches" 1 "position 5 names no token processed at steps 0..2: .* up to position 4 at step 2" \
+  "$nnt" generate --model "$model" --tokens "1 2 3" --max-new-tokens 3 --steer-positions 5 --steer "0=$vec"
+check "a bad steering position" 2 "--steer-positions: positions '0,x': 'x' is neither an integer" \
+  "$nnt" trace --model "$model" --tokens "1 2 3" --steer-positions 0,x --steer "0=$vec"
 check "a key before any INI section" 1 "comes before any section" \
   bash -c "printf 'threads = 2\n' > '$tmp/nosect.ini'; '$nnt' plugins --config '$tmp/nosect.ini'"
 
 # --- text in, text out: tokenize, --prompt, --prompt-file, token text, eos ---
-same() { # name a b: two outputs that must be equal (and not empty)
-  if [ -n "$2" ] && [ "$2" = "$3" ]; then echo "ok   $1"; else echo "FAIL $1: '$2' vs '$3'"; fails=$((fails + 1)); fi
-}
 # A case of the reference files tests/fixtures/tokenizer/*.json (ids from Hugging Face tokenizers;
 # each file is one line of JSON, read here with grep and sed): writes the case's text bytes to
 # FILE and prints its ids (FIELD: ids, or ids_special with the special tokens added).

@@ -298,7 +298,170 @@ static void test_stop_tokens(void)
     nnt_runtime_close(rt);
 }
 
-/* Kimi: a continued call's state_input is the state the previous call left. */
+/* Steering positions mean tokens (nnt.h, "token positions"). One case of test_steer_positions:
+ * the positions given to nnt_generate, and, for a row of len prompt tokens run alone through a
+ * full forward of len + k tokens (the prompt and k tokens generated so far), the positions that
+ * forward must steer to give the same next token; *n_full receives how many. */
+typedef struct steer_case {
+    const char *name;
+    int positions[2];
+    int n;
+} steer_case;
+
+static int full_positions(const steer_case *c, int len, int k, int *full)
+{
+    int n = 0;
+    for (int i = 0; i < c->n; i++) {
+        int q = c->positions[i];
+        if (q == NNT_POS_GENERATED || q == -1) /* every token fed after the prompt; -1 adds the prompt's last */
+            for (int p = q == -1 ? len - 1 : len; p < len + k; p++) full[n++] = p;
+        else if (q == NNT_POS_PROMPT)
+            for (int p = 0; p < len; p++) full[n++] = p;
+        else if (q >= 0 && q < len + k)
+            full[n++] = q;
+    }
+    return n;
+}
+
+/* Greedy generation steered at token positions, on a left-padded batch, equals greedy decoding
+ * by full forwards of each row alone, each steered at the same tokens of the sequence so far:
+ * position 2 (a prompt token), a position of the generated part, "generated", -1, and
+ * "prompt" with a generated position. Every family. */
+static void test_steer_positions(void)
+{
+    const char *fixtures[][2] = {{"minimax_m2/fp32", NULL},
+                                 {"mimo_v2_flash/fp32", NULL},
+                                 {"kimi_linear/fp32", NULL},
+                                 {"deepseek_v4/fp32", "deepseek_v4/fp32/reference_L13.safetensors"}};
+    enum { N = 5, MAXT = 64 };
+    for (size_t fi = 0; fi < sizeof fixtures / sizeof *fixtures; fi++) {
+        nnt_runtime *rt = t_runtime();
+        nnt_model *m = t_model(rt, fixtures[fi][0]);
+        t_ref r;
+        CU_ASSERT_FATAL(t_ref_open(&r, rt, fixtures[fi][1] ? fixtures[fi][1] : fixtures[fi][0]) == 0);
+        const nnt_model_info *mi = nnt_model_get_info(m);
+        const int B = 2, S = r.seq, V = mi->vocab_size;
+        CU_ASSERT_FATAL(r.batch >= 2 && S + N <= MAXT);
+        /* row 1 gets at least 3 more pads than the fixture gives it */
+        int32_t ids[2 * MAXT], mask[2 * MAXT];
+        int len[2] = {0, 0};
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < S; t++) {
+                ids[b * S + t] = r.ids[b * S + t];
+                mask[b * S + t] = r.mask[b * S + t] && !(b == 1 && t < 3);
+                len[b] += mask[b * S + t];
+            }
+        int64_t H = mi->hidden_size;
+        nnt_tensor v;
+        CU_ASSERT_FATAL(nnt_tensor_alloc(&v, NNT_F32, 1, &H) == NNT_OK);
+        for (int64_t h = 0; h < H; h++) ((float *)v.data)[h] = (float)((h * 7) % 13) / 13.0f - 0.45f;
+        const float factor = 6.0f;
+        const steer_case cases[] = {{"2", {2}, 1},
+                                    {"row 1's second generated token", {len[1] + 1}, 1},
+                                    {"generated", {NNT_POS_GENERATED}, 1},
+                                    {"-1", {-1}, 1},
+                                    {"prompt + row 0's third generated token", {NNT_POS_PROMPT, len[0] + 2}, 2}};
+        int32_t plain[2 * N];
+        nnt_generate_opts o = {.max_new_tokens = N, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+        T_OK(rt, nnt_generate(m, NULL, ids, mask, B, S, &o, plain));
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+            const steer_case *c = &cases[ci];
+            nnt_trace *t;
+            T_OK(rt, nnt_trace_new(m, &t));
+            T_OK(rt, nnt_trace_steer(t, 1, 1, c->positions, c->n, &v, factor));
+            int32_t out[2 * N];
+            T_OK(rt, nnt_generate(m, t, ids, mask, B, S, &o, out));
+            nnt_trace_free(t);
+            int mismatches = 0, moved = 0;
+            for (int b = 0; b < B; b++) {
+                int32_t row[MAXT];
+                int n = 0;
+                for (int i = 0; i < S; i++)
+                    if (mask[b * S + i]) row[n++] = ids[b * S + i];
+                for (int k = 0; k < N; k++) {
+                    int full[2 * MAXT];
+                    int nf = full_positions(c, len[b], k, full);
+                    T_OK(rt, nnt_trace_new(m, &t));
+                    if (nf) T_OK(rt, nnt_trace_steer(t, 1, 1, full, nf, &v, factor));
+                    T_OK(rt, nnt_trace_save(t, "logits"));
+                    T_OK(rt, nnt_trace_run(t, row, NULL, 1, n));
+                    const float *lg = (const float *)nnt_trace_get(t, "logits")->data + (int64_t)(n - 1) * V;
+                    int best = 0;
+                    for (int x = 1; x < V; x++)
+                        if (lg[x] > lg[best]) best = x;
+                    nnt_trace_free(t);
+                    mismatches += best != out[b * N + k];
+                    moved += plain[b * N + k] != out[b * N + k];
+                    row[n++] = best;
+                }
+            }
+            if (mismatches || !moved)
+                fprintf(stderr, "\n  %s, steering at %s: %d tokens differ from the full forwards', %d from the unsteered run's\n",
+                        fixtures[fi][0], c->name, mismatches, moved);
+            CU_ASSERT_EQUAL(mismatches, 0);
+            CU_ASSERT(moved > 0); /* the steering changed the generation: the check is not vacuous */
+        }
+        nnt_tensor_free(&v);
+        nnt_model_free(m);
+        nnt_runtime_close(rt);
+    }
+}
+
+/* Positions no call reaches are refused before anything runs: a single forward checks them
+ * against its longest row, generation against the last token it feeds back; the parser reads
+ * the command line's lists. */
+static void test_steer_positions_refused(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, "minimax_m2/fp32");
+    int64_t H = nnt_model_get_info(m)->hidden_size;
+    nnt_tensor v;
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&v, NNT_F32, 1, &H) == NNT_OK);
+    int32_t ids[2 * 4] = {0, 0, 5, 6, 1, 2, 3, 4}, mask[2 * 4] = {0, 0, 1, 1, 1, 1, 1, 1}, out[2 * 3];
+    nnt_generate_opts o = {.max_new_tokens = 3, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    const int cases[][2] = {{4, 0}, {-5, 0}, {NNT_POS_GENERATED, 0}, {6, 1}, {-5, 1}};
+    const char *needles[] = {"position 4 names no token of this forward: its longest row has 4 tokens",
+                             "position -5 names no token of this forward",
+                             "position 'generated' names no token of this forward",
+                             "position 6 names no token processed at steps 0..2", "position -5 names no token processed"};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        nnt_trace *t;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_OK(rt, nnt_trace_steer(t, 0, 0, &cases[i][0], 1, &v, 1.0f));
+        if (cases[i][1])
+            T_FAILS(rt, nnt_generate(m, t, ids, mask, 2, 4, &o, out), NNT_ERR_INDEX, needles[i]);
+        else
+            T_FAILS(rt, nnt_trace_run(t, ids, mask, 2, 4), NNT_ERR_INDEX, needles[i]);
+        nnt_trace_free(t);
+    }
+    /* reachable: 3 (row 1's last), 5 (the token fed at step 2), -4, generated in generation */
+    const int ok[] = {3, 5, -4, NNT_POS_GENERATED};
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_steer(t, 0, 0, ok, 4, &v, 1.0f));
+    T_OK(rt, nnt_generate(m, t, ids, mask, 2, 4, &o, out));
+    /* after nnt_trace_steps(2, 2) position 1 is never processed (step 2 feeds positions 3 and 5) */
+    T_OK(rt, nnt_trace_steps(t, 2, 2));
+    const int one = 1;
+    T_OK(rt, nnt_trace_steer(t, 0, 0, &one, 1, &v, 1.0f));
+    T_FAILS(rt, nnt_generate(m, t, ids, mask, 2, 4, &o, out), NNT_ERR_INDEX, "position 1 names no token processed at steps 2..2");
+    nnt_trace_free(t);
+    int pos[4], n = -1;
+    T_OK(rt, nnt_positions_parse(rt, "0,-1,generated,prompt", pos, 4, &n));
+    CU_ASSERT(n == 4 && pos[0] == 0 && pos[1] == -1 && pos[2] == NNT_POS_GENERATED && pos[3] == NNT_POS_PROMPT);
+    T_OK(rt, nnt_positions_parse(rt, "all", pos, 4, &n));
+    CU_ASSERT(n == 1 && pos[0] == NNT_POS_ALL);
+    T_FAILS(rt, nnt_positions_parse(rt, "1,,2", pos, 4, &n), NNT_ERR_INVALID_ARGUMENT, "an empty entry");
+    T_FAILS(rt, nnt_positions_parse(rt, "1,x", pos, 4, &n), NNT_ERR_INVALID_ARGUMENT, "'x' is neither an integer");
+    T_FAILS(rt, nnt_positions_parse(rt, "-2147483646", pos, 4, &n), NNT_ERR_INVALID_ARGUMENT, "is neither an integer");
+    T_FAILS(rt, nnt_positions_parse(rt, "1,2,3", pos, 2, &n), NNT_ERR_INVALID_ARGUMENT, "more than 2 entries");
+    nnt_tensor_free(&v);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* Kimi: a continued call's state_input is the state the previous call left; the prompt's, None,
+ * is recorded as absent (nnt_trace_lookup's flag, the file's none_values metadata). */
 static void test_kimi_state_carried(void)
 {
     nnt_runtime *rt = t_runtime();
@@ -319,6 +482,37 @@ static void test_kimi_state_carried(void)
     const nnt_tensor *in1 = nnt_trace_get(t, "layers.1.linear_attn.state_input@1");
     CU_ASSERT_FATAL(out0 && in1);
     CU_ASSERT(t_rel_err(in1, out0, NULL) == 0.0);
+    /* the prompt's state_input is recorded as absent, not dropped: found, flagged None */
+    const nnt_tensor *v = out0;
+    int none = 0;
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.1.linear_attn.state_input", &v, &none), NNT_OK);
+    CU_ASSERT(v == NULL && none == 1);
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.1.linear_attn.state_input@1", &v, &none), NNT_OK);
+    CU_ASSERT(v == in1 && none == 0);
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.1.linear_attn.state_input@2", &v, &none), NNT_ERR_NOT_FOUND);
+    const char *key;
+    T_OK(rt, nnt_trace_result(t, 0, &key, &v));
+    CU_ASSERT(strcmp(key, "layers.1.linear_attn.state_input") == 0 && v == NULL);
+    /* and in a written file: no tensor, its key in the metadata's none_values */
+    char file[768];
+    snprintf(file, sizeof file, "%s/kimi_none.safetensors", t_tmpdir());
+    T_OK(rt, nnt_trace_write_safetensors(t, file));
+    nnt_tensor back;
+    CU_ASSERT_NOT_EQUAL(nnt_safetensors_read(rt, file, "layers.1.linear_attn.state_input", &back), NNT_OK);
+    T_OK(rt, nnt_safetensors_read(rt, file, "layers.1.linear_attn.state_input@1", &back));
+    nnt_tensor_free(&back);
+    FILE *f = fopen(file, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    unsigned char len8[8];
+    char header[4096] = "";
+    CU_ASSERT_FATAL(fread(len8, 1, 8, f) == 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    CU_ASSERT_FATAL(hlen < sizeof header);
+    CU_ASSERT_FATAL(fread(header, 1, (size_t)hlen, f) == hlen);
+    fclose(f);
+    if (!strstr(header, "\"none_values\":\"layers.1.linear_attn.state_input\"")) fprintf(stderr, "\n  header: %s\n", header);
+    CU_ASSERT_PTR_NOT_NULL(strstr(header, "\"none_values\":\"layers.1.linear_attn.state_input\""));
     nnt_trace_free(t);
     nnt_session_free(s);
     nnt_model_free(m);
@@ -338,7 +532,9 @@ int register_tests(void)
         !CU_add_test(s, "sampling: seeds, top-k, top-p", test_sampling) ||
         !CU_add_test(s, "values and edits per step", test_values_per_step) ||
         !CU_add_test(s, "stop tokens end rows, and the call once all rows stop", test_stop_tokens) ||
-        !CU_add_test(s, "Kimi: state_input carries over", test_kimi_state_carried))
+        !CU_add_test(s, "Kimi: state_input carries over; None recorded as absent", test_kimi_state_carried) ||
+        !CU_add_test(s, "steering positions mean tokens: generation == full forwards", test_steer_positions) ||
+        !CU_add_test(s, "steering positions no call reaches are refused", test_steer_positions_refused))
         return -1;
     return 0;
 }

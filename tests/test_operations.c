@@ -100,7 +100,8 @@ static void test_skip_layers(void)
 }
 
 /* steer(first, last, positions, v, factor): at block `first` the output moves by factor * v at
- * the chosen positions of every row (and every stream) and stays bit-identical elsewhere. */
+ * the chosen tokens of every row (and every stream; positions count each row's real tokens) and
+ * stays bit-identical elsewhere, left padding included. */
 static void check_steer(const char *const fixture[2], const int *positions, int n_positions)
 {
     const char *rel = fixture[0];
@@ -132,16 +133,25 @@ static void check_steer(const char *const fixture[2], const int *positions, int 
     CU_ASSERT_FATAL(a && b);
     int64_t per = nnt_tensor_numel(a) / ((int64_t)r.batch * r.seq); /* streams x hidden */
     double worst = 0;
-    for (int64_t row = 0; row < r.batch; row++)
+    int64_t n_chosen = 0;
+    for (int64_t row = 0; row < r.batch; row++) {
+        /* positions count the row's real tokens: left padding is never steered */
+        int len = 0, p = 0;
+        for (int64_t s = 0; s < r.seq; s++) len += r.mask[row * r.seq + s];
         for (int64_t s = 0; s < r.seq; s++) {
-            int chosen = n_positions == 0;
-            for (int k = 0; k < n_positions; k++) chosen |= (positions[k] < 0 ? positions[k] + r.seq : positions[k]) == s;
+            int real = r.mask[row * r.seq + s];
+            int chosen = real && n_positions == 0;
+            for (int k = 0; real && k < n_positions; k++) chosen |= (positions[k] < 0 ? positions[k] + len : positions[k]) == p;
+            p += real;
+            n_chosen += chosen;
             for (int64_t j = 0; j < per; j++) {
                 int64_t i = (row * r.seq + s) * per + j;
                 double want = nnt_tensor_get_f64(a, i) + (chosen ? factor * ((float *)v.data)[j % H] : 0.0);
                 worst = fmax(worst, fabs(nnt_tensor_get_f64(b, i) - want));
             }
         }
+    }
+    CU_ASSERT(n_chosen >= r.batch); /* every row was steered somewhere */
     if (worst > 1e-5) fprintf(stderr, "\n  %s: steered output off by %.3g\n", rel, worst);
     CU_ASSERT(worst <= 1e-5);
     CU_ASSERT(t_rel_err(nnt_trace_get(t, "logits"), nnt_trace_get(clean, "logits"), NULL) > 1e-4);
@@ -188,6 +198,104 @@ static void test_ablation_arguments(void)
     }
 }
 
+/* nnt lens over batch rows at chosen positions: the command's lens_probs equal, for each row run
+ * alone (no padding) through a trace, softmax(lm_head . RMSNorm(layer_output)) computed here from
+ * the checkpoint's own model.norm.weight, lm_head.weight and rms_norm_eps (MiniMax-M2's final
+ * norm), at each chosen position of each block; lens_positions names each column's position. */
+static void test_lens_command(void)
+{
+    nnt_runtime *rt = t_runtime();
+    const char *rel = "minimax_m2/fp32";
+    nnt_model *m = t_model(rt, rel);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, rel) == 0);
+    const nnt_model_info *mi = nnt_model_get_info(m);
+    const int L = mi->num_layers, H = mi->hidden_size, V = mi->vocab_size, B = r.batch, S = r.seq;
+    CU_ASSERT_FATAL(B == 2);
+    char dir[512], file[768], weights[768], cmd[8192];
+    t_fixture(rel, dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/lens_rows.safetensors", t_tmpdir());
+    snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+    /* the rows' real tokens, row 1 shorter (the fixture left-pads it) */
+    int32_t rows[2][64];
+    int len[2] = {0, 0};
+    size_t k = (size_t)snprintf(cmd, sizeof cmd, "'%s/nnt' lens --model '%s'", NNT_TEST_BUILD_DIR, dir);
+    for (int b = 0; b < B; b++) {
+        k += (size_t)snprintf(cmd + k, sizeof cmd - k, " --tokens '");
+        for (int s = 0; s < S; s++)
+            if (r.mask[b * S + s]) {
+                rows[b][len[b]++] = r.ids[b * S + s];
+                k += (size_t)snprintf(cmd + k, sizeof cmd - k, "%d ", r.ids[b * S + s]);
+            }
+        k += (size_t)snprintf(cmd + k, sizeof cmd - k, "'");
+    }
+    CU_ASSERT_FATAL(len[1] < len[0] && len[1] > 3);
+    snprintf(cmd + k, sizeof cmd - k, " --positions 2,0,-1,%d --out '%s' > /dev/null", len[0] - 2, file);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    /* the columns each row must have, ascending: 0, 2, (len[0] - 2 where the row has it), len - 1 */
+    int want[2][4], n_want[2];
+    for (int b = 0; b < B; b++) {
+        n_want[b] = 0;
+        want[b][n_want[b]++] = 0;
+        want[b][n_want[b]++] = 2;
+        if (len[0] - 2 < len[b] - 1) want[b][n_want[b]++] = len[0] - 2;
+        want[b][n_want[b]++] = len[b] - 1;
+    }
+    nnt_tensor probs, pos, norm_w, head;
+    T_OK(rt, nnt_safetensors_read(rt, file, "lens_probs", &probs));
+    T_OK(rt, nnt_safetensors_read(rt, file, "lens_positions", &pos));
+    T_OK(rt, nnt_safetensors_read(rt, weights, "model.norm.weight", &norm_w));
+    T_OK(rt, nnt_safetensors_read(rt, weights, "lm_head.weight", &head));
+    const int W = 3 + (len[0] - 2 < len[0] - 1);
+    CU_ASSERT_FATAL(probs.ndim == 4 && probs.shape[0] == B && probs.shape[1] == L && probs.shape[2] == W && probs.shape[3] == V);
+    CU_ASSERT_FATAL(pos.ndim == 2 && pos.shape[0] == B && pos.shape[1] == W);
+    const double eps = 1e-6; /* config.json's rms_norm_eps */
+    double worst = 0, *logit = malloc(sizeof(double) * (size_t)V);
+    CU_ASSERT_FATAL(logit != NULL);
+    for (int b = 0; b < B; b++) {
+        nnt_trace *t;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_OK(rt, nnt_trace_save(t, "layers.*.layer_output"));
+        T_OK(rt, nnt_trace_run(t, rows[b], NULL, 1, len[b]));
+        for (int j = 0; j < W; j++) {
+            int p = j < n_want[b] ? want[b][j] : -1;
+            CU_ASSERT_EQUAL(nnt_tensor_get_f64(&pos, (int64_t)b * W + j), p);
+            for (int layer = 0; layer < L; layer++) {
+                const float *got = (const float *)probs.data + (((int64_t)b * L + layer) * W + j) * V;
+                if (p < 0) { /* past the row's own columns: zeros */
+                    for (int v = 0; v < V; v++) worst = fmax(worst, fabs(got[v]));
+                    continue;
+                }
+                char path[64];
+                snprintf(path, sizeof path, "layers.%d.layer_output", layer);
+                const float *x = (const float *)nnt_trace_get(t, path)->data + (int64_t)p * H;
+                double ms = 0, mx = -INFINITY, sum = 0;
+                for (int h = 0; h < H; h++) ms += (double)x[h] * x[h];
+                double inv = 1.0 / sqrt(ms / H + eps);
+                for (int v = 0; v < V; v++) {
+                    double acc = 0;
+                    for (int h = 0; h < H; h++)
+                        acc += nnt_tensor_get_f64(&head, (int64_t)v * H + h) * x[h] * inv * nnt_tensor_get_f64(&norm_w, h);
+                    logit[v] = acc;
+                    mx = fmax(mx, acc);
+                }
+                for (int v = 0; v < V; v++) sum += exp(logit[v] - mx);
+                for (int v = 0; v < V; v++) worst = fmax(worst, fabs(got[v] - exp(logit[v] - mx) / sum));
+            }
+        }
+        nnt_trace_free(t);
+    }
+    if (worst > 1e-6) fprintf(stderr, "\n  lens_probs differ from the projection by %.3g\n", worst);
+    CU_ASSERT(worst <= 1e-6);
+    free(logit);
+    nnt_tensor_free(&probs);
+    nnt_tensor_free(&pos);
+    nnt_tensor_free(&norm_w);
+    nnt_tensor_free(&head);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("operations", NULL, NULL);
@@ -196,7 +304,8 @@ int register_tests(void)
         !CU_add_test(s, "skip_layers: block end's output is block start's input", test_skip_layers) ||
         !CU_add_test(s, "steer at every position", test_steer_all_positions) ||
         !CU_add_test(s, "steer at chosen positions only", test_steer_chosen_positions) ||
-        !CU_add_test(s, "ablate_expert arguments", test_ablation_arguments))
+        !CU_add_test(s, "ablate_expert arguments", test_ablation_arguments) ||
+        !CU_add_test(s, "nnt lens over rows and positions == the final norm and lm_head", test_lens_command))
         return -1;
     return 0;
 }

@@ -163,6 +163,156 @@ static void test_bad_inputs(void)
     nnt_trace_free(t);
 }
 
+/* Equal element by element (same count, same values as doubles). */
+static int same_values(const nnt_tensor *a, const nnt_tensor *b, double factor)
+{
+    if (!a || !b || nnt_tensor_numel(a) != nnt_tensor_numel(b)) return 0;
+    for (int64_t i = 0; i < nnt_tensor_numel(a); i++)
+        if (nnt_tensor_get_f64(a, i) != factor * nnt_tensor_get_f64(b, i)) return 0;
+    return 1;
+}
+
+/* A value saved by several requests of one call: the first under its path, the r-th later one
+ * under path#r, each reachable from nnt_trace_get and nnt_trace_lookup in any spelling, listed
+ * by nnt_trace_result and written under the same keys. A save before an edit keeps the value
+ * before it, a save after keeps the edited one. */
+static void test_saved_twice(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.0.layer_output"));
+    T_OK(rt, nnt_trace_scale(t, "layers.0.layer_output", 2.0f));
+    T_OK(rt, nnt_trace_save(t, "layers[0].output"));
+    T_OK(rt, nnt_trace_save(t, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq));
+    const nnt_tensor *before = nnt_trace_get(t, "layers.0.layer_output");
+    const nnt_tensor *after = nnt_trace_get(t, "layers.0.layer_output#1");
+    const nnt_tensor *star = nnt_trace_get(t, "model.layers[0].layer_output#2");
+    CU_ASSERT_FATAL(before && after && star && before != after);
+    CU_ASSERT(same_values(after, before, 2.0));
+    CU_ASSERT(same_values(star, after, 1.0));
+    /* block 1 is covered by the "*" request alone: no suffix */
+    CU_ASSERT_PTR_NOT_NULL(nnt_trace_get(t, "layers.1.layer_output"));
+    CU_ASSERT_PTR_NULL(nnt_trace_get(t, "layers.1.layer_output#1"));
+    CU_ASSERT_PTR_NULL(nnt_trace_get(t, "layers.0.layer_output#3"));
+    CU_ASSERT(nnt_trace_get(t, "layers.0.layer_output#0") == before);
+    const nnt_tensor *v = NULL;
+    int none = -1;
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.0.output#1", &v, &none), NNT_OK);
+    CU_ASSERT(v == after && none == 0);
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.0.layer_output#3", &v, &none), NNT_ERR_NOT_FOUND);
+    CU_ASSERT(v == NULL && none == 0);
+    /* the keys, in the order saved */
+    const char *want[] = {"layers.0.layer_output", "layers.0.layer_output#1", "layers.0.layer_output#2",
+                          "layers.1.layer_output", "layers.2.layer_output"};
+    CU_ASSERT_EQUAL_FATAL(nnt_trace_result_count(t), 5);
+    for (int i = 0; i < 5; i++) {
+        const char *key;
+        T_OK(rt, nnt_trace_result(t, i, &key, &v));
+        if (strcmp(key, want[i]) != 0) fprintf(stderr, "\n  result %d: '%s', expected '%s'\n", i, key, want[i]);
+        CU_ASSERT_STRING_EQUAL(key, want[i]);
+    }
+    /* the file holds the same keys */
+    char file[768];
+    snprintf(file, sizeof file, "%s/saved_twice.safetensors", t_tmpdir());
+    T_OK(rt, nnt_trace_write_safetensors(t, file));
+    nnt_tensor back;
+    T_OK(rt, nnt_safetensors_read(rt, file, "layers.0.layer_output#1", &back));
+    CU_ASSERT(same_values(&back, after, 1.0));
+    nnt_tensor_free(&back);
+    T_OK(rt, nnt_safetensors_read(rt, file, "layers.0.layer_output", &back));
+    CU_ASSERT(same_values(&back, before, 1.0));
+    nnt_tensor_free(&back);
+    nnt_trace_free(t);
+}
+
+/* Saves with a [...] slice keep only the slice, under the value's key: each equals the same
+ * entries of the whole value saved alongside, taken here with explicit index arithmetic, on a
+ * left-padded batch; per generation step too. Bad slices are refused: syntax when requested,
+ * indices against the value's shape before the forward, and edits with a slice. */
+static void test_slices(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.attention_probabilities"));
+    T_OK(rt, nnt_trace_save(t, "layers.*.layer_output[:, -1]"));
+    T_OK(rt, nnt_trace_save(t, "layers[1].self_attn.attention_probabilities[:, 3]"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.attention_probabilities[..., 2:20:5]"));
+    T_OK(rt, nnt_trace_save(t, "layers.0.layer_output[1, -3:, 7]"));
+    T_OK(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq));
+    const int B = ref.batch, S = ref.seq;
+    const nnt_tensor *full = nnt_trace_get(t, "layers.2.layer_output");
+    const nnt_tensor *last = nnt_trace_get(t, "layers.2.layer_output#1");
+    CU_ASSERT_FATAL(full && last);
+    const int64_t H = full->shape[2];
+    CU_ASSERT_FATAL(last->ndim == 2 && last->shape[0] == B && last->shape[1] == H);
+    int bad = 0;
+    for (int b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            bad += ((const float *)last->data)[b * H + h] != ((const float *)full->data)[((int64_t)b * S + S - 1) * H + h];
+    const nnt_tensor *pf = nnt_trace_get(t, "layers.1.self_attn.attention_probabilities");
+    const nnt_tensor *head3 = nnt_trace_get(t, "layers.1.self_attn.attention_probabilities#1");
+    const nnt_tensor *keys = nnt_trace_get(t, "layers.1.self_attn.attention_probabilities#2");
+    CU_ASSERT_FATAL(pf && head3 && keys && pf->ndim == 4 && pf->shape[1] > 3);
+    const int64_t NH = pf->shape[1], Q = pf->shape[2], K = pf->shape[3];
+    CU_ASSERT_FATAL(head3->ndim == 3 && head3->shape[0] == B && head3->shape[1] == Q && head3->shape[2] == K);
+    CU_ASSERT_FATAL(keys->ndim == 4 && keys->shape[3] == 4); /* keys 2, 7, 12, 17 */
+    for (int b = 0; b < B; b++)
+        for (int64_t h = 0; h < NH; h++)
+            for (int64_t q = 0; q < Q; q++)
+                for (int64_t k = 0; k < K; k++) {
+                    float x = ((const float *)pf->data)[((b * NH + h) * Q + q) * K + k];
+                    if (h == 3) bad += ((const float *)head3->data)[(b * Q + q) * K + k] != x;
+                    if (k >= 2 && k < 20 && (k - 2) % 5 == 0)
+                        bad += ((const float *)keys->data)[((b * NH + h) * Q + q) * 4 + (k - 2) / 5] != x;
+                }
+    const nnt_tensor *f0 = nnt_trace_get(t, "layers.0.layer_output"), *pick = nnt_trace_get(t, "layers.0.layer_output#2");
+    CU_ASSERT_FATAL(f0 && pick && pick->ndim == 1 && pick->shape[0] == 3);
+    for (int i = 0; i < 3; i++) bad += ((const float *)pick->data)[i] != ((const float *)f0->data)[((int64_t)S + S - 3 + i) * H + 7];
+    CU_ASSERT_EQUAL(bad, 0);
+    nnt_trace_free(t);
+    /* refusals */
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_FAILS(rt, nnt_trace_save(t, "layers.0.layer_output[:, x]"), NNT_ERR_PATH, "slice item 'x' is not an index");
+    T_FAILS(rt, nnt_trace_save(t, "layers.0.layer_output[::0]"), NNT_ERR_PATH, "step >= 1");
+    T_FAILS(rt, nnt_trace_save(t, "layers.0.layer_output[..., ...]"), NNT_ERR_PATH, "'...' may appear once");
+    T_FAILS(rt, nnt_trace_zero(t, "layers.0.layer_output[:, 1]"), NNT_ERR_PATH, "edits take the whole value");
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 0);
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.attention_probabilities[:, 99]"));
+    T_FAILS(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq), NNT_ERR_INDEX,
+            "index 99 is outside axis 1 (num_heads) of size");
+    nnt_trace_free(t);
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.0.layer_output[0, 0, 0, 0]"));
+    T_FAILS(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq), NNT_ERR_INDEX, "4 slice items for the 3 axes");
+    nnt_trace_free(t);
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.0.layer_output[:, 30:]"));
+    T_FAILS(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq), NNT_ERR_INDEX, "axis 1 (seq) selects nothing");
+    nnt_trace_free(t);
+    /* per generation step: the last position of each call, [batch, hidden] */
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.2.layer_output"));
+    T_OK(rt, nnt_trace_save(t, "layers.2.layer_output[:, -1]"));
+    int32_t out[2 * 3];
+    nnt_generate_opts o = {.max_new_tokens = 3, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    T_OK(rt, nnt_generate(m, t, ref.ids, ref.mask, B, S, &o, out));
+    for (int step = 0; step < 3; step++) {
+        char kf[64], ks[64];
+        snprintf(kf, sizeof kf, step ? "layers.2.layer_output@%d" : "layers.2.layer_output", step);
+        snprintf(ks, sizeof ks, step ? "layers.2.layer_output@%d#1" : "layers.2.layer_output#1", step);
+        const nnt_tensor *a = nnt_trace_get(t, kf), *sl = nnt_trace_get(t, ks);
+        CU_ASSERT_FATAL(a && sl && sl->ndim == 2 && sl->shape[0] == B);
+        int64_t T = a->shape[1];
+        for (int b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                bad += ((const float *)sl->data)[b * H + h] != ((const float *)a->data)[((int64_t)b * T + T - 1) * H + h];
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    nnt_trace_free(t);
+}
+
 /* The support listing covers every value of the page with a reason where not served. */
 static void test_support_listing(void)
 {
@@ -210,7 +360,9 @@ int register_tests(void)
         !CU_add_test(s, "edits of read-only values", test_read_only) ||
         !CU_add_test(s, "written shapes are checked before the forward", test_shapes_checked_before_forward) ||
         !CU_add_test(s, "bad token ids and masks", test_bad_inputs) ||
-        !CU_add_test(s, "support lists every value with a reason", test_support_listing))
+        !CU_add_test(s, "support lists every value with a reason", test_support_listing) ||
+        !CU_add_test(s, "a value saved twice in one call: path and path#r", test_saved_twice) ||
+        !CU_add_test(s, "slices at save time equal the slice of the whole value", test_slices))
         return -1;
     return 0;
 }

@@ -153,6 +153,18 @@ void nnt_trace_free(nnt_trace *t);
 /* Requests. Each is checked now: an unknown path (the message suggests the nearest names), a
  * block index out of range, a value the family does not serve there (with its reason), an
  * edit on a read-only value. Requests on one value apply in the order they were made. */
+/* nnt_trace_save: path may end in a slice, "[item, item, ...]", applied to the value in its own
+ * layout (nnt_slot_axes): an index i (the axis is dropped; negative counts from the axis end), a
+ * range start:stop[:step] (any part may be left out, negatives count from the end, bounds are
+ * clipped to the axis as in Python, step >= 1; the axis is kept), or "..." (once: as many whole
+ * axes as needed); axes past the items are kept whole. E.g. "layers.*.layer_output[:, -1]" keeps
+ * the last position of every row, [batch, hidden_size]; "layers.1.self_attn.
+ * attention_probabilities[:, 3]" keeps head 3, [batch, query, key]. Only the slice is copied out
+ * as the forward emits the value (a device value passes once through a host buffer), so a run
+ * holds no more than the slices; the result keeps the value's key (see "saved values"). Errors:
+ * NNT_ERR_PATH for a malformed slice, now; NNT_ERR_INDEX, when a run starts and before its
+ * forward, for an index outside its axis, a range that selects nothing or more items than the
+ * value has axes, naming the axis. Edits take no slice (NNT_ERR_PATH). */
 nnt_status nnt_trace_save(nnt_trace *t, const char *path);
 nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user);
 /* value := v. v (host, any float dtype for float values) must have the value's shape; checked
@@ -170,11 +182,49 @@ nnt_status nnt_trace_zero(nnt_trace *t, const char *path);
 nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *where_path,
                                  int64_t equals, float fill);
 
+/* ---- token positions ----
+ * A position names one token of a batch row: the row's real tokens are counted from its prompt's
+ * first token (0-based) across the prompt and every token a session or a generation adds after
+ * it. Left padding never counts, and a position names the same token whether the token is
+ * processed in the prompt's call or in a later one-token call. In a list of positions:
+ *   p >= 0             the row's token p; it applies in the call that processes that token (in a
+ *                      generation, token p of a 10-token prompt is its (p - 9)-th generated token
+ *                      for p >= 10, fed back at step p - 9);
+ *   p < 0              counts back from the row's current end, which is the row's newest token
+ *                      as of the call being run, this call's tokens included: -1 is the row's last
+ *                      token of that call (the prompt's last token in the prompt's call, the newly
+ *                      fed token in each later one-token call), -2 the one before, ... It applies
+ *                      where that token is processed by the call: in a one-token call only -1
+ *                      names a token of the call (-2 names a token already in the cache, which
+ *                      keeps the values it was computed with);
+ *   NNT_POS_PROMPT     every token of the prompt (the first call of a session, or the one call
+ *                      of nnt_trace_run);
+ *   NNT_POS_GENERATED  every token after the prompt (the tokens each later call of a session
+ *                      brings: in a generation, each generated token as it is fed back);
+ *   NNT_POS_ALL        every token (as an empty list).
+ * So steering position 0 in a generation edits the prompt's first token only, and gives the
+ * tokens greedy decoding gives when each step runs one full forward steered at position 0.
+ * nnt_trace_run refuses a position that no row has (p >= the longest row, p < -longest) and
+ * NNT_POS_GENERATED; nnt_generate refuses positions no step reaches (p >= longest prompt +
+ * max_new_tokens - 1, since the last token generated is never fed back). A row shorter than a
+ * position is simply not edited there. */
+#define NNT_POS_PROMPT (-2147483647 - 1)
+#define NNT_POS_GENERATED (-2147483647)
+#define NNT_POS_ALL (-2147483646)
+
+/* Parses a position list as the command line writes it: comma-separated integers and the words
+ * "prompt", "generated" and "all", e.g. "0,5,-1" or "generated" or "0,generated". Writes at
+ * most `max` entries to out (the words as NNT_POS_*) and their number to *n. Errors:
+ * NNT_ERR_INVALID_ARGUMENT naming the bad entry (not an integer in -2147483645..2147483647, nor
+ * one of the words; an empty entry; more than max entries), with nnt_last_error(rt) saying
+ * which. rt may be NULL (then no message is kept). */
+nnt_status nnt_positions_parse(nnt_runtime *rt, const char *text, int *out, int max, int *n);
+
 /* Built-in operations, checked like the requests above:
  * ablate_expert: zero expert e's weight wherever block `layer` routes to it;
  * skip_layers: blocks start..end are skipped - block end's output is block start's input;
  * steer: add factor * vector ([hidden_size]) to layer_output of blocks first..last at the given
- *   sequence positions (negative counts from the end; NULL / 0: all), on every stream. */
+ *   token positions (see "token positions" above; NULL / 0: every token), on every stream. */
 nnt_status nnt_trace_ablate_expert(nnt_trace *t, int layer, int expert);
 nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end);
 nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positions, int n_positions,
@@ -201,7 +251,7 @@ int nnt_session_length(const nnt_session *s);
 /* Runs the next `seq` tokens of every row (ids [batch, seq]); the first call is the prompt (mask
  * may mark left padding), later calls continue it (mask NULL: all real). Values saved by t
  * accumulate over the session's calls: a value emitted again is saved as "path@k", its k-th
- * emission (so a Kimi `state` is "state@<token index>"). */
+ * emission (so a Kimi `state` is "state@<token index>"; see "saved values" below). */
 nnt_status nnt_session_forward(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq);
 
 typedef struct nnt_generate_opts {
@@ -236,14 +286,44 @@ typedef struct nnt_generate_opts {
 nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
                         const nnt_generate_opts *opts, int32_t *out);
 
-/* Saved values: by canonical path ("layers.1.mlp.expert_weights"), or by index in request
- * order with every block of a "*" request listed. NULL / NNT_ERR_NOT_FOUND when absent. The
- * tensors stay owned by the trace until the next run or nnt_trace_free. */
-const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path);
+/* Saved values. Each is kept under one key, the same in nnt_trace_get, nnt_trace_lookup,
+ * nnt_trace_result and the files nnt_trace_write_safetensors writes:
+ *   PATH[@k][#r]
+ * PATH is the value's canonical path ("layers.1.mlp.expert_weights"); @k (k >= 1) numbers the
+ * times one save request saved the value, from PATH (k = 0) on, over a stateless run or over all
+ * calls of a session: the value of session step k (nnt_session_forward, nnt_generate; with
+ * nnt_trace_steps(2, 3) the step-2 value is PATH and the step-3 one PATH@1), or copy k of a value
+ * a family emits several times in one call (Kimi's per-token `state`: state@<token index>, counted
+ * on across calls); #r (r >= 1) marks the value saved
+ * by a request when r earlier save requests of the trace cover the same value - e.g. saving
+ * "layers.0.layer_output", editing it, and saving it again gives "layers.0.layer_output" (before
+ * the edit) and "layers.0.layer_output#1" (after), and a save of "layers.*.layer_output" after
+ * a save of "layers.0.layer_output" gives "layers.0.layer_output#1" for block 0. @0 and #0 are
+ * never written (they are the key without the suffix); a lookup accepts any path spelling and
+ * the suffixes in either order.
+ * An optional value the family emitted as None (Kimi's state_input at the start of a prompt:
+ * there is no earlier state) is kept as absent: nnt_trace_get returns NULL for it (as for a key
+ * never saved), nnt_trace_lookup and nnt_trace_result tell the two apart, and a file written by
+ * nnt_trace_write_safetensors lists such keys in its metadata. */
+
+/* The saved value under key, or NULL when nothing was saved under it or it is absent (None).
+ * The tensor stays owned by the trace until the next run (of a stateless trace; a session
+ * keeps accumulating) or nnt_trace_free. */
+const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *key);
+/* Looks key up: NNT_OK with *value the saved tensor and *is_none 0, or NNT_OK with *value NULL
+ * and *is_none 1 when the value was emitted as None (absent); NNT_ERR_NOT_FOUND (*value NULL,
+ * *is_none 0) when nothing was saved under key; NNT_ERR_INVALID_ARGUMENT for a NULL t or key.
+ * value and is_none may be NULL. Sets no error message (the trace is const). */
+nnt_status nnt_trace_lookup(const nnt_trace *t, const char *key, const nnt_tensor **value, int *is_none);
+/* Every saved value in the order saved: result i's key and tensor (NULL when absent). */
 int nnt_trace_result_count(const nnt_trace *t);
-nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **path,
+nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **key,
                             const nnt_tensor **value);
-/* Writes every saved value under its canonical path as a key of one safetensors file. */
+/* Writes every saved value that is not absent as one tensor of a safetensors file, under its
+ * key. The file's __metadata__ holds "producer": "nnt", "family", "format": "pt", and, when any
+ * saved value is absent, "none_values": their keys joined by commas (keys hold no comma), e.g.
+ * "layers.1.linear_attn.state_input,layers.2.linear_attn.state_input". Errors: those of
+ * nnt_safetensors_write. */
 nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file);
 
 /* ---- operations ---- */
