@@ -136,11 +136,13 @@ def _write(path, tensors):
 def test_lens_equals_cli(example_model, example_prompt, tmp_path):
     out = tmp_path / "lens.safetensors"
     run_cli("lens", "--model", EXAMPLE, "--prompt", example_prompt, "--out", str(out))
-    cli = safetensors_reader.read(out)["lens_probs"]
-    py = example_model.lens(example_prompt)
-    assert py.shape == (cli.shape[0], 1) + cli.shape[1:]
+    got = safetensors_reader.read(out)
+    cli = got["lens_probs"]  # [rows, layers, columns, vocab]; here every position of the one row
+    py = example_model.lens(example_prompt)  # [layers, rows, positions, vocab]
+    assert cli.shape[0] == 1 and py.shape == (cli.shape[1], 1) + cli.shape[2:]
+    assert np.array_equal(got["lens_positions"][0], np.arange(cli.shape[2]))
     # nnt lens applies expf in C, the package np.exp: equal to float32 rounding
-    np.testing.assert_allclose(py[:, 0], cli, rtol=2e-6, atol=1e-9)
+    np.testing.assert_allclose(py[:, 0], cli[0], rtol=2e-6, atol=1e-9)
     # the lens logits are libnnt's own: the last block's lens equals the model's logits
     logits = example_model.trace(example_prompt, save=["logits"])["logits"]
     assert np.array_equal(example_model.lens(example_prompt, probs=False)[-1], logits)
