@@ -71,7 +71,7 @@ static const char USAGE[] =
     "           under a temporary name and renamed: SIGINT, SIGTERM or SIGHUP during the write take effect once\n"
     "           it is complete or removed\n"
     "numbers: integers in decimal, nothing after them; block, expert and step numbers 0..2147483647,\n"
-    "positions -2147483647..2147483647; --scale and --steer-factor finite with |F| <= 1e6\n"
+    "positions -2147483647..2147483647; --scale, --steer-factor and --temperature finite, |F| <= 1e6\n"
     "\n"
     "common options: --config FILE (else $NNT_CONFIG, else the nnt.ini of this build or installation)\n";
 
