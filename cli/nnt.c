@@ -158,6 +158,18 @@ static int parse_int(const char *text, long min, long max, long *out)
     return 0;
 }
 
+/* A decimal integer in 0..2^64-1 (a seed); 0, or -1 when text is not one. */
+static int parse_u64(const char *text, unsigned long long *out)
+{
+    if (!isdigit((unsigned char)*text)) return -1; /* strtoull would take a blank, a sign, "-1" */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (*end || errno) return -1;
+    *out = v;
+    return 0;
+}
+
 /* A finite number in [min, max]; 0, or -1 when text is not one (nan, inf and values that
  * overflow or underflow a double are not). */
 static int parse_real(const char *text, double min, double max, float *out)
@@ -398,10 +410,7 @@ static int parse_args(int argc, char **argv, opts *o)
             if (parse_real(v, 0, 1, &o->top_p) != 0 || o->top_p <= 0)
                 return arg_error("--top-p: '%s' is not a number in (0, 1]", v);
         } else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            if (!isdigit((unsigned char)v[0]) || *end || errno)
+            if (parse_u64(v, &o->seed) != 0)
                 return arg_error("--seed: '%s' is not an integer in 0..%llu", v, (unsigned long long)ULLONG_MAX);
         } else if (strcmp(a, "--steer-factor") == 0) {
             if (parse_real(v, -FACTOR_MAX, FACTOR_MAX, &steer_factor) != 0)
@@ -488,6 +497,8 @@ static int parse_args(int argc, char **argv, opts *o)
     return 0;
 }
 
+/* The ids of a --tokens row: integers in 0..BLOCK_MAX between blanks or commas. */
+#define TOKEN_SEPARATORS " ,\t\n"
 static int parse_tokens(const char *text, int32_t **out, int *n)
 {
     int cap = 64, k = 0;
@@ -495,16 +506,24 @@ static int parse_tokens(const char *text, int32_t **out, int *n)
     if (!ids) return -1;
     const char *p = text;
     while (*p) {
-        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        p += strspn(p, TOKEN_SEPARATORS);
         if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > 0x7fffffff || (*end && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
-            fprintf(stderr, "nnt: --tokens: '%.20s' is not a token id (a non-negative integer)\n", p);
+        size_t len = strcspn(p, TOKEN_SEPARATORS);
+        char *item = malloc(len + 1);
+        long v = 0;
+        int bad = !item;
+        if (item) {
+            memcpy(item, p, len);
+            item[len] = '\0';
+            bad = parse_int(item, 0, BLOCK_MAX, &v) != 0;
+        }
+        if (bad) {
+            fprintf(stderr, "nnt: --tokens: '%s' is not a token id (an integer in 0..%ld)\n", item ? item : "?", BLOCK_MAX);
+            free(item);
             free(ids);
             return -1;
         }
+        free(item);
         if (k == cap) {
             cap *= 2;
             int32_t *g = realloc(ids, (size_t)cap * sizeof *g);
@@ -515,7 +534,7 @@ static int parse_tokens(const char *text, int32_t **out, int *n)
             ids = g;
         }
         ids[k++] = (int32_t)v;
-        p = end;
+        p += len;
     }
     if (k == 0) {
         fprintf(stderr, "nnt: --tokens: no token ids in '%s'\n", text);

@@ -326,6 +326,10 @@ check "a blank before a number" 2 "nnt: --skip-layers  1:2: ' 1' is not an integ
   "$nnt" trace --model "$model" --tokens "1 2" --skip-layers " 1:2"
 check "--seed below zero" 2 "nnt: --seed: '-1' is not an integer in 0..18446744073709551615" \
   "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 2 --temperature 1 --seed -1
+check "--tokens past int" 2 "nnt: --tokens: '4294967297' is not a token id \(an integer in 0..2147483647\)" \
+  "$nnt" trace --model "$model" --tokens "1, 4294967297"
+check "--seed past 2^64" 2 "nnt: --seed: '18446744073709551616' is not an integer" \
+  "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 2 --temperature 1 --seed 18446744073709551616
 check "--scale 1e39" 2 "nnt: --scale logits=1e39: '1e39' is not a finite number with \|F\| <= 1e6" \
   "$nnt" trace --model "$model" --tokens "1 2" --scale logits=1e39
 check "--scale nan" 2 "'nan' is not a finite number" "$nnt" trace --model "$model" --tokens "1 2" --scale logits=nan
