@@ -2,7 +2,12 @@
  * serves, trace a forward pass (saving and editing values by path), the logit lens, and
  * generation with edits at every step; prompts are token ids or text (encoded with the model
  * folder's tokenizer), and tokens are shown with their text wherever the folder has one. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <math.h>
@@ -16,6 +21,7 @@
 #define MAX_REQ 256
 #define MAX_ROWS 64
 #define MAX_STOP 64
+#define MAX_PROMPT_FILE ((size_t)1 << 30) /* bytes of a --prompt-file */
 
 static const char USAGE[] =
     "usage: nnt COMMAND [options]\n"
@@ -54,7 +60,7 @@ static const char USAGE[] =
     "  --save PATH        save a value (repeatable; 'layers.*.layer_output' saves every block);\n"
     "           'PATH[:, -1]', 'PATH[..., 3]', 'PATH[0, 2:8:2]': keep only that slice of it, in its layout\n"
     "  --zero PATH        zero a value before the forward uses it\n"
-    "  --scale PATH=F     multiply a value by F\n"
+    "  --scale PATH=F     multiply a value by F (|F| <= 1e6)\n"
     "  --set PATH=FILE[:KEY]  replace a value by a tensor from a safetensors file\n"
     "  --add PATH=FILE[:KEY]  add a tensor (broadcast over leading axes) to a value\n"
     "  --ablate-expert LAYER:E  zero expert E's weight wherever block LAYER routes to it\n"
@@ -72,15 +78,28 @@ static const char USAGE[] =
     "a negative P counts back from the row's newest token as of each forward call (-1: the prompt's\n"
     "last token in the prompt's call, the newly fed token in each generation step); the words\n"
     "prompt, generated and all name those tokens; e.g. 0,generated\n"
+    "  --out is never a file the run reads (the model folder's files, the INI, plugins, --set/--add/--steer\n"
+    "           and --prompt-file inputs); it is written under a temporary name and renamed: SIGINT, SIGTERM or\n"
+    "           SIGHUP during the write take effect once it is complete or removed\n"
+    "numbers: integers in decimal, nothing after them; block, expert and step numbers 0..2147483647,\n"
+    "positions -2147483645..2147483647 or a word above; --scale, --steer-factor and --temperature finite,\n"
+    "|F| <= 1e6\n"
     "\n"
     "common options: --config FILE (else $NNT_CONFIG, else the nnt.ini of this build or installation)\n";
 
 typedef struct req {
     enum { R_SAVE, R_ZERO, R_SCALE, R_SET, R_ADD, R_ABLATE, R_SKIP, R_STEER, R_STEPS } kind;
-    char *path;
-    char *arg;
-    float factor;        /* R_STEER */
-    char *positions;     /* R_STEER: "P,P,..." or NULL */
+    const char *flag;    /* the option, for messages */
+    const char *text;    /* the argument as given */
+    char *path;          /* a copy of the argument, cut at its separator: the value path or the numbers */
+    char *arg;           /* what follows the separator (inside path's allocation), or NULL */
+    long a, b;           /* R_ABLATE: layer, expert; R_SKIP: start, end; R_STEER: first, last; R_STEPS: from, to */
+    float factor;        /* R_SCALE: F; R_STEER: the --steer-factor before it */
+    char *file;          /* R_SET, R_ADD, R_STEER: FILE of FILE[:KEY] (owned) */
+    const char *key;     /* its KEY (inside arg) or NULL */
+    int *positions;      /* R_STEER: the --steer-positions before it (owned; NULL: every position) */
+    int n_positions;
+    const char *positions_text;
 } req;
 
 /* One batch row as given: token ids (--tokens), text (--prompt) or a file of text (--prompt-file). */
@@ -124,40 +143,178 @@ static int usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
-/* Parses a whole string as a number; 0 on success. */
-static int parse_long(const char *text, long *out)
+/* Prints "nnt: MESSAGE" for a bad argument; returns 2 (the exit status of a usage error). */
+static int arg_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int arg_error(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "nnt: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return 2;
+}
+
+/* ---- numbers: the one place the command line's numbers are read ----
+ * A number is the whole of its text: no blank before it, nothing after it. */
+
+/* A decimal integer in [min, max]; 0, or -1 when text is not one. */
+static int parse_int(const char *text, long min, long max, long *out)
+{
+    if (!*text || isspace((unsigned char)*text)) return -1;
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (end == text || *end || errno) return -1;
+    if (end == text || *end || errno || v < min || v > max) return -1;
     *out = v;
     return 0;
 }
 
-static int parse_float(const char *text, float *out)
+/* A decimal integer in 0..2^64-1 (a seed); 0, or -1 when text is not one. */
+static int parse_u64(const char *text, unsigned long long *out)
 {
+    if (!isdigit((unsigned char)*text)) return -1; /* strtoull would take a blank, a sign, "-1" */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (*end || errno) return -1;
+    *out = v;
+    return 0;
+}
+
+/* A finite number in [min, max]; 0, or -1 when text is not one (nan, inf and values that
+ * overflow or underflow a double are not). */
+static int parse_real(const char *text, double min, double max, float *out)
+{
+    if (!*text || isspace((unsigned char)*text)) return -1;
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (end == text || *end || errno || !isfinite(v)) return -1;
+    if (end == text || *end || errno || !isfinite(v) || v < min || v > max) return -1;
     *out = (float)v;
     return 0;
 }
 
-/* Splits "A:B" (or "A") into two integers; b defaults to a (or to `b_default` when given). */
-static int parse_range(const char *text, long *a, long *b, long b_default, int use_default)
+/* The limits the options are checked against. */
+#define BLOCK_MAX 2147483647L  /* block, expert, step and token numbers: 0..BLOCK_MAX */
+#define FACTOR_MAX 1e6         /* --scale, --steer-factor and --temperature: |F| <= FACTOR_MAX */
+#define FACTOR_MAX_TEXT "1e6"
+
+/* "A:B" (or "A", then b = a; or, where open_end, "A:", then b = -1) of integers in [0, BLOCK_MAX].
+ * Returns 0, or 2 with a message naming the option, the argument and the bad part. */
+static int parse_pair(const char *flag, const char *text, const char *what, int open_end, long *a, long *b)
 {
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", text);
-    char *colon = strchr(buf, ':');
-    if (colon) *colon = '\0';
-    if (parse_long(buf, a) != 0) return -1;
-    if (!colon || (use_default && !colon[1])) { /* "A" or, where an open end is allowed, "A:" */
-        *b = use_default ? b_default : *a;
+    const char *colon = strchr(text, ':');
+    size_t n = colon ? (size_t)(colon - text) : strlen(text);
+    char *first = malloc(n + 1);
+    if (!first) return arg_error("%s", "out of memory");
+    memcpy(first, text, n);
+    first[n] = '\0';
+    int bad = parse_int(first, 0, BLOCK_MAX, a) != 0;
+    if (bad) {
+        arg_error("%s %s: '%s' is not an integer in 0..%ld (expected %s)", flag, text, first, BLOCK_MAX, what);
+        free(first);
+        return 2;
+    }
+    free(first);
+    if (!colon) {
+        *b = *a;
         return 0;
     }
-    return parse_long(colon + 1, b);
+    if (open_end && !colon[1]) {
+        *b = -1;
+        return 0;
+    }
+    if (parse_int(colon + 1, 0, BLOCK_MAX, b) != 0)
+        return arg_error("%s %s: '%s' is not an integer in 0..%ld (expected %s)", flag, text, colon + 1, BLOCK_MAX,
+                         what);
+    return 0;
+}
+
+/* "P,P,..." of token positions (integers, or the words prompt, generated, all as NNT_POS_*) into a new
+ * array. Returns 0 or 2. */
+static int parse_positions(const char *text, int **out, int *n_out)
+{
+    size_t n = 1;
+    for (const char *c = text; *c; c++) n += *c == ',';
+    int *pos = malloc(n * sizeof *pos);
+    char *copy = strdup(text);
+    if (!pos || !copy) {
+        free(pos);
+        free(copy);
+        return arg_error("%s", "out of memory");
+    }
+    int k = 0;
+    char *item = copy;
+    for (;;) {
+        char *comma = strchr(item, ',');
+        if (comma) *comma = '\0';
+        long p;
+        if (strcmp(item, "prompt") == 0) { /* the words of nnt.h's "token positions" */
+            p = NNT_POS_PROMPT;
+        } else if (strcmp(item, "generated") == 0) {
+            p = NNT_POS_GENERATED;
+        } else if (strcmp(item, "all") == 0) {
+            p = NNT_POS_ALL;
+        } else if (parse_int(item, NNT_POS_ALL + 1, BLOCK_MAX, &p) != 0) {
+            arg_error("--steer-positions %s: '%s' is neither an integer in %ld..%ld nor one of prompt, generated, all",
+                      text, item, (long)NNT_POS_ALL + 1, BLOCK_MAX);
+            free(pos);
+            free(copy);
+            return 2;
+        }
+        pos[k++] = (int)p;
+        if (!comma) break;
+        item = comma + 1;
+    }
+    free(copy);
+    *out = pos;
+    *n_out = k;
+    return 0;
+}
+
+/* FILE[:KEY] of --set, --add and --steer: KEY is what follows the last ':' unless that part
+ * names a .safetensors file (a file name with a colon and no key). */
+static int split_file_key(req *r)
+{
+    const char *colon = strrchr(r->arg, ':');
+    int has_key = colon && strstr(colon, ".safetensors") == NULL;
+    size_t n = has_key ? (size_t)(colon - r->arg) : strlen(r->arg);
+    r->file = malloc(n + 1);
+    if (!r->file) return arg_error("%s", "out of memory");
+    memcpy(r->file, r->arg, n);
+    r->file[n] = '\0';
+    r->key = has_key ? colon + 1 : NULL;
+    if (!*r->file) return arg_error("%s %s: no file before the key", r->flag, r->text);
+    return 0;
+}
+
+/* Reads the numbers and files of a request given as `flag text`; 0 or 2 (message printed). */
+static int parse_request(req *r)
+{
+    switch (r->kind) {
+    case R_SCALE:
+        if (parse_real(r->arg, -FACTOR_MAX, FACTOR_MAX, &r->factor) != 0)
+            return arg_error("--scale %s: '%s' is not a finite number with |F| <= " FACTOR_MAX_TEXT, r->text, r->arg);
+        return 0;
+    case R_ABLATE: {
+        /* LAYER:EXPERT, both required */
+        if (!r->arg) return arg_error("--ablate-expert %s: expected LAYER:EXPERT", r->text);
+        int rc = parse_pair("--ablate-expert", r->text, "LAYER:EXPERT", 0, &r->a, &r->b);
+        if (rc == 0 && strchr(r->arg, ':')) return arg_error("--ablate-expert %s: expected LAYER:EXPERT", r->text);
+        return rc;
+    }
+    case R_SKIP: return parse_pair("--skip-layers", r->path, "START:END", 0, &r->a, &r->b);
+    case R_STEPS: return parse_pair("--steps", r->path, "FROM[:TO]", 1, &r->a, &r->b);
+    case R_STEER: {
+        int rc = parse_pair("--steer", r->path, "block numbers FIRST[:LAST]", 0, &r->a, &r->b);
+        return rc ? rc : split_file_key(r);
+    }
+    case R_SET:
+    case R_ADD: return split_file_key(r);
+    default: return 0;
+    }
 }
 
 /* Options that take a value, other than the requests. */
@@ -211,6 +368,7 @@ static int parse_args(int argc, char **argv, opts *o)
     o->max_new_tokens = -1;
     float steer_factor = 1.0f;
     const char *steer_positions = NULL;
+    int *positions = NULL, n_positions = 0; /* steer_positions read; each --steer gets a copy */
     int steer_pending = 0; /* --steer-factor / --steer-positions given and no --steer after them yet */
     if (argc < 2) return usage_error("%s", "missing command");
     o->cmd = argv[1];
@@ -243,9 +401,10 @@ static int parse_args(int argc, char **argv, opts *o)
             rc = set_once(&o->model, a, v);
         else if (strcmp(a, "--config") == 0)
             rc = set_once(&o->config, a, v);
-        else if (strcmp(a, "--out") == 0)
+        else if (strcmp(a, "--out") == 0) {
             rc = set_once(&o->out, a, v);
-        else if (strcmp(a, "--positions") == 0)
+            if (!rc && !*v) rc = arg_error("%s", "--out: the path is empty (expected FILE.safetensors)");
+        } else if (strcmp(a, "--positions") == 0)
             rc = set_once(&o->lens_positions, a, v);
         else if (strcmp(a, "--tokens") == 0 || strcmp(a, "--prompt") == 0 || strcmp(a, "--prompt-file") == 0) {
             if (o->n_rows == MAX_ROWS) return usage_error("at most %s rows (--tokens, --prompt, --prompt-file)", "64");
@@ -253,33 +412,35 @@ static int parse_args(int argc, char **argv, opts *o)
             o->rows[o->n_rows++] = (row_arg){kind, v};
             o->n_text_rows += kind != ROW_TOKENS;
         } else if (strcmp(a, "--stop-id") == 0) {
-            if (parse_long(v, &n) != 0 || n < 0 || n > 0x7fffffff)
-                return usage_error("--stop-id: '%s' is not a token id (a non-negative integer)", v);
+            if (parse_int(v, 0, BLOCK_MAX, &n) != 0)
+                return arg_error("--stop-id: '%s' is not a token id (an integer in 0..%ld)", v, BLOCK_MAX);
             if (o->n_stop_ids == MAX_STOP) return usage_error("at most %s --stop-id options", "64");
             o->stop_ids[o->n_stop_ids++] = (int32_t)n;
         } else if (strcmp(a, "--max-new-tokens") == 0) {
-            if (parse_long(v, &n) != 0 || n < 1 || n > 1000000)
-                return usage_error("--max-new-tokens: '%s' is not an integer in 1..1000000", v);
+            if (parse_int(v, 1, 1000000, &n) != 0)
+                return arg_error("--max-new-tokens: '%s' is not an integer in 1..1000000", v);
             o->max_new_tokens = (int)n;
         } else if (strcmp(a, "--temperature") == 0) {
-            if (parse_float(v, &o->temperature) != 0 || o->temperature < 0)
-                return usage_error("--temperature: '%s' is not a number >= 0", v);
+            if (parse_real(v, 0, FACTOR_MAX, &o->temperature) != 0)
+                return arg_error("--temperature: '%s' is not a number in 0.." FACTOR_MAX_TEXT, v);
         } else if (strcmp(a, "--top-k") == 0) {
-            if (parse_long(v, &n) != 0 || n < 0 || n > 0x7fffffff)
-                return usage_error("--top-k: '%s' is not an integer >= 0", v);
+            if (parse_int(v, 0, BLOCK_MAX, &n) != 0)
+                return arg_error("--top-k: '%s' is not an integer in 0..%ld", v, BLOCK_MAX);
             o->top_k = (int)n;
         } else if (strcmp(a, "--top-p") == 0) {
-            if (parse_float(v, &o->top_p) != 0 || o->top_p <= 0 || o->top_p > 1)
-                return usage_error("--top-p: '%s' is not a number in (0, 1]", v);
+            if (parse_real(v, 0, 1, &o->top_p) != 0 || o->top_p <= 0)
+                return arg_error("--top-p: '%s' is not a number in (0, 1]", v);
         } else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            if (end == v || *end || errno || v[0] == '-') return usage_error("--seed: '%s' is not a non-negative integer", v);
+            if (parse_u64(v, &o->seed) != 0)
+                return arg_error("--seed: '%s' is not an integer in 0..%llu", v, (unsigned long long)ULLONG_MAX);
         } else if (strcmp(a, "--steer-factor") == 0) {
-            if (parse_float(v, &steer_factor) != 0) return usage_error("--steer-factor: '%s' is not a number", v);
+            if (parse_real(v, -FACTOR_MAX, FACTOR_MAX, &steer_factor) != 0)
+                return arg_error("--steer-factor: '%s' is not a finite number with |F| <= " FACTOR_MAX_TEXT, v);
             steer_pending = 1;
         } else if (strcmp(a, "--steer-positions") == 0) {
+            free(positions);
+            positions = NULL;
+            if ((rc = parse_positions(v, &positions, &n_positions)) != 0) return rc;
             steer_positions = v;
             steer_pending = 1;
         } else {
@@ -288,28 +449,41 @@ static int parse_args(int argc, char **argv, opts *o)
             while (strcmp(a, REQUESTS[k].flag) != 0) k++;
             if (o->n_reqs == MAX_REQ) return usage_error("too many requests (max %s)", "256");
             r.kind = REQUESTS[k].kind;
+            r.flag = REQUESTS[k].flag;
+            r.text = v;
             r.path = strdup(v);
             if (!r.path) return usage_error("%s", "out of memory");
+            o->reqs[o->n_reqs++] = r; /* owned by o from here (freed by opts_free) */
+            req *q = &o->reqs[o->n_reqs - 1];
             if (REQUESTS[k].sep) {
-                char *eq = strchr(r.path, REQUESTS[k].sep);
+                char *eq = strchr(q->path, REQUESTS[k].sep);
                 if (!eq) {
                     fprintf(stderr, "nnt: %s needs %s, got '%s'\n", a,
-                            r.kind == R_ABLATE ? "LAYER:EXPERT" : r.kind == R_STEER ? "FIRST[:LAST]=FILE[:KEY]" : "PATH=VALUE", v);
-                    free(r.path);
+                            q->kind == R_ABLATE ? "LAYER:EXPERT" : q->kind == R_STEER ? "FIRST[:LAST]=FILE[:KEY]" : "PATH=VALUE", v);
                     return 2;
                 }
                 *eq = '\0';
-                r.arg = eq + 1;
+                q->arg = eq + 1;
             }
-            if (r.kind == R_STEER) {
-                r.factor = steer_factor;
-                r.positions = (char *)steer_positions;
+            if (q->kind == R_STEER) {
+                q->factor = steer_factor;
+                q->positions_text = steer_positions;
+                if (positions) {
+                    q->positions = malloc((size_t)n_positions * sizeof *q->positions);
+                    if (!q->positions) return usage_error("%s", "out of memory");
+                    memcpy(q->positions, positions, (size_t)n_positions * sizeof *q->positions);
+                    q->n_positions = n_positions;
+                }
                 steer_pending = 0;
             }
-            o->reqs[o->n_reqs++] = r;
+            if ((rc = parse_request(q)) != 0) {
+                free(positions);
+                return rc;
+            }
         }
         if (rc) return rc;
     }
+    free(positions);
     if (steer_pending)
         return usage_error("%s", "--steer-factor and --steer-positions apply to the --steer options after them; none follows");
     if (o->n_text_rows && o->n_text_rows < o->n_rows)
@@ -346,6 +520,8 @@ static int parse_args(int argc, char **argv, opts *o)
     return 0;
 }
 
+/* The ids of a --tokens row: integers in 0..BLOCK_MAX between blanks or commas. */
+#define TOKEN_SEPARATORS " ,\t\n"
 static int parse_tokens(const char *text, int32_t **out, int *n)
 {
     int cap = 64, k = 0;
@@ -353,16 +529,24 @@ static int parse_tokens(const char *text, int32_t **out, int *n)
     if (!ids) return -1;
     const char *p = text;
     while (*p) {
-        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        p += strspn(p, TOKEN_SEPARATORS);
         if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > 0x7fffffff || (*end && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
-            fprintf(stderr, "nnt: --tokens: '%.20s' is not a token id (a non-negative integer)\n", p);
+        size_t len = strcspn(p, TOKEN_SEPARATORS);
+        char *item = malloc(len + 1);
+        long v = 0;
+        int bad = !item;
+        if (item) {
+            memcpy(item, p, len);
+            item[len] = '\0';
+            bad = parse_int(item, 0, BLOCK_MAX, &v) != 0;
+        }
+        if (bad) {
+            fprintf(stderr, "nnt: --tokens: '%s' is not a token id (an integer in 0..%ld)\n", item ? item : "?", BLOCK_MAX);
+            free(item);
             free(ids);
             return -1;
         }
+        free(item);
         if (k == cap) {
             cap *= 2;
             int32_t *g = realloc(ids, (size_t)cap * sizeof *g);
@@ -373,7 +557,7 @@ static int parse_tokens(const char *text, int32_t **out, int *n)
             ids = g;
         }
         ids[k++] = (int32_t)v;
-        p = end;
+        p += len;
     }
     if (k == 0) {
         fprintf(stderr, "nnt: --tokens: no token ids in '%s'\n", text);
@@ -565,35 +749,6 @@ static void input_free(input *in)
     memset(in, 0, sizeof *in);
 }
 
-/* Reads a whole file into a new buffer; NULL (errno set) on failure. */
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *g = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap *= 2);
-        if (!g) {
-            free(buf);
-            buf = NULL;
-            errno = ENOMEM;
-        }
-        buf = g;
-    }
-    int bad = buf && ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        errno = EIO;
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 /* How a row was given, for messages: "--prompt row 2" or "--prompt-file FILE (row 2)". */
 static const char *row_name(const row_arg *a, int r, char *buf, size_t n)
 {
@@ -613,8 +768,9 @@ static int encode_text(nnt_tokenizer *tok, const opts *o, const row_arg *a, int 
     char *file = NULL;
     const char *text = a->arg;
     if (a->kind == ROW_FILE) {
-        if (!(file = read_file(a->arg, &len))) {
-            fprintf(stderr, "nnt: error: --prompt-file %s: %s\n", a->arg, strerror(errno));
+        nnt_error err = {0};
+        if (nnt_read_file(a->arg, MAX_PROMPT_FILE, &file, &len, &err) != NNT_OK) {
+            fprintf(stderr, "nnt: error: --prompt-file %s\n", err.msg);
             return 1;
         }
         text = file;
@@ -770,17 +926,10 @@ static void loaded_free(loaded_set *l)
     l->n = 0;
 }
 
-/* Reads FILE[:KEY] into the next slot of `l`. */
-static const nnt_tensor *load_arg(nnt_runtime *rt, const char *arg, loaded_set *l)
+/* Reads the request's FILE[:KEY] into the next slot of `l`. */
+static const nnt_tensor *load_arg(nnt_runtime *rt, const req *q, loaded_set *l)
 {
-    char file[1024];
-    snprintf(file, sizeof file, "%s", arg);
-    char *key = strrchr(file, ':');
-    if (key && strstr(key, ".safetensors") == NULL)
-        *key++ = '\0';
-    else
-        key = NULL;
-    if (nnt_safetensors_read(rt, file, key, &l->t[l->n]) != NNT_OK) return NULL;
+    if (nnt_safetensors_read(rt, q->file, q->key, &l->t[l->n]) != NNT_OK) return NULL;
     return &l->t[l->n++];
 }
 
@@ -791,8 +940,6 @@ static int add_requests(nnt_runtime *rt, nnt_trace *t, const opts *o, loaded_set
     for (int i = 0; i < o->n_reqs; i++) {
         const req *q = &o->reqs[i];
         nnt_status st = NNT_OK;
-        long a, b;
-        float f;
         switch (q->kind) {
         case R_SAVE:
             st = nnt_trace_save(t, q->path);
@@ -800,16 +947,10 @@ static int add_requests(nnt_runtime *rt, nnt_trace *t, const opts *o, loaded_set
                 *saves_watch = 1;
             break;
         case R_ZERO: st = nnt_trace_zero(t, q->path); break;
-        case R_SCALE:
-            if (parse_float(q->arg, &f) != 0) {
-                fprintf(stderr, "nnt: --scale %s=%s: '%s' is not a number\n", q->path, q->arg, q->arg);
-                return 2;
-            }
-            st = nnt_trace_scale(t, q->path, f);
-            break;
+        case R_SCALE: st = nnt_trace_scale(t, q->path, q->factor); break;
         case R_SET:
         case R_ADD: {
-            const nnt_tensor *v = load_arg(rt, q->arg, l);
+            const nnt_tensor *v = load_arg(rt, q, l);
             if (!v) return fail(rt, q->kind == R_SET ? "--set" : "--add");
             st = q->kind == R_SET ? nnt_trace_set(t, q->path, v) : nnt_trace_add(t, q->path, v, 1.0f);
             if (st != NNT_OK) {
@@ -819,76 +960,153 @@ static int add_requests(nnt_runtime *rt, nnt_trace *t, const opts *o, loaded_set
             }
             break;
         }
-        case R_ABLATE:
-            if (parse_long(q->path, &a) != 0 || parse_long(q->arg, &b) != 0) {
-                fprintf(stderr, "nnt: --ablate-expert %s:%s: expected integers LAYER:EXPERT\n", q->path, q->arg);
-                return 2;
-            }
-            st = nnt_trace_ablate_expert(t, (int)a, (int)b);
-            break;
-        case R_SKIP:
-            if (parse_range(q->path, &a, &b, 0, 0) != 0) {
-                fprintf(stderr, "nnt: --skip-layers %s: expected integers START:END\n", q->path);
-                return 2;
-            }
-            st = nnt_trace_skip_layers(t, (int)a, (int)b);
-            break;
+        case R_ABLATE: st = nnt_trace_ablate_expert(t, (int)q->a, (int)q->b); break;
+        case R_SKIP: st = nnt_trace_skip_layers(t, (int)q->a, (int)q->b); break;
         case R_STEER: {
-            if (parse_range(q->path, &a, &b, 0, 0) != 0) {
-                fprintf(stderr, "nnt: --steer %s=...: expected block numbers FIRST[:LAST]\n", q->path);
-                return 2;
-            }
-            int pos[MAX_REQ], np = 0;
-            if (q->positions && nnt_positions_parse(rt, q->positions, pos, MAX_REQ, &np) != NNT_OK) {
-                fprintf(stderr, "nnt: --steer-positions: %s\n", nnt_last_error(rt));
-                return 2;
-            }
-            const nnt_tensor *v = load_arg(rt, q->arg, l);
+            const nnt_tensor *v = load_arg(rt, q, l);
             if (!v) return fail(rt, "--steer");
-            st = nnt_trace_steer(t, (int)a, (int)b, np ? pos : NULL, np, v, q->factor);
+            st = nnt_trace_steer(t, (int)q->a, (int)q->b, q->positions, q->n_positions, v, q->factor);
             if (st != NNT_OK) {
                 fprintf(stderr, "nnt: error: --steer %s=%s: %s\n", q->path, q->arg, nnt_last_error(rt));
                 return 1;
             }
             break;
         }
-        case R_STEPS:
-            if (parse_range(q->path, &a, &b, -1, 1) != 0) {
-                fprintf(stderr, "nnt: --steps %s: expected FROM[:TO] step numbers\n", q->path);
-                return 2;
-            }
-            st = nnt_trace_steps(t, (int)a, (int)b);
-            break;
+        case R_STEPS: st = nnt_trace_steps(t, (int)q->a, (int)q->b); break;
         }
         if (st != NNT_OK) return fail(rt, NULL);
     }
     return 0;
 }
 
-/* --out, checked before any forward runs: its directory must exist, and an existing path must be
- * a regular file (the writer refuses to replace anything else). Returns 0 or 2. */
-static int check_out(const char *out)
+/* --out against one input of the run: 0, or 2 with a message naming both when --out is that
+ * same file (same device and inode: the same file under another name or link too). */
+static int out_is_not(const char *out, const struct stat *os, const char *input, const char *what)
 {
-    if (!out) return 0;
     struct stat sb;
-    if (stat(out, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "nnt: --out %s: exists and is not a regular file\n", out);
-        return 2;
+    if (stat(input, &sb) != 0 || sb.st_dev != os->st_dev || sb.st_ino != os->st_ino) return 0;
+    if (strcmp(out, input) == 0)
+        return arg_error("--out %s: is %s, an input of this run; write the values to another file", out, what);
+    return arg_error("--out %s: is the same file as %s (%s), an input of this run; write the values to another file", out,
+                     input, what);
+}
+
+/* --out, checked before any forward runs and again just before the write: its directory must
+ * exist, an existing path must be a regular file (the writer refuses to replace anything else),
+ * and it must not be a file the run reads: any file of the model folder (config.json, the
+ * index, the shards, the tokenizer's files), the INI, a loaded plugin, a --set/--add/--steer
+ * file or a --prompt-file. Returns 0 or 2. */
+static int check_out(const nnt_runtime *rt, const opts *o)
+{
+    const char *out = o->out;
+    if (!out) return 0;
+    struct stat os;
+    if (stat(out, &os) == 0) {
+        if (!S_ISREG(os.st_mode)) return arg_error("--out %s: exists and is not a regular file", out);
+        int rc = 0;
+        if (o->model) { /* every file of the folder (shard names in an index hold no '/') */
+            DIR *d = opendir(o->model);
+            for (struct dirent *e; d && !rc && (e = readdir(d));) {
+                size_t n = strlen(o->model) + strlen(e->d_name) + 2;
+                char *p = malloc(n);
+                if (!p) {
+                    rc = arg_error("%s", "out of memory");
+                    break;
+                }
+                snprintf(p, n, "%s/%s", o->model, e->d_name);
+                struct stat sb;
+                if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) rc = out_is_not(out, &os, p, "a file of the model folder");
+                free(p);
+            }
+            if (d) closedir(d);
+        }
+        if (!rc && rt && nnt_runtime_config_path(rt)) rc = out_is_not(out, &os, nnt_runtime_config_path(rt), "the INI configuration");
+        const char *kind, *name, *file, *detail;
+        for (int i = 0; !rc && rt && nnt_runtime_plugin(rt, i, &kind, &name, &file, &detail); i++)
+            rc = out_is_not(out, &os, file, "a loaded plugin");
+        for (int i = 0; !rc && i < o->n_reqs; i++)
+            if (o->reqs[i].file) {
+                char what[48];
+                snprintf(what, sizeof what, "the %s file", o->reqs[i].flag);
+                rc = out_is_not(out, &os, o->reqs[i].file, what);
+            }
+        for (int r = 0; !rc && r < o->n_rows; r++)
+            if (o->rows[r].kind == ROW_FILE) rc = out_is_not(out, &os, o->rows[r].arg, "the --prompt-file file");
+        if (rc) return rc;
     }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", out);
+    size_t n = strlen(out);
+    char *dir = malloc(n + 2);
+    if (!dir) return arg_error("%s", "out of memory");
+    memcpy(dir, out, n + 1);
     char *slash = strrchr(dir, '/');
     if (slash == dir)
         slash[1] = '\0';
     else if (slash)
         *slash = '\0';
     else
-        snprintf(dir, sizeof dir, ".");
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0) {
-        fprintf(stderr, "nnt: --out %s: the directory '%s' does not exist or is not writable\n", out, dir);
-        return 2;
+        strcpy(dir, ".");
+    struct stat sb;
+    int rc = 0;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0)
+        rc = arg_error("--out %s: the directory '%s' does not exist or is not writable", out, dir);
+    free(dir);
+    return rc;
+}
+
+/* ---- the write of --out: interrupting signals held off until it is over ----
+ * The library writes --out under a temporary name beside it and renames it into place, removing
+ * the temporary file on every error. A SIGINT, SIGTERM or SIGHUP that came in the middle would
+ * end the process between the two and leave the temporary file behind; while the write runs,
+ * these signals are only noted (by whichever thread receives them), and the first one noted is
+ * raised again, with the disposition it had before, once the file is complete or removed. The
+ * flag is the one piece of global state: a signal handler can reach no other. */
+static volatile sig_atomic_t held_signal;
+
+static void note_signal(int sig)
+{
+    if (!held_signal) held_signal = sig;
+}
+
+static const int HELD_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_HELD (sizeof HELD_SIGNALS / sizeof *HELD_SIGNALS)
+
+static void hold_signals(struct sigaction *old)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = note_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < N_HELD; i++) sigaddset(&sa.sa_mask, HELD_SIGNALS[i]);
+    held_signal = 0;
+    for (size_t i = 0; i < N_HELD; i++) {
+        sigaction(HELD_SIGNALS[i], NULL, &old[i]);
+        if (old[i].sa_handler != SIG_IGN) sigaction(HELD_SIGNALS[i], &sa, NULL); /* an ignored one stays ignored */
     }
-    return 0;
+}
+
+static void release_signals(const struct sigaction *old)
+{
+    for (size_t i = 0; i < N_HELD; i++) sigaction(HELD_SIGNALS[i], &old[i], NULL);
+    int sig = held_signal;
+    held_signal = 0;
+    if (sig) {
+        fflush(stdout);
+        raise(sig);
+    }
+}
+
+/* Writes --out: the trace's saved values (t), or n tensors under keys. Returns 0, 1 or 2. */
+static int write_out(nnt_runtime *rt, const opts *o, const nnt_trace *t, int n, const char *const *keys,
+                     const nnt_tensor *tensors)
+{
+    int rc = check_out(rt, o); /* again: the files may have changed while the forward ran */
+    if (rc) return rc;
+    struct sigaction old[N_HELD];
+    hold_signals(old);
+    nnt_status st = t ? nnt_trace_write_safetensors(t, o->out) : nnt_safetensors_write(rt, o->out, n, keys, tensors);
+    release_signals(old);
+    return st == NNT_OK ? 0 : fail(rt, "--out");
 }
 
 /* Prints one line per saved value (skipping `hidden`) and writes them with --out. */
@@ -911,7 +1129,8 @@ static int report_saved(nnt_runtime *rt, const nnt_trace *t, const opts *o, cons
             nnt_trace_result(t, i, &path, &v);
             written += v != NULL;
         }
-        if (nnt_trace_write_safetensors(t, o->out) != NNT_OK) return fail(rt, "--out");
+        int rc = write_out(rt, o, t, 0, NULL, NULL);
+        if (rc) return rc;
         printf("wrote %d values to %s\n", written, o->out);
     }
     return 0;
@@ -937,7 +1156,7 @@ static int top_tokens(const float *p, int64_t V, int k, int *top)
 static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
 {
     batch b;
-    int rc = check_out(o->out);
+    int rc = check_out(rt, o);
     if (rc) return rc;
     rc = build_batch(in, &b);
     if (rc) return rc;
@@ -1090,7 +1309,7 @@ static int lens_choose(nnt_runtime *rt, const char *text, const batch *b, const 
 static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
 {
     batch b;
-    int rc = check_out(o->out);
+    int rc = check_out(rt, o);
     if (rc) return rc;
     rc = build_batch(in, &b);
     if (rc) return rc;
@@ -1217,10 +1436,7 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *i
     if (o->out) {
         const char *names[] = {"lens_probs", "lens_positions"};
         nnt_tensor both[2] = {all, pos_out};
-        if (nnt_safetensors_write(rt, o->out, 2, names, both) != NNT_OK) {
-            fail(rt, "--out");
-            goto out;
-        }
+        if ((rc = write_out(rt, o, NULL, 2, names, both)) != 0) goto out;
         printf("wrote lens_probs [%d, %d, %d, %lld] and lens_positions [%d, %d] to %s\n", B, L, W, (long long)V, B, W,
                o->out);
     }
@@ -1280,7 +1496,7 @@ static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o, const inpu
 {
     if (o->max_new_tokens < 0) return usage_error("%s", "generate needs --max-new-tokens N");
     batch b;
-    int rc = check_out(o->out);
+    int rc = check_out(rt, o);
     if (rc) return rc;
     rc = build_batch(in, &b);
     if (rc) return rc;
@@ -1489,6 +1705,10 @@ done:
     input_free(&in);
     nnt_model_free(m);
     nnt_runtime_close(rt);
-    for (int i = 0; i < o.n_reqs; i++) free(o.reqs[i].path);
+    for (int i = 0; i < o.n_reqs; i++) {
+        free(o.reqs[i].path);
+        free(o.reqs[i].file);
+        free(o.reqs[i].positions);
+    }
     return rc;
 }

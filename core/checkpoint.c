@@ -43,19 +43,9 @@ static nnt_status add_file(nnt_checkpoint *ck, const char *file, nnt_error *err)
  * the weight_map assigns to a shard is in that shard. */
 static nnt_status open_sharded(nnt_checkpoint *ck, const char *index_path, nnt_error *err)
 {
-    FILE *fp = fopen(index_path, "rb");
-    if (!fp) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open", index_path);
-    fseek(fp, 0, SEEK_END);
-    long size = ftell(fp);
-    rewind(fp);
-    char *text = size >= 0 ? malloc((size_t)size + 1) : NULL;
-    if (!text) {
-        fclose(fp);
-        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    }
-    size_t got = fread(text, 1, (size_t)size, fp);
-    fclose(fp);
-    text[got] = '\0';
+    char *text = NULL;
+    nnt_status read = nnt_read_file(index_path, (size_t)256 << 20, &text, NULL, err);
+    if (read != NNT_OK) return read;
     cJSON *root = cJSON_Parse(text);
     free(text);
     if (!root) return nnt_err_set(err, NNT_ERR_FORMAT, "%s: malformed JSON", index_path);

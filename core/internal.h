@@ -363,11 +363,19 @@ nnt_status nnt_tree_print(const nnt_tree *tree, const nnt_model *m, FILE *out, n
 char *nnt_strdup(const char *s);
 char *nnt_path_join(const char *dir, const char *name);
 char *nnt_dirname(const char *path);
+/* 1 when something exists at path, whatever its kind (stat follows links; nothing is opened):
+ * a reader then opens it with nnt_open_regular, which names what is wrong with a FIFO or a
+ * directory, rather than the caller skipping it as absent. */
 int nnt_file_exists(const char *path);
-/* Reads the whole file `path` (at most max_bytes) into a new NUL-terminated buffer the caller
- * frees; *len (may be NULL) gets its size. Errors: NNT_ERR_IO (cannot open or read),
- * NNT_ERR_FORMAT (larger than max_bytes), NNT_ERR_OUT_OF_MEMORY; the message names the file. */
-nnt_status nnt_read_file(const char *path, size_t max_bytes, char **text, size_t *len, nnt_error *err);
+/* The one way libnnt opens an input file to read it (config.json, the safetensors index and
+ * shards, tokenizer files, the INI, tensors given to the CLI): open(2) read-only with
+ * O_NONBLOCK, O_CLOEXEC and O_NOCTTY, so that a FIFO or a device never blocks the call; fstat
+ * on the descriptor; anything but a regular file is closed and refused; O_NONBLOCK is then
+ * cleared. On NNT_OK *fd is a blocking descriptor the caller closes and *st (may be NULL) the
+ * fstat of that same file. Errors: NNT_ERR_IO "PATH: cannot open: REASON" or "PATH: not a
+ * regular file (a FIFO)" (or a directory, device, socket). */
+struct stat;
+nnt_status nnt_open_regular(const char *path, int *fd, struct stat *st, nnt_error *err);
 /* Levenshtein distance, for "did you mean". */
 int nnt_edit_distance(const char *a, const char *b);
 /* Bytes the C library's allocator has handed out and not had back (glibc: mallinfo2's in-use

@@ -17,26 +17,11 @@ struct nnt_json {
 nnt_status nnt_json_load(const char *path, nnt_json **out, nnt_error *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open (does the checkpoint directory hold a config.json?)", path);
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return nnt_err_set(err, NNT_ERR_IO, "%s: cannot seek", path);
-    }
-    long size = ftell(f);
-    rewind(f);
-    if (size < 0 || size > (64L << 20)) {
-        fclose(f);
-        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: size %ld is not that of a config file", path, size);
-    }
-    char *text = malloc((size_t)size + 1);
-    if (!text) {
-        fclose(f);
-        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "%s: no memory", path);
-    }
-    size_t got = fread(text, 1, (size_t)size, f);
-    fclose(f);
-    text[got] = '\0';
+    if (!nnt_file_exists(path))
+        return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open (does the checkpoint directory hold a config.json?)", path);
+    char *text = NULL;
+    nnt_status st = nnt_read_file(path, (size_t)64 << 20, &text, NULL, err);
+    if (st != NNT_OK) return st;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
     if (!root) {

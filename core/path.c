@@ -151,7 +151,13 @@ nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, n
         groups[g][0] = '\0';
         if (g < rc && ov[2 * g] != PCRE2_UNSET) {
             size_t len = ov[2 * g + 1] - ov[2 * g];
-            if (len >= sizeof groups[g]) len = sizeof groups[g] - 1;
+            if (len >= sizeof groups[g]) { /* never cut: a cut number or name would be another one */
+                pcre2_match_data_free(md);
+                pcre2_code_free(re);
+                return nnt_err_set(err, NNT_ERR_PATH,
+                                   "path '%s': a part of %zu characters, longer than any block number or name (at "
+                                   "most %zu)", text, len, sizeof groups[g] - 1);
+            }
             memcpy(groups[g], text + ov[2 * g], len);
             groups[g][len] = '\0';
         }

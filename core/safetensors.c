@@ -111,13 +111,10 @@ static nnt_status parse_entry(const char *path, const cJSON *item, nnt_st_entry 
 nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return nnt_err_set(err, NNT_ERR_IO, "%s: not a regular file", path);
-    }
+    nnt_status opened = nnt_open_regular(path, &fd, &st, err);
+    if (opened != NNT_OK) return opened;
     size_t size = (size_t)st.st_size;
     if (size < 8) {
         close(fd);

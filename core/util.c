@@ -1,10 +1,13 @@
 /* util.c - small string and file helpers used across libnnt. */
+#include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -46,37 +49,81 @@ char *nnt_dirname(const char *path)
 int nnt_file_exists(const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0;
+}
+
+/* What a path that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a file";
+}
+
+nnt_status nnt_open_regular(const char *path, int *fd_out, struct stat *st_out, nnt_error *err)
+{
+    *fd_out = -1;
+    /* O_NONBLOCK: opening a FIFO with no writer (or a device that waits for a carrier) returns at
+     * once instead of waiting; O_NOCTTY: a terminal never becomes the controlling one */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return nnt_err_set(err, NNT_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return nnt_err_set(err, NNT_ERR_IO, "%s: not a regular file (%s)", path, file_kind(st.st_mode));
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return nnt_err_set(err, NNT_ERR_IO, "%s: cannot set blocking mode: %s", path, strerror(e));
+    }
+    if (st_out) *st_out = st;
+    *fd_out = fd;
+    return NNT_OK;
 }
 
 nnt_status nnt_read_file(const char *path, size_t max_bytes, char **text, size_t *len, nnt_error *err)
 {
     *text = NULL;
     if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open", path);
+    int fd;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return nnt_err_set(err, NNT_ERR_IO, "%s: not a regular file", path);
-    }
+    nnt_status status = nnt_open_regular(path, &fd, &st, err);
+    if (status != NNT_OK) return status;
     if ((uint64_t)st.st_size > (uint64_t)max_bytes) {
-        fclose(f);
+        close(fd);
         return nnt_err_set(err, NNT_ERR_FORMAT, "%s: %lld bytes, more than the %zu expected at most", path,
                            (long long)st.st_size, max_bytes);
     }
     size_t n = (size_t)st.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
-        fclose(f);
+        close(fd);
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "%s: no memory for %zu bytes", path, n);
     }
-    size_t got = fread(buf, 1, n, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || got != n) {
+    size_t got = 0;
+    int e = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) e = errno;
+        if (r <= 0) break; /* an error, or the file shrank since fstat */
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != n) {
         free(buf);
-        return nnt_err_set(err, NNT_ERR_IO, "%s: read %zu of %zu bytes", path, got, n);
+        return nnt_err_set(err, NNT_ERR_IO, "%s: read %zu of %zu bytes%s%s", path, got, n, e ? ": " : "",
+                           e ? strerror(e) : " (the file shrank while it was read)");
     }
     buf[n] = '\0';
     *text = buf;

@@ -9,43 +9,107 @@
  *   [backend.cpu]
  *   threads = 2              ; options handed to the backend as strings
  *
- * Relative paths are resolved against the INI file's directory. Every error names the file
- * and the line. */
+ * Relative paths are resolved against the INI file's directory. Lines may be of any length up to
+ * inih's limit (a comment line of any length); the first error stops the parse and is the one
+ * reported, with the file, its line and its message. */
+#include <ctype.h>
+#include <errno.h>
 #include <ini.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "../core/internal.h"
 
-/* inih in Debian is built without line numbers for handlers; a counting reader supplies them. */
+/* The lines inih sees come from this reader, which reads each line whole (getline, any length)
+ * and counts them, since Debian's inih gives handlers no line numbers. inih reads into a buffer
+ * of a size fixed when it was built (200 bytes in Debian's), and read by fgets a longer line
+ * would reach it in pieces, each piece parsed as a line of its own: the tail of a long comment
+ * could then be a `file = x.so` line. So a line that does not fit whole is never handed over in
+ * pieces: a whole-line comment (its first non-blank character ';' or '#') goes over as an empty
+ * line, which inih treats alike, and any other line ends the parse with an error naming its
+ * number. A line with a NUL byte is refused too (fgets-based reading would cut it there). */
 typedef struct line_reader {
     FILE *f;
+    char *buf; /* the current line, whole (getline's) */
+    size_t cap;
     int line;
     int section_line; /* line of the latest [section] header */
+    int stop;         /* set at the first error: no further line is handed to inih */
+    int err_line;     /* the reader's own error: its line and message */
+    char msg[512];
+    int read_errno;
 } line_reader;
 
-static char *read_line(char *buf, int size, void *stream)
+static char *read_line(char *out, int size, void *stream)
 {
     line_reader *lr = stream;
-    char *r = fgets(buf, size, lr->f);
-    if (r) {
-        lr->line++;
-        const char *p = r;
-        while (*p == ' ' || *p == '\t') p++;
-        if (*p == '[') lr->section_line = lr->line;
+    if (lr->stop) return NULL;
+    errno = 0;
+    ssize_t n = getline(&lr->buf, &lr->cap, lr->f);
+    if (n < 0) {
+        if (ferror(lr->f)) lr->read_errno = errno ? errno : EIO;
+        return NULL;
     }
-    return r;
+    lr->line++;
+    const char *p = lr->buf;
+    if (lr->line == 1 && n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3; /* a UTF-8 byte order mark */
+    while (*p && isspace((unsigned char)*p)) p++;
+    int comment = *p == ';' || *p == '#';
+    if (memchr(lr->buf, '\0', (size_t)n)) {
+        lr->err_line = lr->line;
+        snprintf(lr->msg, sizeof lr->msg, "the line holds a NUL byte (an INI file is text)");
+        lr->stop = 1;
+        return NULL;
+    }
+    if (size < 2 || (size_t)n > (size_t)size - 1) {
+        if (comment && size >= 2) {
+            out[0] = '\n';
+            out[1] = '\0';
+            return out;
+        }
+        lr->err_line = lr->line;
+        snprintf(lr->msg, sizeof lr->msg,
+                 "line of %zd characters; the INI reader takes lines of at most %d (only a comment line, starting "
+                 "with ';' or '#', may be longer)",
+                 n - (lr->buf[n - 1] == '\n'), size - 2);
+        lr->stop = 1;
+        return NULL;
+    }
+    if (*p == '[') lr->section_line = lr->line;
+    memcpy(out, lr->buf, (size_t)n + 1);
+    return out;
 }
 
 typedef struct parse_state {
     nnt_ini *ini;
     char *dir;
-    char msg[512];
     line_reader *lr;
-    int err_line; /* when nonzero, the line the error belongs to (a section header) */
+    /* the handler's first error: the line inih was on (fail_line), the line the message is
+     * about (err_line: the key's, or a section header's) and the message */
+    int fail_line, err_line;
+    char msg[512];
 } parse_state;
+
+/* Records the handler's first error and stops the parse there; returns 0 for inih. */
+static int handler_fail(parse_state *ps, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int handler_fail(parse_state *ps, int line, const char *fmt, ...)
+{
+    if (ps->fail_line) return 0;
+    ps->fail_line = ps->lr->line;
+    ps->err_line = line;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ps->msg, sizeof ps->msg, fmt, ap);
+    va_end(ap);
+    ps->lr->stop = 1;
+    return 0;
+}
 
 static int push_str(char ***arr, int **lines, int *n, char *value, int line)
 {
@@ -89,33 +153,29 @@ static int handler(void *user, const char *section, const char *name, const char
 {
     parse_state *ps = user;
     nnt_ini *ini = ps->ini;
+    int line = ps->lr->line;
     if (strcmp(section, "plugins") == 0) {
         if (!name) return 1;
         if (strcmp(name, "dir") == 0 || strcmp(name, "file") == 0) {
-            if (!*value) {
-                snprintf(ps->msg, sizeof ps->msg, "[plugins] %s needs a path", name);
-                return 0;
-            }
+            if (!*value) return handler_fail(ps, line, "[plugins] %s needs a path", name);
             char *path = nnt_path_join(ps->dir, value);
-            if (!path) return 0;
+            if (!path) return handler_fail(ps, line, "no memory");
             /* "<prefix>/share/nnt/../../lib/nnt/families" -> "<prefix>/lib/nnt/families" when it
              * exists (an installed INI names its plugins relative to itself) */
             char real[PATH_MAX];
             if ((strstr(path, "/../") || strstr(path, "/./")) && realpath(path, real)) {
                 free(path);
-                if (!(path = nnt_strdup(real))) return 0;
+                if (!(path = nnt_strdup(real))) return handler_fail(ps, line, "no memory");
             }
-            int rc = strcmp(name, "dir") == 0 ? push_str(&ini->dirs, &ini->dir_lines, &ini->n_dirs, path, ps->lr->line)
-                                              : push_str(&ini->files, &ini->file_lines, &ini->n_files, path, ps->lr->line);
+            int rc = strcmp(name, "dir") == 0 ? push_str(&ini->dirs, &ini->dir_lines, &ini->n_dirs, path, line)
+                                              : push_str(&ini->files, &ini->file_lines, &ini->n_files, path, line);
             if (rc != 0) {
                 free(path);
-                snprintf(ps->msg, sizeof ps->msg, "no memory");
-                return 0;
+                return handler_fail(ps, line, "no memory");
             }
             return 1;
         }
-        snprintf(ps->msg, sizeof ps->msg, "unknown key '%s' in [plugins] (expected dir or file)", name);
-        return 0;
+        return handler_fail(ps, line, "unknown key '%s' in [plugins] (expected dir or file)", name);
     }
     const char *dot = strchr(section, '.');
     if (dot && (strncmp(section, "family.", 7) == 0 || strncmp(section, "backend.", 8) == 0)) {
@@ -123,81 +183,78 @@ static int handler(void *user, const char *section, const char *name, const char
         size_t kn = (size_t)(dot - section);
         memcpy(kind, section, kn);
         kind[kn] = '\0';
-        if (!valid_name(dot + 1)) {
-            snprintf(ps->msg, sizeof ps->msg, "section [%s]: '%s' is not a plugin name ([a-z0-9_]+)", section, dot + 1);
-            return 0;
-        }
+        if (!valid_name(dot + 1))
+            return handler_fail(ps, ps->lr->section_line, "section [%s]: '%s' is not a plugin name ([a-z0-9_]+)",
+                                section, dot + 1);
         nnt_ini_section *s = section_get(ini, kind, dot + 1, ps->lr->section_line);
-        if (!s) {
-            snprintf(ps->msg, sizeof ps->msg, "no memory");
-            return 0;
-        }
+        if (!s) return handler_fail(ps, line, "no memory");
         if (!name) return 1;
-        if (strcmp(kind, "family") == 0 && strcmp(name, "backend") != 0 && strcmp(name, "precision") != 0) {
-            snprintf(ps->msg, sizeof ps->msg, "unknown key '%s' in [%s] (expected backend or precision)", name, section);
-            return 0;
-        }
-        if (strcmp(kind, "family") == 0 && !valid_name(value)) {
-            snprintf(ps->msg, sizeof ps->msg, "[%s] backend = '%s' is not a backend name ([a-z0-9_]+)", section, value);
-            return 0;
-        }
+        if (strcmp(kind, "family") == 0 && strcmp(name, "backend") != 0 && strcmp(name, "precision") != 0)
+            return handler_fail(ps, line, "unknown key '%s' in [%s] (expected backend or precision)", name, section);
+        if (strcmp(kind, "family") == 0 && !valid_name(value))
+            return handler_fail(ps, line, "[%s] %s = '%s' is not a %s name ([a-z0-9_]+)", section, name, value,
+                                strcmp(name, "backend") == 0 ? "backend" : "precision");
         for (int i = 0; i < s->n_kv; i++)
-            if (strcmp(s->kv[i].key, name) == 0) {
-                snprintf(ps->msg, sizeof ps->msg, "key '%s' appears twice in [%s]", name, section);
-                return 0;
-            }
+            if (strcmp(s->kv[i].key, name) == 0)
+                return handler_fail(ps, line, "key '%s' appears twice in [%s] (first at line %d)", name, section,
+                                    s->kv[i].line);
         nnt_kv *g = realloc(s->kv, (size_t)(s->n_kv + 1) * sizeof *g);
-        if (!g) return 0;
+        if (!g) return handler_fail(ps, line, "no memory");
         s->kv = g;
         s->kv[s->n_kv].key = nnt_strdup(name);
         s->kv[s->n_kv].value = nnt_strdup(value);
-        s->kv[s->n_kv].line = ps->lr->line;
+        s->kv[s->n_kv].line = line;
         s->n_kv++;
         return 1;
     }
-    if (!section[0]) {
-        snprintf(ps->msg, sizeof ps->msg, "'%s = %s' comes before any section (expected [plugins], [family.NAME] or "
-                 "[backend.NAME] first)", name, value);
-        return 0;
-    }
-    snprintf(ps->msg, sizeof ps->msg, "unknown section [%s] (expected [plugins], [family.NAME] or [backend.NAME])",
-             section);
-    ps->err_line = ps->lr->section_line;
-    return 0;
+    if (!section[0])
+        return handler_fail(ps, line, "'%s = %s' comes before any section (expected [plugins], [family.NAME] or "
+                            "[backend.NAME] first)", name, value);
+    return handler_fail(ps, ps->lr->section_line,
+                        "unknown section [%s] (expected [plugins], [family.NAME] or [backend.NAME])", section);
 }
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)
 {
     *out = NULL;
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-        return nnt_err_set(err, NNT_ERR_IO, "%s: the configuration must be a file (an INI file), not a directory or device",
-                           path);
-    FILE *f = fopen(path, "r");
-    if (!f) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open the configuration file", path);
+    int fd;
+    nnt_status st = nnt_open_regular(path, &fd, NULL, err);
+    if (st != NNT_OK) return st;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open the configuration file", path);
+    }
     nnt_ini *ini = calloc(1, sizeof *ini);
     if (!ini) {
         fclose(f);
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     ini->path = nnt_strdup(path);
-    line_reader lr = {f, 0, 0};
-    parse_state ps = {ini, nnt_dirname(path), "", &lr, 0};
+    line_reader lr = {.f = f};
+    parse_state ps = {.ini = ini, .dir = nnt_dirname(path), .lr = &lr};
     int rc = ini_parse_stream(read_line, &lr, handler, &ps);
-    if (rc != 0) {
-        fclose(f);
-        free(ps.dir);
-        nnt_status st;
-        if (rc < 0)
-            st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot read", path);
-        else
-            st = nnt_err_set(err, NNT_ERR_CONFIG, "%s:%d: %s", path, ps.err_line ? ps.err_line : rc,
-                             ps.msg[0] ? ps.msg : "syntax error (expected [section], key = value, or a ; comment)");
+    fclose(f);
+    free(lr.buf);
+    free(ps.dir);
+    /* One error, the first in the file, with its own line and message. The parse stops at the
+     * reader's or the handler's first error; inih itself goes on after a syntax error and
+     * returns the line of the first error it met (0: none), which can only come before a stop. */
+    if (rc < 0)
+        st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot read (inih could not allocate its line)", path);
+    else if (rc > 0 && rc != ps.fail_line)
+        st = nnt_err_set(err, NNT_ERR_CONFIG, "%s:%d: syntax error (expected [section], key = value, or a ; comment)",
+                         path, rc);
+    else if (ps.fail_line)
+        st = nnt_err_set(err, NNT_ERR_CONFIG, "%s:%d: %s", path, ps.err_line, ps.msg);
+    else if (lr.err_line)
+        st = nnt_err_set(err, NNT_ERR_CONFIG, "%s:%d: %s", path, lr.err_line, lr.msg);
+    else if (lr.read_errno)
+        st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot read after line %d: %s", path, lr.line, strerror(lr.read_errno));
+    if (st != NNT_OK) {
         nnt_ini_free(ini);
         return st;
     }
-    fclose(f);
-    free(ps.dir);
     *out = ini;
     return NNT_OK;
 }

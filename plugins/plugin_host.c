@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../core/internal.h"
 
@@ -175,8 +176,13 @@ static nnt_status plugin_open(const char *file, nnt_plugin **out, nnt_plugin_war
 {
     *out = NULL;
     struct stat sb;
-    if (stat(file, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return nnt_err_set(err, NNT_ERR_IO, "%s: plugin file does not exist", file);
+    if (stat(file, &sb) != 0) return nnt_err_set(err, NNT_ERR_IO, "%s: plugin file does not exist", file);
+    /* a regular file (checked as every input is, without blocking on a FIFO); dlopen then maps
+     * it by name, and runs its initialisers as it does */
+    int fd;
+    nnt_status regular = nnt_open_regular(file, &fd, NULL, err);
+    if (regular != NNT_OK) return regular;
+    close(fd);
     /* RTLD_NODELETE: a backend may leave worker threads (OpenMP, OpenBLAS) that must never
      * outlive their code, so plugin code stays mapped after dlclose. */
     void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# cli_test.sh NNT MODEL_DIR TMP - checks the `nnt` command line end to end on the embedded model:
+# cli_test.sh NNT MODEL_DIR TMP FIXTURES WRITE_SHIM - checks the `nnt` command line end to end on the embedded model:
 # outputs, exit codes and error messages.
 set -u
-nnt=$1 model=$2 tmp=$3 fixtures=$4
+nnt=$1 model=$2 tmp=$3 fixtures=$4 shim=$5
 mkdir -p "$tmp"
 fails=0
 prompt=$(cat "$model/prompt.txt")
@@ -212,7 +212,7 @@ check "'generated' in a single forward" 1 "position 'generated' names no token o
   "$nnt" trace --model "$model" --tokens "1 2 3" --steer-positions generated --steer "0=$vec"
 check "a steering position no generation step reaches" 1 "position 5 names no token processed at steps 0..2: .* up to position 4 at step 2" \
   "$nnt" generate --model "$model" --tokens "1 2 3" --max-new-tokens 3 --steer-positions 5 --steer "0=$vec"
-check "a bad steering position" 2 "--steer-positions: positions '0,x': 'x' is neither an integer" \
+check "a bad steering position" 2 "nnt: --steer-positions 0,x: 'x' is neither an integer in -2147483645..2147483647 nor one of prompt, generated, all" \
   "$nnt" trace --model "$model" --tokens "1 2 3" --steer-positions 0,x --steer "0=$vec"
 check "a key before any INI section" 1 "comes before any section" \
   bash -c "printf 'threads = 2\n' > '$tmp/nosect.ini'; '$nnt' plugins --config '$tmp/nosect.ini'"
@@ -266,7 +266,7 @@ check "--prompt and --tokens together" 2 "--tokens cannot be mixed with --prompt
   "$nnt" trace --model "$model" --prompt "We" --tokens "1 2"
 check "--prompt on a folder without a tokenizer" 1 "minimax_m2/fp32: .*neither tokenizer.json nor tiktoken.model" \
   "$nnt" trace --model "$fixtures/minimax_m2/fp32" --prompt "We the people"
-check "a missing --prompt-file" 1 "--prompt-file $tmp/none.txt: No such file" \
+check "a missing --prompt-file" 1 "--prompt-file $tmp/none.txt: cannot open: No such file" \
   "$nnt" generate --model "$model" --prompt-file "$tmp/none.txt" --max-new-tokens 2
 check "a prompt with no token" 1 "--prompt row 0 encodes to no token" "$nnt" trace --model "$model" --prompt ""
 # the tiny weights with the byte-fallback tokenizer (800 ids): ids past the model's 256 are refused
@@ -303,5 +303,143 @@ check "--stop-id outside the vocabulary" 1 "--stop-id 300 is outside the model's
   "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 2 --stop-id 300
 check "--ignore-eos belongs to generate" 2 "--ignore-eos is an option of generate" \
   "$nnt" trace --model "$model" --prompt "We" --ignore-eos
+
+# --- hostile and changing inputs (issue 14) ---
+# a FIFO in the place of any input file: an error naming it at once, never a hang (timeout: a
+# hang fails the check with status 124)
+fifo_folder() { # DIR FIFO_NAME FILES...: a model folder of links to the tiny model's files, one name a FIFO
+  local dir=$1 name=$2; shift 2
+  rm -rf "$dir" && mkdir -p "$dir"
+  for f in "$@"; do ln -s "$(cd "$model" && pwd)/$f" "$dir/$f"; done
+  mkfifo "$dir/$name"
+}
+fifo_folder "$tmp/fifo_config" config.json model.safetensors tokenizer.json
+check "a FIFO config.json" 1 "cannot load the model: $tmp/fifo_config/config.json: not a regular file \(a FIFO\)" \
+  timeout 60 "$nnt" trace --model "$tmp/fifo_config" --tokens "1 2"
+fifo_folder "$tmp/fifo_index" model.safetensors.index.json config.json
+check "a FIFO index" 1 "$tmp/fifo_index/model.safetensors.index.json: not a regular file \(a FIFO\)" \
+  timeout 60 "$nnt" trace --model "$tmp/fifo_index" --tokens "1 2"
+fifo_folder "$tmp/fifo_tok" tokenizer.json config.json model.safetensors
+check "a FIFO tokenizer.json" 1 "$tmp/fifo_tok/tokenizer.json: not a regular file \(a FIFO\)" \
+  timeout 60 "$nnt" trace --model "$tmp/fifo_tok" --prompt "We"
+rm -f "$tmp/fifo.safetensors" "$tmp/fifo.txt" "$tmp/fifo.ini"
+mkfifo "$tmp/fifo.safetensors" "$tmp/fifo.txt" "$tmp/fifo.ini"
+check "a FIFO --set file" 1 "nnt: error: --set: $tmp/fifo.safetensors: not a regular file \(a FIFO\)" \
+  timeout 60 "$nnt" trace --model "$model" --tokens "1 2" --set "layers.0.layer_output=$tmp/fifo.safetensors"
+check "a FIFO --steer file" 1 "nnt: error: --steer: $tmp/fifo.safetensors: not a regular file \(a FIFO\)" \
+  timeout 60 "$nnt" trace --model "$model" --tokens "1 2" --steer "0=$tmp/fifo.safetensors:v"
+check "a FIFO --prompt-file" 1 "--prompt-file $tmp/fifo.txt: not a regular file \(a FIFO\)" \
+  timeout 60 "$nnt" trace --model "$model" --prompt-file "$tmp/fifo.txt"
+check "a FIFO --config" 1 "cannot start: $tmp/fifo.ini: not a regular file \(a FIFO\)" \
+  timeout 60 "$nnt" plugins --config "$tmp/fifo.ini"
+
+# --out never replaces an input of the run (a copy of the model folder: a failure must not cost
+# the source tree its weights); the file is unchanged afterwards
+sum() { sha256sum "$1" | cut -d' ' -f1; }
+rm -rf "$tmp/own" && cp -r "$model" "$tmp/own"
+before=$(sum "$tmp/own/model.safetensors")
+check "--out at the model's own model.safetensors" 2 \
+  "nnt: --out $tmp/own/model.safetensors: is a file of the model folder, an input of this run" \
+  "$nnt" trace --model "$tmp/own" --tokens "$prompt" --save layers.0.layer_output --out "$tmp/own/model.safetensors"
+same "model.safetensors unchanged after --out named it" "$before" "$(sum "$tmp/own/model.safetensors")"
+ln -sf "$(cd "$tmp/own" && pwd)/model.safetensors" "$tmp/alias.safetensors"
+check "--out through a link to the model's weights" 2 \
+  "nnt: --out $tmp/alias.safetensors: is the same file as $tmp/own/model.safetensors \(a file of the model folder\)" \
+  "$nnt" trace --model "$tmp/own" --tokens "$prompt" --save layers.0.layer_output --out "$tmp/alias.safetensors"
+check "--out at config.json" 2 "is a file of the model folder, an input of this run" \
+  "$nnt" lens --model "$tmp/own" --tokens "1 2" --out "$tmp/own/config.json"
+same "model.safetensors unchanged after --out named it through a link" "$before" "$(sum "$tmp/own/model.safetensors")"
+cp "$tmp/cli.safetensors" "$tmp/addin.safetensors"
+before=$(sum "$tmp/addin.safetensors")
+check "--out at an --add input" 2 "nnt: --out $tmp/addin.safetensors: is the --add file, an input of this run" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --add "layers.1.layer_output=$tmp/addin.safetensors:layers.2.layer_output" \
+  --save layers.1.layer_output --out "$tmp/addin.safetensors"
+same "the --add input unchanged after --out named it" "$before" "$(sum "$tmp/addin.safetensors")"
+printf 'We the people' > "$tmp/prompt.txt"
+check "--out at the --prompt-file" 2 "is the --prompt-file file, an input of this run" \
+  "$nnt" generate --model "$model" --prompt-file "$tmp/prompt.txt" --max-new-tokens 1 --save logits --out "$tmp/prompt.txt"
+ini_with "" > "$tmp/self.ini"
+check "--out at the INI" 2 "is the INI configuration, an input of this run" \
+  "$nnt" trace --config "$tmp/self.ini" --model "$model" --tokens "1 2" --save logits --out "$tmp/self.ini"
+# refused at argument checking: the model folder is not even looked at
+check "--out \"\" refused before anything runs" 2 "nnt: --out: the path is empty" \
+  "$nnt" trace --model "$tmp/nope" --tokens "1 2" --out ""
+
+# the write of --out never leaves its temporary file: not after a failed write, not after a
+# SIGTERM or SIGINT in the middle of it (tests/cli_write_shim.c fails or interrupts the fsync
+# before the rename); the signal still ends the run, once the file is complete
+preload() { env LD_PRELOAD="$shim" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" "$@"; }
+rm -f "$tmp"/w_*
+check "a failed write of --out" 1 "nnt: error: --out: $tmp/w_fail.safetensors: write failed: Input/output error" \
+  preload NNT_TEST_FSYNC=fail "$nnt" trace --model "$model" --tokens "1 2" --save logits --out "$tmp/w_fail.safetensors"
+check "SIGTERM during the write of --out ends the run" 143 "saved values" \
+  preload NNT_TEST_FSYNC=term "$nnt" trace --model "$model" --tokens "1 2" --save logits --out "$tmp/w_term.safetensors"
+check "SIGINT during the write of lens --out ends the run" 130 "logit lens" \
+  preload NNT_TEST_FSYNC=int "$nnt" lens --model "$model" --tokens "1 2" --out "$tmp/w_int.safetensors"
+same "no temporary file left by a failed or interrupted write" "w_int.safetensors w_term.safetensors" \
+  "$(cd "$tmp" && echo w_*)"
+check "the interrupted write is complete" 0 "logits +\[1, 2, 256\] +F32" \
+  "$nnt" trace --model "$model" --tokens "1 2" --set "logits=$tmp/w_term.safetensors:logits" --save logits
+
+# numbers: the whole argument, in range, or an error naming the option and the value
+check "--skip-layers 0:4294967297" 2 "nnt: --skip-layers 0:4294967297: '4294967297' is not an integer in 0..2147483647" \
+  "$nnt" trace --model "$model" --tokens "1 2" --skip-layers 0:4294967297
+check "--ablate-expert past int" 2 "nnt: --ablate-expert 1:4294967300: '4294967300' is not an integer in 0..2147483647" \
+  "$nnt" trace --model "$model" --tokens "1 2" --ablate-expert 1:4294967300
+check "--steer past int" 2 "nnt: --steer 4294967296: '4294967296' is not an integer in 0..2147483647" \
+  "$nnt" trace --model "$model" --tokens "1 2" --steer "4294967296=$vec"
+check "--steer-positions past int" 2 "nnt: --steer-positions 0,4294967295: '4294967295' is neither an integer in -2147483645..2147483647" \
+  "$nnt" trace --model "$model" --tokens "1 2" --steer-positions 0,4294967295 --steer "0=$vec"
+check "--steer-positions with an empty item" 2 "nnt: --steer-positions 1,,2: '' is neither an integer" \
+  "$nnt" trace --model "$model" --tokens "1 2" --steer-positions 1,,2 --steer "0=$vec"
+check "--steps past int" 2 "nnt: --steps 4294967297: '4294967297' is not an integer in 0..2147483647" \
+  "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 2 --steps 4294967297
+check "trailing characters" 2 "nnt: --max-new-tokens: '3x' is not an integer in 1..1000000" \
+  "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 3x
+check "a blank before a number" 2 "nnt: --skip-layers  1:2: ' 1' is not an integer" \
+  "$nnt" trace --model "$model" --tokens "1 2" --skip-layers " 1:2"
+check "--seed below zero" 2 "nnt: --seed: '-1' is not an integer in 0..18446744073709551615" \
+  "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 2 --temperature 1 --seed -1
+check "--tokens past int" 2 "nnt: --tokens: '4294967297' is not a token id \(an integer in 0..2147483647\)" \
+  "$nnt" trace --model "$model" --tokens "1, 4294967297"
+check "--seed past 2^64" 2 "nnt: --seed: '18446744073709551616' is not an integer" \
+  "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 2 --temperature 1 --seed 18446744073709551616
+check "--scale 1e39" 2 "nnt: --scale logits=1e39: '1e39' is not a finite number with \|F\| <= 1e6" \
+  "$nnt" trace --model "$model" --tokens "1 2" --scale logits=1e39
+check "--scale nan" 2 "'nan' is not a finite number" "$nnt" trace --model "$model" --tokens "1 2" --scale logits=nan
+check "--steer-factor 1e39" 2 "nnt: --steer-factor: '1e39' is not a finite number with \|F\| <= 1e6" \
+  "$nnt" trace --model "$model" --tokens "1 2" --steer-factor 1e39 --steer "0=$vec"
+check "--steer-factor inf" 2 "'inf' is not a finite number" \
+  "$nnt" trace --model "$model" --tokens "1 2" --steer-factor inf --steer "0=$vec"
+check "--temperature inf" 2 "nnt: --temperature: 'inf' is not a number in 0..1e6" \
+  "$nnt" generate --model "$model" --tokens "1 2" --max-new-tokens 2 --temperature inf
+# arguments longer than 63 characters are read whole: a 70-character START:END is 1:2 ...
+long="1:$(printf '0%.0s' $(seq 67))2"
+same "a 70-character argument is read whole" "${#long} $skipped" \
+  "70 $("$nnt" trace --model "$model" --tokens "$prompt" --skip-layers "$long" | tail -1)"
+# ... and a 70-character one that is wrong past its 63rd character is refused, not cut
+long="0:$(printf '0%.0s' $(seq 67))x"
+check "a 70-character argument wrong at its end" 2 "nnt: --skip-layers $long: '$(printf '0%.0s' $(seq 67))x' is not an integer" \
+  "$nnt" trace --model "$model" --tokens "1 2" --skip-layers "$long"
+check "a value path with a 130-digit block number" 1 "a part of 131 characters, longer than any block number or name" \
+  "$nnt" trace --model "$model" --tokens "1 2" --save "layers.$(printf '0%.0s' $(seq 130))1.layer_output"
+
+# INI: a 300-character comment ending in `file = x.so` is a comment (read in 200-byte pieces, its
+# tail was a line that loaded x.so); a long line that is not a comment is refused with its number
+{ printf '; %s file = x.so\n' "$(printf 'c%.0s' $(seq 286))"; ini_with ""; } > "$tmp/longcomment.ini"
+same "the INI's comment line is 300 characters" 300 "$(head -1 "$tmp/longcomment.ini" | tr -d '\n' | wc -c)"
+check "a 300-character INI comment ending in file = x.so" 0 "family +minimax_m2 +cpu" \
+  "$nnt" plugins --config "$tmp/longcomment.ini"
+if "$nnt" plugins --config "$tmp/longcomment.ini" 2>&1 | grep -q "x\.so"; then
+  echo "FAIL the comment's x.so was read"; fails=$((fails + 1)); else echo "ok   the comment's x.so is not read"; fi
+{ printf '[plugins]\ndir = %s\n' "$(printf 'd%.0s' $(seq 300))"; } > "$tmp/longline.ini"
+check "a 306-character INI line" 1 "longline.ini:2: line of 306 characters; the INI reader takes lines of at most 198" \
+  "$nnt" plugins --config "$tmp/longline.ini"
+printf '[plugins]\nbad = 1\nworse = 2\n' > "$tmp/two.ini"
+check "an INI with two errors: the first, with its line" 1 "two.ini:2: unknown key 'bad' in \[plugins\]" \
+  "$nnt" plugins --config "$tmp/two.ini"
+printf '[plugins]\nno equals sign\n[bogus]\nx = 1\n' > "$tmp/two2.ini"
+check "an INI with a syntax error first: its line, its message" 1 "two2.ini:2: syntax error \(expected" \
+  "$nnt" plugins --config "$tmp/two2.ini"
 
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

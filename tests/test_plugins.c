@@ -453,6 +453,79 @@ static void test_ini_errors(void)
     expect("option.ini", ini, NNT_ERR_CONFIG, "unknown option 'turbo'");
 }
 
+/* Lines longer than inih's buffer, and files with more than one error (issue 14) */
+static void test_ini_long_lines_and_first_error(void)
+{
+    /* a 300-character comment ending in `file = x.so`: read in 200-byte pieces, its tail was a
+     * line of its own and the plugin it names was loaded; a comment line of any length is
+     * nothing */
+    char text[1024], tail[400];
+    memset(tail, 'c', 300 - strlen("; ") - strlen(" file = /nonexistent/x.so"));
+    tail[300 - strlen("; ") - strlen(" file = /nonexistent/x.so")] = '\0';
+    snprintf(text, sizeof text, "[plugins]\n; %s file = /nonexistent/x.so\n# %s file = /nonexistent/x.so\n", tail, tail);
+    CU_ASSERT_EQUAL(strcspn(strchr(text, ';'), "\n"), 300); /* the comment line: 300 characters */
+    nnt_runtime *rt = NULL;
+    nnt_status st = open_with("longcomment.ini", text, &rt);
+    if (st != NNT_OK) fprintf(stderr, "\n  longcomment.ini: %s\n", nnt_last_error(rt));
+    CU_ASSERT_EQUAL(st, NNT_OK);
+    const char *kind, *name, *file, *detail;
+    CU_ASSERT_FALSE(nnt_runtime_plugin(rt, 0, &kind, &name, &file, &detail)); /* no plugin at all */
+    nnt_runtime_close(rt);
+    /* any other line that does not fit is refused with its number, never cut into lines */
+    snprintf(text, sizeof text, "[plugins]\n\ndir = /%s\n", tail);
+    char want[128];
+    snprintf(want, sizeof want, "longvalue.ini:3: line of %zu characters; the INI reader takes lines of at most 198",
+             strlen("dir = /") + strlen(tail));
+    expect("longvalue.ini", text, NNT_ERR_CONFIG, want);
+    /* 198 characters and the newline is the longest line inih reads whole: accepted (an unknown
+     * key, reported as such, shows that it was parsed as one line) */
+    memset(tail, 'k', 198 - strlen(" = 1"));
+    tail[198 - strlen(" = 1")] = '\0';
+    snprintf(text, sizeof text, "[plugins]\n%s = 1\n", tail);
+    snprintf(want, sizeof want, "fits.ini:2: unknown key '%.20s", tail);
+    expect("fits.ini", text, NNT_ERR_CONFIG, want);
+    /* a NUL byte (written by hand: the text helper stops at one) */
+    char path[768];
+    snprintf(path, sizeof path, "%s/nul.ini", t_tmpdir());
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    fwrite("[plugins]\nfile = a\0b\n", 1, 21, f);
+    fclose(f);
+    rt = NULL;
+    CU_ASSERT_EQUAL(nnt_runtime_open(path, &rt), NNT_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_last_error(rt), "nul.ini:2: the line holds a NUL byte"));
+    nnt_runtime_close(rt);
+    /* two errors: the first one's own line and its own message */
+    expect("twoerrors.ini", "[plugins]\nbad = 1\nworse = 2\n", NNT_ERR_CONFIG,
+           "twoerrors.ini:2: unknown key 'bad' in [plugins]");
+    expect("syntaxfirst.ini", "[plugins]\nno equals sign\n[bogus]\nx = 1\n", NNT_ERR_CONFIG,
+           "syntaxfirst.ini:2: syntax error");
+    expect("keyfirst.ini", "[bogus]\nx = 1\nno equals sign\n", NNT_ERR_CONFIG, "keyfirst.ini:1: unknown section [bogus]");
+    expect("dupline.ini", "[family.x]\nbackend = cpu\n\nbackend = cuda\n", NNT_ERR_CONFIG,
+           "dupline.ini:4: key 'backend' appears twice in [family.x] (first at line 2)");
+}
+
+/* The INI and a plugin named by `file =` that are FIFOs are refused at once (issue 14) */
+static void test_ini_fifo(void)
+{
+    char fifo[768];
+    snprintf(fifo, sizeof fifo, "%s/fifo.ini", t_tmpdir());
+    unlink(fifo);
+    CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+    nnt_runtime *rt = NULL;
+    CU_ASSERT_EQUAL(nnt_runtime_open(fifo, &rt), NNT_ERR_IO);
+    char want[900];
+    snprintf(want, sizeof want, "%s: not a regular file (a FIFO)", fifo);
+    if (!strstr(nnt_last_error(rt), want)) fprintf(stderr, "\n  fifo.ini: %s\n", nnt_last_error(rt));
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_last_error(rt), want));
+    nnt_runtime_close(rt);
+    char text[1024];
+    snprintf(text, sizeof text, "[plugins]\nfile = %s\n", fifo);
+    snprintf(want, sizeof want, "fifoplugin.ini:2: %s: not a regular file (a FIFO)", fifo);
+    expect("fifoplugin.ini", text, NNT_ERR_IO, want);
+    unlink(fifo);
+}
+
 /* NNT_CONFIG is used when no path is given */
 static void test_env_config(void)
 {
@@ -488,6 +561,8 @@ int register_tests(void)
                      test_scanned_dir_skips_broken) ||
         !CU_add_test(s, "a broken default backend fails only where it is needed", test_broken_default_backend) ||
         !CU_add_test(s, "INI errors name the file and line", test_ini_errors) ||
+        !CU_add_test(s, "INI lines of any length; the first error reported", test_ini_long_lines_and_first_error) ||
+        !CU_add_test(s, "an INI or a plugin that is a FIFO", test_ini_fifo) ||
         !CU_add_test(s, "NNT_CONFIG and the build-tree default", test_env_config))
         return -1;
     return 0;

@@ -346,6 +346,16 @@ nnt_status nnt_safetensors_read(nnt_runtime *rt, const char *file, const char *k
  * NNT_ERR_IO naming the file, NNT_ERR_INVALID_ARGUMENT for duplicate keys or device tensors. */
 nnt_status nnt_safetensors_write(nnt_runtime *rt, const char *file, int n, const char *const *keys,
                                  const nnt_tensor *tensors);
+/* ---- files ---- */
+/* Reads the whole of file `path` (at most max_bytes bytes) into a new NUL-terminated buffer
+ * *text (the caller frees it with free()); *len (may be NULL) gets the byte count, NUL not
+ * counted. The file is opened as libnnt opens every input: without blocking and checked to be a
+ * regular file before a byte is read, so a FIFO, directory or device is refused at once rather
+ * than waited on. Errors (err->msg names the file): NNT_ERR_IO ("PATH: cannot open: REASON",
+ * "PATH: not a regular file (a FIFO)", a short read), NNT_ERR_FORMAT (larger than max_bytes),
+ * NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_read_file(const char *path, size_t max_bytes, char **text, size_t *len, nnt_error *err);
+
 /* Allocates a host tensor (zeroed). */
 nnt_status nnt_tensor_alloc(nnt_tensor *t, nnt_dtype dtype, int ndim, const int64_t *shape);
 void nnt_tensor_free(nnt_tensor *t);
