@@ -35,6 +35,41 @@ static int json_uint(const cJSON *v, uint64_t *out)
     return 1;
 }
 
+/* JSON's whitespace (RFC 8259): space, tab, line feed, carriage return */
+static int is_json_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* The optional "__metadata__" entry: at most one, an object of strings (or null), as the format
+ * defines it. */
+static nnt_status check_metadata(const char *path, const cJSON *meta, int nth, nnt_error *err)
+{
+    if (nth > 1) return nnt_err_set(err, NNT_ERR_FORMAT, "%s: '__metadata__' appears twice in the header", path);
+    if (cJSON_IsNull(meta)) return NNT_OK;
+    if (!cJSON_IsObject(meta))
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: '__metadata__' is not an object of strings", path);
+    for (const cJSON *v = meta->child; v; v = v->next)
+        if (!cJSON_IsString(v))
+            return nnt_err_set(err, NNT_ERR_FORMAT, "%s: '__metadata__' value '%s' is not a string", path, v->string);
+    return NNT_OK;
+}
+
+/* A field the format defines (dtype, shape, data_offsets) given twice in one entry: cJSON keeps
+ * both and its look-up finds the first, while other readers may take the last. Other fields are
+ * ignored, as the format's reference reader ignores them. */
+static nnt_status known_fields_once(const char *path, const cJSON *item, nnt_error *err)
+{
+    static const char *const known[3] = {"dtype", "shape", "data_offsets"};
+    int seen[3] = {0, 0, 0};
+    for (const cJSON *f = item->child; f; f = f->next)
+        for (int k = 0; k < 3; k++)
+            if (f->string && strcmp(f->string, known[k]) == 0 && ++seen[k] > 1)
+                return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' gives '%s' twice in the header", path,
+                                   item->string, known[k]);
+    return NNT_OK;
+}
+
 static int cmp_name(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -46,6 +81,8 @@ static nnt_status parse_entry(const char *path, const cJSON *item, nnt_st_entry 
     const char *name = item->string;
     if (!cJSON_IsObject(item))
         return nnt_err_set(err, NNT_ERR_FORMAT, "%s: header entry '%s' is not an object", path, name);
+    nnt_status dup = known_fields_once(path, item, err);
+    if (dup != NNT_OK) return dup;
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
@@ -152,15 +189,34 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
                              path, (unsigned long long)hlen, MAX_HEADER_BYTES);
         goto fail;
     }
+    /* the header is one JSON object; the format lets JSON whitespace pad it (its writers pad
+     * with spaces to a multiple of 8 bytes), and nothing else may stand before or after it */
+    const char *htext = (const char *)bytes + 8;
+    size_t lead = 0;
+    while (lead < hlen && is_json_space(htext[lead])) lead++;
+    if (lead == hlen || htext[lead] != '{') {
+        status = nnt_err_set(err, NNT_ERR_FORMAT,
+                             "%s: malformed header JSON (expected an object; header byte %zu is not '{')", path,
+                             lead);
+        goto fail;
+    }
     const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts((const char *)bytes + 8, (size_t)hlen, &end, 0);
+    root = cJSON_ParseWithLengthOpts(htext + lead, (size_t)hlen - lead, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
-        long off = (root || !end) ? 0 : (long)(end - (const char *)bytes - 8);
+        long off = (root || !end) ? 0 : (long)(end - htext);
         status = nnt_err_set(err, NNT_ERR_FORMAT,
                              "%s: malformed header JSON (expected an object; parse stopped near header byte %ld)",
                              path, off);
         goto fail;
     }
+    for (size_t i = (size_t)(end - htext); i < hlen; i++)
+        if (!is_json_space(htext[i])) {
+            status = nnt_err_set(err, NNT_ERR_FORMAT,
+                                 "%s: header byte %zu (0x%02x) follows the header's JSON object; only JSON "
+                                 "whitespace may pad the header",
+                                 path, i, (unsigned)(uint8_t)htext[i]);
+            goto fail;
+        }
     f->data = bytes + 8 + hlen;
     f->data_size = size - 8 - hlen;
     int n = cJSON_GetArraySize(root);
@@ -169,8 +225,13 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
         status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         goto fail;
     }
+    int n_meta = 0;
     for (const cJSON *item = root->child; item; item = item->next) {
-        if (item->string && strcmp(item->string, "__metadata__") == 0) continue;
+        if (item->string && strcmp(item->string, "__metadata__") == 0) {
+            status = check_metadata(path, item, ++n_meta, err);
+            if (status != NNT_OK) goto fail;
+            continue;
+        }
         status = parse_entry(path, item, &f->entries[f->n_entries], f->data_size, err);
         if (status != NNT_OK) goto fail;
         f->n_entries++;
@@ -192,8 +253,12 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
             }
         free(names);
     }
-    /* overlap check on a copy sorted by offset */
-    if (f->n_entries > 1) {
+    /* the tensors tile the data section, as the format requires: sorted by offset, each begins
+     * where the previous one ends (no overlap, no unused gap; an empty tensor sits at the offset
+     * where it stands), and the last ends at the end of the file */
+    uint64_t reach = 0;
+    const char *last = NULL; /* the tensor ending at reach (an entry's name, owned by f) */
+    if (f->n_entries > 0) {
         nnt_st_entry *sorted = malloc((size_t)f->n_entries * sizeof *sorted);
         if (!sorted) {
             status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
@@ -201,23 +266,36 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
         }
         memcpy(sorted, f->entries, (size_t)f->n_entries * sizeof *sorted);
         qsort(sorted, (size_t)f->n_entries, sizeof *sorted, cmp_begin);
-        /* every non-empty tensor against the furthest-reaching one before it (an empty tensor
-         * between two overlapping ones must not hide the overlap) */
-        int far = -1;
-        for (int i = 0; i < f->n_entries; i++) {
-            if (sorted[i].end == sorted[i].begin) continue;
-            if (far >= 0 && sorted[i].begin < sorted[far].end) {
+        int prev = -1; /* the last tensor with bytes, whose end is reach */
+        for (int i = 0; i < f->n_entries && status == NNT_OK; i++) {
+            const nnt_st_entry *e = &sorted[i];
+            if (e->begin < reach)
                 status = nnt_err_set(err, NNT_ERR_FORMAT,
                                      "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap in the data section",
-                                     path, sorted[far].name, (unsigned long long)sorted[far].begin,
-                                     (unsigned long long)sorted[far].end, sorted[i].name,
-                                     (unsigned long long)sorted[i].begin, (unsigned long long)sorted[i].end);
-                free(sorted);
-                goto fail;
+                                     path, sorted[prev].name, (unsigned long long)sorted[prev].begin,
+                                     (unsigned long long)sorted[prev].end, e->name, (unsigned long long)e->begin,
+                                     (unsigned long long)e->end);
+            else if (e->begin > reach)
+                status = nnt_err_set(err, NNT_ERR_FORMAT,
+                                     "%s: data-section bytes [%llu, %llu) before tensor '%s' belong to no tensor "
+                                     "(the format leaves no gaps)",
+                                     path, (unsigned long long)reach, (unsigned long long)e->begin, e->name);
+            else if (e->end > e->begin) {
+                reach = e->end;
+                prev = i;
+                last = e->name;
             }
-            if (far < 0 || sorted[i].end > sorted[far].end) far = i;
         }
         free(sorted);
+        if (status != NNT_OK) goto fail;
+    }
+    if (reach != f->data_size) {
+        status = nnt_err_set(err, NNT_ERR_FORMAT,
+                             "%s: the data section holds %llu bytes but its tensors end at byte %llu%s%s%s; the "
+                             "format allows no bytes after the last tensor",
+                             path, (unsigned long long)f->data_size, (unsigned long long)reach,
+                             last ? " (tensor '" : "", last ? last : "", last ? "')" : "");
+        goto fail;
     }
     cJSON_Delete(root);
     *out = f;
