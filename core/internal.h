@@ -75,9 +75,11 @@ typedef struct nnt_st_file {
     int n_entries;
 } nnt_st_file;
 
-/* Opens and validates a safetensors file: header length within the file, header JSON well
- * formed, every entry's dtype known, shape sane, offsets inside the data section, sizes equal
- * to numel * dtype size, no two entries overlapping. */
+/* Opens and validates a safetensors file: header length within the file, header JSON one
+ * object padded by JSON whitespace only, __metadata__ at most once and of strings, each entry's
+ * dtype, shape and data_offsets given once, dtype known, shape and offsets whole numbers up to
+ * 2^53, sizes equal to numel * dtype size, names unique, and the entries tiling the data section
+ * (no overlap, no gap, no byte after the last). Errors name the file and the tensor. */
 nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err);
 void nnt_st_close(nnt_st_file *f);
 const nnt_st_entry *nnt_st_find(const nnt_st_file *f, const char *name);
@@ -105,6 +107,9 @@ struct nnt_checkpoint {
      * the bytes of the owned buffers */
     uint8_t *bound;
     uint64_t mapped_bytes, owned_bytes;
+    /* per index entry: an aligned copy of a tensor the mapping leaves misaligned (NULL: none
+     * made; the array itself is made on the first copy) */
+    void **aligned;
 };
 nnt_status nnt_checkpoint_open(const char *dir, nnt_checkpoint **out, nnt_error *err);
 void nnt_checkpoint_close(nnt_checkpoint *ck);
@@ -113,8 +118,11 @@ nnt_status nnt_ck_tensor(const nnt_checkpoint *ck, const char *name, int ndim,
                          const int64_t *shape, nnt_tensor *out, nnt_error *err);
 /* Takes ownership of p (bytes long, counted as allocated by the model). */
 nnt_status nnt_ck_own(nnt_checkpoint *ck, void *p, size_t bytes, nnt_error *err);
-/* The raw stored view of a tensor (no scales, no checks) and its file; 0 when absent. */
-int nnt_ck_lookup(const nnt_checkpoint *ck, const char *name, nnt_tensor *out, const char **file);
+/* The raw stored view of a tensor (no scales, no checks) and its file. NNT_ERR_NOT_FOUND, with
+ * no message set, when absent; NNT_ERR_OUT_OF_MEMORY when a misaligned tensor cannot be copied
+ * to an aligned buffer (see nnt_ck_tensor). */
+nnt_status nnt_ck_lookup(const nnt_checkpoint *ck, const char *name, nnt_tensor *out, const char **file,
+                         nnt_error *err);
 /* Counts a tensor as bound (its stored bytes are read in place). */
 void nnt_ck_mark_bound(nnt_checkpoint *ck, const char *name);
 /* The name of `name`'s scale companion, written into buf; NULL when there is none (buf then
