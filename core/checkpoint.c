@@ -312,6 +312,62 @@ nnt_status nnt_ck_tensor(const nnt_checkpoint *ck_const, const char *name, int n
     return NNT_OK;
 }
 
+/* The number after a name segment `seg` ("layers", "experts") in a tensor name: e.g. 7 for
+ * "model.layers.7.mlp" and seg "layers"; -1 when the segment is absent, -2 when it is followed
+ * by a segment that is not a number (a fused tensor such as "experts.gate_up_proj"). */
+static long long segment_index(const char *name, const char *seg)
+{
+    size_t sl = strlen(seg);
+    for (const char *p = name; (p = strstr(p, seg)) != NULL; p += sl) {
+        if ((p != name && p[-1] != '.') || p[sl] != '.') continue;
+        const char *d = p + sl + 1;
+        if (*d < '0' || *d > '9') return -2;
+        long long v = 0;
+        for (; *d >= '0' && *d <= '9'; d++) v = v < 100000000 ? v * 10 + (*d - '0') : v;
+        if (*d == '.' || *d == '\0') return v;
+        return -2;
+    }
+    return -1;
+}
+
+nnt_status nnt_ck_bound_count(const nnt_checkpoint *ck, const char *key, int64_t value, nnt_error *err)
+{
+    static const char *const expert_keys[] = {"n_routed_experts", "num_local_experts", "num_experts", NULL};
+    int experts = 0;
+    for (int i = 0; expert_keys[i]; i++) experts |= strcmp(key, expert_keys[i]) == 0;
+    if (!experts && strcmp(key, "num_hidden_layers") != 0) return NNT_OK;
+    const char *seg = experts ? "experts" : "layers";
+    /* the highest numbered block or expert a tensor names, and the most experts a fused expert
+     * tensor [experts, ...] holds */
+    long long top = -1, fused = -1;
+    const char *top_name = NULL, *fused_name = NULL;
+    for (int i = 0; i < ck->n_index; i++) {
+        long long k = segment_index(ck->index[i].name, seg);
+        if (k >= 0 && k > top) {
+            top = k;
+            top_name = ck->index[i].name;
+        } else if (k == -2 && experts && ck->index[i].entry->ndim >= 3 && ck->index[i].entry->shape[0] > fused) {
+            fused = ck->index[i].entry->shape[0];
+            fused_name = ck->index[i].name;
+        }
+    }
+    if (top < 0 && fused < 0) return NNT_OK; /* names of another scheme: the family's binding checks them */
+    long long have = top + 1 > fused ? top + 1 : fused;
+    if (value <= have) return NNT_OK;
+    if (!experts)
+        return nnt_err_set(err, NNT_ERR_CONFIG,
+                           "%s: num_hidden_layers is %lld, but the checkpoint's tensors name blocks 0..%lld only "
+                           "(the last: '%s')",
+                           ck->config_path, (long long)value, top, top_name);
+    if (top + 1 >= fused)
+        return nnt_err_set(err, NNT_ERR_CONFIG,
+                           "%s: %s is %lld, but the checkpoint's tensors name experts 0..%lld only (the last: '%s')",
+                           ck->config_path, key, (long long)value, top, top_name);
+    return nnt_err_set(err, NNT_ERR_CONFIG,
+                       "%s: %s is %lld, but the checkpoint's fused expert tensor '%s' holds %lld experts",
+                       ck->config_path, key, (long long)value, fused_name, fused);
+}
+
 void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes)
 {
     uint64_t f = 0;

@@ -128,6 +128,13 @@ void nnt_ck_mark_bound(nnt_checkpoint *ck, const char *name);
 /* The name of `name`'s scale companion, written into buf; NULL when there is none (buf then
  * holds the first spelling looked for, for messages). */
 const char *nnt_ck_scale_name(const nnt_checkpoint *ck, const char *name, char *buf, size_t n);
+/* Bounds a count read from config.json by the tensors present, before a family allocates by
+ * it: num_hidden_layers by the highest block number a tensor name holds ("layers.<i>."), an
+ * expert count (n_routed_experts, num_local_experts, num_experts) by the highest expert number
+ * ("experts.<e>.") or the leading extent of a fused expert tensor ("experts.<name>", 3-D or
+ * more). Other keys, and checkpoints whose names follow neither scheme, pass. NNT_ERR_CONFIG
+ * naming config.json, the field, its value and the tensor it disagrees with. */
+nnt_status nnt_ck_bound_count(const nnt_checkpoint *ck, const char *key, int64_t value, nnt_error *err);
 /* The checkpoint's file bytes on disk, the stored bytes of the tensors bound so far, and the
  * bytes of the buffers it made. */
 void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes);

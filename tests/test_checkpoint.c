@@ -485,6 +485,107 @@ static void test_misaligned_header(void)
     nnt_runtime_close(rt);
 }
 
+/* Sets the integer field `key` (top level) of DIR/config.json to `value`; 0 on success. */
+static int set_config_int(const char *dir, const char *key, const char *value)
+{
+    char p[800], pat[128];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    char *text = read_text(p);
+    char *at = text ? strstr(text, pat) : NULL;
+    if (!at) {
+        free(text);
+        return -1;
+    }
+    char *num = at + strlen(pat);
+    while (*num == ' ') num++;
+    char *end = num;
+    while ((*end >= '0' && *end <= '9') || *end == '-') end++;
+    size_t n = strlen(text) + strlen(value) + 1;
+    char *out = malloc(n);
+    snprintf(out, n, "%.*s%s%s", (int)(num - text), text, value, end);
+    int rc = t_write_file(p, out);
+    free(out);
+    free(text);
+    return rc;
+}
+
+/* A block or expert count in config.json is bounded by the tensors the checkpoint holds before
+ * the family allocates by it (1e9 blocks once meant a terabyte asked of malloc and "no memory"):
+ * the message names config.json, the field, its value and the tensor it disagrees with. */
+static void test_config_counts_bounded(void)
+{
+    static const struct {
+        const char *fixture, *key, *msg;
+    } cases[] = {
+        {"minimax_m2/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..2 only (the last: "
+         "'model.layers.2.block_sparse_moe.e_score_correction_bias')"},
+        {"minimax_m2/fp32", "num_local_experts",
+         "config.json: num_local_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'model.layers.0.block_sparse_moe.experts.7.w1.weight')"},
+        {"minimax_m2/bf16", "num_hidden_layers", /* sharded: the index's tensors count */
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..2 only"},
+        {"mimo_v2_flash/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..4 only (the last: "
+         "'model.layers.4.input_layernorm.weight')"},
+        {"mimo_v2_flash/fp32", "n_routed_experts",
+         "config.json: n_routed_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'model.layers.1.mlp.experts.7.down_proj.weight')"},
+        {"kimi_linear/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..4 only (the last: "
+         "'model.layers.4.block_sparse_moe.experts.0.w1.weight')"},
+        {"kimi_linear/fp32", "num_experts",
+         "config.json: num_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'model.layers.1.block_sparse_moe.experts.7.w1.weight')"},
+        {"deepseek_v4/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..4 only (the last: "
+         "'model.layers.4.attn.attn_sink')"},
+        {"deepseek_v4/fp32", "n_routed_experts",
+         "config.json: n_routed_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'model.layers.0.ffn.experts.7.w1.weight')"},
+        {"deepseek_v4/native", "n_routed_experts",
+         "config.json: n_routed_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'layers.0.ffn.experts.7.w1.scale')"},
+        /* one past what the tensors hold is refused too (every fixture loads with its own count) */
+        {"minimax_m2/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 4, but the checkpoint's tensors name blocks 0..2 only"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char name[64], d[768];
+        snprintf(name, sizeof name, "count%zu", c);
+        CU_ASSERT_FATAL(copy_checkpoint(cases[c].fixture, name, 0, d, sizeof d) == 0);
+        const char *v = strstr(cases[c].msg, " is 4,") ? "4" : "1000000000";
+        CU_ASSERT_FATAL(set_config_int(d, cases[c].key, v) == 0);
+        expect_load(d, NNT_ERR_CONFIG, cases[c].msg);
+    }
+    /* a fused expert tensor [experts, ...] bounds the expert count by its leading extent */
+    nnt_checkpoint *ck = NULL;
+    nnt_error err = {0};
+    char d[768], p[800];
+    snprintf(d, sizeof d, "%s/fused_count", t_tmpdir());
+    mkdir(d, 0755);
+    snprintf(p, sizeof p, "%s/config.json", d);
+    CU_ASSERT_FATAL(t_write_file(p, "{\"num_local_experts\": 5, \"num_hidden_layers\": 1}") == 0);
+    float zeros[6 * 2 * 2] = {0};
+    nnt_tensor fused = {.dtype = NNT_F32, .ndim = 3, .shape = {6, 2, 2}, .data = zeros};
+    const nnt_tensor *ts[1] = {&fused};
+    const char *keys[1] = {"model.layers.0.mlp.experts.gate_up_proj"};
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    CU_ASSERT_EQUAL_FATAL(nnt_st_write(p, 1, keys, ts, NULL, &err), NNT_OK);
+    CU_ASSERT_EQUAL_FATAL(nnt_checkpoint_open(d, &ck, &err), NNT_OK);
+    int64_t v = 0;
+    CU_ASSERT_EQUAL(nnt_cfg_int(ck, "num_local_experts", 0, 1, &v, &err), NNT_OK);
+    CU_ASSERT_EQUAL(v, 5);
+    CU_ASSERT_EQUAL(nnt_cfg_int(ck, "num_hidden_layers", 0, 1, &v, &err), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_ck_bound_count(ck, "num_local_experts", 7, &err), NNT_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "config.json: num_local_experts is 7, but the checkpoint's fused expert tensor "
+                                           "'model.layers.0.mlp.experts.gate_up_proj' holds 6 experts"));
+    CU_ASSERT_EQUAL(nnt_ck_bound_count(ck, "num_hidden_layers", 2, &err), NNT_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "num_hidden_layers is 2, but the checkpoint's tensors name blocks 0..0 only"));
+    nnt_checkpoint_close(ck);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("checkpoint", NULL, NULL);
@@ -500,7 +601,8 @@ int register_tests(void)
         !CU_add_test(s, "an architecture no plugin serves", test_unserved_architecture) ||
         !CU_add_test(s, "broken and correct shard indexes", test_shard_index) ||
         !CU_add_test(s, "fp8 weights without their scales", test_fp8_missing_scale) ||
-        !CU_add_test(s, "a header length that leaves tensors misaligned", test_misaligned_header))
+        !CU_add_test(s, "a header length that leaves tensors misaligned", test_misaligned_header) ||
+        !CU_add_test(s, "block and expert counts bounded by the tensors", test_config_counts_bounded))
         return -1;
     return 0;
 }
