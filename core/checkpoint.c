@@ -368,6 +368,15 @@ nnt_status nnt_ck_bound_count(const nnt_checkpoint *ck, const char *key, int64_t
                        ck->config_path, key, (long long)value, fused_name, fused);
 }
 
+nnt_status nnt_ck_check_files(const nnt_checkpoint *ck, nnt_error *err)
+{
+    for (int i = 0; ck && i < ck->n_files; i++) {
+        nnt_status st = nnt_st_check(ck->files[i], err);
+        if (st != NNT_OK) return st;
+    }
+    return NNT_OK;
+}
+
 void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes)
 {
     uint64_t f = 0;

@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "nnt/nnt.h"
 #include "nnt/nnt_backend.h"
@@ -73,6 +74,9 @@ typedef struct nnt_st_file {
     uint64_t data_size;
     nnt_st_entry *entries;
     int n_entries;
+    int fd;                /* the file, kept open to compare its size and time with these */
+    struct timespec mtime; /* st_mtim at open (the size at open is map_size) */
+    int guard;             /* its slot in the SIGBUS guard's registry (mapguard.c); -1: none */
 } nnt_st_file;
 
 /* Opens and validates a safetensors file: header length within the file, header JSON one
@@ -82,6 +86,19 @@ typedef struct nnt_st_file {
  * (no overlap, no gap, no byte after the last). Errors name the file and the tensor. */
 nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err);
 void nnt_st_close(nnt_st_file *f);
+/* NNT_ERR_IO naming the file when a read of its mapping raised SIGBUS (caught by the handler
+ * of nnt_protect_mapped_files), or when its size or modification time differ from those at
+ * open. An in-place rewrite keeping size and time (within the file system's time resolution)
+ * goes unseen. */
+nnt_status nnt_st_check(const nnt_st_file *f, nnt_error *err);
+
+/* ---- the SIGBUS guard's registry of mapped files (mapguard.c) ---- */
+/* Registers [start, start + len) as the mapping of `path` (the string must outlive the slot);
+ * returns the slot, or -1 when the table is full. */
+int nnt_guard_register(const void *start, size_t len, const char *path);
+void nnt_guard_unregister(int slot); /* -1: nothing */
+/* 1 when a SIGBUS hit the slot's mapping, with the file offset of the first faulting read. */
+int nnt_guard_faulted(int slot, uint64_t *offset);
 const nnt_st_entry *nnt_st_find(const nnt_st_file *f, const char *name);
 
 /* Writes tensors (host memory) as one safetensors file; keys[i] names tensors[i]. The file is
@@ -135,6 +152,8 @@ const char *nnt_ck_scale_name(const nnt_checkpoint *ck, const char *name, char *
  * more). Other keys, and checkpoints whose names follow neither scheme, pass. NNT_ERR_CONFIG
  * naming config.json, the field, its value and the tensor it disagrees with. */
 nnt_status nnt_ck_bound_count(const nnt_checkpoint *ck, const char *key, int64_t value, nnt_error *err);
+/* nnt_st_check on every file of the checkpoint: the first that changed or faulted. */
+nnt_status nnt_ck_check_files(const nnt_checkpoint *ck, nnt_error *err);
 /* The checkpoint's file bytes on disk, the stored bytes of the tensors bound so far, and the
  * bytes of the buffers it made. */
 void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes);

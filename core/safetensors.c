@@ -162,8 +162,12 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
                            "%s: truncated: %zu bytes, shorter than the 8-byte header length", path, size);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+    if (map == MAP_FAILED) {
+        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* kept open to check the mapped file for changes */
 
     const uint8_t *bytes = map;
     uint64_t hlen = 0;
@@ -173,11 +177,15 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
     nnt_st_file *f = calloc(1, sizeof *f);
     if (!f) {
         munmap(map, size);
+        close(fd);
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     f->path = nnt_strdup(path);
     f->map = map;
     f->map_size = size;
+    f->fd = fd;
+    f->mtime = st.st_mtim;
+    f->guard = f->path ? nnt_guard_register(map, size, f->path) : -1;
     if (hlen > size - 8) {
         status = nnt_err_set(err, NNT_ERR_FORMAT,
                              "%s: header length %llu runs past the end of the file (%zu bytes)", path,
@@ -311,9 +319,35 @@ void nnt_st_close(nnt_st_file *f)
     if (!f) return;
     for (int i = 0; i < f->n_entries; i++) free(f->entries[i].name);
     free(f->entries);
+    nnt_guard_unregister(f->guard);
     if (f->map) munmap(f->map, f->map_size);
+    if (f->fd >= 0) close(f->fd);
     free(f->path);
     free(f);
+}
+
+nnt_status nnt_st_check(const nnt_st_file *f, nnt_error *err)
+{
+    uint64_t at = 0;
+    if (nnt_guard_faulted(f->guard, &at))
+        return nnt_err_set(err, NNT_ERR_IO,
+                           "%s: reading the mapped file failed at byte %llu (SIGBUS): it was truncated, or could not "
+                           "be read, while in use; results that depend on it are not valid",
+                           f->path, (unsigned long long)at);
+    struct stat st;
+    if (fstat(f->fd, &st) != 0)
+        return nnt_err_set(err, NNT_ERR_IO, "%s: cannot check the mapped file: %s", f->path, strerror(errno));
+    if ((size_t)st.st_size != f->map_size)
+        return nnt_err_set(err, NNT_ERR_IO,
+                           "%s: changed on disk while in use (size %zu bytes at open, now %lld); results that depend "
+                           "on it are not valid",
+                           f->path, f->map_size, (long long)st.st_size);
+    if (st.st_mtim.tv_sec != f->mtime.tv_sec || st.st_mtim.tv_nsec != f->mtime.tv_nsec)
+        return nnt_err_set(err, NNT_ERR_IO,
+                           "%s: changed on disk while in use (modified after it was opened); results that depend on "
+                           "it may mix old and new bytes",
+                           f->path);
+    return NNT_OK;
 }
 
 const nnt_st_entry *nnt_st_find(const nnt_st_file *f, const char *name)

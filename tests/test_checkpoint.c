@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "test_util.h"
@@ -586,6 +588,99 @@ static void test_config_counts_bounded(void)
     nnt_checkpoint_close(ck);
 }
 
+/* A shard truncated between the load and the forward: its lost pages raise SIGBUS, which the
+ * opt-in guard turns into zero pages and an error naming the file; the model stays usable for
+ * freeing. */
+static void test_truncated_while_mapped(void)
+{
+    CU_ASSERT_EQUAL_FATAL(nnt_protect_mapped_files(), NNT_OK);
+    char d[768], shard[800];
+    CU_ASSERT_FATAL(copy_checkpoint("minimax_m2/fp32", "shrinks", 0, d, sizeof d) == 0);
+    snprintf(shard, sizeof shard, "%s/model.safetensors", d);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, d, &m));
+    nnt_trace *t = NULL;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "logits"));
+    CU_ASSERT_FATAL(truncate(shard, 4096) == 0);
+    static const int32_t ids[4] = {3, 1, 4, 1};
+    T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 4), NNT_ERR_IO, "/shrinks/model.safetensors: reading the mapped file failed at byte ");
+    T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 4), NNT_ERR_IO,
+            "(SIGBUS): it was truncated, or could not be read, while in use; results that depend on it are not valid");
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* A shard modified between the load and the end of a run - its time touched, bytes appended,
+ * or rewritten in place - fails the run (and a session's next step) naming the file. */
+static void test_modified_while_mapped(void)
+{
+    char d[768], shard[800];
+    CU_ASSERT_FATAL(copy_checkpoint("minimax_m2/bf16", "modified", 0, d, sizeof d) == 0); /* three shards */
+    snprintf(shard, sizeof shard, "%s/model-00002-of-00003.safetensors", d);
+    static const int32_t ids[4] = {3, 1, 4, 1};
+    nnt_runtime *rt = t_runtime();
+    for (int how = 0; how < 3; how++) {
+        nnt_model *m = NULL;
+        T_OK(rt, nnt_model_load(rt, d, &m));
+        nnt_session *ss = NULL;
+        T_OK(rt, nnt_session_new(m, 1, 16, &ss));
+        T_OK(rt, nnt_session_forward(ss, NULL, ids, NULL, 4));
+        struct stat sb;
+        CU_ASSERT_FATAL(stat(shard, &sb) == 0);
+        if (how == 0) { /* touch: a time one second later */
+            struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+            ts[1].tv_sec += 1;
+            CU_ASSERT_FATAL(utimensat(AT_FDCWD, shard, ts, 0) == 0);
+        } else if (how == 1) { /* bytes appended */
+            FILE *f = fopen(shard, "ab");
+            CU_ASSERT_FATAL(f != NULL);
+            fputs("12345678", f);
+            fclose(f);
+        } else { /* the same bytes written over themselves, as a copy in place would */
+            FILE *f = fopen(shard, "r+b");
+            CU_ASSERT_FATAL(f != NULL);
+            unsigned char head[64];
+            CU_ASSERT_FATAL(fread(head, 1, sizeof head, f) == sizeof head);
+            rewind(f);
+            fwrite(head, 1, sizeof head, f);
+            fclose(f);
+            /* a file system whose time resolution hides the write makes this case undetectable */
+            struct stat after;
+            CU_ASSERT_FATAL(stat(shard, &after) == 0);
+            if (after.st_mtim.tv_sec == sb.st_mtim.tv_sec && after.st_mtim.tv_nsec == sb.st_mtim.tv_nsec) {
+                struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+                ts[1].tv_nsec = (ts[1].tv_nsec + 1) % 1000000000;
+                CU_ASSERT_FATAL(utimensat(AT_FDCWD, shard, ts, 0) == 0);
+            }
+        }
+        const char *want = how == 1 ? "/modified/model-00002-of-00003.safetensors: changed on disk while in use (size "
+                                    : "/modified/model-00002-of-00003.safetensors: changed on disk while in use (modified "
+                                      "after it was opened)";
+        T_FAILS(rt, nnt_session_forward(ss, NULL, ids, NULL, 1), NNT_ERR_IO, want);
+        nnt_trace *t = NULL;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 4), NNT_ERR_IO, want);
+        nnt_trace_free(t);
+        nnt_session_free(ss);
+        nnt_model_free(m);
+        /* a fresh load takes the file as it now is */
+        if (how == 1) {
+            CU_ASSERT_FATAL(truncate(shard, sb.st_size) == 0);
+        }
+    }
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, d, &m));
+    nnt_trace *t = NULL;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_run(t, ids, NULL, 1, 4));
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("checkpoint", NULL, NULL);
@@ -602,7 +697,9 @@ int register_tests(void)
         !CU_add_test(s, "broken and correct shard indexes", test_shard_index) ||
         !CU_add_test(s, "fp8 weights without their scales", test_fp8_missing_scale) ||
         !CU_add_test(s, "a header length that leaves tensors misaligned", test_misaligned_header) ||
-        !CU_add_test(s, "block and expert counts bounded by the tensors", test_config_counts_bounded))
+        !CU_add_test(s, "block and expert counts bounded by the tensors", test_config_counts_bounded) ||
+        !CU_add_test(s, "a shard truncated while mapped", test_truncated_while_mapped) ||
+        !CU_add_test(s, "a shard modified while mapped", test_modified_while_mapped))
         return -1;
     return 0;
 }
