@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "tok_internal.h"
 
 #define MAX_HEADER_BYTES (100u << 20)
 
@@ -196,6 +197,22 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
         status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit",
                              path, (unsigned long long)hlen, MAX_HEADER_BYTES);
         goto fail;
+    }
+    /* the header is UTF-8 JSON text: valid UTF-8, and no control byte (JSON escapes those
+     * inside strings; outside them only whitespace may stand) */
+    size_t valid = tok_utf8_valid_prefix((const char *)bytes + 8, (size_t)hlen);
+    if (valid < hlen) {
+        status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header byte %zu is not valid UTF-8 (the header is UTF-8 JSON)",
+                             path, valid);
+        goto fail;
+    }
+    for (size_t i = 0; i < hlen; i++) {
+        uint8_t c = bytes[8 + i];
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header byte %zu is the control byte 0x%02x (not JSON text)",
+                                 path, i, (unsigned)c);
+            goto fail;
+        }
     }
     /* the header is one JSON object; the format lets JSON whitespace pad it (its writers pad
      * with spaces to a multiple of 8 bytes), and nothing else may stand before or after it */

@@ -150,6 +150,27 @@ static void test_exact_lengths(void)
                              "\"e\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[2,2]},"
                              "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
                              -1, 4)));
+    /* the header is UTF-8 JSON text: a byte that is not UTF-8, a raw control byte (padding
+     * with NUL bytes included) */
+    expect_bad(raw_file("latin1.safetensors", "{\"caf\xe9\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", -1, 0),
+               "header byte 5 is not valid UTF-8 (the header is UTF-8 JSON)");
+    expect_bad(raw_file("ctrl.safetensors", "{\"a\x01\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", -1, 0),
+               "header byte 3 is the control byte 0x01 (not JSON text)");
+    {
+        /* NUL padding: the file written byte by byte, since the helper writes C strings */
+        char path[768];
+        snprintf(path, sizeof path, "%s/nul_pad.safetensors", t_tmpdir());
+        FILE *f = fopen(path, "wb");
+        CU_ASSERT_FATAL(f != NULL);
+        const char *h = "{}";
+        uint64_t n = 8;
+        for (int i = 0; i < 8; i++) fputc((int)((n >> (8 * i)) & 0xff), f);
+        fputs(h, f);
+        for (int i = 2; i < 8; i++) fputc(0, f);
+        fclose(f);
+        expect_bad(path, "header byte 2 is the control byte 0x00 (not JSON text)");
+    }
+    CU_ASSERT(opens(raw_file("utf8_name.safetensors", "{\"caf\xc3\xa9\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", -1, 0)));
     /* fractional offsets */
     expect_bad(raw_file("frac_end.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.5]}}", -1, 9),
                "tensor 'a' data_offsets are not integers in [0, 2^53]");
