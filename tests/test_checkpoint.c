@@ -549,6 +549,8 @@ static void test_config_counts_bounded(void)
         {"deepseek_v4/native", "n_routed_experts",
          "config.json: n_routed_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
          "'layers.0.ffn.experts.7.w1.scale')"},
+        /* an iteration count with no tensor to bound it has a fixed range (1e9 was a hang) */
+        {"deepseek_v4/fp32", "hc_sinkhorn_iters", "config.json: hc_sinkhorn_iters must be 0..1000"},
         /* one past what the tensors hold is refused too (every fixture loads with its own count) */
         {"minimax_m2/fp32", "num_hidden_layers",
          "config.json: num_hidden_layers is 4, but the checkpoint's tensors name blocks 0..2 only"},

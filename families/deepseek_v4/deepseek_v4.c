@@ -231,6 +231,9 @@ static nnt_status read_config(dv_model *m, const nnt_checkpoint *ck, int *kinds,
     else if (m->experts <= 0 || m->top_k <= 0 || m->top_k > m->experts) bad = "num_experts_per_tok must be between 1 and n_routed_experts";
     else if (m->rate[CSA] < 1 || m->rate[HCA] < 1) bad = "compress rates must be positive";
     else if (m->shared < 0 || m->shared > 1) bad = "n_shared_experts must be 0 or 1";
+    /* iterations run per token, block and mix: an absurd count is a hang, not a model (the
+     * release uses 20) */
+    else if (m->sinkhorn < 0 || m->sinkhorn > 1000) bad = "hc_sinkhorn_iters must be 0..1000";
     if (bad) return h->set_error(err, NNT_ERR_CONFIG, "%s: %s", h->cfg_path(ck), bad);
     return read_rope(m, ck, err);
 }
