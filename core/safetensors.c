@@ -322,10 +322,14 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
                              last ? " (tensor '" : "", last ? last : "", last ? "')" : "");
         goto fail;
     }
+    /* the file as validated must be the file now (a truncation while the header was read
+     * faults, with the guard installed, into zero bytes the checks above may have taken) */
+    if ((status = nnt_st_check(f, err)) != NNT_OK) goto fail;
     cJSON_Delete(root);
     *out = f;
     return NNT_OK;
 fail:
+    if (nnt_guard_faulted(f->guard, NULL)) status = nnt_st_check(f, err); /* the fault explains the error */
     cJSON_Delete(root);
     nnt_st_close(f);
     return status;
