@@ -71,6 +71,61 @@ static nnt_status known_fields_once(const char *path, const cJSON *item, nnt_err
     return NNT_OK;
 }
 
+/* The format's shape and data_offsets hold integers, and its reference reader refuses a
+ * number written with a fraction or an exponent ("8.0", "1e3") even when its value is whole.
+ * cJSON keeps only values, so this scans the header text (already parsed, so well formed): a
+ * number in an array under the key "shape" or "data_offsets" of an entry of the top object
+ * must be digits only. */
+static nnt_status integer_notation(const char *path, const char *h, size_t n, nnt_error *err)
+{
+    /* per depth 1..3 (top object, entry, array): container kind, whether a key comes next,
+     * and the last key read */
+    char kind[4] = {0};
+    int expect_key[4] = {0};
+    const char *key[4] = {NULL};
+    size_t key_len[4] = {0};
+    int depth = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = h[i];
+        if (c == '"') {
+            size_t b = ++i;
+            while (i < n && h[i] != '"') i += h[i] == '\\' ? 2 : 1;
+            if (depth >= 1 && depth <= 3 && kind[depth] == '{' && expect_key[depth]) {
+                key[depth] = h + b;
+                key_len[depth] = i - b;
+                expect_key[depth] = 0;
+            }
+        } else if (c == '{' || c == '[') {
+            depth++;
+            if (depth <= 3) {
+                kind[depth] = c;
+                expect_key[depth] = c == '{';
+            }
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',') {
+            if (depth >= 1 && depth <= 3 && kind[depth] == '{') expect_key[depth] = 1;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t b = i, digits = 1;
+            while (i + 1 < n && strchr("0123456789+-.eE", h[i + 1])) {
+                digits &= h[i + 1] >= '0' && h[i + 1] <= '9';
+                i++;
+            }
+            digits &= c != '-';
+            if (digits || depth != 3 || kind[1] != '{' || kind[2] != '{' || kind[3] != '[') continue;
+            int shape = key_len[2] == 5 && strncmp(key[2], "shape", 5) == 0;
+            int offs = key_len[2] == 12 && strncmp(key[2], "data_offsets", 12) == 0;
+            if (shape || offs)
+                return nnt_err_set(err, NNT_ERR_FORMAT,
+                                   "%s: tensor '%.*s' has %s entry '%.*s' written with a fraction or exponent; the "
+                                   "format takes integers written as digits",
+                                   path, (int)key_len[1], key[1], shape ? "a shape" : "a data_offsets", (int)(i + 1 - b),
+                                   h + b);
+        }
+    }
+    return NNT_OK;
+}
+
 static int cmp_name(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -261,6 +316,8 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
         if (status != NNT_OK) goto fail;
         f->n_entries++;
     }
+    /* every number passed as a whole one; now its spelling */
+    if ((status = integer_notation(path, htext + lead, (size_t)(end - htext) - lead, err)) != NNT_OK) goto fail;
     /* a name given twice (JSON allows it; the format does not) */
     if (f->n_entries > 1) {
         const char **names = malloc((size_t)f->n_entries * sizeof *names);

@@ -171,6 +171,15 @@ static void test_exact_lengths(void)
         expect_bad(path, "header byte 2 is the control byte 0x00 (not JSON text)");
     }
     CU_ASSERT(opens(raw_file("utf8_name.safetensors", "{\"caf\xc3\xa9\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", -1, 0)));
+    /* whole numbers written with a fraction or an exponent, as the reference reader refuses
+     * them; a field the format does not define may hold any number */
+    expect_bad(raw_file("point_zero.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.0]}}", -1, 8),
+               "tensor 'a' has a data_offsets entry '8.0' written with a fraction or exponent; the format takes integers "
+               "written as digits");
+    expect_bad(raw_file("exp_shape.safetensors", "{\"__metadata__\":{\"k\":\"[1.5]\"},\"b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                                                 "\"a\":{\"z\":[1.5],\"dtype\":\"F32\",\"shape\":[1, 2E0],\"data_offsets\":[0,8]}}", -1, 8),
+               "tensor 'a' has a shape entry '2E0' written with a fraction or exponent");
+    CU_ASSERT(opens(raw_file("other_float.safetensors", "{\"a\":{\"z\":[1.5,{\"shape\":[2.5]}],\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", -1, 8)));
     /* fractional offsets */
     expect_bad(raw_file("frac_end.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.5]}}", -1, 9),
                "tensor 'a' data_offsets are not integers in [0, 2^53]");
