@@ -36,6 +36,7 @@ static void expect_bad(const char *path, const char *needle)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, needle));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
     CU_ASSERT_PTR_NULL(f);
+    nnt_st_close(f); /* when it wrongly opened */
 }
 
 static void test_truncated(void)
