@@ -232,6 +232,18 @@ static void test_shape_disagrees(void)
     expect_load(d, NNT_ERR_CONFIG, "field 'num_attention_heads' is \"four\", expected an integer");
 }
 
+/* A key given twice in config.json: Python's json keeps the last, cJSON would find the first,
+ * so the file is refused, wherever the object sits. */
+static void test_config_duplicate_keys(void)
+{
+    const char *d = new_dir("dup_key");
+    write_config(d, "\"num_hidden_layers\": 3", "\"num_hidden_layers\": 3, \"num_hidden_layers\": 2");
+    write_weights(d, "model.safetensors", NULL, NULL);
+    expect_load(d, NNT_ERR_FORMAT, "config.json: key 'num_hidden_layers' appears twice");
+    write_config(d, "\"hidden_size\": 64", "\"hidden_size\": 64, \"quantization_config\": {\"a\": [1, {\"b\": 1, \"b\": 2}]}");
+    expect_load(d, NNT_ERR_FORMAT, "config.json: key 'quantization_config.a[1].b' appears twice");
+}
+
 static void test_unserved_architecture(void)
 {
     const char *d = new_dir("llama");
@@ -696,6 +708,7 @@ int register_tests(void)
         !CU_add_test(s, "a missing tensor", test_missing_tensor) ||
         !CU_add_test(s, "shapes, dtypes and fields that disagree with config.json", test_shape_disagrees) ||
         !CU_add_test(s, "an architecture no plugin serves", test_unserved_architecture) ||
+        !CU_add_test(s, "a key given twice in config.json", test_config_duplicate_keys) ||
         !CU_add_test(s, "broken and correct shard indexes", test_shard_index) ||
         !CU_add_test(s, "fp8 weights without their scales", test_fp8_missing_scale) ||
         !CU_add_test(s, "a header length that leaves tensors misaligned", test_misaligned_header) ||
