@@ -244,6 +244,25 @@ static void test_config_duplicate_keys(void)
     expect_load(d, NNT_ERR_FORMAT, "config.json: key 'quantization_config.a[1].b' appears twice");
 }
 
+static int set_config_int(const char *dir, const char *key, const char *value);
+
+/* MiniMax-M2 without rotary_dim: the rotary share of the head is bounded before the product. */
+static void test_rotary_share(void)
+{
+    const char *d = new_dir("rotary_share");
+    write_config(d, "\"rotary_dim\": 16", "\"rotary_dim_unused\": 16");
+    CU_ASSERT_FATAL(set_config_int(d, "partial_rotary_factor", "1e300") == 0);
+    write_weights(d, "model.safetensors", NULL, NULL);
+    expect_load(d, NNT_ERR_CONFIG,
+                "config.json: rope_parameters.partial_rotary_factor is 1e+300; expected the rotary share of a head, in [0, 1]");
+    CU_ASSERT_FATAL(set_config_int(d, "partial_rotary_factor", "0.5") == 0);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, d, &m));
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 static void test_unserved_architecture(void)
 {
     const char *d = new_dir("llama");
@@ -499,7 +518,8 @@ static void test_misaligned_header(void)
     nnt_runtime_close(rt);
 }
 
-/* Sets the integer field `key` (top level) of DIR/config.json to `value`; 0 on success. */
+/* Sets the first numeric field named `key` in DIR/config.json (at any depth) to `value`; 0 on
+ * success. */
 static int set_config_int(const char *dir, const char *key, const char *value)
 {
     char p[800], pat[128];
@@ -514,7 +534,7 @@ static int set_config_int(const char *dir, const char *key, const char *value)
     char *num = at + strlen(pat);
     while (*num == ' ') num++;
     char *end = num;
-    while ((*end >= '0' && *end <= '9') || *end == '-') end++;
+    while (*end && strchr("0123456789+-.eE", *end)) end++;
     size_t n = strlen(text) + strlen(value) + 1;
     char *out = malloc(n);
     snprintf(out, n, "%.*s%s%s", (int)(num - text), text, value, end);
@@ -566,12 +586,23 @@ static void test_config_counts_bounded(void)
         /* one past what the tensors hold is refused too (every fixture loads with its own count) */
         {"minimax_m2/fp32", "num_hidden_layers",
          "config.json: num_hidden_layers is 4, but the checkpoint's tensors name blocks 0..2 only"},
+        /* a rotary share past 1 is refused before it is multiplied into an integer (1e300 would
+         * overflow the conversion), and a rotary width before tables are sized by it */
+        {"deepseek_v4/fp32", "partial_rotary_factor",
+         "config.json: partial_rotary_factor is 1e+300; expected the rotary share of a head, in [0, 1]"},
+        {"mimo_v2_flash/fp32", "partial_rotary_factor",
+         "config.json: partial_rotary_factor is 1e+300; expected the rotary share of a head, in [0, 1]"},
+        {"deepseek_v4/native", "qk_rope_head_dim",
+         "config.json: 2147483646 rotary dimensions do not fit head_dim 32 and index_head_dim 16"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char name[64], d[768];
         snprintf(name, sizeof name, "count%zu", c);
         CU_ASSERT_FATAL(copy_checkpoint(cases[c].fixture, name, 0, d, sizeof d) == 0);
-        const char *v = strstr(cases[c].msg, " is 4,") ? "4" : "1000000000";
+        const char *v = strstr(cases[c].msg, " is 4,")      ? "4"
+                        : strstr(cases[c].msg, "1e+300")    ? "1e300"
+                        : strstr(cases[c].msg, "2147483646") ? "2147483646"
+                                                             : "1000000000";
         CU_ASSERT_FATAL(set_config_int(d, cases[c].key, v) == 0);
         expect_load(d, NNT_ERR_CONFIG, cases[c].msg);
     }
@@ -709,6 +740,7 @@ int register_tests(void)
         !CU_add_test(s, "shapes, dtypes and fields that disagree with config.json", test_shape_disagrees) ||
         !CU_add_test(s, "an architecture no plugin serves", test_unserved_architecture) ||
         !CU_add_test(s, "a key given twice in config.json", test_config_duplicate_keys) ||
+        !CU_add_test(s, "a rotary share outside [0, 1]", test_rotary_share) ||
         !CU_add_test(s, "broken and correct shard indexes", test_shard_index) ||
         !CU_add_test(s, "fp8 weights without their scales", test_fp8_missing_scale) ||
         !CU_add_test(s, "a header length that leaves tensors misaligned", test_misaligned_header) ||
