@@ -1668,6 +1668,7 @@ int main(int argc, char **argv)
         rc = fail(rt, "cannot start");
         goto done;
     }
+    nnt_protect_mapped_files(); /* a checkpoint truncated under the run: an error naming it, not SIGBUS */
     if (strcmp(o.cmd, "plugins") == 0) {
         printf("configuration: %s\n", nnt_runtime_config_path(rt));
         const char *kind, *name, *file, *detail;

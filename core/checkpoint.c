@@ -146,6 +146,8 @@ void nnt_checkpoint_close(nnt_checkpoint *ck)
     for (int i = 0; i < ck->n_owned; i++) free(ck->owned[i]);
     free(ck->owned);
     free(ck->bound);
+    for (int i = 0; ck->aligned && i < ck->n_index; i++) free(ck->aligned[i]);
+    free(ck->aligned);
     nnt_json_free(ck->config);
     free(ck->config_path);
     free(ck->dir);
@@ -171,13 +173,46 @@ nnt_status nnt_ck_own(nnt_checkpoint *ck, void *p, size_t bytes, nnt_error *err)
     return NNT_OK;
 }
 
-static void view(const nnt_checkpoint *ck, const struct nnt_ck_index *x, nnt_tensor *out)
+/* Bytes a tensor's start must be aligned to for typed loads of its elements. */
+static size_t elem_align(nnt_dtype dt)
+{
+    int bits = nnt_dtype_bits(dt);
+    return bits >= 16 ? (size_t)bits / 8 : 1;
+}
+
+/* A view of a tensor's stored bytes. The format lets a header's length be any number, so a
+ * tensor of 2-, 4- or 8-byte elements may sit at an address that is not a multiple of its
+ * element size; reading it through a float or uint16 pointer would be undefined. Such a tensor
+ * is copied once into an aligned buffer the checkpoint owns (its bytes counted as owned, not
+ * mapped), and every view of it reads the copy. */
+static nnt_status view(nnt_checkpoint *ck, const struct nnt_ck_index *x, nnt_tensor *out, nnt_error *err)
 {
     memset(out, 0, sizeof *out);
     out->dtype = x->entry->dtype;
     out->ndim = x->entry->ndim;
     for (int i = 0; i < out->ndim; i++) out->shape[i] = x->entry->shape[i];
-    out->data = (void *)(ck->files[x->file]->data + x->entry->begin);
+    const uint8_t *at = ck->files[x->file]->data + x->entry->begin;
+    size_t bytes = (size_t)(x->entry->end - x->entry->begin);
+    if ((uintptr_t)at % elem_align(x->entry->dtype) == 0 || bytes == 0) {
+        out->data = (void *)at;
+        return NNT_OK;
+    }
+    size_t i = (size_t)(x - ck->index);
+    if (!ck->aligned) {
+        ck->aligned = calloc((size_t)ck->n_index, sizeof *ck->aligned);
+        if (!ck->aligned) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    if (!ck->aligned[i]) {
+        void *copy = malloc(bytes); /* malloc's alignment suits every element type */
+        if (!copy)
+            return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "%s: no memory for an aligned copy of tensor '%s' (%zu bytes)",
+                               ck->files[x->file]->path, x->name, bytes);
+        memcpy(copy, at, bytes);
+        ck->aligned[i] = copy;
+        ck->owned_bytes += bytes;
+    }
+    out->data = ck->aligned[i];
+    return NNT_OK;
 }
 
 /* Counts a tensor's stored bytes the first time a family binds it. */
@@ -188,16 +223,18 @@ static void mark_bound(nnt_checkpoint *ck, const struct nnt_ck_index *x)
     if (!ck->bound) ck->bound = calloc((size_t)(ck->n_index ? ck->n_index : 1), 1);
     if (!ck->bound || ck->bound[i]) return;
     ck->bound[i] = 1;
-    ck->mapped_bytes += x->entry->end - x->entry->begin;
+    if (!ck->aligned || !ck->aligned[i]) ck->mapped_bytes += x->entry->end - x->entry->begin; /* a copy is owned */
 }
 
-int nnt_ck_lookup(const nnt_checkpoint *ck, const char *name, nnt_tensor *out, const char **file)
+nnt_status nnt_ck_lookup(const nnt_checkpoint *ck, const char *name, nnt_tensor *out, const char **file,
+                         nnt_error *err)
 {
     const struct nnt_ck_index *x = find(ck, name);
-    if (!x) return 0;
-    view(ck, x, out);
+    if (!x) return NNT_ERR_NOT_FOUND; /* the caller words the message */
+    nnt_status st = view((nnt_checkpoint *)ck, x, out, err); /* an aligned copy is cached in ck */
+    if (st != NNT_OK) return st;
     if (file) *file = ck->files[x->file]->path;
-    return 1;
+    return NNT_OK;
 }
 
 void nnt_ck_mark_bound(nnt_checkpoint *ck, const char *name)
@@ -230,13 +267,14 @@ nnt_status nnt_ck_tensor(const nnt_checkpoint *ck_const, const char *name, int n
     if (!x) return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: the checkpoint has no tensor '%s'", ck->dir, name);
     const char *file = ck->files[x->file]->path;
     nnt_tensor t;
-    view(ck, x, &t);
+    nnt_status st = view(ck, x, &t, err);
+    if (st != NNT_OK) return st;
     char sname[512];
     const char *scale = nnt_ck_scale_name(ck, name, sname, sizeof sname);
     nnt_tensor s;
-    if (scale) view(ck, find(ck, scale), &s);
+    if (scale && (st = view(ck, find(ck, scale), &s, err)) != NNT_OK) return st;
     int encoded = 0;
-    nnt_status st = nnt_quant_view(ck, file, name, &t, scale ? &s : NULL, sname, ndim, shape, &encoded, err);
+    st = nnt_quant_view(ck, file, name, &t, scale ? &s : NULL, sname, ndim, shape, &encoded, err);
     if (st != NNT_OK) return st;
     if (!encoded) {
         if (ndim > 0 && !nnt_shape_equal(t.ndim, t.shape, ndim, shape)) {
@@ -261,6 +299,71 @@ nnt_status nnt_ck_tensor(const nnt_checkpoint *ck_const, const char *name, int n
     }
     mark_bound(ck, x);
     *out = t;
+    return NNT_OK;
+}
+
+/* The number after a name segment `seg` ("layers", "experts") in a tensor name: e.g. 7 for
+ * "model.layers.7.mlp" and seg "layers"; -1 when the segment is absent, -2 when it is followed
+ * by a segment that is not a number (a fused tensor such as "experts.gate_up_proj"). */
+static long long segment_index(const char *name, const char *seg)
+{
+    size_t sl = strlen(seg);
+    for (const char *p = name; (p = strstr(p, seg)) != NULL; p += sl) {
+        if ((p != name && p[-1] != '.') || p[sl] != '.') continue;
+        const char *d = p + sl + 1;
+        if (*d < '0' || *d > '9') return -2;
+        long long v = 0;
+        for (; *d >= '0' && *d <= '9'; d++) v = v < 100000000 ? v * 10 + (*d - '0') : v;
+        if (*d == '.' || *d == '\0') return v;
+        return -2;
+    }
+    return -1;
+}
+
+nnt_status nnt_ck_bound_count(const nnt_checkpoint *ck, const char *key, int64_t value, nnt_error *err)
+{
+    static const char *const expert_keys[] = {"n_routed_experts", "num_local_experts", "num_experts", NULL};
+    int experts = 0;
+    for (int i = 0; expert_keys[i]; i++) experts |= strcmp(key, expert_keys[i]) == 0;
+    if (!experts && strcmp(key, "num_hidden_layers") != 0) return NNT_OK;
+    const char *seg = experts ? "experts" : "layers";
+    /* the highest numbered block or expert a tensor names, and the most experts a fused expert
+     * tensor [experts, ...] holds */
+    long long top = -1, fused = -1;
+    const char *top_name = NULL, *fused_name = NULL;
+    for (int i = 0; i < ck->n_index; i++) {
+        long long k = segment_index(ck->index[i].name, seg);
+        if (k >= 0 && k > top) {
+            top = k;
+            top_name = ck->index[i].name;
+        } else if (k == -2 && experts && ck->index[i].entry->ndim >= 3 && ck->index[i].entry->shape[0] > fused) {
+            fused = ck->index[i].entry->shape[0];
+            fused_name = ck->index[i].name;
+        }
+    }
+    if (top < 0 && fused < 0) return NNT_OK; /* names of another scheme: the family's binding checks them */
+    long long have = top + 1 > fused ? top + 1 : fused;
+    if (value <= have) return NNT_OK;
+    if (!experts)
+        return nnt_err_set(err, NNT_ERR_CONFIG,
+                           "%s: num_hidden_layers is %lld, but the checkpoint's tensors name blocks 0..%lld only "
+                           "(the last: '%s')",
+                           ck->config_path, (long long)value, top, top_name);
+    if (top + 1 >= fused)
+        return nnt_err_set(err, NNT_ERR_CONFIG,
+                           "%s: %s is %lld, but the checkpoint's tensors name experts 0..%lld only (the last: '%s')",
+                           ck->config_path, key, (long long)value, top, top_name);
+    return nnt_err_set(err, NNT_ERR_CONFIG,
+                       "%s: %s is %lld, but the checkpoint's fused expert tensor '%s' holds %lld experts",
+                       ck->config_path, key, (long long)value, fused_name, fused);
+}
+
+nnt_status nnt_ck_check_files(const nnt_checkpoint *ck, nnt_error *err)
+{
+    for (int i = 0; ck && i < ck->n_files; i++) {
+        nnt_status st = nnt_st_check(ck->files[i], err);
+        if (st != NNT_OK) return st;
+    }
     return NNT_OK;
 }
 

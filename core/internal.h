@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "nnt/nnt.h"
 #include "nnt/nnt_backend.h"
@@ -73,13 +74,31 @@ typedef struct nnt_st_file {
     uint64_t data_size;
     nnt_st_entry *entries;
     int n_entries;
+    int fd;                /* the file, kept open to compare its size and time with these */
+    struct timespec mtime; /* st_mtim at open (the size at open is map_size) */
+    int guard;             /* its slot in the SIGBUS guard's registry (mapguard.c); -1: none */
 } nnt_st_file;
 
-/* Opens and validates a safetensors file: header length within the file, header JSON well
- * formed, every entry's dtype known, shape sane, offsets inside the data section, sizes equal
- * to numel * dtype size, no two entries overlapping. */
+/* Opens and validates a safetensors file: header length within the file, header JSON one
+ * object padded by JSON whitespace only, __metadata__ at most once and of strings, each entry's
+ * dtype, shape and data_offsets given once, dtype known, shape and offsets whole numbers up to
+ * 2^53, sizes equal to numel * dtype size, names unique, and the entries tiling the data section
+ * (no overlap, no gap, no byte after the last). Errors name the file and the tensor. */
 nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err);
 void nnt_st_close(nnt_st_file *f);
+/* NNT_ERR_IO naming the file when a read of its mapping raised SIGBUS (caught by the handler
+ * of nnt_protect_mapped_files), or when its size or modification time differ from those at
+ * open. An in-place rewrite keeping size and time (within the file system's time resolution)
+ * goes unseen. */
+nnt_status nnt_st_check(const nnt_st_file *f, nnt_error *err);
+
+/* ---- the SIGBUS guard's registry of mapped files (mapguard.c) ---- */
+/* Registers [start, start + len) as the mapping of `path` (the string must outlive the slot);
+ * returns the slot, or -1 when the table is full. */
+int nnt_guard_register(const void *start, size_t len, const char *path);
+void nnt_guard_unregister(int slot); /* -1: nothing */
+/* 1 when a SIGBUS hit the slot's mapping, with the file offset of the first faulting read. */
+int nnt_guard_faulted(int slot, uint64_t *offset);
 const nnt_st_entry *nnt_st_find(const nnt_st_file *f, const char *name);
 
 /* Writes tensors (host memory) as one safetensors file; keys[i] names tensors[i]. The file is
@@ -105,6 +124,9 @@ struct nnt_checkpoint {
      * the bytes of the owned buffers */
     uint8_t *bound;
     uint64_t mapped_bytes, owned_bytes;
+    /* per index entry: an aligned copy of a tensor the mapping leaves misaligned (NULL: none
+     * made; the array itself is made on the first copy) */
+    void **aligned;
 };
 nnt_status nnt_checkpoint_open(const char *dir, nnt_checkpoint **out, nnt_error *err);
 void nnt_checkpoint_close(nnt_checkpoint *ck);
@@ -113,13 +135,25 @@ nnt_status nnt_ck_tensor(const nnt_checkpoint *ck, const char *name, int ndim,
                          const int64_t *shape, nnt_tensor *out, nnt_error *err);
 /* Takes ownership of p (bytes long, counted as allocated by the model). */
 nnt_status nnt_ck_own(nnt_checkpoint *ck, void *p, size_t bytes, nnt_error *err);
-/* The raw stored view of a tensor (no scales, no checks) and its file; 0 when absent. */
-int nnt_ck_lookup(const nnt_checkpoint *ck, const char *name, nnt_tensor *out, const char **file);
+/* The raw stored view of a tensor (no scales, no checks) and its file. NNT_ERR_NOT_FOUND, with
+ * no message set, when absent; NNT_ERR_OUT_OF_MEMORY when a misaligned tensor cannot be copied
+ * to an aligned buffer (see nnt_ck_tensor). */
+nnt_status nnt_ck_lookup(const nnt_checkpoint *ck, const char *name, nnt_tensor *out, const char **file,
+                         nnt_error *err);
 /* Counts a tensor as bound (its stored bytes are read in place). */
 void nnt_ck_mark_bound(nnt_checkpoint *ck, const char *name);
 /* The name of `name`'s scale companion, written into buf; NULL when there is none (buf then
  * holds the first spelling looked for, for messages). */
 const char *nnt_ck_scale_name(const nnt_checkpoint *ck, const char *name, char *buf, size_t n);
+/* Bounds a count read from config.json by the tensors present, before a family allocates by
+ * it: num_hidden_layers by the highest block number a tensor name holds ("layers.<i>."), an
+ * expert count (n_routed_experts, num_local_experts, num_experts) by the highest expert number
+ * ("experts.<e>.") or the leading extent of a fused expert tensor ("experts.<name>", 3-D or
+ * more). Other keys, and checkpoints whose names follow neither scheme, pass. NNT_ERR_CONFIG
+ * naming config.json, the field, its value and the tensor it disagrees with. */
+nnt_status nnt_ck_bound_count(const nnt_checkpoint *ck, const char *key, int64_t value, nnt_error *err);
+/* nnt_st_check on every file of the checkpoint: the first that changed or faulted. */
+nnt_status nnt_ck_check_files(const nnt_checkpoint *ck, nnt_error *err);
 /* The checkpoint's file bytes on disk, the stored bytes of the tensors bound so far, and the
  * bytes of the buffers it made. */
 void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes);

@@ -14,6 +14,50 @@ struct nnt_json {
     const char **architectures; /* NULL-terminated; strings owned by root */
 };
 
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A key given twice in one object of config.json: cJSON's look-up finds the first, Python's
+ * json module (so transformers) keeps the last, so the two would build different models from
+ * one file; refused. `where` is the dotted path of `node` ("" at the top). */
+static nnt_status unique_keys(const char *path, const cJSON *node, char *where, size_t cap, nnt_error *err)
+{
+    if (cJSON_IsObject(node)) {
+        int n = 0;
+        for (const cJSON *c = node->child; c; c = c->next) n++;
+        if (n > 1) {
+            const char **keys = malloc((size_t)n * sizeof *keys);
+            if (!keys) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            int k = 0;
+            for (const cJSON *c = node->child; c; c = c->next) keys[k++] = c->string ? c->string : "";
+            qsort(keys, (size_t)n, sizeof *keys, cmp_key);
+            for (int i = 1; i < n; i++)
+                if (strcmp(keys[i], keys[i - 1]) == 0) {
+                    nnt_status st = nnt_err_set(err, NNT_ERR_FORMAT, "%s: key '%s%s%s' appears twice", path, where,
+                                                where[0] ? "." : "", keys[i]);
+                    free(keys);
+                    return st;
+                }
+            free(keys);
+        }
+    }
+    size_t len = strlen(where);
+    int i = 0;
+    for (const cJSON *c = node->child; c; c = c->next, i++) {
+        if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) continue;
+        if (cJSON_IsObject(node))
+            snprintf(where + len, cap - len, "%s%s", len ? "." : "", c->string ? c->string : "");
+        else
+            snprintf(where + len, cap - len, "[%d]", i);
+        nnt_status st = unique_keys(path, c, where, cap, err);
+        where[len] = '\0';
+        if (st != NNT_OK) return st;
+    }
+    return NNT_OK;
+}
+
 nnt_status nnt_json_load(const char *path, nnt_json **out, nnt_error *err)
 {
     *out = NULL;
@@ -33,6 +77,12 @@ nnt_status nnt_json_load(const char *path, nnt_json **out, nnt_error *err)
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return nnt_err_set(err, NNT_ERR_FORMAT, "%s: expected a JSON object at the top level", path);
+    }
+    char where[256] = "";
+    nnt_status dup = unique_keys(path, root, where, sizeof where, err);
+    if (dup != NNT_OK) {
+        cJSON_Delete(root);
+        return dup;
     }
     nnt_json *j = calloc(1, sizeof *j);
     if (!j) {
@@ -130,6 +180,9 @@ nnt_status nnt_cfg_int(const nnt_checkpoint *ck, const char *key, int64_t dflt, 
     /* every integer a family reads (sizes, counts, ids) fits 32 bits; larger is a broken file */
     if (fabs(v->valuedouble) > 2147483647.0)
         return wrong_type(ck, key, "an integer of at most 2147483647 in magnitude", v, err);
+    /* a block or expert count a family allocates by is bounded by the checkpoint's tensors */
+    nnt_status st = nnt_ck_bound_count(ck, key, (int64_t)v->valuedouble, err);
+    if (st != NNT_OK) return st;
     *out = (int64_t)v->valuedouble;
     return NNT_OK;
 }

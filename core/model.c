@@ -97,6 +97,9 @@ nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
         uint64_t heap0 = nnt_heap_in_use();
         size_t dev0 = be->ops.weight_bytes(be->be_ctx);
         st = fam->family->load(&args, &m->impl, &rt->err);
+        /* a file that changed or faulted while the family read it explains any other error */
+        nnt_status cs = nnt_ck_check_files(ck, &rt->err);
+        if (cs != NNT_OK) st = cs;
         uint64_t heap1 = nnt_heap_in_use();
         size_t dev1 = be->ops.weight_bytes(be->be_ctx), dev = dev1 > dev0 ? dev1 - dev0 : 0;
         nnt_ck_memory(ck, &m->memory.file_bytes, &m->memory.mapped_bytes, &m->memory.allocated_bytes);
@@ -412,6 +415,10 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_INPUT_SIZE, -1, &tsize);
     }
     if (st == NNT_OK) st = m->family->family->forward(m->impl, &run, &args, err);
+    /* the weights read in place must still be the files opened (checked on every call, so at
+     * every session and generation step): a change explains any other error */
+    nnt_status cs = nnt_ck_check_files(m->ckpt, err);
+    if (cs != NNT_OK) st = cs;
     if (st == NNT_OK && t) st = nnt_trace_check_emitted(t, err);
     if (st == NNT_OK && ss) {
         for (int b = 0; b < batch; b++)

@@ -185,8 +185,11 @@ nnt_status nnt_ck_tensor_kv_heads(const nnt_checkpoint *ck_const, const char *k_
     nnt_status st = fp8_block(ck, &br, &bc, err);
     if (st != NNT_OK) return st;
     int per_head = 0;
-    if (nnt_ck_lookup(ck, k_name, &kt, &file) && kt.dtype == NNT_F8_E4M3 && kscale && nnt_ck_lookup(ck, kscale, &kst, NULL) &&
-        kst.ndim == 2) {
+    nnt_status lk = nnt_ck_lookup(ck, k_name, &kt, &file, err);
+    if (lk == NNT_OK && kt.dtype == NNT_F8_E4M3 && kscale) lk = nnt_ck_lookup(ck, kscale, &kst, NULL, err);
+    else if (lk == NNT_OK) lk = NNT_ERR_NOT_FOUND; /* not the per-head layout */
+    if (lk != NNT_OK && lk != NNT_ERR_NOT_FOUND) return lk;
+    if (lk == NNT_OK && kst.ndim == 2) {
         int64_t kb = ceil_div(dk, br);
         per_head = kst.shape[0] == heads * kb && heads * kb != ceil_div(heads * dk, br);
     }
@@ -207,8 +210,9 @@ nnt_status nnt_ck_tensor_kv_heads(const nnt_checkpoint *ck_const, const char *k_
                             : nnt_err_set(err, NNT_ERR_SHAPE, "%s: scale tensor '%s' has %lld columns; %lld inputs in blocks of %lld need %lld",
                                           file, kscale, (long long)kst.shape[1], (long long)in, (long long)bc, (long long)sc);
     const char *vfile = NULL;
-    if (!nnt_ck_lookup(ck, v_name, &vt, &vfile))
+    if ((lk = nnt_ck_lookup(ck, v_name, &vt, &vfile, err)) == NNT_ERR_NOT_FOUND)
         return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: the checkpoint has no tensor '%s'", ck->dir, v_name);
+    if (lk != NNT_OK) return lk;
     if (vt.dtype != NNT_F8_E4M3 || !nnt_shape_equal(vt.ndim, vt.shape, 2, vs)) {
         char got[96], want[96];
         return nnt_err_set(err, NNT_ERR_SHAPE,
@@ -216,9 +220,10 @@ nnt_status nnt_ck_tensor_kv_heads(const nnt_checkpoint *ck_const, const char *k_
                            file, k_name, v_name, nnt_dims_str(2, vs, want, sizeof want), nnt_dtype_name(vt.dtype),
                            nnt_shape_str(&vt, got, sizeof got));
     }
-    if (vb > 0 && (!vscale || !nnt_ck_lookup(ck, vscale, &vst, NULL)))
+    if (vb > 0 && (!vscale || (lk = nnt_ck_lookup(ck, vscale, &vst, NULL, err)) == NNT_ERR_NOT_FOUND))
         return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: FP8 tensor '%s' has no companion '%s' holding its block scales",
                            vfile, v_name, vsn);
+    if (vb > 0 && lk != NNT_OK) return lk;
     if (vb > 0) {
         if ((st = scale_dtype_check(vfile, vscale, &vst, err)) != NNT_OK) return st;
         if (vst.ndim != 2 || vst.shape[0] != heads * vb || vst.shape[1] != sc) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "tok_internal.h"
 
 #define MAX_HEADER_BYTES (100u << 20)
 
@@ -35,6 +36,96 @@ static int json_uint(const cJSON *v, uint64_t *out)
     return 1;
 }
 
+/* JSON's whitespace (RFC 8259): space, tab, line feed, carriage return */
+static int is_json_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* The optional "__metadata__" entry: at most one, an object of strings (or null), as the format
+ * defines it. */
+static nnt_status check_metadata(const char *path, const cJSON *meta, int nth, nnt_error *err)
+{
+    if (nth > 1) return nnt_err_set(err, NNT_ERR_FORMAT, "%s: '__metadata__' appears twice in the header", path);
+    if (cJSON_IsNull(meta)) return NNT_OK;
+    if (!cJSON_IsObject(meta))
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: '__metadata__' is not an object of strings", path);
+    for (const cJSON *v = meta->child; v; v = v->next)
+        if (!cJSON_IsString(v))
+            return nnt_err_set(err, NNT_ERR_FORMAT, "%s: '__metadata__' value '%s' is not a string", path, v->string);
+    return NNT_OK;
+}
+
+/* A field the format defines (dtype, shape, data_offsets) given twice in one entry: cJSON keeps
+ * both and its look-up finds the first, while other readers may take the last. Other fields are
+ * ignored, as the format's reference reader ignores them. */
+static nnt_status known_fields_once(const char *path, const cJSON *item, nnt_error *err)
+{
+    static const char *const known[3] = {"dtype", "shape", "data_offsets"};
+    int seen[3] = {0, 0, 0};
+    for (const cJSON *f = item->child; f; f = f->next)
+        for (int k = 0; k < 3; k++)
+            if (f->string && strcmp(f->string, known[k]) == 0 && ++seen[k] > 1)
+                return nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' gives '%s' twice in the header", path,
+                                   item->string, known[k]);
+    return NNT_OK;
+}
+
+/* The format's shape and data_offsets hold integers, and its reference reader refuses a
+ * number written with a fraction or an exponent ("8.0", "1e3") even when its value is whole.
+ * cJSON keeps only values, so this scans the header text (already parsed, so well formed): a
+ * number in an array under the key "shape" or "data_offsets" of an entry of the top object
+ * must be digits only. */
+static nnt_status integer_notation(const char *path, const char *h, size_t n, nnt_error *err)
+{
+    /* per depth 1..3 (top object, entry, array): container kind, whether a key comes next,
+     * and the last key read */
+    char kind[4] = {0};
+    int expect_key[4] = {0};
+    const char *key[4] = {NULL};
+    size_t key_len[4] = {0};
+    int depth = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = h[i];
+        if (c == '"') {
+            size_t b = ++i;
+            while (i < n && h[i] != '"') i += h[i] == '\\' ? 2 : 1;
+            if (depth >= 1 && depth <= 3 && kind[depth] == '{' && expect_key[depth]) {
+                key[depth] = h + b;
+                key_len[depth] = i - b;
+                expect_key[depth] = 0;
+            }
+        } else if (c == '{' || c == '[') {
+            depth++;
+            if (depth <= 3) {
+                kind[depth] = c;
+                expect_key[depth] = c == '{';
+            }
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',') {
+            if (depth >= 1 && depth <= 3 && kind[depth] == '{') expect_key[depth] = 1;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t b = i, digits = 1;
+            while (i + 1 < n && strchr("0123456789+-.eE", h[i + 1])) {
+                digits &= h[i + 1] >= '0' && h[i + 1] <= '9';
+                i++;
+            }
+            digits &= c != '-';
+            if (digits || depth != 3 || kind[1] != '{' || kind[2] != '{' || kind[3] != '[') continue;
+            int shape = key_len[2] == 5 && strncmp(key[2], "shape", 5) == 0;
+            int offs = key_len[2] == 12 && strncmp(key[2], "data_offsets", 12) == 0;
+            if (shape || offs)
+                return nnt_err_set(err, NNT_ERR_FORMAT,
+                                   "%s: tensor '%.*s' has %s entry '%.*s' written with a fraction or exponent; the "
+                                   "format takes integers written as digits",
+                                   path, (int)key_len[1], key[1], shape ? "a shape" : "a data_offsets", (int)(i + 1 - b),
+                                   h + b);
+        }
+    }
+    return NNT_OK;
+}
+
 static int cmp_name(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -46,6 +137,8 @@ static nnt_status parse_entry(const char *path, const cJSON *item, nnt_st_entry 
     const char *name = item->string;
     if (!cJSON_IsObject(item))
         return nnt_err_set(err, NNT_ERR_FORMAT, "%s: header entry '%s' is not an object", path, name);
+    nnt_status dup = known_fields_once(path, item, err);
+    if (dup != NNT_OK) return dup;
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
@@ -122,8 +215,12 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
                            "%s: truncated: %zu bytes, shorter than the 8-byte header length", path, size);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return nnt_err_set(err, NNT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+    if (map == MAP_FAILED) {
+        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* kept open to check the mapped file for changes */
 
     const uint8_t *bytes = map;
     uint64_t hlen = 0;
@@ -133,11 +230,15 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
     nnt_st_file *f = calloc(1, sizeof *f);
     if (!f) {
         munmap(map, size);
+        close(fd);
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     f->path = nnt_strdup(path);
     f->map = map;
     f->map_size = size;
+    f->fd = fd;
+    f->mtime = st.st_mtim;
+    f->guard = f->path ? nnt_guard_register(map, size, f->path) : -1;
     if (hlen > size - 8) {
         status = nnt_err_set(err, NNT_ERR_FORMAT,
                              "%s: header length %llu runs past the end of the file (%zu bytes)", path,
@@ -149,15 +250,50 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
                              path, (unsigned long long)hlen, MAX_HEADER_BYTES);
         goto fail;
     }
+    /* the header is UTF-8 JSON text: valid UTF-8, and no control byte (JSON escapes those
+     * inside strings; outside them only whitespace may stand) */
+    size_t valid = tok_utf8_valid_prefix((const char *)bytes + 8, (size_t)hlen);
+    if (valid < hlen) {
+        status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header byte %zu is not valid UTF-8 (the header is UTF-8 JSON)",
+                             path, valid);
+        goto fail;
+    }
+    for (size_t i = 0; i < hlen; i++) {
+        uint8_t c = bytes[8 + i];
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header byte %zu is the control byte 0x%02x (not JSON text)",
+                                 path, i, (unsigned)c);
+            goto fail;
+        }
+    }
+    /* the header is one JSON object; the format lets JSON whitespace pad it (its writers pad
+     * with spaces to a multiple of 8 bytes), and nothing else may stand before or after it */
+    const char *htext = (const char *)bytes + 8;
+    size_t lead = 0;
+    while (lead < hlen && is_json_space(htext[lead])) lead++;
+    if (lead == hlen || htext[lead] != '{') {
+        status = nnt_err_set(err, NNT_ERR_FORMAT,
+                             "%s: malformed header JSON (expected an object; header byte %zu is not '{')", path,
+                             lead);
+        goto fail;
+    }
     const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts((const char *)bytes + 8, (size_t)hlen, &end, 0);
+    root = cJSON_ParseWithLengthOpts(htext + lead, (size_t)hlen - lead, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
-        long off = (root || !end) ? 0 : (long)(end - (const char *)bytes - 8);
+        long off = (root || !end) ? 0 : (long)(end - htext);
         status = nnt_err_set(err, NNT_ERR_FORMAT,
                              "%s: malformed header JSON (expected an object; parse stopped near header byte %ld)",
                              path, off);
         goto fail;
     }
+    for (size_t i = (size_t)(end - htext); i < hlen; i++)
+        if (!is_json_space(htext[i])) {
+            status = nnt_err_set(err, NNT_ERR_FORMAT,
+                                 "%s: header byte %zu (0x%02x) follows the header's JSON object; only JSON "
+                                 "whitespace may pad the header",
+                                 path, i, (unsigned)(uint8_t)htext[i]);
+            goto fail;
+        }
     f->data = bytes + 8 + hlen;
     f->data_size = size - 8 - hlen;
     int n = cJSON_GetArraySize(root);
@@ -166,12 +302,19 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
         status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         goto fail;
     }
+    int n_meta = 0;
     for (const cJSON *item = root->child; item; item = item->next) {
-        if (item->string && strcmp(item->string, "__metadata__") == 0) continue;
+        if (item->string && strcmp(item->string, "__metadata__") == 0) {
+            status = check_metadata(path, item, ++n_meta, err);
+            if (status != NNT_OK) goto fail;
+            continue;
+        }
         status = parse_entry(path, item, &f->entries[f->n_entries], f->data_size, err);
         if (status != NNT_OK) goto fail;
         f->n_entries++;
     }
+    /* every number passed as a whole one; now its spelling */
+    if ((status = integer_notation(path, htext + lead, (size_t)(end - htext) - lead, err)) != NNT_OK) goto fail;
     /* a name given twice (JSON allows it; the format does not) */
     if (f->n_entries > 1) {
         const char **names = malloc((size_t)f->n_entries * sizeof *names);
@@ -189,8 +332,12 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
             }
         free(names);
     }
-    /* overlap check on a copy sorted by offset */
-    if (f->n_entries > 1) {
+    /* the tensors tile the data section, as the format requires: sorted by offset, each begins
+     * where the previous one ends (no overlap, no unused gap; an empty tensor sits at the offset
+     * where it stands), and the last ends at the end of the file */
+    uint64_t reach = 0;
+    const char *last = NULL; /* the tensor ending at reach (an entry's name, owned by f) */
+    if (f->n_entries > 0) {
         nnt_st_entry *sorted = malloc((size_t)f->n_entries * sizeof *sorted);
         if (!sorted) {
             status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
@@ -198,28 +345,45 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
         }
         memcpy(sorted, f->entries, (size_t)f->n_entries * sizeof *sorted);
         qsort(sorted, (size_t)f->n_entries, sizeof *sorted, cmp_begin);
-        /* every non-empty tensor against the furthest-reaching one before it (an empty tensor
-         * between two overlapping ones must not hide the overlap) */
-        int far = -1;
-        for (int i = 0; i < f->n_entries; i++) {
-            if (sorted[i].end == sorted[i].begin) continue;
-            if (far >= 0 && sorted[i].begin < sorted[far].end) {
+        int prev = -1; /* the last tensor with bytes, whose end is reach */
+        for (int i = 0; i < f->n_entries && status == NNT_OK; i++) {
+            const nnt_st_entry *e = &sorted[i];
+            if (e->begin < reach)
                 status = nnt_err_set(err, NNT_ERR_FORMAT,
                                      "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap in the data section",
-                                     path, sorted[far].name, (unsigned long long)sorted[far].begin,
-                                     (unsigned long long)sorted[far].end, sorted[i].name,
-                                     (unsigned long long)sorted[i].begin, (unsigned long long)sorted[i].end);
-                free(sorted);
-                goto fail;
+                                     path, sorted[prev].name, (unsigned long long)sorted[prev].begin,
+                                     (unsigned long long)sorted[prev].end, e->name, (unsigned long long)e->begin,
+                                     (unsigned long long)e->end);
+            else if (e->begin > reach)
+                status = nnt_err_set(err, NNT_ERR_FORMAT,
+                                     "%s: data-section bytes [%llu, %llu) before tensor '%s' belong to no tensor "
+                                     "(the format leaves no gaps)",
+                                     path, (unsigned long long)reach, (unsigned long long)e->begin, e->name);
+            else if (e->end > e->begin) {
+                reach = e->end;
+                prev = i;
+                last = e->name;
             }
-            if (far < 0 || sorted[i].end > sorted[far].end) far = i;
         }
         free(sorted);
+        if (status != NNT_OK) goto fail;
     }
+    if (reach != f->data_size) {
+        status = nnt_err_set(err, NNT_ERR_FORMAT,
+                             "%s: the data section holds %llu bytes but its tensors end at byte %llu%s%s%s; the "
+                             "format allows no bytes after the last tensor",
+                             path, (unsigned long long)f->data_size, (unsigned long long)reach,
+                             last ? " (tensor '" : "", last ? last : "", last ? "')" : "");
+        goto fail;
+    }
+    /* the file as validated must be the file now (a truncation while the header was read
+     * faults, with the guard installed, into zero bytes the checks above may have taken) */
+    if ((status = nnt_st_check(f, err)) != NNT_OK) goto fail;
     cJSON_Delete(root);
     *out = f;
     return NNT_OK;
 fail:
+    if (nnt_guard_faulted(f->guard, NULL)) status = nnt_st_check(f, err); /* the fault explains the error */
     cJSON_Delete(root);
     nnt_st_close(f);
     return status;
@@ -230,9 +394,35 @@ void nnt_st_close(nnt_st_file *f)
     if (!f) return;
     for (int i = 0; i < f->n_entries; i++) free(f->entries[i].name);
     free(f->entries);
+    nnt_guard_unregister(f->guard);
     if (f->map) munmap(f->map, f->map_size);
+    if (f->fd >= 0) close(f->fd);
     free(f->path);
     free(f);
+}
+
+nnt_status nnt_st_check(const nnt_st_file *f, nnt_error *err)
+{
+    uint64_t at = 0;
+    if (nnt_guard_faulted(f->guard, &at))
+        return nnt_err_set(err, NNT_ERR_IO,
+                           "%s: reading the mapped file failed at byte %llu (SIGBUS): it was truncated, or could not "
+                           "be read, while in use; results that depend on it are not valid",
+                           f->path, (unsigned long long)at);
+    struct stat st;
+    if (fstat(f->fd, &st) != 0)
+        return nnt_err_set(err, NNT_ERR_IO, "%s: cannot check the mapped file: %s", f->path, strerror(errno));
+    if ((size_t)st.st_size != f->map_size)
+        return nnt_err_set(err, NNT_ERR_IO,
+                           "%s: changed on disk while in use (size %zu bytes at open, now %lld); results that depend "
+                           "on it are not valid",
+                           f->path, f->map_size, (long long)st.st_size);
+    if (st.st_mtim.tv_sec != f->mtime.tv_sec || st.st_mtim.tv_nsec != f->mtime.tv_nsec)
+        return nnt_err_set(err, NNT_ERR_IO,
+                           "%s: changed on disk while in use (modified after it was opened); results that depend on "
+                           "it may mix old and new bytes",
+                           f->path);
+    return NNT_OK;
 }
 
 const nnt_st_entry *nnt_st_find(const nnt_st_file *f, const char *name)

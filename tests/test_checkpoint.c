@@ -5,7 +5,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "test_util.h"
@@ -229,6 +232,37 @@ static void test_shape_disagrees(void)
     expect_load(d, NNT_ERR_CONFIG, "field 'num_attention_heads' is \"four\", expected an integer");
 }
 
+/* A key given twice in config.json: Python's json keeps the last, cJSON would find the first,
+ * so the file is refused, wherever the object sits. */
+static void test_config_duplicate_keys(void)
+{
+    const char *d = new_dir("dup_key");
+    write_config(d, "\"num_hidden_layers\": 3", "\"num_hidden_layers\": 3, \"num_hidden_layers\": 2");
+    write_weights(d, "model.safetensors", NULL, NULL);
+    expect_load(d, NNT_ERR_FORMAT, "config.json: key 'num_hidden_layers' appears twice");
+    write_config(d, "\"hidden_size\": 64", "\"hidden_size\": 64, \"quantization_config\": {\"a\": [1, {\"b\": 1, \"b\": 2}]}");
+    expect_load(d, NNT_ERR_FORMAT, "config.json: key 'quantization_config.a[1].b' appears twice");
+}
+
+static int set_config_int(const char *dir, const char *key, const char *value);
+
+/* MiniMax-M2 without rotary_dim: the rotary share of the head is bounded before the product. */
+static void test_rotary_share(void)
+{
+    const char *d = new_dir("rotary_share");
+    write_config(d, "\"rotary_dim\": 16", "\"rotary_dim_unused\": 16");
+    CU_ASSERT_FATAL(set_config_int(d, "partial_rotary_factor", "1e300") == 0);
+    write_weights(d, "model.safetensors", NULL, NULL);
+    expect_load(d, NNT_ERR_CONFIG,
+                "config.json: rope_parameters.partial_rotary_factor is 1e+300; expected the rotary share of a head, in [0, 1]");
+    CU_ASSERT_FATAL(set_config_int(d, "partial_rotary_factor", "0.5") == 0);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, d, &m));
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 static void test_unserved_architecture(void)
 {
     const char *d = new_dir("llama");
@@ -360,6 +394,338 @@ static void test_native_quantised_names(void)
     nnt_checkpoint_close(ck);
 }
 
+/* Writes `dst`: the safetensors file `src` with `pad` more spaces after its header's JSON
+ * object, so its data section (and every tensor) moves by pad bytes. Returns 0 on success. */
+static int pad_header(const char *src, const char *dst, int pad)
+{
+    FILE *f = fopen(src, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    unsigned char *all = malloc((size_t)n);
+    int bad = !all || fread(all, 1, (size_t)n, f) != (size_t)n;
+    fclose(f);
+    uint64_t h = 0;
+    for (int i = 7; !bad && i >= 0; i--) h = (h << 8) | all[i];
+    FILE *o = bad ? NULL : fopen(dst, "wb");
+    if (!o) {
+        free(all);
+        return -1;
+    }
+    uint64_t h2 = h + (uint64_t)pad;
+    for (int i = 0; i < 8; i++) fputc((int)((h2 >> (8 * i)) & 0xff), o);
+    fwrite(all + 8, 1, (size_t)h, o);
+    for (int i = 0; i < pad; i++) fputc(' ', o);
+    fwrite(all + 8 + h, 1, (size_t)(n - 8 - (long)h), o);
+    bad = fclose(o) != 0;
+    free(all);
+    return bad ? -1 : 0;
+}
+
+/* Copies a fixture's checkpoint (config, index, every weight shard; not its references) into
+ * the scratch directory `name`, each shard's header padded by `pad` spaces. Returns 0 on
+ * success, the directory in buf. */
+static int copy_checkpoint(const char *fixture, const char *name, int pad, char *buf, size_t n)
+{
+    char fx[512];
+    t_fixture(fixture, fx, sizeof fx);
+    snprintf(buf, n, "%s/%s", t_tmpdir(), name);
+    mkdir(buf, 0755);
+    DIR *dir = opendir(fx);
+    if (!dir) return -1;
+    int bad = 0;
+    for (struct dirent *e; !bad && (e = readdir(dir));) {
+        if (e->d_name[0] == '.' || strncmp(e->d_name, "reference", 9) == 0) continue;
+        char src[1024], dst[1024];
+        snprintf(src, sizeof src, "%s/%s", fx, e->d_name);
+        snprintf(dst, sizeof dst, "%s/%s", buf, e->d_name);
+        size_t l = strlen(e->d_name);
+        if (l > 12 && strcmp(e->d_name + l - 12, ".safetensors") == 0) bad = pad_header(src, dst, pad) != 0;
+        else bad = t_copy_file(src, dst) != 0;
+    }
+    closedir(dir);
+    return bad ? -1 : 0;
+}
+
+/* Runs ids through the model in `dir` saving logits and the last block's output; returns the
+ * trace (caller frees model, trace) and the model's memory counts. */
+static nnt_trace *run_dir(nnt_runtime *rt, const char *dir, nnt_model **m, nnt_memory *mem)
+{
+    static const int32_t ids[6] = {1, 5, 9, 13, 2, 7};
+    T_OK(rt, nnt_model_load(rt, dir, m));
+    T_OK(rt, nnt_model_memory(*m, mem));
+    nnt_trace *t = NULL;
+    T_OK(rt, nnt_trace_new(*m, &t));
+    T_OK(rt, nnt_trace_save(t, "logits"));
+    T_OK(rt, nnt_trace_save(t, "layers.0.layer_output"));
+    T_OK(rt, nnt_trace_run(t, ids, NULL, 1, 6));
+    return t;
+}
+
+static int same_value(const nnt_trace *a, const nnt_trace *b, const char *path)
+{
+    const nnt_tensor *x = nnt_trace_get(a, path), *y = nnt_trace_get(b, path);
+    if (!x || !y || x->dtype != y->dtype || !nnt_shape_equal(x->ndim, x->shape, y->ndim, y->shape)) return 0;
+    return memcmp(x->data, y->data, (size_t)nnt_tensor_nbytes(x)) == 0;
+}
+
+/* The format lets a header's length be any number; a header of 8k+1..8k+7 bytes leaves every
+ * F32, BF16 and I64 tensor misaligned in the mapping. Each such checkpoint gives the very values
+ * of the original (bit for bit), its misaligned tensors read from aligned copies the model
+ * counts as allocated rather than mapped. Under the sanitizer build, UBSan's alignment check
+ * would report any typed load from the mapping. */
+static void test_misaligned_header(void)
+{
+    static const struct {
+        const char *fixture;
+        int pads[7], n;
+    } cases[] = {
+        {"minimax_m2/fp32", {1, 2, 3, 4, 5, 6, 7}, 7}, /* F32 */
+        {"minimax_m2/bf16", {1, 3}, 2},                /* BF16 */
+        {"minimax_m2/fp8", {2}, 1},                    /* FP8 with F32 block scales */
+        {"mimo_v2_flash/fp8_per_head", {1}, 1},        /* per-head scale grids, re-laid */
+        {"deepseek_v4/native", {5}, 1},                /* packed FP4, E8M0 scales */
+        {"kimi_linear/fp32", {6}, 1},
+    };
+    nnt_runtime *rt = t_runtime();
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char fx[512], orig_dir[768];
+        t_fixture(cases[c].fixture, fx, sizeof fx);
+        snprintf(orig_dir, sizeof orig_dir, "%s", fx);
+        nnt_model *m0 = NULL;
+        nnt_memory mem0;
+        nnt_trace *t0 = run_dir(rt, orig_dir, &m0, &mem0);
+        for (int p = 0; p < cases[c].n; p++) {
+            char name[64], d[768];
+            snprintf(name, sizeof name, "pad%d_%zu", cases[c].pads[p], c);
+            CU_ASSERT_FATAL(copy_checkpoint(cases[c].fixture, name, cases[c].pads[p], d, sizeof d) == 0);
+            nnt_model *m = NULL;
+            nnt_memory mem;
+            nnt_trace *t = run_dir(rt, d, &m, &mem);
+            int same = same_value(t, t0, "logits") && same_value(t, t0, "layers.0.layer_output");
+            if (!same) fprintf(stderr, "\n  %s with %d pad bytes: values differ\n", cases[c].fixture, cases[c].pads[p]);
+            CU_ASSERT(same);
+            /* an odd shift misaligns every tensor of 2-byte or wider elements: those were read
+             * from copies, so fewer bytes count as mapped */
+            if (cases[c].pads[p] % 2) CU_ASSERT(mem.mapped_bytes < mem0.mapped_bytes);
+            nnt_trace_free(t);
+            nnt_model_free(m);
+        }
+        nnt_trace_free(t0);
+        nnt_model_free(m0);
+    }
+    nnt_runtime_close(rt);
+}
+
+/* Sets the first numeric field named `key` in DIR/config.json (at any depth) to `value`; 0 on
+ * success. */
+static int set_config_int(const char *dir, const char *key, const char *value)
+{
+    char p[800], pat[128];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    char *text = read_text(p);
+    char *at = text ? strstr(text, pat) : NULL;
+    if (!at) {
+        free(text);
+        return -1;
+    }
+    char *num = at + strlen(pat);
+    while (*num == ' ') num++;
+    char *end = num;
+    while (*end && strchr("0123456789+-.eE", *end)) end++;
+    size_t n = strlen(text) + strlen(value) + 1;
+    char *out = malloc(n);
+    snprintf(out, n, "%.*s%s%s", (int)(num - text), text, value, end);
+    int rc = t_write_file(p, out);
+    free(out);
+    free(text);
+    return rc;
+}
+
+/* A block or expert count in config.json is bounded by the tensors the checkpoint holds before
+ * the family allocates by it (1e9 blocks once meant a terabyte asked of malloc and "no memory"):
+ * the message names config.json, the field, its value and the tensor it disagrees with. */
+static void test_config_counts_bounded(void)
+{
+    static const struct {
+        const char *fixture, *key, *msg;
+    } cases[] = {
+        {"minimax_m2/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..2 only (the last: "
+         "'model.layers.2.block_sparse_moe.e_score_correction_bias')"},
+        {"minimax_m2/fp32", "num_local_experts",
+         "config.json: num_local_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'model.layers.0.block_sparse_moe.experts.7.w1.weight')"},
+        {"minimax_m2/bf16", "num_hidden_layers", /* sharded: the index's tensors count */
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..2 only"},
+        {"mimo_v2_flash/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..4 only (the last: "
+         "'model.layers.4.input_layernorm.weight')"},
+        {"mimo_v2_flash/fp32", "n_routed_experts",
+         "config.json: n_routed_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'model.layers.1.mlp.experts.7.down_proj.weight')"},
+        {"kimi_linear/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..4 only (the last: "
+         "'model.layers.4.block_sparse_moe.experts.0.w1.weight')"},
+        {"kimi_linear/fp32", "num_experts",
+         "config.json: num_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'model.layers.1.block_sparse_moe.experts.7.w1.weight')"},
+        {"deepseek_v4/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 1000000000, but the checkpoint's tensors name blocks 0..4 only (the last: "
+         "'model.layers.4.attn.attn_sink')"},
+        {"deepseek_v4/fp32", "n_routed_experts",
+         "config.json: n_routed_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'model.layers.0.ffn.experts.7.w1.weight')"},
+        {"deepseek_v4/native", "n_routed_experts",
+         "config.json: n_routed_experts is 1000000000, but the checkpoint's tensors name experts 0..7 only (the last: "
+         "'layers.0.ffn.experts.7.w1.scale')"},
+        /* an iteration count with no tensor to bound it has a fixed range (1e9 was a hang) */
+        {"deepseek_v4/fp32", "hc_sinkhorn_iters", "config.json: hc_sinkhorn_iters must be 0..1000"},
+        /* one past what the tensors hold is refused too (every fixture loads with its own count) */
+        {"minimax_m2/fp32", "num_hidden_layers",
+         "config.json: num_hidden_layers is 4, but the checkpoint's tensors name blocks 0..2 only"},
+        /* a rotary share past 1 is refused before it is multiplied into an integer (1e300 would
+         * overflow the conversion), and a rotary width before tables are sized by it */
+        {"deepseek_v4/fp32", "partial_rotary_factor",
+         "config.json: partial_rotary_factor is 1e+300; expected the rotary share of a head, in [0, 1]"},
+        {"mimo_v2_flash/fp32", "partial_rotary_factor",
+         "config.json: partial_rotary_factor is 1e+300; expected the rotary share of a head, in [0, 1]"},
+        {"deepseek_v4/native", "qk_rope_head_dim",
+         "config.json: 2147483646 rotary dimensions do not fit head_dim 32 and index_head_dim 16"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char name[64], d[768];
+        snprintf(name, sizeof name, "count%zu", c);
+        CU_ASSERT_FATAL(copy_checkpoint(cases[c].fixture, name, 0, d, sizeof d) == 0);
+        const char *v = strstr(cases[c].msg, " is 4,")      ? "4"
+                        : strstr(cases[c].msg, "1e+300")    ? "1e300"
+                        : strstr(cases[c].msg, "2147483646") ? "2147483646"
+                                                             : "1000000000";
+        CU_ASSERT_FATAL(set_config_int(d, cases[c].key, v) == 0);
+        expect_load(d, NNT_ERR_CONFIG, cases[c].msg);
+    }
+    /* a fused expert tensor [experts, ...] bounds the expert count by its leading extent */
+    nnt_checkpoint *ck = NULL;
+    nnt_error err = {0};
+    char d[768], p[800];
+    snprintf(d, sizeof d, "%s/fused_count", t_tmpdir());
+    mkdir(d, 0755);
+    snprintf(p, sizeof p, "%s/config.json", d);
+    CU_ASSERT_FATAL(t_write_file(p, "{\"num_local_experts\": 5, \"num_hidden_layers\": 1}") == 0);
+    float zeros[6 * 2 * 2] = {0};
+    nnt_tensor fused = {.dtype = NNT_F32, .ndim = 3, .shape = {6, 2, 2}, .data = zeros};
+    const nnt_tensor *ts[1] = {&fused};
+    const char *keys[1] = {"model.layers.0.mlp.experts.gate_up_proj"};
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    CU_ASSERT_EQUAL_FATAL(nnt_st_write(p, 1, keys, ts, NULL, &err), NNT_OK);
+    CU_ASSERT_EQUAL_FATAL(nnt_checkpoint_open(d, &ck, &err), NNT_OK);
+    int64_t v = 0;
+    CU_ASSERT_EQUAL(nnt_cfg_int(ck, "num_local_experts", 0, 1, &v, &err), NNT_OK);
+    CU_ASSERT_EQUAL(v, 5);
+    CU_ASSERT_EQUAL(nnt_cfg_int(ck, "num_hidden_layers", 0, 1, &v, &err), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_ck_bound_count(ck, "num_local_experts", 7, &err), NNT_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "config.json: num_local_experts is 7, but the checkpoint's fused expert tensor "
+                                           "'model.layers.0.mlp.experts.gate_up_proj' holds 6 experts"));
+    CU_ASSERT_EQUAL(nnt_ck_bound_count(ck, "num_hidden_layers", 2, &err), NNT_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "num_hidden_layers is 2, but the checkpoint's tensors name blocks 0..0 only"));
+    nnt_checkpoint_close(ck);
+}
+
+/* A shard truncated between the load and the forward: its lost pages raise SIGBUS, which the
+ * opt-in guard turns into zero pages and an error naming the file; the model stays usable for
+ * freeing. */
+static void test_truncated_while_mapped(void)
+{
+    CU_ASSERT_EQUAL_FATAL(nnt_protect_mapped_files(), NNT_OK);
+    char d[768], shard[800];
+    CU_ASSERT_FATAL(copy_checkpoint("minimax_m2/fp32", "shrinks", 0, d, sizeof d) == 0);
+    snprintf(shard, sizeof shard, "%s/model.safetensors", d);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, d, &m));
+    nnt_trace *t = NULL;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "logits"));
+    CU_ASSERT_FATAL(truncate(shard, 4096) == 0);
+    static const int32_t ids[4] = {3, 1, 4, 1};
+    T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 4), NNT_ERR_IO, "/shrinks/model.safetensors: reading the mapped file failed at byte ");
+    T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 4), NNT_ERR_IO,
+            "(SIGBUS): it was truncated, or could not be read, while in use; results that depend on it are not valid");
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* A shard modified between the load and the end of a run - its time touched, bytes appended,
+ * or rewritten in place - fails the run (and a session's next step) naming the file. */
+static void test_modified_while_mapped(void)
+{
+    char d[768], shard[800];
+    CU_ASSERT_FATAL(copy_checkpoint("minimax_m2/bf16", "modified", 0, d, sizeof d) == 0); /* three shards */
+    snprintf(shard, sizeof shard, "%s/model-00002-of-00003.safetensors", d);
+    static const int32_t ids[4] = {3, 1, 4, 1};
+    nnt_runtime *rt = t_runtime();
+    for (int how = 0; how < 3; how++) {
+        nnt_model *m = NULL;
+        T_OK(rt, nnt_model_load(rt, d, &m));
+        nnt_session *ss = NULL;
+        T_OK(rt, nnt_session_new(m, 1, 16, &ss));
+        T_OK(rt, nnt_session_forward(ss, NULL, ids, NULL, 4));
+        struct stat sb;
+        CU_ASSERT_FATAL(stat(shard, &sb) == 0);
+        if (how == 0) { /* touch: a time one second later */
+            struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+            ts[1].tv_sec += 1;
+            CU_ASSERT_FATAL(utimensat(AT_FDCWD, shard, ts, 0) == 0);
+        } else if (how == 1) { /* bytes appended */
+            FILE *f = fopen(shard, "ab");
+            CU_ASSERT_FATAL(f != NULL);
+            fputs("12345678", f);
+            fclose(f);
+        } else { /* the same bytes written over themselves, as a copy in place would */
+            FILE *f = fopen(shard, "r+b");
+            CU_ASSERT_FATAL(f != NULL);
+            unsigned char head[64];
+            CU_ASSERT_FATAL(fread(head, 1, sizeof head, f) == sizeof head);
+            rewind(f);
+            fwrite(head, 1, sizeof head, f);
+            fclose(f);
+            /* a file system whose time resolution hides the write makes this case undetectable */
+            struct stat after;
+            CU_ASSERT_FATAL(stat(shard, &after) == 0);
+            if (after.st_mtim.tv_sec == sb.st_mtim.tv_sec && after.st_mtim.tv_nsec == sb.st_mtim.tv_nsec) {
+                struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+                ts[1].tv_nsec = (ts[1].tv_nsec + 1) % 1000000000;
+                CU_ASSERT_FATAL(utimensat(AT_FDCWD, shard, ts, 0) == 0);
+            }
+        }
+        const char *want = how == 1 ? "/modified/model-00002-of-00003.safetensors: changed on disk while in use (size "
+                                    : "/modified/model-00002-of-00003.safetensors: changed on disk while in use (modified "
+                                      "after it was opened)";
+        T_FAILS(rt, nnt_session_forward(ss, NULL, ids, NULL, 1), NNT_ERR_IO, want);
+        nnt_trace *t = NULL;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 4), NNT_ERR_IO, want);
+        nnt_trace_free(t);
+        nnt_session_free(ss);
+        nnt_model_free(m);
+        /* a fresh load takes the file as it now is */
+        if (how == 1) {
+            CU_ASSERT_FATAL(truncate(shard, sb.st_size) == 0);
+        }
+    }
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, d, &m));
+    nnt_trace *t = NULL;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_run(t, ids, NULL, 1, 4));
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("checkpoint", NULL, NULL);
@@ -373,8 +739,14 @@ int register_tests(void)
         !CU_add_test(s, "a missing tensor", test_missing_tensor) ||
         !CU_add_test(s, "shapes, dtypes and fields that disagree with config.json", test_shape_disagrees) ||
         !CU_add_test(s, "an architecture no plugin serves", test_unserved_architecture) ||
+        !CU_add_test(s, "a key given twice in config.json", test_config_duplicate_keys) ||
+        !CU_add_test(s, "a rotary share outside [0, 1]", test_rotary_share) ||
         !CU_add_test(s, "broken and correct shard indexes", test_shard_index) ||
-        !CU_add_test(s, "fp8 weights without their scales", test_fp8_missing_scale))
+        !CU_add_test(s, "fp8 weights without their scales", test_fp8_missing_scale) ||
+        !CU_add_test(s, "a header length that leaves tensors misaligned", test_misaligned_header) ||
+        !CU_add_test(s, "block and expert counts bounded by the tensors", test_config_counts_bounded) ||
+        !CU_add_test(s, "a shard truncated while mapped", test_truncated_while_mapped) ||
+        !CU_add_test(s, "a shard modified while mapped", test_modified_while_mapped))
         return -1;
     return 0;
 }

@@ -36,6 +36,7 @@ static void expect_bad(const char *path, const char *needle)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, needle));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
     CU_ASSERT_PTR_NULL(f);
+    nnt_st_close(f); /* when it wrongly opened */
 }
 
 static void test_truncated(void)
@@ -102,6 +103,98 @@ static void test_offsets(void)
                         "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
                         -1, 4),
                "named twice");
+}
+
+static int opens(const char *path)
+{
+    nnt_st_file *f = NULL;
+    nnt_error err = {0};
+    nnt_status st = nnt_st_open(path, &f, &err);
+    if (st != NNT_OK) fprintf(stderr, "\n  %s: %s\n", path, err.msg);
+    nnt_st_close(f);
+    return st == NNT_OK;
+}
+
+/* The header and data lengths are exact, as the format (and its reference reader, safetensors
+ * 0.8) defines them: JSON whitespace may pad the header's object, nothing else may; the tensors
+ * tile the data section with no gap and no byte after the last; a field the format defines is
+ * given once; __metadata__ is one object of strings. */
+static void test_exact_lengths(void)
+{
+#define W8 "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}"
+    /* accepted: padding by spaces, a newline, a tab (header lengths 8k+1..8k+7 included) */
+    CU_ASSERT(opens(raw_file("pad_space.safetensors", W8 "   ", -1, 8)));
+    CU_ASSERT(opens(raw_file("pad_nl.safetensors", W8 "\n", -1, 8)));
+    CU_ASSERT(opens(raw_file("pad_lead.safetensors", " \t" W8, -1, 8)));
+    /* refused: bytes other than whitespace after or before the object */
+    expect_bad(raw_file("trail_x.safetensors", W8 " x", -1, 8),
+               "header byte 55 (0x78) follows the header's JSON object; only JSON whitespace may pad the header");
+    expect_bad(raw_file("trail_obj.safetensors", W8 "{}", -1, 8), "header byte 54 (0x7b) follows");
+    expect_bad(raw_file("lead_x.safetensors", "x" W8, -1, 8), "header byte 0 is not '{'");
+    /* the data section: a gap before a tensor, bytes after the last, bytes with no tensor */
+    expect_bad(raw_file("gap.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", -1, 8),
+               "data-section bytes [0, 4) before tensor 'a' belong to no tensor");
+    expect_bad(raw_file("gap2.safetensors",
+                        "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+                        "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[3,5]}}",
+                        -1, 5),
+               "data-section bytes [2, 3) before tensor 'b' belong to no tensor");
+    expect_bad(raw_file("extra.safetensors", W8, -1, 16),
+               "the data section holds 16 bytes but its tensors end at byte 8 (tensor 'a'); the format allows no "
+               "bytes after the last tensor");
+    expect_bad(raw_file("empty_extra.safetensors", "{}", -1, 8),
+               "the data section holds 8 bytes but its tensors end at byte 0; the format");
+    CU_ASSERT(opens(raw_file("empty.safetensors", "{}", -1, 0)));
+    /* an empty tensor may stand between two others, at the offset where one ends */
+    CU_ASSERT(opens(raw_file("mid_empty.safetensors",
+                             "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+                             "\"e\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[2,2]},"
+                             "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
+                             -1, 4)));
+    /* the header is UTF-8 JSON text: a byte that is not UTF-8, a raw control byte (padding
+     * with NUL bytes included) */
+    expect_bad(raw_file("latin1.safetensors", "{\"caf\xe9\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", -1, 0),
+               "header byte 5 is not valid UTF-8 (the header is UTF-8 JSON)");
+    expect_bad(raw_file("ctrl.safetensors", "{\"a\x01\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", -1, 0),
+               "header byte 3 is the control byte 0x01 (not JSON text)");
+    {
+        /* NUL padding: the file written byte by byte, since the helper writes C strings */
+        char path[768];
+        snprintf(path, sizeof path, "%s/nul_pad.safetensors", t_tmpdir());
+        FILE *f = fopen(path, "wb");
+        CU_ASSERT_FATAL(f != NULL);
+        const char *h = "{}";
+        uint64_t n = 8;
+        for (int i = 0; i < 8; i++) fputc((int)((n >> (8 * i)) & 0xff), f);
+        fputs(h, f);
+        for (int i = 2; i < 8; i++) fputc(0, f);
+        fclose(f);
+        expect_bad(path, "header byte 2 is the control byte 0x00 (not JSON text)");
+    }
+    CU_ASSERT(opens(raw_file("utf8_name.safetensors", "{\"caf\xc3\xa9\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", -1, 0)));
+    /* whole numbers written with a fraction or an exponent, as the reference reader refuses
+     * them; a field the format does not define may hold any number */
+    expect_bad(raw_file("point_zero.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.0]}}", -1, 8),
+               "tensor 'a' has a data_offsets entry '8.0' written with a fraction or exponent; the format takes integers "
+               "written as digits");
+    expect_bad(raw_file("exp_shape.safetensors", "{\"__metadata__\":{\"k\":\"[1.5]\"},\"b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                                                 "\"a\":{\"z\":[1.5],\"dtype\":\"F32\",\"shape\":[1, 2E0],\"data_offsets\":[0,8]}}", -1, 8),
+               "tensor 'a' has a shape entry '2E0' written with a fraction or exponent");
+    CU_ASSERT(opens(raw_file("other_float.safetensors", "{\"a\":{\"z\":[1.5,{\"shape\":[2.5]}],\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", -1, 8)));
+    /* fractional offsets */
+    expect_bad(raw_file("frac_end.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.5]}}", -1, 9),
+               "tensor 'a' data_offsets are not integers in [0, 2^53]");
+    /* a defined field twice; __metadata__ twice or not strings */
+    expect_bad(raw_file("dup_field.safetensors",
+                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"dtype\":\"I32\"}}", -1, 8),
+               "tensor 'a' gives 'dtype' twice in the header");
+    expect_bad(raw_file("dup_meta.safetensors", "{\"__metadata__\":{\"x\":\"1\"},\"__metadata__\":{},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", -1, 8),
+               "'__metadata__' appears twice in the header");
+    expect_bad(raw_file("meta_num.safetensors", "{\"__metadata__\":{\"x\":1},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", -1, 8),
+               "'__metadata__' value 'x' is not a string");
+    /* a field the format does not define is ignored, as the reference reader ignores it */
+    CU_ASSERT(opens(raw_file("extra_field.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"z\":1}}", -1, 8)));
+#undef W8
 }
 
 static void test_round_trip(void)
@@ -183,6 +276,7 @@ int register_tests(void)
         !CU_add_test(s, "a header length past the end", test_header_past_end) ||
         !CU_add_test(s, "malformed header JSON", test_malformed_json) ||
         !CU_add_test(s, "offsets out of range, overlapping, or of the wrong size", test_offsets) ||
+        !CU_add_test(s, "header and data lengths exact, fields once", test_exact_lengths) ||
         !CU_add_test(s, "write then read back", test_round_trip) ||
         !CU_add_test(s, "writes through links, never over a device, with the umask", test_write_targets))
         return -1;

@@ -80,10 +80,17 @@ static nnt_status read_rope(dv_model *m, const nnt_checkpoint *ck, nnt_error *er
     double prf = 0.0;
     if (h->cfg_has(ck, "partial_rotary_factor")) {
         CK(h->cfg_float(ck, "partial_rotary_factor", 0.125, 0, &prf, err));
+        if (!(prf >= 0.0 && prf <= 1.0)) /* also before the cast: a huge factor would overflow it */
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: partial_rotary_factor is %g; expected the rotary share of a "
+                                "head, in [0, 1]", h->cfg_path(ck), prf);
         m->rot = (int)(m->head_dim * prf);
     } else {
         CK(cfg_i(m, ck, "qk_rope_head_dim", m->head_dim / 8, 0, &m->rot, err));
     }
+    /* checked before the frequency tables are sized by it */
+    if (m->rot <= 0 || m->rot % 2 || m->rot > m->head_dim || m->rot > m->index_dim)
+        return h->set_error(err, NNT_ERR_CONFIG, "%s: %d rotary dimensions do not fit head_dim %d and index_head_dim %d",
+                            h->cfg_path(ck), m->rot, m->head_dim, m->index_dim);
     const char *mkey = h->cfg_has(ck, "rope_parameters.main.rope_theta") ? "rope_parameters.main.rope_theta" : "rope_theta";
     CK(h->cfg_float(ck, mkey, 10000.0, 0, &m->theta_main, err));
     const char *ckey = h->cfg_has(ck, "rope_parameters.compress.rope_theta") ? "rope_parameters.compress.rope_theta"
@@ -127,9 +134,6 @@ static nnt_status read_rope(dv_model *m, const nnt_checkpoint *ck, nnt_error *er
         return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: compress rope type '%s' is not supported (default or yarn)",
                             h->cfg_path(ck), type);
     }
-    if (m->rot <= 0 || m->rot % 2 || m->rot > m->head_dim || m->rot > m->index_dim)
-        return h->set_error(err, NNT_ERR_CONFIG, "%s: %d rotary dimensions do not fit head_dim %d and index_head_dim %d",
-                            h->cfg_path(ck), m->rot, m->head_dim, m->index_dim);
     return NNT_OK;
 }
 
@@ -231,6 +235,9 @@ static nnt_status read_config(dv_model *m, const nnt_checkpoint *ck, int *kinds,
     else if (m->experts <= 0 || m->top_k <= 0 || m->top_k > m->experts) bad = "num_experts_per_tok must be between 1 and n_routed_experts";
     else if (m->rate[CSA] < 1 || m->rate[HCA] < 1) bad = "compress rates must be positive";
     else if (m->shared < 0 || m->shared > 1) bad = "n_shared_experts must be 0 or 1";
+    /* iterations run per token, block and mix: an absurd count is a hang, not a model (the
+     * release uses 20) */
+    else if (m->sinkhorn < 0 || m->sinkhorn > 1000) bad = "hc_sinkhorn_iters must be 0..1000";
     if (bad) return h->set_error(err, NNT_ERR_CONFIG, "%s: %s", h->cfg_path(ck), bad);
     return read_rope(m, ck, err);
 }

@@ -146,6 +146,9 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds
             CK(h->cfg_float(ck, key, 0.334, 0, &f, err));
         else
             CK(h->cfg_float(ck, "partial_rotary_factor", 0.334, 0, &f, err));
+        if (!(f >= 0.0 && f <= 1.0)) /* also before the cast: a huge factor would overflow it */
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: partial_rotary_factor is %g; expected the rotary share of a "
+                                "head, in [0, 1]", h->cfg_path(ck), f);
         m->rot_dim[k] = (int)(m->qk_dim[k] * f);
         snprintf(key, sizeof key, "rope_parameters.%s.rope_theta", KIND_NAMES[k]);
         const char *hub = k == FULL ? "rope_theta" : "swa_rope_theta";

@@ -90,6 +90,9 @@ static nnt_status read_config(mm_model *m, const nnt_checkpoint *ck, nnt_error *
         const char *fkey = h->cfg_has(ck, "rope_parameters.partial_rotary_factor") ? "rope_parameters.partial_rotary_factor"
                                                                                    : "partial_rotary_factor";
         CK(h->cfg_float(ck, fkey, 0.5, 0, &f, err));
+        if (!(f >= 0.0 && f <= 1.0)) /* also before the cast: a huge factor would overflow it */
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: %s is %g; expected the rotary share of a head, in [0, 1]",
+                                h->cfg_path(ck), fkey, f);
         m->rotary_dim = (int)(m->head_dim * f);
     }
     const char *tkey = h->cfg_has(ck, "rope_theta") ? "rope_theta" : "rope_parameters.rope_theta";

@@ -336,6 +336,22 @@ nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file);
  * hidden_size. */
 nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *out);
 
+/* ---- mapped checkpoints ----
+ * A model reads its weights in place from memory-mapped safetensors files. Every load and
+ * forward (so every session and generation step) ends by comparing each file's size and
+ * modification time (st_size, st_mtim) with those at open, and fails with NNT_ERR_IO naming the
+ * file when they differ. A file truncated while mapped makes reads past its new end raise
+ * SIGBUS, which ends the process unless the program calls this function first: it installs a
+ * process-wide SIGBUS handler that, for a fault inside a mapped checkpoint, replaces the rest of
+ * that mapping with zero pages (so the read completes) and marks the file; the load or forward
+ * then fails with NNT_ERR_IO naming the file and the byte. A SIGBUS elsewhere goes to the
+ * handler installed before, or ends the process as before. The library never installs the
+ * handler by itself. Call it once, before threads start (it is idempotent). Not detected: an
+ * in-place rewrite that keeps the size and the modification time (the file system's time
+ * resolution, or a time set back); a change after the check. Returns NNT_ERR_IO when sigaction
+ * fails. */
+nnt_status nnt_protect_mapped_files(void);
+
 /* ---- tensors ---- */
 /* Reads one tensor from a safetensors file (key NULL: the file must hold exactly one) into a
  * new host tensor owned by the caller (free with nnt_tensor_free). */

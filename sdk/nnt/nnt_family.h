@@ -58,7 +58,11 @@ typedef struct nnt_host_api {
 
     /* ---- config.json: keys may be dotted ("rope_parameters.rope_theta"). A missing key
      * returns the default unless `required`; a value of the wrong JSON type is an error that
-     * names the file and the key. JSON null counts as missing. */
+     * names the file and the key. JSON null counts as missing. cfg_int: integers of at most
+     * 2^31 - 1 in magnitude; num_hidden_layers and the expert counts (n_routed_experts,
+     * num_local_experts, num_experts) are also bounded by the tensors the checkpoint holds (the
+     * highest "layers.<i>." / "experts.<e>." in their names, or a fused expert tensor's leading
+     * extent), so a family may allocate by them (NNT_ERR_CONFIG naming field and tensor). */
     nnt_status (*cfg_int)(const nnt_checkpoint *ck, const char *key, int64_t dflt, int required,
                           int64_t *out, nnt_error *err);
     nnt_status (*cfg_float)(const nnt_checkpoint *ck, const char *key, double dflt, int required,
