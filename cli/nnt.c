@@ -68,7 +68,8 @@ static const char USAGE[] =
     "  --steer FIRST[:LAST]=FILE[:KEY]  add a [hidden_size] vector to layer_output of blocks FIRST..LAST\n"
     "           (--steer-factor F and --steer-positions P,P,... given before it scale it and choose\n"
     "           the tokens; see positions below)\n"
-    "  --steps FROM[:TO]  the requests after it apply only at generation steps FROM..TO (0: the prompt)\n"
+    "  --steps FROM[:TO]  the requests after it apply only at generation steps FROM..TO (no TO: every step\n"
+    "           from FROM on; step 0 is the prompt)\n"
     "  --out FILE.safetensors   write every saved value under its key: path, path@k (its k-th save by the\n"
     "           request: a later step, or a value emitted again in one call), path#r (saved by the r-th\n"
     "           later request of the same value); a value that is None is listed in the metadata's none_values\n"
@@ -218,8 +219,8 @@ static int parse_pair(const char *flag, const char *text, const char *what, int 
         return 2;
     }
     free(first);
-    if (!colon) {
-        *b = *a;
+    if (!colon) { /* "A": A alone, or from A on where an open end is allowed (--steps) */
+        *b = open_end ? -1 : *a;
         return 0;
     }
     if (open_end && !colon[1]) {
