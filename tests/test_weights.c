@@ -196,6 +196,8 @@ static void test_linear_encodings(void)
         {"FP8/E8M0 36x192, 32x64 blocks", NNT_F8_E4M3, NNT_F8_E8M0, 36, 192, 32, 64},
         {"FP8/BF16 21x96, 16x32 blocks", NNT_F8_E4M3, NNT_BF16, 21, 96, 16, 32},
         {"FP4/E8M0 37x96, groups of 32", NNT_F4_E2M1, NNT_F8_E8M0, 37, 96, 1, 32},
+        {"FP4/E8M0 13x192, groups of 32 (whole steps of 64 columns: AVX2's shuffle kernel)", NNT_F4_E2M1,
+         NNT_F8_E8M0, 13, 192, 1, 32},
         {"FP4/E8M0 21x70, groups of 14 (a partial vector per group)", NNT_F4_E2M1, NNT_F8_E8M0, 21, 70, 1, 14},
         {"FP4/F32 19x40, groups of 8", NNT_F4_E2M1, NNT_F32, 19, 40, 1, 8},
     };
