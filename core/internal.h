@@ -164,8 +164,10 @@ nnt_status nnt_ck_tensor_kv_heads(const nnt_checkpoint *ck, const char *k_name, 
 /* ---- encoded weights (quant.c) ---- */
 /* Turns the stored view t of tensor `name` into an encoded weight when it is one: F8_E4M3 (its
  * scale companion s is then required), or FP4 (F4, or I8/U8 two per byte when `shape` asks for
- * twice the stored last axis) with its group scales s. Sets *encoded; checks scale dtypes and
- * grid shapes and, for an encoded weight, the shape against shape[0..ndim). */
+ * twice the stored last axis) with its group scales s (U8 scales read as E8M0 bytes). An F8_E4M3
+ * [n * rows, in] asked for as [n, rows, in] is n matrices quantised each on its own when its
+ * scales have a multiple of n rows (MiMo-V2.5's fused qkv_proj). Sets *encoded; checks scale
+ * dtypes and grid shapes and, for an encoded weight, the shape against shape[0..ndim). */
 nnt_status nnt_quant_view(const nnt_checkpoint *ck, const char *file, const char *name, nnt_tensor *t,
                           const nnt_tensor *s, const char *sname, int ndim, const int64_t *shape, int *encoded,
                           nnt_error *err);

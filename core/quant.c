@@ -104,6 +104,11 @@ static nnt_status fp8_view(const nnt_checkpoint *ck, const char *file, const cha
 static nnt_status fp4_view(const char *file, const char *name, nnt_tensor *t, const nnt_tensor *s, const char *sname,
                            int64_t cols, nnt_error *err)
 {
+    /* E8M0 scales stored as plain bytes (U8): MiMo-V2.5 / V2.6's MXFP4 experts
+     * (docs/mimo-v2.5-layout.md); the byte is the E8M0 code either way */
+    nnt_tensor s8 = *s;
+    if (s8.dtype == NNT_U8) s8.dtype = NNT_F8_E8M0;
+    s = &s8;
     nnt_status st = scale_dtype_check(file, sname, s, err);
     if (st != NNT_OK) return st;
     int64_t rows = 1;
@@ -135,6 +140,24 @@ nnt_status nnt_quant_view(const nnt_checkpoint *ck, const char *file, const char
     *encoded = 0;
     nnt_status st;
     if (t->dtype == NNT_F8_E4M3) {
+        /* A stack of `n` matrices quantised each on its own but stored flattened, [n * rows, in]
+         * with [n * ceil(rows / B), ..] scales, when the caller asks for [n, rows, in]: the fused
+         * qkv_proj of MiMo-V2.5 / V2.6, one chunk per key/value group (docs/mimo-v2.5-layout.md).
+         * Seen as [n, rows, in] with [n, ceil(rows / B), ..] scales; fp8_view checks the grid. */
+        nnt_tensor s3;
+        if (s && ndim == 3 && t->ndim == 2 && s->ndim == 2 && shape[0] >= 1 && shape[1] > 0 &&
+            shape[0] * shape[1] == t->shape[0] && shape[2] == t->shape[1] && s->shape[0] % shape[0] == 0) {
+            t->ndim = 3;
+            t->shape[0] = shape[0];
+            t->shape[1] = shape[1];
+            t->shape[2] = shape[2];
+            s3 = *s;
+            s3.ndim = 3;
+            s3.shape[0] = shape[0];
+            s3.shape[1] = s->shape[0] / shape[0];
+            s3.shape[2] = s->shape[1];
+            s = &s3;
+        }
         if ((st = fp8_view(ck, file, name, t, s, sname, err)) != NNT_OK) return st;
         *encoded = 1;
     } else if (s && t->dtype == NNT_F4_E2M1) {

@@ -1,6 +1,7 @@
 /* test_mimo.c - the MiMo-V2-Flash family against transformers (fp32 with group-limited
  * routing, a hub-spelled FP8 checkpoint with MTP tensors to ignore, and an FP8 checkpoint whose
- * full blocks hold their key/value scales per head as the release does), the page's identities
+ * full blocks hold their key/value scales per head as the release does; MiMo-V2.5's layout with
+ * a fused, chunked qkv_proj and MXFP4 experts), the page's identities
  * (block sum, value scale, sink share, router), and its write semantics (edits renormalised
  * against the sink, windows, ablation). Tolerances as in test_util.h (T_TOL). */
 #include <math.h>
@@ -64,6 +65,74 @@ static void test_fp8_hub_values(void) { check_all_values(FP8, 5 + 4 * 14 + 3 + 3
 /* The same block layout as the fp8 fixture; transformers ran on k_proj / v_proj dequantised per
  * key/value head on the full blocks (tests/fixtures/make_fixtures.py, fp8_per_head). */
 static void test_fp8_per_head_values(void) { check_all_values(FP8_PER_HEAD, 5 + 4 * 14 + 3 + 3 * 6); }
+
+/* ---- MiMo-V2.5 / V2.6-Flash (MiMoV2ForCausalLM) in the release's layout ----
+ * tests/fixtures/mimo_v2/make_fixture.py: fused qkv_proj in num_key_value_heads = 2 chunks
+ * [q_r; k_r; v_r], FP8 with 16x16 tiles counted per chunk; MXFP4 experts (U8 codes, U8 E8M0
+ * scales); a bf16 router. transformers' MiMo-V2-Flash ran on the unfused, dequantised weights
+ * (docs/mimo-v2.5-layout.md). Same block layout as the fp8 fixture. */
+static const char *const V25 = "mimo_v2/fp4";
+
+static void test_v25_values(void)
+{
+    check_all_values(V25, 5 + 4 * 14 + 3 + 3 * 6);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, V25);
+    const nnt_model_info *info = nnt_model_get_info(m);
+    CU_ASSERT_STRING_EQUAL(info->architecture, "MiMoV2ForCausalLM");
+    CU_ASSERT_STRING_EQUAL(info->model_type, "mimo_v2");
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* A copy of the fixture whose config.json has its first `from` replaced by `to`. */
+static const char *v25_copy(const char *name, const char *from, const char *to, char *dir, size_t n)
+{
+    char fx[512], src[768], dst[800], text[8192], out[9000];
+    t_checkpoint_dir(name, V25, dir, n);
+    snprintf(src, sizeof src, "%s/config.json", t_fixture(V25, fx, sizeof fx));
+    FILE *f = fopen(src, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = 0;
+    char *at = strstr(text, from);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    CU_ASSERT_EQUAL_FATAL(t_write_file(dst, out), 0);
+    snprintf(src, sizeof src, "%s/model.safetensors", fx);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    CU_ASSERT_EQUAL_FATAL(t_copy_file(src, dst), 0);
+    return dir;
+}
+
+/* Read as one plain [Q; K; V] block (conversion_metadata.qkv_layout "global_q_k_v", the NVFP4
+ * re-export's order), the full blocks' per-chunk scales do not fit: 2 chunks of 88 rows have
+ * 2 x ceil(88 / 16) = 12 tile rows where one grid over 176 rows has ceil(176 / 16) = 11, over
+ * 64 / 16 = 4 tile columns. */
+static void test_v25_plain_order_refused(void)
+{
+    char dir[768];
+    v25_copy("mimo_v25_plain", "{", "{\"conversion_metadata\": {\"qkv_layout\": \"global_q_k_v\"},", dir, sizeof dir);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_FAILS(rt, nnt_model_load(rt, dir, &m), NNT_ERR_SHAPE, "needs 11 x 4 blocks");
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_last_error(rt), "'model.layers.0.self_attn.qkv_proj.weight_scale_inv'"));
+    CU_ASSERT_PTR_NULL(m);
+    nnt_runtime_close(rt);
+}
+
+static void test_v25_unknown_layout_refused(void)
+{
+    char dir[768];
+    v25_copy("mimo_v25_layout", "\"fused_qkv\"", "\"qkv_interleaved\"", dir, sizeof dir);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_FAILS(rt, nnt_model_load(rt, dir, &m), NNT_ERR_UNSUPPORTED,
+            "attention_projection_layout is 'qkv_interleaved'; expected 'fused_qkv' or 'split'");
+    nnt_runtime_close(rt);
+}
 
 /* ---- per-head key/value scales (fp8_per_head) ----
  * The released MiMo-V2-Flash FP8 checkpoint quantised each full block's k_proj and v_proj per
@@ -636,6 +705,10 @@ int register_tests(void)
                      test_fp8_per_head_values_by_hand) ||
         !CU_add_test(s, "per-head key/value scales: a plain-grid copy lands far from the reference",
                      test_fp8_per_head_plain_copy_differs) ||
+        !CU_add_test(s, "MiMo-V2.5 release layout (fused chunked qkv_proj, MXFP4 experts) matches transformers",
+                     test_v25_values) ||
+        !CU_add_test(s, "MiMo-V2.5: the chunked qkv_proj read as one plain block is refused", test_v25_plain_order_refused) ||
+        !CU_add_test(s, "MiMo-V2.5: an unknown attention_projection_layout is refused", test_v25_unknown_layout_refused) ||
         !CU_add_test(s, "block kinds and per-block key/value heads", test_block_kinds) ||
         !CU_add_test(s, "attention_values are v_proj times attention_value_scale", test_value_scale) ||
         !CU_add_test(s, "sink share: sliding rows below one, rebuilt with the sink column", test_sink_share) ||

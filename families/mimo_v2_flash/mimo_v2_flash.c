@@ -10,7 +10,11 @@
  * dense or a mixture (mlp_layer_types, or the hub's moe_layer_freq): DeepSeek-V3's router in
  * float32 - sigmoid scores, the selection bias for the choice only, n_group / topk_group,
  * renormalised weights times routed_scaling_factor - and no shared expert. Multi-token-
- * prediction tensors (model.mtp.*) are never bound. Sources:
+ * prediction tensors (model.mtp.*) are never bound. MiMo-V2.5 / V2.6-Flash (MiMoV2ForCausalLM,
+ * model_type mimo_v2) is the same model with one fused qkv_proj a block (attention_projection_layout
+ * "fused_qkv"): num_key_value_heads chunks [q_r; k_r; v_r], each quantised on its own, unless
+ * conversion_metadata.qkv_layout says "global_q_k_v" (one chunk); its MXFP4 experts and bf16 router
+ * are read as stored. Facts and sources: docs/mimo-v2.5-layout.md. Sources:
  * src/transformers/models/mimo_v2_flash/modeling_mimo_v2_flash.py (and its
  * convert_mimo_v2_flash_weights_to_hf.py for the hub's spellings); vllm and sglang's
  * models/mimo_v2_flash.py; the XiaomiMiMo/MiMo-V2-Flash model card. Values:
@@ -29,6 +33,8 @@ typedef struct mv_layer {
     int kind, mlp_kind;
     nnt_tensor in_norm, post_norm;
     nnt_tensor q_proj, k_proj, v_proj, o_proj;
+    nnt_tensor qkv;    /* fused releases: qkv_proj [chunks, q + k + v rows, hidden] */
+    nnt_tensor *chunk; /* fused releases: [chunks] row views of qkv, one chunk each; else NULL */
     float *sinks; /* [heads] host F32, or NULL */
     fam_attn attn;
     fam_expert dense;
@@ -43,14 +49,16 @@ typedef struct mv_model {
     double theta[2], eps, v_scale, scaling_factor;
     int sinks_on[2];
     int tied;
+    int release;   /* index into ARCHS of the architecture loaded */
+    int qkv_chunks; /* fused qkv_proj chunks a block (MiMoV2ForCausalLM), 0 for separate q/k/v */
     float *inv_freq[2];
     fam_decoder dec;
     mv_layer *l;
     fam_expert *expert_pool;
 } mv_model;
 
-static const char *const ARCHS[] = {"MiMoV2FlashForCausalLM", NULL};
-static const char *const TYPES[] = {"mimo_v2_flash", NULL};
+static const char *const ARCHS[] = {"MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM", NULL};
+static const char *const TYPES[] = {"mimo_v2_flash", "mimo_v2", NULL};
 static const nnt_rename_rule RENAMES[] = {
     {"gate", "router", "MiMoV2FlashTopkRouter"},
     {NULL, NULL, NULL},
@@ -96,6 +104,42 @@ static nnt_status read_kinds(mv_model *m, const nnt_checkpoint *ck, const char *
                                 (long long)v[i]);
         kinds[i] = (int)v[i];
     }
+    return NNT_OK;
+}
+
+/* Which release: config.json's model_type, and for MiMoV2ForCausalLM the fused
+ * projection's chunk count (docs/mimo-v2.5-layout.md). */
+static nnt_status read_release(mv_model *m, const nnt_checkpoint *ck, nnt_error *err)
+{
+    const nnt_host_api *h = m->env.host;
+    const char *type = NULL, *layout = NULL, *order = NULL;
+    m->release = 0; /* ARCHS and TYPES list the releases in the same order */
+    CK(h->cfg_string(ck, "model_type", TYPES[0], 0, &type, err));
+    for (int i = 0; TYPES[i]; i++)
+        if (strcmp(type, TYPES[i]) == 0) m->release = i;
+    CK(h->cfg_string(ck, "attention_projection_layout", "split", 0, &layout, err));
+    if (strcmp(layout, "split") == 0) {
+        m->qkv_chunks = 0;
+        return NNT_OK;
+    }
+    if (strcmp(layout, "fused_qkv") != 0)
+        return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: attention_projection_layout is '%s'; expected 'fused_qkv' or "
+                            "'split'", h->cfg_path(ck), layout);
+    /* Xiaomi's chunk order has num_key_value_heads chunks (the full blocks' count, sliding
+     * blocks too); a re-export that says global_q_k_v holds one plain [Q; K; V] block */
+    CK(h->cfg_string(ck, "conversion_metadata.qkv_layout", "chunked", 0, &order, err));
+    if (strcmp(order, "global_q_k_v") == 0)
+        m->qkv_chunks = 1;
+    else if (strcmp(order, "chunked") == 0)
+        m->qkv_chunks = m->kv_heads[FULL];
+    else
+        return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: conversion_metadata.qkv_layout is '%s'; expected "
+                            "'global_q_k_v' or absent (Xiaomi's chunk order)", h->cfg_path(ck), order);
+    for (int k = 0; k < 2; k++)
+        if (m->qkv_chunks <= 0 || m->heads[k] % m->qkv_chunks || m->kv_heads[k] % m->qkv_chunks)
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: the fused qkv_proj has num_key_value_heads = %d chunks, which "
+                                "must divide the %s blocks' %d query and %d key/value heads", h->cfg_path(ck),
+                                m->qkv_chunks, KIND_NAMES[k], m->heads[k], m->kv_heads[k]);
     return NNT_OK;
 }
 
@@ -175,6 +219,7 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds
     if (shared)
         return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: n_shared_experts is %d; MiMo-V2-Flash has no shared expert",
                             h->cfg_path(ck), shared);
+    CK(read_release(m, ck, err));
 
     const char *bad = NULL;
     if (m->hidden <= 0 || m->layers <= 0 || m->vocab <= 0) bad = "hidden_size, num_hidden_layers and vocab_size must be positive";
@@ -217,8 +262,15 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     } while (0)
     W(in_norm, "model.layers.%d.input_layernorm.weight", 1, H);
     W(post_norm, "model.layers.%d.post_attention_layernorm.weight", 1, H);
-    W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Hq * Dq, H);
-    {
+    if (m->qkv_chunks) {
+        /* one fused qkv_proj: chunk r holds query heads, then key heads, then value heads r of C */
+        int64_t C = m->qkv_chunks, rows = (Hq * Dq + Hkv * Dq + Hkv * Dv) / C;
+        W(qkv, "model.layers.%d.self_attn.qkv_proj.weight", 3, C, rows, H);
+        ly->chunk = calloc((size_t)C, sizeof *ly->chunk);
+        if (!ly->chunk) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        for (int64_t r = 0; r < C; r++) CK(fam_rows(env, &ly->qkv, r, 0, rows, "qkv_proj", &ly->chunk[r], err));
+    } else {
+        W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Hq * Dq, H);
         /* FP8 releases may hold k_proj's and v_proj's scales per key/value head over the head's
          * fused key and value rows; the host recognises that grid from its shape */
         char kn[192], vn[192];
@@ -313,8 +365,21 @@ static nnt_status mv_attention(void *self, nnt_run *run, int L, const nnt_forwar
     nnt_status st;
     if ((st = fam_alloc(env, run, NNT_F32, &q, err, 2, M, (int64_t)a->num_heads * a->qk_head_dim)) != NNT_OK ||
         (st = fam_alloc(env, run, NNT_F32, &k, err, 2, M, (int64_t)a->num_kv_heads * a->qk_head_dim)) != NNT_OK ||
-        (st = fam_alloc(env, run, NNT_F32, &v, err, 2, M, (int64_t)a->num_kv_heads * a->v_head_dim)) != NNT_OK ||
-        (st = env->be->linear(env->be_ctx, xn, &ly->q_proj, &q, err)) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &v, err, 2, M, (int64_t)a->num_kv_heads * a->v_head_dim)) != NNT_OK)
+        goto done;
+    if (m->qkv_chunks) {
+        /* each chunk's projection, its rows split into the query, key and value columns */
+        int64_t C = m->qkv_chunks, qr = q.shape[1] / C, kr = k.shape[1] / C, vr = v.shape[1] / C;
+        nnt_tensor part;
+        if ((st = fam_alloc(env, run, NNT_F32, &part, err, 2, M, qr + kr + vr)) != NNT_OK) goto done;
+        for (int64_t r = 0; r < C; r++)
+            if ((st = env->be->linear(env->be_ctx, xn, &ly->chunk[r], &part, err)) != NNT_OK ||
+                (st = env->be->copy_cols(env->be_ctx, &part, 0, &q, r * qr, qr, err)) != NNT_OK ||
+                (st = env->be->copy_cols(env->be_ctx, &part, qr, &k, r * kr, kr, err)) != NNT_OK ||
+                (st = env->be->copy_cols(env->be_ctx, &part, qr + kr, &v, r * vr, vr, err)) != NNT_OK)
+                goto done;
+        if ((st = env->be->scale(env->be_ctx, &v, (float)m->v_scale, &v, err)) != NNT_OK) goto done;
+    } else if ((st = env->be->linear(env->be_ctx, xn, &ly->q_proj, &q, err)) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->k_proj, &k, err)) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->v_proj, &v, err)) != NNT_OK ||
         (st = env->be->scale(env->be_ctx, &v, (float)m->v_scale, &v, err)) != NNT_OK)
@@ -340,6 +405,7 @@ static void mv_unload(void *model)
     mv_model *m = model;
     if (!m) return;
     fam_env_release(&m->env); /* weights, sinks and router biases */
+    for (int L = 0; m->l && L < m->layers; L++) free(m->l[L].chunk);
     free(m->l);
     free(m->expert_pool);
     free(m->inv_freq[0]);
@@ -386,9 +452,9 @@ static void mv_info(const void *model, nnt_model_info *out)
 {
     const mv_model *m = model;
     memset(out, 0, sizeof *out);
-    out->architecture = "MiMoV2FlashForCausalLM";
-    out->model_type = "mimo_v2_flash";
-    out->root_class = "MiMoV2FlashForCausalLM";
+    out->architecture = ARCHS[m->release];
+    out->model_type = TYPES[m->release];
+    out->root_class = ARCHS[m->release];
     out->num_layers = m->layers;
     out->hidden_size = m->hidden;
     out->vocab_size = m->vocab;
@@ -458,7 +524,7 @@ static nnt_status mv_build_tree(const void *model, nnt_tree *tree, nnt_error *er
     const nnt_host_api *h = m->env.host;
     char d[160];
     int64_t H = m->hidden;
-    int root = h->tree_node(tree, -1, "model", NULL, "MiMoV2FlashForCausalLM", NULL, NNT_HOST_MODEL, -1);
+    int root = h->tree_node(tree, -1, "model", NULL, ARCHS[m->release], NULL, NNT_HOST_MODEL, -1);
     if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
     h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
     snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
@@ -471,9 +537,13 @@ static nnt_status mv_build_tree(const void *model, nnt_tree *tree, nnt_error *er
         int64_t V = (int64_t)a->num_kv_heads * a->v_head_dim, O = (int64_t)a->num_heads * a->v_head_dim;
         int lay = h->tree_node(tree, layers, "layers", NULL, "MiMoV2FlashDecoderLayer", NULL, NNT_HOST_LAYER, L);
         int at = h->tree_node(tree, lay, "self_attn", NULL, "MiMoV2FlashAttention", NULL, NNT_HOST_SELF_ATTN, L);
-        h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
-        h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, K), -1, L);
-        h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, V), -1, L);
+        if (m->qkv_chunks) {
+            h->tree_node(tree, at, "qkv_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q + K + V), -1, L);
+        } else {
+            h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
+            h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, K), -1, L);
+            h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, V), -1, L);
+        }
         h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, O, H), -1, L);
         if (ly->mlp_kind == DENSE) {
             int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMLP", NULL, NNT_HOST_MLP, L);
@@ -533,7 +603,7 @@ static void mv_cache_free(void *model, void *cache)
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "mimo_v2_flash", "0.1.0",
-                                      "MiMo-V2-Flash (MiMoV2FlashForCausalLM)"),
+                                      "MiMo-V2-Flash (MiMoV2FlashForCausalLM) and MiMo-V2.5 / V2.6 (MiMoV2ForCausalLM)"),
     .architectures = ARCHS,
     .model_types = TYPES,
     .renames = RENAMES,

@@ -93,7 +93,10 @@ typedef struct nnt_host_api {
      * F8_E8M0; blocks from config.json quantization_config.weight_block_size, default 128x128,
      * edge blocks partial), and FP4 e2m1 stored two per byte as I8/U8 [.., in / 2] with a
      * companion of one scale per group of inputs [.., out, in / group] (returned as F4_E2M1
-     * [.., in]; recognised when `shape` asks for twice the stored last axis). When ndim > 0 the
+     * [.., in]; recognised when `shape` asks for twice the stored last axis; U8 scales are read
+     * as E8M0 bytes). An F8_E4M3 [n * rows, in] asked for as [n, rows, in] is returned as n
+     * matrices quantised each on its own when its scales have a multiple of n rows (each matrix
+     * then has its own ceil(rows / B) scale rows: MiMo-V2.5's fused qkv_proj). When ndim > 0 the
      * shape must equal shape[0..ndim), otherwise the error names the tensor, the file and both
      * shapes. The data stays owned by the checkpoint. */
     nnt_status (*tensor)(const nnt_checkpoint *ck, const char *name, int ndim,
