@@ -230,8 +230,8 @@ static nnt_status read_encoding(est *e)
     const char *s = NULL;
     const nnt_checkpoint *ck = e->ck;
     e->act = 2;
-    if (nnt_cfg_has(ck, "torch_dtype") && nnt_cfg_string(ck, "torch_dtype", "bfloat16", 0, &s, e->err) == NNT_OK &&
-        strcmp(s, "float32") == 0)
+    const char *dkey = nnt_cfg_has(ck, "dtype") ? "dtype" : "torch_dtype";
+    if (nnt_cfg_has(ck, dkey) && nnt_cfg_string(ck, dkey, "bfloat16", 0, &s, e->err) == NNT_OK && strcmp(s, "float32") == 0)
         e->act = 4;
     e->bs0 = e->bs1 = 128;
     e->scale_bytes = 4;
@@ -298,14 +298,15 @@ static nnt_status plan_minimax(nnt_plan *p, est *e)
     return NNT_OK;
 }
 
-static nnt_status read_kinds(est *e, const char *key1, const char *key2, const char *const *names, int64_t *v, int n,
-                             int *found)
+/* A per-block list (names or numbers) under key1, else key2: *found 0 when neither is present. */
+static nnt_status read_kinds(est *e, const char *key1, const char *key2, const char *const *names, int n_names,
+                             int64_t *v, int n, int *found)
 {
-    const char *key = nnt_cfg_has(e->ck, key1) ? key1 : nnt_cfg_has(e->ck, key2) ? key2 : NULL;
+    const char *key = nnt_cfg_has(e->ck, key1) ? key1 : key2 && nnt_cfg_has(e->ck, key2) ? key2 : NULL;
     *found = 0;
     if (!key) return NNT_OK;
     int got = 0;
-    nnt_status st = nnt_cfg_int_list(e->ck, key, names, 2, v, MAX_PLAN_BLOCKS, &got, e->err);
+    nnt_status st = nnt_cfg_int_list(e->ck, key, names, n_names, v, MAX_PLAN_BLOCKS, &got, e->err);
     if (st != NNT_OK) return st;
     if (got < n)
         return nnt_err_set(e->err, NNT_ERR_CONFIG, "%s: '%s' has %d entries for %d blocks", nnt_cfg_path(e->ck), key, got,
@@ -340,8 +341,8 @@ static nnt_status plan_mimo(nnt_plan *p, est *e)
     int64_t *kinds = calloc((size_t)MAX_PLAN_BLOCKS * 2, sizeof *kinds), *mlps = kinds + MAX_PLAN_BLOCKS;
     if (!kinds) return nnt_err_set(e->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     int has_kinds = 0, has_mlps = 0;
-    nnt_status st = read_kinds(e, "layer_types", "hybrid_layer_pattern", kind_names, kinds, p->n_blocks, &has_kinds);
-    if (st == NNT_OK) st = read_kinds(e, "mlp_layer_types", "moe_layer_freq", mlp_names, mlps, p->n_blocks, &has_mlps);
+    nnt_status st = read_kinds(e, "layer_types", "hybrid_layer_pattern", kind_names, 2, kinds, p->n_blocks, &has_kinds);
+    if (st == NNT_OK) st = read_kinds(e, "mlp_layer_types", "moe_layer_freq", mlp_names, 2, mlps, p->n_blocks, &has_mlps);
     for (int l = 0; l < p->n_blocks && st == NNT_OK; l++) {
         /* the family's defaults: full attention at block 0 and every 6th, dense MLP at block 0 */
         int k = has_kinds ? kinds[l] != 0 : !(l == 0 || (l + 1) % 6 == 0);
@@ -356,26 +357,52 @@ static nnt_status plan_mimo(nnt_plan *p, est *e)
     return st;
 }
 
+/* The first of two keys present (else the first). */
+static const char *key_of(const est *e, const char *a, const char *b)
+{
+    return nnt_cfg_has(e->ck, a) ? a : b;
+}
+
 static nnt_status plan_kimi(nnt_plan *p, est *e)
 {
+    static const char *const kind_names[] = {"linear_attention", "full_attention"};
+    static const char *const mlp_names[] = {"dense", "sparse"};
     int64_t D = gi(e, "hidden_size", 0, 1), H = gi(e, "num_attention_heads", 0, 1);
     int64_t nope = gi(e, "qk_nope_head_dim", 0, 1), rope = gi(e, "qk_rope_head_dim", 0, 1), vd = gi(e, "v_head_dim", 0, 1);
     int64_t kvl = gi(e, "kv_lora_rank", 0, 1), ql = gi(e, "q_lora_rank", 0, 0);
-    int64_t LH = gi(e, "linear_attn_config.num_heads", 0, 1), LD = gi(e, "linear_attn_config.head_dim", 0, 1);
-    int64_t K = gi(e, "linear_attn_config.short_conv_kernel_size", 4, 0);
+    int64_t LH = gi(e, key_of(e, "linear_attn_config.num_heads", "linear_num_heads"), 0, 1);
+    int64_t LD = gi(e, key_of(e, "linear_attn_config.head_dim", "linear_head_dim"), 0, 1);
+    int64_t K = gi(e, key_of(e, "linear_attn_config.short_conv_kernel_size", "linear_conv_kernel_dim"), 4, 0);
     int64_t I = gi(e, "intermediate_size", 0, 1), MI = gi(e, "moe_intermediate_size", 0, 1);
-    int64_t E = gi(e, "num_experts", 0, 1), dense = gi(e, "first_k_dense_replace", 1, 0);
-    int64_t NS = gi(e, nnt_cfg_has(e->ck, "num_shared_experts") ? "num_shared_experts" : "n_shared_experts", 0, 0);
+    int64_t E = gi(e, key_of(e, "num_experts", "n_routed_experts"), 0, 1), dense = gi(e, "first_k_dense_replace", 1, 0);
+    int64_t freq = gi(e, "moe_layer_freq", 1, 0);
+    int64_t NS = gi(e, key_of(e, "num_shared_experts", "n_shared_experts"), 1, 0);
     if (e->st != NNT_OK) return e->st;
-    int64_t *full = calloc(MAX_PLAN_BLOCKS, sizeof *full);
-    if (!full) return nnt_err_set(e->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    int n = 0;
-    nnt_status st = nnt_cfg_int_list(e->ck, "linear_attn_config.full_attn_layers", NULL, 0, full, MAX_PLAN_BLOCKS, &n,
-                                     e->err);
+    int64_t *kinds = calloc((size_t)MAX_PLAN_BLOCKS * 2, sizeof *kinds), *mlps = kinds + MAX_PLAN_BLOCKS;
+    if (!kinds) return nnt_err_set(e->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    int has_kinds = 0, has_mlps = 0, n = 0;
+    nnt_status st = read_kinds(e, "layer_types", NULL, kind_names, 2, kinds, p->n_blocks, &has_kinds);
+    if (st == NNT_OK && !has_kinds) {
+        /* the release's list counts blocks from 1; without it, transformers' default schedule */
+        for (int l = 0; l < p->n_blocks; l++) kinds[l] = l && l % 4 == 0;
+        if (nnt_cfg_has(e->ck, "linear_attn_config.full_attn_layers")) {
+            int64_t *full = mlps; /* scratch until the MLP kinds are read */
+            st = nnt_cfg_int_list(e->ck, "linear_attn_config.full_attn_layers", NULL, 0, full, MAX_PLAN_BLOCKS, &n, e->err);
+            for (int l = 0; l < p->n_blocks; l++) kinds[l] = 0;
+            for (int i = 0; i < n && st == NNT_OK; i++) {
+                if (full[i] < 1 || full[i] > p->n_blocks)
+                    st = nnt_err_set(e->err, NNT_ERR_CONFIG, "%s: linear_attn_config.full_attn_layers holds %lld; the list "
+                                     "counts blocks from 1 to %d", nnt_cfg_path(e->ck), (long long)full[i], p->n_blocks);
+                else
+                    kinds[full[i] - 1] = 1;
+            }
+        }
+    }
+    if (st == NNT_OK) st = read_kinds(e, "mlp_layer_types", NULL, mlp_names, 2, mlps, p->n_blocks, &has_mlps);
     int64_t P = LH * LD;
     for (int l = 0; l < p->n_blocks && st == NNT_OK; l++) {
-        int mla = 0;
-        for (int i = 0; i < n; i++) mla |= full[i] == l + 1; /* the release's lists count blocks from 1 */
+        int mla = kinds[l] != 0;
+        int moe = has_mlps ? mlps[l] != 0 : l >= dense && l % (freq > 0 ? freq : 1) == 0;
         uint64_t w = plain(e, 2 * D), c;
         if (mla) {
             int64_t qd = H * (nope + rope);
@@ -387,11 +414,11 @@ static nnt_status plan_kimi(nnt_plan *p, est *e)
                  plain(e, 3 * P * K) + plain(e, LH) + plain(e, P) + plain(e, LD);
             c = (uint64_t)(e->B * (3 * (K > 1 ? K - 1 : 1) * P + LH * LD * LD)) * 4;
         }
-        w += l < dense ? mlp(e, I, D) : plain(e, E * D) + f32(E) + experts(e, E, MI, D) + (NS ? mlp(e, MI * NS, D) : 0);
+        w += moe ? plain(e, E * D) + f32(E) + experts(e, E, MI, D) + (NS ? mlp(e, MI * NS, D) : 0) : mlp(e, I, D);
         p->weight[l] = w;
         p->cache[l] = c;
     }
-    free(full);
+    free(kinds);
     return st;
 }
 
@@ -407,16 +434,28 @@ static nnt_status plan_deepseek_v4(nnt_plan *p, est *e)
     if (G < 1 || H % G)
         return nnt_err_set(e->err, NNT_ERR_CONFIG, "%s: o_groups (%lld) must divide num_attention_heads (%lld)",
                            nnt_cfg_path(e->ck), (long long)G, (long long)H);
-    int64_t *rate = calloc(MAX_PLAN_BLOCKS + 1, sizeof *rate);
+    static const char *const kind_names[] = {"sliding_attention", "compressed_sparse_attention",
+                                             "heavily_compressed_attention"};
+    static const char *const mlp_names[] = {"hash_moe", "moe"};
+    int64_t csa = gi(e, key_of(e, "compress_rates.compressed_sparse_attention", "compress_rate_csa"), 4, 0);
+    int64_t hca = gi(e, key_of(e, "compress_rates.heavily_compressed_attention", "compress_rate_hca"), 128, 0);
+    if (e->st != NNT_OK) return e->st;
+    int64_t *rate = calloc((size_t)MAX_PLAN_BLOCKS * 2 + 1, sizeof *rate), *mlps = rate + MAX_PLAN_BLOCKS + 1;
     if (!rate) return nnt_err_set(e->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    int got = 0;
-    nnt_status st = NNT_OK;
-    if (nnt_cfg_has(e->ck, "compress_ratios")) {
+    int got = 0, has_kinds = 0, has_mlps = 0;
+    nnt_status st = read_kinds(e, "layer_types", NULL, kind_names, 3, rate, p->n_blocks, &has_kinds);
+    if (st == NNT_OK && has_kinds) {
+        for (int l = 0; l < p->n_blocks; l++) rate[l] = rate[l] == 0 ? 0 : rate[l] == 1 ? csa : hca;
+    } else if (st == NNT_OK && nnt_cfg_has(e->ck, "compress_ratios")) {
+        /* entries past num_hidden_layers belong to multi-token-prediction blocks */
         st = nnt_cfg_int_list(e->ck, "compress_ratios", NULL, 0, rate, MAX_PLAN_BLOCKS + 1, &got, e->err);
         if (st == NNT_OK && got < p->n_blocks)
             st = nnt_err_set(e->err, NNT_ERR_CONFIG, "%s: 'compress_ratios' has %d entries for %d blocks",
                              nnt_cfg_path(e->ck), got, p->n_blocks);
+    } else if (st == NNT_OK) {
+        for (int l = 0; l < p->n_blocks; l++) rate[l] = l < 2 ? hca : l % 2 ? csa : hca; /* transformers' default */
     }
+    if (st == NNT_OK) st = read_kinds(e, "mlp_layer_types", NULL, mlp_names, 2, mlps, p->n_blocks, &has_mlps);
     int64_t mix = (2 + n) * n; /* a hyper-connection's mixing rows */
     for (int l = 0; l < p->n_blocks && st == NNT_OK; l++) {
         int64_t r = rate[l];
@@ -424,16 +463,22 @@ static nnt_status plan_deepseek_v4(nnt_plan *p, est *e)
                      lin(e, G * OL, H * hd / G) + lin(e, D, G * OL) + f32(H) + plain(e, 2 * D);
         w += 2 * (f32(mix * n * D) + f32(mix) + f32(3));
         uint64_t c = kv_cache(e, 1, hd, hd, window > 1 ? window - 1 : 1);
-        if (r > 0) {
-            int64_t coff = r == 4 ? 2 : 1;
+        if (r < 0 || r > ((int64_t)1 << 20)) {
+            st = nnt_err_set(e->err, NNT_ERR_CONFIG, "%s: block %d's compress rate is %lld; expected 0 to 2^20",
+                             nnt_cfg_path(e->ck), l, (long long)r);
+            break;
+        }
+        if (r > 0) { /* compressed sparse blocks overlap their windows and have the indexer */
+            int64_t coff = r == csa ? 2 : 1;
             w += f32(r * coff * hd) + 2 * plain(e, coff * hd * D) + plain(e, hd);
             c += 2 * (uint64_t)(e->B * e->T * coff * hd) * 4;
-            if (r == 4) { /* the lightning indexer and its own compressor */
+            if (r == csa) { /* the lightning indexer and its own compressor */
                 w += f32(r * 2 * ID) + 2 * plain(e, 2 * ID * D) + plain(e, ID) + plain(e, IH * D) + lin(e, IH * ID, QL);
                 c += 2 * (uint64_t)(e->B * e->T * 2 * ID) * 4;
             }
         }
-        w += plain(e, E * D) + (l < hash ? (uint64_t)(V * topk) * 8 : f32(E)) + experts(e, E, MI, D) +
+        int hashed = has_mlps ? mlps[l] == 0 : l < hash;
+        w += plain(e, E * D) + (hashed ? (uint64_t)(V * topk) * 8 : f32(E)) + experts(e, E, MI, D) +
              (NS ? mlp(e, MI * NS, D) : 0);
         p->weight[l] = w;
         p->cache[l] = c;
