@@ -348,7 +348,7 @@ static nnt_status plan_mimo(nnt_plan *p, est *e)
         int k = has_kinds ? kinds[l] != 0 : !(l == 0 || (l + 1) % 6 == 0);
         int moe = has_mlps ? mlps[l] != 0 : l != 0;
         uint64_t w = lin(e, H[k] * dk[k], D) + lin(e, KV[k] * dk[k], D) + lin(e, KV[k] * dv[k], D) +
-                     lin(e, D, H[k] * dv[k]) + plain(e, 2 * D) + (sinks[k] ? plain(e, H[k]) : 0);
+                     plain(e, D * H[k] * dv[k]) + plain(e, 2 * D) + (sinks[k] ? plain(e, H[k]) : 0); /* o_proj stays BF16 */
         w += moe ? f32(E * D) + f32(E) + experts(e, E, MI, D) : mlp(e, I, D);
         p->weight[l] = w;
         p->cache[l] = kv_cache(e, KV[k], dk[k], dv[k], k ? (window > 1 ? window - 1 : 1) : e->T);

@@ -248,6 +248,37 @@ static void test_config_weights_by_hand(void)
     nnt_plan_free(b);
 }
 
+/* The bytes computed from config.json alone against the headers' on the fixtures, which store
+ * their tensors as the releases do (FP8 with 128 x 128 float32 scales and BF16 o_proj on
+ * MiMo-V2-Flash, FP8/FP4 with E8M0 scales on DeepSeek-V4, ...): equal where a fixture keeps
+ * every small tensor in the checkpoint's dtype, within 1% where it keeps some (norms, routers)
+ * in float32. */
+static void test_config_against_headers(void)
+{
+    static const struct { const char *fx; double tol; } cases[] = {
+        {"minimax_m2/fp8", 0}, {"mimo_v2_flash/fp8", 0}, {"mimo_v2_flash/bf16", 0}, {"kimi_linear/hub", 0},
+        {"kimi_linear/fp32", 0}, {"deepseek_v4/native", 0}, {"deepseek_v4/fp32", 0},
+        {"minimax_m2/bf16", 0.01}, {"kimi_linear/bf16", 0.01}, {"deepseek_v4/bf16", 0.01},
+        {"mimo_v2_flash/fp8_per_head", 0.01}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        nnt_plan *h = plan_of(cases[i].fx, 1, 16, 1, 0), *c = plan_of(cases[i].fx, 1, 16, 1, 1);
+        nnt_plan_summary hs, cs;
+        nnt_plan_get_summary(h, &hs);
+        nnt_plan_get_summary(c, &cs);
+        CU_ASSERT_EQUAL(hs.exact, 1);
+        CU_ASSERT_EQUAL(cs.exact, 0);
+        CU_ASSERT_EQUAL(hs.first_bytes, cs.first_bytes);
+        for (int b = 0; b < hs.n_blocks; b++) {
+            double x = (double)block_weight(h, b), y = (double)block_weight(c, b);
+            int ok = cases[i].tol == 0 ? x == y : (y - x) / x <= cases[i].tol && (x - y) / x <= cases[i].tol;
+            if (!ok) fprintf(stderr, "%s block %d: headers %.0f, config.json %.0f\n", cases[i].fx, b, x, y);
+            CU_ASSERT(ok);
+        }
+        nnt_plan_free(h);
+        nnt_plan_free(c);
+    }
+}
+
 /* A folder with config.json and the index but no shards: weights from config.json, the
  * index's total_size reported; it equals the headers' count of every tensor. */
 static void test_index_without_shards(void)
@@ -323,6 +354,7 @@ int register_tests(void)
         !CU_add_test(s, "fixture splits: contiguous, covering, optimal", test_fixture_splits) ||
         !CU_add_test(s, "caches for T tokens by hand (MiMo, Kimi, DeepSeek-V4, MiniMax)", test_caches_by_hand) ||
         !CU_add_test(s, "weights computed from config.json by hand", test_config_weights_by_hand) ||
+        !CU_add_test(s, "weights computed from config.json against the fixtures' headers", test_config_against_headers) ||
         !CU_add_test(s, "config.json and index without shards", test_index_without_shards) ||
         !CU_add_test(s, "errors", test_errors))
         return -1;
