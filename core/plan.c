@@ -70,6 +70,48 @@ nnt_status nnt_plan_split(const uint64_t *block_bytes, int n_blocks, uint64_t fi
         else
             lo = mid + 1;
     }
+    /* Among the splits whose stages all cost at most that cap, the most even one: the least
+     * sum of squared stage costs, by dynamic programming over (stages, blocks) when that is
+     * small enough; else the packing below, split further where stages are missing. */
+    if ((double)ranks * n_blocks * n_blocks <= 2e8) {
+        size_t cells = (size_t)(ranks + 1) * (size_t)(n_blocks + 1);
+        long double *f = malloc(cells * sizeof *f);
+        int *from = malloc(cells * sizeof *from);
+        uint64_t *prefix = malloc((size_t)(n_blocks + 1) * sizeof *prefix);
+        if (!f || !from || !prefix) {
+            free(f);
+            free(from);
+            free(prefix);
+            return NNT_ERR_OUT_OF_MEMORY;
+        }
+        prefix[0] = 0;
+        for (int i = 0; i < n_blocks; i++) prefix[i + 1] = prefix[i] + block_bytes[i];
+#define AT(r, j) ((size_t)(r) * (size_t)(n_blocks + 1) + (size_t)(j))
+        for (size_t c = 0; c < cells; c++) f[c] = -1; /* unreachable */
+        f[AT(0, 0)] = 0;
+        for (int r = 1; r <= ranks; r++)
+            for (int j = r; j <= n_blocks - (ranks - r); j++)
+                for (int i = j - 1; i >= r - 1; i--) {
+                    uint64_t c = prefix[j] - prefix[i] + (i == 0 ? first_extra : 0) + (j == n_blocks ? last_extra : 0);
+                    if (c > lo) break; /* longer stages only cost more */
+                    if (f[AT(r - 1, i)] < 0) continue;
+                    long double v = f[AT(r - 1, i)] + (long double)c * (long double)c;
+                    if (f[AT(r, j)] < 0 || v < f[AT(r, j)]) {
+                        f[AT(r, j)] = v;
+                        from[AT(r, j)] = i;
+                    }
+                }
+        int ok = f[AT(ranks, n_blocks)] >= 0;
+        if (ok) {
+            first_block[ranks] = n_blocks;
+            for (int r = ranks; r > 0; r--) first_block[r - 1] = from[AT(r, first_block[r])];
+        }
+#undef AT
+        free(f);
+        free(from);
+        free(prefix);
+        if (ok) goto done;
+    }
     int *starts = malloc((size_t)n_blocks * sizeof *starts);
     if (!starts) return NNT_ERR_OUT_OF_MEMORY;
     int k = pack_right(block_bytes, n_blocks, first_extra, last_extra, lo, starts);
@@ -100,6 +142,7 @@ nnt_status nnt_plan_split(const uint64_t *block_bytes, int n_blocks, uint64_t fi
         first_block[best + 1] = cut;
         k++;
     }
+done:
     if (largest) {
         uint64_t m = 0;
         for (int s = 0; s < ranks; s++) {

@@ -137,6 +137,17 @@ static void test_split_optimal(void)
             }
         }
     CU_ASSERT(cases > 1000);
+    /* above the dynamic programming's size: 5000 equal blocks over 10 ranks, 500 blocks each at
+     * most, the extras included (7 on the first stage, 3 on the last) */
+    static uint64_t many[5000];
+    static int fbm[11];
+    for (int i = 0; i < 5000; i++) many[i] = 10;
+    uint64_t big = 0;
+    CU_ASSERT_EQUAL_FATAL(nnt_plan_split(many, 5000, 7, 3, 10, fbm, &big), NNT_OK);
+    CU_ASSERT_EQUAL(big, 500 * 10 + 7);
+    CU_ASSERT_EQUAL(fbm[0], 0);
+    CU_ASSERT_EQUAL(fbm[10], 5000);
+    for (int r = 0; r < 10; r++) CU_ASSERT(fbm[r + 1] > fbm[r] && fbm[r + 1] - fbm[r] <= 500);
     uint64_t b[3] = {1, 2, 3};
     int fb[5];
     CU_ASSERT_EQUAL(nnt_plan_split(b, 3, 0, 0, 4, fb, NULL), NNT_ERR_INVALID_ARGUMENT);

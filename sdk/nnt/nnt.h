@@ -439,8 +439,11 @@ nnt_status nnt_plan_print(const nnt_plan *p, const char *dir, FILE *out);
  * Writes first_block [ranks + 1] (stage r holds first_block[r] .. first_block[r + 1] - 1;
  * first_block[0] = 0, first_block[ranks] = n_blocks; every stage non-empty) and, when largest
  * is not NULL, the largest stage's cost, which no other contiguous split into ranks non-empty
- * stages makes smaller. Runs in O(n_blocks x 64). Errors: NNT_ERR_INVALID_ARGUMENT (NULL
- * arrays, n_blocks < 1, ranks < 1 or ranks > n_blocks). */
+ * stages makes smaller (found by bisection with a greedy packing, 64 x n_blocks steps). Among
+ * the splits reaching it, the stages are then made as even as possible - the least sum of
+ * squared stage costs, by dynamic programming - when ranks x n_blocks^2 is at most 2e8; above
+ * that, the packing's stages are cut where stages are missing. Errors: NNT_ERR_INVALID_ARGUMENT
+ * (NULL arrays, n_blocks < 1, ranks < 1 or ranks > n_blocks), NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_plan_split(const uint64_t *block_bytes, int n_blocks, uint64_t first_extra, uint64_t last_extra,
                           int ranks, int *first_block, uint64_t *largest);
 
