@@ -14,6 +14,7 @@
 struct nnt_plan {
     char *architecture;
     int n_blocks, ranks, exact, n_files;
+    int has_index;            /* model.safetensors.index.json present (its shards may not be) */
     uint64_t *weight, *cache; /* [n_blocks] */
     uint64_t first_bytes, last_bytes, unused_bytes, index_total, memory, largest;
     int *first_block;         /* [ranks + 1] */
@@ -643,7 +644,7 @@ static nnt_status plan_build(nnt_plan *p, const char *dir, const nnt_plan_opts *
         int headers = 0;
         if (!index || !single)
             st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-        else if (nnt_file_exists(index))
+        else if ((p->has_index = nnt_file_exists(index)) != 0)
             st = index_shards(dir, index, &headers, &p->index_total, err);
         else
             headers = nnt_file_exists(single);
@@ -776,7 +777,10 @@ nnt_status nnt_plan_print(const nnt_plan *p, const char *dir, FILE *out)
         fprintf(out, "weights: exact, from the safetensors headers (%d file%s): %s", s.n_files, s.n_files == 1 ? "" : "s",
                 gb(total, a, sizeof a));
     else
-        fprintf(out, "weights: computed from config.json's dimensions and quantization (no safetensors present): %s",
+        fprintf(out, "weights: computed from config.json's dimensions and quantization (%s): %s",
+                p->opts.from_config ? "as asked"
+                : p->has_index      ? "the index's shards are not all present"
+                                    : "no safetensors present",
                 gb(total, a, sizeof a));
     if (s.unused_bytes) fprintf(out, ", plus %s nnt does not load (multi-token prediction)", gb(s.unused_bytes, b, sizeof b));
     if (s.index_total_bytes) fprintf(out, "; the index's total_size: %s", gb(s.index_total_bytes, c, sizeof c));

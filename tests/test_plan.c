@@ -319,6 +319,17 @@ static void test_index_without_shards(void)
     CU_ASSERT_EQUAL(s.index_total_bytes, all);
     CU_ASSERT_EQUAL(hs.exact, 1);
     CU_ASSERT(s.memory_bytes > 0); /* the machine's memory */
+    char out[700];
+    snprintf(out, sizeof out, "%s/plan.txt", t_tmpdir());
+    FILE *f = fopen(out, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_EQUAL(nnt_plan_print(p, dir, f), NNT_OK);
+    fclose(f);
+    char *text = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_read_file(out, 1 << 20, &text, NULL, NULL), NNT_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "(the index's shards are not all present)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "the index's total_size: 660.53 kB")); /* metadata.total_size 660528 */
+    free(text);
     nnt_plan_free(h);
     nnt_plan_free(p);
 }
