@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "nnt/nnt.h"
+#include "plan_cmd.h"
 
 #define MAX_REQ 256
 #define MAX_ROWS 64
@@ -45,6 +46,9 @@ static const char USAGE[] =
     "  info     --model DIR                what the checkpoint stores (bytes per encoding, from the file\n"
     "           headers), then what loading it holds: bytes read in place, allocated, on the device\n"
     "  plugins                             loaded plugins and the backend of each family\n"
+    "  plan     --model DIR --ranks N      each rank's contiguous blocks and bytes (weights, caches) and whether\n"
+    "           it fits: [--device cpu|cuda] [--memory GB per rank] [--context T] [--batch B]; reads only\n"
+    "           config.json and the safetensors headers or index\n"
     "\n"
     "rows (trace, lens and generate; all token ids or all text, one row per option, shorter rows\n"
     "left-padded):\n"
@@ -1637,6 +1641,7 @@ static int info_after_load(const nnt_model *m)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "plan") == 0) return nnt_cli_plan(argc - 1, argv + 1);
     opts o;
     nnt_runtime *rt = NULL;
     nnt_model *m = NULL;

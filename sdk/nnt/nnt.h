@@ -352,6 +352,101 @@ nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *o
  * fails. */
 nnt_status nnt_protect_mapped_files(void);
 
+/* ---- pipeline plans ----
+ * How a checkpoint's blocks split into contiguous pipeline stages, one per rank, and what each
+ * rank holds. A plan reads only config.json and the safetensors headers (or, without the shards,
+ * config.json and model.safetensors.index.json), so it works on a release's folder without its
+ * weights. Bytes are bytes (1 GB = 1e9 bytes).
+ *
+ * Weights: with every safetensors file present, each block's bytes are exact - the sum of the
+ * stored sizes (numel x dtype size, FP4 packed two per byte, scale companions included) of the
+ * tensors whose name holds "layers.<block>." - and the embedding goes to the first stage; every
+ * other tensor outside the blocks (final norm, lm_head, DeepSeek-V4's hc_head_*) to the last.
+ * Tensors of multi-token-prediction modules (a name segment starting "mtp") and of blocks at or
+ * past num_hidden_layers are not loaded by nnt and are counted apart (unused_bytes). Without the
+ * shards the bytes are computed from config.json's dimensions per family, in the encoding
+ * quantization_config gives: FP8 e4m3 one byte per weight with a float32 (ue8m0: one byte)
+ * scale per 128x128 block (weight_block_size), FP4 e2m1 routed experts (expert_dtype "fp4")
+ * half a byte per weight with one E8M0 scale per 32, BF16 two bytes otherwise (norms, routers,
+ * embedding and lm_head as the releases store them); then index_total_bytes is the index's
+ * metadata.total_size when there is one.
+ *
+ * Caches: the bytes nnt's session of capacity `context` tokens per row and `batch` rows
+ * allocates (float32): a full attention block T x key/value heads x (key + value head dims); a
+ * sliding block only window - 1 tokens whatever T; Kimi-Linear's delta-attention blocks their
+ * recurrent state [heads, head_dim, head_dim] and three convolution states [kernel - 1,
+ * heads x head_dim]; DeepSeek-V4's blocks their window's keys and values (window - 1 tokens of
+ * one head) and, on compressed blocks, the raw compressor rows (key/value and gate, T rows of
+ * head_dim, twice that on overlapping rate-4 blocks) and the lightning indexer's (index_head_dim).
+ *
+ * The split minimises the largest stage's weight bytes (embedding counted on stage 0, final
+ * norm and lm_head on the last stage); every stage holds at least one block. */
+typedef enum nnt_plan_device { NNT_PLAN_CPU = 0, NNT_PLAN_CUDA = 1 } nnt_plan_device;
+
+typedef struct nnt_plan_opts {
+    int ranks;             /* stages, >= 1 and at most the block count */
+    nnt_plan_device device;
+    uint64_t memory_bytes; /* per rank; 0: 141e9 for cuda (an H200), the machine's physical memory for cpu */
+    int64_t context;       /* tokens per row the caches hold (T), >= 0 */
+    int64_t batch;         /* rows (B), >= 1 */
+    int from_config;       /* nonzero: compute the weights from config.json even when headers are present */
+} nnt_plan_opts;
+
+typedef struct nnt_plan_stage {
+    int first_block, n_blocks; /* the blocks first_block .. first_block + n_blocks - 1 */
+    uint64_t weight_bytes;     /* the blocks' weights, plus the embedding (stage 0) and the final
+                                * norm and lm_head (last stage) */
+    uint64_t cache_bytes;      /* the blocks' caches for the plan's context and batch */
+    int fits;                  /* weight_bytes + cache_bytes <= the plan's memory per rank */
+} nnt_plan_stage;
+
+typedef struct nnt_plan_summary {
+    const char *architecture;  /* config.json's architectures[0] (owned by the plan) */
+    int n_blocks, ranks;
+    int exact;                 /* 1: weights from the safetensors headers; 0: computed from config.json */
+    int n_files;               /* safetensors files read (exact plans) */
+    uint64_t first_bytes;      /* the embedding, on stage 0 */
+    uint64_t last_bytes;       /* final norm, lm_head and other tensors outside the blocks, on the last stage */
+    uint64_t unused_bytes;     /* tensors nnt does not load (multi-token prediction), exact plans only */
+    uint64_t index_total_bytes;/* model.safetensors.index.json's metadata.total_size; 0 when absent */
+    uint64_t memory_bytes;     /* per rank, after the defaults */
+    uint64_t largest_stage;    /* the largest stage's weight_bytes: what the split minimised */
+    int all_fit;
+} nnt_plan_summary;
+
+typedef struct nnt_plan nnt_plan;
+
+/* Plans checkpoint folder `dir` over opts->ranks stages. *out receives a plan freed with
+ * nnt_plan_free. Errors (err->msg names the file, field or value; err may be NULL):
+ * NNT_ERR_INVALID_ARGUMENT (NULL dir, opts or out; ranks < 1 or more ranks than blocks; batch
+ * < 1; context < 0), NNT_ERR_IO (no config.json, a shard the index names is unreadable),
+ * NNT_ERR_FORMAT (malformed JSON or safetensors header), NNT_ERR_CONFIG (a field missing or
+ * out of range), NNT_ERR_UNSUPPORTED (an architecture nnt has no plan for). A plan whose ranks
+ * do not fit is still returned (nnt_plan_summary's all_fit is 0). */
+nnt_status nnt_plan_new(const char *dir, const nnt_plan_opts *opts, nnt_plan **out, nnt_error *err);
+void nnt_plan_free(nnt_plan *p);
+/* The plan's totals; the strings live as long as the plan. */
+void nnt_plan_get_summary(const nnt_plan *p, nnt_plan_summary *out);
+/* Block b's weight and cache bytes (either pointer may be NULL). Returns 0 past the end. */
+int nnt_plan_block(const nnt_plan *p, int b, uint64_t *weight_bytes, uint64_t *cache_bytes);
+/* Stage r (0 .. ranks - 1). Returns 0 past the end. */
+int nnt_plan_get_stage(const nnt_plan *p, int r, nnt_plan_stage *out);
+/* Writes the plan as the `nnt plan` command prints it. */
+nnt_status nnt_plan_print(const nnt_plan *p, const char *dir, FILE *out);
+
+/* The split alone, for any per-block costs: block_bytes [n_blocks] (each >= 0), first_extra
+ * added to the stage holding block 0, last_extra to the stage holding block n_blocks - 1.
+ * Writes first_block [ranks + 1] (stage r holds first_block[r] .. first_block[r + 1] - 1;
+ * first_block[0] = 0, first_block[ranks] = n_blocks; every stage non-empty) and, when largest
+ * is not NULL, the largest stage's cost, which no other contiguous split into ranks non-empty
+ * stages makes smaller (found by bisection with a greedy packing, 64 x n_blocks steps). Among
+ * the splits reaching it, the stages are then made as even as possible - the least sum of
+ * squared stage costs, by dynamic programming - when ranks x n_blocks^2 is at most 2e8; above
+ * that, the packing's stages are cut where stages are missing. Errors: NNT_ERR_INVALID_ARGUMENT
+ * (NULL arrays, n_blocks < 1, ranks < 1 or ranks > n_blocks), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_plan_split(const uint64_t *block_bytes, int n_blocks, uint64_t first_extra, uint64_t last_extra,
+                          int ranks, int *first_block, uint64_t *largest);
+
 /* ---- tensors ---- */
 /* Reads one tensor from a safetensors file (key NULL: the file must hold exactly one) into a
  * new host tensor owned by the caller (free with nnt_tensor_free). */

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# plan_cli_test.sh NNT FIXTURES TMP - checks `nnt plan` end to end: the table on the released
+# configurations and on a sharded fixture, the defaults, and the errors (exit codes, messages).
+set -u
+nnt=$1 fixtures=$2 tmp=$3
+mkdir -p "$tmp/plan_no_config"
+rel=$fixtures/released_configs
+fails=0
+check() { # name expected_rc pattern command...
+  local name=$1 want=$2 pattern=$3; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: rc=$rc (want $want), pattern '$pattern' in:"; echo "$out" | head -20
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+
+check "a release's config.json alone: computed weights" 0 "weights: computed from config.json" \
+  "$nnt" plan --model "$rel/minimax_m2" --ranks 4 --memory 256
+check "one line per rank, blocks 0.. first" 0 "^0 +0-[0-9]+ " "$nnt" plan --model "$rel/minimax_m2" --ranks 4 --memory 256
+check "the last rank ends at the last block" 0 "^3 +[0-9]+-61 " "$nnt" plan --model "$rel/minimax_m2" --ranks 4 --memory 256
+check "every rank fits 256 GB" 0 "every rank fits" "$nnt" plan --model "$rel/minimax_m2" --ranks 4 --memory 256
+check "too little memory: NO" 0 "^0 +0-30 .* NO$" "$nnt" plan --model "$rel/minimax_m2" --ranks 2 --memory 100
+check "too little memory: the verdict" 0 "some ranks do not fit" "$nnt" plan --model "$rel/minimax_m2" --ranks 2 --memory 100
+check "cuda defaults to 141 GB per rank" 0 "on cuda, 141.00 GB per rank" \
+  "$nnt" plan --model "$rel/kimi_linear" --ranks 8 --device cuda
+check "context and batch in the caches line" 0 "caches: 1000 tokens x 3 rows" \
+  "$nnt" plan --model "$rel/mimo_v2_flash" --ranks 2 --context 1000 --batch 3
+check "a sharded fixture: exact, from its headers" 0 "weights: exact, from the safetensors headers \(3 files\)" \
+  "$nnt" plan --model "$fixtures/minimax_m2/bf16" --ranks 3
+check "more ranks than blocks" 1 "63 ranks for 62 blocks" "$nnt" plan --model "$rel/minimax_m2" --ranks 63
+check "a folder without config.json" 1 "plan_no_config/config.json: cannot open" \
+  "$nnt" plan --model "$tmp/plan_no_config" --ranks 1
+check "an architecture without a plan" 1 "architectures\[0\] is 'Qwen3MoeForCausalLM'" \
+  "$nnt" plan --model "$fixtures/qwen3_moe" --ranks 1
+check "--ranks is needed" 2 "needs --ranks N" "$nnt" plan --model "$rel/minimax_m2"
+check "--ranks 0" 2 "--ranks '0': expected a whole number from 1" "$nnt" plan --model "$rel/minimax_m2" --ranks 0
+check "--device gpu" 2 "--device 'gpu': expected cpu or cuda" "$nnt" plan --model "$rel/minimax_m2" --ranks 1 --device gpu
+check "--memory -1" 2 "--memory '-1': expected gigabytes" "$nnt" plan --model "$rel/minimax_m2" --ranks 1 --memory -1
+check "--context x" 2 "--context 'x': expected tokens per row" "$nnt" plan --model "$rel/minimax_m2" --ranks 1 --context x
+check "an unknown option" 2 "unknown option '--rank'" "$nnt" plan --model "$rel/minimax_m2" --rank 1
+check "help lists plan" 0 "plan +--model DIR --ranks N" "$nnt" help
+
+[ "$fails" = 0 ] && echo "all plan checks passed" || echo "$fails plan checks failed"
+exit $((fails != 0))
