@@ -662,7 +662,7 @@ static void test_truncated_while_mapped(void)
  * or rewritten in place - fails the run (and a session's next step) naming the file. */
 static void test_modified_while_mapped(void)
 {
-    char d[768], shard[800];
+    char d[768], shard[832];
     CU_ASSERT_FATAL(copy_checkpoint("minimax_m2/bf16", "modified", 0, d, sizeof d) == 0); /* three shards */
     snprintf(shard, sizeof shard, "%s/model-00002-of-00003.safetensors", d);
     static const int32_t ids[4] = {3, 1, 4, 1};
