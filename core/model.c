@@ -296,25 +296,25 @@ static nnt_status api_set_error(nnt_error *err, nnt_status status, const char *f
 void nnt_host_api_init(nnt_host_api *api)
 {
     *api = (nnt_host_api){
-        /* .struct_size = */ sizeof(nnt_host_api),
-        /* .set_error = */ api_set_error,
-        /* .cfg_int = */ nnt_cfg_int,
-        /* .cfg_float = */ nnt_cfg_float,
-        /* .cfg_bool = */ nnt_cfg_bool,
-        /* .cfg_string = */ nnt_cfg_string,
-        /* .cfg_has = */ nnt_cfg_has,
-        /* .cfg_int_list = */ nnt_cfg_int_list,
-        /* .cfg_path = */ nnt_cfg_path,
-        /* .cfg_is_null = */ nnt_cfg_is_null,
-        /* .has_tensor = */ nnt_ck_has_tensor,
-        /* .tensor = */ nnt_ck_tensor,
-        /* .emit = */ api_emit,
-        /* .wants = */ api_wants,
-        /* .alloc = */ api_alloc,
-        /* .arena_mark = */ api_mark,
-        /* .arena_release = */ api_release,
-        /* .tree_node = */ nnt_tree_node,
-        /* .tensor_kv_heads = */ nnt_ck_tensor_kv_heads,
+        .struct_size = sizeof(nnt_host_api),
+        .set_error = api_set_error,
+        .cfg_int = nnt_cfg_int,
+        .cfg_float = nnt_cfg_float,
+        .cfg_bool = nnt_cfg_bool,
+        .cfg_string = nnt_cfg_string,
+        .cfg_has = nnt_cfg_has,
+        .cfg_int_list = nnt_cfg_int_list,
+        .cfg_path = nnt_cfg_path,
+        .cfg_is_null = nnt_cfg_is_null,
+        .has_tensor = nnt_ck_has_tensor,
+        .tensor = nnt_ck_tensor,
+        .emit = api_emit,
+        .wants = api_wants,
+        .alloc = api_alloc,
+        .arena_mark = api_mark,
+        .arena_release = api_release,
+        .tree_node = nnt_tree_node,
+        .tensor_kv_heads = nnt_ck_tensor_kv_heads,
     };
 }
 
@@ -382,14 +382,14 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         .cache = ss ? ss->cache : NULL,
     };
     nnt_run run = {
-        /* .model = */ m,
-        /* .trace = */ t,
-        /* .arena = */ m->arena,
-        /* .err = */ err,
-        /* .dims = */ {batch, seq, past},
-        /* .step = */ step,
-        /* .args = */ &args,
-        /* .current_request = */ -1,
+        .model = m,
+        .trace = t,
+        .arena = m->arena,
+        .err = err,
+        .dims = {.batch = batch, .seq = seq, .past = past},
+        .step = step,
+        .args = &args,
+        .current_request = -1,
     };
     nnt_arena_reset(m->arena);
     nnt_status st = NNT_OK;
@@ -583,7 +583,14 @@ nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *o
     int64_t per = streams ? (int64_t)info->num_streams * H : H;
     int64_t rows = nnt_tensor_numel(x) / per;
     const nnt_plugin *be = m->family->be;
-    nnt_run run = {m, NULL, m->arena, err, {1, (int)rows, 0}, 0, NULL, -1};
+    nnt_run run = {.model = m,
+                   .trace = NULL,
+                   .arena = m->arena,
+                   .err = err,
+                   .dims = {.batch = 1, .seq = (int)rows, .past = 0},
+                   .step = 0,
+                   .args = NULL,
+                   .current_request = -1};
     nnt_arena_reset(m->arena);
     nnt_tensor dx = {0}, dy = {0};
     int64_t xs[3] = {rows, streams ? info->num_streams : H, H};

@@ -50,12 +50,12 @@ void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype,
 void fam_env_init(fam_env *env, const nnt_load_args *args)
 {
     *env = (fam_env){
-        /* .host = */ args->host,
-        /* .be = */ args->be,
-        /* .be_ctx = */ args->be_ctx,
-        /* .precision = */ args->precision,
-        /* .bf16_style = */ 0,
-        /* .prepared = */ NULL,
+        .host = args->host,
+        .be = args->be,
+        .be_ctx = args->be_ctx,
+        .precision = args->precision,
+        .bf16_style = 0,
+        .prepared = NULL,
     };
 }
 

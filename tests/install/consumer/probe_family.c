@@ -22,6 +22,17 @@ static const char *const TYPES[] = {"consumer_probe", NULL};
 static const nnt_rename_rule RENAMES[] = {{NULL, NULL, NULL}};
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "consumer_probe", "0", "install test probe"),
-    ARCHS, TYPES, RENAMES, load, unload, info, value_info, build_tree, forward, project, NULL, NULL,
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "consumer_probe", "0", "install test probe"),
+    .architectures = ARCHS,
+    .model_types = TYPES,
+    .renames = RENAMES,
+    .load = load,
+    .unload = unload,
+    .info = info,
+    .value_info = value_info,
+    .build_tree = build_tree,
+    .forward = forward,
+    .project = project,
+    .cache_new = NULL,
+    .cache_free = NULL,
 };
