@@ -68,7 +68,7 @@ static nnt_status cfg_i(const mv_model *m, const nnt_checkpoint *ck, const char 
                         nnt_error *err)
 {
     int64_t v;
-    CK(m->env.host->cfg_int(ck, key, dflt, req, &v, err));
+    CK(m->env.core->cfg_int(ck, key, dflt, req, &v, err));
     *out = (int)v;
     return NNT_OK;
 }
@@ -77,7 +77,7 @@ static nnt_status cfg_i(const mv_model *m, const nnt_checkpoint *ck, const char 
 static nnt_status read_kinds(mv_model *m, const nnt_checkpoint *ck, const char *hf_key, const char *hub_key,
                              const char *const *names, int *kinds, int dflt_rule, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     const char *key = h->cfg_has(ck, hf_key) ? hf_key : h->cfg_has(ck, hub_key) ? hub_key : NULL;
     if (!key) {
         for (int i = 0; i < m->layers; i++)
@@ -101,7 +101,7 @@ static nnt_status read_kinds(mv_model *m, const nnt_checkpoint *ck, const char *
 
 static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds, int **mlp_kinds, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     CK(cfg_i(m, ck, "hidden_size", 0, 1, &m->hidden, err));
     CK(cfg_i(m, ck, "num_hidden_layers", 0, 1, &m->layers, err));
     CK(cfg_i(m, ck, "vocab_size", 0, 1, &m->vocab, err));
@@ -203,7 +203,7 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds
 static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int kind, int mlp_kind, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     mv_layer *ly = &m->l[L];
     ly->kind = kind;
     ly->mlp_kind = mlp_kind;
@@ -220,7 +220,7 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Hq * Dq, H);
     {
         /* FP8 releases may hold k_proj's and v_proj's scales per key/value head over the head's
-         * fused key and value rows; the host recognises that grid from its shape */
+         * fused key and value rows; the core recognises that grid from its shape */
         char kn[192], vn[192];
         snprintf(kn, sizeof kn, "model.layers.%d.self_attn.k_proj.weight", L);
         snprintf(vn, sizeof vn, "model.layers.%d.self_attn.v_proj.weight", L);
@@ -308,12 +308,12 @@ static nnt_status mv_attention(void *self, nnt_run *run, int L, const nnt_forwar
     const mv_layer *ly = &m->l[L];
     const fam_attn *a = &ly->attn;
     int64_t M = xn->shape[0];
-    size_t mark = env->host->arena_mark(run);
+    size_t mark = env->core->arena_mark(run);
     nnt_tensor q, k, v;
     nnt_status st;
-    if ((st = fam_alloc(env, run, NNT_F32, &q, err, 2, M, (int64_t)a->num_heads * a->qk_head_dim)) != NNT_OK ||
-        (st = fam_alloc(env, run, NNT_F32, &k, err, 2, M, (int64_t)a->num_kv_heads * a->qk_head_dim)) != NNT_OK ||
-        (st = fam_alloc(env, run, NNT_F32, &v, err, 2, M, (int64_t)a->num_kv_heads * a->v_head_dim)) != NNT_OK ||
+    if ((st = fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, (int64_t)a->num_heads * a->qk_head_dim))) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &k, err, NNT_SHAPE(M, (int64_t)a->num_kv_heads * a->qk_head_dim))) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &v, err, NNT_SHAPE(M, (int64_t)a->num_kv_heads * a->v_head_dim))) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->q_proj, &q, err)) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->k_proj, &k, err)) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->v_proj, &v, err)) != NNT_OK ||
@@ -321,7 +321,7 @@ static nnt_status mv_attention(void *self, nnt_run *run, int L, const nnt_forwar
         goto done;
     st = fam_attention_forward(env, run, L, a, args, mask, &q, &k, &v, fam_layer_cache(args, L), out, err);
 done:
-    env->host->arena_release(run, mark);
+    env->core->arena_release(run, mark);
     return st;
 }
 
@@ -350,7 +350,7 @@ static void mv_unload(void *model)
 static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     mv_model *m = calloc(1, sizeof *m);
-    if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (!m) return args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     fam_env_init(&m->env, args);
     /* in bfloat16, transformers' MiMo-V2-Flash subtracts the row maximum from the scores in
      * bfloat16 before its softmax (modeling_mimo_v2_flash.py, eager attention with sinks) */
@@ -363,7 +363,7 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
         m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
         for (int k = 0; k < 2; k++) m->inv_freq[k] = calloc((size_t)m->rot_dim[k] / 2 + 1, sizeof(float));
         if (!m->l || !m->expert_pool || !m->inv_freq[0] || !m->inv_freq[1])
-            st = args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     if (st == NNT_OK) {
         for (int k = 0; k < 2; k++) fam_rope_inv_freq(m->inv_freq[k], m->rot_dim[k], m->theta[k]);
@@ -402,48 +402,48 @@ static void mv_info(const void *model, nnt_model_info *out)
     out->num_streams = 1;
 }
 
-static nnt_status mv_value_info(const void *model, int layer, nnt_slot slot, const nnt_call_dims *d,
+static nnt_status mv_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d,
                                 nnt_value_info *out)
 {
     const mv_model *m = model;
-    if (fam_decoder_info(m->hidden, m->vocab, slot, d, out)) return NNT_OK;
+    if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
-    if (slot >= NNT_SV_ATTN_QUERIES && slot <= NNT_SV_ATTN_HEAD_OUTPUTS) {
+    if (id >= NNT_VALUE_ATTN_QUERIES && id <= NNT_VALUE_ATTN_HEAD_OUTPUTS) {
         /* a continued call's keys: the cache (a sliding block keeps window - 1 tokens) and the call's */
         const fam_attn *a = &m->l[layer].attn;
         int64_t keys = d ? (a->window ? fam_kv_cached_len(a->window - 1, d) : d->past + d->seq) : 0;
-        fam_attention_info_keys(a, m->hidden, slot, d, keys, out);
+        fam_attention_info_keys(a, m->hidden, id, d, keys, out);
         return NNT_OK;
     }
-    if (slot >= NNT_SV_LIN_OUTPUT && slot <= NNT_SV_LIN_STATE_OUTPUT) {
+    if (id >= NNT_VALUE_LIN_OUTPUT && id <= NNT_VALUE_LIN_STATE_OUTPUT) {
         fam_off_page(out, "every MiMo-V2-Flash block mixes tokens with softmax attention (self_attn), full or sliding; "
                           "none has a linear-attention mixer or a recurrent state");
         return NNT_OK;
     }
     const mv_layer *ly = &m->l[layer];
     if (ly->mlp_kind == DENSE) {
-        switch (slot) {
-        case NNT_SV_MLP_ACTIVATION:
-        case NNT_SV_MLP_NEURONS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->inter); return NNT_OK;
-        case NNT_SV_MLP_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
+        switch (id) {
+        case NNT_VALUE_MLP_ACTIVATION:
+        case NNT_VALUE_MLP_NEURONS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->inter)); return NNT_OK;
+        case NNT_VALUE_MLP_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); return NNT_OK;
         default:
             fam_unserved(out, "this block's MLP is dense (mlp_layer_types says 'dense'): it has no router, no experts "
                               "and no shared expert");
             return NNT_OK;
         }
     }
-    switch (slot) {
-    case NNT_SV_MLP_OUTPUT:
-    case NNT_SV_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
-    case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->experts); return NNT_OK;
-    case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
-    case NNT_SV_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
-    case NNT_SV_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, (int64_t)m->top_k, H); return NNT_OK;
-    case NNT_SV_SHARED_EXPERT_OUTPUT:
+    switch (id) {
+    case NNT_VALUE_MLP_OUTPUT:
+    case NNT_VALUE_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); return NNT_OK;
+    case NNT_VALUE_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->experts)); return NNT_OK;
+    case NNT_VALUE_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); return NNT_OK;
+    case NNT_VALUE_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); return NNT_OK;
+    case NNT_VALUE_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k, H)); return NNT_OK;
+    case NNT_VALUE_SHARED_EXPERT_OUTPUT:
         fam_unserved(out, "MiMo-V2-Flash's mixture has no shared expert; routed_output is the whole mlp_output");
         return NNT_OK;
-    case NNT_SV_MLP_ACTIVATION:
-    case NNT_SV_MLP_NEURONS:
+    case NNT_VALUE_MLP_ACTIVATION:
+    case NNT_VALUE_MLP_NEURONS:
         fam_unserved(out, "this block's MLP is a mixture without a shared expert: each expert's activations exist only "
                           "for the tokens routed to it, so no [batch seq intermediate_size] tensor exists (dense blocks "
                           "serve them)");
@@ -455,10 +455,10 @@ static nnt_status mv_value_info(const void *model, int layer, nnt_slot slot, con
 static nnt_status mv_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const mv_model *m = model;
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     char d[160];
     int64_t H = m->hidden;
-    int root = h->tree_node(tree, -1, "model", NULL, "MiMoV2FlashForCausalLM", NULL, NNT_HOST_MODEL, -1);
+    int root = h->tree_node(tree, -1, "model", NULL, "MiMoV2FlashForCausalLM", NULL, NNT_MODULE_MODEL, -1);
     if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
     h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
     snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
@@ -469,20 +469,20 @@ static nnt_status mv_build_tree(const void *model, nnt_tree *tree, nnt_error *er
         const fam_attn *a = &ly->attn;
         int64_t Q = (int64_t)a->num_heads * a->qk_head_dim, K = (int64_t)a->num_kv_heads * a->qk_head_dim;
         int64_t V = (int64_t)a->num_kv_heads * a->v_head_dim, O = (int64_t)a->num_heads * a->v_head_dim;
-        int lay = h->tree_node(tree, layers, "layers", NULL, "MiMoV2FlashDecoderLayer", NULL, NNT_HOST_LAYER, L);
-        int at = h->tree_node(tree, lay, "self_attn", NULL, "MiMoV2FlashAttention", NULL, NNT_HOST_SELF_ATTN, L);
+        int lay = h->tree_node(tree, layers, "layers", NULL, "MiMoV2FlashDecoderLayer", NULL, NNT_MODULE_LAYER, L);
+        int at = h->tree_node(tree, lay, "self_attn", NULL, "MiMoV2FlashAttention", NULL, NNT_MODULE_SELF_ATTN, L);
         h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
         h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, K), -1, L);
         h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, V), -1, L);
         h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, O, H), -1, L);
         if (ly->mlp_kind == DENSE) {
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMLP", NULL, NNT_HOST_MLP, L);
+            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMLP", NULL, NNT_MODULE_MLP, L);
             h->tree_node(tree, mlp, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
             h->tree_node(tree, mlp, "up_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
             h->tree_node(tree, mlp, "down_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, m->inter, H), -1, L);
             h->tree_node(tree, mlp, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
         } else {
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMoE", NULL, NNT_HOST_MLP, L);
+            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMoE", NULL, NNT_MODULE_MLP, L);
             int ex = h->tree_node(tree, mlp, "experts", NULL, "MiMoV2FlashExperts", NULL, -1, L);
             h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
             h->tree_node(tree, mlp, "gate", "router", "MiMoV2FlashTopkRouter", NULL, -1, L);

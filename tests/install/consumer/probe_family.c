@@ -6,7 +6,7 @@
 static nnt_status load(const nnt_load_args *a, void **m, nnt_error *e) { return NNT_ERR_UNSUPPORTED; }
 static void unload(void *m) {}
 static void info(const void *m, nnt_model_info *o) {}
-static nnt_status value_info(const void *m, int l, nnt_slot s, const nnt_call_dims *d, nnt_value_info *o)
+static nnt_status value_info(const void *m, int l, nnt_value_id s, const nnt_call_dims *d, nnt_value_info *o)
 {
     return NNT_ERR_UNSUPPORTED;
 }
