@@ -117,31 +117,31 @@ static nnt_status read_config(q3_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
+/* Each block's tensors as a table (the kit's fam_bind_names binds it); shapes index these
+ * sizes: H hidden, D head_dim, Q query heads * D, KV key/value heads * D, E experts. */
+enum { Q3_H, Q3_D, Q3_Q, Q3_KV, Q3_E, Q3_SIZES };
+static const fam_tensor_name Q3_NAMES[] = {
+    {offsetof(q3_layer, in_norm), "model.layers.%d.input_layernorm.weight", 1, {Q3_H}},
+    {offsetof(q3_layer, post_norm), "model.layers.%d.post_attention_layernorm.weight", 1, {Q3_H}},
+    {offsetof(q3_layer, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {Q3_Q, Q3_H}},
+    {offsetof(q3_layer, k_proj), "model.layers.%d.self_attn.k_proj.weight", 2, {Q3_KV, Q3_H}},
+    {offsetof(q3_layer, v_proj), "model.layers.%d.self_attn.v_proj.weight", 2, {Q3_KV, Q3_H}},
+    {offsetof(q3_layer, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {Q3_H, Q3_Q}},
+    {offsetof(q3_layer, q_norm), "model.layers.%d.self_attn.q_norm.weight", 1, {Q3_D}},
+    {offsetof(q3_layer, k_norm), "model.layers.%d.self_attn.k_norm.weight", 1, {Q3_D}},
+    {offsetof(q3_layer, moe.router), "model.layers.%d.mlp.gate.weight", 2, {Q3_E, Q3_H}},
+};
+
 static nnt_status bind_layer(q3_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
 {
     const fam_env *env = &m->env;
     q3_layer *ly = &m->l[L];
     int64_t H = m->hidden, D = m->head_dim, Q = (int64_t)m->heads * D, KV = (int64_t)m->kv_heads * D;
-    char n[192];
-#define W(field, fmt, nd, ...)                                                                                         \
-    do {                                                                                                               \
-        int64_t shp[] = {__VA_ARGS__};                                                                                 \
-        snprintf(n, sizeof n, fmt, L);                                                                                 \
-        CK(fam_weight(env, ck, n, nd, shp, &ly->field, err));                                                         \
-    } while (0)
-    W(in_norm, "model.layers.%d.input_layernorm.weight", 1, H);
-    W(post_norm, "model.layers.%d.post_attention_layernorm.weight", 1, H);
-    W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Q, H);
-    W(k_proj, "model.layers.%d.self_attn.k_proj.weight", 2, KV, H);
-    W(v_proj, "model.layers.%d.self_attn.v_proj.weight", 2, KV, H);
-    W(o_proj, "model.layers.%d.self_attn.o_proj.weight", 2, H, Q);
-    W(q_norm, "model.layers.%d.self_attn.q_norm.weight", 1, D);
-    W(k_norm, "model.layers.%d.self_attn.k_norm.weight", 1, D);
-    W(moe.router, "model.layers.%d.mlp.gate.weight", 2, (int64_t)m->experts, H);
-#undef W
-    static const fam_expert_names spelling = {"model.layers.%d.mlp.experts.%d.gate_proj.weight",
-                                              "model.layers.%d.mlp.experts.%d.up_proj.weight",
-                                              "model.layers.%d.mlp.experts.%d.down_proj.weight"};
+    const int64_t sizes[Q3_SIZES] = {[Q3_H] = H, [Q3_D] = D, [Q3_Q] = Q, [Q3_KV] = KV, [Q3_E] = m->experts};
+    CK(fam_bind_names(env, ck, L, Q3_NAMES, (int)(sizeof Q3_NAMES / sizeof Q3_NAMES[0]), sizes, ly, err));
+    static const fam_expert_names spelling = {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+                                              .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+                                              .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"};
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, m->experts, m->moe_inter, H, "model.layers.%d.mlp.experts.gate_up_proj",
                         "model.layers.%d.mlp.experts.down_proj", &spelling, 1, ly->moe.experts, err));

@@ -1,6 +1,7 @@
 /* fam_bind.c - binding checkpoint tensors shared by families: the readout (embedding, final
  * norm, lm_head), F32 parameter vectors, a block's experts under either the hub's per-expert
- * names or transformers' fused 3-D tensors, and the decoder skeleton's wiring. */
+ * names or transformers' fused 3-D tensors, per-block tensors from a family's name table, and
+ * the decoder skeleton's wiring. */
 #include <stdio.h>
 #include <string.h>
 
@@ -95,6 +96,26 @@ nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int la
         if ((st = fam_weight(env, ck, a, 2, gi, &out[e].gate, err)) != NNT_OK) return st;
         if ((st = fam_weight(env, ck, b, 2, gi, &out[e].up, err)) != NNT_OK) return st;
         if ((st = fam_weight(env, ck, c, 2, di, &out[e].down, err)) != NNT_OK) return st;
+    }
+    return NNT_OK;
+}
+
+nnt_status fam_bind_names(const fam_env *env, const nnt_checkpoint *ck, int layer, const fam_tensor_name *names, int n,
+                          const int64_t *sizes, void *block, nnt_error *err)
+{
+    for (int i = 0; i < n; i++) {
+        const fam_tensor_name *r = &names[i];
+        char name[256];
+        int len = snprintf(name, sizeof name, r->pattern, layer);
+        if (len < 0 || (size_t)len >= sizeof name || r->ndim < 0 || r->ndim > NNT_MAX_DIMS)
+            return env->core->set_error(err, NNT_ERR_INTERNAL,
+                                        "tensor-name table row %d ('%s', %d axes) does not give a name of under "
+                                        "256 bytes with 0..%d axes",
+                                        i, r->pattern, r->ndim, NNT_MAX_DIMS);
+        int64_t shape[NNT_MAX_DIMS];
+        for (int d = 0; d < r->ndim; d++) shape[d] = sizes[r->size[d]];
+        nnt_status st = fam_weight(env, ck, name, r->ndim, shape, (nnt_tensor *)((char *)block + r->field), err);
+        if (st != NNT_OK) return st;
     }
     return NNT_OK;
 }

@@ -323,6 +323,63 @@ static nnt_status bind_comp(const dv_model *m, const nnt_checkpoint *ck, int L, 
     return NNT_OK;
 }
 
+/* Each block's tensors as tables, in the manner of llama.cpp's llama-arch.cpp: the member of
+ * dv_layer a tensor binds to, its name in the release (native, under "layers.%d.") and in
+ * transformers (hf), both printf patterns taking the block, and its shape as indices into the
+ * sizes bind_layer fills: H hidden, D head_dim, QL q_lora_rank, QB heads * D, OA o_groups *
+ * o_lora_rank, OA_IN heads * D / o_groups, IQ index heads * index head_dim, IH index heads,
+ * E routed experts, I an expert's width. pick() chooses the spelling the checkpoint uses. */
+typedef struct dv_name {
+    size_t field;
+    const char *native, *hf;
+    int ndim;
+    int size[2];
+} dv_name;
+enum { DV_H, DV_D, DV_QL, DV_QB, DV_OA, DV_OA_IN, DV_IQ, DV_IH, DV_E, DV_I, DV_SIZES };
+static const dv_name DV_ATTN_NAMES[] = {
+    {offsetof(dv_layer, attn_norm), "layers.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", 1, {DV_H}},
+    {offsetof(dv_layer, ffn_norm), "layers.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", 1, {DV_H}},
+    {offsetof(dv_layer, wq_a), "layers.%d.attn.wq_a.weight", "model.layers.%d.self_attn.q_a_proj.weight", 2, {DV_QL, DV_H}},
+    {offsetof(dv_layer, q_norm), "layers.%d.attn.q_norm.weight", "model.layers.%d.self_attn.q_a_norm.weight", 1, {DV_QL}},
+    {offsetof(dv_layer, wq_b), "layers.%d.attn.wq_b.weight", "model.layers.%d.self_attn.q_b_proj.weight", 2, {DV_QB, DV_QL}},
+    {offsetof(dv_layer, wkv), "layers.%d.attn.wkv.weight", "model.layers.%d.self_attn.kv_proj.weight", 2, {DV_D, DV_H}},
+    {offsetof(dv_layer, kv_norm), "layers.%d.attn.kv_norm.weight", "model.layers.%d.self_attn.kv_norm.weight", 1, {DV_D}},
+    {offsetof(dv_layer, wo_a), "layers.%d.attn.wo_a.weight", "model.layers.%d.self_attn.o_a_proj.weight", 2, {DV_OA, DV_OA_IN}},
+    {offsetof(dv_layer, wo_b), "layers.%d.attn.wo_b.weight", "model.layers.%d.self_attn.o_b_proj.weight", 2, {DV_H, DV_OA}},
+};
+static const dv_name DV_INDEXER_NAMES[] = {
+    {offsetof(dv_layer, iq_b), "layers.%d.attn.indexer.wq_b.weight",
+     "model.layers.%d.self_attn.compressor.indexer.q_b_proj.weight", 2, {DV_IQ, DV_QL}},
+    {offsetof(dv_layer, iweights), "layers.%d.attn.indexer.weights_proj.weight",
+     "model.layers.%d.self_attn.compressor.indexer.scorer.weights_proj.weight", 2, {DV_IH, DV_H}},
+};
+static const dv_name DV_ROUTER_NAMES[] = {
+    {offsetof(dv_layer, moe.router), "layers.%d.ffn.gate.weight", "model.layers.%d.mlp.gate.weight", 2, {DV_E, DV_H}},
+};
+static const dv_name DV_SHARED_NAMES[] = {
+    {offsetof(dv_layer, moe.shared.gate), "layers.%d.ffn.shared_experts.w1.weight",
+     "model.layers.%d.mlp.shared_experts.gate_proj.weight", 2, {DV_I, DV_H}},
+    {offsetof(dv_layer, moe.shared.up), "layers.%d.ffn.shared_experts.w3.weight",
+     "model.layers.%d.mlp.shared_experts.up_proj.weight", 2, {DV_I, DV_H}},
+    {offsetof(dv_layer, moe.shared.down), "layers.%d.ffn.shared_experts.w2.weight",
+     "model.layers.%d.mlp.shared_experts.down_proj.weight", 2, {DV_H, DV_I}},
+};
+
+/* Binds rows names[0..n) of block L into *ly under the spelling pick() finds, each of shape
+ * sizes[size[0]], ... Errors: as fam_weight. */
+static nnt_status bind_names(const dv_model *m, const nnt_checkpoint *ck, int L, const dv_name *names, int n,
+                             const int64_t *sizes, dv_layer *ly, nnt_error *err)
+{
+    char buf[224];
+    for (int i = 0; i < n; i++) {
+        int64_t shape[2];
+        for (int d = 0; d < names[i].ndim; d++) shape[d] = sizes[names[i].size[d]];
+        CK(fam_weight(&m->env, ck, pick(m, ck, buf, sizeof buf, L, names[i].native, names[i].hf), names[i].ndim, shape,
+                      (nnt_tensor *)((char *)ly + names[i].field), err));
+    }
+    return NNT_OK;
+}
+
 static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int kind, int hash, nnt_error *err)
 {
     const fam_env *env = &m->env;
@@ -332,20 +389,18 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
     ly->hash = hash;
     int64_t H = m->hidden, D = m->head_dim, Q = m->q_lora, Hh = m->heads, G = m->o_groups, OL = m->o_lora;
     char n[224];
-#define W(field, nat, hf, nd, ...)                                                                                     \
-    do {                                                                                                               \
-        int64_t shp[] = {__VA_ARGS__};                                                                                 \
-        CK(fam_weight(env, ck, pick(m, ck, n, sizeof n, L, nat, hf), nd, shp, &ly->field, err));                      \
-    } while (0)
-    W(attn_norm, "layers.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", 1, H);
-    W(ffn_norm, "layers.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", 1, H);
-    W(wq_a, "layers.%d.attn.wq_a.weight", "model.layers.%d.self_attn.q_a_proj.weight", 2, Q, H);
-    W(q_norm, "layers.%d.attn.q_norm.weight", "model.layers.%d.self_attn.q_a_norm.weight", 1, Q);
-    W(wq_b, "layers.%d.attn.wq_b.weight", "model.layers.%d.self_attn.q_b_proj.weight", 2, Hh * D, Q);
-    W(wkv, "layers.%d.attn.wkv.weight", "model.layers.%d.self_attn.kv_proj.weight", 2, D, H);
-    W(kv_norm, "layers.%d.attn.kv_norm.weight", "model.layers.%d.self_attn.kv_norm.weight", 1, D);
-    W(wo_a, "layers.%d.attn.wo_a.weight", "model.layers.%d.self_attn.o_a_proj.weight", 2, G * OL, Hh * D / G);
-    W(wo_b, "layers.%d.attn.wo_b.weight", "model.layers.%d.self_attn.o_b_proj.weight", 2, H, G * OL);
+    int64_t E = m->experts, I = m->moe_inter, K = m->top_k;
+    const int64_t sizes[DV_SIZES] = {[DV_H] = H,
+                                     [DV_D] = D,
+                                     [DV_QL] = Q,
+                                     [DV_QB] = Hh * D,
+                                     [DV_OA] = G * OL,
+                                     [DV_OA_IN] = Hh * D / G,
+                                     [DV_IQ] = (int64_t)m->index_heads * m->index_dim,
+                                     [DV_IH] = m->index_heads,
+                                     [DV_E] = E,
+                                     [DV_I] = I};
+    CK(bind_names(m, ck, L, DV_ATTN_NAMES, (int)(sizeof DV_ATTN_NAMES / sizeof DV_ATTN_NAMES[0]), sizes, ly, err));
     nnt_tensor tmp;
     CK(fam_vector_f32(env, ck, pick(m, ck, n, sizeof n, L, "layers.%d.attn.attn_sink", "model.layers.%d.self_attn.sinks"), Hh,
                       &ly->sinks, err));
@@ -356,14 +411,11 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
     if (kind != SLIDING) CK(bind_comp(m, ck, L, 0, m->rate[kind], kind == CSA, &ly->comp, err));
     if (kind == CSA) {
         CK(bind_comp(m, ck, L, 1, m->rate[CSA], 1, &ly->icomp, err));
-        W(iq_b, "layers.%d.attn.indexer.wq_b.weight", "model.layers.%d.self_attn.compressor.indexer.q_b_proj.weight", 2,
-          (int64_t)m->index_heads * m->index_dim, Q);
-        W(iweights, "layers.%d.attn.indexer.weights_proj.weight",
-          "model.layers.%d.self_attn.compressor.indexer.scorer.weights_proj.weight", 2, (int64_t)m->index_heads, H);
+        CK(bind_names(m, ck, L, DV_INDEXER_NAMES, (int)(sizeof DV_INDEXER_NAMES / sizeof DV_INDEXER_NAMES[0]), sizes, ly,
+                      err));
     }
     /* the mixture */
-    int64_t E = m->experts, I = m->moe_inter, K = m->top_k, rs[2] = {E, H};
-    W(moe.router, "layers.%d.ffn.gate.weight", "model.layers.%d.mlp.gate.weight", 2, E, H);
+    CK(bind_names(m, ck, L, DV_ROUTER_NAMES, (int)(sizeof DV_ROUTER_NAMES / sizeof DV_ROUTER_NAMES[0]), sizes, ly, err));
     if (hash) {
         const char *tn = pick(m, ck, n, sizeof n, L, "layers.%d.ffn.gate.tid2eid", "model.layers.%d.mlp.gate.tid2eid");
         int64_t ts[2] = {m->vocab, K};
@@ -387,24 +439,24 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
         const char *bn = pick(m, ck, n, sizeof n, L, "layers.%d.ffn.gate.bias", "model.layers.%d.mlp.gate.e_score_correction_bias");
         if (h->has_tensor(ck, bn)) CK(fam_bind_vector(&m->env, ck, bn, E, &ly->bias_host, &ly->moe.bias, err));
     }
-    (void)rs;
     static const fam_expert_names spellings[] = {
-        {"layers.%d.ffn.experts.%d.w1.weight", "layers.%d.ffn.experts.%d.w3.weight", "layers.%d.ffn.experts.%d.w2.weight"},
-        {"model.layers.%d.ffn.experts.%d.w1.weight", "model.layers.%d.ffn.experts.%d.w3.weight",
-         "model.layers.%d.ffn.experts.%d.w2.weight"},
-        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+        {.gate = "layers.%d.ffn.experts.%d.w1.weight",
+         .up = "layers.%d.ffn.experts.%d.w3.weight",
+         .down = "layers.%d.ffn.experts.%d.w2.weight"},
+        {.gate = "model.layers.%d.ffn.experts.%d.w1.weight",
+         .up = "model.layers.%d.ffn.experts.%d.w3.weight",
+         .down = "model.layers.%d.ffn.experts.%d.w2.weight"},
+        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
     };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj", "model.layers.%d.mlp.experts.down_proj",
                         spellings, 3, ly->moe.experts, err));
     if (m->shared) {
-        W(moe.shared.gate, "layers.%d.ffn.shared_experts.w1.weight", "model.layers.%d.mlp.shared_experts.gate_proj.weight", 2, I, H);
-        W(moe.shared.up, "layers.%d.ffn.shared_experts.w3.weight", "model.layers.%d.mlp.shared_experts.up_proj.weight", 2, I, H);
-        W(moe.shared.down, "layers.%d.ffn.shared_experts.w2.weight", "model.layers.%d.mlp.shared_experts.down_proj.weight", 2, H, I);
+        CK(bind_names(m, ck, L, DV_SHARED_NAMES, (int)(sizeof DV_SHARED_NAMES / sizeof DV_SHARED_NAMES[0]), sizes, ly, err));
         ly->moe.has_shared = 1;
     }
-#undef W
     ly->moe.num_experts = m->experts;
     ly->moe.top_k = m->top_k;
     ly->moe.intermediate = m->moe_inter;

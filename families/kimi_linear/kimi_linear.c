@@ -221,6 +221,36 @@ static nnt_status read_config(kl_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
+/* The tensors of a Kimi Delta Attention block with one spelling, as tables (the kit's
+ * fam_bind_names binds them into a kda_w): the input projections, then the beta, output-gate,
+ * output-norm and output projections. The convolutions and the forget gate have two spellings
+ * each (code below). Shapes index these sizes: H hidden, HEADS linear-attention heads, D head
+ * width, P = HEADS * D. */
+enum { KDA_H, KDA_HEADS, KDA_D, KDA_P, KDA_SIZES };
+static const fam_tensor_name KDA_IN_NAMES[] = {
+    {offsetof(kda_w, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {KDA_P, KDA_H}},
+    {offsetof(kda_w, k_proj), "model.layers.%d.self_attn.k_proj.weight", 2, {KDA_P, KDA_H}},
+    {offsetof(kda_w, v_proj), "model.layers.%d.self_attn.v_proj.weight", 2, {KDA_P, KDA_H}},
+};
+static const fam_tensor_name KDA_OUT_NAMES[] = {
+    {offsetof(kda_w, b_proj), "model.layers.%d.self_attn.b_proj.weight", 2, {KDA_HEADS, KDA_H}},
+    {offsetof(kda_w, g_a), "model.layers.%d.self_attn.g_a_proj.weight", 2, {KDA_D, KDA_H}},
+    {offsetof(kda_w, g_b), "model.layers.%d.self_attn.g_b_proj.weight", 2, {KDA_P, KDA_D}},
+    {offsetof(kda_w, o_norm), "model.layers.%d.self_attn.o_norm.weight", 1, {KDA_D}},
+    {offsetof(kda_w, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {KDA_H, KDA_P}},
+};
+/* The tensors of a latent-attention (MLA) block, bound into an mla_w. Shapes index: H hidden, Q
+ * heads * (nope + rope), KV_A kv_lora_rank + rope, LORA kv_lora_rank, KV_B heads * (nope +
+ * v_head_dim), O heads * v_head_dim. */
+enum { MLA_H, MLA_Q, MLA_KV_A, MLA_LORA, MLA_KV_B, MLA_O, MLA_SIZES };
+static const fam_tensor_name MLA_NAMES[] = {
+    {offsetof(mla_w, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MLA_Q, MLA_H}},
+    {offsetof(mla_w, kv_a), "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", 2, {MLA_KV_A, MLA_H}},
+    {offsetof(mla_w, kv_a_norm), "model.layers.%d.self_attn.kv_a_layernorm.weight", 1, {MLA_LORA}},
+    {offsetof(mla_w, kv_b), "model.layers.%d.self_attn.kv_b_proj.weight", 2, {MLA_KV_B, MLA_LORA}},
+    {offsetof(mla_w, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {MLA_H, MLA_O}},
+};
+
 /* Binds `name` as F32 host data of n values whatever its shape (A_log is [1, 1, H, 1] on the
  * hub and [H, 1] in transformers). */
 static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *w, nnt_error *err)
@@ -235,12 +265,8 @@ static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *
         CK(fam_weight(env, ck, n, nd, shp, &w->field, err));                                                           \
     } while (0)
 #define NAME(fmt) snprintf(n, sizeof n, fmt, L)
-    NAME("model.layers.%d.self_attn.q_proj.weight");
-    WT(q_proj, 2, P, H);
-    NAME("model.layers.%d.self_attn.k_proj.weight");
-    WT(k_proj, 2, P, H);
-    NAME("model.layers.%d.self_attn.v_proj.weight");
-    WT(v_proj, 2, P, H);
+    const int64_t sizes[KDA_SIZES] = {[KDA_H] = H, [KDA_HEADS] = Hh, [KDA_D] = D, [KDA_P] = P};
+    CK(fam_bind_names(env, ck, L, KDA_IN_NAMES, (int)(sizeof KDA_IN_NAMES / sizeof KDA_IN_NAMES[0]), sizes, w, err));
     /* the hub's three convolutions, or transformers' one packed [q | k | v] */
     NAME("model.layers.%d.self_attn.conv1d.weight");
     if (h->has_tensor(ck, n)) {
@@ -278,34 +304,21 @@ static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *
     CK(fam_bind_vector(&m->env, ck, n, P, &w->dt_bias, &w->dt_bias_t, err));
     snprintf(n, sizeof n, "model.layers.%d.%s.A_log", L, fg);
     CK(fam_bind_vector(&m->env, ck, n, Hh, &w->a_log, &w->a_log_t, err));
-    NAME("model.layers.%d.self_attn.b_proj.weight");
-    WT(b_proj, 2, Hh, H);
-    NAME("model.layers.%d.self_attn.g_a_proj.weight");
-    WT(g_a, 2, D, H);
-    NAME("model.layers.%d.self_attn.g_b_proj.weight");
-    WT(g_b, 2, P, D);
-    NAME("model.layers.%d.self_attn.o_norm.weight");
-    WT(o_norm, 1, D);
-    NAME("model.layers.%d.self_attn.o_proj.weight");
-    WT(o_proj, 2, H, P);
-    return NNT_OK;
+    return fam_bind_names(env, ck, L, KDA_OUT_NAMES, (int)(sizeof KDA_OUT_NAMES / sizeof KDA_OUT_NAMES[0]), sizes, w,
+                          err);
 }
 
 static nnt_status bind_mla(kl_model *m, const nnt_checkpoint *ck, int L, mla_w *w, nnt_error *err)
 {
     const fam_env *env = &m->env;
     int64_t H = m->hidden, Hn = m->heads, qk = m->nope + m->rope;
-    char n[192];
-    NAME("model.layers.%d.self_attn.q_proj.weight");
-    WT(q_proj, 2, Hn * qk, H);
-    NAME("model.layers.%d.self_attn.kv_a_proj_with_mqa.weight");
-    WT(kv_a, 2, (int64_t)m->kv_lora + m->rope, H);
-    NAME("model.layers.%d.self_attn.kv_a_layernorm.weight");
-    WT(kv_a_norm, 1, (int64_t)m->kv_lora);
-    NAME("model.layers.%d.self_attn.kv_b_proj.weight");
-    WT(kv_b, 2, Hn * (m->nope + m->v_dim), (int64_t)m->kv_lora);
-    NAME("model.layers.%d.self_attn.o_proj.weight");
-    WT(o_proj, 2, H, Hn * m->v_dim);
+    const int64_t sizes[MLA_SIZES] = {[MLA_H] = H,
+                                      [MLA_Q] = Hn * qk,
+                                      [MLA_KV_A] = (int64_t)m->kv_lora + m->rope,
+                                      [MLA_LORA] = m->kv_lora,
+                                      [MLA_KV_B] = Hn * (m->nope + m->v_dim),
+                                      [MLA_O] = Hn * m->v_dim};
+    CK(fam_bind_names(env, ck, L, MLA_NAMES, (int)(sizeof MLA_NAMES / sizeof MLA_NAMES[0]), sizes, w, err));
     fam_attn *a = &w->attn;
     memset(a, 0, sizeof *a);
     a->num_heads = (int)Hn;
@@ -351,10 +364,12 @@ static nnt_status bind_mlp(kl_model *m, const nnt_checkpoint *ck, int L, kl_laye
         CK(fam_bind_vector(&m->env, ck, n, E, &ly->bias_host, &ly->moe.bias, err));
     }
     static const fam_expert_names spellings[] = {
-        {"model.layers.%d.block_sparse_moe.experts.%d.w1.weight", "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
-         "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
-        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+        {.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+         .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
+         .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
+        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
     };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",

@@ -200,6 +200,24 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds
     return NNT_OK;
 }
 
+/* Each block's tensors with one spelling, as tables (the kit's fam_bind_names binds them): the
+ * norms and the query and output projections of every block, and the dense MLP of a dense
+ * block. Shapes index these sizes: H hidden, Q query heads * qk head_dim, O query heads *
+ * v head_dim, I the dense MLP's width (all of the block's attention kind). The key and value
+ * projections (per-head FP8 scales), the sinks and the router's bias have their own code. */
+enum { MV_H, MV_Q, MV_O, MV_I, MV_SIZES };
+static const fam_tensor_name MV_NAMES[] = {
+    {offsetof(mv_layer, in_norm), "model.layers.%d.input_layernorm.weight", 1, {MV_H}},
+    {offsetof(mv_layer, post_norm), "model.layers.%d.post_attention_layernorm.weight", 1, {MV_H}},
+    {offsetof(mv_layer, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MV_Q, MV_H}},
+    {offsetof(mv_layer, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {MV_H, MV_O}},
+};
+static const fam_tensor_name MV_DENSE_NAMES[] = {
+    {offsetof(mv_layer, dense.gate), "model.layers.%d.mlp.gate_proj.weight", 2, {MV_I, MV_H}},
+    {offsetof(mv_layer, dense.up), "model.layers.%d.mlp.up_proj.weight", 2, {MV_I, MV_H}},
+    {offsetof(mv_layer, dense.down), "model.layers.%d.mlp.down_proj.weight", 2, {MV_H, MV_I}},
+};
+
 static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int kind, int mlp_kind, nnt_error *err)
 {
     const fam_env *env = &m->env;
@@ -208,16 +226,8 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     ly->kind = kind;
     ly->mlp_kind = mlp_kind;
     int64_t H = m->hidden, Hq = m->heads[kind], Hkv = m->kv_heads[kind], Dq = m->qk_dim[kind], Dv = m->v_dim[kind];
-    char n[192];
-#define W(field, fmt, nd, ...)                                                                                         \
-    do {                                                                                                               \
-        int64_t shp[] = {__VA_ARGS__};                                                                                 \
-        snprintf(n, sizeof n, fmt, L);                                                                                 \
-        CK(fam_weight(env, ck, n, nd, shp, &ly->field, err));                                                         \
-    } while (0)
-    W(in_norm, "model.layers.%d.input_layernorm.weight", 1, H);
-    W(post_norm, "model.layers.%d.post_attention_layernorm.weight", 1, H);
-    W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Hq * Dq, H);
+    const int64_t sizes[MV_SIZES] = {[MV_H] = H, [MV_Q] = Hq * Dq, [MV_O] = Hq * Dv, [MV_I] = m->inter};
+    CK(fam_bind_names(env, ck, L, MV_NAMES, (int)(sizeof MV_NAMES / sizeof MV_NAMES[0]), sizes, ly, err));
     {
         /* FP8 releases may hold k_proj's and v_proj's scales per key/value head over the head's
          * fused key and value rows; the core recognises that grid from its shape */
@@ -226,7 +236,6 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
         snprintf(vn, sizeof vn, "model.layers.%d.self_attn.v_proj.weight", L);
         CK(fam_weight_kv_heads(env, ck, kn, vn, Hkv, Dq, Dv, H, &ly->k_proj, &ly->v_proj, err));
     }
-    W(o_proj, "model.layers.%d.self_attn.o_proj.weight", 2, H, Hq * Dv);
     if (m->sinks_on[kind]) {
         char a[192], b[192];
         snprintf(a, sizeof a, "model.layers.%d.self_attn.sinks", L);
@@ -252,15 +261,11 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     a->window = kind == SLIDING ? m->window : 0;
     a->sinks = ly->sinks;
     a->o_proj = ly->o_proj;
-    if (mlp_kind == DENSE) {
-        int64_t I = m->inter;
-        W(dense.gate, "model.layers.%d.mlp.gate_proj.weight", 2, I, H);
-        W(dense.up, "model.layers.%d.mlp.up_proj.weight", 2, I, H);
-        W(dense.down, "model.layers.%d.mlp.down_proj.weight", 2, H, I);
-        return NNT_OK;
-    }
-#undef W
+    if (mlp_kind == DENSE)
+        return fam_bind_names(env, ck, L, MV_DENSE_NAMES, (int)(sizeof MV_DENSE_NAMES / sizeof MV_DENSE_NAMES[0]), sizes,
+                              ly, err);
     int64_t E = m->experts, I = m->moe_inter;
+    char n[192];
     int64_t rs[2] = {E, H};
     snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", L);
     CK(fam_weight(env, ck, n, 2, rs, &ly->moe.router, err));
@@ -271,8 +276,9 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     const char *bias = fam_first_present(env, ck, biases, 2);
     if (bias) CK(fam_bind_vector(env, ck, bias, E, &ly->bias_host, &ly->moe.bias, err));
     static const fam_expert_names spellings[] = {
-        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
     };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",

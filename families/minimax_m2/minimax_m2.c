@@ -128,28 +128,29 @@ static nnt_status read_config(mm_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
+/* The per-block tensors every release spells alike (the table the kit's fam_bind_names binds);
+ * their shapes index these sizes: H hidden, Q query heads * head_dim, KV key/value heads *
+ * head_dim. The router, its bias and the experts have several spellings (below). */
+enum { MM_H, MM_Q, MM_KV, MM_SIZES };
+static const fam_tensor_name MM_NAMES[] = {
+    {offsetof(mm_layer, in_norm), "model.layers.%d.input_layernorm.weight", 1, {MM_H}},
+    {offsetof(mm_layer, post_norm), "model.layers.%d.post_attention_layernorm.weight", 1, {MM_H}},
+    {offsetof(mm_layer, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MM_Q, MM_H}},
+    {offsetof(mm_layer, k_proj), "model.layers.%d.self_attn.k_proj.weight", 2, {MM_KV, MM_H}},
+    {offsetof(mm_layer, v_proj), "model.layers.%d.self_attn.v_proj.weight", 2, {MM_KV, MM_H}},
+    {offsetof(mm_layer, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {MM_H, MM_Q}},
+    {offsetof(mm_layer, q_norm), "model.layers.%d.self_attn.q_norm.weight", 1, {MM_Q}},
+    {offsetof(mm_layer, k_norm), "model.layers.%d.self_attn.k_norm.weight", 1, {MM_KV}},
+};
+
 static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
 {
     const fam_env *env = &m->env;
     mm_layer *ly = &m->l[L];
     int64_t H = m->hidden, Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
     int64_t E = m->experts, I = m->inter;
-    char n[192];
-#define W(field, fmt, nd, ...)                                                                                         \
-    do {                                                                                                               \
-        int64_t shp[] = {__VA_ARGS__};                                                                                 \
-        snprintf(n, sizeof n, fmt, L);                                                                                 \
-        CK(fam_weight(env, ck, n, nd, shp, &ly->field, err));                                                         \
-    } while (0)
-    W(in_norm, "model.layers.%d.input_layernorm.weight", 1, H);
-    W(post_norm, "model.layers.%d.post_attention_layernorm.weight", 1, H);
-    W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Q, H);
-    W(k_proj, "model.layers.%d.self_attn.k_proj.weight", 2, KV, H);
-    W(v_proj, "model.layers.%d.self_attn.v_proj.weight", 2, KV, H);
-    W(o_proj, "model.layers.%d.self_attn.o_proj.weight", 2, H, Q);
-    W(q_norm, "model.layers.%d.self_attn.q_norm.weight", 1, Q);
-    W(k_norm, "model.layers.%d.self_attn.k_norm.weight", 1, KV);
-#undef W
+    const int64_t sizes[MM_SIZES] = {[MM_H] = H, [MM_Q] = Q, [MM_KV] = KV};
+    CK(fam_bind_names(env, ck, L, MM_NAMES, (int)(sizeof MM_NAMES / sizeof MM_NAMES[0]), sizes, ly, err));
     /* router and selection bias: hub names under block_sparse_moe, transformers' under mlp */
     char gate_hub[192], gate_hf[192];
     snprintf(gate_hub, sizeof gate_hub, "model.layers.%d.block_sparse_moe.gate.weight", L);
@@ -171,10 +172,12 @@ static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_e
     /* experts: one tensor per expert (the hub's w1/w3/w2, or gate/up/down), or transformers'
      * fused 3-D tensors */
     static const fam_expert_names spellings[] = {
-        {"model.layers.%d.block_sparse_moe.experts.%d.w1.weight", "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
-         "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
-        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+        {.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+         .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
+         .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
+        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
     };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",

@@ -415,6 +415,29 @@ void fam_decoder_wire(fam_decoder *d, int layers, int hidden, int vocab, double 
 nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied,
                             fam_decoder *d, nnt_error *err);
 
+/* One row of a family's tensor-name table, the way llama.cpp's llama-arch.cpp lists each
+ * architecture's tensors: which member of the family's block struct a checkpoint tensor binds
+ * to, the tensor's name as a printf pattern taking the block index (one %d), and its shape as
+ * indices into a sizes array the family fills at load (so one table serves every block and
+ * every configuration). E.g., with sizes[MY_Q] = heads * head_dim and sizes[MY_H] = hidden:
+ *     {offsetof(my_block, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MY_Q, MY_H}}
+ * binds [heads * head_dim, hidden] into block->q_proj. ndim 0 accepts any shape. */
+typedef struct fam_tensor_name {
+    size_t field;           /* offsetof(the family's block struct, an nnt_tensor member) */
+    const char *pattern;    /* checkpoint name, printf pattern with one %d: the block index */
+    int ndim;               /* 0..NNT_MAX_DIMS; 0: any shape */
+    int size[NNT_MAX_DIMS]; /* extent i is sizes[size[i]] */
+} fam_tensor_name;
+
+/* Binds every row of names[0..n) for block `layer`: the tensor named pattern % layer, of shape
+ * sizes[size[0]], ..., prepared as fam_weight does into the nnt_tensor at (char *)block +
+ * field (registered with env). block: the family's block struct, sizes: the extents the rows
+ * index (host memory, borrowed for the call). Rows are bound in table order; the first failure
+ * stops. Errors: NNT_ERR_INTERNAL for a row whose name does not fit 256 bytes or whose ndim is
+ * outside 0..NNT_MAX_DIMS (naming the pattern), then as fam_weight (naming the tensor). */
+nnt_status fam_bind_names(const fam_env *env, const nnt_checkpoint *ck, int layer, const fam_tensor_name *names, int n,
+                          const int64_t *sizes, void *block, nnt_error *err);
+
 /* One spelling of a block's per-expert weight names: printf patterns taking (int layer,
  * int expert), e.g. "model.layers.%d.mlp.experts.%d.gate_proj.weight". */
 typedef struct fam_expert_names {
