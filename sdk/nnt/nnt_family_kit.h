@@ -18,8 +18,8 @@
  *     target_link_libraries(my_family PRIVATE nnt::family_kit)
  * with pkg-config: cc -shared -fPIC -fvisibility=hidden $(pkg-config --cflags nnt) my_family.c
  *     $(pkg-config --variable=kitlibs nnt) -o my_family.so
- * The kit calls the core only through its routine table (nnt_core_api) and the backend through its op
- * table (both reach the plugin in nnt_load_args), so a plugin still never links libnnt.
+ * The kit calls the core only through its routine table (nnt_core_api) and the backend through
+ * its op table (both reach the plugin in nnt_load_args), so a plugin still never links libnnt.
  *
  * Version. The kit is versioned with the plugin ABI: its structs, their layouts and its function
  * signatures change only together with NNT_ABI_MAJOR / NNT_ABI_MINOR (nnt_types.h), and the
