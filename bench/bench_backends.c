@@ -409,10 +409,10 @@ typedef struct family {
 } family;
 
 static const family FAMILIES[] = {
-    {"minimax_m2", minimax_m2},
-    {"mimo_v2_flash", mimo_v2_flash},
-    {"kimi_linear", kimi_linear},
-    {"deepseek_v4", deepseek_v4},
+    {.name = "minimax_m2", .build = minimax_m2},
+    {.name = "mimo_v2_flash", .build = mimo_v2_flash},
+    {.name = "kimi_linear", .build = kimi_linear},
+    {.name = "deepseek_v4", .build = deepseek_v4},
 };
 #define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 

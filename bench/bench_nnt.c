@@ -166,14 +166,14 @@ static int save_block(nnt_model *m, nnt_trace *t, int layer, int T, int *n_saved
 {
     *n_saved = 0;
     nnt_call_dims dims = {1, T, 0};
-    for (int s = 0; s < NNT_SLOT_COUNT; s++) {
-        nnt_host h = nnt_slot_host((nnt_slot)s);
-        if (h == NNT_HOST_MODEL) continue;
+    for (int s = 0; s < NNT_VALUE_COUNT; s++) {
+        nnt_module h = nnt_value_module((nnt_value_id)s);
+        if (h == NNT_MODULE_MODEL) continue;
         char path[128];
-        if (h == NNT_HOST_LAYER)
-            snprintf(path, sizeof path, "layers.%d.%s", layer, nnt_slot_name((nnt_slot)s));
+        if (h == NNT_MODULE_LAYER)
+            snprintf(path, sizeof path, "layers.%d.%s", layer, nnt_value_name((nnt_value_id)s));
         else
-            snprintf(path, sizeof path, "layers.%d.%s.%s", layer, nnt_host_name(h), nnt_slot_name((nnt_slot)s));
+            snprintf(path, sizeof path, "layers.%d.%s.%s", layer, nnt_module_name(h), nnt_value_name((nnt_value_id)s));
         nnt_value_info vi;
         if (nnt_model_value_info(m, path, &dims, &vi) != NNT_OK || !vi.served) continue;
         if (nnt_trace_save(t, path) != NNT_OK) return -1;

@@ -157,7 +157,7 @@ nnt_status nnt_ck_check_files(const nnt_checkpoint *ck, nnt_error *err);
 /* The checkpoint's file bytes on disk, the stored bytes of the tensors bound so far, and the
  * bytes of the buffers it made. */
 void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes);
-/* host->tensor_kv_heads (nnt_family.h). */
+/* core->tensor_kv_heads (nnt_family.h). */
 nnt_status nnt_ck_tensor_kv_heads(const nnt_checkpoint *ck, const char *k_name, const char *v_name, int64_t heads,
                                   int64_t dk, int64_t dv, int64_t in, nnt_tensor *k, nnt_tensor *v, nnt_error *err);
 
@@ -278,28 +278,28 @@ void nnt_plugins_skip_hint(const nnt_plugin_set *set, const char *name, const ch
                            char *buf, size_t n);
 
 /* ---- the standard-value registry (registry.c) ---- */
-typedef struct nnt_slot_def {
-    nnt_slot slot;
-    nnt_host host;
+typedef struct nnt_value_def {
+    nnt_value_id slot;
+    nnt_module module;
     const char *name;
     const char *layout;
     const char *axes;
     const char *description;
-} nnt_slot_def;
-const nnt_slot_def *nnt_slot_def_get(nnt_slot slot);
-/* Slot of (host, name), or -1. */
-int nnt_slot_find(nnt_host host, const char *name);
+} nnt_value_def;
+const nnt_value_def *nnt_value_def_get(nnt_value_id slot);
+/* The value of (module, name), or -1. */
+int nnt_value_find(nnt_module module, const char *name);
 
 /* ---- paths (path.c) ---- */
 #define NNT_LAYER_ALL (-1000000)
 typedef struct nnt_path {
-    nnt_slot slot;
-    int layer; /* -1: model host; NNT_LAYER_ALL: every block; else a block index */
+    nnt_value_id slot;
+    int layer; /* -1: the model; NNT_LAYER_ALL: every block; else a block index */
 } nnt_path;
 /* Parses a value path against a model; fills err with suggestions on unknown names. */
 nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err);
 /* Canonical text of (slot, layer) into buf. */
-const char *nnt_path_format(nnt_slot slot, int layer, char *buf, size_t n);
+const char *nnt_path_format(nnt_value_id slot, int layer, char *buf, size_t n);
 
 /* ---- arena (arena.c) ---- */
 typedef struct nnt_arena nnt_arena;
@@ -318,7 +318,7 @@ struct nnt_runtime {
     char *config_path;
     nnt_ini *ini;
     nnt_plugin_set plugins;
-    nnt_host_api host;
+    nnt_core_api core;
 };
 
 struct nnt_model {
@@ -331,8 +331,8 @@ struct nnt_model {
     nnt_memory memory; /* what the load took (nnt_model_memory) */
 };
 
-/* The host routine table the core hands to plugins. */
-void nnt_host_api_init(nnt_host_api *api);
+/* The routine table (core services) the core hands to plugins. */
+void nnt_core_api_init(nnt_core_api *api);
 
 /* Trace internals used by the run (trace.c). */
 typedef struct nnt_trace_hooks nnt_trace_hooks;
@@ -346,8 +346,8 @@ struct nnt_run {
     const nnt_forward_args *args;
     int current_request; /* the save request being served, to number repeated emissions */
 };
-nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t);
-int nnt_run_wants(const nnt_run *run, nnt_slot slot, int layer);
+nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t);
+int nnt_run_wants(const nnt_run *run, nnt_value_id slot, int layer);
 
 /* A generation session: the family's caches and the mask history of a batch (session.c). */
 struct nnt_session {
@@ -364,7 +364,7 @@ struct nnt_session {
 nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const int32_t *ids, const int32_t *mask,
                              int batch, int seq, nnt_error *err);
 /* (layer, slot) info from the family, with registry defaults filled in. */
-nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_slot slot,
+nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_value_id slot,
                                const nnt_call_dims *dims, nnt_value_info *out, nnt_error *err);
 /* Trace hooks called by nnt_model_forward. */
 /* Builds the look-up table for a call of dims at generation step `step`; keep_results keeps what
@@ -392,7 +392,7 @@ void nnt_trace_drop_last_request(nnt_trace *t);
 nnt_tree *nnt_tree_new(void);
 void nnt_tree_free(nnt_tree *t);
 int nnt_tree_node(nnt_tree *tree, int parent, const char *native, const char *standard,
-                  const char *cls, const char *detail, int host, int layer);
+                  const char *cls, const char *detail, int module, int layer);
 nnt_status nnt_tree_print(const nnt_tree *tree, const nnt_model *m, FILE *out, nnt_error *err);
 
 /* ---- small helpers (util.c) ---- */

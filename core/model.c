@@ -88,7 +88,7 @@ nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
     if (st == NNT_OK) {
         nnt_load_args args = {
             .struct_size = sizeof(nnt_load_args),
-            .host = &rt->host,
+            .core = &rt->core,
             .ckpt = ck,
             .be = &be->ops,
             .be_ctx = be->be_ctx,
@@ -152,24 +152,24 @@ const char *nnt_model_backend(const nnt_model *m)
 
 /* Values the core serves itself on every family: the call's inputs and the derived
  * next-token distribution. Returns 1 when handled. */
-static int core_slot_info(const nnt_model *m, nnt_slot slot, const nnt_call_dims *d,
+static int core_slot_info(const nnt_model *m, nnt_value_id slot, const nnt_call_dims *d,
                           nnt_value_info *out)
 {
     int64_t b = d ? d->batch : 0, s = d ? d->seq : 0;
     switch (slot) {
-    case NNT_SV_INPUT_IDS:
-    case NNT_SV_ATTENTION_MASK:
+    case NNT_VALUE_INPUT_IDS:
+    case NNT_VALUE_ATTENTION_MASK:
         out->dtype = NNT_I32;
         out->ndim = 2;
         out->shape[0] = b;
         out->shape[1] = s;
         break;
-    case NNT_SV_INPUT_SIZE:
+    case NNT_VALUE_INPUT_SIZE:
         out->dtype = NNT_I64;
         out->ndim = 1;
         out->shape[0] = 2;
         break;
-    case NNT_SV_NEXT_TOKEN_PROBS:
+    case NNT_VALUE_NEXT_TOKEN_PROBS:
         out->dtype = NNT_F32;
         out->ndim = 2;
         out->shape[0] = b;
@@ -183,21 +183,21 @@ static int core_slot_info(const nnt_model *m, nnt_slot slot, const nnt_call_dims
     return 1;
 }
 
-nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_slot slot,
+nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_value_id slot,
                                const nnt_call_dims *dims, nnt_value_info *out, nnt_error *err)
 {
     memset(out, 0, sizeof *out);
-    nnt_host host = nnt_slot_host(slot);
-    if ((host == NNT_HOST_MODEL) != (layer < 0))
-        return nnt_err_set(err, NNT_ERR_INTERNAL, "slot %s asked with layer %d", nnt_slot_name(slot), layer);
-    if (!(host == NNT_HOST_MODEL && core_slot_info(m, slot, dims, out))) {
+    nnt_module host = nnt_value_module(slot);
+    if ((host == NNT_MODULE_MODEL) != (layer < 0))
+        return nnt_err_set(err, NNT_ERR_INTERNAL, "slot %s asked with layer %d", nnt_value_name(slot), layer);
+    if (!(host == NNT_MODULE_MODEL && core_slot_info(m, slot, dims, out))) {
         nnt_status st = m->family->family->value_info(m->impl, layer, slot, dims, out);
         if (st != NNT_OK)
             return nnt_err_set(err, st, "family %s could not describe %s on block %d", nnt_model_family(m),
-                               nnt_slot_name(slot), layer);
+                               nnt_value_name(slot), layer);
     }
-    if (!out->layout) out->layout = nnt_slot_layout(slot);
-    if (!out->axes) out->axes = nnt_slot_axes(slot);
+    if (!out->layout) out->layout = nnt_value_layout(slot);
+    if (!out->axes) out->axes = nnt_value_axes(slot);
     if (!out->served && !out->reason[0]) snprintf(out->reason, sizeof out->reason, "not provided by this family");
     return NNT_OK;
 }
@@ -218,10 +218,10 @@ nnt_status nnt_model_value_info(const nnt_model *m, const char *path, const nnt_
 /* The forward.                                                                              */
 
 /* Emission as families see it: the trace first, then the values derived from logits. */
-static nnt_status host_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t)
+static nnt_status host_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t)
 {
     nnt_status st = nnt_run_emit(run, slot, layer, t);
-    if (st != NNT_OK || slot != NNT_SV_LOGITS || !nnt_run_wants(run, NNT_SV_NEXT_TOKEN_PROBS, -1))
+    if (st != NNT_OK || slot != NNT_VALUE_LOGITS || !nnt_run_wants(run, NNT_VALUE_NEXT_TOKEN_PROBS, -1))
         return st;
     /* next_token_probs: softmax of the last position's logits, in float32 */
     int64_t B = t->shape[0], T = t->shape[1], V = t->shape[2];
@@ -244,17 +244,17 @@ static nnt_status host_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *
         for (int64_t v = 0; v < V; v++) sum += (p[b * V + v] = expf(p[b * V + v] - mx));
         for (int64_t v = 0; v < V; v++) p[b * V + v] = (float)(p[b * V + v] / sum);
     }
-    if (st == NNT_OK) st = nnt_run_emit(run, NNT_SV_NEXT_TOKEN_PROBS, -1, &probs);
+    if (st == NNT_OK) st = nnt_run_emit(run, NNT_VALUE_NEXT_TOKEN_PROBS, -1, &probs);
     nnt_tensor_free(&probs);
     return st;
 }
 
-static nnt_status api_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t)
+static nnt_status api_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t)
 {
     return host_emit(run, slot, layer, t);
 }
 
-static int api_wants(const nnt_run *run, nnt_slot slot, int layer)
+static int api_wants(const nnt_run *run, nnt_value_id slot, int layer)
 {
     return nnt_run_wants(run, slot, layer);
 }
@@ -293,28 +293,28 @@ static nnt_status api_set_error(nnt_error *err, nnt_status status, const char *f
     return status;
 }
 
-void nnt_host_api_init(nnt_host_api *api)
+void nnt_core_api_init(nnt_core_api *api)
 {
-    *api = (nnt_host_api){
-        /* .struct_size = */ sizeof(nnt_host_api),
-        /* .set_error = */ api_set_error,
-        /* .cfg_int = */ nnt_cfg_int,
-        /* .cfg_float = */ nnt_cfg_float,
-        /* .cfg_bool = */ nnt_cfg_bool,
-        /* .cfg_string = */ nnt_cfg_string,
-        /* .cfg_has = */ nnt_cfg_has,
-        /* .cfg_int_list = */ nnt_cfg_int_list,
-        /* .cfg_path = */ nnt_cfg_path,
-        /* .cfg_is_null = */ nnt_cfg_is_null,
-        /* .has_tensor = */ nnt_ck_has_tensor,
-        /* .tensor = */ nnt_ck_tensor,
-        /* .emit = */ api_emit,
-        /* .wants = */ api_wants,
-        /* .alloc = */ api_alloc,
-        /* .arena_mark = */ api_mark,
-        /* .arena_release = */ api_release,
-        /* .tree_node = */ nnt_tree_node,
-        /* .tensor_kv_heads = */ nnt_ck_tensor_kv_heads,
+    *api = (nnt_core_api){
+        .struct_size = sizeof(nnt_core_api),
+        .set_error = api_set_error,
+        .cfg_int = nnt_cfg_int,
+        .cfg_float = nnt_cfg_float,
+        .cfg_bool = nnt_cfg_bool,
+        .cfg_string = nnt_cfg_string,
+        .cfg_has = nnt_cfg_has,
+        .cfg_int_list = nnt_cfg_int_list,
+        .cfg_path = nnt_cfg_path,
+        .cfg_is_null = nnt_cfg_is_null,
+        .has_tensor = nnt_ck_has_tensor,
+        .tensor = nnt_ck_tensor,
+        .emit = api_emit,
+        .wants = api_wants,
+        .alloc = api_alloc,
+        .arena_mark = api_mark,
+        .arena_release = api_release,
+        .tree_node = nnt_tree_node,
+        .tensor_kv_heads = nnt_ck_tensor_kv_heads,
     };
 }
 
@@ -382,14 +382,14 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         .cache = ss ? ss->cache : NULL,
     };
     nnt_run run = {
-        /* .model = */ m,
-        /* .trace = */ t,
-        /* .arena = */ m->arena,
-        /* .err = */ err,
-        /* .dims = */ {batch, seq, past},
-        /* .step = */ step,
-        /* .args = */ &args,
-        /* .current_request = */ -1,
+        .model = m,
+        .trace = t,
+        .arena = m->arena,
+        .err = err,
+        .dims = {.batch = batch, .seq = seq, .past = past},
+        .step = step,
+        .args = &args,
+        .current_request = -1,
     };
     nnt_arena_reset(m->arena);
     nnt_status st = NNT_OK;
@@ -410,9 +410,9 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         nnt_tensor tmask = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = call_mask};
         int64_t size[2] = {batch, seq};
         nnt_tensor tsize = {.dtype = NNT_I64, .ndim = 1, .shape = {2}, .data = size};
-        st = nnt_run_emit(&run, NNT_SV_INPUT_IDS, -1, &tids);
-        if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_ATTENTION_MASK, -1, &tmask);
-        if (st == NNT_OK) st = nnt_run_emit(&run, NNT_SV_INPUT_SIZE, -1, &tsize);
+        st = nnt_run_emit(&run, NNT_VALUE_INPUT_IDS, -1, &tids);
+        if (st == NNT_OK) st = nnt_run_emit(&run, NNT_VALUE_ATTENTION_MASK, -1, &tmask);
+        if (st == NNT_OK) st = nnt_run_emit(&run, NNT_VALUE_INPUT_SIZE, -1, &tsize);
     }
     if (st == NNT_OK) st = m->family->family->forward(m->impl, &run, &args, err);
     /* the weights read in place must still be the files opened (checked on every call, so at
@@ -458,14 +458,14 @@ nnt_status nnt_model_print(const nnt_model *m, FILE *out)
     return st;
 }
 
-static const char *host_label(nnt_host h, int layer, char *buf, size_t n)
+static const char *host_label(nnt_module h, int layer, char *buf, size_t n)
 {
-    if (h == NNT_HOST_MODEL)
+    if (h == NNT_MODULE_MODEL)
         snprintf(buf, n, "model");
-    else if (h == NNT_HOST_LAYER)
+    else if (h == NNT_MODULE_LAYER)
         snprintf(buf, n, "layers[%d]", layer);
     else
-        snprintf(buf, n, "layers[%d].%s", layer, nnt_host_name(h));
+        snprintf(buf, n, "layers[%d].%s", layer, nnt_module_name(h));
     return buf;
 }
 
@@ -475,22 +475,22 @@ static nnt_status block_rows(const nnt_model *m, int layer, char **text, nnt_err
     size_t cap = 8192, len = 0;
     char *s = malloc(cap);
     if (!s) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    for (int h = NNT_HOST_LAYER; h < NNT_HOST_COUNT; h++) {
-        for (int sl = 0; sl < NNT_SLOT_COUNT; sl++) {
-            if ((int)nnt_slot_host((nnt_slot)sl) != h) continue;
+    for (int h = NNT_MODULE_LAYER; h < NNT_MODULE_COUNT; h++) {
+        for (int sl = 0; sl < NNT_VALUE_COUNT; sl++) {
+            if ((int)nnt_value_module((nnt_value_id)sl) != h) continue;
             nnt_value_info vi;
-            nnt_status st = nnt_model_slot_info(m, layer, (nnt_slot)sl, NULL, &vi, err);
+            nnt_status st = nnt_model_slot_info(m, layer, (nnt_value_id)sl, NULL, &vi, err);
             if (st != NNT_OK) {
                 free(s);
                 return st;
             }
             char line[800];
-            const char *hn = h == NNT_HOST_LAYER ? "(block)" : nnt_host_name((nnt_host)h);
+            const char *hn = h == NNT_MODULE_LAYER ? "(block)" : nnt_module_name((nnt_module)h);
             if (vi.served)
-                snprintf(line, sizeof line, "  %-12s %-24s yes  %-14s %-38s %s %s\n", hn, nnt_slot_name((nnt_slot)sl),
+                snprintf(line, sizeof line, "  %-12s %-24s yes  %-14s %-38s %s %s\n", hn, nnt_value_name((nnt_value_id)sl),
                          vi.layout, vi.axes, nnt_dtype_name(vi.dtype), vi.writable ? "rw" : "ro");
             else
-                snprintf(line, sizeof line, "  %-12s %-24s no   %s\n", hn, nnt_slot_name((nnt_slot)sl), vi.reason);
+                snprintf(line, sizeof line, "  %-12s %-24s no   %s\n", hn, nnt_value_name((nnt_value_id)sl), vi.reason);
             size_t l = strlen(line);
             if (len + l + 1 > cap) {
                 cap = 2 * (len + l + 1);
@@ -517,15 +517,15 @@ nnt_status nnt_model_support(const nnt_model *m, FILE *out, int tsv)
     if (tsv) {
         fprintf(out, "host\tblock\tvalue\tserved\tlayout\taxes\tdtype\twritable\treason\n");
         for (int layer = -1; layer < L; layer++)
-            for (int h = layer < 0 ? NNT_HOST_MODEL : NNT_HOST_LAYER; h < (layer < 0 ? NNT_HOST_LAYER : NNT_HOST_COUNT); h++)
-                for (int sl = 0; sl < NNT_SLOT_COUNT; sl++) {
-                    if ((int)nnt_slot_host((nnt_slot)sl) != h) continue;
+            for (int h = layer < 0 ? NNT_MODULE_MODEL : NNT_MODULE_LAYER; h < (layer < 0 ? NNT_MODULE_LAYER : NNT_MODULE_COUNT); h++)
+                for (int sl = 0; sl < NNT_VALUE_COUNT; sl++) {
+                    if ((int)nnt_value_module((nnt_value_id)sl) != h) continue;
                     nnt_value_info vi;
-                    nnt_status st = nnt_model_slot_info(m, layer, (nnt_slot)sl, NULL, &vi, err);
+                    nnt_status st = nnt_model_slot_info(m, layer, (nnt_value_id)sl, NULL, &vi, err);
                     if (st != NNT_OK) return st;
                     char hb[64];
-                    fprintf(out, "%s\t%s%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", host_label((nnt_host)h, layer, hb, sizeof hb),
-                            "", layer, nnt_slot_name((nnt_slot)sl), vi.served ? "yes" : "no",
+                    fprintf(out, "%s\t%s%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", host_label((nnt_module)h, layer, hb, sizeof hb),
+                            "", layer, nnt_value_name((nnt_value_id)sl), vi.served ? "yes" : "no",
                             vi.served ? vi.layout : "-", vi.served ? vi.axes : "-",
                             vi.served ? nnt_dtype_name(vi.dtype) : "-", vi.served ? (vi.writable ? "yes" : "no") : "-",
                             vi.served ? "" : vi.reason);
@@ -534,16 +534,16 @@ nnt_status nnt_model_support(const nnt_model *m, FILE *out, int tsv)
     }
     fprintf(out, "%s (%s), family %s, backend %s, %d blocks\n\nmodel\n", m->info.root_class,
             m->info.architecture, nnt_model_family(m), nnt_model_backend(m), L);
-    for (int sl = 0; sl < NNT_SLOT_COUNT; sl++) {
-        if (nnt_slot_host((nnt_slot)sl) != NNT_HOST_MODEL) continue;
+    for (int sl = 0; sl < NNT_VALUE_COUNT; sl++) {
+        if (nnt_value_module((nnt_value_id)sl) != NNT_MODULE_MODEL) continue;
         nnt_value_info vi;
-        nnt_status st = nnt_model_slot_info(m, -1, (nnt_slot)sl, NULL, &vi, err);
+        nnt_status st = nnt_model_slot_info(m, -1, (nnt_value_id)sl, NULL, &vi, err);
         if (st != NNT_OK) return st;
         if (vi.served)
-            fprintf(out, "  %-12s %-24s yes  %-14s %-38s %s %s\n", "model", nnt_slot_name((nnt_slot)sl), vi.layout,
+            fprintf(out, "  %-12s %-24s yes  %-14s %-38s %s %s\n", "model", nnt_value_name((nnt_value_id)sl), vi.layout,
                     vi.axes, nnt_dtype_name(vi.dtype), vi.writable ? "rw" : "ro");
         else
-            fprintf(out, "  %-12s %-24s no   %s\n", "model", nnt_slot_name((nnt_slot)sl), vi.reason);
+            fprintf(out, "  %-12s %-24s no   %s\n", "model", nnt_value_name((nnt_value_id)sl), vi.reason);
     }
     char **texts = calloc((size_t)L + 1, sizeof *texts);
     if (!texts) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
@@ -583,7 +583,14 @@ nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *o
     int64_t per = streams ? (int64_t)info->num_streams * H : H;
     int64_t rows = nnt_tensor_numel(x) / per;
     const nnt_plugin *be = m->family->be;
-    nnt_run run = {m, NULL, m->arena, err, {1, (int)rows, 0}, 0, NULL, -1};
+    nnt_run run = {.model = m,
+                   .trace = NULL,
+                   .arena = m->arena,
+                   .err = err,
+                   .dims = {.batch = 1, .seq = (int)rows, .past = 0},
+                   .step = 0,
+                   .args = NULL,
+                   .current_request = -1};
     nnt_arena_reset(m->arena);
     nnt_tensor dx = {0}, dy = {0};
     int64_t xs[3] = {rows, streams ? info->num_streams : H, H};

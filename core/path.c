@@ -12,9 +12,9 @@ static const char *const PATH_PATTERN =
     "(?:layers(?:\\.(-?[0-9]+|\\*)|\\[(-?[0-9]+|\\*)\\])\\.)?"
     "([A-Za-z_][A-Za-z0-9_]*)(?:\\.([A-Za-z_][A-Za-z0-9_]*))?$";
 
-const char *nnt_path_format(nnt_slot slot, int layer, char *buf, size_t n)
+const char *nnt_path_format(nnt_value_id slot, int layer, char *buf, size_t n)
 {
-    const nnt_slot_def *d = nnt_slot_def_get(slot);
+    const nnt_value_def *d = nnt_value_def_get(slot);
     if (!d) {
         snprintf(buf, n, "?");
         return buf;
@@ -24,12 +24,12 @@ const char *nnt_path_format(nnt_slot slot, int layer, char *buf, size_t n)
         snprintf(idx, sizeof idx, "*");
     else
         snprintf(idx, sizeof idx, "%d", layer);
-    if (d->host == NNT_HOST_MODEL)
+    if (d->module == NNT_MODULE_MODEL)
         snprintf(buf, n, "%s", d->name);
-    else if (d->host == NNT_HOST_LAYER)
+    else if (d->module == NNT_MODULE_LAYER)
         snprintf(buf, n, "layers.%s.%s", idx, d->name);
     else
-        snprintf(buf, n, "layers.%s.%s.%s", idx, nnt_host_name(d->host), d->name);
+        snprintf(buf, n, "layers.%s.%s.%s", idx, nnt_module_name(d->module), d->name);
     return buf;
 }
 
@@ -38,7 +38,7 @@ static void suggest(char *msg, size_t n, const char *word, const char *const *ca
 {
     int limit = (int)strlen(word) / 3;
     if (limit < 2) limit = 2;
-    int dist[NNT_SLOT_COUNT + 8];
+    int dist[NNT_VALUE_COUNT + 8];
     if (count > (int)(sizeof dist / sizeof dist[0])) count = (int)(sizeof dist / sizeof dist[0]);
     for (int i = 0; i < count; i++) {
         int d = nnt_edit_distance(word, cands[i]);
@@ -82,45 +82,45 @@ static int parse_index(const char *s, int num_layers, const char *text, nnt_erro
 /* Maps a host word (standard or a family's native name) to a host; -1 if unknown. */
 static int host_from_word(const nnt_model *m, const char *w)
 {
-    for (int h = NNT_HOST_SELF_ATTN; h < NNT_HOST_COUNT; h++)
-        if (strcmp(nnt_host_name((nnt_host)h), w) == 0) return h;
+    for (int h = NNT_MODULE_SELF_ATTN; h < NNT_MODULE_COUNT; h++)
+        if (strcmp(nnt_module_name((nnt_module)h), w) == 0) return h;
     const nnt_rename_rule *r = m && m->family ? m->family->family->renames : NULL;
     for (; r && r->native; r++) {
         if (r->module_class || strcmp(r->native, w) != 0) continue;
-        for (int h = NNT_HOST_SELF_ATTN; h < NNT_HOST_COUNT; h++)
-            if (strcmp(nnt_host_name((nnt_host)h), r->standard) == 0) return h;
+        for (int h = NNT_MODULE_SELF_ATTN; h < NNT_MODULE_COUNT; h++)
+            if (strcmp(nnt_module_name((nnt_module)h), r->standard) == 0) return h;
     }
     return -1;
 }
 
-static nnt_status unknown_value(const nnt_model *m, const char *text, nnt_host host, const char *word,
+static nnt_status unknown_value(const nnt_model *m, const char *text, nnt_module host, const char *word,
                                 nnt_error *err)
 {
-    const char *cands[NNT_SLOT_COUNT];
+    const char *cands[NNT_VALUE_COUNT];
     int n = 0;
-    for (int s = 0; s < NNT_SLOT_COUNT; s++)
-        if (nnt_slot_host((nnt_slot)s) == host) cands[n++] = nnt_slot_name((nnt_slot)s);
+    for (int s = 0; s < NNT_VALUE_COUNT; s++)
+        if (nnt_value_module((nnt_value_id)s) == host) cands[n++] = nnt_value_name((nnt_value_id)s);
     char msg[NNT_ERROR_MSG_MAX];
-    const char *where = host == NNT_HOST_MODEL ? "the model" : host == NNT_HOST_LAYER ? "a block" : nnt_host_name(host);
+    const char *where = host == NNT_MODULE_MODEL ? "the model" : host == NNT_MODULE_LAYER ? "a block" : nnt_module_name(host);
     snprintf(msg, sizeof msg, "path '%s': %s has no standard value '%s'", text, where, word);
     suggest(msg, sizeof msg, word, cands, n);
     /* the name may exist under another host: point at a block of this model that serves it */
     size_t k = strlen(msg);
-    for (int s = 0; s < NNT_SLOT_COUNT && k < sizeof msg; s++) {
-        if (nnt_slot_host((nnt_slot)s) == host || strcmp(nnt_slot_name((nnt_slot)s), word) != 0) continue;
-        int layer = -1, layers = m && nnt_slot_host((nnt_slot)s) != NNT_HOST_MODEL ? m->info.num_layers : 0;
+    for (int s = 0; s < NNT_VALUE_COUNT && k < sizeof msg; s++) {
+        if (nnt_value_module((nnt_value_id)s) == host || strcmp(nnt_value_name((nnt_value_id)s), word) != 0) continue;
+        int layer = -1, layers = m && nnt_value_module((nnt_value_id)s) != NNT_MODULE_MODEL ? m->info.num_layers : 0;
         for (int l = 0; l < layers && layer < 0; l++) {
             nnt_value_info vi;
             nnt_error scratch = {0};
-            if (nnt_model_slot_info(m, l, (nnt_slot)s, NULL, &vi, &scratch) == NNT_OK && vi.served) layer = l;
+            if (nnt_model_slot_info(m, l, (nnt_value_id)s, NULL, &vi, &scratch) == NNT_OK && vi.served) layer = l;
         }
         char p[128];
-        if (layer >= 0 || nnt_slot_host((nnt_slot)s) == NNT_HOST_MODEL) {
-            nnt_path_format((nnt_slot)s, layer < 0 ? 0 : layer, p, sizeof p);
+        if (layer >= 0 || nnt_value_module((nnt_value_id)s) == NNT_MODULE_MODEL) {
+            nnt_path_format((nnt_value_id)s, layer < 0 ? 0 : layer, p, sizeof p);
             k += (size_t)snprintf(msg + k, sizeof msg - k, " ('%s' exists as %s)", word, p);
         } else {
             k += (size_t)snprintf(msg + k, sizeof msg - k, " ('%s' belongs to %s, which no block of this model has)", word,
-                                  nnt_host_name(nnt_slot_host((nnt_slot)s)));
+                                  nnt_module_name(nnt_value_module((nnt_value_id)s)));
         }
         break;
     }
@@ -174,26 +174,26 @@ nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, n
             return nnt_err_set(err, NNT_ERR_PATH,
                                "path '%s': '%s.%s' needs a block: write 'layers.N.%s.%s'", text, w1, w2, w1, w2);
         }
-        int s = nnt_slot_find(NNT_HOST_MODEL, w1);
+        int s = nnt_value_find(NNT_MODULE_MODEL, w1);
         if (s < 0) {
             /* a block value written without its block */
-            for (int h = NNT_HOST_LAYER; h < NNT_HOST_COUNT; h++)
-                if (nnt_slot_find((nnt_host)h, w1) >= 0) {
+            for (int h = NNT_MODULE_LAYER; h < NNT_MODULE_COUNT; h++)
+                if (nnt_value_find((nnt_module)h, w1) >= 0) {
                     char p[128];
-                    nnt_path_format((nnt_slot)nnt_slot_find((nnt_host)h, w1), 0, p, sizeof p);
+                    nnt_path_format((nnt_value_id)nnt_value_find((nnt_module)h, w1), 0, p, sizeof p);
                     return nnt_err_set(err, NNT_ERR_PATH,
                                        "path '%s': '%s' is a value of each block; name one, e.g. '%s'",
                                        text, w1, p);
                 }
-            return unknown_value(m, text, NNT_HOST_MODEL, w1, err);
+            return unknown_value(m, text, NNT_MODULE_MODEL, w1, err);
         }
-        out->slot = (nnt_slot)s;
+        out->slot = (nnt_value_id)s;
         out->layer = -1;
         return NNT_OK;
     }
     int layer;
     if (parse_index(index, num_layers, text, err, &layer) != 0) return err->status;
-    nnt_host host = NNT_HOST_LAYER;
+    nnt_module host = NNT_MODULE_LAYER;
     const char *vname = w1;
     if (w2) {
         int h = host_from_word(m, w1);
@@ -204,18 +204,18 @@ nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, n
             suggest(msg, sizeof msg, w1, cands, 3);
             return nnt_err_set(err, NNT_ERR_PATH, "%s", msg);
         }
-        host = (nnt_host)h;
+        host = (nnt_module)h;
         vname = w2;
     } else {
         if (strcmp(w1, "input") == 0) vname = "layer_input";
         if (strcmp(w1, "output") == 0) vname = "layer_output";
-        if (nnt_slot_find(NNT_HOST_MODEL, w1) >= 0)
+        if (nnt_value_find(NNT_MODULE_MODEL, w1) >= 0)
             return nnt_err_set(err, NNT_ERR_PATH, "path '%s': '%s' is a model value; drop 'layers.%s.'",
                                text, w1, index);
     }
-    int s = nnt_slot_find(host, vname);
+    int s = nnt_value_find(host, vname);
     if (s < 0) return unknown_value(m, text, host, vname, err);
-    out->slot = (nnt_slot)s;
+    out->slot = (nnt_value_id)s;
     out->layer = layer;
     return NNT_OK;
 }

@@ -83,7 +83,7 @@ nnt_status nnt_runtime_open(const char *ini_path, nnt_runtime **out)
     nnt_runtime *rt = calloc(1, sizeof *rt);
     *out = rt;
     if (!rt) return NNT_ERR_OUT_OF_MEMORY;
-    nnt_host_api_init(&rt->host);
+    nnt_core_api_init(&rt->core);
     char *path = choose_config(ini_path);
     rt->config_path = path;
     if (!path || !*path)

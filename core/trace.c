@@ -31,7 +31,7 @@ typedef struct request {
     float factor;
     float fill;
     int64_t equals;
-    nnt_slot where_slot; /* MASKED_FILL: the value whose entries are compared; COPY_FROM: the source */
+    nnt_value_id where_slot; /* MASKED_FILL: the value whose entries are compared; COPY_FROM: the source */
     int where_layer;     /* COPY_FROM: the source's block */
     int *positions;      /* STEER: sequence positions (negative: from the end), NULL for all */
     int n_positions;
@@ -65,7 +65,7 @@ typedef struct cell {
 typedef struct result {
     char *path;
     int occurrence_of_request; /* the request that saved it */
-    nnt_slot slot;
+    nnt_value_id slot;
     int layer;
     int step;
     int none;
@@ -74,7 +74,7 @@ typedef struct result {
 
 typedef struct kept {
     int layer;
-    nnt_slot slot;
+    nnt_value_id slot;
     int valid;
     nnt_tensor t;
 } kept;
@@ -83,7 +83,7 @@ struct nnt_trace {
     nnt_model *m;
     request *reqs;
     int n_reqs, cap_reqs;
-    cell *cells; /* (num_layers + 1) * NNT_SLOT_COUNT, built by nnt_trace_prepare */
+    cell *cells; /* (num_layers + 1) * NNT_VALUE_COUNT, built by nnt_trace_prepare */
     int n_cells;
     result *results;
     int n_results, cap_results;
@@ -524,7 +524,7 @@ nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *whe
     if (st != NNT_OK) return st;
     st = nnt_path_parse(t->m, where_path, &where, err);
     if (st != NNT_OK) return st;
-    if (where.layer != target.layer || target.layer == -1 || nnt_slot_host(where.slot) != nnt_slot_host(target.slot))
+    if (where.layer != target.layer || target.layer == -1 || nnt_value_module(where.slot) != nnt_value_module(target.slot))
         return nnt_err_set(err, NNT_ERR_PATH,
                            "masked fill of '%s' by '%s': the mask must be a value of the same module of the same block",
                            path, where_path);
@@ -605,7 +605,7 @@ nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end)
         pop_request(t);
         return st;
     }
-    r->where_slot = NNT_SV_LAYER_INPUT;
+    r->where_slot = NNT_VALUE_LAYER_INPUT;
     r->where_layer = start;
     return NNT_OK;
 }
@@ -756,9 +756,9 @@ static nnt_status cell_push(cell *c, int id)
     return NNT_OK;
 }
 
-static cell *cell_at(nnt_trace *t, int layer, nnt_slot slot)
+static cell *cell_at(nnt_trace *t, int layer, nnt_value_id slot)
 {
-    int idx = (layer + 1) * NNT_SLOT_COUNT + (int)slot;
+    int idx = (layer + 1) * NNT_VALUE_COUNT + (int)slot;
     if (!t->cells || idx < 0 || idx >= t->n_cells) return NULL;
     return &t->cells[idx];
 }
@@ -827,7 +827,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
     t->step = step;
     int L = t->m->info.num_layers;
     free_cells(t);
-    t->n_cells = (L + 1) * NNT_SLOT_COUNT;
+    t->n_cells = (L + 1) * NNT_VALUE_COUNT;
     t->cells = calloc((size_t)t->n_cells, sizeof *t->cells);
     if (!t->cells) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
     for (int i = 0; i < t->n_reqs; i++) {
@@ -866,11 +866,11 @@ nnt_status nnt_trace_check_emitted(nnt_trace *t, nnt_error *err)
 {
     int L = t->m->info.num_layers;
     for (int layer = -1; layer < L; layer++)
-        for (int slot = 0; slot < NNT_SLOT_COUNT; slot++) {
-            const cell *c = cell_at(t, layer, (nnt_slot)slot);
+        for (int slot = 0; slot < NNT_VALUE_COUNT; slot++) {
+            const cell *c = cell_at(t, layer, (nnt_value_id)slot);
             if (!c || c->n == 0 || c->emitted) continue;
             char path[160], want[96];
-            nnt_path_format((nnt_slot)slot, layer, path, sizeof path);
+            nnt_path_format((nnt_value_id)slot, layer, path, sizeof path);
             return nnt_err_set(err, NNT_ERR_PLUGIN,
                                "family '%s' did not emit %s in this call (batch %d, seq %d, past %d), though its "
                                "value_info declares it served as %s %s; nothing was emitted, so no shape to compare",
@@ -880,7 +880,7 @@ nnt_status nnt_trace_check_emitted(nnt_trace *t, nnt_error *err)
     return NNT_OK;
 }
 
-int nnt_run_wants(const nnt_run *run, nnt_slot slot, int layer)
+int nnt_run_wants(const nnt_run *run, nnt_value_id slot, int layer)
 {
     if (!run || !run->trace) return 0;
     const cell *c = cell_at(run->trace, layer, slot);
@@ -903,7 +903,7 @@ static nnt_status host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst
     return be->ops.download(be->be_ctx, dst->data, src->data, bytes, run->err);
 }
 
-static nnt_status push_result(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *value)
+static nnt_status push_result(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *value)
 {
     nnt_trace *t = run->trace;
     if (t->n_results == t->cap_results) {
@@ -964,7 +964,7 @@ static nnt_status push_result(nnt_run *run, nnt_slot slot, int layer, nnt_tensor
     return NNT_OK;
 }
 
-static kept *find_keep(nnt_trace *t, nnt_slot slot, int layer, int create)
+static kept *find_keep(nnt_trace *t, nnt_value_id slot, int layer, int create)
 {
     for (int i = 0; i < t->n_keeps; i++)
         if (t->keeps[i].slot == slot && t->keeps[i].layer == layer) return &t->keeps[i];
@@ -1094,7 +1094,7 @@ static nnt_status apply_edit(nnt_run *run, const request *r, int layer, nnt_tens
     }
 }
 
-nnt_status nnt_run_emit(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *value)
+nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *value)
 {
     if (!run->trace) return NNT_OK;
     nnt_trace *t = run->trace;

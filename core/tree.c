@@ -7,7 +7,7 @@
 
 typedef struct tnode {
     char *native, *standard, *cls, *detail;
-    int host, layer, parent;
+    int module, layer, parent;
     int *kids;
     int n_kids;
 } tnode;
@@ -37,7 +37,7 @@ void nnt_tree_free(nnt_tree *t)
 }
 
 int nnt_tree_node(nnt_tree *t, int parent, const char *native, const char *standard,
-                  const char *cls, const char *detail, int host, int layer)
+                  const char *cls, const char *detail, int module, int layer)
 {
     if (!t || !native || !cls || parent >= t->n || parent < -1) return -1;
     if (t->n == t->cap) {
@@ -60,7 +60,7 @@ int nnt_tree_node(nnt_tree *t, int parent, const char *native, const char *stand
     n->standard = standard && strcmp(standard, native) != 0 ? nnt_strdup(standard) : NULL;
     n->cls = nnt_strdup(cls);
     n->detail = detail ? nnt_strdup(detail) : NULL;
-    n->host = host;
+    n->module = module;
     n->layer = layer;
     n->parent = parent;
     return t->n++;
@@ -105,21 +105,21 @@ static void indent(sbuf *b, int depth)
     for (int i = 0; i < depth; i++) sb_add(b, "  ");
 }
 
-static nnt_status render_values(sbuf *b, const nnt_model *m, int host, int layer, int depth,
+static nnt_status render_values(sbuf *b, const nnt_model *m, int module, int layer, int depth,
                                 nnt_error *err)
 {
-    for (int s = 0; s < NNT_SLOT_COUNT; s++) {
-        if ((int)nnt_slot_host((nnt_slot)s) != host) continue;
+    for (int s = 0; s < NNT_VALUE_COUNT; s++) {
+        if ((int)nnt_value_module((nnt_value_id)s) != module) continue;
         nnt_value_info vi;
-        nnt_status st = nnt_model_slot_info(m, layer, (nnt_slot)s, NULL, &vi, err);
+        nnt_status st = nnt_model_slot_info(m, layer, (nnt_value_id)s, NULL, &vi, err);
         if (st != NNT_OK) return st;
         if (!vi.served && vi.off_page) continue;
         indent(b, depth);
         if (vi.served)
-            sb_add(b, "(%s) -> %s %s: %s\n", nnt_slot_name((nnt_slot)s), vi.layout, vi.axes,
-                   nnt_slot_description((nnt_slot)s));
+            sb_add(b, "(%s) -> %s %s: %s\n", nnt_value_name((nnt_value_id)s), vi.layout, vi.axes,
+                   nnt_value_description((nnt_value_id)s));
         else
-            sb_add(b, "(%s): Unavailable: %s\n", nnt_slot_name((nnt_slot)s), vi.reason);
+            sb_add(b, "(%s): Unavailable: %s\n", nnt_value_name((nnt_value_id)s), vi.reason);
     }
     return NNT_OK;
 }
@@ -178,7 +178,7 @@ static nnt_status render(sbuf *b, const nnt_tree *t, const nnt_model *m, int id,
         else
             sb_add(b, "(%s): %s(", n->native, n->cls);
     }
-    if (n->n_kids == 0 && n->host < 0) {
+    if (n->n_kids == 0 && n->module < 0) {
         sb_add(b, "%s)\n", n->detail ? n->detail : "");
         return NNT_OK;
     }
@@ -190,7 +190,7 @@ static nnt_status render(sbuf *b, const nnt_tree *t, const nnt_model *m, int id,
         for (int i = 0; i < n->n_kids && st == NNT_OK; i++)
             st = render(b, t, m, n->kids[i], depth + 1, NULL, err);
     }
-    if (st == NNT_OK && n->host >= 0) st = render_values(b, m, n->host, n->host == NNT_HOST_MODEL ? -1 : n->layer, depth + 1, err);
+    if (st == NNT_OK && n->module >= 0) st = render_values(b, m, n->module, n->module == NNT_MODULE_MODEL ? -1 : n->layer, depth + 1, err);
     indent(b, depth);
     sb_add(b, ")\n");
     return st;

@@ -81,6 +81,23 @@ static void test_not_a_plugin(void)
     expect("junk.ini", text, NNT_ERR_PLUGIN, "cannot be loaded as a shared object");
 }
 
+/* NNT_SHAPE (nnt_types.h) counts its extents and converts each to int64_t: the shapes the
+ * family kit's fam_served / fam_alloc / fam_view take. Expected values written out by hand. */
+static void test_shape_macro(void)
+{
+    int B = 2, T = 3;
+    int64_t big = (int64_t)1 << 40;
+    nnt_shape one = NNT_SHAPE(7), three = NNT_SHAPE(B, T, big), six = NNT_SHAPE(1, 2, 3, 4, 5, 6);
+    CU_ASSERT_EQUAL(one.ndim, 1);
+    CU_ASSERT_EQUAL(one.dim[0], 7);
+    CU_ASSERT_EQUAL(three.ndim, 3);
+    CU_ASSERT_EQUAL(three.dim[0], 2);
+    CU_ASSERT_EQUAL(three.dim[1], 3);
+    CU_ASSERT_EQUAL(three.dim[2], 1099511627776LL);
+    CU_ASSERT_EQUAL(six.ndim, NNT_MAX_DIMS);
+    CU_ASSERT_EQUAL(six.dim[5], 6);
+}
+
 static void test_abi_checks(void)
 {
     char ini[2048];
@@ -563,7 +580,8 @@ int register_tests(void)
         !CU_add_test(s, "INI errors name the file and line", test_ini_errors) ||
         !CU_add_test(s, "INI lines of any length; the first error reported", test_ini_long_lines_and_first_error) ||
         !CU_add_test(s, "an INI or a plugin that is a FIFO", test_ini_fifo) ||
-        !CU_add_test(s, "NNT_CONFIG and the build-tree default", test_env_config))
+        !CU_add_test(s, "NNT_CONFIG and the build-tree default", test_env_config) ||
+        !CU_add_test(s, "NNT_SHAPE counts and converts its extents", test_shape_macro))
         return -1;
     return 0;
 }

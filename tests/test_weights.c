@@ -37,7 +37,8 @@ static void *context(const char *isa, int threads)
     char tn[16];
     snprintf(tn, sizeof tn, "%d", threads);
     const char *keys[2] = {"isa", "threads"}, *vals[2] = {isa, tn};
-    nnt_backend_options opt = {sizeof(nnt_backend_options), keys, vals, 2, "test"};
+    nnt_backend_options opt = {
+        .struct_size = sizeof(nnt_backend_options), .keys = keys, .values = vals, .count = 2, .ini_path = "test"};
     void *ctx = NULL;
     nnt_error err = {0};
     return cpu->create(&opt, &ctx, &err) == NNT_OK ? ctx : NULL;
@@ -322,7 +323,8 @@ static void test_embedding_encodings(void)
 static void test_isa_option(void)
 {
     const char *keys[1] = {"isa"}, *vals[1] = {"avx9000"};
-    nnt_backend_options opt = {sizeof(nnt_backend_options), keys, vals, 1, "test"};
+    nnt_backend_options opt = {
+        .struct_size = sizeof(nnt_backend_options), .keys = keys, .values = vals, .count = 1, .ini_path = "test"};
     void *ctx = NULL;
     nnt_error err = {0};
     CU_ASSERT_EQUAL(cpu->create(&opt, &ctx, &err), NNT_ERR_CONFIG);

@@ -59,7 +59,7 @@ static const nnt_rename_rule RENAMES[] = {
 
 static nnt_status read_config(q3_model *m, const nnt_checkpoint *ck, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     int64_t v;
     CK(h->cfg_int(ck, "hidden_size", 0, 1, &v, err));
     m->hidden = (int)v;
@@ -117,31 +117,31 @@ static nnt_status read_config(q3_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
+/* Each block's tensors as a table (the kit's fam_bind_names binds it); shapes index these
+ * sizes: H hidden, D head_dim, Q query heads * D, KV key/value heads * D, E experts. */
+enum { Q3_H, Q3_D, Q3_Q, Q3_KV, Q3_E, Q3_SIZES };
+static const fam_tensor_name Q3_NAMES[] = {
+    {offsetof(q3_layer, in_norm), "model.layers.%d.input_layernorm.weight", 1, {Q3_H}},
+    {offsetof(q3_layer, post_norm), "model.layers.%d.post_attention_layernorm.weight", 1, {Q3_H}},
+    {offsetof(q3_layer, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {Q3_Q, Q3_H}},
+    {offsetof(q3_layer, k_proj), "model.layers.%d.self_attn.k_proj.weight", 2, {Q3_KV, Q3_H}},
+    {offsetof(q3_layer, v_proj), "model.layers.%d.self_attn.v_proj.weight", 2, {Q3_KV, Q3_H}},
+    {offsetof(q3_layer, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {Q3_H, Q3_Q}},
+    {offsetof(q3_layer, q_norm), "model.layers.%d.self_attn.q_norm.weight", 1, {Q3_D}},
+    {offsetof(q3_layer, k_norm), "model.layers.%d.self_attn.k_norm.weight", 1, {Q3_D}},
+    {offsetof(q3_layer, moe.router), "model.layers.%d.mlp.gate.weight", 2, {Q3_E, Q3_H}},
+};
+
 static nnt_status bind_layer(q3_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
 {
     const fam_env *env = &m->env;
     q3_layer *ly = &m->l[L];
     int64_t H = m->hidden, D = m->head_dim, Q = (int64_t)m->heads * D, KV = (int64_t)m->kv_heads * D;
-    char n[192];
-#define W(field, fmt, nd, ...)                                                                                         \
-    do {                                                                                                               \
-        int64_t shp[] = {__VA_ARGS__};                                                                                 \
-        snprintf(n, sizeof n, fmt, L);                                                                                 \
-        CK(fam_weight(env, ck, n, nd, shp, &ly->field, err));                                                         \
-    } while (0)
-    W(in_norm, "model.layers.%d.input_layernorm.weight", 1, H);
-    W(post_norm, "model.layers.%d.post_attention_layernorm.weight", 1, H);
-    W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Q, H);
-    W(k_proj, "model.layers.%d.self_attn.k_proj.weight", 2, KV, H);
-    W(v_proj, "model.layers.%d.self_attn.v_proj.weight", 2, KV, H);
-    W(o_proj, "model.layers.%d.self_attn.o_proj.weight", 2, H, Q);
-    W(q_norm, "model.layers.%d.self_attn.q_norm.weight", 1, D);
-    W(k_norm, "model.layers.%d.self_attn.k_norm.weight", 1, D);
-    W(moe.router, "model.layers.%d.mlp.gate.weight", 2, (int64_t)m->experts, H);
-#undef W
-    static const fam_expert_names spelling = {"model.layers.%d.mlp.experts.%d.gate_proj.weight",
-                                              "model.layers.%d.mlp.experts.%d.up_proj.weight",
-                                              "model.layers.%d.mlp.experts.%d.down_proj.weight"};
+    const int64_t sizes[Q3_SIZES] = {[Q3_H] = H, [Q3_D] = D, [Q3_Q] = Q, [Q3_KV] = KV, [Q3_E] = m->experts};
+    CK(fam_bind_names(env, ck, L, Q3_NAMES, (int)(sizeof Q3_NAMES / sizeof Q3_NAMES[0]), sizes, ly, err));
+    static const fam_expert_names spelling = {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+                                              .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+                                              .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"};
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, m->experts, m->moe_inter, H, "model.layers.%d.mlp.experts.gate_up_proj",
                         "model.layers.%d.mlp.experts.down_proj", &spelling, 1, ly->moe.experts, err));
@@ -190,17 +190,17 @@ static nnt_status q3_attention(void *self, nnt_run *run, int L, const nnt_forwar
     const fam_env *env = &m->env;
     const q3_layer *ly = &m->l[L];
     int64_t M = xn->shape[0], D = m->head_dim, Q = (int64_t)m->heads * D, KV = (int64_t)m->kv_heads * D;
-    size_t mark = env->host->arena_mark(run);
+    size_t mark = env->core->arena_mark(run);
     nnt_tensor q, k, v;
     nnt_status st;
-    if ((st = fam_alloc(env, run, NNT_F32, &q, err, 2, M, Q)) != NNT_OK ||
-        (st = fam_alloc(env, run, NNT_F32, &k, err, 2, M, KV)) != NNT_OK ||
-        (st = fam_alloc(env, run, NNT_F32, &v, err, 2, M, KV)) != NNT_OK ||
+    if ((st = fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, Q))) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &k, err, NNT_SHAPE(M, KV))) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &v, err, NNT_SHAPE(M, KV))) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->q_proj, &q, err)) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->k_proj, &k, err)) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->v_proj, &v, err)) != NNT_OK)
         goto done;
-    nnt_tensor qh = fam_view(&q, 2, M * m->heads, D), kh = fam_view(&k, 2, M * m->kv_heads, D);
+    nnt_tensor qh = fam_view(&q, NNT_SHAPE(M * m->heads, D)), kh = fam_view(&k, NNT_SHAPE(M * m->kv_heads, D));
     if ((st = env->be->rms_norm(env->be_ctx, &qh, &ly->q_norm, (float)m->eps, &qh, err)) != NNT_OK ||
         (st = env->be->rms_norm(env->be_ctx, &kh, &ly->k_norm, (float)m->eps, &kh, err)) != NNT_OK)
         goto done;
@@ -208,7 +208,7 @@ static nnt_status q3_attention(void *self, nnt_run *run, int L, const nnt_forwar
     attn_shape(m, ly, &a);
     st = fam_attention_forward(env, run, L, &a, args, mask, &q, &k, &v, fam_layer_cache(args, L), out, err);
 done:
-    env->host->arena_release(run, mark);
+    env->core->arena_release(run, mark);
     return st;
 }
 
@@ -234,11 +234,11 @@ static void q3_unload(void *model)
 static nnt_status q3_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     if (fam_kit_abi() != (((uint32_t)NNT_FAMILY_KIT_ABI_MAJOR << 16) | NNT_FAMILY_KIT_ABI_MINOR))
-        return args->host->set_error(err, NNT_ERR_ABI, "qwen3_moe: linked with a family kit of ABI %u.%u, built against %d.%d",
+        return args->core->set_error(err, NNT_ERR_ABI, "qwen3_moe: linked with a family kit of ABI %u.%u, built against %d.%d",
                                      (unsigned)(fam_kit_abi() >> 16), (unsigned)(fam_kit_abi() & 0xffff),
                                      NNT_FAMILY_KIT_ABI_MAJOR, NNT_FAMILY_KIT_ABI_MINOR);
     q3_model *m = calloc(1, sizeof *m);
-    if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (!m) return args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     fam_env_init(&m->env, args);
     const nnt_checkpoint *ck = args->ckpt;
     nnt_status st = read_config(m, ck, err);
@@ -246,7 +246,7 @@ static nnt_status q3_load(const nnt_load_args *args, void **out, nnt_error *err)
         m->l = calloc((size_t)m->layers, sizeof *m->l);
         m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
         m->inv_freq = calloc((size_t)(m->head_dim / 2 + 1), sizeof *m->inv_freq);
-        if (!m->l || !m->expert_pool || !m->inv_freq) st = args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        if (!m->l || !m->expert_pool || !m->inv_freq) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     if (st == NNT_OK) {
         fam_rope_inv_freq(m->inv_freq, m->head_dim, m->theta);
@@ -283,35 +283,35 @@ static void q3_info(const void *model, nnt_model_info *out)
     out->num_streams = 1;
 }
 
-static nnt_status q3_value_info(const void *model, int layer, nnt_slot slot, const nnt_call_dims *d, nnt_value_info *out)
+static nnt_status q3_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d, nnt_value_info *out)
 {
     const q3_model *m = model;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden, E = m->experts, K = m->top_k;
-    if (fam_decoder_info(m->hidden, m->vocab, slot, d, out)) return NNT_OK;
-    switch (slot) {
-    case NNT_SV_MLP_OUTPUT:
-    case NNT_SV_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
-    case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, E); return NNT_OK;
-    case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, K); return NNT_OK;
-    case NNT_SV_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, 3, B, T, K); return NNT_OK;
-    case NNT_SV_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, K, H); return NNT_OK;
-    case NNT_SV_SHARED_EXPERT_OUTPUT:
+    if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
+    switch (id) {
+    case NNT_VALUE_MLP_OUTPUT:
+    case NNT_VALUE_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); return NNT_OK;
+    case NNT_VALUE_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, E)); return NNT_OK;
+    case NNT_VALUE_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, K)); return NNT_OK;
+    case NNT_VALUE_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, NNT_SHAPE(B, T, K)); return NNT_OK;
+    case NNT_VALUE_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, K, H)); return NNT_OK;
+    case NNT_VALUE_SHARED_EXPERT_OUTPUT:
         fam_unserved(out, "Qwen3-MoE has no shared expert; routed_output is the whole mlp_output");
         return NNT_OK;
-    case NNT_SV_MLP_ACTIVATION:
-    case NNT_SV_MLP_NEURONS:
+    case NNT_VALUE_MLP_ACTIVATION:
+    case NNT_VALUE_MLP_NEURONS:
         fam_unserved(out, "every Qwen3-MoE MLP here is a mixture; an expert's activations exist only for the tokens "
                           "routed to it, so no [batch seq intermediate_size] tensor exists");
         return NNT_OK;
     default: break;
     }
-    if (slot >= NNT_SV_ATTN_QUERIES && slot <= NNT_SV_ATTN_HEAD_OUTPUTS) {
+    if (id >= NNT_VALUE_ATTN_QUERIES && id <= NNT_VALUE_ATTN_HEAD_OUTPUTS) {
         fam_attn a;
         attn_shape(m, layer >= 0 ? &m->l[layer] : NULL, &a);
-        fam_attention_info(&a, m->hidden, slot, d, out);
+        fam_attention_info(&a, m->hidden, id, d, out);
         return NNT_OK;
     }
-    if (slot >= NNT_SV_LIN_OUTPUT && slot <= NNT_SV_LIN_STATE_OUTPUT) {
+    if (id >= NNT_VALUE_LIN_OUTPUT && id <= NNT_VALUE_LIN_STATE_OUTPUT) {
         fam_off_page(out, "every Qwen3-MoE block uses softmax attention; none has a linear-attention mixer");
         return NNT_OK;
     }
@@ -322,25 +322,25 @@ static nnt_status q3_value_info(const void *model, int layer, nnt_slot slot, con
 static nnt_status q3_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const q3_model *m = model;
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     char d[160];
     int64_t H = m->hidden, Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
-    int root = h->tree_node(tree, -1, "model", NULL, "Qwen3MoeForCausalLM", NULL, NNT_HOST_MODEL, -1);
+    int root = h->tree_node(tree, -1, "model", NULL, "Qwen3MoeForCausalLM", NULL, NNT_MODULE_MODEL, -1);
     if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
     h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
     snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
     h->tree_node(tree, root, "embed_tokens", NULL, "Embedding", d, -1, -1);
     int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
     for (int L = 0; L < m->layers; L++) {
-        int ly = h->tree_node(tree, layers, "layers", NULL, "Qwen3MoeDecoderLayer", NULL, NNT_HOST_LAYER, L);
-        int at = h->tree_node(tree, ly, "self_attn", NULL, "Qwen3MoeAttention", NULL, NNT_HOST_SELF_ATTN, L);
+        int ly = h->tree_node(tree, layers, "layers", NULL, "Qwen3MoeDecoderLayer", NULL, NNT_MODULE_LAYER, L);
+        int at = h->tree_node(tree, ly, "self_attn", NULL, "Qwen3MoeAttention", NULL, NNT_MODULE_SELF_ATTN, L);
         h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
         h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
         h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
         h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, H), -1, L);
         h->tree_node(tree, at, "q_norm", NULL, "Qwen3MoeRMSNorm", fam_norm_detail(d, sizeof d, m->head_dim, m->eps), -1, L);
         h->tree_node(tree, at, "k_norm", NULL, "Qwen3MoeRMSNorm", fam_norm_detail(d, sizeof d, m->head_dim, m->eps), -1, L);
-        int mlp = h->tree_node(tree, ly, "mlp", NULL, "Qwen3MoeSparseMoeBlock", NULL, NNT_HOST_MLP, L);
+        int mlp = h->tree_node(tree, ly, "mlp", NULL, "Qwen3MoeSparseMoeBlock", NULL, NNT_MODULE_MLP, L);
         h->tree_node(tree, mlp, "gate", "router", "Qwen3MoeTopKRouter", NULL, -1, L);
         int ex = h->tree_node(tree, mlp, "experts", NULL, "Qwen3MoeExperts", NULL, -1, L);
         h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);

@@ -132,24 +132,24 @@ int64_t fam_kv_cached_len(int keep, const nnt_call_dims *d)
     return held + d->seq;
 }
 
-void fam_attention_info(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *d, nnt_value_info *out)
+void fam_attention_info(const fam_attn *a, int hidden, nnt_value_id id, const nnt_call_dims *d, nnt_value_info *out)
 {
-    fam_attention_info_keys(a, hidden, slot, d, d ? d->past + d->seq : 0, out);
+    fam_attention_info_keys(a, hidden, id, d, d ? d->past + d->seq : 0, out);
 }
 
-void fam_attention_info_keys(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *d, int64_t S,
+void fam_attention_info_keys(const fam_attn *a, int hidden, nnt_value_id id, const nnt_call_dims *d, int64_t S,
                              nnt_value_info *out)
 {
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0;
-    switch (slot) {
-    case NNT_SV_ATTN_QUERIES: fam_served(out, d, NNT_F32, 1, 4, B, (int64_t)a->num_heads, T, (int64_t)a->qk_head_dim); break;
-    case NNT_SV_ATTN_KEYS: fam_served(out, d, NNT_F32, 1, 4, B, (int64_t)a->num_kv_heads, S, (int64_t)a->qk_head_dim); break;
-    case NNT_SV_ATTN_VALUES: fam_served(out, d, NNT_F32, 1, 4, B, (int64_t)a->num_kv_heads, S, (int64_t)a->v_head_dim); break;
-    case NNT_SV_ATTN_SCORES:
-    case NNT_SV_ATTN_PROBABILITIES: fam_served(out, d, NNT_F32, 1, 4, B, (int64_t)a->num_heads, T, S); break;
-    case NNT_SV_ATTN_PREMIX:
-    case NNT_SV_ATTN_HEAD_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, (int64_t)a->num_heads, (int64_t)a->v_head_dim); break;
-    case NNT_SV_ATTN_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)hidden); break;
+    switch (id) {
+    case NNT_VALUE_ATTN_QUERIES: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, (int64_t)a->num_heads, T, (int64_t)a->qk_head_dim)); break;
+    case NNT_VALUE_ATTN_KEYS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, (int64_t)a->num_kv_heads, S, (int64_t)a->qk_head_dim)); break;
+    case NNT_VALUE_ATTN_VALUES: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, (int64_t)a->num_kv_heads, S, (int64_t)a->v_head_dim)); break;
+    case NNT_VALUE_ATTN_SCORES:
+    case NNT_VALUE_ATTN_PROBABILITIES: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, (int64_t)a->num_heads, T, S)); break;
+    case NNT_VALUE_ATTN_PREMIX:
+    case NNT_VALUE_ATTN_HEAD_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)a->num_heads, (int64_t)a->v_head_dim)); break;
+    case NNT_VALUE_ATTN_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)hidden)); break;
     default: fam_unserved(out, "not a self_attn value"); break;
     }
 }
@@ -162,10 +162,10 @@ static nnt_status with_cache(const fam_env *env, nnt_run *run, const fam_kv_cach
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     int64_t B = args->batch, T = args->seq, H = c->heads, L = c->len, S = L + T;
-    nnt_status st = fam_alloc(env, run, NNT_F32, kall, err, 4, B, H, S, (int64_t)c->dk);
-    if (st == NNT_OK) st = fam_alloc(env, run, NNT_F32, vall, err, 4, B, H, S, (int64_t)c->dv);
-    nnt_tensor ka = fam_view(kall, 2, B * H, S * c->dk), va = fam_view(vall, 2, B * H, S * c->dv);
-    nnt_tensor kn = fam_view(kh, 2, B * H, T * c->dk), vn = fam_view(vh, 2, B * H, T * c->dv);
+    nnt_status st = fam_alloc(env, run, NNT_F32, kall, err, NNT_SHAPE(B, H, S, (int64_t)c->dk));
+    if (st == NNT_OK) st = fam_alloc(env, run, NNT_F32, vall, err, NNT_SHAPE(B, H, S, (int64_t)c->dv));
+    nnt_tensor ka = fam_view(kall, NNT_SHAPE(B * H, S * c->dk)), va = fam_view(vall, NNT_SHAPE(B * H, S * c->dv));
+    nnt_tensor kn = fam_view(kh, NNT_SHAPE(B * H, T * c->dk)), vn = fam_view(vh, NNT_SHAPE(B * H, T * c->dv));
     if (st == NNT_OK && L) st = be->copy_cols(bc, &c->k, 0, &ka, 0, L * c->dk, err);
     if (st == NNT_OK && L) st = be->copy_cols(bc, &c->v, 0, &va, 0, L * c->dv, err);
     if (st == NNT_OK) st = be->copy_cols(bc, &kn, 0, &ka, L * c->dk, T * c->dk, err);
@@ -188,7 +188,7 @@ static nnt_status update_cache(const fam_env *env, fam_kv_cache *c, int64_t B, i
                                const nnt_tensor *vall, const int32_t *kpos, const uint8_t *kvalid, nnt_error *err)
 {
     int64_t H = c->heads, n = S < c->keep ? S : c->keep, from = S - n;
-    nnt_tensor ka = fam_view(kall, 2, B * H, S * c->dk), va = fam_view(vall, 2, B * H, S * c->dv);
+    nnt_tensor ka = fam_view(kall, NNT_SHAPE(B * H, S * c->dk)), va = fam_view(vall, NNT_SHAPE(B * H, S * c->dv));
     nnt_status st = env->be->copy_cols(env->be_ctx, &ka, from * c->dk, &c->k, 0, n * c->dk, err);
     if (st == NNT_OK) st = env->be->copy_cols(env->be_ctx, &va, from * c->dv, &c->v, 0, n * c->dv, err);
     for (int64_t b = 0; b < B; b++)
@@ -205,7 +205,7 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
                                  const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
                                  fam_kv_cache *cache, nnt_tensor *out, nnt_error *err)
 {
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     int64_t B = args->batch, T = args->seq, S = cache ? cache->len + T : T, M = B * T;
@@ -219,10 +219,10 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
     do {                                                                                                               \
         if ((st = (x)) != NNT_OK) goto done;                                                                           \
     } while (0)
-    TRY(fam_alloc(env, run, NNT_F32, &qh, err, 4, B, Hq, T, Dq));
-    TRY(fam_alloc(env, run, NNT_F32, &kh, err, 4, B, Hkv, T, Dq));
-    TRY(fam_alloc(env, run, NNT_F32, &vh, err, 4, B, Hkv, T, Dv));
-    nnt_tensor q4 = fam_view(q, 4, B, T, Hq, Dq), k4 = fam_view(k, 4, B, T, Hkv, Dq), v4 = fam_view(v, 4, B, T, Hkv, Dv);
+    TRY(fam_alloc(env, run, NNT_F32, &qh, err, NNT_SHAPE(B, Hq, T, Dq)));
+    TRY(fam_alloc(env, run, NNT_F32, &kh, err, NNT_SHAPE(B, Hkv, T, Dq)));
+    TRY(fam_alloc(env, run, NNT_F32, &vh, err, NNT_SHAPE(B, Hkv, T, Dv)));
+    nnt_tensor q4 = fam_view(q, NNT_SHAPE(B, T, Hq, Dq)), k4 = fam_view(k, NNT_SHAPE(B, T, Hkv, Dq)), v4 = fam_view(v, NNT_SHAPE(B, T, Hkv, Dv));
     TRY(be->swap12(bc, &q4, &qh, err));
     TRY(be->swap12(bc, &k4, &kh, err));
     TRY(be->swap12(bc, &v4, &vh, err));
@@ -245,24 +245,24 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
         m.k_pos = kpos;
         m.key_valid = kvalid;
     }
-    TRY(h->emit(run, NNT_SV_ATTN_QUERIES, layer, &qh));
-    TRY(h->emit(run, NNT_SV_ATTN_KEYS, layer, &kall));
-    TRY(h->emit(run, NNT_SV_ATTN_VALUES, layer, &vall));
+    TRY(h->emit(run, NNT_VALUE_ATTN_QUERIES, layer, &qh));
+    TRY(h->emit(run, NNT_VALUE_ATTN_KEYS, layer, &kall));
+    TRY(h->emit(run, NNT_VALUE_ATTN_VALUES, layer, &vall));
     if (cache) TRY(update_cache(env, cache, B, S, &kall, &vall, kpos, kvalid, err));
-    TRY(fam_alloc(env, run, NNT_F32, &scores, err, 4, B, Hq, T, S));
+    TRY(fam_alloc(env, run, NNT_F32, &scores, err, NNT_SHAPE(B, Hq, T, S)));
     TRY(be->attn_scores(bc, &qh, &kall, a->scale, &m, &scores, err));
-    TRY(h->emit(run, NNT_SV_ATTN_SCORES, layer, &scores));
-    TRY(fam_alloc(env, run, NNT_F32, &probs, err, 4, B, Hq, T, S));
+    TRY(h->emit(run, NNT_VALUE_ATTN_SCORES, layer, &scores));
+    TRY(fam_alloc(env, run, NNT_F32, &probs, err, NNT_SHAPE(B, Hq, T, S)));
     TRY(be->softmax(bc, &scores, a->sinks, &probs, err));
-    TRY(h->emit(run, NNT_SV_ATTN_PROBABILITIES, layer, &probs));
-    TRY(fam_alloc(env, run, NNT_F32, &ho, err, 4, B, T, Hq, Dv));
+    TRY(h->emit(run, NNT_VALUE_ATTN_PROBABILITIES, layer, &probs));
+    TRY(fam_alloc(env, run, NNT_F32, &ho, err, NNT_SHAPE(B, T, Hq, Dv)));
     TRY(be->attn_mix(bc, &probs, &vall, &ho, err));
-    TRY(h->emit(run, NNT_SV_ATTN_HEAD_OUTPUTS, layer, &ho));
-    TRY(h->emit(run, NNT_SV_ATTN_PREMIX, layer, &ho));
-    nnt_tensor flat = fam_view(&ho, 2, M, Hq * Dv);
+    TRY(h->emit(run, NNT_VALUE_ATTN_HEAD_OUTPUTS, layer, &ho));
+    TRY(h->emit(run, NNT_VALUE_ATTN_PREMIX, layer, &ho));
+    nnt_tensor flat = fam_view(&ho, NNT_SHAPE(M, Hq * Dv));
     TRY(be->linear(bc, &flat, &a->o_proj, out, err));
-    nnt_tensor out3 = fam_view(out, 3, B, T, out->shape[1]);
-    TRY(h->emit(run, NNT_SV_ATTN_OUTPUT, layer, &out3));
+    nnt_tensor out3 = fam_view(out, NNT_SHAPE(B, T, out->shape[1]));
+    TRY(h->emit(run, NNT_VALUE_ATTN_OUTPUT, layer, &out3));
 #undef TRY
 done:
     free(kpos);

@@ -1,6 +1,7 @@
 /* fam_bind.c - binding checkpoint tensors shared by families: the readout (embedding, final
  * norm, lm_head), F32 parameter vectors, a block's experts under either the hub's per-expert
- * names or transformers' fused 3-D tensors, and the decoder skeleton's wiring. */
+ * names or transformers' fused 3-D tensors, per-block tensors from a family's name table, and
+ * the decoder skeleton's wiring. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,7 +14,7 @@ nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_
     nnt_status st = fam_weight(env, ck, "model.embed_tokens.weight", 2, es, &d->embed, err);
     if (st == NNT_OK) st = fam_weight(env, ck, "model.norm.weight", 1, ns, &d->final_norm, err);
     if (st != NNT_OK) return st;
-    if (tied && !env->host->has_tensor(ck, "lm_head.weight")) {
+    if (tied && !env->core->has_tensor(ck, "lm_head.weight")) {
         d->lm_head = d->embed;
         return NNT_OK;
     }
@@ -56,7 +57,7 @@ nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int la
     nnt_status st;
     if (fused_gate_up) {
         snprintf(a, sizeof a, fused_gate_up, layer);
-        if (env->host->has_tensor(ck, a)) {
+        if (env->core->has_tensor(ck, a)) {
             snprintf(b, sizeof b, fused_down, layer);
             int64_t s1[3] = {E, 2 * I, H}, s2[3] = {E, H, I};
             nnt_tensor gu, dn;
@@ -74,14 +75,14 @@ nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int la
     const fam_expert_names *use = NULL;
     for (int i = 0; i < n && !use; i++) {
         snprintf(a, sizeof a, names[i].gate, layer, 0);
-        if (env->host->has_tensor(ck, a)) use = &names[i];
+        if (env->core->has_tensor(ck, a)) use = &names[i];
     }
     if (!use) {
         snprintf(a, sizeof a, names[0].gate, layer, 0);
         if (fused_gate_up) snprintf(b, sizeof b, fused_gate_up, layer);
-        return env->host->set_error(err, NNT_ERR_NOT_FOUND,
+        return env->core->set_error(err, NNT_ERR_NOT_FOUND,
                                     "%s: the experts of block %d are missing: the checkpoint holds neither '%s'%s%s%s",
-                                    env->host->cfg_path(ck), layer, a, fused_gate_up ? " nor '" : "",
+                                    env->core->cfg_path(ck), layer, a, fused_gate_up ? " nor '" : "",
                                     fused_gate_up ? b : "", fused_gate_up ? "'" : "");
     }
     int64_t gi[2] = {I, H}, di[2] = {H, I};
@@ -89,12 +90,32 @@ nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int la
         snprintf(a, sizeof a, use->gate, layer, (int)e);
         snprintf(b, sizeof b, use->up, layer, (int)e);
         snprintf(c, sizeof c, use->down, layer, (int)e);
-        if (!env->host->has_tensor(ck, a))
-            return env->host->set_error(err, NNT_ERR_NOT_FOUND, "%s: expert %lld of block %d is missing: no tensor '%s'",
-                                        env->host->cfg_path(ck), (long long)e, layer, a);
+        if (!env->core->has_tensor(ck, a))
+            return env->core->set_error(err, NNT_ERR_NOT_FOUND, "%s: expert %lld of block %d is missing: no tensor '%s'",
+                                        env->core->cfg_path(ck), (long long)e, layer, a);
         if ((st = fam_weight(env, ck, a, 2, gi, &out[e].gate, err)) != NNT_OK) return st;
         if ((st = fam_weight(env, ck, b, 2, gi, &out[e].up, err)) != NNT_OK) return st;
         if ((st = fam_weight(env, ck, c, 2, di, &out[e].down, err)) != NNT_OK) return st;
+    }
+    return NNT_OK;
+}
+
+nnt_status fam_bind_names(const fam_env *env, const nnt_checkpoint *ck, int layer, const fam_tensor_name *names, int n,
+                          const int64_t *sizes, void *block, nnt_error *err)
+{
+    for (int i = 0; i < n; i++) {
+        const fam_tensor_name *r = &names[i];
+        char name[256];
+        int len = snprintf(name, sizeof name, r->pattern, layer);
+        if (len < 0 || (size_t)len >= sizeof name || r->ndim < 0 || r->ndim > NNT_MAX_DIMS)
+            return env->core->set_error(err, NNT_ERR_INTERNAL,
+                                        "tensor-name table row %d ('%s', %d axes) does not give a name of under "
+                                        "256 bytes with 0..%d axes",
+                                        i, r->pattern, r->ndim, NNT_MAX_DIMS);
+        int64_t shape[NNT_MAX_DIMS];
+        for (int d = 0; d < r->ndim; d++) shape[d] = sizes[r->size[d]];
+        nnt_status st = fam_weight(env, ck, name, r->ndim, shape, (nnt_tensor *)((char *)block + r->field), err);
+        if (st != NNT_OK) return st;
     }
     return NNT_OK;
 }

@@ -2,24 +2,24 @@
  * block's norms and residual adds around a family-supplied mixer and MLP, final norm, lm_head. */
 #include <nnt/nnt_family_kit.h>
 
-int fam_decoder_info(int hidden, int vocab, nnt_slot slot, const nnt_call_dims *d, nnt_value_info *out)
+int fam_decoder_info(int hidden, int vocab, nnt_value_id id, const nnt_call_dims *d, nnt_value_info *out)
 {
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0;
-    switch (slot) {
-    case NNT_SV_LOGITS:
-    case NNT_SV_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)vocab); return 1;
-    case NNT_SV_TOKEN_EMBEDDINGS:
-    case NNT_SV_FINAL_NORM_OUTPUT:
-    case NNT_SV_LAYER_INPUT:
-    case NNT_SV_ATTENTION_NORM_OUTPUT:
-    case NNT_SV_LAYER_MID:
-    case NNT_SV_MLP_NORM_OUTPUT:
-    case NNT_SV_MLP_INPUT:
-    case NNT_SV_LAYER_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)hidden); return 1;
-    case NNT_SV_ATTENTION_POST:
-    case NNT_SV_ATTENTION_COMB:
-    case NNT_SV_MLP_POST:
-    case NNT_SV_MLP_COMB:
+    switch (id) {
+    case NNT_VALUE_LOGITS:
+    case NNT_VALUE_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)vocab)); return 1;
+    case NNT_VALUE_TOKEN_EMBEDDINGS:
+    case NNT_VALUE_FINAL_NORM_OUTPUT:
+    case NNT_VALUE_LAYER_INPUT:
+    case NNT_VALUE_ATTENTION_NORM_OUTPUT:
+    case NNT_VALUE_LAYER_MID:
+    case NNT_VALUE_MLP_NORM_OUTPUT:
+    case NNT_VALUE_MLP_INPUT:
+    case NNT_VALUE_LAYER_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)hidden)); return 1;
+    case NNT_VALUE_ATTENTION_POST:
+    case NNT_VALUE_ATTENTION_COMB:
+    case NNT_VALUE_MLP_POST:
+    case NNT_VALUE_MLP_COMB:
         fam_off_page(out, "a single residual stream: no hyper-connections weigh or mix streams in this family");
         return 1;
     default: return 0;
@@ -34,7 +34,7 @@ static const nnt_tensor *norm_at(const nnt_tensor *base, size_t stride, int laye
 nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forward_args *args,
                                const fam_decoder *d, nnt_error *err)
 {
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     int64_t B = args->batch, T = args->seq, M = B * T, H = d->hidden, V = d->vocab;
@@ -46,40 +46,40 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
     do {                                                                                                               \
         if ((st = (e)) != NNT_OK) goto done;                                                                           \
     } while (0)
-    TRY(fam_alloc(env, run, NNT_F32, &x, err, 2, M, H));
-    TRY(fam_alloc(env, run, NNT_I32, &ids, err, 1, M));
+    TRY(fam_alloc(env, run, NNT_F32, &x, err, NNT_SHAPE(M, H)));
+    TRY(fam_alloc(env, run, NNT_I32, &ids, err, NNT_SHAPE(M)));
     TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
     TRY(be->embedding(bc, &d->embed, &ids, &x, err));
-    nnt_tensor x3 = fam_view(&x, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_TOKEN_EMBEDDINGS, -1, &x3));
+    nnt_tensor x3 = fam_view(&x, NNT_SHAPE(B, T, H));
+    TRY(h->emit(run, NNT_VALUE_TOKEN_EMBEDDINGS, -1, &x3));
     for (int L = 0; L < d->num_layers; L++) {
         size_t mark = h->arena_mark(run);
-        TRY(h->emit(run, NNT_SV_LAYER_INPUT, L, &x3));
-        TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
-        TRY(fam_alloc(env, run, NNT_F32, &sub, err, 2, M, H));
-        nnt_tensor xn3 = fam_view(&xn, 3, B, T, H);
+        TRY(h->emit(run, NNT_VALUE_LAYER_INPUT, L, &x3));
+        TRY(fam_alloc(env, run, NNT_F32, &xn, err, NNT_SHAPE(M, H)));
+        TRY(fam_alloc(env, run, NNT_F32, &sub, err, NNT_SHAPE(M, H)));
+        nnt_tensor xn3 = fam_view(&xn, NNT_SHAPE(B, T, H));
         TRY(be->rms_norm(bc, &x, norm_at(d->in_norm, d->norm_stride, L), d->eps, &xn, err));
-        TRY(h->emit(run, NNT_SV_ATTENTION_NORM_OUTPUT, L, &xn3));
+        TRY(h->emit(run, NNT_VALUE_ATTENTION_NORM_OUTPUT, L, &xn3));
         TRY(d->mixer(d->self, run, L, args, &mask, &xn, &sub, err));
         TRY(be->add(bc, &x, &sub, &x, err));
-        TRY(h->emit(run, NNT_SV_LAYER_MID, L, &x3));
+        TRY(h->emit(run, NNT_VALUE_LAYER_MID, L, &x3));
         TRY(be->rms_norm(bc, &x, norm_at(d->post_norm, d->norm_stride, L), d->eps, &xn, err));
-        TRY(h->emit(run, NNT_SV_MLP_NORM_OUTPUT, L, &xn3));
-        TRY(h->emit(run, NNT_SV_MLP_INPUT, L, &xn3));
+        TRY(h->emit(run, NNT_VALUE_MLP_NORM_OUTPUT, L, &xn3));
+        TRY(h->emit(run, NNT_VALUE_MLP_INPUT, L, &xn3));
         TRY(d->mlp(d->self, run, L, args, &xn, &sub, err));
         TRY(be->add(bc, &x, &sub, &x, err));
-        TRY(h->emit(run, NNT_SV_LAYER_OUTPUT, L, &x3));
+        TRY(h->emit(run, NNT_VALUE_LAYER_OUTPUT, L, &x3));
         h->arena_release(run, mark);
     }
-    TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
+    TRY(fam_alloc(env, run, NNT_F32, &xn, err, NNT_SHAPE(M, H)));
     TRY(be->rms_norm(bc, &x, &d->final_norm, d->eps, &xn, err));
-    nnt_tensor f3 = fam_view(&xn, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_FINAL_NORM_OUTPUT, -1, &f3));
-    TRY(fam_alloc(env, run, NNT_F32, &logits, err, 2, M, V));
+    nnt_tensor f3 = fam_view(&xn, NNT_SHAPE(B, T, H));
+    TRY(h->emit(run, NNT_VALUE_FINAL_NORM_OUTPUT, -1, &f3));
+    TRY(fam_alloc(env, run, NNT_F32, &logits, err, NNT_SHAPE(M, V)));
     TRY(be->linear(bc, &xn, &d->lm_head, &logits, err));
-    nnt_tensor l3 = fam_view(&logits, 3, B, T, V);
-    TRY(h->emit(run, NNT_SV_LM_HEAD_OUTPUT, -1, &l3));
-    TRY(h->emit(run, NNT_SV_LOGITS, -1, &l3));
+    nnt_tensor l3 = fam_view(&logits, NNT_SHAPE(B, T, V));
+    TRY(h->emit(run, NNT_VALUE_LM_HEAD_OUTPUT, -1, &l3));
+    TRY(h->emit(run, NNT_VALUE_LOGITS, -1, &l3));
 #undef TRY
 done:
     fam_mask_free(&mask);
@@ -90,10 +90,10 @@ nnt_status fam_decoder_project(const fam_env *env, nnt_run *run, const fam_decod
                                nnt_tensor *logits, nnt_error *err)
 {
     nnt_tensor xn;
-    size_t mark = env->host->arena_mark(run);
-    nnt_status st = fam_alloc(env, run, NNT_F32, &xn, err, 2, x->shape[0], (int64_t)d->hidden);
+    size_t mark = env->core->arena_mark(run);
+    nnt_status st = fam_alloc(env, run, NNT_F32, &xn, err, NNT_SHAPE(x->shape[0], (int64_t)d->hidden));
     if (st == NNT_OK) st = env->be->rms_norm(env->be_ctx, x, &d->final_norm, d->eps, &xn, err);
     if (st == NNT_OK) st = env->be->linear(env->be_ctx, &xn, &d->lm_head, logits, err);
-    env->host->arena_release(run, mark);
+    env->core->arena_release(run, mark);
     return st;
 }

@@ -15,32 +15,32 @@ nnt_status fam_mlp_forward(const fam_env *env, nnt_run *run, int layer, const fa
                            const nnt_call_dims *dims, const nnt_tensor *x, nnt_tensor *out, int emit,
                            nnt_error *err)
 {
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     int64_t M = x->shape[0], I = w->gate.shape[0], B = dims->batch, T = dims->seq;
     nnt_status st;
     size_t mark = h->arena_mark(run);
     nnt_tensor g, u, act, neu;
-    TRY(fam_alloc(env, run, NNT_F32, &g, err, 2, M, I));
-    TRY(fam_alloc(env, run, NNT_F32, &u, err, 2, M, I));
-    TRY(fam_alloc(env, run, NNT_F32, &act, err, 2, M, I));
-    TRY(fam_alloc(env, run, NNT_F32, &neu, err, 2, M, I));
+    TRY(fam_alloc(env, run, NNT_F32, &g, err, NNT_SHAPE(M, I)));
+    TRY(fam_alloc(env, run, NNT_F32, &u, err, NNT_SHAPE(M, I)));
+    TRY(fam_alloc(env, run, NNT_F32, &act, err, NNT_SHAPE(M, I)));
+    TRY(fam_alloc(env, run, NNT_F32, &neu, err, NNT_SHAPE(M, I)));
     TRY(be->linear(bc, x, &w->gate, &g, err));
     TRY(be->linear(bc, x, &w->up, &u, err));
     TRY(be->swiglu(bc, &g, &u, limit, &act, &neu, err));
     if (emit) {
-        nnt_tensor a3 = fam_view(&act, 3, B, T, I);
-        int wanted = h->wants(run, NNT_SV_MLP_ACTIVATION, layer);
-        TRY(h->emit(run, NNT_SV_MLP_ACTIVATION, layer, &a3));
+        nnt_tensor a3 = fam_view(&act, NNT_SHAPE(B, T, I));
+        int wanted = h->wants(run, NNT_VALUE_MLP_ACTIVATION, layer);
+        TRY(h->emit(run, NNT_VALUE_MLP_ACTIVATION, layer, &a3));
         if (wanted) TRY(be->swiglu(bc, NULL, &u, limit, &act, &neu, err)); /* an edited activation feeds on */
-        nnt_tensor n3 = fam_view(&neu, 3, B, T, I);
-        TRY(h->emit(run, NNT_SV_MLP_NEURONS, layer, &n3));
+        nnt_tensor n3 = fam_view(&neu, NNT_SHAPE(B, T, I));
+        TRY(h->emit(run, NNT_VALUE_MLP_NEURONS, layer, &n3));
     }
     TRY(be->linear(bc, &neu, &w->down, out, err));
     if (emit) {
-        nnt_tensor o3 = fam_view(out, 3, B, T, out->shape[1]);
-        TRY(h->emit(run, NNT_SV_MLP_OUTPUT, layer, &o3));
+        nnt_tensor o3 = fam_view(out, NNT_SHAPE(B, T, out->shape[1]));
+        TRY(h->emit(run, NNT_VALUE_MLP_OUTPUT, layer, &o3));
     }
 done:
     h->arena_release(run, mark);
@@ -51,7 +51,7 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
                            const nnt_call_dims *dims, const int32_t *ids, const nnt_tensor *x, nnt_tensor *out,
                            nnt_error *err)
 {
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     int64_t M = x->shape[0], H = x->shape[1], E = moe->num_experts, K = moe->top_k, I = moe->intermediate;
@@ -64,17 +64,17 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
 
     /* router (in a bfloat16 model transformers keeps some routers' products in float32, and the
      * routing weights of most) */
-    TRY(fam_alloc(env, run, NNT_F32, &logits, err, 2, M, E));
+    TRY(fam_alloc(env, run, NNT_F32, &logits, err, NNT_SHAPE(M, E)));
     nnt_tensor router = moe->router;
     if (moe->router_f32) {
         router.flags &= ~NNT_TENSOR_BF16_PRODUCTS;
         logits.flags &= ~NNT_TENSOR_BF16_VALUES;
     }
     TRY(be->linear(bc, x, &router, &logits, err));
-    nnt_tensor l3 = fam_view(&logits, 3, B, T, E);
-    TRY(h->emit(run, NNT_SV_ROUTER_LOGITS, layer, &l3));
-    TRY(fam_alloc(env, run, NNT_I32, &idx, err, 2, M, K));
-    TRY(fam_alloc(env, run, NNT_F32, &wts, err, 2, M, K));
+    nnt_tensor l3 = fam_view(&logits, NNT_SHAPE(B, T, E));
+    TRY(h->emit(run, NNT_VALUE_ROUTER_LOGITS, layer, &l3));
+    TRY(fam_alloc(env, run, NNT_I32, &idx, err, NNT_SHAPE(M, K)));
+    TRY(fam_alloc(env, run, NNT_F32, &wts, err, NNT_SHAPE(M, K)));
     if (!moe->route_bf16) wts.flags &= ~NNT_TENSOR_BF16_VALUES;
     nnt_route_params rp = moe->route;
     if (moe->tid2eid) { /* hash routing: the token id picks the experts */
@@ -91,9 +91,9 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
         rp.indices_given = 1;
     }
     TRY(be->route(bc, &logits, moe->bias.data ? &moe->bias : NULL, &rp, &idx, &wts, err));
-    nnt_tensor i3 = fam_view(&idx, 3, B, T, K), w3 = fam_view(&wts, 3, B, T, K);
-    TRY(h->emit(run, NNT_SV_EXPERT_INDICES, layer, &i3));
-    TRY(h->emit(run, NNT_SV_EXPERT_WEIGHTS, layer, &w3));
+    nnt_tensor i3 = fam_view(&idx, NNT_SHAPE(B, T, K)), w3 = fam_view(&wts, NNT_SHAPE(B, T, K));
+    TRY(h->emit(run, NNT_VALUE_EXPERT_INDICES, layer, &i3));
+    TRY(h->emit(run, NNT_VALUE_EXPERT_WEIGHTS, layer, &w3));
 
     /* group routing slots by expert (host side) */
     idx_h = malloc((size_t)(M * K) * sizeof *idx_h);
@@ -136,26 +136,26 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
         free(fill);
     }
 
-    int want_slots = h->wants(run, NNT_SV_EXPERT_OUTPUTS, layer);
-    TRY(fam_alloc(env, run, NNT_F32, &routed, err, 2, M, H));
+    int want_slots = h->wants(run, NNT_VALUE_EXPERT_OUTPUTS, layer);
+    TRY(fam_alloc(env, run, NNT_F32, &routed, err, NNT_SHAPE(M, H)));
     TRY(be->fill(bc, &routed, 0.0f, err));
     if (want_slots) {
-        TRY(fam_alloc(env, run, NNT_F32, &per_slot, err, 2, M * K, H));
+        TRY(fam_alloc(env, run, NNT_F32, &per_slot, err, NNT_SHAPE(M * K, H)));
         TRY(be->fill(bc, &per_slot, 0.0f, err));
     }
     if (max_n > 0) {
         nnt_tensor xe, g, u, a, y;
-        TRY(fam_alloc(env, run, NNT_F32, &xe, err, 2, max_n, H));
-        TRY(fam_alloc(env, run, NNT_F32, &g, err, 2, max_n, I));
-        TRY(fam_alloc(env, run, NNT_F32, &u, err, 2, max_n, I));
-        TRY(fam_alloc(env, run, NNT_F32, &a, err, 2, max_n, I));
-        TRY(fam_alloc(env, run, NNT_F32, &y, err, 2, max_n, H));
+        TRY(fam_alloc(env, run, NNT_F32, &xe, err, NNT_SHAPE(max_n, H)));
+        TRY(fam_alloc(env, run, NNT_F32, &g, err, NNT_SHAPE(max_n, I)));
+        TRY(fam_alloc(env, run, NNT_F32, &u, err, NNT_SHAPE(max_n, I)));
+        TRY(fam_alloc(env, run, NNT_F32, &a, err, NNT_SHAPE(max_n, I)));
+        TRY(fam_alloc(env, run, NNT_F32, &y, err, NNT_SHAPE(max_n, H)));
         for (int64_t e = 0; e < E; e++) {
             int n = (int)(count[e + 1] - count[e]);
             if (n == 0) continue;
-            nnt_tensor xn = fam_view(&xe, 2, (int64_t)n, H), gn = fam_view(&g, 2, (int64_t)n, I),
-                       un = fam_view(&u, 2, (int64_t)n, I), an = fam_view(&a, 2, (int64_t)n, I),
-                       yn = fam_view(&y, 2, (int64_t)n, H);
+            nnt_tensor xn = fam_view(&xe, NNT_SHAPE((int64_t)n, H)), gn = fam_view(&g, NNT_SHAPE((int64_t)n, I)),
+                       un = fam_view(&u, NNT_SHAPE((int64_t)n, I)), an = fam_view(&a, NNT_SHAPE((int64_t)n, I)),
+                       yn = fam_view(&y, NNT_SHAPE((int64_t)n, H));
             const fam_expert *ex = &moe->experts[e];
             TRY(be->gather_rows(bc, x, rows + count[e], n, &xn, err));
             TRY(be->linear(bc, &xn, &ex->gate, &gn, err));
@@ -169,25 +169,25 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
         }
     }
     if (want_slots) {
-        nnt_tensor s4 = fam_view(&per_slot, 4, B, T, K, H);
-        TRY(h->emit(run, NNT_SV_EXPERT_OUTPUTS, layer, &s4));
-        nnt_tensor s3 = fam_view(&per_slot, 3, M, K, H);
+        nnt_tensor s4 = fam_view(&per_slot, NNT_SHAPE(B, T, K, H));
+        TRY(h->emit(run, NNT_VALUE_EXPERT_OUTPUTS, layer, &s4));
+        nnt_tensor s3 = fam_view(&per_slot, NNT_SHAPE(M, K, H));
         TRY(be->sum_axis1(bc, &s3, &routed, err));
     }
-    nnt_tensor r3 = fam_view(&routed, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_ROUTED_OUTPUT, layer, &r3));
+    nnt_tensor r3 = fam_view(&routed, NNT_SHAPE(B, T, H));
+    TRY(h->emit(run, NNT_VALUE_ROUTED_OUTPUT, layer, &r3));
     if (moe->has_shared) {
         nnt_tensor sh;
-        TRY(fam_alloc(env, run, NNT_F32, &sh, err, 2, M, H));
+        TRY(fam_alloc(env, run, NNT_F32, &sh, err, NNT_SHAPE(M, H)));
         TRY(fam_mlp_forward(env, run, layer, &moe->shared, moe->swiglu_limit, dims, x, &sh, 0, err));
-        nnt_tensor sh3 = fam_view(&sh, 3, B, T, H);
-        TRY(h->emit(run, NNT_SV_SHARED_EXPERT_OUTPUT, layer, &sh3));
+        nnt_tensor sh3 = fam_view(&sh, NNT_SHAPE(B, T, H));
+        TRY(h->emit(run, NNT_VALUE_SHARED_EXPERT_OUTPUT, layer, &sh3));
         TRY(be->add(bc, &routed, &sh, out, err));
     } else {
         TRY(be->copy(bc, &routed, out, err));
     }
-    nnt_tensor o3 = fam_view(out, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_MLP_OUTPUT, layer, &o3));
+    nnt_tensor o3 = fam_view(out, NNT_SHAPE(B, T, H));
+    TRY(h->emit(run, NNT_VALUE_MLP_OUTPUT, layer, &o3));
 done:
     free(idx_h);
     free(w_h);

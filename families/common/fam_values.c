@@ -31,31 +31,27 @@ void fam_off_page(nnt_value_info *out, const char *fmt, ...)
     va_end(ap);
 }
 
-void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, int ndim, ...)
+void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, nnt_shape shape)
 {
     memset(out, 0, sizeof *out);
     out->served = 1;
     out->dtype = dtype;
     out->writable = writable;
-    va_list ap;
-    va_start(ap, ndim);
-    for (int i = 0; i < ndim; i++) {
-        int64_t v = va_arg(ap, int64_t);
-        if (dims) out->shape[i] = v;
+    if (dims) {
+        out->ndim = shape.ndim;
+        for (int i = 0; i < shape.ndim; i++) out->shape[i] = shape.dim[i];
     }
-    va_end(ap);
-    out->ndim = dims ? ndim : 0;
 }
 
 void fam_env_init(fam_env *env, const nnt_load_args *args)
 {
     *env = (fam_env){
-        /* .host = */ args->host,
-        /* .be = */ args->be,
-        /* .be_ctx = */ args->be_ctx,
-        /* .precision = */ args->precision,
-        /* .bf16_style = */ 0,
-        /* .prepared = */ NULL,
+        .core = args->core,
+        .be = args->be,
+        .be_ctx = args->be_ctx,
+        .precision = args->precision,
+        .bf16_style = 0,
+        .prepared = NULL,
     };
 }
 
@@ -92,7 +88,7 @@ static nnt_status keep_buffer(const fam_env *env, void *b, nnt_error *err)
     }
     if (!p || p->n_buf == p->cap_buf) {
         free(b);
-        return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        return env->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     p->buf[p->n_buf++] = b;
     return NNT_OK;
@@ -101,11 +97,11 @@ static nnt_status keep_buffer(const fam_env *env, void *b, nnt_error *err)
 nnt_status fam_prepare(const fam_env *env, const nnt_tensor *host, nnt_tensor *out, nnt_error *err)
 {
     fam_prepared *p = held(env);
-    if (!p) return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (!p) return env->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     if (p->n == p->cap) {
         int cap = p->cap ? 2 * p->cap : 256;
         nnt_tensor *g = realloc(p->w, (size_t)cap * sizeof *g);
-        if (!g) return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        if (!g) return env->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         p->w = g;
         p->cap = cap;
     }
@@ -120,14 +116,14 @@ nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *
                       const int64_t *shape, nnt_tensor *out, nnt_error *err)
 {
     nnt_tensor host;
-    nnt_status st = env->host->tensor(ck, name, ndim, shape, &host, err);
+    nnt_status st = env->core->tensor(ck, name, ndim, shape, &host, err);
     if (st != NNT_OK) return st;
     if (host.dtype != NNT_F32 && host.dtype != NNT_BF16 && host.dtype != NNT_F16 && host.dtype != NNT_F8_E4M3 &&
         host.dtype != NNT_F4_E2M1)
-        return env->host->set_error(err, NNT_ERR_SHAPE,
+        return env->core->set_error(err, NNT_ERR_SHAPE,
                                     "%s: tensor '%s' has dtype %s; expected a float weight (F32, BF16, F16, FP8 or FP4 "
                                     "with scales)",
-                                    env->host->cfg_path(ck), name,
+                                    env->core->cfg_path(ck), name,
                                     host.dtype == NNT_I64 ? "I64" : host.dtype == NNT_I32 ? "I32" : "?");
     return fam_prepare(env, &host, out, err);
 }
@@ -137,7 +133,7 @@ nnt_status fam_weight_kv_heads(const fam_env *env, const nnt_checkpoint *ck, con
                                nnt_error *err)
 {
     nnt_tensor hk, hv;
-    nnt_status st = env->host->tensor_kv_heads(ck, k_name, v_name, heads, dk, dv, in, &hk, &hv, err);
+    nnt_status st = env->core->tensor_kv_heads(ck, k_name, v_name, heads, dk, dv, in, &hk, &hv, err);
     if (st == NNT_OK) st = fam_prepare(env, &hk, k, err);
     if (st == NNT_OK) st = fam_prepare(env, &hv, v, err);
     return st;
@@ -147,13 +143,13 @@ nnt_status fam_rows(const fam_env *env, const nnt_tensor *w, int64_t index, int6
                     nnt_tensor *out, nnt_error *err)
 {
     if (nnt_tensor_rows(w, index, r0, nr, out)) return NNT_OK;
-    return env->host->set_error(err, NNT_ERR_SHAPE, "%s: an encoded weight without block sizes cannot be split", what);
+    return env->core->set_error(err, NNT_ERR_SHAPE, "%s: an encoded weight without block sizes cannot be split", what);
 }
 
 const char *fam_first_present(const fam_env *env, const nnt_checkpoint *ck, const char *const *names, int n)
 {
     for (int i = 0; i < n; i++)
-        if (names[i] && env->host->has_tensor(ck, names[i])) return names[i];
+        if (names[i] && env->core->has_tensor(ck, names[i])) return names[i];
     return NULL;
 }
 
@@ -161,17 +157,17 @@ nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const ch
                           float **out, nnt_error *err)
 {
     nnt_tensor t;
-    nnt_status st = env->host->tensor(ck, name, 0, NULL, &t, err); /* any shape holding n values */
+    nnt_status st = env->core->tensor(ck, name, 0, NULL, &t, err); /* any shape holding n values */
     if (st != NNT_OK) return st;
     if (nnt_tensor_numel(&t) != n)
-        return env->host->set_error(err, NNT_ERR_SHAPE, "%s: tensor '%s' holds %lld values, config.json implies %lld",
-                                    env->host->cfg_path(ck), name, (long long)nnt_tensor_numel(&t), (long long)n);
+        return env->core->set_error(err, NNT_ERR_SHAPE, "%s: tensor '%s' holds %lld values, config.json implies %lld",
+                                    env->core->cfg_path(ck), name, (long long)nnt_tensor_numel(&t), (long long)n);
     if (t.dtype == NNT_F32 && (uintptr_t)t.data % sizeof(float) == 0) {
         *out = t.data; /* read in place from the mapping */
         return NNT_OK;
     }
     float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    if (!v) return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for '%s'", name);
+    if (!v) return env->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for '%s'", name);
     for (int64_t i = 0; i < n; i++) {
         if (t.dtype == NNT_F32) {
             v[i] = ((const float *)t.data)[i];
@@ -188,34 +184,26 @@ nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const ch
             }
         } else {
             free(v);
-            return env->host->set_error(err, NNT_ERR_SHAPE, "%s: tensor '%s' is not a float vector",
-                                        env->host->cfg_path(ck), name);
+            return env->core->set_error(err, NNT_ERR_SHAPE, "%s: tensor '%s' is not a float vector",
+                                        env->core->cfg_path(ck), name);
         }
     }
     *out = v;
     return keep_buffer(env, v, err);
 }
 
-nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, int ndim, ...)
+nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, nnt_shape shape)
 {
-    int64_t shape[NNT_MAX_DIMS];
-    va_list ap;
-    va_start(ap, ndim);
-    for (int i = 0; i < ndim; i++) shape[i] = va_arg(ap, int64_t);
-    va_end(ap);
-    nnt_status st = env->host->alloc(run, dt, ndim, shape, out, err);
+    nnt_status st = env->core->alloc(run, dt, shape.ndim, shape.dim, out, err);
     if (st == NNT_OK && (out->flags & NNT_TENSOR_BF16_VALUES)) out->flags |= env->bf16_style;
     return st;
 }
 
-nnt_tensor fam_view(const nnt_tensor *t, int ndim, ...)
+nnt_tensor fam_view(const nnt_tensor *t, nnt_shape shape)
 {
     nnt_tensor v = *t;
-    v.ndim = ndim;
-    va_list ap;
-    va_start(ap, ndim);
-    for (int i = 0; i < ndim; i++) v.shape[i] = va_arg(ap, int64_t);
-    va_end(ap);
+    v.ndim = shape.ndim;
+    for (int i = 0; i < shape.ndim; i++) v.shape[i] = shape.dim[i];
     return v;
 }
 

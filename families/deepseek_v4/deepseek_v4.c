@@ -48,7 +48,7 @@ static nnt_status cfg_i(const dv_model *m, const nnt_checkpoint *ck, const char 
                         nnt_error *err)
 {
     int64_t v;
-    CK(m->env.host->cfg_int(ck, key, dflt, req, &v, err));
+    CK(m->env.core->cfg_int(ck, key, dflt, req, &v, err));
     *out = (int)v;
     return NNT_OK;
 }
@@ -76,7 +76,7 @@ static void yarn_inv_freq(float *out, int dim, double base, double factor, doubl
 
 static nnt_status read_rope(dv_model *m, const nnt_checkpoint *ck, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     double prf = 0.0;
     if (h->cfg_has(ck, "partial_rotary_factor")) {
         CK(h->cfg_float(ck, "partial_rotary_factor", 0.125, 0, &prf, err));
@@ -139,7 +139,7 @@ static nnt_status read_rope(dv_model *m, const nnt_checkpoint *ck, nnt_error *er
 
 static nnt_status read_config(dv_model *m, const nnt_checkpoint *ck, int *kinds, int *hash, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     CK(cfg_i(m, ck, "hidden_size", 0, 1, &m->hidden, err));
     CK(cfg_i(m, ck, "vocab_size", 0, 1, &m->vocab, err));
     CK(cfg_i(m, ck, "num_attention_heads", 0, 1, &m->heads, err));
@@ -248,7 +248,7 @@ static nnt_status read_config(dv_model *m, const nnt_checkpoint *ck, int *kinds,
 static const char *pick(const dv_model *m, const nnt_checkpoint *ck, char *buf, size_t n, int L, const char *native,
                         const char *hf)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     char nat[200];
     snprintf(nat, sizeof nat, native, L);
     snprintf(buf, n, "%s", nat);
@@ -276,9 +276,9 @@ static nnt_status bind_hc(const dv_model *m, const nnt_checkpoint *ck, int L, co
     for (int i = 0; i < 3; i++) {
         const char *name = a;
         snprintf(a, sizeof a, native, L, parts[i]);
-        if (!m->env.host->has_tensor(ck, a)) { /* save_pretrained's spelling, then transformers' */
+        if (!m->env.core->has_tensor(ck, a)) { /* save_pretrained's spelling, then transformers' */
             snprintf(b, sizeof b, "model.%s", a);
-            if (m->env.host->has_tensor(ck, b))
+            if (m->env.core->has_tensor(ck, b))
                 name = b;
             else
                 snprintf(a, sizeof a, hf, L, hfparts[i]);
@@ -323,29 +323,84 @@ static nnt_status bind_comp(const dv_model *m, const nnt_checkpoint *ck, int L, 
     return NNT_OK;
 }
 
+/* Each block's tensors as tables, in the manner of llama.cpp's llama-arch.cpp: the member of
+ * dv_layer a tensor binds to, its name in the release (native, under "layers.%d.") and in
+ * transformers (hf), both printf patterns taking the block, and its shape as indices into the
+ * sizes bind_layer fills: H hidden, D head_dim, QL q_lora_rank, QB heads * D, OA o_groups *
+ * o_lora_rank, OA_IN heads * D / o_groups, IQ index heads * index head_dim, IH index heads,
+ * E routed experts, I an expert's width. pick() chooses the spelling the checkpoint uses. */
+typedef struct dv_name {
+    size_t field;
+    const char *native, *hf;
+    int ndim;
+    int size[2];
+} dv_name;
+enum { DV_H, DV_D, DV_QL, DV_QB, DV_OA, DV_OA_IN, DV_IQ, DV_IH, DV_E, DV_I, DV_SIZES };
+static const dv_name DV_ATTN_NAMES[] = {
+    {offsetof(dv_layer, attn_norm), "layers.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", 1, {DV_H}},
+    {offsetof(dv_layer, ffn_norm), "layers.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", 1, {DV_H}},
+    {offsetof(dv_layer, wq_a), "layers.%d.attn.wq_a.weight", "model.layers.%d.self_attn.q_a_proj.weight", 2, {DV_QL, DV_H}},
+    {offsetof(dv_layer, q_norm), "layers.%d.attn.q_norm.weight", "model.layers.%d.self_attn.q_a_norm.weight", 1, {DV_QL}},
+    {offsetof(dv_layer, wq_b), "layers.%d.attn.wq_b.weight", "model.layers.%d.self_attn.q_b_proj.weight", 2, {DV_QB, DV_QL}},
+    {offsetof(dv_layer, wkv), "layers.%d.attn.wkv.weight", "model.layers.%d.self_attn.kv_proj.weight", 2, {DV_D, DV_H}},
+    {offsetof(dv_layer, kv_norm), "layers.%d.attn.kv_norm.weight", "model.layers.%d.self_attn.kv_norm.weight", 1, {DV_D}},
+    {offsetof(dv_layer, wo_a), "layers.%d.attn.wo_a.weight", "model.layers.%d.self_attn.o_a_proj.weight", 2, {DV_OA, DV_OA_IN}},
+    {offsetof(dv_layer, wo_b), "layers.%d.attn.wo_b.weight", "model.layers.%d.self_attn.o_b_proj.weight", 2, {DV_H, DV_OA}},
+};
+static const dv_name DV_INDEXER_NAMES[] = {
+    {offsetof(dv_layer, iq_b), "layers.%d.attn.indexer.wq_b.weight",
+     "model.layers.%d.self_attn.compressor.indexer.q_b_proj.weight", 2, {DV_IQ, DV_QL}},
+    {offsetof(dv_layer, iweights), "layers.%d.attn.indexer.weights_proj.weight",
+     "model.layers.%d.self_attn.compressor.indexer.scorer.weights_proj.weight", 2, {DV_IH, DV_H}},
+};
+static const dv_name DV_ROUTER_NAMES[] = {
+    {offsetof(dv_layer, moe.router), "layers.%d.ffn.gate.weight", "model.layers.%d.mlp.gate.weight", 2, {DV_E, DV_H}},
+};
+static const dv_name DV_SHARED_NAMES[] = {
+    {offsetof(dv_layer, moe.shared.gate), "layers.%d.ffn.shared_experts.w1.weight",
+     "model.layers.%d.mlp.shared_experts.gate_proj.weight", 2, {DV_I, DV_H}},
+    {offsetof(dv_layer, moe.shared.up), "layers.%d.ffn.shared_experts.w3.weight",
+     "model.layers.%d.mlp.shared_experts.up_proj.weight", 2, {DV_I, DV_H}},
+    {offsetof(dv_layer, moe.shared.down), "layers.%d.ffn.shared_experts.w2.weight",
+     "model.layers.%d.mlp.shared_experts.down_proj.weight", 2, {DV_H, DV_I}},
+};
+
+/* Binds rows names[0..n) of block L into *ly under the spelling pick() finds, each of shape
+ * sizes[size[0]], ... Errors: as fam_weight. */
+static nnt_status bind_names(const dv_model *m, const nnt_checkpoint *ck, int L, const dv_name *names, int n,
+                             const int64_t *sizes, dv_layer *ly, nnt_error *err)
+{
+    char buf[224];
+    for (int i = 0; i < n; i++) {
+        int64_t shape[2];
+        for (int d = 0; d < names[i].ndim; d++) shape[d] = sizes[names[i].size[d]];
+        CK(fam_weight(&m->env, ck, pick(m, ck, buf, sizeof buf, L, names[i].native, names[i].hf), names[i].ndim, shape,
+                      (nnt_tensor *)((char *)ly + names[i].field), err));
+    }
+    return NNT_OK;
+}
+
 static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int kind, int hash, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     dv_layer *ly = &m->l[L];
     ly->kind = kind;
     ly->hash = hash;
     int64_t H = m->hidden, D = m->head_dim, Q = m->q_lora, Hh = m->heads, G = m->o_groups, OL = m->o_lora;
     char n[224];
-#define W(field, nat, hf, nd, ...)                                                                                     \
-    do {                                                                                                               \
-        int64_t shp[] = {__VA_ARGS__};                                                                                 \
-        CK(fam_weight(env, ck, pick(m, ck, n, sizeof n, L, nat, hf), nd, shp, &ly->field, err));                      \
-    } while (0)
-    W(attn_norm, "layers.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", 1, H);
-    W(ffn_norm, "layers.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", 1, H);
-    W(wq_a, "layers.%d.attn.wq_a.weight", "model.layers.%d.self_attn.q_a_proj.weight", 2, Q, H);
-    W(q_norm, "layers.%d.attn.q_norm.weight", "model.layers.%d.self_attn.q_a_norm.weight", 1, Q);
-    W(wq_b, "layers.%d.attn.wq_b.weight", "model.layers.%d.self_attn.q_b_proj.weight", 2, Hh * D, Q);
-    W(wkv, "layers.%d.attn.wkv.weight", "model.layers.%d.self_attn.kv_proj.weight", 2, D, H);
-    W(kv_norm, "layers.%d.attn.kv_norm.weight", "model.layers.%d.self_attn.kv_norm.weight", 1, D);
-    W(wo_a, "layers.%d.attn.wo_a.weight", "model.layers.%d.self_attn.o_a_proj.weight", 2, G * OL, Hh * D / G);
-    W(wo_b, "layers.%d.attn.wo_b.weight", "model.layers.%d.self_attn.o_b_proj.weight", 2, H, G * OL);
+    int64_t E = m->experts, I = m->moe_inter, K = m->top_k;
+    const int64_t sizes[DV_SIZES] = {[DV_H] = H,
+                                     [DV_D] = D,
+                                     [DV_QL] = Q,
+                                     [DV_QB] = Hh * D,
+                                     [DV_OA] = G * OL,
+                                     [DV_OA_IN] = Hh * D / G,
+                                     [DV_IQ] = (int64_t)m->index_heads * m->index_dim,
+                                     [DV_IH] = m->index_heads,
+                                     [DV_E] = E,
+                                     [DV_I] = I};
+    CK(bind_names(m, ck, L, DV_ATTN_NAMES, (int)(sizeof DV_ATTN_NAMES / sizeof DV_ATTN_NAMES[0]), sizes, ly, err));
     nnt_tensor tmp;
     CK(fam_vector_f32(env, ck, pick(m, ck, n, sizeof n, L, "layers.%d.attn.attn_sink", "model.layers.%d.self_attn.sinks"), Hh,
                       &ly->sinks, err));
@@ -356,14 +411,11 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
     if (kind != SLIDING) CK(bind_comp(m, ck, L, 0, m->rate[kind], kind == CSA, &ly->comp, err));
     if (kind == CSA) {
         CK(bind_comp(m, ck, L, 1, m->rate[CSA], 1, &ly->icomp, err));
-        W(iq_b, "layers.%d.attn.indexer.wq_b.weight", "model.layers.%d.self_attn.compressor.indexer.q_b_proj.weight", 2,
-          (int64_t)m->index_heads * m->index_dim, Q);
-        W(iweights, "layers.%d.attn.indexer.weights_proj.weight",
-          "model.layers.%d.self_attn.compressor.indexer.scorer.weights_proj.weight", 2, (int64_t)m->index_heads, H);
+        CK(bind_names(m, ck, L, DV_INDEXER_NAMES, (int)(sizeof DV_INDEXER_NAMES / sizeof DV_INDEXER_NAMES[0]), sizes, ly,
+                      err));
     }
     /* the mixture */
-    int64_t E = m->experts, I = m->moe_inter, K = m->top_k, rs[2] = {E, H};
-    W(moe.router, "layers.%d.ffn.gate.weight", "model.layers.%d.mlp.gate.weight", 2, E, H);
+    CK(bind_names(m, ck, L, DV_ROUTER_NAMES, (int)(sizeof DV_ROUTER_NAMES / sizeof DV_ROUTER_NAMES[0]), sizes, ly, err));
     if (hash) {
         const char *tn = pick(m, ck, n, sizeof n, L, "layers.%d.ffn.gate.tid2eid", "model.layers.%d.mlp.gate.tid2eid");
         int64_t ts[2] = {m->vocab, K};
@@ -387,24 +439,24 @@ static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int k
         const char *bn = pick(m, ck, n, sizeof n, L, "layers.%d.ffn.gate.bias", "model.layers.%d.mlp.gate.e_score_correction_bias");
         if (h->has_tensor(ck, bn)) CK(fam_bind_vector(&m->env, ck, bn, E, &ly->bias_host, &ly->moe.bias, err));
     }
-    (void)rs;
     static const fam_expert_names spellings[] = {
-        {"layers.%d.ffn.experts.%d.w1.weight", "layers.%d.ffn.experts.%d.w3.weight", "layers.%d.ffn.experts.%d.w2.weight"},
-        {"model.layers.%d.ffn.experts.%d.w1.weight", "model.layers.%d.ffn.experts.%d.w3.weight",
-         "model.layers.%d.ffn.experts.%d.w2.weight"},
-        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+        {.gate = "layers.%d.ffn.experts.%d.w1.weight",
+         .up = "layers.%d.ffn.experts.%d.w3.weight",
+         .down = "layers.%d.ffn.experts.%d.w2.weight"},
+        {.gate = "model.layers.%d.ffn.experts.%d.w1.weight",
+         .up = "model.layers.%d.ffn.experts.%d.w3.weight",
+         .down = "model.layers.%d.ffn.experts.%d.w2.weight"},
+        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
     };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj", "model.layers.%d.mlp.experts.down_proj",
                         spellings, 3, ly->moe.experts, err));
     if (m->shared) {
-        W(moe.shared.gate, "layers.%d.ffn.shared_experts.w1.weight", "model.layers.%d.mlp.shared_experts.gate_proj.weight", 2, I, H);
-        W(moe.shared.up, "layers.%d.ffn.shared_experts.w3.weight", "model.layers.%d.mlp.shared_experts.up_proj.weight", 2, I, H);
-        W(moe.shared.down, "layers.%d.ffn.shared_experts.w2.weight", "model.layers.%d.mlp.shared_experts.down_proj.weight", 2, H, I);
+        CK(bind_names(m, ck, L, DV_SHARED_NAMES, (int)(sizeof DV_SHARED_NAMES / sizeof DV_SHARED_NAMES[0]), sizes, ly, err));
         ly->moe.has_shared = 1;
     }
-#undef W
     ly->moe.num_experts = m->experts;
     ly->moe.top_k = m->top_k;
     ly->moe.intermediate = m->moe_inter;
@@ -461,15 +513,15 @@ static nnt_status compress_entries(dv_model *m, nnt_run *run, const comp_w *c, d
     int64_t B = args->batch, T = args->seq, P = args->past, M = B * T, coff = c->overlap ? 2 : 1, D = c->dim;
     nnt_status st;
     nnt_tensor kv, gate, kv3, g3;
-    TRY(fam_alloc(env, run, NNT_F32, &kv, err, 2, M, coff * D));
-    TRY(fam_alloc(env, run, NNT_F32, &gate, err, 2, M, coff * D));
-    TRY(fam_alloc(env, run, NNT_F32, entries, err, 3, B, C, D));
+    TRY(fam_alloc(env, run, NNT_F32, &kv, err, NNT_SHAPE(M, coff * D)));
+    TRY(fam_alloc(env, run, NNT_F32, &gate, err, NNT_SHAPE(M, coff * D)));
+    TRY(fam_alloc(env, run, NNT_F32, entries, err, NNT_SHAPE(B, C, D)));
     TRY(be->linear(bc, xn, &c->wkv, &kv, err));
     TRY(be->linear(bc, xn, &c->wgate, &gate, err));
     TRY(dv_comp_rows(env, run, cc, capacity, &kv, &gate, B, P, T, coff * D, &kv3, &g3, err));
     TRY(be->compress(bc, &kv3, &g3, &c->ape_t, c->rate, c->overlap, rows->first, count, entries, err));
     if (C > 0) {
-        nnt_tensor flat = fam_view(entries, 2, B * C, D), e4 = fam_view(entries, 4, B, (int64_t)1, C, D);
+        nnt_tensor flat = fam_view(entries, NNT_SHAPE(B * C, D)), e4 = fam_view(entries, NNT_SHAPE(B, (int64_t)1, C, D));
         TRY(be->rms_norm(bc, &flat, &c->norm, (float)m->eps, &flat, err));
         for (int64_t b = 0; b < B; b++)
             for (int64_t w = 0; w < C; w++) entry_pos[b * C + w] = (int32_t)(w * c->rate);
@@ -485,7 +537,7 @@ static nnt_status indexer_select(dv_model *m, nnt_run *run, int L, const nnt_for
                                  uint8_t *allow, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     const dv_layer *ly = &m->l[L];
@@ -501,14 +553,14 @@ static nnt_status indexer_select(dv_model *m, nnt_run *run, int L, const nnt_for
     }
     TRY(compress_entries(m, run, &ly->icomp, rows->cache ? &rows->cache->l[L].icomp : NULL,
                          rows->cache ? rows->cache->capacity : 0, args, rows, rows->count_csa, xn, C, pos, &keys, err));
-    TRY(fam_alloc(env, run, NNT_F32, &q, err, 2, M, nI * dI));
+    TRY(fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, nI * dI)));
     TRY(be->linear(bc, qr, &ly->iq_b, &q, err));
-    nnt_tensor q4 = fam_view(&q, 4, M, nI, (int64_t)1, dI);
+    nnt_tensor q4 = fam_view(&q, NNT_SHAPE(M, nI, (int64_t)1, dI));
     TRY(be->rope(bc, &q4, args->positions, m->inv_freq[1], (int)(dI - m->rot), m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
-    TRY(fam_alloc(env, run, NNT_F32, &w, err, 2, M, nI));
+    TRY(fam_alloc(env, run, NNT_F32, &w, err, NNT_SHAPE(M, nI)));
     TRY(be->linear(bc, xn, &ly->iweights, &w, err));
-    TRY(fam_alloc(env, run, NNT_F32, &scores, err, 3, B, T, C));
-    nnt_tensor qb = fam_view(&q, 4, B, T, nI, dI);
+    TRY(fam_alloc(env, run, NNT_F32, &scores, err, NNT_SHAPE(B, T, C)));
+    nnt_tensor qb = fam_view(&q, NNT_SHAPE(B, T, nI, dI));
     TRY(be->indexer_scores(bc, &qb, &keys, &w, 1.0f / sqrtf((float)dI) / sqrtf((float)nI), &scores, err));
     sc = malloc((size_t)(B * T * C) * sizeof *sc);
     if (!sc) {
@@ -545,7 +597,7 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
                                const nnt_tensor *xn, nnt_tensor *out, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     const dv_layer *ly = &m->l[L];
@@ -567,25 +619,25 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
         goto done;
     }
     /* queries: q_a_proj, q_a_norm, q_b_proj, then an unweighted RMSNorm per head and rotary */
-    TRY(fam_alloc(env, run, NNT_F32, &qr, err, 2, M, (int64_t)m->q_lora));
+    TRY(fam_alloc(env, run, NNT_F32, &qr, err, NNT_SHAPE(M, (int64_t)m->q_lora)));
     TRY(be->linear(bc, xn, &ly->wq_a, &qr, err));
     TRY(be->rms_norm(bc, &qr, &ly->q_norm, (float)m->eps, &qr, err));
-    TRY(fam_alloc(env, run, NNT_F32, &q, err, 2, M, Hh * D));
+    TRY(fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, Hh * D)));
     TRY(be->linear(bc, &qr, &ly->wq_b, &q, err));
-    nnt_tensor qheads = fam_view(&q, 2, M * Hh, D);
+    nnt_tensor qheads = fam_view(&q, NNT_SHAPE(M * Hh, D));
     TRY(be->rms_norm(bc, &qheads, NULL, (float)m->eps, &qheads, err));
-    TRY(fam_alloc(env, run, NNT_F32, &qh, err, 4, B, Hh, T, D));
-    nnt_tensor q4 = fam_view(&q, 4, B, T, Hh, D);
+    TRY(fam_alloc(env, run, NNT_F32, &qh, err, NNT_SHAPE(B, Hh, T, D)));
+    nnt_tensor q4 = fam_view(&q, NNT_SHAPE(B, T, Hh, D));
     TRY(be->swap12(bc, &q4, &qh, err));
     TRY(be->rope(bc, &qh, args->positions, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
     /* the one key/value head of every token, then the compressed entries after them */
-    TRY(fam_alloc(env, run, NNT_F32, &kv, err, 2, M, D));
+    TRY(fam_alloc(env, run, NNT_F32, &kv, err, NNT_SHAPE(M, D)));
     TRY(be->linear(bc, xn, &ly->wkv, &kv, err));
     TRY(be->rms_norm(bc, &kv, &ly->kv_norm, (float)m->eps, &kv, err));
-    nnt_tensor kv4 = fam_view(&kv, 4, B, (int64_t)1, T, D);
+    nnt_tensor kv4 = fam_view(&kv, NNT_SHAPE(B, (int64_t)1, T, D));
     TRY(be->rope(bc, &kv4, args->positions, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
-    TRY(fam_alloc(env, run, NNT_F32, &keys, err, 4, B, (int64_t)1, S, D));
-    nnt_tensor keys2 = fam_view(&keys, 2, B, S * D), kv2 = fam_view(&kv, 2, B, T * D);
+    TRY(fam_alloc(env, run, NNT_F32, &keys, err, NNT_SHAPE(B, (int64_t)1, S, D)));
+    nnt_tensor keys2 = fam_view(&keys, NNT_SHAPE(B, S * D)), kv2 = fam_view(&kv, NNT_SHAPE(B, T * D));
     if (W) TRY(be->copy_cols(bc, &lc->win.k, 0, &keys2, 0, W * D, err));
     TRY(be->copy_cols(bc, &kv2, 0, &keys2, W * D, T * D, err));
     const int32_t *count = ly->kind == CSA ? rows->count_csa : rows->count_hca;
@@ -593,7 +645,7 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
         TRY(compress_entries(m, run, &ly->comp, lc ? &lc->comp : NULL, rows->cache ? rows->cache->capacity : 0, args, rows,
                              count, xn, C, epos, &entries, err));
         if (C > 0) {
-            nnt_tensor e2 = fam_view(&entries, 2, B, C * D);
+            nnt_tensor e2 = fam_view(&entries, NNT_SHAPE(B, C * D));
             TRY(be->copy_cols(bc, &e2, 0, &keys2, K * D, C * D, err));
         }
     }
@@ -629,10 +681,10 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
                           .allow = allow,
                           .causal = 1,
                           .window = m->window};
-    TRY(h->emit(run, NNT_SV_ATTN_QUERIES, L, &qh));
+    TRY(h->emit(run, NNT_VALUE_ATTN_QUERIES, L, &qh));
     /* keys and values are one tensor: an edit to either is an edit to both */
-    TRY(h->emit(run, NNT_SV_ATTN_KEYS, L, &keys));
-    TRY(h->emit(run, NNT_SV_ATTN_VALUES, L, &keys));
+    TRY(h->emit(run, NNT_VALUE_ATTN_KEYS, L, &keys));
+    TRY(h->emit(run, NNT_VALUE_ATTN_VALUES, L, &keys));
     /* the window's keys for the next call: the last window - 1 token keys, as
      * edited */
     if (lc) {
@@ -646,26 +698,26 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
             }
         wc->len = (int)n;
     }
-    TRY(fam_alloc(env, run, NNT_F32, &scores, err, 4, B, Hh, T, S));
+    TRY(fam_alloc(env, run, NNT_F32, &scores, err, NNT_SHAPE(B, Hh, T, S)));
     TRY(be->attn_scores(bc, &qh, &keys, 1.0f / sqrtf((float)D), &mask, &scores, err));
-    TRY(h->emit(run, NNT_SV_ATTN_SCORES, L, &scores));
+    TRY(h->emit(run, NNT_VALUE_ATTN_SCORES, L, &scores));
     /* the probabilities overwrite the scores (saved or edited by now), and the head outputs
      * take the place of q (its heads were moved into qh): two [B, T, heads, ...] buffers fewer
      * at once, a long prompt's largest */
     probs = scores;
     TRY(be->softmax(bc, &scores, ly->sinks, &probs, err));
-    TRY(h->emit(run, NNT_SV_ATTN_PROBABILITIES, L, &probs));
-    o = fam_view(&q, 4, B, T, Hh, D);
+    TRY(h->emit(run, NNT_VALUE_ATTN_PROBABILITIES, L, &probs));
+    o = fam_view(&q, NNT_SHAPE(B, T, Hh, D));
     TRY(be->attn_mix(bc, &probs, &keys, &o, err));
     /* the values carried their rotation: turn the output back at the query's position */
-    nnt_tensor o4 = fam_view(&o, 4, M, Hh, (int64_t)1, D);
+    nnt_tensor o4 = fam_view(&o, NNT_SHAPE(M, Hh, (int64_t)1, D));
     TRY(be->rope(bc, &o4, rows->neg_pos, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
-    TRY(h->emit(run, NNT_SV_ATTN_HEAD_OUTPUTS, L, &o));
+    TRY(h->emit(run, NNT_VALUE_ATTN_HEAD_OUTPUTS, L, &o));
     /* grouped output projection: each group of heads through its own block of o_a_proj */
-    TRY(fam_alloc(env, run, NNT_F32, &tmp, err, 2, M, gin));
-    TRY(fam_alloc(env, run, NNT_F32, &z, err, 2, M, G * OL));
-    nnt_tensor o2 = fam_view(&o, 2, M, Hh * D), zg;
-    TRY(fam_alloc(env, run, NNT_F32, &zg, err, 2, M, OL));
+    TRY(fam_alloc(env, run, NNT_F32, &tmp, err, NNT_SHAPE(M, gin)));
+    TRY(fam_alloc(env, run, NNT_F32, &z, err, NNT_SHAPE(M, G * OL)));
+    nnt_tensor o2 = fam_view(&o, NNT_SHAPE(M, Hh * D)), zg;
+    TRY(fam_alloc(env, run, NNT_F32, &zg, err, NNT_SHAPE(M, OL)));
     for (int64_t g = 0; g < G; g++) {
         nnt_tensor wg;
         TRY(fam_rows(env, &ly->wo_a, 0, g * OL, OL, "o_a_proj", &wg, err));
@@ -674,8 +726,8 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
         TRY(be->copy_cols(bc, &zg, 0, &z, g * OL, OL, err));
     }
     TRY(be->linear(bc, &z, &ly->wo_b, out, err));
-    nnt_tensor out3 = fam_view(out, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_ATTN_OUTPUT, L, &out3));
+    nnt_tensor out3 = fam_view(out, NNT_SHAPE(B, T, H));
+    TRY(h->emit(run, NNT_VALUE_ATTN_OUTPUT, L, &out3));
 done:
     free(kpos);
     free(epos);
@@ -691,7 +743,7 @@ static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *
 {
     dv_model *m = model;
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     int64_t B = args->batch, T = args->seq, M = B * T, H = m->hidden, V = m->vocab, n = m->streams;
@@ -726,59 +778,59 @@ static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *
         rows.count_hca[b] = (int32_t)(real / m->rate[HCA]);
     }
     for (int64_t i = 0; i < M; i++) rows.neg_pos[i] = -args->positions[i];
-    TRY(fam_alloc(env, run, NNT_I32, &ids, err, 1, M));
+    TRY(fam_alloc(env, run, NNT_I32, &ids, err, NNT_SHAPE(M)));
     TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
-    TRY(fam_alloc(env, run, NNT_F32, &emb, err, 2, M, H));
+    TRY(fam_alloc(env, run, NNT_F32, &emb, err, NNT_SHAPE(M, H)));
     TRY(be->embedding(bc, &m->embed, &ids, &emb, err));
-    nnt_tensor e3 = fam_view(&emb, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_TOKEN_EMBEDDINGS, -1, &e3));
+    nnt_tensor e3 = fam_view(&emb, NNT_SHAPE(B, T, H));
+    TRY(h->emit(run, NNT_VALUE_TOKEN_EMBEDDINGS, -1, &e3));
     /* the embedding copied into every stream */
-    TRY(fam_alloc(env, run, NNT_F32, &x, err, 3, M, n, H));
-    TRY(fam_alloc(env, run, NNT_F32, &hbuf, err, 3, M, n, H));
-    nnt_tensor x2 = fam_view(&x, 2, M, n * H);
+    TRY(fam_alloc(env, run, NNT_F32, &x, err, NNT_SHAPE(M, n, H)));
+    TRY(fam_alloc(env, run, NNT_F32, &hbuf, err, NNT_SHAPE(M, n, H)));
+    nnt_tensor x2 = fam_view(&x, NNT_SHAPE(M, n * H));
     for (int64_t j = 0; j < n; j++) TRY(be->copy_cols(bc, &emb, 0, &x2, j * H, H, err));
-    nnt_tensor x4 = fam_view(&x, 4, B, T, n, H);
+    nnt_tensor x4 = fam_view(&x, NNT_SHAPE(B, T, n, H));
     for (int L = 0; L < m->layers; L++) {
         dv_layer *ly = &m->l[L];
         size_t mark = h->arena_mark(run);
-        TRY(h->emit(run, NNT_SV_LAYER_INPUT, L, &x4));
-        TRY(fam_alloc(env, run, NNT_F32, &post, err, 2, M, n));
-        TRY(fam_alloc(env, run, NNT_F32, &comb, err, 3, M, n, n));
-        TRY(fam_alloc(env, run, NNT_F32, &coll, err, 2, M, H));
-        TRY(fam_alloc(env, run, NNT_F32, &xn, err, 2, M, H));
-        TRY(fam_alloc(env, run, NNT_F32, &sub, err, 2, M, H));
-        nnt_tensor p3 = fam_view(&post, 3, B, T, n), c4 = fam_view(&comb, 4, B, T, n, n);
+        TRY(h->emit(run, NNT_VALUE_LAYER_INPUT, L, &x4));
+        TRY(fam_alloc(env, run, NNT_F32, &post, err, NNT_SHAPE(M, n)));
+        TRY(fam_alloc(env, run, NNT_F32, &comb, err, NNT_SHAPE(M, n, n)));
+        TRY(fam_alloc(env, run, NNT_F32, &coll, err, NNT_SHAPE(M, H)));
+        TRY(fam_alloc(env, run, NNT_F32, &xn, err, NNT_SHAPE(M, H)));
+        TRY(fam_alloc(env, run, NNT_F32, &sub, err, NNT_SHAPE(M, H)));
+        nnt_tensor p3 = fam_view(&post, NNT_SHAPE(B, T, n)), c4 = fam_view(&comb, NNT_SHAPE(B, T, n, n));
         /* around the attention */
         TRY(be->hyper_connection(bc, &x, &ly->hc_attn.fn_t, &ly->hc_attn.base_t, &ly->hc_attn.scale_t, (float)m->eps,
                                  (float)m->hc_eps, m->sinkhorn, &post, &comb, &coll, err));
-        TRY(h->emit(run, NNT_SV_ATTENTION_POST, L, &p3));
-        TRY(h->emit(run, NNT_SV_ATTENTION_COMB, L, &c4));
+        TRY(h->emit(run, NNT_VALUE_ATTENTION_POST, L, &p3));
+        TRY(h->emit(run, NNT_VALUE_ATTENTION_COMB, L, &c4));
         TRY(be->rms_norm(bc, &coll, &ly->attn_norm, (float)m->eps, &xn, err));
         TRY(dv_attention(m, run, L, args, &rows, &xn, &sub, err));
         TRY(be->hyper_mix(bc, &x, &sub, &post, &comb, &hbuf, err));
         /* around the mixture */
         TRY(be->hyper_connection(bc, &hbuf, &ly->hc_ffn.fn_t, &ly->hc_ffn.base_t, &ly->hc_ffn.scale_t, (float)m->eps,
                                  (float)m->hc_eps, m->sinkhorn, &post, &comb, &coll, err));
-        TRY(h->emit(run, NNT_SV_MLP_POST, L, &p3));
-        TRY(h->emit(run, NNT_SV_MLP_COMB, L, &c4));
+        TRY(h->emit(run, NNT_VALUE_MLP_POST, L, &p3));
+        TRY(h->emit(run, NNT_VALUE_MLP_COMB, L, &c4));
         TRY(be->rms_norm(bc, &coll, &ly->ffn_norm, (float)m->eps, &xn, err));
         TRY(fam_moe_forward(env, run, L, &ly->moe, &dims, args->input_ids, &xn, &sub, err));
         TRY(be->hyper_mix(bc, &hbuf, &sub, &post, &comb, &x, err));
-        TRY(h->emit(run, NNT_SV_LAYER_OUTPUT, L, &x4));
+        TRY(h->emit(run, NNT_VALUE_LAYER_OUTPUT, L, &x4));
         h->arena_release(run, mark);
     }
     /* the readout: collapse the streams through hc_head, then norm and lm_head */
-    TRY(fam_alloc(env, run, NNT_F32, &y, err, 2, M, H));
+    TRY(fam_alloc(env, run, NNT_F32, &y, err, NNT_SHAPE(M, H)));
     TRY(be->hyper_head(bc, &x, &m->hc_head.fn_t, &m->hc_head.base_t, &m->hc_head.scale_t, (float)m->eps, (float)m->hc_eps,
                        &y, err));
     TRY(be->rms_norm(bc, &y, &m->final_norm, (float)m->eps, &y, err));
-    nnt_tensor y3 = fam_view(&y, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_FINAL_NORM_OUTPUT, -1, &y3));
-    TRY(fam_alloc(env, run, NNT_F32, &logits, err, 2, M, V));
+    nnt_tensor y3 = fam_view(&y, NNT_SHAPE(B, T, H));
+    TRY(h->emit(run, NNT_VALUE_FINAL_NORM_OUTPUT, -1, &y3));
+    TRY(fam_alloc(env, run, NNT_F32, &logits, err, NNT_SHAPE(M, V)));
     TRY(be->linear(bc, &y, &m->lm_head, &logits, err));
-    nnt_tensor l3 = fam_view(&logits, 3, B, T, V);
-    TRY(h->emit(run, NNT_SV_LM_HEAD_OUTPUT, -1, &l3));
-    TRY(h->emit(run, NNT_SV_LOGITS, -1, &l3));
+    nnt_tensor l3 = fam_view(&logits, NNT_SHAPE(B, T, V));
+    TRY(h->emit(run, NNT_VALUE_LM_HEAD_OUTPUT, -1, &l3));
+    TRY(h->emit(run, NNT_VALUE_LOGITS, -1, &l3));
 done:
     free(rows.first);
     free(rows.count_csa);
@@ -793,9 +845,9 @@ static nnt_status dv_project(void *model, nnt_run *run, const nnt_tensor *x, int
     dv_model *m = model;
     const fam_env *env = &m->env;
     int64_t M = x->shape[0], H = m->hidden;
-    size_t mark = env->host->arena_mark(run);
+    size_t mark = env->core->arena_mark(run);
     nnt_tensor y;
-    nnt_status st = fam_alloc(env, run, NNT_F32, &y, err, 2, M, H);
+    nnt_status st = fam_alloc(env, run, NNT_F32, &y, err, NNT_SHAPE(M, H));
     if (st == NNT_OK && streams)
         st = env->be->hyper_head(env->be_ctx, x, &m->hc_head.fn_t, &m->hc_head.base_t, &m->hc_head.scale_t, (float)m->eps,
                                  (float)m->hc_eps, &y, err);
@@ -803,7 +855,7 @@ static nnt_status dv_project(void *model, nnt_run *run, const nnt_tensor *x, int
         st = env->be->copy(env->be_ctx, x, &y, err);
     if (st == NNT_OK) st = env->be->rms_norm(env->be_ctx, &y, &m->final_norm, (float)m->eps, &y, err);
     if (st == NNT_OK) st = env->be->linear(env->be_ctx, &y, &m->lm_head, logits, err);
-    env->host->arena_release(run, mark);
+    env->core->arena_release(run, mark);
     return st;
 }
 
@@ -827,36 +879,36 @@ static void dv_unload(void *model)
 static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     dv_model *m = calloc(1, sizeof *m);
-    if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (!m) return args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     fam_env_init(&m->env, args);
     /* in bfloat16, transformers' DeepSeek-V4 multiplies its float32 norm gains and its rotation
      * in float32 and casts once (modeling_deepseek_v4.py, DeepseekV4RMSNorm, apply_rotary_pos_emb) */
     m->env.bf16_style = NNT_TENSOR_BF16_ONCE;
     const nnt_checkpoint *ck = args->ckpt;
     int *kinds = calloc(4097, sizeof *kinds), *hash = calloc(4097, sizeof *hash);
-    nnt_status st = kinds && hash ? read_config(m, ck, kinds, hash, err) : args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    nnt_status st = kinds && hash ? read_config(m, ck, kinds, hash, err) : args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     if (st == NNT_OK) {
         m->l = calloc((size_t)m->layers, sizeof *m->l);
         m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
-        if (!m->l || !m->expert_pool) st = args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        if (!m->l || !m->expert_pool) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     char n[128];
     if (st == NNT_OK) {
         int64_t es[2] = {m->vocab, m->hidden}, hs[1] = {m->hidden};
-        const char *e = args->host->has_tensor(ck, "embed.weight") ? "embed.weight" : "model.embed_tokens.weight";
+        const char *e = args->core->has_tensor(ck, "embed.weight") ? "embed.weight" : "model.embed_tokens.weight";
         st = fam_weight(&m->env, ck, e, 2, es, &m->embed, err);
         if (st == NNT_OK)
-            st = fam_weight(&m->env, ck, args->host->has_tensor(ck, "norm.weight") ? "norm.weight" : "model.norm.weight", 1, hs,
+            st = fam_weight(&m->env, ck, args->core->has_tensor(ck, "norm.weight") ? "norm.weight" : "model.norm.weight", 1, hs,
                             &m->final_norm, err);
         if (st == NNT_OK) {
-            const char *hd = args->host->has_tensor(ck, "head.weight") ? "head.weight" : "lm_head.weight";
-            if (m->tied && !args->host->has_tensor(ck, hd))
+            const char *hd = args->core->has_tensor(ck, "head.weight") ? "head.weight" : "lm_head.weight";
+            if (m->tied && !args->core->has_tensor(ck, hd))
                 m->lm_head = m->embed;
             else
                 st = fam_weight(&m->env, ck, hd, 2, es, &m->lm_head, err);
         }
         if (st == NNT_OK) {
-            int native = args->host->has_tensor(ck, "hc_head_fn");
+            int native = args->core->has_tensor(ck, "hc_head_fn");
             const char *parts[3][2] = {{"hc_head_fn", "model.hc_head.hc_fn"}, {"hc_head_base", "model.hc_head.hc_base"},
                                        {"hc_head_scale", "model.hc_head.hc_scale"}};
             int64_t counts[3] = {(int64_t)m->streams * m->streams * m->hidden, m->streams, 1};
@@ -903,7 +955,7 @@ static const char STREAMS_REASON[] =
     "hyper-connection streams: each sublayer reads a weighted mix of the residual streams rather than one stream, "
     "and this family does not map the block's inner boundaries";
 
-static nnt_status dv_value_info(const void *model, int layer, nnt_slot slot, const nnt_call_dims *d, nnt_value_info *out)
+static nnt_status dv_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d, nnt_value_info *out)
 {
     const dv_model *m = model;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden, n = m->streams, Hh = m->heads, D = m->head_dim;
@@ -911,51 +963,51 @@ static nnt_status dv_value_info(const void *model, int layer, nnt_slot slot, con
     int64_t C = ly && ly->kind != SLIDING && d ? (d->past + d->seq) / m->rate[ly->kind] : 0;
     /* a continued call sees the window's last window - 1 cached keys, then its own tokens */
     int64_t S = d ? fam_kv_cached_len(m->window > 1 ? m->window - 1 : 1, d) + C : 0;
-    switch (slot) {
-    case NNT_SV_LOGITS:
-    case NNT_SV_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->vocab); return NNT_OK;
-    case NNT_SV_TOKEN_EMBEDDINGS:
-    case NNT_SV_FINAL_NORM_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
-    case NNT_SV_LAYER_INPUT:
-    case NNT_SV_LAYER_OUTPUT:
-        fam_served(out, d, NNT_F32, 1, 4, B, T, n, H);
+    switch (id) {
+    case NNT_VALUE_LOGITS:
+    case NNT_VALUE_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->vocab)); return NNT_OK;
+    case NNT_VALUE_TOKEN_EMBEDDINGS:
+    case NNT_VALUE_FINAL_NORM_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); return NNT_OK;
+    case NNT_VALUE_LAYER_INPUT:
+    case NNT_VALUE_LAYER_OUTPUT:
+        fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, n, H));
         out->layout = "Streams";
         out->axes = "[batch seq streams hidden_size]";
         return NNT_OK;
-    case NNT_SV_ATTENTION_NORM_OUTPUT:
-    case NNT_SV_LAYER_MID:
-    case NNT_SV_MLP_NORM_OUTPUT:
-    case NNT_SV_MLP_INPUT: fam_unserved(out, "%s", STREAMS_REASON); return NNT_OK;
-    case NNT_SV_ATTENTION_POST:
-    case NNT_SV_MLP_POST: fam_served(out, d, NNT_F32, 1, 3, B, T, n); return NNT_OK;
-    case NNT_SV_ATTENTION_COMB:
-    case NNT_SV_MLP_COMB: fam_served(out, d, NNT_F32, 1, 4, B, T, n, n); return NNT_OK;
-    case NNT_SV_ATTN_QUERIES: fam_served(out, d, NNT_F32, 1, 4, B, Hh, T, D); return NNT_OK;
-    case NNT_SV_ATTN_KEYS:
-    case NNT_SV_ATTN_VALUES: fam_served(out, d, NNT_F32, 1, 4, B, (int64_t)1, S, D); return NNT_OK;
-    case NNT_SV_ATTN_SCORES:
-    case NNT_SV_ATTN_PROBABILITIES: fam_served(out, d, NNT_F32, 1, 4, B, Hh, T, S); return NNT_OK;
-    case NNT_SV_ATTN_PREMIX:
+    case NNT_VALUE_ATTENTION_NORM_OUTPUT:
+    case NNT_VALUE_LAYER_MID:
+    case NNT_VALUE_MLP_NORM_OUTPUT:
+    case NNT_VALUE_MLP_INPUT: fam_unserved(out, "%s", STREAMS_REASON); return NNT_OK;
+    case NNT_VALUE_ATTENTION_POST:
+    case NNT_VALUE_MLP_POST: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, n)); return NNT_OK;
+    case NNT_VALUE_ATTENTION_COMB:
+    case NNT_VALUE_MLP_COMB: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, n, n)); return NNT_OK;
+    case NNT_VALUE_ATTN_QUERIES: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, Hh, T, D)); return NNT_OK;
+    case NNT_VALUE_ATTN_KEYS:
+    case NNT_VALUE_ATTN_VALUES: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, (int64_t)1, S, D)); return NNT_OK;
+    case NNT_VALUE_ATTN_SCORES:
+    case NNT_VALUE_ATTN_PROBABILITIES: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, Hh, T, S)); return NNT_OK;
+    case NNT_VALUE_ATTN_PREMIX:
         fam_unserved(out, "a low-rank output projection: o_a_proj compresses each group of heads before o_b_proj, so no "
                           "module receives every head's output side by side");
         return NNT_OK;
-    case NNT_SV_ATTN_HEAD_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, Hh, D); return NNT_OK;
-    case NNT_SV_ATTN_OUTPUT:
-    case NNT_SV_MLP_OUTPUT:
-    case NNT_SV_ROUTED_OUTPUT:
-    case NNT_SV_SHARED_EXPERT_OUTPUT:
-        if (slot == NNT_SV_SHARED_EXPERT_OUTPUT && !m->shared) {
+    case NNT_VALUE_ATTN_HEAD_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, Hh, D)); return NNT_OK;
+    case NNT_VALUE_ATTN_OUTPUT:
+    case NNT_VALUE_MLP_OUTPUT:
+    case NNT_VALUE_ROUTED_OUTPUT:
+    case NNT_VALUE_SHARED_EXPERT_OUTPUT:
+        if (id == NNT_VALUE_SHARED_EXPERT_OUTPUT && !m->shared) {
             fam_unserved(out, "this checkpoint has no shared expert (n_shared_experts is 0)");
             return NNT_OK;
         }
-        fam_served(out, d, NNT_F32, 1, 3, B, T, H);
+        fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H));
         return NNT_OK;
-    case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->experts); return NNT_OK;
-    case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
-    case NNT_SV_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
-    case NNT_SV_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, (int64_t)m->top_k, H); return NNT_OK;
-    case NNT_SV_MLP_ACTIVATION:
-    case NNT_SV_MLP_NEURONS:
+    case NNT_VALUE_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->experts)); return NNT_OK;
+    case NNT_VALUE_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); return NNT_OK;
+    case NNT_VALUE_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); return NNT_OK;
+    case NNT_VALUE_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k, H)); return NNT_OK;
+    case NNT_VALUE_MLP_ACTIVATION:
+    case NNT_VALUE_MLP_NEURONS:
         fam_unserved(out, "every DeepSeek-V4 MLP is a mixture: each routed expert's activations exist only for its tokens "
                           "and the shared expert's are not the block's, so no single [batch seq intermediate_size] tensor exists");
         return NNT_OK;
@@ -969,10 +1021,10 @@ static nnt_status dv_value_info(const void *model, int layer, nnt_slot slot, con
 static nnt_status dv_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const dv_model *m = model;
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     char d[200];
     int64_t H = m->hidden, D = m->head_dim, Q = m->q_lora, Hh = m->heads, G = m->o_groups, OL = m->o_lora, I = m->moe_inter;
-    int root = h->tree_node(tree, -1, "model", NULL, "DeepseekV4ForCausalLM", NULL, NNT_HOST_MODEL, -1);
+    int root = h->tree_node(tree, -1, "model", NULL, "DeepseekV4ForCausalLM", NULL, NNT_MODULE_MODEL, -1);
     if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
     h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
     snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
@@ -980,8 +1032,8 @@ static nnt_status dv_build_tree(const void *model, nnt_tree *tree, nnt_error *er
     int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
     for (int L = 0; L < m->layers; L++) {
         const dv_layer *ly = &m->l[L];
-        int lay = h->tree_node(tree, layers, "layers", NULL, "DeepseekV4DecoderLayer", NULL, NNT_HOST_LAYER, L);
-        int at = h->tree_node(tree, lay, "self_attn", NULL, "DeepseekV4Attention", NULL, NNT_HOST_SELF_ATTN, L);
+        int lay = h->tree_node(tree, layers, "layers", NULL, "DeepseekV4DecoderLayer", NULL, NNT_MODULE_LAYER, L);
+        int at = h->tree_node(tree, lay, "self_attn", NULL, "DeepseekV4Attention", NULL, NNT_MODULE_SELF_ATTN, L);
         h->tree_node(tree, at, "q_a_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
         h->tree_node(tree, at, "q_a_norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, Q, m->eps), -1, L);
         h->tree_node(tree, at, "q_b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, Hh * D), -1, L);
@@ -1010,7 +1062,7 @@ static nnt_status dv_build_tree(const void *model, nnt_tree *tree, nnt_error *er
                 h->tree_node(tree, sc, "weights_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, nI), -1, L);
             }
         }
-        int mlp = h->tree_node(tree, lay, "mlp", NULL, "DeepseekV4SparseMoeBlock", NULL, NNT_HOST_MLP, L);
+        int mlp = h->tree_node(tree, lay, "mlp", NULL, "DeepseekV4SparseMoeBlock", NULL, NNT_MODULE_MLP, L);
         int rt = h->tree_node(tree, mlp, "gate", "router", ly->hash ? "DeepseekV4HashRouter" : "DeepseekV4TopKRouter", NULL, -1, L);
         h->tree_node(tree, rt, "score_fn", NULL, "SqrtSoftplusActivation", NULL, -1, L);
         int ex = h->tree_node(tree, mlp, "experts", NULL, "DeepseekV4Experts", NULL, -1, L);

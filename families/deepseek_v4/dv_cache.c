@@ -46,7 +46,7 @@ void dv_cache_free(void *model, void *cache)
 nnt_status dv_cache_new(void *model, int batch, int capacity, void **cache, nnt_error *err)
 {
     dv_model *m = model;
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     dv_cache *c = calloc(1, sizeof *c);
     if (c) c->l = calloc((size_t)m->layers, sizeof *c->l);
     if (!c || !c->l) {
@@ -81,8 +81,8 @@ nnt_status dv_comp_rows(const fam_env *env, nnt_run *run, dv_comp_cache *c, int 
                         nnt_tensor *gate_all, nnt_error *err)
 {
     if (!c) {
-        *kv_all = fam_view(kv, 3, B, T, W);
-        *gate_all = fam_view(gate, 3, B, T, W);
+        *kv_all = fam_view(kv, NNT_SHAPE(B, T, W));
+        *gate_all = fam_view(gate, NNT_SHAPE(B, T, W));
         return NNT_OK;
     }
     const nnt_backend_ops *be = env->be;
@@ -95,10 +95,10 @@ nnt_status dv_comp_rows(const fam_env *env, nnt_run *run, dv_comp_cache *c, int 
     const nnt_tensor *src[2] = {kv, gate};
     nnt_tensor *store[2] = {&c->kv, &c->gate}, *all[2] = {kv_all, gate_all};
     for (int i = 0; i < 2; i++) {
-        nnt_tensor call = fam_view(src[i], 2, B, T * W);
+        nnt_tensor call = fam_view(src[i], NNT_SHAPE(B, T * W));
         nnt_status st = be->copy_cols(bc, &call, 0, store[i], P * W, T * W, err);
-        if (st == NNT_OK) st = fam_alloc(env, run, NNT_F32, all[i], err, 3, B, P + T, W);
-        nnt_tensor flat = fam_view(all[i], 2, B, (P + T) * W);
+        if (st == NNT_OK) st = fam_alloc(env, run, NNT_F32, all[i], err, NNT_SHAPE(B, P + T, W));
+        nnt_tensor flat = fam_view(all[i], NNT_SHAPE(B, (P + T) * W));
         if (st == NNT_OK) st = be->copy_cols(bc, store[i], 0, &flat, 0, (P + T) * W, err);
         if (st != NNT_OK) return st;
     }

@@ -100,7 +100,7 @@ static nnt_status cfg_i(const kl_model *m, const nnt_checkpoint *ck, const char 
                         nnt_error *err)
 {
     int64_t v;
-    CK(m->env.host->cfg_int(ck, key, dflt, req, &v, err));
+    CK(m->env.core->cfg_int(ck, key, dflt, req, &v, err));
     *out = (int)v;
     return NNT_OK;
 }
@@ -109,13 +109,13 @@ static nnt_status cfg_i(const kl_model *m, const nnt_checkpoint *ck, const char 
 static const char *first_key(const kl_model *m, const nnt_checkpoint *ck, const char *const *keys, int n)
 {
     for (int i = 0; i < n; i++)
-        if (m->env.host->cfg_has(ck, keys[i])) return keys[i];
+        if (m->env.core->cfg_has(ck, keys[i])) return keys[i];
     return keys[0];
 }
 
 static nnt_status read_layer_kinds(kl_model *m, const nnt_checkpoint *ck, int *kinds, int *mlp_kinds, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     int64_t v[4096];
     int n = 0;
     if (h->cfg_has(ck, "layer_types")) {
@@ -162,7 +162,7 @@ static nnt_status read_layer_kinds(kl_model *m, const nnt_checkpoint *ck, int *k
 
 static nnt_status read_config(kl_model *m, const nnt_checkpoint *ck, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     CK(cfg_i(m, ck, "hidden_size", 0, 1, &m->hidden, err));
     CK(cfg_i(m, ck, "num_hidden_layers", 0, 1, &m->layers, err));
     CK(cfg_i(m, ck, "vocab_size", 0, 1, &m->vocab, err));
@@ -221,12 +221,42 @@ static nnt_status read_config(kl_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
+/* The tensors of a Kimi Delta Attention block with one spelling, as tables (the kit's
+ * fam_bind_names binds them into a kda_w): the input projections, then the beta, output-gate,
+ * output-norm and output projections. The convolutions and the forget gate have two spellings
+ * each (code below). Shapes index these sizes: H hidden, HEADS linear-attention heads, D head
+ * width, P = HEADS * D. */
+enum { KDA_H, KDA_HEADS, KDA_D, KDA_P, KDA_SIZES };
+static const fam_tensor_name KDA_IN_NAMES[] = {
+    {offsetof(kda_w, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {KDA_P, KDA_H}},
+    {offsetof(kda_w, k_proj), "model.layers.%d.self_attn.k_proj.weight", 2, {KDA_P, KDA_H}},
+    {offsetof(kda_w, v_proj), "model.layers.%d.self_attn.v_proj.weight", 2, {KDA_P, KDA_H}},
+};
+static const fam_tensor_name KDA_OUT_NAMES[] = {
+    {offsetof(kda_w, b_proj), "model.layers.%d.self_attn.b_proj.weight", 2, {KDA_HEADS, KDA_H}},
+    {offsetof(kda_w, g_a), "model.layers.%d.self_attn.g_a_proj.weight", 2, {KDA_D, KDA_H}},
+    {offsetof(kda_w, g_b), "model.layers.%d.self_attn.g_b_proj.weight", 2, {KDA_P, KDA_D}},
+    {offsetof(kda_w, o_norm), "model.layers.%d.self_attn.o_norm.weight", 1, {KDA_D}},
+    {offsetof(kda_w, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {KDA_H, KDA_P}},
+};
+/* The tensors of a latent-attention (MLA) block, bound into an mla_w. Shapes index: H hidden, Q
+ * heads * (nope + rope), KV_A kv_lora_rank + rope, LORA kv_lora_rank, KV_B heads * (nope +
+ * v_head_dim), O heads * v_head_dim. */
+enum { MLA_H, MLA_Q, MLA_KV_A, MLA_LORA, MLA_KV_B, MLA_O, MLA_SIZES };
+static const fam_tensor_name MLA_NAMES[] = {
+    {offsetof(mla_w, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MLA_Q, MLA_H}},
+    {offsetof(mla_w, kv_a), "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", 2, {MLA_KV_A, MLA_H}},
+    {offsetof(mla_w, kv_a_norm), "model.layers.%d.self_attn.kv_a_layernorm.weight", 1, {MLA_LORA}},
+    {offsetof(mla_w, kv_b), "model.layers.%d.self_attn.kv_b_proj.weight", 2, {MLA_KV_B, MLA_LORA}},
+    {offsetof(mla_w, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {MLA_H, MLA_O}},
+};
+
 /* Binds `name` as F32 host data of n values whatever its shape (A_log is [1, 1, H, 1] on the
  * hub and [H, 1] in transformers). */
 static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *w, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     int64_t H = m->hidden, Hh = m->lin_heads, D = m->lin_dim, P = Hh * D, W = m->conv_w;
     char n[192], alt[192];
 #define WT(field, nd, ...)                                                                                             \
@@ -235,12 +265,8 @@ static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *
         CK(fam_weight(env, ck, n, nd, shp, &w->field, err));                                                           \
     } while (0)
 #define NAME(fmt) snprintf(n, sizeof n, fmt, L)
-    NAME("model.layers.%d.self_attn.q_proj.weight");
-    WT(q_proj, 2, P, H);
-    NAME("model.layers.%d.self_attn.k_proj.weight");
-    WT(k_proj, 2, P, H);
-    NAME("model.layers.%d.self_attn.v_proj.weight");
-    WT(v_proj, 2, P, H);
+    const int64_t sizes[KDA_SIZES] = {[KDA_H] = H, [KDA_HEADS] = Hh, [KDA_D] = D, [KDA_P] = P};
+    CK(fam_bind_names(env, ck, L, KDA_IN_NAMES, (int)(sizeof KDA_IN_NAMES / sizeof KDA_IN_NAMES[0]), sizes, w, err));
     /* the hub's three convolutions, or transformers' one packed [q | k | v] */
     NAME("model.layers.%d.self_attn.conv1d.weight");
     if (h->has_tensor(ck, n)) {
@@ -278,34 +304,21 @@ static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *
     CK(fam_bind_vector(&m->env, ck, n, P, &w->dt_bias, &w->dt_bias_t, err));
     snprintf(n, sizeof n, "model.layers.%d.%s.A_log", L, fg);
     CK(fam_bind_vector(&m->env, ck, n, Hh, &w->a_log, &w->a_log_t, err));
-    NAME("model.layers.%d.self_attn.b_proj.weight");
-    WT(b_proj, 2, Hh, H);
-    NAME("model.layers.%d.self_attn.g_a_proj.weight");
-    WT(g_a, 2, D, H);
-    NAME("model.layers.%d.self_attn.g_b_proj.weight");
-    WT(g_b, 2, P, D);
-    NAME("model.layers.%d.self_attn.o_norm.weight");
-    WT(o_norm, 1, D);
-    NAME("model.layers.%d.self_attn.o_proj.weight");
-    WT(o_proj, 2, H, P);
-    return NNT_OK;
+    return fam_bind_names(env, ck, L, KDA_OUT_NAMES, (int)(sizeof KDA_OUT_NAMES / sizeof KDA_OUT_NAMES[0]), sizes, w,
+                          err);
 }
 
 static nnt_status bind_mla(kl_model *m, const nnt_checkpoint *ck, int L, mla_w *w, nnt_error *err)
 {
     const fam_env *env = &m->env;
     int64_t H = m->hidden, Hn = m->heads, qk = m->nope + m->rope;
-    char n[192];
-    NAME("model.layers.%d.self_attn.q_proj.weight");
-    WT(q_proj, 2, Hn * qk, H);
-    NAME("model.layers.%d.self_attn.kv_a_proj_with_mqa.weight");
-    WT(kv_a, 2, (int64_t)m->kv_lora + m->rope, H);
-    NAME("model.layers.%d.self_attn.kv_a_layernorm.weight");
-    WT(kv_a_norm, 1, (int64_t)m->kv_lora);
-    NAME("model.layers.%d.self_attn.kv_b_proj.weight");
-    WT(kv_b, 2, Hn * (m->nope + m->v_dim), (int64_t)m->kv_lora);
-    NAME("model.layers.%d.self_attn.o_proj.weight");
-    WT(o_proj, 2, H, Hn * m->v_dim);
+    const int64_t sizes[MLA_SIZES] = {[MLA_H] = H,
+                                      [MLA_Q] = Hn * qk,
+                                      [MLA_KV_A] = (int64_t)m->kv_lora + m->rope,
+                                      [MLA_LORA] = m->kv_lora,
+                                      [MLA_KV_B] = Hn * (m->nope + m->v_dim),
+                                      [MLA_O] = Hn * m->v_dim};
+    CK(fam_bind_names(env, ck, L, MLA_NAMES, (int)(sizeof MLA_NAMES / sizeof MLA_NAMES[0]), sizes, w, err));
     fam_attn *a = &w->attn;
     memset(a, 0, sizeof *a);
     a->num_heads = (int)Hn;
@@ -321,7 +334,7 @@ static nnt_status bind_mla(kl_model *m, const nnt_checkpoint *ck, int L, mla_w *
 static nnt_status bind_mlp(kl_model *m, const nnt_checkpoint *ck, int L, kl_layer *ly, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     int64_t H = m->hidden;
     char n[192];
     if (ly->mlp_kind == DENSE) {
@@ -351,10 +364,12 @@ static nnt_status bind_mlp(kl_model *m, const nnt_checkpoint *ck, int L, kl_laye
         CK(fam_bind_vector(&m->env, ck, n, E, &ly->bias_host, &ly->moe.bias, err));
     }
     static const fam_expert_names spellings[] = {
-        {"model.layers.%d.block_sparse_moe.experts.%d.w1.weight", "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
-         "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
-        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+        {.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+         .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
+         .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
+        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
     };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",
@@ -402,7 +417,7 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
                               const nnt_attn_mask *mask, const nnt_tensor *xn, nnt_tensor *out, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     const kda_w *w = &m->l[L].kda;
@@ -414,61 +429,61 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     nnt_status st;
     nnt_tensor x, raw, q, k, v, fa, a, g, braw, beta, o, s_out, states = {0}, ga, gate, normed, conv_out, s_in;
     /* padding never reaches the convolution or the state: zero it before the projections */
-    TRY(fam_alloc(env, run, NNT_F32, &x, err, 2, M, H));
+    TRY(fam_alloc(env, run, NNT_F32, &x, err, NNT_SHAPE(M, H)));
     TRY(be->copy(bc, xn, &x, err));
     TRY(be->zero_rows(bc, &x, mask->key_valid, err));
-    TRY(fam_alloc(env, run, NNT_F32, &raw, err, 2, M, P));
-    TRY(fam_alloc(env, run, NNT_F32, &q, err, 2, M, P));
-    TRY(fam_alloc(env, run, NNT_F32, &k, err, 2, M, P));
-    TRY(fam_alloc(env, run, NNT_F32, &v, err, 2, M, P));
+    TRY(fam_alloc(env, run, NNT_F32, &raw, err, NNT_SHAPE(M, P)));
+    TRY(fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, P)));
+    TRY(fam_alloc(env, run, NNT_F32, &k, err, NNT_SHAPE(M, P)));
+    TRY(fam_alloc(env, run, NNT_F32, &v, err, NNT_SHAPE(M, P)));
     const nnt_tensor *projs[3] = {&w->q_proj, &w->k_proj, &w->v_proj}, *convs[3] = {&w->conv_q, &w->conv_k, &w->conv_v};
     nnt_tensor *outs[3] = {&q, &k, &v};
-    if (ks) TRY(fam_alloc(env, run, NNT_F32, &conv_out, err, 3, B, (int64_t)m->conv_w - 1, P));
+    if (ks) TRY(fam_alloc(env, run, NNT_F32, &conv_out, err, NNT_SHAPE(B, (int64_t)m->conv_w - 1, P)));
     for (int i = 0; i < 3; i++) {
         TRY(be->linear(bc, &x, projs[i], &raw, err));
-        nnt_tensor r3 = fam_view(&raw, 3, B, T, P), o3 = fam_view(outs[i], 3, B, T, P);
+        nnt_tensor r3 = fam_view(&raw, NNT_SHAPE(B, T, P)), o3 = fam_view(outs[i], NNT_SHAPE(B, T, P));
         /* a continued call convolves over the previous call's last inputs */
         TRY(be->conv1d_causal(bc, &r3, convs[i], carried ? &ks->conv[i] : NULL, 1, &o3, ks ? &conv_out : NULL, err));
         if (ks) TRY(be->copy(bc, &conv_out, &ks->conv[i], err));
     }
-    nnt_tensor q4 = fam_view(&q, 4, B, T, Hh, D), k4 = fam_view(&k, 4, B, T, Hh, D), v4 = fam_view(&v, 4, B, T, Hh, D);
-    TRY(h->emit(run, NNT_SV_LIN_QUERIES, L, &q4));
-    TRY(h->emit(run, NNT_SV_LIN_KEYS, L, &k4));
-    TRY(h->emit(run, NNT_SV_LIN_VALUES, L, &v4));
-    TRY(fam_alloc(env, run, NNT_F32, &fa, err, 2, M, D));
-    TRY(fam_alloc(env, run, NNT_F32, &a, err, 2, M, P));
-    TRY(fam_alloc(env, run, NNT_F32, &g, err, 2, M, P));
+    nnt_tensor q4 = fam_view(&q, NNT_SHAPE(B, T, Hh, D)), k4 = fam_view(&k, NNT_SHAPE(B, T, Hh, D)), v4 = fam_view(&v, NNT_SHAPE(B, T, Hh, D));
+    TRY(h->emit(run, NNT_VALUE_LIN_QUERIES, L, &q4));
+    TRY(h->emit(run, NNT_VALUE_LIN_KEYS, L, &k4));
+    TRY(h->emit(run, NNT_VALUE_LIN_VALUES, L, &v4));
+    TRY(fam_alloc(env, run, NNT_F32, &fa, err, NNT_SHAPE(M, D)));
+    TRY(fam_alloc(env, run, NNT_F32, &a, err, NNT_SHAPE(M, P)));
+    TRY(fam_alloc(env, run, NNT_F32, &g, err, NNT_SHAPE(M, P)));
     TRY(be->linear(bc, &x, &w->f_a, &fa, err));
     TRY(be->linear(bc, &fa, &w->f_b, &a, err));
     TRY(be->kda_gate(bc, &a, &w->dt_bias_t, &w->a_log_t, &g, err));
-    nnt_tensor g4 = fam_view(&g, 4, B, T, Hh, D);
-    TRY(h->emit(run, NNT_SV_LIN_DECAYS, L, &g4));
-    TRY(fam_alloc(env, run, NNT_F32, &braw, err, 2, M, Hh));
-    TRY(fam_alloc(env, run, NNT_F32, &beta, err, 2, M, Hh));
+    nnt_tensor g4 = fam_view(&g, NNT_SHAPE(B, T, Hh, D));
+    TRY(h->emit(run, NNT_VALUE_LIN_DECAYS, L, &g4));
+    TRY(fam_alloc(env, run, NNT_F32, &braw, err, NNT_SHAPE(M, Hh)));
+    TRY(fam_alloc(env, run, NNT_F32, &beta, err, NNT_SHAPE(M, Hh)));
     TRY(be->linear(bc, &x, &w->b_proj, &braw, err));
     TRY(be->sigmoid(bc, &braw, &beta, err));
-    nnt_tensor b3 = fam_view(&beta, 3, B, T, Hh);
-    TRY(h->emit(run, NNT_SV_LIN_BETAS, L, &b3));
+    nnt_tensor b3 = fam_view(&beta, NNT_SHAPE(B, T, Hh));
+    TRY(h->emit(run, NNT_VALUE_LIN_BETAS, L, &b3));
     /* a prompt starts from no state (state_input is None); a continued call from the carried one */
     if (carried) {
-        TRY(fam_alloc(env, run, NNT_F32, &s_in, err, 4, B, Hh, D, D));
+        TRY(fam_alloc(env, run, NNT_F32, &s_in, err, NNT_SHAPE(B, Hh, D, D)));
         TRY(be->copy(bc, &ks->rec, &s_in, err));
-        TRY(h->emit(run, NNT_SV_LIN_STATE_INPUT, L, &s_in));
+        TRY(h->emit(run, NNT_VALUE_LIN_STATE_INPUT, L, &s_in));
     } else {
-        TRY(h->emit(run, NNT_SV_LIN_STATE_INPUT, L, NULL));
+        TRY(h->emit(run, NNT_VALUE_LIN_STATE_INPUT, L, NULL));
     }
-    TRY(fam_alloc(env, run, NNT_F32, &o, err, 4, B, T, Hh, D));
-    TRY(fam_alloc(env, run, NNT_F32, &s_out, err, 4, B, Hh, D, D));
-    int want_states = h->wants(run, NNT_SV_LIN_STATES, L) || h->wants(run, NNT_SV_LIN_STATE, L);
-    if (want_states) TRY(fam_alloc(env, run, NNT_F32, &states, err, 5, B, T, Hh, D, D));
+    TRY(fam_alloc(env, run, NNT_F32, &o, err, NNT_SHAPE(B, T, Hh, D)));
+    TRY(fam_alloc(env, run, NNT_F32, &s_out, err, NNT_SHAPE(B, Hh, D, D)));
+    int want_states = h->wants(run, NNT_VALUE_LIN_STATES, L) || h->wants(run, NNT_VALUE_LIN_STATE, L);
+    if (want_states) TRY(fam_alloc(env, run, NNT_F32, &states, err, NNT_SHAPE(B, T, Hh, D, D)));
     TRY(be->delta_rule(bc, &q4, &k4, &v4, &g4, &b3, mask->key_valid, carried ? &s_in : NULL, 1, 1.0f / sqrtf((float)D), &o,
                        &s_out, want_states ? &states : NULL, err));
     if (want_states) {
         /* the state after each token, one emission per token, then all of them */
-        nnt_tensor one, flat = fam_view(&states, 2, B * T, Hh * D * D);
-        TRY(fam_alloc(env, run, NNT_F32, &one, err, 4, B, Hh, D, D));
-        nnt_tensor one2 = fam_view(&one, 2, B, Hh * D * D);
-        for (int64_t t = 0; t < T && h->wants(run, NNT_SV_LIN_STATE, L); t++) {
+        nnt_tensor one, flat = fam_view(&states, NNT_SHAPE(B * T, Hh * D * D));
+        TRY(fam_alloc(env, run, NNT_F32, &one, err, NNT_SHAPE(B, Hh, D, D)));
+        nnt_tensor one2 = fam_view(&one, NNT_SHAPE(B, Hh * D * D));
+        for (int64_t t = 0; t < T && h->wants(run, NNT_VALUE_LIN_STATE, L); t++) {
             int32_t rows[256];
             if (B > 256) {
                 st = h->set_error(err, NNT_ERR_UNSUPPORTED, "per-token states for more than 256 rows");
@@ -476,28 +491,28 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
             }
             for (int64_t b = 0; b < B; b++) rows[b] = (int32_t)(b * T + t);
             TRY(be->gather_rows(bc, &flat, rows, (int)B, &one2, err));
-            TRY(h->emit(run, NNT_SV_LIN_STATE, L, &one));
+            TRY(h->emit(run, NNT_VALUE_LIN_STATE, L, &one));
         }
-        TRY(h->emit(run, NNT_SV_LIN_STATES, L, &states));
+        TRY(h->emit(run, NNT_VALUE_LIN_STATES, L, &states));
     }
-    nnt_tensor o4 = fam_view(&o, 4, B, T, Hh, D);
-    TRY(h->emit(run, NNT_SV_LIN_HEAD_OUTPUTS, L, &o4));
-    TRY(h->emit(run, NNT_SV_LIN_STATE_OUTPUT, L, &s_out));
+    nnt_tensor o4 = fam_view(&o, NNT_SHAPE(B, T, Hh, D));
+    TRY(h->emit(run, NNT_VALUE_LIN_HEAD_OUTPUTS, L, &o4));
+    TRY(h->emit(run, NNT_VALUE_LIN_STATE_OUTPUT, L, &s_out));
     if (ks) { /* the state the next call starts from (an edited state_output included) */
         TRY(be->copy(bc, &s_out, &ks->rec, err));
         ks->started = 1;
     }
     /* output gate and the gated RMSNorm per head, then o_proj */
-    TRY(fam_alloc(env, run, NNT_F32, &ga, err, 2, M, D));
-    TRY(fam_alloc(env, run, NNT_F32, &gate, err, 2, M, P));
-    TRY(fam_alloc(env, run, NNT_F32, &normed, err, 2, M, P));
+    TRY(fam_alloc(env, run, NNT_F32, &ga, err, NNT_SHAPE(M, D)));
+    TRY(fam_alloc(env, run, NNT_F32, &gate, err, NNT_SHAPE(M, P)));
+    TRY(fam_alloc(env, run, NNT_F32, &normed, err, NNT_SHAPE(M, P)));
     TRY(be->linear(bc, &x, &w->g_a, &ga, err));
     TRY(be->linear(bc, &ga, &w->g_b, &gate, err));
-    nnt_tensor oh = fam_view(&o, 2, M * Hh, D), gh = fam_view(&gate, 2, M * Hh, D), nh = fam_view(&normed, 2, M * Hh, D);
+    nnt_tensor oh = fam_view(&o, NNT_SHAPE(M * Hh, D)), gh = fam_view(&gate, NNT_SHAPE(M * Hh, D)), nh = fam_view(&normed, NNT_SHAPE(M * Hh, D));
     TRY(be->rms_norm_gated(bc, &oh, &w->o_norm, &gh, (float)m->eps, &nh, err));
     TRY(be->linear(bc, &normed, &w->o_proj, out, err));
-    nnt_tensor out3 = fam_view(out, 3, B, T, H);
-    TRY(h->emit(run, NNT_SV_LIN_OUTPUT, L, &out3));
+    nnt_tensor out3 = fam_view(out, NNT_SHAPE(B, T, H));
+    TRY(h->emit(run, NNT_VALUE_LIN_OUTPUT, L, &out3));
 done:
     h->arena_release(run, mark);
     return st;
@@ -508,7 +523,7 @@ static nnt_status mla_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
                               const nnt_attn_mask *mask, const nnt_tensor *xn, nnt_tensor *out, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     const mla_w *w = &m->l[L].mla;
@@ -517,17 +532,17 @@ static nnt_status mla_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     size_t mark = h->arena_mark(run);
     nnt_status st;
     nnt_tensor q, ckv, c, kv, k, v;
-    TRY(fam_alloc(env, run, NNT_F32, &q, err, 2, M, Hn * qk));
+    TRY(fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, Hn * qk)));
     TRY(be->linear(bc, xn, &w->q_proj, &q, err));
-    TRY(fam_alloc(env, run, NNT_F32, &ckv, err, 2, M, R + rope));
+    TRY(fam_alloc(env, run, NNT_F32, &ckv, err, NNT_SHAPE(M, R + rope)));
     TRY(be->linear(bc, xn, &w->kv_a, &ckv, err));
-    TRY(fam_alloc(env, run, NNT_F32, &c, err, 2, M, R));
+    TRY(fam_alloc(env, run, NNT_F32, &c, err, NNT_SHAPE(M, R)));
     TRY(be->copy_cols(bc, &ckv, 0, &c, 0, R, err));
     TRY(be->rms_norm(bc, &c, &w->kv_a_norm, 1e-6f, &c, err)); /* the latent's norm uses the default eps */
-    TRY(fam_alloc(env, run, NNT_F32, &kv, err, 2, M, Hn * (nope + Dv)));
+    TRY(fam_alloc(env, run, NNT_F32, &kv, err, NNT_SHAPE(M, Hn * (nope + Dv))));
     TRY(be->linear(bc, &c, &w->kv_b, &kv, err));
-    TRY(fam_alloc(env, run, NNT_F32, &k, err, 2, M, Hn * qk));
-    TRY(fam_alloc(env, run, NNT_F32, &v, err, 2, M, Hn * Dv));
+    TRY(fam_alloc(env, run, NNT_F32, &k, err, NNT_SHAPE(M, Hn * qk)));
+    TRY(fam_alloc(env, run, NNT_F32, &v, err, NNT_SHAPE(M, Hn * Dv)));
     for (int64_t hd = 0; hd < Hn; hd++) {
         TRY(be->copy_cols(bc, &kv, hd * (nope + Dv), &k, hd * qk, nope, err));
         TRY(be->copy_cols(bc, &ckv, R, &k, hd * qk + nope, rope, err)); /* shared by every head */
@@ -572,7 +587,7 @@ static void kl_unload(void *model)
 static nnt_status kl_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     kl_model *m = calloc(1, sizeof *m);
-    if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (!m) return args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     fam_env_init(&m->env, args);
     const nnt_checkpoint *ck = args->ckpt;
     int *kinds = NULL, *mlp_kinds = NULL;
@@ -582,7 +597,7 @@ static nnt_status kl_load(const nnt_load_args *args, void **out, nnt_error *err)
         m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
         kinds = calloc((size_t)m->layers, sizeof *kinds);
         mlp_kinds = calloc((size_t)m->layers, sizeof *mlp_kinds);
-        if (!m->l || !m->expert_pool || !kinds || !mlp_kinds) st = args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        if (!m->l || !m->expert_pool || !kinds || !mlp_kinds) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     if (st == NNT_OK) st = read_layer_kinds(m, ck, kinds, mlp_kinds, err);
     if (st == NNT_OK) st = fam_bind_readout(&m->env, ck, m->vocab, m->hidden, m->tied, &m->dec, err);
@@ -631,50 +646,50 @@ static void kl_info(const void *model, nnt_model_info *out)
     out->num_streams = 1;
 }
 
-static nnt_status kl_value_info(const void *model, int layer, nnt_slot slot, const nnt_call_dims *d,
+static nnt_status kl_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d,
                                 nnt_value_info *out)
 {
     const kl_model *m = model;
-    if (fam_decoder_info(m->hidden, m->vocab, slot, d, out)) return NNT_OK;
+    if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
     const kl_layer *ly = &m->l[layer];
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden, Hh = m->lin_heads, D = m->lin_dim;
-    if (slot >= NNT_SV_ATTN_QUERIES && slot <= NNT_SV_ATTN_HEAD_OUTPUTS) {
+    if (id >= NNT_VALUE_ATTN_QUERIES && id <= NNT_VALUE_ATTN_HEAD_OUTPUTS) {
         if (ly->kind == KDA)
             fam_unserved(out, "this block mixes tokens with Kimi Delta Attention, served as linear_attn; it has no self_attn "
                               "(no softmax pattern, queries or keys of that kind)");
         else
-            fam_attention_info(&ly->mla.attn, m->hidden, slot, d, out);
+            fam_attention_info(&ly->mla.attn, m->hidden, id, d, out);
         return NNT_OK;
     }
-    if (slot >= NNT_SV_LIN_OUTPUT && slot <= NNT_SV_LIN_STATE_OUTPUT) {
+    if (id >= NNT_VALUE_LIN_OUTPUT && id <= NNT_VALUE_LIN_STATE_OUTPUT) {
         if (ly->kind == MLA) {
             fam_unserved(out, "this block runs latent attention (self_attn): it has no linear_attn mixer and no recurrent state");
             return NNT_OK;
         }
-        switch (slot) {
-        case NNT_SV_LIN_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); break;
-        case NNT_SV_LIN_STATE: fam_served(out, d, NNT_F32, 0, 4, B, Hh, D, D); break;
-        case NNT_SV_LIN_STATES: fam_served(out, d, NNT_F32, 0, 5, B, T, Hh, D, D); break;
-        case NNT_SV_LIN_QUERIES:
-        case NNT_SV_LIN_KEYS:
-        case NNT_SV_LIN_VALUES:
-        case NNT_SV_LIN_DECAYS:
-        case NNT_SV_LIN_HEAD_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, Hh, D); break;
-        case NNT_SV_LIN_BETAS: fam_served(out, d, NNT_F32, 1, 3, B, T, Hh); break;
-        case NNT_SV_LIN_STATE_INPUT:
-            fam_served(out, d, NNT_F32, 1, 4, B, Hh, D, D);
+        switch (id) {
+        case NNT_VALUE_LIN_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); break;
+        case NNT_VALUE_LIN_STATE: fam_served(out, d, NNT_F32, 0, NNT_SHAPE(B, Hh, D, D)); break;
+        case NNT_VALUE_LIN_STATES: fam_served(out, d, NNT_F32, 0, NNT_SHAPE(B, T, Hh, D, D)); break;
+        case NNT_VALUE_LIN_QUERIES:
+        case NNT_VALUE_LIN_KEYS:
+        case NNT_VALUE_LIN_VALUES:
+        case NNT_VALUE_LIN_DECAYS:
+        case NNT_VALUE_LIN_HEAD_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, Hh, D)); break;
+        case NNT_VALUE_LIN_BETAS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, Hh)); break;
+        case NNT_VALUE_LIN_STATE_INPUT:
+            fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, Hh, D, D));
             out->may_be_none = 1;
             break;
-        case NNT_SV_LIN_STATE_OUTPUT: fam_served(out, d, NNT_F32, 1, 4, B, Hh, D, D); break;
+        case NNT_VALUE_LIN_STATE_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, Hh, D, D)); break;
         default: break;
         }
         return NNT_OK;
     }
     if (ly->mlp_kind == DENSE) {
-        switch (slot) {
-        case NNT_SV_MLP_ACTIVATION:
-        case NNT_SV_MLP_NEURONS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->inter); break;
-        case NNT_SV_MLP_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); break;
+        switch (id) {
+        case NNT_VALUE_MLP_ACTIVATION:
+        case NNT_VALUE_MLP_NEURONS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->inter)); break;
+        case NNT_VALUE_MLP_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); break;
         default:
             fam_unserved(out, "this block's MLP is dense (below first_k_dense_replace): it has no router, no experts and no "
                               "shared expert");
@@ -682,16 +697,16 @@ static nnt_status kl_value_info(const void *model, int layer, nnt_slot slot, con
         }
         return NNT_OK;
     }
-    switch (slot) {
-    case NNT_SV_MLP_OUTPUT:
-    case NNT_SV_ROUTED_OUTPUT:
-    case NNT_SV_SHARED_EXPERT_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); break;
-    case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->experts); break;
-    case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->top_k); break;
-    case NNT_SV_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, 3, B, T, (int64_t)m->top_k); break;
-    case NNT_SV_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, (int64_t)m->top_k, H); break;
-    case NNT_SV_MLP_ACTIVATION:
-    case NNT_SV_MLP_NEURONS:
+    switch (id) {
+    case NNT_VALUE_MLP_OUTPUT:
+    case NNT_VALUE_ROUTED_OUTPUT:
+    case NNT_VALUE_SHARED_EXPERT_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); break;
+    case NNT_VALUE_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->experts)); break;
+    case NNT_VALUE_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); break;
+    case NNT_VALUE_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); break;
+    case NNT_VALUE_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k, H)); break;
+    case NNT_VALUE_MLP_ACTIVATION:
+    case NNT_VALUE_MLP_NEURONS:
         fam_unserved(out, "this block's MLP is a mixture: each routed expert's activations exist only for its tokens and "
                           "the shared expert's are not the block's, so no single [batch seq intermediate_size] tensor "
                           "exists (the dense block serves them)");
@@ -704,10 +719,10 @@ static nnt_status kl_value_info(const void *model, int layer, nnt_slot slot, con
 static nnt_status kl_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const kl_model *m = model;
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     char d[200];
     int64_t H = m->hidden, Hh = m->lin_heads, D = m->lin_dim, P = Hh * D;
-    int root = h->tree_node(tree, -1, "model", NULL, "KimiLinearForCausalLM", NULL, NNT_HOST_MODEL, -1);
+    int root = h->tree_node(tree, -1, "model", NULL, "KimiLinearForCausalLM", NULL, NNT_MODULE_MODEL, -1);
     if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
     h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
     snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
@@ -715,9 +730,9 @@ static nnt_status kl_build_tree(const void *model, nnt_tree *tree, nnt_error *er
     int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
     for (int L = 0; L < m->layers; L++) {
         const kl_layer *ly = &m->l[L];
-        int lay = h->tree_node(tree, layers, "layers", NULL, "KimiLinearDecoderLayer", NULL, NNT_HOST_LAYER, L);
+        int lay = h->tree_node(tree, layers, "layers", NULL, "KimiLinearDecoderLayer", NULL, NNT_MODULE_LAYER, L);
         if (ly->kind == KDA) {
-            int at = h->tree_node(tree, lay, "self_attn", "linear_attn", "KimiLinearDeltaAttention", NULL, NNT_HOST_LINEAR_ATTN, L);
+            int at = h->tree_node(tree, lay, "self_attn", "linear_attn", "KimiLinearDeltaAttention", NULL, NNT_MODULE_LINEAR_ATTN, L);
             h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, P), -1, L);
             h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, P), -1, L);
             h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, P), -1, L);
@@ -734,7 +749,7 @@ static nnt_status kl_build_tree(const void *model, nnt_tree *tree, nnt_error *er
             h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, P, H), -1, L);
         } else {
             int64_t Hn = m->heads, qk = m->nope + m->rope;
-            int at = h->tree_node(tree, lay, "self_attn", NULL, "KimiLinearAttention", NULL, NNT_HOST_SELF_ATTN, L);
+            int at = h->tree_node(tree, lay, "self_attn", NULL, "KimiLinearAttention", NULL, NNT_MODULE_SELF_ATTN, L);
             h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Hn * qk), -1, L);
             h->tree_node(tree, at, "kv_a_proj_with_mqa", NULL, "Linear",
                          fam_linear_detail(d, sizeof d, H, (int64_t)m->kv_lora + m->rope), -1, L);
@@ -744,14 +759,14 @@ static nnt_status kl_build_tree(const void *model, nnt_tree *tree, nnt_error *er
             h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Hn * m->v_dim, H), -1, L);
         }
         if (ly->mlp_kind == DENSE) {
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "KimiLinearMLP", NULL, NNT_HOST_MLP, L);
+            int mlp = h->tree_node(tree, lay, "mlp", NULL, "KimiLinearMLP", NULL, NNT_MODULE_MLP, L);
             h->tree_node(tree, mlp, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
             h->tree_node(tree, mlp, "up_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
             h->tree_node(tree, mlp, "down_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, m->inter, H), -1, L);
             h->tree_node(tree, mlp, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
         } else {
             int64_t S = (int64_t)m->moe_inter * m->shared;
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "KimiLinearMoE", NULL, NNT_HOST_MLP, L);
+            int mlp = h->tree_node(tree, lay, "mlp", NULL, "KimiLinearMoE", NULL, NNT_MODULE_MLP, L);
             int ex = h->tree_node(tree, mlp, "experts", NULL, "KimiLinearExperts", NULL, -1, L);
             h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
             h->tree_node(tree, mlp, "gate", "router", "KimiLinearTopkRouter", NULL, -1, L);
@@ -814,7 +829,7 @@ static nnt_status kl_cache_new(void *model, int batch, int capacity, void **cach
         free(heads);
         if (c) free(c->kda);
         free(c);
-        return env->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        return env->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     c->layers = m->layers;
     int *dk = heads + m->layers, *dv = dk + m->layers, *keep = dv + m->layers;

@@ -76,7 +76,7 @@ static nnt_status cfg_i(const mv_model *m, const nnt_checkpoint *ck, const char 
                         nnt_error *err)
 {
     int64_t v;
-    CK(m->env.host->cfg_int(ck, key, dflt, req, &v, err));
+    CK(m->env.core->cfg_int(ck, key, dflt, req, &v, err));
     *out = (int)v;
     return NNT_OK;
 }
@@ -85,7 +85,7 @@ static nnt_status cfg_i(const mv_model *m, const nnt_checkpoint *ck, const char 
 static nnt_status read_kinds(mv_model *m, const nnt_checkpoint *ck, const char *hf_key, const char *hub_key,
                              const char *const *names, int *kinds, int dflt_rule, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     const char *key = h->cfg_has(ck, hf_key) ? hf_key : h->cfg_has(ck, hub_key) ? hub_key : NULL;
     if (!key) {
         for (int i = 0; i < m->layers; i++)
@@ -111,7 +111,7 @@ static nnt_status read_kinds(mv_model *m, const nnt_checkpoint *ck, const char *
  * projection's chunk count (docs/mimo-v2.5-layout.md). */
 static nnt_status read_release(mv_model *m, const nnt_checkpoint *ck, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     const char *type = NULL, *layout = NULL, *order = NULL;
     m->release = 0; /* ARCHS and TYPES list the releases in the same order */
     CK(h->cfg_string(ck, "model_type", TYPES[0], 0, &type, err));
@@ -145,7 +145,7 @@ static nnt_status read_release(mv_model *m, const nnt_checkpoint *ck, nnt_error 
 
 static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds, int **mlp_kinds, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     CK(cfg_i(m, ck, "hidden_size", 0, 1, &m->hidden, err));
     CK(cfg_i(m, ck, "num_hidden_layers", 0, 1, &m->layers, err));
     CK(cfg_i(m, ck, "vocab_size", 0, 1, &m->vocab, err));
@@ -245,40 +245,55 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds
     return NNT_OK;
 }
 
+/* Each block's tensors with one spelling, as tables (the kit's fam_bind_names binds them): the
+ * norms and the query and output projections of every block, and the dense MLP of a dense
+ * block. Shapes index these sizes: H hidden, Q query heads * qk head_dim, O query heads *
+ * v head_dim, I the dense MLP's width (all of the block's attention kind). The key and value
+ * projections (per-head FP8 scales), the sinks and the router's bias have their own code. */
+enum { MV_H, MV_Q, MV_O, MV_I, MV_SIZES };
+static const fam_tensor_name MV_NAMES[] = {
+    {offsetof(mv_layer, in_norm), "model.layers.%d.input_layernorm.weight", 1, {MV_H}},
+    {offsetof(mv_layer, post_norm), "model.layers.%d.post_attention_layernorm.weight", 1, {MV_H}},
+    {offsetof(mv_layer, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {MV_H, MV_O}},
+};
+/* q_proj where the release keeps query, key and value projections apart */
+static const fam_tensor_name MV_Q_NAMES[] = {
+    {offsetof(mv_layer, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MV_Q, MV_H}},
+};
+static const fam_tensor_name MV_DENSE_NAMES[] = {
+    {offsetof(mv_layer, dense.gate), "model.layers.%d.mlp.gate_proj.weight", 2, {MV_I, MV_H}},
+    {offsetof(mv_layer, dense.up), "model.layers.%d.mlp.up_proj.weight", 2, {MV_I, MV_H}},
+    {offsetof(mv_layer, dense.down), "model.layers.%d.mlp.down_proj.weight", 2, {MV_H, MV_I}},
+};
+
 static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int kind, int mlp_kind, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_host_api *h = env->host;
+    const nnt_core_api *h = env->core;
     mv_layer *ly = &m->l[L];
     ly->kind = kind;
     ly->mlp_kind = mlp_kind;
     int64_t H = m->hidden, Hq = m->heads[kind], Hkv = m->kv_heads[kind], Dq = m->qk_dim[kind], Dv = m->v_dim[kind];
-    char n[192];
-#define W(field, fmt, nd, ...)                                                                                         \
-    do {                                                                                                               \
-        int64_t shp[] = {__VA_ARGS__};                                                                                 \
-        snprintf(n, sizeof n, fmt, L);                                                                                 \
-        CK(fam_weight(env, ck, n, nd, shp, &ly->field, err));                                                         \
-    } while (0)
-    W(in_norm, "model.layers.%d.input_layernorm.weight", 1, H);
-    W(post_norm, "model.layers.%d.post_attention_layernorm.weight", 1, H);
+    const int64_t sizes[MV_SIZES] = {[MV_H] = H, [MV_Q] = Hq * Dq, [MV_O] = Hq * Dv, [MV_I] = m->inter};
+    CK(fam_bind_names(env, ck, L, MV_NAMES, (int)(sizeof MV_NAMES / sizeof MV_NAMES[0]), sizes, ly, err));
     if (m->qkv_chunks) {
         /* one fused qkv_proj: chunk r holds query heads, then key heads, then value heads r of C */
-        int64_t C = m->qkv_chunks, rows = (Hq * Dq + Hkv * Dq + Hkv * Dv) / C;
-        W(qkv, "model.layers.%d.self_attn.qkv_proj.weight", 3, C, rows, H);
+        int64_t C = m->qkv_chunks, rows = (Hq * Dq + Hkv * Dq + Hkv * Dv) / C, shp[3] = {C, rows, H};
+        char n[192];
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.qkv_proj.weight", L);
+        CK(fam_weight(env, ck, n, 3, shp, &ly->qkv, err));
         ly->chunk = calloc((size_t)C, sizeof *ly->chunk);
         if (!ly->chunk) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         for (int64_t r = 0; r < C; r++) CK(fam_rows(env, &ly->qkv, r, 0, rows, "qkv_proj", &ly->chunk[r], err));
     } else {
-        W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Hq * Dq, H);
+        CK(fam_bind_names(env, ck, L, MV_Q_NAMES, (int)(sizeof MV_Q_NAMES / sizeof MV_Q_NAMES[0]), sizes, ly, err));
         /* FP8 releases may hold k_proj's and v_proj's scales per key/value head over the head's
-         * fused key and value rows; the host recognises that grid from its shape */
+         * fused key and value rows; the core recognises that grid from its shape */
         char kn[192], vn[192];
         snprintf(kn, sizeof kn, "model.layers.%d.self_attn.k_proj.weight", L);
         snprintf(vn, sizeof vn, "model.layers.%d.self_attn.v_proj.weight", L);
         CK(fam_weight_kv_heads(env, ck, kn, vn, Hkv, Dq, Dv, H, &ly->k_proj, &ly->v_proj, err));
     }
-    W(o_proj, "model.layers.%d.self_attn.o_proj.weight", 2, H, Hq * Dv);
     if (m->sinks_on[kind]) {
         char a[192], b[192];
         snprintf(a, sizeof a, "model.layers.%d.self_attn.sinks", L);
@@ -304,15 +319,11 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     a->window = kind == SLIDING ? m->window : 0;
     a->sinks = ly->sinks;
     a->o_proj = ly->o_proj;
-    if (mlp_kind == DENSE) {
-        int64_t I = m->inter;
-        W(dense.gate, "model.layers.%d.mlp.gate_proj.weight", 2, I, H);
-        W(dense.up, "model.layers.%d.mlp.up_proj.weight", 2, I, H);
-        W(dense.down, "model.layers.%d.mlp.down_proj.weight", 2, H, I);
-        return NNT_OK;
-    }
-#undef W
+    if (mlp_kind == DENSE)
+        return fam_bind_names(env, ck, L, MV_DENSE_NAMES, (int)(sizeof MV_DENSE_NAMES / sizeof MV_DENSE_NAMES[0]), sizes,
+                              ly, err);
     int64_t E = m->experts, I = m->moe_inter;
+    char n[192];
     int64_t rs[2] = {E, H};
     snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", L);
     CK(fam_weight(env, ck, n, 2, rs, &ly->moe.router, err));
@@ -323,8 +334,9 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
     const char *bias = fam_first_present(env, ck, biases, 2);
     if (bias) CK(fam_bind_vector(env, ck, bias, E, &ly->bias_host, &ly->moe.bias, err));
     static const fam_expert_names spellings[] = {
-        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
     };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",
@@ -360,18 +372,18 @@ static nnt_status mv_attention(void *self, nnt_run *run, int L, const nnt_forwar
     const mv_layer *ly = &m->l[L];
     const fam_attn *a = &ly->attn;
     int64_t M = xn->shape[0];
-    size_t mark = env->host->arena_mark(run);
+    size_t mark = env->core->arena_mark(run);
     nnt_tensor q, k, v;
     nnt_status st;
-    if ((st = fam_alloc(env, run, NNT_F32, &q, err, 2, M, (int64_t)a->num_heads * a->qk_head_dim)) != NNT_OK ||
-        (st = fam_alloc(env, run, NNT_F32, &k, err, 2, M, (int64_t)a->num_kv_heads * a->qk_head_dim)) != NNT_OK ||
-        (st = fam_alloc(env, run, NNT_F32, &v, err, 2, M, (int64_t)a->num_kv_heads * a->v_head_dim)) != NNT_OK)
+    if ((st = fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, (int64_t)a->num_heads * a->qk_head_dim))) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &k, err, NNT_SHAPE(M, (int64_t)a->num_kv_heads * a->qk_head_dim))) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &v, err, NNT_SHAPE(M, (int64_t)a->num_kv_heads * a->v_head_dim))) != NNT_OK)
         goto done;
     if (m->qkv_chunks) {
         /* each chunk's projection, its rows split into the query, key and value columns */
         int64_t C = m->qkv_chunks, qr = q.shape[1] / C, kr = k.shape[1] / C, vr = v.shape[1] / C;
         nnt_tensor part;
-        if ((st = fam_alloc(env, run, NNT_F32, &part, err, 2, M, qr + kr + vr)) != NNT_OK) goto done;
+        if ((st = fam_alloc(env, run, NNT_F32, &part, err, NNT_SHAPE(M, qr + kr + vr))) != NNT_OK) goto done;
         for (int64_t r = 0; r < C; r++)
             if ((st = env->be->linear(env->be_ctx, xn, &ly->chunk[r], &part, err)) != NNT_OK ||
                 (st = env->be->copy_cols(env->be_ctx, &part, 0, &q, r * qr, qr, err)) != NNT_OK ||
@@ -386,7 +398,7 @@ static nnt_status mv_attention(void *self, nnt_run *run, int L, const nnt_forwar
         goto done;
     st = fam_attention_forward(env, run, L, a, args, mask, &q, &k, &v, fam_layer_cache(args, L), out, err);
 done:
-    env->host->arena_release(run, mark);
+    env->core->arena_release(run, mark);
     return st;
 }
 
@@ -416,7 +428,7 @@ static void mv_unload(void *model)
 static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     mv_model *m = calloc(1, sizeof *m);
-    if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (!m) return args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     fam_env_init(&m->env, args);
     /* in bfloat16, transformers' MiMo-V2-Flash subtracts the row maximum from the scores in
      * bfloat16 before its softmax (modeling_mimo_v2_flash.py, eager attention with sinks) */
@@ -429,7 +441,7 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
         m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
         for (int k = 0; k < 2; k++) m->inv_freq[k] = calloc((size_t)m->rot_dim[k] / 2 + 1, sizeof(float));
         if (!m->l || !m->expert_pool || !m->inv_freq[0] || !m->inv_freq[1])
-            st = args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     if (st == NNT_OK) {
         for (int k = 0; k < 2; k++) fam_rope_inv_freq(m->inv_freq[k], m->rot_dim[k], m->theta[k]);
@@ -468,48 +480,48 @@ static void mv_info(const void *model, nnt_model_info *out)
     out->num_streams = 1;
 }
 
-static nnt_status mv_value_info(const void *model, int layer, nnt_slot slot, const nnt_call_dims *d,
+static nnt_status mv_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d,
                                 nnt_value_info *out)
 {
     const mv_model *m = model;
-    if (fam_decoder_info(m->hidden, m->vocab, slot, d, out)) return NNT_OK;
+    if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
-    if (slot >= NNT_SV_ATTN_QUERIES && slot <= NNT_SV_ATTN_HEAD_OUTPUTS) {
+    if (id >= NNT_VALUE_ATTN_QUERIES && id <= NNT_VALUE_ATTN_HEAD_OUTPUTS) {
         /* a continued call's keys: the cache (a sliding block keeps window - 1 tokens) and the call's */
         const fam_attn *a = &m->l[layer].attn;
         int64_t keys = d ? (a->window ? fam_kv_cached_len(a->window - 1, d) : d->past + d->seq) : 0;
-        fam_attention_info_keys(a, m->hidden, slot, d, keys, out);
+        fam_attention_info_keys(a, m->hidden, id, d, keys, out);
         return NNT_OK;
     }
-    if (slot >= NNT_SV_LIN_OUTPUT && slot <= NNT_SV_LIN_STATE_OUTPUT) {
+    if (id >= NNT_VALUE_LIN_OUTPUT && id <= NNT_VALUE_LIN_STATE_OUTPUT) {
         fam_off_page(out, "every MiMo-V2-Flash block mixes tokens with softmax attention (self_attn), full or sliding; "
                           "none has a linear-attention mixer or a recurrent state");
         return NNT_OK;
     }
     const mv_layer *ly = &m->l[layer];
     if (ly->mlp_kind == DENSE) {
-        switch (slot) {
-        case NNT_SV_MLP_ACTIVATION:
-        case NNT_SV_MLP_NEURONS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->inter); return NNT_OK;
-        case NNT_SV_MLP_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
+        switch (id) {
+        case NNT_VALUE_MLP_ACTIVATION:
+        case NNT_VALUE_MLP_NEURONS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->inter)); return NNT_OK;
+        case NNT_VALUE_MLP_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); return NNT_OK;
         default:
             fam_unserved(out, "this block's MLP is dense (mlp_layer_types says 'dense'): it has no router, no experts "
                               "and no shared expert");
             return NNT_OK;
         }
     }
-    switch (slot) {
-    case NNT_SV_MLP_OUTPUT:
-    case NNT_SV_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
-    case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->experts); return NNT_OK;
-    case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
-    case NNT_SV_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
-    case NNT_SV_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, (int64_t)m->top_k, H); return NNT_OK;
-    case NNT_SV_SHARED_EXPERT_OUTPUT:
+    switch (id) {
+    case NNT_VALUE_MLP_OUTPUT:
+    case NNT_VALUE_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); return NNT_OK;
+    case NNT_VALUE_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->experts)); return NNT_OK;
+    case NNT_VALUE_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); return NNT_OK;
+    case NNT_VALUE_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); return NNT_OK;
+    case NNT_VALUE_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k, H)); return NNT_OK;
+    case NNT_VALUE_SHARED_EXPERT_OUTPUT:
         fam_unserved(out, "MiMo-V2-Flash's mixture has no shared expert; routed_output is the whole mlp_output");
         return NNT_OK;
-    case NNT_SV_MLP_ACTIVATION:
-    case NNT_SV_MLP_NEURONS:
+    case NNT_VALUE_MLP_ACTIVATION:
+    case NNT_VALUE_MLP_NEURONS:
         fam_unserved(out, "this block's MLP is a mixture without a shared expert: each expert's activations exist only "
                           "for the tokens routed to it, so no [batch seq intermediate_size] tensor exists (dense blocks "
                           "serve them)");
@@ -521,10 +533,10 @@ static nnt_status mv_value_info(const void *model, int layer, nnt_slot slot, con
 static nnt_status mv_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const mv_model *m = model;
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     char d[160];
     int64_t H = m->hidden;
-    int root = h->tree_node(tree, -1, "model", NULL, ARCHS[m->release], NULL, NNT_HOST_MODEL, -1);
+    int root = h->tree_node(tree, -1, "model", NULL, ARCHS[m->release], NULL, NNT_MODULE_MODEL, -1);
     if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
     h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
     snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
@@ -535,8 +547,8 @@ static nnt_status mv_build_tree(const void *model, nnt_tree *tree, nnt_error *er
         const fam_attn *a = &ly->attn;
         int64_t Q = (int64_t)a->num_heads * a->qk_head_dim, K = (int64_t)a->num_kv_heads * a->qk_head_dim;
         int64_t V = (int64_t)a->num_kv_heads * a->v_head_dim, O = (int64_t)a->num_heads * a->v_head_dim;
-        int lay = h->tree_node(tree, layers, "layers", NULL, "MiMoV2FlashDecoderLayer", NULL, NNT_HOST_LAYER, L);
-        int at = h->tree_node(tree, lay, "self_attn", NULL, "MiMoV2FlashAttention", NULL, NNT_HOST_SELF_ATTN, L);
+        int lay = h->tree_node(tree, layers, "layers", NULL, "MiMoV2FlashDecoderLayer", NULL, NNT_MODULE_LAYER, L);
+        int at = h->tree_node(tree, lay, "self_attn", NULL, "MiMoV2FlashAttention", NULL, NNT_MODULE_SELF_ATTN, L);
         if (m->qkv_chunks) {
             h->tree_node(tree, at, "qkv_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q + K + V), -1, L);
         } else {
@@ -546,13 +558,13 @@ static nnt_status mv_build_tree(const void *model, nnt_tree *tree, nnt_error *er
         }
         h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, O, H), -1, L);
         if (ly->mlp_kind == DENSE) {
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMLP", NULL, NNT_HOST_MLP, L);
+            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMLP", NULL, NNT_MODULE_MLP, L);
             h->tree_node(tree, mlp, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
             h->tree_node(tree, mlp, "up_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
             h->tree_node(tree, mlp, "down_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, m->inter, H), -1, L);
             h->tree_node(tree, mlp, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
         } else {
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMoE", NULL, NNT_HOST_MLP, L);
+            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMoE", NULL, NNT_MODULE_MLP, L);
             int ex = h->tree_node(tree, mlp, "experts", NULL, "MiMoV2FlashExperts", NULL, -1, L);
             h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
             h->tree_node(tree, mlp, "gate", "router", "MiMoV2FlashTopkRouter", NULL, -1, L);

@@ -58,7 +58,7 @@ static const nnt_rename_rule RENAMES[] = {
 
 static nnt_status read_config(mm_model *m, const nnt_checkpoint *ck, nnt_error *err)
 {
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     int64_t v;
     CK(h->cfg_int(ck, "hidden_size", 0, 1, &v, err));
     m->hidden = (int)v;
@@ -128,28 +128,29 @@ static nnt_status read_config(mm_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
+/* The per-block tensors every release spells alike (the table the kit's fam_bind_names binds);
+ * their shapes index these sizes: H hidden, Q query heads * head_dim, KV key/value heads *
+ * head_dim. The router, its bias and the experts have several spellings (below). */
+enum { MM_H, MM_Q, MM_KV, MM_SIZES };
+static const fam_tensor_name MM_NAMES[] = {
+    {offsetof(mm_layer, in_norm), "model.layers.%d.input_layernorm.weight", 1, {MM_H}},
+    {offsetof(mm_layer, post_norm), "model.layers.%d.post_attention_layernorm.weight", 1, {MM_H}},
+    {offsetof(mm_layer, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MM_Q, MM_H}},
+    {offsetof(mm_layer, k_proj), "model.layers.%d.self_attn.k_proj.weight", 2, {MM_KV, MM_H}},
+    {offsetof(mm_layer, v_proj), "model.layers.%d.self_attn.v_proj.weight", 2, {MM_KV, MM_H}},
+    {offsetof(mm_layer, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {MM_H, MM_Q}},
+    {offsetof(mm_layer, q_norm), "model.layers.%d.self_attn.q_norm.weight", 1, {MM_Q}},
+    {offsetof(mm_layer, k_norm), "model.layers.%d.self_attn.k_norm.weight", 1, {MM_KV}},
+};
+
 static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
 {
     const fam_env *env = &m->env;
     mm_layer *ly = &m->l[L];
     int64_t H = m->hidden, Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
     int64_t E = m->experts, I = m->inter;
-    char n[192];
-#define W(field, fmt, nd, ...)                                                                                         \
-    do {                                                                                                               \
-        int64_t shp[] = {__VA_ARGS__};                                                                                 \
-        snprintf(n, sizeof n, fmt, L);                                                                                 \
-        CK(fam_weight(env, ck, n, nd, shp, &ly->field, err));                                                         \
-    } while (0)
-    W(in_norm, "model.layers.%d.input_layernorm.weight", 1, H);
-    W(post_norm, "model.layers.%d.post_attention_layernorm.weight", 1, H);
-    W(q_proj, "model.layers.%d.self_attn.q_proj.weight", 2, Q, H);
-    W(k_proj, "model.layers.%d.self_attn.k_proj.weight", 2, KV, H);
-    W(v_proj, "model.layers.%d.self_attn.v_proj.weight", 2, KV, H);
-    W(o_proj, "model.layers.%d.self_attn.o_proj.weight", 2, H, Q);
-    W(q_norm, "model.layers.%d.self_attn.q_norm.weight", 1, Q);
-    W(k_norm, "model.layers.%d.self_attn.k_norm.weight", 1, KV);
-#undef W
+    const int64_t sizes[MM_SIZES] = {[MM_H] = H, [MM_Q] = Q, [MM_KV] = KV};
+    CK(fam_bind_names(env, ck, L, MM_NAMES, (int)(sizeof MM_NAMES / sizeof MM_NAMES[0]), sizes, ly, err));
     /* router and selection bias: hub names under block_sparse_moe, transformers' under mlp */
     char gate_hub[192], gate_hf[192];
     snprintf(gate_hub, sizeof gate_hub, "model.layers.%d.block_sparse_moe.gate.weight", L);
@@ -157,8 +158,8 @@ static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_e
     const char *gates[] = {gate_hub, gate_hf};
     const char *gate = fam_first_present(env, ck, gates, 2);
     if (!gate)
-        return env->host->set_error(err, NNT_ERR_NOT_FOUND, "%s: block %d has no router: neither '%s' nor '%s' is in the checkpoint",
-                                    env->host->cfg_path(ck), L, gate_hub, gate_hf);
+        return env->core->set_error(err, NNT_ERR_NOT_FOUND, "%s: block %d has no router: neither '%s' nor '%s' is in the checkpoint",
+                                    env->core->cfg_path(ck), L, gate_hub, gate_hf);
     int64_t rs[2] = {E, H};
     CK(fam_weight(env, ck, gate, 2, rs, &ly->moe.router, err));
     char b1[192], b2[192], b3[192];
@@ -171,10 +172,12 @@ static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_e
     /* experts: one tensor per expert (the hub's w1/w3/w2, or gate/up/down), or transformers'
      * fused 3-D tensors */
     static const fam_expert_names spellings[] = {
-        {"model.layers.%d.block_sparse_moe.experts.%d.w1.weight", "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
-         "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
-        {"model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         "model.layers.%d.mlp.experts.%d.down_proj.weight"},
+        {.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+         .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
+         .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
+        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
     };
     ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
     CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",
@@ -226,12 +229,12 @@ static nnt_status mm_attention(void *self, nnt_run *run, int L, const nnt_forwar
     const fam_env *env = &m->env;
     const mm_layer *ly = &m->l[L];
     int64_t M = xn->shape[0], Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
-    size_t mark = env->host->arena_mark(run);
+    size_t mark = env->core->arena_mark(run);
     nnt_tensor q, k, v;
     nnt_status st;
-    if ((st = fam_alloc(env, run, NNT_F32, &q, err, 2, M, Q)) != NNT_OK ||
-        (st = fam_alloc(env, run, NNT_F32, &k, err, 2, M, KV)) != NNT_OK ||
-        (st = fam_alloc(env, run, NNT_F32, &v, err, 2, M, KV)) != NNT_OK ||
+    if ((st = fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, Q))) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &k, err, NNT_SHAPE(M, KV))) != NNT_OK ||
+        (st = fam_alloc(env, run, NNT_F32, &v, err, NNT_SHAPE(M, KV))) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->q_proj, &q, err)) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->k_proj, &k, err)) != NNT_OK ||
         (st = env->be->linear(env->be_ctx, xn, &ly->v_proj, &v, err)) != NNT_OK ||
@@ -242,7 +245,7 @@ static nnt_status mm_attention(void *self, nnt_run *run, int L, const nnt_forwar
     attn_shape(m, ly, &a);
     st = fam_attention_forward(env, run, L, &a, args, mask, &q, &k, &v, fam_layer_cache(args, L), out, err);
 done:
-    env->host->arena_release(run, mark);
+    env->core->arena_release(run, mark);
     return st;
 }
 
@@ -268,7 +271,7 @@ static void mm_unload(void *model)
 static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     mm_model *m = calloc(1, sizeof *m);
-    if (!m) return args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (!m) return args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     fam_env_init(&m->env, args);
     const nnt_checkpoint *ck = args->ckpt;
     nnt_status st = read_config(m, ck, err);
@@ -276,7 +279,7 @@ static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
         m->l = calloc((size_t)m->layers, sizeof *m->l);
         m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
         m->inv_freq = calloc((size_t)(m->rotary_dim / 2 + 1), sizeof *m->inv_freq);
-        if (!m->l || !m->expert_pool || !m->inv_freq) st = args->host->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        if (!m->l || !m->expert_pool || !m->inv_freq) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     if (st == NNT_OK) {
         fam_rope_inv_freq(m->inv_freq, m->rotary_dim, m->theta);
@@ -315,39 +318,39 @@ static void mm_info(const void *model, nnt_model_info *out)
     out->num_streams = 1;
 }
 
-static nnt_status mm_value_info(const void *model, int layer, nnt_slot slot, const nnt_call_dims *d,
+static nnt_status mm_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d,
                                 nnt_value_info *out)
 {
     const mm_model *m = model;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
-    if (fam_decoder_info(m->hidden, m->vocab, slot, d, out)) return NNT_OK;
-    switch (slot) {
-    case NNT_SV_MLP_OUTPUT:
-    case NNT_SV_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, 3, B, T, H); return NNT_OK;
-    case NNT_SV_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->experts); return NNT_OK;
-    case NNT_SV_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
-    case NNT_SV_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, 3, B, T, (int64_t)m->top_k); return NNT_OK;
-    case NNT_SV_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, 4, B, T, (int64_t)m->top_k, H); return NNT_OK;
-    case NNT_SV_SHARED_EXPERT_OUTPUT:
+    if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
+    switch (id) {
+    case NNT_VALUE_MLP_OUTPUT:
+    case NNT_VALUE_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); return NNT_OK;
+    case NNT_VALUE_ROUTER_LOGITS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->experts)); return NNT_OK;
+    case NNT_VALUE_EXPERT_WEIGHTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); return NNT_OK;
+    case NNT_VALUE_EXPERT_INDICES: fam_served(out, d, NNT_I32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k)); return NNT_OK;
+    case NNT_VALUE_EXPERT_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->top_k, H)); return NNT_OK;
+    case NNT_VALUE_SHARED_EXPERT_OUTPUT:
         fam_unserved(out, "MiniMax-M2 has no shared expert (shared_intermediate_size is 0); routed_output is the whole mlp_output");
         return NNT_OK;
-    case NNT_SV_MLP_ACTIVATION:
-    case NNT_SV_MLP_NEURONS:
+    case NNT_VALUE_MLP_ACTIVATION:
+    case NNT_VALUE_MLP_NEURONS:
         fam_unserved(out, "every MiniMax-M2 MLP is a mixture with neither a dense nor a shared expert, and each expert's "
                           "activations exist only for the tokens routed to it, so no [batch seq intermediate_size] tensor exists");
         return NNT_OK;
     default: break;
     }
-    nnt_host host = NNT_HOST_MODEL;
-    if (slot >= NNT_SV_ATTN_QUERIES && slot <= NNT_SV_ATTN_HEAD_OUTPUTS) host = NNT_HOST_SELF_ATTN;
-    if (slot >= NNT_SV_LIN_OUTPUT && slot <= NNT_SV_LIN_STATE_OUTPUT) host = NNT_HOST_LINEAR_ATTN;
-    if (host == NNT_HOST_SELF_ATTN) {
+    nnt_module module = NNT_MODULE_MODEL;
+    if (id >= NNT_VALUE_ATTN_QUERIES && id <= NNT_VALUE_ATTN_HEAD_OUTPUTS) module = NNT_MODULE_SELF_ATTN;
+    if (id >= NNT_VALUE_LIN_OUTPUT && id <= NNT_VALUE_LIN_STATE_OUTPUT) module = NNT_MODULE_LINEAR_ATTN;
+    if (module == NNT_MODULE_SELF_ATTN) {
         fam_attn a;
         attn_shape(m, layer >= 0 ? &m->l[layer] : NULL, &a);
-        fam_attention_info(&a, m->hidden, slot, d, out);
+        fam_attention_info(&a, m->hidden, id, d, out);
         return NNT_OK;
     }
-    if (host == NNT_HOST_LINEAR_ATTN) {
+    if (module == NNT_MODULE_LINEAR_ATTN) {
         fam_off_page(out, "every MiniMax-M2 block mixes tokens with softmax attention (self_attn); no block has a "
                           "linear-attention mixer or a recurrent state");
         return NNT_OK;
@@ -359,25 +362,25 @@ static nnt_status mm_value_info(const void *model, int layer, nnt_slot slot, con
 static nnt_status mm_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const mm_model *m = model;
-    const nnt_host_api *h = m->env.host;
+    const nnt_core_api *h = m->env.core;
     char d[160];
     int64_t H = m->hidden, Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
-    int root = h->tree_node(tree, -1, "model", NULL, "MiniMaxM2ForCausalLM", NULL, NNT_HOST_MODEL, -1);
+    int root = h->tree_node(tree, -1, "model", NULL, "MiniMaxM2ForCausalLM", NULL, NNT_MODULE_MODEL, -1);
     if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
     h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
     snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
     h->tree_node(tree, root, "embed_tokens", NULL, "Embedding", d, -1, -1);
     int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
     for (int L = 0; L < m->layers; L++) {
-        int ly = h->tree_node(tree, layers, "layers", NULL, "MiniMaxM2DecoderLayer", NULL, NNT_HOST_LAYER, L);
-        int at = h->tree_node(tree, ly, "self_attn", NULL, "MiniMaxM2Attention", NULL, NNT_HOST_SELF_ATTN, L);
+        int ly = h->tree_node(tree, layers, "layers", NULL, "MiniMaxM2DecoderLayer", NULL, NNT_MODULE_LAYER, L);
+        int at = h->tree_node(tree, ly, "self_attn", NULL, "MiniMaxM2Attention", NULL, NNT_MODULE_SELF_ATTN, L);
         h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
         h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
         h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
         h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, H), -1, L);
         h->tree_node(tree, at, "q_norm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, Q, m->eps), -1, L);
         h->tree_node(tree, at, "k_norm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, KV, m->eps), -1, L);
-        int mlp = h->tree_node(tree, ly, "block_sparse_moe", "mlp", "MiniMaxM2SparseMoeBlock", NULL, NNT_HOST_MLP, L);
+        int mlp = h->tree_node(tree, ly, "block_sparse_moe", "mlp", "MiniMaxM2SparseMoeBlock", NULL, NNT_MODULE_MLP, L);
         h->tree_node(tree, mlp, "gate", "router", "MiniMaxM2TopKRouter", NULL, -1, L);
         int ex = h->tree_node(tree, mlp, "experts", NULL, "MiniMaxM2Experts", NULL, -1, L);
         h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);

@@ -1185,11 +1185,11 @@ static void k_pack_bf16(const float *src, uint16_t *dst, int64_t n)
 }
 
 const cpu_kernels CPU_KERNELS_TABLE = {
-    /* .name = */ CPU_KERNELS_NAME,
-    /* .gemv = */ k_gemv,
-    /* .decode = */ k_decode,
-    /* .round_bf16 = */ k_round_bf16,
-    /* .pack_bf16 = */ k_pack_bf16,
-    /* .decode_bf16 = */ k_decode16,
-    /* .exp = */ k_exp,
+    .name = CPU_KERNELS_NAME,
+    .gemv = k_gemv,
+    .decode = k_decode,
+    .round_bf16 = k_round_bf16,
+    .pack_bf16 = k_pack_bf16,
+    .decode_bf16 = k_decode16,
+    .exp = k_exp,
 };

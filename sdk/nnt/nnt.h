@@ -30,12 +30,12 @@ typedef struct nnt_trace nnt_trace;
 const char *nnt_status_str(nnt_status status);
 const char *nnt_dtype_name(nnt_dtype dtype); /* safetensors spelling, e.g. "BF16" */
 size_t nnt_dtype_size(nnt_dtype dtype);      /* bytes per element */
-const char *nnt_host_name(nnt_host host);    /* "self_attn", ...; "" for the layer host */
-const char *nnt_slot_name(nnt_slot slot);    /* "attention_scores", ... */
-nnt_host nnt_slot_host(nnt_slot slot);
-const char *nnt_slot_layout(nnt_slot slot);  /* nnterp layout name, e.g. "Pattern" */
-const char *nnt_slot_axes(nnt_slot slot);    /* e.g. "[batch num_heads query key]" */
-const char *nnt_slot_description(nnt_slot slot);
+const char *nnt_module_name(nnt_module module); /* "self_attn", ...; "" for the layer module */
+const char *nnt_value_name(nnt_value_id id);    /* "attention_scores", ... */
+nnt_module nnt_value_module(nnt_value_id id);
+const char *nnt_value_layout(nnt_value_id id);  /* nnterp layout name, e.g. "Pattern" */
+const char *nnt_value_axes(nnt_value_id id);    /* e.g. "[batch num_heads query key]" */
+const char *nnt_value_description(nnt_value_id id);
 
 /* ---- runtime ---- */
 /* Opens a runtime: reads the INI file, loads every family and backend plugin it names, checks
@@ -132,9 +132,9 @@ const char *nnt_encoding_name(nnt_encoding e);
 /* Writes the module tree with native names, standard names and every value's layout, grouping
  * identical consecutive blocks, like nnterp's printout. */
 nnt_status nnt_model_print(const nnt_model *m, FILE *out);
-/* Writes every standard value per host and block: served or not, with the reason when not. As
- * a table, or as tab-separated rows (host, block, value, served, layout, axes, dtype, writable,
- * reason) when tsv is nonzero. */
+/* Writes every standard value per module and block: served or not, with the reason when not. As
+ * a table, or as tab-separated rows (module, block, value, served, layout, axes, dtype,
+ * writable, reason; the module column is headed "host") when tsv is nonzero. */
 nnt_status nnt_model_support(const nnt_model *m, FILE *out, int tsv);
 /* Describes the value one path names (a single block) for a call of the given dims (NULL: no
  * shapes). A value the family does not serve returns NNT_OK with info->served == 0. */
@@ -143,7 +143,7 @@ nnt_status nnt_model_value_info(const nnt_model *m, const char *path, const nnt_
 
 /* ---- traces ---- */
 /* An edit callback: changes `value` (host memory, the value's dtype and shape) in place.
- * `path` is the canonical path of the value, `layer` its block (-1 for the model host). */
+ * `path` is the canonical path of the value, `layer` its block (-1 for the model module). */
 typedef nnt_status (*nnt_edit_fn)(void *user, const char *path, int layer, nnt_tensor *value,
                                   nnt_error *err);
 
@@ -154,7 +154,7 @@ void nnt_trace_free(nnt_trace *t);
  * block index out of range, a value the family does not serve there (with its reason), an
  * edit on a read-only value. Requests on one value apply in the order they were made. */
 /* nnt_trace_save: path may end in a slice, "[item, item, ...]", applied to the value in its own
- * layout (nnt_slot_axes): an index i (the axis is dropped; negative counts from the axis end), a
+ * layout (nnt_value_axes): an index i (the axis is dropped; negative counts from the axis end), a
  * range start:stop[:step] (any part may be left out, negatives count from the end, bounds are
  * clipped to the axis as in Python, step >= 1; the axis is kept), or "..." (once: as many whole
  * axes as needed); axes past the items are kept whole. E.g. "layers.*.layer_output[:, -1]" keeps

@@ -1,9 +1,9 @@
 /* nnt_family.h - the family-plugin ABI: what a model family's shared object provides, and the
- * table of host routines (config.json, checkpoint tensors, arena, value emission, module tree)
+ * table of core routines (config.json, checkpoint tensors, arena, value emission, module tree)
  * the core hands it.
  *
  * A family plugin exports `const nnt_family_descriptor nnt_family_plugin`. It never links the
- * core: everything it needs from the core reaches it through `const nnt_host_api *`, in the
+ * core: everything it needs from the core reaches it through `const nnt_core_api *`, in the
  * manner of SQLite's loadable-extension routine table. */
 #ifndef NNT_FAMILY_H
 #define NNT_FAMILY_H
@@ -46,7 +46,7 @@ typedef struct nnt_forward_args {
 } nnt_forward_args;
 
 /* Routines of the core a plugin may call. struct_size lets a plugin check a routine exists. */
-typedef struct nnt_host_api {
+typedef struct nnt_core_api {
     uint32_t struct_size;
 
     /* Fills err (status and printf-style message) and returns the status. */
@@ -104,12 +104,12 @@ typedef struct nnt_host_api {
 
     /* ---- a forward call ---- */
     /* Hands the value in `t` (backend memory) to the trace at the point the page reads it.
-     * With no request on (slot, layer) this is one table look-up. Edits requested on the value
+     * With no request on (id, layer) this is one table look-up. Edits requested on the value
      * change `t` in place; the forward must use `t` afterwards. */
-    nnt_status (*emit)(nnt_run *run, nnt_slot slot, int layer, nnt_tensor *t);
-    /* 1 when a request exists on (slot, layer) in this call; lets a family skip building a
+    nnt_status (*emit)(nnt_run *run, nnt_value_id id, int layer, nnt_tensor *t);
+    /* 1 when a request exists on (id, layer) in this call; lets a family skip building a
      * value (e.g. per-slot expert outputs) nobody asked for. */
-    int (*wants)(const nnt_run *run, nnt_slot slot, int layer);
+    int (*wants)(const nnt_run *run, nnt_value_id id, int layer);
     /* Arena allocation in backend memory, valid until the call ends or a release below. F32
      * tensors of a family running in bfloat16 precision come flagged NNT_TENSOR_BF16_VALUES; a
      * value torch keeps in float32 must have the flag cleared by the family. */
@@ -122,10 +122,10 @@ typedef struct nnt_host_api {
     /* Adds a module under `parent` (-1 for the root) and returns its id, or -1 on failure.
      * native: the attribute name in the checkpoint's module tree; standard: nnterp's name when
      * it differs (or NULL); cls: the class print(model) shows; detail: the text inside the
-     * class's parentheses for a leaf (or NULL); host: the nnt_host whose values print inside
+     * class's parentheses for a leaf (or NULL); module: the nnt_module whose values print inside
      * this module (or -1); layer: the block the module belongs to (-1 outside blocks). */
     int (*tree_node)(nnt_tree *tree, int parent, const char *native, const char *standard,
-                     const char *cls, const char *detail, int host, int layer);
+                     const char *cls, const char *detail, int module, int layer);
 
     /* ---- since ABI 2.0 ---- */
     /* The key and value projections of one attention block, k [heads * k_head_dim, in] and
@@ -140,7 +140,7 @@ typedef struct nnt_host_api {
     nnt_status (*tensor_kv_heads)(const nnt_checkpoint *ck, const char *k_name, const char *v_name, int64_t heads,
                                   int64_t k_head_dim, int64_t v_head_dim, int64_t in, nnt_tensor *k, nnt_tensor *v,
                                   nnt_error *err);
-} nnt_host_api;
+} nnt_core_api;
 
 /* How a family's products run (the INI file's [family.NAME] precision). */
 typedef enum nnt_precision {
@@ -154,7 +154,7 @@ typedef enum nnt_precision {
 /* What `load` receives. */
 typedef struct nnt_load_args {
     uint32_t struct_size; /* sizeof(nnt_load_args) as the core saw it */
-    const nnt_host_api *host;
+    const nnt_core_api *core;
     const nnt_checkpoint *ckpt;
     const nnt_backend_ops *be;
     void *be_ctx;
@@ -173,12 +173,13 @@ typedef struct nnt_family_descriptor {
     nnt_status (*load)(const nnt_load_args *args, void **model, nnt_error *err);
     void (*unload)(void *model);
     void (*info)(const void *model, nnt_model_info *out);
-    /* Describes (layer, slot): layer is -1 for model-host slots, 0..num_layers-1 otherwise.
+    /* Describes value `id` on block `layer`: -1 for values of the model module, 0..num_layers-1
+     * otherwise.
      * dims may be NULL (no shapes wanted). */
-    nnt_status (*value_info)(const void *model, int layer, nnt_slot slot,
+    nnt_status (*value_info)(const void *model, int layer, nnt_value_id id,
                              const nnt_call_dims *dims, nnt_value_info *out);
     nnt_status (*build_tree)(const void *model, nnt_tree *tree, nnt_error *err);
-    /* Runs the forward for args, emitting every served value through host->emit, each with the
+    /* Runs the forward for args, emitting every served value through core->emit, each with the
      * dtype and shape value_info declares for the call's dims (a NULL tensor only where it
      * declares may_be_none). The core holds the family to it for every requested value: one
      * that is not emitted, or emitted with another dtype or shape, fails the call with an

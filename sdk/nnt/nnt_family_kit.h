@@ -5,7 +5,7 @@
  * backend; weight binding from a checkpoint in its stored encoding (F32, BF16, F16, FP8/FP4 with
  * block scales); value-info helpers for `value_info`; softmax attention with rotary, sliding
  * window, sinks and key/value caches; a mixture of experts and a dense SwiGLU MLP; and Llama's
- * pre-norm decoder skeleton. Each building block emits its standard values through the host's
+ * pre-norm decoder skeleton. Each building block emits its standard values through the core's
  * `emit` in the order nnterp's paths expect, so a family that uses them serves those values
  * without further code. minimax_m2 (families/minimax_m2/minimax_m2.c) is the shortest complete
  * family built on it; examples/third_party_family/ is one built outside the tree.
@@ -18,8 +18,8 @@
  *     target_link_libraries(my_family PRIVATE nnt::family_kit)
  * with pkg-config: cc -shared -fPIC -fvisibility=hidden $(pkg-config --cflags nnt) my_family.c
  *     $(pkg-config --variable=kitlibs nnt) -o my_family.so
- * The kit calls the core only through the host routine table and the backend through its op
- * table (both reach the plugin in nnt_load_args), so a plugin still never links libnnt.
+ * The kit calls the core only through its routine table (nnt_core_api) and the backend through
+ * its op table (both reach the plugin in nnt_load_args), so a plugin still never links libnnt.
  *
  * Version. The kit is versioned with the plugin ABI: its structs, their layouts and its function
  * signatures change only together with NNT_ABI_MAJOR / NNT_ABI_MINOR (nnt_types.h), and the
@@ -72,11 +72,11 @@ typedef struct fam_prepared {
 } fam_prepared;
 
 /* The environment a family's code runs in, one per loaded model, embedded in the family's model
- * struct: the host routines, the backend and its context, the precision products run in, and
+ * struct: the core's routines, the backend and its context, the precision products run in, and
  * what was prepared through it. Every kit function takes it const; only the `prepared` list
  * grows behind the const (weights and buffers registered for release). */
 typedef struct fam_env {
-    const nnt_host_api *host;
+    const nnt_core_api *core;
     const nnt_backend_ops *be;
     void *be_ctx;
     nnt_precision precision;
@@ -86,7 +86,7 @@ typedef struct fam_env {
     fam_prepared *prepared; /* owned; NULL until the first weight */
 } fam_env;
 
-/* Fills env from the family's load arguments (host, backend, backend context, precision);
+/* Fills env from the family's load arguments (core routines, backend, backend context, precision);
  * nothing is allocated. Call it first thing in `load`. */
 void fam_env_init(fam_env *env, const nnt_load_args *args);
 /* Releases everything registered with env: each prepared weight through the backend's
@@ -108,11 +108,10 @@ void fam_unserved(nnt_value_info *out, const char *fmt, ...) __attribute__((form
  * this architecture (e.g. hyper-connection values in a single-stream model). */
 void fam_off_page(nnt_value_info *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Marks a value as served with `dtype` (NNT_F32 for activations, NNT_I32 for expert indices),
- * writable (1: edits may rewrite it) or not, and a shape of `ndim` dims (at most
- * NNT_MAX_DIMS) passed as int64_t arguments - cast each one: (int64_t)B, ... The shape is
- * recorded only when dims != NULL (the core asks without dims when it wants no shapes; then
- * out->ndim = 0). The declared dtype and shape must be those the forward emits. */
-void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, int ndim, ...);
+ * writable (1: edits may rewrite it) or not, and the shape `shape` (NNT_SHAPE(B, T, H), ...).
+ * The shape is recorded only when dims != NULL (the core asks without dims when it wants no
+ * shapes; then out->ndim = 0). The declared dtype and shape must be those the forward emits. */
+void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype, int writable, nnt_shape shape);
 
 /* ======================================================================================== */
 /* ---- weights (in `load`) ---- */
@@ -154,7 +153,7 @@ nnt_status fam_rows(const fam_env *env, const nnt_tensor *w, int64_t index, int6
  * until fam_env_release. Errors: the backend's, NNT_ERR_OUT_OF_MEMORY. */
 nnt_status fam_prepare(const fam_env *env, const nnt_tensor *host, nnt_tensor *out, nnt_error *err);
 /* The key and value projections of an attention block as `heads` key/value heads of widths dk
- * and dv over `in` inputs (the host's tensor_kv_heads: it also reads fused per-head key/value
+ * and dv over `in` inputs (the core's tensor_kv_heads: it also reads fused per-head key/value
  * layouts and their scale grids), prepared: *k [heads * dk, in], *v [heads * dv, in], both
  * registered with env. Errors: as fam_weight. */
 nnt_status fam_weight_kv_heads(const fam_env *env, const nnt_checkpoint *ck, const char *k_name, const char *v_name,
@@ -164,16 +163,16 @@ nnt_status fam_weight_kv_heads(const fam_env *env, const nnt_checkpoint *ck, con
 /* ======================================================================================== */
 /* ---- tensors in a forward ---- */
 
-/* Allocates *out of dtype `dt` and `ndim` dims (int64_t arguments: cast each one) from the
- * run's arena in backend memory, with the bfloat16 flags the run's precision gives and
- * env->bf16_style. Freed by the arena: release it with host->arena_release(run, mark) for a
- * mark taken before, or it lives until the forward returns. Contents are undefined.
- * Errors: the host's alloc (NNT_ERR_OUT_OF_MEMORY when the arena cannot grow). */
-nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, int ndim, ...);
-/* The same data seen with another shape of `ndim` dims (int64_t arguments); the element
- * counts must agree (not checked). A view owns nothing. E.g. fam_view(&x, 3, B, T, H) turns
- * x [M, H] into the [B, T, H] layout values are emitted in. */
-nnt_tensor fam_view(const nnt_tensor *t, int ndim, ...);
+/* Allocates *out of dtype `dt` and shape `shape` (NNT_SHAPE(M, H), ...) from the run's arena in
+ * backend memory, with the bfloat16 flags the run's precision gives and env->bf16_style. Freed
+ * by the arena: release it with core->arena_release(run, mark) for a mark taken before, or it
+ * lives until the forward returns. Contents are undefined.
+ * Errors: the core's alloc (NNT_ERR_OUT_OF_MEMORY when the arena cannot grow). */
+nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, nnt_shape shape);
+/* The same data seen with another shape; the element counts must agree (not checked). A view
+ * owns nothing. E.g. fam_view(&x, NNT_SHAPE(B, T, H)) turns x [M, H] into the [B, T, H] layout
+ * values are emitted in. */
+nnt_tensor fam_view(const nnt_tensor *t, nnt_shape shape);
 
 /* ======================================================================================== */
 /* ---- mixture of experts and MLPs ---- */
@@ -322,12 +321,12 @@ nnt_status fam_mask_build(const nnt_forward_args *args, nnt_attn_mask *mask, nnt
 void fam_mask_free(nnt_attn_mask *mask);
 
 /* Value info of the self_attn values (attention_queries ... attention_output) for an
- * attention of shape *a in a model of width `hidden`, with S = past + seq keys; another slot
+ * attention of shape *a in a model of width `hidden`, with S = past + seq keys; another value
  * is marked unserved. For the family's value_info. */
-void fam_attention_info(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *dims,
+void fam_attention_info(const fam_attn *a, int hidden, nnt_value_id id, const nnt_call_dims *dims,
                         nnt_value_info *out);
 /* The same with the key axis S = `keys` long (a sliding or capped cache: fam_kv_cached_len). */
-void fam_attention_info_keys(const fam_attn *a, int hidden, nnt_slot slot, const nnt_call_dims *dims, int64_t keys,
+void fam_attention_info_keys(const fam_attn *a, int hidden, nnt_value_id id, const nnt_call_dims *dims, int64_t keys,
                              nnt_value_info *out);
 /* Writes the inverse frequencies theta^(-2i / rot_dim), i < rot_dim / 2, into host out
  * [rot_dim / 2], computed in float32 as transformers' default rotary embedding does. */
@@ -388,9 +387,9 @@ nnt_status fam_decoder_project(const fam_env *env, nnt_run *run, const fam_decod
 
 /* Value info of the model values (token_embeddings, final_norm_output, lm_head_output,
  * logits) and of the block values the skeleton emits (layer_input ... layer_output), all F32
- * and writable; hyper-connection values are marked off the page. Returns 1 when `slot` was one
+ * and writable; hyper-connection values are marked off the page. Returns 1 when `id` was one
  * of those (out filled), 0 otherwise (out untouched: the family answers). */
-int fam_decoder_info(int hidden, int vocab, nnt_slot slot, const nnt_call_dims *dims, nnt_value_info *out);
+int fam_decoder_info(int hidden, int vocab, nnt_value_id id, const nnt_call_dims *dims, nnt_value_info *out);
 
 /* ======================================================================================== */
 /* ---- weight binding shared by families (in `load`) ---- */
@@ -415,6 +414,29 @@ void fam_decoder_wire(fam_decoder *d, int layers, int hidden, int vocab, double 
  * Errors: as fam_weight. */
 nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied,
                             fam_decoder *d, nnt_error *err);
+
+/* One row of a family's tensor-name table, the way llama.cpp's llama-arch.cpp lists each
+ * architecture's tensors: which member of the family's block struct a checkpoint tensor binds
+ * to, the tensor's name as a printf pattern taking the block index (one %d), and its shape as
+ * indices into a sizes array the family fills at load (so one table serves every block and
+ * every configuration). E.g., with sizes[MY_Q] = heads * head_dim and sizes[MY_H] = hidden:
+ *     {offsetof(my_block, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MY_Q, MY_H}}
+ * binds [heads * head_dim, hidden] into block->q_proj. ndim 0 accepts any shape. */
+typedef struct fam_tensor_name {
+    size_t field;           /* offsetof(the family's block struct, an nnt_tensor member) */
+    const char *pattern;    /* checkpoint name, printf pattern with one %d: the block index */
+    int ndim;               /* 0..NNT_MAX_DIMS; 0: any shape */
+    int size[NNT_MAX_DIMS]; /* extent i is sizes[size[i]] */
+} fam_tensor_name;
+
+/* Binds every row of names[0..n) for block `layer`: the tensor named pattern % layer, of shape
+ * sizes[size[0]], ..., prepared as fam_weight does into the nnt_tensor at (char *)block +
+ * field (registered with env). block: the family's block struct, sizes: the extents the rows
+ * index (host memory, borrowed for the call). Rows are bound in table order; the first failure
+ * stops. Errors: NNT_ERR_INTERNAL for a row whose name does not fit 256 bytes or whose ndim is
+ * outside 0..NNT_MAX_DIMS (naming the pattern), then as fam_weight (naming the tensor). */
+nnt_status fam_bind_names(const fam_env *env, const nnt_checkpoint *ck, int layer, const fam_tensor_name *names, int n,
+                          const int64_t *sizes, void *block, nnt_error *err);
 
 /* One spelling of a block's per-expert weight names: printf patterns taking (int layer,
  * int expert), e.g. "model.layers.%d.mlp.experts.%d.gate_proj.weight". */

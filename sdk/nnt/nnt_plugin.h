@@ -2,7 +2,7 @@
  *
  * A plugin is a shared object that exports exactly one data symbol: `nnt_family_plugin` (a
  * const nnt_family_descriptor) or `nnt_backend_plugin` (a const nnt_backend_descriptor). The
- * host reads the descriptor's header and checks it - magic, kind, ABI major equal, ABI minor not
+ * core reads the descriptor's header and checks it - magic, kind, ABI major equal, ABI minor not
  * newer, struct size, name - before it calls any function the plugin provides.
  *
  * Every table and argument struct that crosses the plugin boundary starts with its size

@@ -1,5 +1,5 @@
 /* nnt_types.h - the plain data types every nnt header shares: status codes, element types,
- * tensors, the standard-value slots, and the error record.
+ * tensors, shapes, the standard-value ids, and the error record.
  *
  * This header has no functions of its own beyond small inline helpers; the user API (nnt.h),
  * the family-plugin ABI (nnt_family.h) and the kernel-backend ABI (nnt_backend.h) build on it.
@@ -20,9 +20,17 @@ extern "C" {
  * an older minor's descriptor, op table and argument structs only up to their struct_size.
  * 3.0 gave the op table and the argument structs a leading struct_size (which moved every
  * field, hence the major), split the ops into required and optional ones and let a family
- * declare the ops it needs (nnt_family_descriptor.ops_needed). */
+ * declare the ops it needs (nnt_family_descriptor.ops_needed). 3.1 renamed without moving a
+ * byte: nnt_slot / NNT_SV_* became nnt_value_id / NNT_VALUE_* (one name, "value", for a
+ * standard value), nnt_host / NNT_HOST_* (a value's module) became nnt_module / NNT_MODULE_*,
+ * the core's routine table nnt_host_api became nnt_core_api (nnt_load_args.core, fam_env.core),
+ * and the family kit's fam_served, fam_alloc and fam_view take an nnt_shape instead of a count
+ * and variadic extents. Binaries built for 3.0 load unchanged (same layouts); their sources
+ * need the new names (docs/plugin-guide.md lists them). The minor, not the major, moved
+ * because the core checks binaries; the kit's version (fam_kit_abi) moved with it, so a plugin
+ * compiled with 3.1 headers can tell a 3.0 libnnt_family.a apart. */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 0
+#define NNT_ABI_MINOR 1
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */
@@ -121,6 +129,21 @@ typedef struct nnt_tensor {
     uint32_t flags;     /* NNT_TENSOR_* */
 } nnt_tensor;
 
+/* A shape of ndim axes (at most NNT_MAX_DIMS), passed by value where a function takes a shape
+ * it does not keep (the family kit's fam_served, fam_alloc, fam_view). Write one with
+ * NNT_SHAPE(d0, d1, ...): each extent is converted to int64_t as the compiler checks the
+ * arguments of any function, and more than NNT_MAX_DIMS extents do not compile. */
+typedef struct nnt_shape {
+    int ndim;
+    int64_t dim[NNT_MAX_DIMS];
+} nnt_shape;
+
+/* The number of arguments, 1 to NNT_MAX_DIMS (6); a seventh leaves an undefined name behind. */
+#define NNT_SHAPE_NARGS_(a1, a2, a3, a4, a5, a6, a7, n, ...) n
+#define NNT_SHAPE_NARGS(...) NNT_SHAPE_NARGS_(__VA_ARGS__, nnt_shape_has_too_many_axes, 6, 5, 4, 3, 2, 1, 0)
+/* The shape [d0, d1, ...] of 1 to NNT_MAX_DIMS axes, e.g. NNT_SHAPE(B, T, H). */
+#define NNT_SHAPE(...) ((nnt_shape){.ndim = NNT_SHAPE_NARGS(__VA_ARGS__), .dim = {__VA_ARGS__}})
+
 static inline int64_t nnt_tensor_numel(const nnt_tensor *t)
 {
     int64_t n = 1;
@@ -180,76 +203,77 @@ static inline int nnt_tensor_rows(const nnt_tensor *w, int64_t index, int64_t r0
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Hosts: the module a standard value belongs to, as nnterp names it.                        */
+/* Modules: the module a standard value belongs to, as nnterp names it. ("Host" in this SDK */
+/* means CPU memory only, as in CUDA.)                                                       */
 
-typedef enum nnt_host {
-    NNT_HOST_MODEL = 0,   /* model */
-    NNT_HOST_LAYER,       /* model.layers[i] */
-    NNT_HOST_SELF_ATTN,   /* model.layers[i].self_attn (softmax attention, latent or not) */
-    NNT_HOST_LINEAR_ATTN, /* model.layers[i].linear_attn (a recurrent mixer, e.g. KDA) */
-    NNT_HOST_MLP,         /* model.layers[i].mlp (dense MLP or mixture of experts) */
-    NNT_HOST_COUNT
-} nnt_host;
+typedef enum nnt_module {
+    NNT_MODULE_MODEL = 0,   /* model */
+    NNT_MODULE_LAYER,       /* model.layers[i] */
+    NNT_MODULE_SELF_ATTN,   /* model.layers[i].self_attn (softmax attention, latent or not) */
+    NNT_MODULE_LINEAR_ATTN, /* model.layers[i].linear_attn (a recurrent mixer, e.g. KDA) */
+    NNT_MODULE_MLP,         /* model.layers[i].mlp (dense MLP or mixture of experts) */
+    NNT_MODULE_COUNT
+} nnt_module;
 
 /* ---------------------------------------------------------------------------------------- */
-/* Standard-value slots: one per (host, value name) pair, named as nnterp names them.        */
+/* Standard values: one id per (module, value name) pair, named as nnterp names them.        */
 /* docs/plugin-guide.md lists them with their layouts.                                       */
-/* The registry in the core (nnt_slot_name, nnt_slot_layout, ...) describes each.            */
+/* The registry in the core (nnt_value_name, nnt_value_layout, ...) describes each.            */
 
-typedef enum nnt_slot {
+typedef enum nnt_value_id {
     /* model */
-    NNT_SV_LOGITS = 0,
-    NNT_SV_TOKEN_EMBEDDINGS,
-    NNT_SV_FINAL_NORM_OUTPUT,
-    NNT_SV_LM_HEAD_OUTPUT,
-    NNT_SV_NEXT_TOKEN_PROBS,
-    NNT_SV_INPUT_IDS,
-    NNT_SV_ATTENTION_MASK,
-    NNT_SV_INPUT_SIZE,
+    NNT_VALUE_LOGITS = 0,
+    NNT_VALUE_TOKEN_EMBEDDINGS,
+    NNT_VALUE_FINAL_NORM_OUTPUT,
+    NNT_VALUE_LM_HEAD_OUTPUT,
+    NNT_VALUE_NEXT_TOKEN_PROBS,
+    NNT_VALUE_INPUT_IDS,
+    NNT_VALUE_ATTENTION_MASK,
+    NNT_VALUE_INPUT_SIZE,
     /* model.layers[i] */
-    NNT_SV_LAYER_INPUT,
-    NNT_SV_ATTENTION_NORM_OUTPUT,
-    NNT_SV_LAYER_MID,
-    NNT_SV_MLP_NORM_OUTPUT,
-    NNT_SV_MLP_INPUT,
-    NNT_SV_LAYER_OUTPUT,
-    NNT_SV_ATTENTION_POST,
-    NNT_SV_ATTENTION_COMB,
-    NNT_SV_MLP_POST,
-    NNT_SV_MLP_COMB,
+    NNT_VALUE_LAYER_INPUT,
+    NNT_VALUE_ATTENTION_NORM_OUTPUT,
+    NNT_VALUE_LAYER_MID,
+    NNT_VALUE_MLP_NORM_OUTPUT,
+    NNT_VALUE_MLP_INPUT,
+    NNT_VALUE_LAYER_OUTPUT,
+    NNT_VALUE_ATTENTION_POST,
+    NNT_VALUE_ATTENTION_COMB,
+    NNT_VALUE_MLP_POST,
+    NNT_VALUE_MLP_COMB,
     /* model.layers[i].self_attn */
-    NNT_SV_ATTN_QUERIES,
-    NNT_SV_ATTN_KEYS,
-    NNT_SV_ATTN_VALUES,
-    NNT_SV_ATTN_SCORES,
-    NNT_SV_ATTN_PREMIX,
-    NNT_SV_ATTN_OUTPUT,
-    NNT_SV_ATTN_PROBABILITIES,
-    NNT_SV_ATTN_HEAD_OUTPUTS,
+    NNT_VALUE_ATTN_QUERIES,
+    NNT_VALUE_ATTN_KEYS,
+    NNT_VALUE_ATTN_VALUES,
+    NNT_VALUE_ATTN_SCORES,
+    NNT_VALUE_ATTN_PREMIX,
+    NNT_VALUE_ATTN_OUTPUT,
+    NNT_VALUE_ATTN_PROBABILITIES,
+    NNT_VALUE_ATTN_HEAD_OUTPUTS,
     /* model.layers[i].linear_attn */
-    NNT_SV_LIN_OUTPUT,
-    NNT_SV_LIN_STATE,
-    NNT_SV_LIN_STATES,
-    NNT_SV_LIN_QUERIES,
-    NNT_SV_LIN_KEYS,
-    NNT_SV_LIN_VALUES,
-    NNT_SV_LIN_DECAYS,
-    NNT_SV_LIN_BETAS,
-    NNT_SV_LIN_STATE_INPUT,
-    NNT_SV_LIN_HEAD_OUTPUTS,
-    NNT_SV_LIN_STATE_OUTPUT,
+    NNT_VALUE_LIN_OUTPUT,
+    NNT_VALUE_LIN_STATE,
+    NNT_VALUE_LIN_STATES,
+    NNT_VALUE_LIN_QUERIES,
+    NNT_VALUE_LIN_KEYS,
+    NNT_VALUE_LIN_VALUES,
+    NNT_VALUE_LIN_DECAYS,
+    NNT_VALUE_LIN_BETAS,
+    NNT_VALUE_LIN_STATE_INPUT,
+    NNT_VALUE_LIN_HEAD_OUTPUTS,
+    NNT_VALUE_LIN_STATE_OUTPUT,
     /* model.layers[i].mlp */
-    NNT_SV_MLP_ACTIVATION,
-    NNT_SV_MLP_NEURONS,
-    NNT_SV_MLP_OUTPUT,
-    NNT_SV_ROUTER_LOGITS,
-    NNT_SV_EXPERT_WEIGHTS,
-    NNT_SV_EXPERT_INDICES,
-    NNT_SV_EXPERT_OUTPUTS,
-    NNT_SV_ROUTED_OUTPUT,
-    NNT_SV_SHARED_EXPERT_OUTPUT,
-    NNT_SLOT_COUNT
-} nnt_slot;
+    NNT_VALUE_MLP_ACTIVATION,
+    NNT_VALUE_MLP_NEURONS,
+    NNT_VALUE_MLP_OUTPUT,
+    NNT_VALUE_ROUTER_LOGITS,
+    NNT_VALUE_EXPERT_WEIGHTS,
+    NNT_VALUE_EXPERT_INDICES,
+    NNT_VALUE_EXPERT_OUTPUTS,
+    NNT_VALUE_ROUTED_OUTPUT,
+    NNT_VALUE_SHARED_EXPERT_OUTPUT,
+    NNT_VALUE_COUNT
+} nnt_value_id;
 
 /* ---------------------------------------------------------------------------------------- */
 /* Errors: a status and a message. Library code fills one and returns the status; it never   */
@@ -269,7 +293,7 @@ typedef struct nnt_call_dims {
     int past;  /* tokens already in the cache before this call (0 for a prompt) */
 } nnt_call_dims;
 
-/* What a family says about one standard value on one block (layer -1 for the model host). */
+/* What a family says about one standard value on one block (layer -1 for the model module). */
 #define NNT_REASON_MAX 320
 typedef struct nnt_value_info {
     int served;                  /* 1: the family emits it here */
@@ -282,8 +306,8 @@ typedef struct nnt_value_info {
     int off_page;      /* 1: the value has no place in this family's architecture at all (e.g.
                         * hyper-connection weights on a single-stream model); `nnt print` omits
                         * it, `nnt support` still shows it with the reason */
-    const char *layout; /* NULL: the registry's layout name for the slot */
-    const char *axes;   /* NULL: the registry's axes for the slot */
+    const char *layout; /* NULL: the registry's layout name for the value */
+    const char *axes;   /* NULL: the registry's axes for the value */
 } nnt_value_info;
 
 /* Root-level sizes, as nnterp reports them on `model`. 0 where a size does not apply. */

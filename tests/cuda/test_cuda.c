@@ -604,7 +604,11 @@ static void test_encodings(void)
          * one partial (5 float32 or 10 bfloat16 rows of 200 columns, 4 or 8 of 256); sync = 1
          * so that a fault there is reported by the op that caused it */
         const char *keys[2] = {"tile_bytes", "sync"}, *vals[2] = {"4096", "1"};
-        nnt_backend_options opt = {sizeof(nnt_backend_options), keys, vals, 2, "test_cuda"};
+        nnt_backend_options opt = {.struct_size = sizeof(nnt_backend_options),
+                                   .keys = keys,
+                                   .values = vals,
+                                   .count = 2,
+                                   .ini_path = "test_cuda"};
         void *tiny = NULL;
         OK_GPU(gdesc->create(&opt, &tiny, err));
         encodings_on(tiny, ", 4 KiB tiles", 1);
@@ -779,8 +783,8 @@ static void test_attention(void)
     }
     for (int j = 0; j < S; j++) nowin[j] = j >= T;
     for (int i = 0; i < 2 * 11 * 14; i++) allow[i] = (i * 7) % 5 != 0;
-    nnt_attn_mask full = {sizeof(nnt_attn_mask), qpos, kpos, kval, qval, nowin, allow, 1, 4};
-    nnt_attn_mask plain = {sizeof(nnt_attn_mask), qpos, kpos, kval, qval, NULL, NULL, 1, 0};
+    nnt_attn_mask full = {.struct_size = sizeof(nnt_attn_mask), .q_pos = qpos, .k_pos = kpos, .key_valid = kval, .query_valid = qval, .key_no_window = nowin, .allow = allow, .causal = 1, .window = 4};
+    nnt_attn_mask plain = {.struct_size = sizeof(nnt_attn_mask), .q_pos = qpos, .k_pos = kpos, .key_valid = kval, .query_valid = qval, .key_no_window = NULL, .allow = NULL, .causal = 1, .window = 0};
     const nnt_attn_mask *masks[3] = {&full, &plain, NULL};
     const char *names[3] = {"full mask", "causal and padding", "no mask"};
     float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
@@ -854,10 +858,10 @@ static void test_route(void)
         nnt_route_params p;
         int bias;
     } cases[] = {
-        {"sigmoid, bias, 4 groups keep 2, renormalised, scaled", {sizeof(nnt_route_params), NNT_SCORE_SIGMOID, K, 4, 2, 1, 1e-20f, 2.5f, 0}, 1},
-        {"softmax, no bias, no groups", {sizeof(nnt_route_params), NNT_SCORE_SOFTMAX, K, 1, 1, 0, 0.0f, 1.0f, 0}, 0},
-        {"sqrt softplus, bias, renormalised", {sizeof(nnt_route_params), NNT_SCORE_SQRT_SOFTPLUS, K, 0, 0, 1, 0.0f, 1.5f, 0}, 1},
-        {"sigmoid, 8 groups of 2 keep 3", {sizeof(nnt_route_params), NNT_SCORE_SIGMOID, K, 8, 3, 1, 1e-20f, 1.0f, 0}, 1},
+        {"sigmoid, bias, 4 groups keep 2, renormalised, scaled", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SIGMOID, .top_k = K, .n_group = 4, .topk_group = 2, .renormalize = 1, .renorm_eps = 1e-20f, .scaling_factor = 2.5f, .indices_given = 0}, 1},
+        {"softmax, no bias, no groups", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SOFTMAX, .top_k = K, .n_group = 1, .topk_group = 1, .renormalize = 0, .renorm_eps = 0.0f, .scaling_factor = 1.0f, .indices_given = 0}, 0},
+        {"sqrt softplus, bias, renormalised", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SQRT_SOFTPLUS, .top_k = K, .n_group = 0, .topk_group = 0, .renormalize = 1, .renorm_eps = 0.0f, .scaling_factor = 1.5f, .indices_given = 0}, 1},
+        {"sigmoid, 8 groups of 2 keep 3", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SIGMOID, .top_k = K, .n_group = 8, .topk_group = 3, .renormalize = 1, .renorm_eps = 1e-20f, .scaling_factor = 1.0f, .indices_given = 0}, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         OK_CPU(cops->route(cctx, &lg, cases[i].bias ? &bias : NULL, &cases[i].p, &idx, &w, err));
@@ -865,7 +869,7 @@ static void test_route(void)
         same_routing(cases[i].name, &idx, &w, &di, &dw, M, K);
     }
     /* given indices (hash routing): the weights only, and an out-of-range index is an error */
-    nnt_route_params given = {sizeof(nnt_route_params), NNT_SCORE_SQRT_SOFTPLUS, K, 1, 1, 1, 1e-20f, 1.5f, 1};
+    nnt_route_params given = {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SQRT_SOFTPLUS, .top_k = K, .n_group = 1, .topk_group = 1, .renormalize = 1, .renorm_eps = 1e-20f, .scaling_factor = 1.5f, .indices_given = 1};
     for (int64_t i = 0; i < M * K; i++) ((int32_t *)idx.data)[i] = (int32_t)((i * 5 + i / K) % E);
     nnt_tensor dgi = dev(&idx);
     OK_CPU(cops->route(cctx, &lg, NULL, &given, &idx, &w, err));
@@ -1256,7 +1260,7 @@ static void test_bf16_attention(void)
             kval[b * S + t] = !pad;
             kpos[b * S + t] = t < T ? qpos[b * T + t] : (int32_t)(t - (b == 1 ? 3 : 0));
         }
-    nnt_attn_mask causal = {sizeof(nnt_attn_mask), qpos, kpos, kval, qval, NULL, NULL, 1, 5};
+    nnt_attn_mask causal = {.struct_size = sizeof(nnt_attn_mask), .q_pos = qpos, .k_pos = kpos, .key_valid = kval, .query_valid = qval, .key_no_window = NULL, .allow = NULL, .causal = 1, .window = 5};
     const nnt_attn_mask *masks[2] = {&causal, NULL};
     const char *names[2] = {"causal window and padding", "no mask"};
     float sinks[4] = {0.3f, -1.1f, 2.05f, 0.01f};
@@ -1349,11 +1353,11 @@ static void test_bf16_route(void)
         nnt_route_params p;
         int bias;
     } cases[] = {
-        {"bfloat16 sigmoid, bias, 4 groups keep 2, renormalised, scaled", {sizeof(nnt_route_params), NNT_SCORE_SIGMOID, K, 4, 2, 1, 1e-20f, 2.5f, 0}, 1},
-        {"bfloat16 softmax, no bias, no groups", {sizeof(nnt_route_params), NNT_SCORE_SOFTMAX, K, 1, 1, 0, 0.0f, 1.0f, 0}, 0},
-        {"bfloat16 softmax, renormalised, scaled", {sizeof(nnt_route_params), NNT_SCORE_SOFTMAX, K, 1, 1, 1, 0.0f, 1.7f, 0}, 0},
-        {"bfloat16 sqrt softplus, bias, renormalised", {sizeof(nnt_route_params), NNT_SCORE_SQRT_SOFTPLUS, K, 0, 0, 1, 0.0f, 1.5f, 0}, 1},
-        {"bfloat16 sigmoid, not renormalised, scaled", {sizeof(nnt_route_params), NNT_SCORE_SIGMOID, K, 0, 0, 0, 0.0f, 2.5f, 0}, 1},
+        {"bfloat16 sigmoid, bias, 4 groups keep 2, renormalised, scaled", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SIGMOID, .top_k = K, .n_group = 4, .topk_group = 2, .renormalize = 1, .renorm_eps = 1e-20f, .scaling_factor = 2.5f, .indices_given = 0}, 1},
+        {"bfloat16 softmax, no bias, no groups", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SOFTMAX, .top_k = K, .n_group = 1, .topk_group = 1, .renormalize = 0, .renorm_eps = 0.0f, .scaling_factor = 1.0f, .indices_given = 0}, 0},
+        {"bfloat16 softmax, renormalised, scaled", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SOFTMAX, .top_k = K, .n_group = 1, .topk_group = 1, .renormalize = 1, .renorm_eps = 0.0f, .scaling_factor = 1.7f, .indices_given = 0}, 0},
+        {"bfloat16 sqrt softplus, bias, renormalised", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SQRT_SOFTPLUS, .top_k = K, .n_group = 0, .topk_group = 0, .renormalize = 1, .renorm_eps = 0.0f, .scaling_factor = 1.5f, .indices_given = 0}, 1},
+        {"bfloat16 sigmoid, not renormalised, scaled", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SIGMOID, .top_k = K, .n_group = 0, .topk_group = 0, .renormalize = 0, .renorm_eps = 0.0f, .scaling_factor = 2.5f, .indices_given = 0}, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         OK_CPU(cops->route(cctx, &lg, cases[i].bias ? &bias : NULL, &cases[i].p, &idx, &w, err));
@@ -1361,7 +1365,7 @@ static void test_bf16_route(void)
         same_routing_bf16(cases[i].name, &idx, &w, &di, &dw, M, K);
     }
     /* given indices (hash routing) */
-    nnt_route_params given = {sizeof(nnt_route_params), NNT_SCORE_SQRT_SOFTPLUS, K, 1, 1, 1, 1e-20f, 1.5f, 1};
+    nnt_route_params given = {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SQRT_SOFTPLUS, .top_k = K, .n_group = 1, .topk_group = 1, .renormalize = 1, .renorm_eps = 1e-20f, .scaling_factor = 1.5f, .indices_given = 1};
     for (int64_t i = 0; i < M * K; i++) ((int32_t *)idx.data)[i] = (int32_t)((i * 5 + i / K) % E);
     nnt_tensor dgi = dev(&idx);
     OK_CPU(cops->route(cctx, &lg, NULL, &given, &idx, &w, err));

@@ -15,7 +15,7 @@
 static nnt_status load(const nnt_load_args *a, void **m, nnt_error *e) { return NNT_ERR_INTERNAL; }
 static void unload(void *m) {}
 static void info(const void *m, nnt_model_info *o) {}
-static nnt_status value_info(const void *m, int l, nnt_slot s, const nnt_call_dims *d, nnt_value_info *o)
+static nnt_status value_info(const void *m, int l, nnt_value_id s, const nnt_call_dims *d, nnt_value_info *o)
 {
     return NNT_ERR_INTERNAL;
 }
@@ -113,13 +113,13 @@ NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
 #define ARCH "WrongShapeForCausalLM"
 #endif
 typedef struct fake {
-    const nnt_host_api *host;
+    const nnt_core_api *core;
 } fake;
 static nnt_status fake_load(const nnt_load_args *a, void **m, nnt_error *e)
 {
     fake *f = calloc(1, sizeof *f);
     if (!f) return NNT_ERR_OUT_OF_MEMORY;
-    f->host = a->host;
+    f->core = a->core;
     *m = f;
     return NNT_OK;
 }
@@ -130,10 +130,10 @@ static void fake_info(const void *m, nnt_model_info *o)
                           .hidden_size = 4, .vocab_size = 8, .num_heads = 1, .num_kv_heads = 1, .head_dim = 4,
                           .qk_head_dim = 4, .intermediate_size = 4, .num_streams = 1};
 }
-static nnt_status fake_value_info(const void *m, int l, nnt_slot s, const nnt_call_dims *d, nnt_value_info *o)
+static nnt_status fake_value_info(const void *m, int l, nnt_value_id s, const nnt_call_dims *d, nnt_value_info *o)
 {
-    int64_t last = s == NNT_SV_LOGITS ? 8 : s == NNT_SV_LAYER_OUTPUT ? 4 : 0;
-    if (!last || (s == NNT_SV_LOGITS) != (l < 0)) {
+    int64_t last = s == NNT_VALUE_LOGITS ? 8 : s == NNT_VALUE_LAYER_OUTPUT ? 4 : 0;
+    if (!last || (s == NNT_VALUE_LOGITS) != (l < 0)) {
         o->served = 0;
         snprintf(o->reason, sizeof o->reason, "a test family serves layer_output and logits only");
         return NNT_OK;
@@ -151,7 +151,7 @@ static nnt_status fake_value_info(const void *m, int l, nnt_slot s, const nnt_ca
 static nnt_status fake_tree(const void *m, nnt_tree *t, nnt_error *e) { return NNT_OK; }
 static nnt_status fake_forward(void *m, nnt_run *run, const nnt_forward_args *a, nnt_error *e)
 {
-    const nnt_host_api *h = ((fake *)m)->host;
+    const nnt_core_api *h = ((fake *)m)->core;
     nnt_tensor out, logits;
     int64_t shape[3] = {a->batch, a->seq, 4}, lshape[3] = {a->batch, a->seq, 8};
 #if defined(BROKEN_WRONG_SHAPE)
@@ -160,11 +160,11 @@ static nnt_status fake_forward(void *m, nnt_run *run, const nnt_forward_args *a,
     nnt_status st = h->alloc(run, NNT_F32, 3, shape, &out, e);
     if (st == NNT_OK) st = a->be->fill(a->be_ctx, &out, 1.0f, e);
 #if !defined(BROKEN_NO_EMIT)
-    if (st == NNT_OK) st = h->emit(run, NNT_SV_LAYER_OUTPUT, 0, &out);
+    if (st == NNT_OK) st = h->emit(run, NNT_VALUE_LAYER_OUTPUT, 0, &out);
 #endif
     if (st == NNT_OK) st = h->alloc(run, NNT_F32, 3, lshape, &logits, e);
     if (st == NNT_OK) st = a->be->fill(a->be_ctx, &logits, 0.0f, e);
-    if (st == NNT_OK) st = h->emit(run, NNT_SV_LOGITS, -1, &logits);
+    if (st == NNT_OK) st = h->emit(run, NNT_VALUE_LOGITS, -1, &logits);
     return st;
 }
 static const char *const ARCHS[] = {ARCH, NULL};

@@ -6,7 +6,7 @@
 static nnt_status load(const nnt_load_args *a, void **m, nnt_error *e) { return NNT_ERR_UNSUPPORTED; }
 static void unload(void *m) {}
 static void info(const void *m, nnt_model_info *o) {}
-static nnt_status value_info(const void *m, int l, nnt_slot s, const nnt_call_dims *d, nnt_value_info *o)
+static nnt_status value_info(const void *m, int l, nnt_value_id s, const nnt_call_dims *d, nnt_value_info *o)
 {
     return NNT_ERR_UNSUPPORTED;
 }
@@ -22,6 +22,17 @@ static const char *const TYPES[] = {"consumer_probe", NULL};
 static const nnt_rename_rule RENAMES[] = {{NULL, NULL, NULL}};
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "consumer_probe", "0", "install test probe"),
-    ARCHS, TYPES, RENAMES, load, unload, info, value_info, build_tree, forward, project, NULL, NULL,
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "consumer_probe", "0", "install test probe"),
+    .architectures = ARCHS,
+    .model_types = TYPES,
+    .renames = RENAMES,
+    .load = load,
+    .unload = unload,
+    .info = info,
+    .value_info = value_info,
+    .build_tree = build_tree,
+    .forward = forward,
+    .project = project,
+    .cache_new = NULL,
+    .cache_free = NULL,
 };
