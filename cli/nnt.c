@@ -17,6 +17,8 @@
 #include <string.h>
 
 #include "nnt/nnt.h"
+#include "patch.h"
+#include "plot.h"
 
 #define MAX_REQ 256
 #define MAX_ROWS 64
@@ -35,6 +37,14 @@ static const char USAGE[] =
     "           probability, a table per row; --positions P,P,... chooses the tokens (default: all);\n"
     "           --out FILE writes lens_probs [rows, layers, columns, vocab] and lens_positions [rows,\n"
     "           columns] (each column's position, -1 past a row's own)\n"
+    "  patch    --model DIR --clean \"text\" --corrupt \"text\" (or --clean-tokens/--corrupt-tokens \"ID ...\",\n"
+    "           same length) --metric logit-diff:A,B|prob:T   activation patching: the clean prompt's value\n"
+    "           (--value PATH, default layers.*.layer_output; '*' is every block) put into the corrupted\n"
+    "           prompt's forward at one block and one position (--positions, default all) at a time, and\n"
+    "           the metric read at the last position (logit[A] - logit[B], or token T's probability), a\n"
+    "           table of blocks x positions; --batch N patched rows per forward (default 16); --out FILE\n"
+    "           writes patch_metric [blocks, positions] (F64), patch_blocks, patch_positions, clean_metric\n"
+    "           and corrupt_metric\n"
     "  generate --model DIR ROWS --max-new-tokens N   print the new token ids and, with a tokenizer, their text\n"
     "           --temperature T (0: greedy, the default)  --top-k K  --top-p P  --seed S\n"
     "           a row stops at the tokenizer's eos token (tokenizer_config.json's eos_token), unless\n"
@@ -111,7 +121,12 @@ typedef struct row_arg {
 
 typedef struct opts {
     const char *cmd, *model, *config, *out;
-    const char *lens_positions; /* lens --positions */
+    const char *lens_positions; /* lens and patch --positions */
+    /* patch */
+    row_arg clean, corrupt;      /* --clean/--clean-tokens, --corrupt/--corrupt-tokens (arg NULL: not given) */
+    const char *value, *metric;  /* --value, --metric */
+    int patch_rows;              /* --batch (0: not given) */
+    const char *plot;            /* --plot FILE.png|FILE.svg */
     int tsv;
     row_arg rows[MAX_ROWS];
     int n_rows, n_text_rows; /* n_text_rows: --prompt and --prompt-file rows */
@@ -321,7 +336,9 @@ static int parse_request(req *r)
 /* Options that take a value, other than the requests. */
 static const char *const VALUE_OPTIONS[] = {"--model", "--config", "--out", "--tokens", "--prompt", "--prompt-file",
                                             "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed",
-                                            "--stop-id", "--steer-factor", "--steer-positions", "--positions", NULL};
+                                            "--stop-id", "--steer-factor", "--steer-positions", "--positions",
+                                            "--clean", "--corrupt", "--clean-tokens", "--corrupt-tokens", "--value",
+                                            "--metric", "--batch", "--plot", NULL};
 /* Options without a value. */
 static const char *const FLAG_OPTIONS[] = {"--tsv", "--ids", "--no-special", "--ignore-eos", NULL};
 
@@ -407,6 +424,21 @@ static int parse_args(int argc, char **argv, opts *o)
             if (!rc && !*v) rc = arg_error("%s", "--out: the path is empty (expected FILE.safetensors)");
         } else if (strcmp(a, "--positions") == 0)
             rc = set_once(&o->lens_positions, a, v);
+        else if (strcmp(a, "--value") == 0)
+            rc = set_once(&o->value, a, v);
+        else if (strcmp(a, "--metric") == 0)
+            rc = set_once(&o->metric, a, v);
+        else if (strcmp(a, "--plot") == 0) {
+            rc = set_once(&o->plot, a, v);
+            if (!rc && plot_format(v) < 0) rc = arg_error("--plot %s: expected a file name ending in .png or .svg", v);
+        } else if (strcmp(a, "--batch") == 0) {
+            if (parse_int(v, 1, 4096, &n) != 0) return arg_error("--batch: '%s' is not an integer in 1..4096", v);
+            o->patch_rows = (int)n;
+        } else if (!strncmp(a, "--clean", 7) || !strncmp(a, "--corrupt", 9)) {
+            row_arg *ra = a[3] == 'l' ? &o->clean : &o->corrupt;
+            if (ra->arg) return usage_error("the %s prompt is given twice", a[3] == 'l' ? "clean" : "corrupted");
+            *ra = (row_arg){strstr(a, "-tokens") ? ROW_TOKENS : ROW_PROMPT, v};
+        }
         else if (strcmp(a, "--tokens") == 0 || strcmp(a, "--prompt") == 0 || strcmp(a, "--prompt-file") == 0) {
             if (o->n_rows == MAX_ROWS) return usage_error("at most %s rows (--tokens, --prompt, --prompt-file)", "64");
             int kind = strcmp(a, "--tokens") == 0 ? ROW_TOKENS : strcmp(a, "--prompt") == 0 ? ROW_PROMPT : ROW_FILE;
@@ -512,8 +544,30 @@ static int parse_args(int argc, char **argv, opts *o)
     } else if (o->temperature == 0.0f && (o->top_k != 0 || o->top_p != 1.0f)) {
         return usage_error("%s", "--top-k and --top-p filter sampling: give --temperature > 0 too (0 is greedy)");
     }
-    if (o->lens_positions && strcmp(o->cmd, "lens") != 0)
-        return usage_error("%s", "--positions is an option of lens (steering takes --steer-positions)");
+    int patch = strcmp(o->cmd, "patch") == 0;
+    if (o->lens_positions && strcmp(o->cmd, "lens") != 0 && !patch)
+        return usage_error("%s", "--positions is an option of lens and patch (steering takes --steer-positions)");
+    if (!patch && (o->clean.arg || o->corrupt.arg || o->value || o->metric || o->patch_rows))
+        return usage_error("%s", "--clean, --corrupt, --clean-tokens, --corrupt-tokens, --value, --metric and --batch "
+                                 "are options of patch");
+    if (o->plot && patch + !strcmp(o->cmd, "lens") + !strcmp(o->cmd, "trace") == 0)
+        return usage_error("%s", "--plot is an option of lens, patch and trace");
+    if (patch) {
+        if (o->n_rows) return usage_error("%s", "patch reads --clean and --corrupt (or --clean-tokens and --corrupt-tokens), "
+                                                "not --tokens, --prompt or --prompt-file");
+        if (o->n_reqs) return usage_error("%s", "patch takes no requests (--save, --set, ...): it makes its own edits");
+        if (!o->clean.arg || !o->corrupt.arg)
+            return usage_error("%s", "patch needs a clean and a corrupted prompt: --clean \"text\" --corrupt \"text\" or "
+                                     "--clean-tokens \"ID ...\" --corrupt-tokens \"ID ...\"");
+        if (o->clean.kind != o->corrupt.kind)
+            return usage_error("%s", "patch: give both prompts as text (--clean, --corrupt) or both as token ids "
+                                     "(--clean-tokens, --corrupt-tokens)");
+        if (!o->metric) return usage_error("%s", "patch needs --metric logit-diff:A,B or --metric prob:T");
+        o->rows[0] = o->clean;
+        o->rows[1] = o->corrupt;
+        o->n_rows = 2;
+        o->n_text_rows = o->clean.kind == ROW_PROMPT ? 2 : 0;
+    }
     if (strcmp(o->cmd, "lens") == 0)
         for (int q = 0; q < o->n_reqs; q++)
             if (o->reqs[q].kind == R_SAVE)
@@ -1455,6 +1509,218 @@ out:
     return rc;
 }
 
+/* A token's text for a plot's axis: the tokenizer's text (escaped as in the tables, without
+ * quotes) or the id. A new string, or NULL when out of memory. */
+static char *axis_token(const nnt_tokenizer *tok, int32_t id)
+{
+    sbuf b = {0};
+    size_t len;
+    const char *bytes = tok ? nnt_tokenizer_token_bytes(tok, id, &len) : NULL;
+    if (bytes) {
+        sb_quoted(&b, bytes, len);
+        if (b.p && b.n >= 2) { /* drop the quotes */
+            memmove(b.p, b.p + 1, b.n - 2);
+            b.p[b.n - 2] = 0;
+        }
+    } else {
+        char num[16];
+        snprintf(num, sizeof num, "%d", id);
+        sb_str(&b, num);
+    }
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* Resolves patch --positions (NULL: every token) against a prompt of S tokens into ascending,
+ * distinct positions 0..S-1. Returns 0, or 2 with the message printed. */
+static int patch_positions(nnt_runtime *rt, const char *text, int S, int *out, int *n)
+{
+    int q[MAX_REQ], nq = 0, every = text == NULL;
+    if (text && nnt_positions_parse(rt, text, q, MAX_REQ, &nq) != NNT_OK) {
+        fprintf(stderr, "nnt: patch --positions: %s\n", nnt_last_error(rt));
+        return 2;
+    }
+    for (int k = 0; k < nq; k++) {
+        if (q[k] == NNT_POS_GENERATED)
+            return arg_error("patch --positions %s: 'generated' names tokens after the prompt; patch runs forwards over "
+                             "the prompts only", text);
+        every |= q[k] == NNT_POS_PROMPT || q[k] == NNT_POS_ALL;
+        if (q[k] != NNT_POS_PROMPT && q[k] != NNT_POS_ALL && (q[k] >= S || q[k] < -S))
+            return arg_error("patch --positions %s: position %d names no token: the prompts have %d tokens (positions "
+                             "0..%d, or -%d..-1 from the end)", text, q[k], S, S - 1, S);
+    }
+    *n = 0;
+    for (int p = 0; p < S; p++) {
+        int chosen = every;
+        for (int k = 0; k < nq && !chosen; k++) chosen = q[k] >= 0 ? q[k] == p : S + q[k] == p;
+        if (chosen) out[(*n)++] = p;
+    }
+    return 0;
+}
+
+/* Frees n strings and the array. */
+static void free_strings(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* Writes g with --plot; 0, or 1 with the message printed. */
+static int write_plot(const opts *o, const plot_grid *g)
+{
+    char err[1200];
+    if (plot_write(o->plot, g, err, sizeof err) != 0) {
+        fprintf(stderr, "nnt: error: %s\n", err);
+        return 1;
+    }
+    printf("wrote the picture to %s\n", o->plot);
+    return 0;
+}
+
+/* --plot of patch: blocks x positions, the metric in each cell. */
+static int plot_patch(const opts *o, const input *in, const patch_spec *s, const patch_result *res)
+{
+    int NB = res->n_blocks, P = s->n_positions, rc = 1;
+    char **rows = calloc((size_t)NB, sizeof *rows), **cols = calloc((size_t)P, sizeof *cols);
+    char **text = calloc((size_t)NB * P, sizeof *text);
+    double lo = INFINITY, hi = -INFINITY;
+    int ok = rows && cols && text;
+    for (int b = 0; ok && b < NB; b++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "block %d", res->blocks[b]);
+        ok = (rows[b] = strdup(buf)) != NULL;
+        for (int c = 0; ok && c < P; c++) {
+            double v = res->grid[(size_t)b * P + c];
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+            snprintf(buf, sizeof buf, "%.3f", v);
+            ok = (text[(size_t)b * P + c] = strdup(buf)) != NULL;
+        }
+    }
+    for (int c = 0; ok && c < P; c++) {
+        char *t = axis_token(in->tok, in->ids[1][s->positions[c]]);
+        size_t len = t ? strlen(t) + 16 : 0;
+        ok = t && (cols[c] = malloc(len)) != NULL;
+        if (ok) snprintf(cols[c], len, "%d %s", s->positions[c], t);
+        free(t);
+    }
+    char title[512];
+    snprintf(title, sizeof title, "patching %s: %s (clean %.3f, corrupted %.3f)", s->path, o->metric, res->clean_metric,
+             res->corrupt_metric);
+    if (ok) {
+        plot_grid g = {.title = title, .panels = 1, .panel_cols = 1, .rows = NB, .cols = P, .values = res->grid,
+                       .cell_text = (const char *const *)text, .row_labels = (const char *const *)rows,
+                       .col_labels = (const char *const *)cols, .row_axis = "block", .col_axis = "position (corrupted)",
+                       .vmin = lo, .vmax = hi, .cell_w = PLOT_TEXT_CELL_W, .cell_h = PLOT_TEXT_CELL_H};
+        rc = write_plot(o, &g);
+    } else {
+        fprintf(stderr, "nnt: patch --plot: out of memory\n");
+    }
+    free_strings(rows, (size_t)NB);
+    free_strings(cols, (size_t)P);
+    free_strings(text, (size_t)NB * P);
+    return rc;
+}
+
+static int cmd_patch(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
+{
+    int rc = check_out(rt, o);
+    if (rc) return rc;
+    const int S = in->len[0];
+    if (in->len[1] != S) {
+        fprintf(stderr, "nnt: error: patch: the clean prompt has %d tokens and the corrupted one %d; patching needs "
+                        "prompts of the same length (token by token)\n", in->len[0], in->len[1]);
+        return 2;
+    }
+    patch_spec s = {.path = o->value ? o->value : "layers.*.layer_output", .clean = in->ids[0], .corrupt = in->ids[1],
+                    .seq = S, .rows = o->patch_rows ? o->patch_rows : 16};
+    char err[1024];
+    if (patch_metric_parse(o->metric, &s.metric, err, sizeof err) != 0) return arg_error("%s", err);
+    int64_t V = nnt_model_get_info(m)->vocab_size;
+    if (s.metric.a >= V || (s.metric.kind == PATCH_LOGIT_DIFF && s.metric.b >= V))
+        return arg_error("--metric %s: token %d is outside the model's vocabulary (vocab_size %lld)", o->metric,
+                         s.metric.a >= V ? s.metric.a : s.metric.b, (long long)V);
+    int *pos = malloc(sizeof(int) * (size_t)S), P = 0;
+    if (!pos) return arg_error("%s", "out of memory");
+    if ((rc = patch_positions(rt, o->lens_positions, S, pos, &P)) != 0) {
+        free(pos);
+        return rc;
+    }
+    s.positions = pos;
+    s.n_positions = P;
+    print_prompt_tokens(o, in);
+    patch_result res;
+    if (patch_sweep(rt, m, &s, &res, err, sizeof err) != NNT_OK) {
+        fprintf(stderr, "nnt: error: patch: %s\n", err);
+        free(pos);
+        return 1;
+    }
+    const int NB = res.n_blocks;
+    printf("activation patching of %s: metric %s with the clean value at one block and one position\n", s.path, o->metric);
+    printf("clean %.6f, corrupted %.6f (%d forwards, up to %d patched rows each)\n", res.clean_metric,
+           res.corrupt_metric, res.forwards, s.rows);
+    char **cells = calloc((size_t)(NB + 2) * (size_t)P, sizeof *cells);
+    char **lab = calloc((size_t)(NB + 2), sizeof *lab);
+    int ok = cells && lab;
+    for (int c = 0; ok && c < P; c++) {
+        char buf[48];
+        snprintf(buf, sizeof buf, "%d", pos[c]);
+        cells[c] = strdup(buf);
+        sbuf tk = {0};
+        sb_token(&tk, in->tok, in->ids[1][pos[c]]);
+        cells[P + c] = tk.p;
+        for (int b = 0; b < NB; b++) {
+            snprintf(buf, sizeof buf, "%.6f", res.grid[(size_t)b * P + c]);
+            cells[(size_t)(b + 2) * P + c] = strdup(buf);
+        }
+    }
+    for (int k = 0; ok && k < NB + 2; k++) {
+        char buf[16];
+        snprintf(buf, sizeof buf, "%d", k < 2 ? 0 : res.blocks[k - 2]);
+        lab[k] = strdup(k == 0 ? "pos" : k == 1 ? "token" : buf);
+        ok = lab[k] != NULL;
+    }
+    for (size_t k = 0; ok && k < (size_t)(NB + 2) * P; k++) ok = cells[k] != NULL;
+    if (ok) {
+        printf("block \\ position (token of the corrupted prompt):\n");
+        print_table(cells, NB + 2, P, (const char *const *)lab);
+    }
+    for (size_t k = 0; cells && k < (size_t)(NB + 2) * P; k++) free(cells[k]);
+    for (int k = 0; lab && k < NB + 2; k++) free(lab[k]);
+    free(cells);
+    free(lab);
+    rc = ok ? 0 : arg_error("%s", "out of memory");
+    if (!rc && o->plot) rc = plot_patch(o, in, &s, &res);
+    if (!rc && o->out) {
+        nnt_tensor ts[5] = {{0}};
+        const char *names[5] = {"patch_metric", "patch_blocks", "patch_positions", "clean_metric", "corrupt_metric"};
+        int okw = nnt_tensor_alloc(&ts[0], NNT_F64, 2, (int64_t[]){NB, P}) == NNT_OK &&
+                  nnt_tensor_alloc(&ts[1], NNT_I32, 1, (int64_t[]){NB}) == NNT_OK &&
+                  nnt_tensor_alloc(&ts[2], NNT_I32, 1, (int64_t[]){P}) == NNT_OK &&
+                  nnt_tensor_alloc(&ts[3], NNT_F64, 1, (int64_t[]){1}) == NNT_OK &&
+                  nnt_tensor_alloc(&ts[4], NNT_F64, 1, (int64_t[]){1}) == NNT_OK;
+        if (okw) {
+            memcpy(ts[0].data, res.grid, sizeof(double) * (size_t)NB * P);
+            memcpy(ts[1].data, res.blocks, sizeof(int) * (size_t)NB);
+            for (int c = 0; c < P; c++) ((int32_t *)ts[2].data)[c] = pos[c];
+            *(double *)ts[3].data = res.clean_metric;
+            *(double *)ts[4].data = res.corrupt_metric;
+            rc = write_out(rt, o, NULL, 5, names, ts);
+            if (!rc) printf("wrote patch_metric [%d, %d], patch_blocks, patch_positions, clean_metric and corrupt_metric to %s\n",
+                            NB, P, o->out);
+        } else {
+            rc = arg_error("%s", "out of memory");
+        }
+        for (int k = 0; k < 5; k++) nnt_tensor_free(&ts[k]);
+    }
+    patch_result_free(&res);
+    free(pos);
+    return rc;
+}
+
 /* Prints a generated row: its ids; with a tokenizer, each id with its text and the decoded
  * continuation (without the stop token that ended it). */
 static void print_generated(nnt_tokenizer *tok, int r, const int32_t *ids, int N,
@@ -1648,11 +1914,11 @@ int main(int argc, char **argv)
         goto done;
     }
     if (strcmp(o.cmd, "print") && strcmp(o.cmd, "support") && strcmp(o.cmd, "trace") && strcmp(o.cmd, "lens") &&
-        strcmp(o.cmd, "generate") && strcmp(o.cmd, "plugins") && strcmp(o.cmd, "info") && strcmp(o.cmd, "tokenize")) {
+        strcmp(o.cmd, "patch") && strcmp(o.cmd, "generate") && strcmp(o.cmd, "plugins") && strcmp(o.cmd, "info") && strcmp(o.cmd, "tokenize")) {
         rc = usage_error("unknown command '%s'", o.cmd);
         goto done;
     }
-    int runs = !strcmp(o.cmd, "trace") || !strcmp(o.cmd, "lens") || !strcmp(o.cmd, "generate");
+    int runs = !strcmp(o.cmd, "trace") || !strcmp(o.cmd, "lens") || !strcmp(o.cmd, "generate") || !strcmp(o.cmd, "patch");
     if (!runs && strcmp(o.cmd, "tokenize") && o.n_rows) {
         rc = usage_error("%s takes no --tokens, --prompt or --prompt-file", o.cmd);
         goto done;
@@ -1701,6 +1967,8 @@ int main(int argc, char **argv)
         rc = cmd_lens(rt, m, &o, &in);
     else if (strcmp(o.cmd, "generate") == 0)
         rc = cmd_generate(rt, m, &o, &in);
+    else if (strcmp(o.cmd, "patch") == 0)
+        rc = cmd_patch(rt, m, &o, &in);
     else
         rc = cmd_trace(rt, m, &o, &in);
 done:
