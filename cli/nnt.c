@@ -36,7 +36,8 @@ static const char USAGE[] =
     "           the top token of the block's output read through the final norm and lm_head, with its\n"
     "           probability, a table per row; --positions P,P,... chooses the tokens (default: all);\n"
     "           --out FILE writes lens_probs [rows, layers, columns, vocab] and lens_positions [rows,\n"
-    "           columns] (each column's position, -1 past a row's own)\n"
+    "           columns] (each column's position, -1 past a row's own); --plot FILE.png|FILE.svg draws\n"
+    "           blocks x positions per row, the top token and its probability in each cell\n"
     "  patch    --model DIR --clean \"text\" --corrupt \"text\" (or --clean-tokens/--corrupt-tokens \"ID ...\",\n"
     "           same length) --metric logit-diff:A,B|prob:T   activation patching: the clean prompt's value\n"
     "           (--value PATH, default layers.*.layer_output; '*' is every block) put into the corrupted\n"
@@ -44,7 +45,7 @@ static const char USAGE[] =
     "           the metric read at the last position (logit[A] - logit[B], or token T's probability), a\n"
     "           table of blocks x positions; --batch N patched rows per forward (default 16); --out FILE\n"
     "           writes patch_metric [blocks, positions] (F64), patch_blocks, patch_positions, clean_metric\n"
-    "           and corrupt_metric\n"
+    "           and corrupt_metric; --plot FILE.png|FILE.svg draws the grid as a heatmap\n"
     "  generate --model DIR ROWS --max-new-tokens N   print the new token ids and, with a tokenizer, their text\n"
     "           --temperature T (0: greedy, the default)  --top-k K  --top-p P  --seed S\n"
     "           a row stops at the tokenizer's eos token (tokenizer_config.json's eos_token), unless\n"
@@ -80,6 +81,9 @@ static const char USAGE[] =
     "           the tokens; see positions below)\n"
     "  --steps FROM[:TO]  the requests after it apply only at generation steps FROM..TO (no TO: every step\n"
     "           from FROM on; step 0 is the prompt)\n"
+    "  --plot FILE.png|FILE.svg  (trace) draw the first saved attention_probabilities (query x key, a panel\n"
+    "           per head) or expert_weights (tokens x experts; expert_indices of its block is saved with it)\n"
+    "           of batch row 0; (lens, patch) see above; axes show token text with a tokenizer, else ids\n"
     "  --out FILE.safetensors   write every saved value under its key: path, path@k (its k-th save by the\n"
     "           request: a later step, or a value emitted again in one call), path#r (saved by the r-th\n"
     "           later request of the same value); a value that is None is listed in the metadata's none_values\n"
@@ -1208,6 +1212,183 @@ static int top_tokens(const float *p, int64_t V, int k, int *top)
     return n;
 }
 
+/* A token's text for a plot's axis: the tokenizer's text (escaped as in the tables, without
+ * quotes) or the id. A new string, or NULL when out of memory. */
+static char *axis_token(const nnt_tokenizer *tok, int32_t id)
+{
+    sbuf b = {0};
+    size_t len;
+    const char *bytes = tok ? nnt_tokenizer_token_bytes(tok, id, &len) : NULL;
+    if (bytes) {
+        sb_quoted(&b, bytes, len);
+        if (b.p && b.n >= 2) { /* drop the quotes */
+            memmove(b.p, b.p + 1, b.n - 2);
+            b.p[b.n - 2] = 0;
+        }
+    } else {
+        char num[16];
+        snprintf(num, sizeof num, "%d", id);
+        sb_str(&b, num);
+    }
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* Frees n strings and the array. */
+static void free_strings(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* Writes g with --plot; 0, or 1 with the message printed. */
+static int write_plot(const opts *o, const plot_grid *g)
+{
+    char err[1200];
+    if (plot_write(o->plot, g, err, sizeof err) != 0) {
+        fprintf(stderr, "nnt: error: %s\n", err);
+        return 1;
+    }
+    printf("wrote the picture to %s\n", o->plot);
+    return 0;
+}
+
+
+/* The label of column/row token position p of batch row r in the left-padded batch. */
+static char *batch_token(const input *in, const batch *b, int r, int col, int with_pos)
+{
+    int pad = b->seq - in->len[r];
+    if (col < pad) return strdup("pad");
+    char *t = axis_token(in->tok, in->ids[r][col - pad]);
+    if (!t || !with_pos) return t;
+    size_t len = strlen(t) + 16;
+    char *s = malloc(len);
+    if (s) snprintf(s, len, "%d %s", col - pad, t);
+    free(t);
+    return s;
+}
+
+/* --plot of trace: the first saved attention_probabilities (query x key per head, a panel per
+ * head) or expert_weights (tokens x experts, the weight each token gives each expert; 0 where it
+ * is not routed; expert_indices of the same block saved alongside), batch row 0. Returns 0, 1 or
+ * 2, the message printed. */
+static int plot_trace(const nnt_model *m, const opts *o, const input *in, const batch *b, const nnt_trace *t)
+{
+    const char *key = NULL;
+    const nnt_tensor *v = NULL;
+    int attn = 0;
+    for (int i = 0; i < nnt_trace_result_count(t) && !key; i++) {
+        const char *k;
+        const nnt_tensor *x;
+        nnt_trace_result(t, i, &k, &x);
+        if (!x || strchr(k, '@') || strchr(k, '#')) continue;
+        attn = strstr(k, ".attention_probabilities") != NULL;
+        if (attn || strstr(k, ".expert_weights")) {
+            key = k;
+            v = x;
+        }
+    }
+    if (!key)
+        return usage_error("%s", "trace --plot draws a saved attention_probabilities or expert_weights value: save one "
+                                 "(e.g. --save layers.0.self_attn.attention_probabilities or --save layers.0.mlp.expert_weights)");
+    int S = b->seq, rc = 1;
+    if (v->ndim != (attn ? 4 : 3) || v->shape[attn ? 2 : 1] != S)
+        return arg_error("trace --plot: %s was saved as a slice ([%d axes]); --plot draws the whole value", key, v->ndim);
+    char title[512], **rows = NULL, **cols = NULL, **ptitles = NULL;
+    double *vals = NULL;
+    plot_grid g = {.title = title, .cell_w = PLOT_CELL, .cell_h = PLOT_CELL, .vmin = 0};
+    if (attn) {
+        int H = (int)v->shape[1], K = (int)v->shape[3];
+        snprintf(title, sizeof title, "%s, batch row 0: query x key per head", key);
+        g.panels = H;
+        g.panel_cols = H < 4 ? H : 4;
+        g.rows = S;
+        g.cols = K;
+        g.row_axis = "query";
+        g.col_axis = "key";
+        vals = malloc(sizeof(double) * (size_t)H * S * K);
+        rows = calloc((size_t)S, sizeof *rows);
+        cols = calloc((size_t)K, sizeof *cols);
+        ptitles = calloc((size_t)H, sizeof *ptitles);
+        int ok = vals && rows && cols && ptitles;
+        for (int64_t i = 0; ok && i < (int64_t)H * S * K; i++) {
+            vals[i] = nnt_tensor_get_f64(v, i);
+            g.vmax = vals[i] > g.vmax ? vals[i] : g.vmax;
+        }
+        for (int q = 0; ok && q < S; q++) ok = (rows[q] = batch_token(in, b, 0, q, 1)) != NULL;
+        for (int k = 0; ok && k < K; k++) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "entry %d", k);
+            ok = (cols[k] = k < S ? batch_token(in, b, 0, k, 1) : strdup(buf)) != NULL;
+        }
+        for (int h = 0; ok && h < H; h++) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "head %d", h);
+            ok = (ptitles[h] = strdup(buf)) != NULL;
+        }
+        if (ok) {
+            g.values = vals;
+            g.row_labels = (const char *const *)rows;
+            g.col_labels = (const char *const *)cols;
+            g.panel_titles = (const char *const *)ptitles;
+            rc = write_plot(o, &g);
+        } else {
+            fprintf(stderr, "nnt: trace --plot: out of memory\n");
+        }
+        free_strings(rows, (size_t)S);
+        free_strings(cols, (size_t)K);
+        free_strings(ptitles, (size_t)H);
+        free(vals);
+        return rc;
+    }
+    /* routing: the indices saved with the weights */
+    char ikey[256];
+    const char *at = strstr(key, "expert_weights");
+    snprintf(ikey, sizeof ikey, "%.*sexpert_indices%s", (int)(at - key), key, at + 14);
+    const nnt_tensor *idx = nnt_trace_get(t, ikey);
+    int E = nnt_model_get_info(m)->num_experts, K = (int)v->shape[2];
+    if (!idx || nnt_tensor_numel(idx) != nnt_tensor_numel(v))
+        return arg_error("trace --plot: %s was not saved alongside %s", ikey, key);
+    snprintf(title, sizeof title, "%s, batch row 0: each token's weight per expert", key);
+    g.panels = g.panel_cols = 1;
+    g.rows = S;
+    g.cols = E;
+    g.row_axis = "token";
+    g.col_axis = "expert";
+    vals = calloc((size_t)S * E, sizeof *vals);
+    rows = calloc((size_t)S, sizeof *rows);
+    cols = calloc((size_t)E, sizeof *cols);
+    int ok = vals && rows && cols;
+    for (int s = 0; ok && s < S; s++)
+        for (int k = 0; k < K; k++) {
+            double e = nnt_tensor_get_f64(idx, (int64_t)s * K + k), w = nnt_tensor_get_f64(v, (int64_t)s * K + k);
+            if (e < 0 || e >= E) continue;
+            vals[(size_t)s * E + (size_t)e] = w;
+            g.vmax = w > g.vmax ? w : g.vmax;
+        }
+    for (int s = 0; ok && s < S; s++) ok = (rows[s] = batch_token(in, b, 0, s, 1)) != NULL;
+    for (int e = 0; ok && e < E; e++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%d", e);
+        ok = (cols[e] = strdup(buf)) != NULL;
+    }
+    if (ok) {
+        g.values = vals;
+        g.row_labels = (const char *const *)rows;
+        g.col_labels = (const char *const *)cols;
+        rc = write_plot(o, &g);
+    } else {
+        fprintf(stderr, "nnt: trace --plot: out of memory\n");
+    }
+    free_strings(rows, (size_t)S);
+    free_strings(cols, (size_t)E);
+    free(vals);
+    return rc;
+}
+
 static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
 {
     batch b;
@@ -1227,6 +1408,18 @@ static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *
     if ((rc = add_requests(rt, t, o, &l, "next_token_probs", &user_saved_probs)) != 0) goto out;
     rc = 1;
     if (!user_saved_probs && nnt_trace_save(t, "next_token_probs") != NNT_OK) {
+        fail(rt, NULL);
+        goto out;
+    }
+    /* a routing picture reads expert_indices beside the first saved expert_weights */
+    char ipath[300] = "";
+    for (int q = 0; o->plot && q < o->n_reqs && !ipath[0]; q++) {
+        const char *sp = o->reqs[q].path, *at;
+        if (o->reqs[q].kind != R_SAVE) continue;
+        if ((at = strstr(sp, ".expert_weights")) != NULL && !strchr(sp, '['))
+            snprintf(ipath, sizeof ipath, "%.*s.expert_indices%s", (int)(at - sp), sp, at + 15);
+    }
+    if (ipath[0] && nnt_trace_save(t, ipath) != NNT_OK) {
         fail(rt, NULL);
         goto out;
     }
@@ -1252,7 +1445,7 @@ static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *
             printf("\n");
         }
     }
-    rc = 0;
+    rc = o->plot ? plot_trace(m, o, in, &b, t) : 0;
 out:
     loaded_free(&l);
     nnt_trace_free(t);
@@ -1359,6 +1552,65 @@ static int lens_choose(nnt_runtime *rt, const char *text, const batch *b, const 
         ls->width = ls->per_row[r] > ls->width ? ls->per_row[r] : ls->width;
     }
     return 0;
+}
+
+/* --plot of lens: a panel per batch row, blocks x chosen positions, each cell coloured by the top
+ * token's probability (0..1) with the token's text in it. top and prob: [layers, n] over the
+ * chosen tokens of every row (ls). Returns 0 or 1, the message printed. */
+static int plot_lens(const opts *o, const input *in, const lens_sel *ls, int L, const int *top, const float *prob)
+{
+    int B = in->n, W = ls->width, n = ls->n, rc = 1;
+    size_t cells = (size_t)B * L * W;
+    double *vals = malloc(sizeof(double) * cells);
+    char **text = calloc(cells, sizeof *text), **rows = calloc((size_t)L, sizeof *rows);
+    char **cols = calloc((size_t)B * W, sizeof *cols), **ptitles = calloc((size_t)B, sizeof *ptitles);
+    int ok = vals && text && rows && cols && ptitles;
+    for (size_t k = 0; ok && k < cells; k++) vals[k] = NAN; /* past a row's own positions */
+    for (int i = 0, j = 0; ok && i < n; i++) {
+        int r = ls->row[i];
+        j = i > 0 && ls->row[i - 1] == r ? j + 1 : 0;
+        for (int layer = 0; ok && layer < L; layer++) {
+            size_t c = ((size_t)r * L + layer) * W + j;
+            vals[c] = prob[(size_t)layer * n + i];
+            char *tk = axis_token(in->tok, top[(size_t)layer * n + i]);
+            size_t len = tk ? strlen(tk) + 16 : 0;
+            ok = tk && (text[c] = malloc(len)) != NULL;
+            if (ok) snprintf(text[c], len, "%s %.2f", tk, vals[c]);
+            free(tk);
+        }
+        char *t = ok ? axis_token(in->tok, in->ids[r][ls->pos[i]]) : NULL;
+        size_t len = t ? strlen(t) + 16 : 0;
+        ok = t && (cols[(size_t)r * W + j] = malloc(len)) != NULL;
+        if (ok) snprintf(cols[(size_t)r * W + j], len, "%d %s", ls->pos[i], t);
+        free(t);
+    }
+    for (int layer = 0; ok && layer < L; layer++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "block %d", layer);
+        ok = (rows[layer] = strdup(buf)) != NULL;
+    }
+    for (int r = 0; ok && r < B; r++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "row %d", r);
+        ok = (ptitles[r] = strdup(buf)) != NULL;
+    }
+    if (ok) {
+        plot_grid g = {.title = "logit lens: top token of each block's output (colour: its probability)", .panels = B,
+                       .panel_cols = 1, .panel_titles = (const char *const *)ptitles, .rows = L, .cols = W,
+                       .values = vals, .cell_text = (const char *const *)text, .row_labels = (const char *const *)rows,
+                       .col_labels = (const char *const *)cols, .col_labels_per_panel = 1, .row_axis = "block",
+                       .col_axis = "position", .vmin = 0, .vmax = 1, .cell_w = PLOT_TEXT_CELL_W,
+                       .cell_h = PLOT_TEXT_CELL_H};
+        rc = write_plot(o, &g);
+    } else {
+        fprintf(stderr, "nnt: lens --plot: out of memory\n");
+    }
+    free(vals);
+    free_strings(text, cells);
+    free_strings(rows, (size_t)L);
+    free_strings(cols, (size_t)B * W);
+    free_strings(ptitles, (size_t)B);
+    return rc;
 }
 
 static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
@@ -1488,6 +1740,8 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *i
             goto out;
         }
     }
+    if (o->plot && (rc = plot_lens(o, in, &ls, L, top, prob)) != 0) goto out;
+    rc = 1;
     if (o->out) {
         const char *names[] = {"lens_probs", "lens_positions"};
         nnt_tensor both[2] = {all, pos_out};
@@ -1507,31 +1761,6 @@ out:
     nnt_trace_free(t);
     batch_free(&b);
     return rc;
-}
-
-/* A token's text for a plot's axis: the tokenizer's text (escaped as in the tables, without
- * quotes) or the id. A new string, or NULL when out of memory. */
-static char *axis_token(const nnt_tokenizer *tok, int32_t id)
-{
-    sbuf b = {0};
-    size_t len;
-    const char *bytes = tok ? nnt_tokenizer_token_bytes(tok, id, &len) : NULL;
-    if (bytes) {
-        sb_quoted(&b, bytes, len);
-        if (b.p && b.n >= 2) { /* drop the quotes */
-            memmove(b.p, b.p + 1, b.n - 2);
-            b.p[b.n - 2] = 0;
-        }
-    } else {
-        char num[16];
-        snprintf(num, sizeof num, "%d", id);
-        sb_str(&b, num);
-    }
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
 }
 
 /* Resolves patch --positions (NULL: every token) against a prompt of S tokens into ascending,
@@ -1558,25 +1787,6 @@ static int patch_positions(nnt_runtime *rt, const char *text, int S, int *out, i
         for (int k = 0; k < nq && !chosen; k++) chosen = q[k] >= 0 ? q[k] == p : S + q[k] == p;
         if (chosen) out[(*n)++] = p;
     }
-    return 0;
-}
-
-/* Frees n strings and the array. */
-static void free_strings(char **v, size_t n)
-{
-    for (size_t i = 0; v && i < n; i++) free(v[i]);
-    free(v);
-}
-
-/* Writes g with --plot; 0, or 1 with the message printed. */
-static int write_plot(const opts *o, const plot_grid *g)
-{
-    char err[1200];
-    if (plot_write(o->plot, g, err, sizeof err) != 0) {
-        fprintf(stderr, "nnt: error: %s\n", err);
-        return 1;
-    }
-    printf("wrote the picture to %s\n", o->plot);
     return 0;
 }
 

@@ -136,7 +136,8 @@ static void draw(cairo_t *cr, const plot_grid *g, int W, int H)
         }
         for (int k = 0; g->col_labels && k < g->cols; k++) {
             plot_rect c = plot_cell(g, p, 0, k);
-            fit_text(cr, g->col_labels[k] ? g->col_labels[k] : "", PLOT_COL_LABEL_H * 1.3, buf, sizeof buf);
+            const char *lab = g->col_labels[g->col_labels_per_panel ? (size_t)p * g->cols + k : (size_t)k];
+            fit_text(cr, lab ? lab : "", PLOT_COL_LABEL_H * 1.3, buf, sizeof buf);
             cairo_save(cr);
             cairo_move_to(cr, c.x + c.w / 2.0 - 3, c.y - 4);
             cairo_rotate(cr, -M_PI / 4);

@@ -32,7 +32,8 @@ typedef struct plot_grid {
     const double *values;             /* [panels, rows, cols]; NaN: no value (drawn grey) */
     const char *const *cell_text;     /* [panels, rows, cols] (entries may be NULL) or NULL */
     const char *const *row_labels;    /* [rows] or NULL */
-    const char *const *col_labels;    /* [cols] or NULL */
+    const char *const *col_labels;    /* [cols], or [panels, cols] when col_labels_per_panel; or NULL */
+    int col_labels_per_panel;
     const char *row_axis, *col_axis;  /* the axes' names, or NULL */
     double vmin, vmax;                /* the colour scale: vmin gets colour 0, vmax colour 1 */
     int cell_w, cell_h;               /* pixels */
