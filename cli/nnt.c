@@ -535,7 +535,7 @@ static int parse_args(int argc, char **argv, opts *o)
     } else if (o->ids_only) {
         return usage_error("%s", "--ids is an option of tokenize");
     }
-    if (o->no_special && !tokenize && !o->n_text_rows)
+    if (o->no_special && !tokenize && !o->n_text_rows && !(o->clean.arg && o->clean.kind == ROW_PROMPT))
         return usage_error("%s", "--no-special applies to text: tokenize, --prompt and --prompt-file");
     if (strcmp(o->cmd, "generate") != 0) {
         const char *only[] = {"--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--steps",
