@@ -18,6 +18,8 @@
 
 #include "nnt/nnt.h"
 #include "plan_cmd.h"
+#include "patch.h"
+#include "plot.h"
 
 #define MAX_REQ 256
 #define MAX_ROWS 64
@@ -35,7 +37,16 @@ static const char USAGE[] =
     "           the top token of the block's output read through the final norm and lm_head, with its\n"
     "           probability, a table per row; --positions P,P,... chooses the tokens (default: all);\n"
     "           --out FILE writes lens_probs [rows, layers, columns, vocab] and lens_positions [rows,\n"
-    "           columns] (each column's position, -1 past a row's own)\n"
+    "           columns] (each column's position, -1 past a row's own); --plot FILE.png|FILE.svg draws\n"
+    "           blocks x positions per row, the top token and its probability in each cell\n"
+    "  patch    --model DIR --clean \"text\" --corrupt \"text\" (or --clean-tokens/--corrupt-tokens \"ID ...\",\n"
+    "           same length) --metric logit-diff:A,B|prob:T   activation patching: the clean prompt's value\n"
+    "           (--value PATH, default layers.*.layer_output; '*' is every block) put into the corrupted\n"
+    "           prompt's forward at one block and one position (--positions, default all) at a time, and\n"
+    "           the metric read at the last position (logit[A] - logit[B], or token T's probability), a\n"
+    "           table of blocks x positions; --batch N patched rows per forward (default 16); --out FILE\n"
+    "           writes patch_metric [blocks, positions] (F64), patch_blocks, patch_positions, clean_metric\n"
+    "           and corrupt_metric; --plot FILE.png|FILE.svg draws the grid as a heatmap\n"
     "  generate --model DIR ROWS --max-new-tokens N   print the new token ids and, with a tokenizer, their text\n"
     "           --temperature T (0: greedy, the default)  --top-k K  --top-p P  --seed S\n"
     "           a row stops at the tokenizer's eos token (tokenizer_config.json's eos_token), unless\n"
@@ -74,6 +85,9 @@ static const char USAGE[] =
     "           the tokens; see positions below)\n"
     "  --steps FROM[:TO]  the requests after it apply only at generation steps FROM..TO (no TO: every step\n"
     "           from FROM on; step 0 is the prompt)\n"
+    "  --plot FILE.png|FILE.svg  (trace) draw the first saved attention_probabilities (query x key, a panel\n"
+    "           per head) or expert_weights (tokens x experts; expert_indices of its block is saved with it)\n"
+    "           of batch row 0; (lens, patch) see above; axes show token text with a tokenizer, else ids\n"
     "  --out FILE.safetensors   write every saved value under its key: path, path@k (its k-th save by the\n"
     "           request: a later step, or a value emitted again in one call), path#r (saved by the r-th\n"
     "           later request of the same value); a value that is None is listed in the metadata's none_values\n"
@@ -115,7 +129,12 @@ typedef struct row_arg {
 
 typedef struct opts {
     const char *cmd, *model, *config, *out;
-    const char *lens_positions; /* lens --positions */
+    const char *lens_positions; /* lens and patch --positions */
+    /* patch */
+    row_arg clean, corrupt;      /* --clean/--clean-tokens, --corrupt/--corrupt-tokens (arg NULL: not given) */
+    const char *value, *metric;  /* --value, --metric */
+    int patch_rows;              /* --batch (0: not given) */
+    const char *plot;            /* --plot FILE.png|FILE.svg */
     int tsv;
     row_arg rows[MAX_ROWS];
     int n_rows, n_text_rows; /* n_text_rows: --prompt and --prompt-file rows */
@@ -325,7 +344,9 @@ static int parse_request(req *r)
 /* Options that take a value, other than the requests. */
 static const char *const VALUE_OPTIONS[] = {"--model", "--config", "--out", "--tokens", "--prompt", "--prompt-file",
                                             "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed",
-                                            "--stop-id", "--steer-factor", "--steer-positions", "--positions", NULL};
+                                            "--stop-id", "--steer-factor", "--steer-positions", "--positions",
+                                            "--clean", "--corrupt", "--clean-tokens", "--corrupt-tokens", "--value",
+                                            "--metric", "--batch", "--plot", NULL};
 /* Options without a value. */
 static const char *const FLAG_OPTIONS[] = {"--tsv", "--ids", "--no-special", "--ignore-eos", NULL};
 
@@ -411,6 +432,21 @@ static int parse_args(int argc, char **argv, opts *o)
             if (!rc && !*v) rc = arg_error("%s", "--out: the path is empty (expected FILE.safetensors)");
         } else if (strcmp(a, "--positions") == 0)
             rc = set_once(&o->lens_positions, a, v);
+        else if (strcmp(a, "--value") == 0)
+            rc = set_once(&o->value, a, v);
+        else if (strcmp(a, "--metric") == 0)
+            rc = set_once(&o->metric, a, v);
+        else if (strcmp(a, "--plot") == 0) {
+            rc = set_once(&o->plot, a, v);
+            if (!rc && plot_format(v) < 0) rc = arg_error("--plot %s: expected a file name ending in .png or .svg", v);
+        } else if (strcmp(a, "--batch") == 0) {
+            if (parse_int(v, 1, 4096, &n) != 0) return arg_error("--batch: '%s' is not an integer in 1..4096", v);
+            o->patch_rows = (int)n;
+        } else if (!strncmp(a, "--clean", 7) || !strncmp(a, "--corrupt", 9)) {
+            row_arg *ra = a[3] == 'l' ? &o->clean : &o->corrupt;
+            if (ra->arg) return usage_error("the %s prompt is given twice", a[3] == 'l' ? "clean" : "corrupted");
+            *ra = (row_arg){strstr(a, "-tokens") ? ROW_TOKENS : ROW_PROMPT, v};
+        }
         else if (strcmp(a, "--tokens") == 0 || strcmp(a, "--prompt") == 0 || strcmp(a, "--prompt-file") == 0) {
             if (o->n_rows == MAX_ROWS) return usage_error("at most %s rows (--tokens, --prompt, --prompt-file)", "64");
             int kind = strcmp(a, "--tokens") == 0 ? ROW_TOKENS : strcmp(a, "--prompt") == 0 ? ROW_PROMPT : ROW_FILE;
@@ -503,7 +539,7 @@ static int parse_args(int argc, char **argv, opts *o)
     } else if (o->ids_only) {
         return usage_error("%s", "--ids is an option of tokenize");
     }
-    if (o->no_special && !tokenize && !o->n_text_rows)
+    if (o->no_special && !tokenize && !o->n_text_rows && !(o->clean.arg && o->clean.kind == ROW_PROMPT))
         return usage_error("%s", "--no-special applies to text: tokenize, --prompt and --prompt-file");
     if (strcmp(o->cmd, "generate") != 0) {
         const char *only[] = {"--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--steps",
@@ -516,8 +552,30 @@ static int parse_args(int argc, char **argv, opts *o)
     } else if (o->temperature == 0.0f && (o->top_k != 0 || o->top_p != 1.0f)) {
         return usage_error("%s", "--top-k and --top-p filter sampling: give --temperature > 0 too (0 is greedy)");
     }
-    if (o->lens_positions && strcmp(o->cmd, "lens") != 0)
-        return usage_error("%s", "--positions is an option of lens (steering takes --steer-positions)");
+    int patch = strcmp(o->cmd, "patch") == 0;
+    if (o->lens_positions && strcmp(o->cmd, "lens") != 0 && !patch)
+        return usage_error("%s", "--positions is an option of lens and patch (steering takes --steer-positions)");
+    if (!patch && (o->clean.arg || o->corrupt.arg || o->value || o->metric || o->patch_rows))
+        return usage_error("%s", "--clean, --corrupt, --clean-tokens, --corrupt-tokens, --value, --metric and --batch "
+                                 "are options of patch");
+    if (o->plot && patch + !strcmp(o->cmd, "lens") + !strcmp(o->cmd, "trace") == 0)
+        return usage_error("%s", "--plot is an option of lens, patch and trace");
+    if (patch) {
+        if (o->n_rows) return usage_error("%s", "patch reads --clean and --corrupt (or --clean-tokens and --corrupt-tokens), "
+                                                "not --tokens, --prompt or --prompt-file");
+        if (o->n_reqs) return usage_error("%s", "patch takes no requests (--save, --set, ...): it makes its own edits");
+        if (!o->clean.arg || !o->corrupt.arg)
+            return usage_error("%s", "patch needs a clean and a corrupted prompt: --clean \"text\" --corrupt \"text\" or "
+                                     "--clean-tokens \"ID ...\" --corrupt-tokens \"ID ...\"");
+        if (o->clean.kind != o->corrupt.kind)
+            return usage_error("%s", "patch: give both prompts as text (--clean, --corrupt) or both as token ids "
+                                     "(--clean-tokens, --corrupt-tokens)");
+        if (!o->metric) return usage_error("%s", "patch needs --metric logit-diff:A,B or --metric prob:T");
+        o->rows[0] = o->clean;
+        o->rows[1] = o->corrupt;
+        o->n_rows = 2;
+        o->n_text_rows = o->clean.kind == ROW_PROMPT ? 2 : 0;
+    }
     if (strcmp(o->cmd, "lens") == 0)
         for (int q = 0; q < o->n_reqs; q++)
             if (o->reqs[q].kind == R_SAVE)
@@ -1158,6 +1216,183 @@ static int top_tokens(const float *p, int64_t V, int k, int *top)
     return n;
 }
 
+/* A token's text for a plot's axis: the tokenizer's text (escaped as in the tables, without
+ * quotes) or the id. A new string, or NULL when out of memory. */
+static char *axis_token(const nnt_tokenizer *tok, int32_t id)
+{
+    sbuf b = {0};
+    size_t len;
+    const char *bytes = tok ? nnt_tokenizer_token_bytes(tok, id, &len) : NULL;
+    if (bytes) {
+        sb_quoted(&b, bytes, len);
+        if (b.p && b.n >= 2) { /* drop the quotes */
+            memmove(b.p, b.p + 1, b.n - 2);
+            b.p[b.n - 2] = 0;
+        }
+    } else {
+        char num[16];
+        snprintf(num, sizeof num, "%d", id);
+        sb_str(&b, num);
+    }
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* Frees n strings and the array. */
+static void free_strings(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* Writes g with --plot; 0, or 1 with the message printed. */
+static int write_plot(const opts *o, const plot_grid *g)
+{
+    char err[1200];
+    if (plot_write(o->plot, g, err, sizeof err) != 0) {
+        fprintf(stderr, "nnt: error: %s\n", err);
+        return 1;
+    }
+    printf("wrote the picture to %s\n", o->plot);
+    return 0;
+}
+
+
+/* The label of column/row token position p of batch row r in the left-padded batch. */
+static char *batch_token(const input *in, const batch *b, int r, int col, int with_pos)
+{
+    int pad = b->seq - in->len[r];
+    if (col < pad) return strdup("pad");
+    char *t = axis_token(in->tok, in->ids[r][col - pad]);
+    if (!t || !with_pos) return t;
+    size_t len = strlen(t) + 16;
+    char *s = malloc(len);
+    if (s) snprintf(s, len, "%d %s", col - pad, t);
+    free(t);
+    return s;
+}
+
+/* --plot of trace: the first saved attention_probabilities (query x key per head, a panel per
+ * head) or expert_weights (tokens x experts, the weight each token gives each expert; 0 where it
+ * is not routed; expert_indices of the same block saved alongside), batch row 0. Returns 0, 1 or
+ * 2, the message printed. */
+static int plot_trace(const nnt_model *m, const opts *o, const input *in, const batch *b, const nnt_trace *t)
+{
+    const char *key = NULL;
+    const nnt_tensor *v = NULL;
+    int attn = 0;
+    for (int i = 0; i < nnt_trace_result_count(t) && !key; i++) {
+        const char *k;
+        const nnt_tensor *x;
+        nnt_trace_result(t, i, &k, &x);
+        if (!x || strchr(k, '@') || strchr(k, '#')) continue;
+        attn = strstr(k, ".attention_probabilities") != NULL;
+        if (attn || strstr(k, ".expert_weights")) {
+            key = k;
+            v = x;
+        }
+    }
+    if (!key)
+        return usage_error("%s", "trace --plot draws a saved attention_probabilities or expert_weights value: save one "
+                                 "(e.g. --save layers.0.self_attn.attention_probabilities or --save layers.0.mlp.expert_weights)");
+    int S = b->seq, rc = 1;
+    if (v->ndim != (attn ? 4 : 3) || v->shape[attn ? 2 : 1] != S)
+        return arg_error("trace --plot: %s was saved as a slice ([%d axes]); --plot draws the whole value", key, v->ndim);
+    char title[512], **rows = NULL, **cols = NULL, **ptitles = NULL;
+    double *vals = NULL;
+    plot_grid g = {.title = title, .cell_w = PLOT_CELL, .cell_h = PLOT_CELL, .vmin = 0};
+    if (attn) {
+        int H = (int)v->shape[1], K = (int)v->shape[3];
+        snprintf(title, sizeof title, "%s, batch row 0: query x key per head", key);
+        g.panels = H;
+        g.panel_cols = H < 4 ? H : 4;
+        g.rows = S;
+        g.cols = K;
+        g.row_axis = "query";
+        g.col_axis = "key";
+        vals = malloc(sizeof(double) * (size_t)H * S * K);
+        rows = calloc((size_t)S, sizeof *rows);
+        cols = calloc((size_t)K, sizeof *cols);
+        ptitles = calloc((size_t)H, sizeof *ptitles);
+        int ok = vals && rows && cols && ptitles;
+        for (int64_t i = 0; ok && i < (int64_t)H * S * K; i++) {
+            vals[i] = nnt_tensor_get_f64(v, i);
+            g.vmax = vals[i] > g.vmax ? vals[i] : g.vmax;
+        }
+        for (int q = 0; ok && q < S; q++) ok = (rows[q] = batch_token(in, b, 0, q, 1)) != NULL;
+        for (int k = 0; ok && k < K; k++) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "entry %d", k);
+            ok = (cols[k] = k < S ? batch_token(in, b, 0, k, 1) : strdup(buf)) != NULL;
+        }
+        for (int h = 0; ok && h < H; h++) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "head %d", h);
+            ok = (ptitles[h] = strdup(buf)) != NULL;
+        }
+        if (ok) {
+            g.values = vals;
+            g.row_labels = (const char *const *)rows;
+            g.col_labels = (const char *const *)cols;
+            g.panel_titles = (const char *const *)ptitles;
+            rc = write_plot(o, &g);
+        } else {
+            fprintf(stderr, "nnt: trace --plot: out of memory\n");
+        }
+        free_strings(rows, (size_t)S);
+        free_strings(cols, (size_t)K);
+        free_strings(ptitles, (size_t)H);
+        free(vals);
+        return rc;
+    }
+    /* routing: the indices saved with the weights */
+    char ikey[256];
+    const char *at = strstr(key, "expert_weights");
+    snprintf(ikey, sizeof ikey, "%.*sexpert_indices%s", (int)(at - key), key, at + 14);
+    const nnt_tensor *idx = nnt_trace_get(t, ikey);
+    int E = nnt_model_get_info(m)->num_experts, K = (int)v->shape[2];
+    if (!idx || nnt_tensor_numel(idx) != nnt_tensor_numel(v))
+        return arg_error("trace --plot: %s was not saved alongside %s", ikey, key);
+    snprintf(title, sizeof title, "%s, batch row 0: each token's weight per expert", key);
+    g.panels = g.panel_cols = 1;
+    g.rows = S;
+    g.cols = E;
+    g.row_axis = "token";
+    g.col_axis = "expert";
+    vals = calloc((size_t)S * E, sizeof *vals);
+    rows = calloc((size_t)S, sizeof *rows);
+    cols = calloc((size_t)E, sizeof *cols);
+    int ok = vals && rows && cols;
+    for (int s = 0; ok && s < S; s++)
+        for (int k = 0; k < K; k++) {
+            double e = nnt_tensor_get_f64(idx, (int64_t)s * K + k), w = nnt_tensor_get_f64(v, (int64_t)s * K + k);
+            if (e < 0 || e >= E) continue;
+            vals[(size_t)s * E + (size_t)e] = w;
+            g.vmax = w > g.vmax ? w : g.vmax;
+        }
+    for (int s = 0; ok && s < S; s++) ok = (rows[s] = batch_token(in, b, 0, s, 1)) != NULL;
+    for (int e = 0; ok && e < E; e++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%d", e);
+        ok = (cols[e] = strdup(buf)) != NULL;
+    }
+    if (ok) {
+        g.values = vals;
+        g.row_labels = (const char *const *)rows;
+        g.col_labels = (const char *const *)cols;
+        rc = write_plot(o, &g);
+    } else {
+        fprintf(stderr, "nnt: trace --plot: out of memory\n");
+    }
+    free_strings(rows, (size_t)S);
+    free_strings(cols, (size_t)E);
+    free(vals);
+    return rc;
+}
+
 static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
 {
     batch b;
@@ -1177,6 +1412,18 @@ static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *
     if ((rc = add_requests(rt, t, o, &l, "next_token_probs", &user_saved_probs)) != 0) goto out;
     rc = 1;
     if (!user_saved_probs && nnt_trace_save(t, "next_token_probs") != NNT_OK) {
+        fail(rt, NULL);
+        goto out;
+    }
+    /* a routing picture reads expert_indices beside the first saved expert_weights */
+    char ipath[300] = "";
+    for (int q = 0; o->plot && q < o->n_reqs && !ipath[0]; q++) {
+        const char *sp = o->reqs[q].path, *at;
+        if (o->reqs[q].kind != R_SAVE) continue;
+        if ((at = strstr(sp, ".expert_weights")) != NULL && !strchr(sp, '['))
+            snprintf(ipath, sizeof ipath, "%.*s.expert_indices%s", (int)(at - sp), sp, at + 15);
+    }
+    if (ipath[0] && nnt_trace_save(t, ipath) != NNT_OK) {
         fail(rt, NULL);
         goto out;
     }
@@ -1202,7 +1449,7 @@ static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *
             printf("\n");
         }
     }
-    rc = 0;
+    rc = o->plot ? plot_trace(m, o, in, &b, t) : 0;
 out:
     loaded_free(&l);
     nnt_trace_free(t);
@@ -1309,6 +1556,65 @@ static int lens_choose(nnt_runtime *rt, const char *text, const batch *b, const 
         ls->width = ls->per_row[r] > ls->width ? ls->per_row[r] : ls->width;
     }
     return 0;
+}
+
+/* --plot of lens: a panel per batch row, blocks x chosen positions, each cell coloured by the top
+ * token's probability (0..1) with the token's text in it. top and prob: [layers, n] over the
+ * chosen tokens of every row (ls). Returns 0 or 1, the message printed. */
+static int plot_lens(const opts *o, const input *in, const lens_sel *ls, int L, const int *top, const float *prob)
+{
+    int B = in->n, W = ls->width, n = ls->n, rc = 1;
+    size_t cells = (size_t)B * L * W;
+    double *vals = malloc(sizeof(double) * cells);
+    char **text = calloc(cells, sizeof *text), **rows = calloc((size_t)L, sizeof *rows);
+    char **cols = calloc((size_t)B * W, sizeof *cols), **ptitles = calloc((size_t)B, sizeof *ptitles);
+    int ok = vals && text && rows && cols && ptitles;
+    for (size_t k = 0; ok && k < cells; k++) vals[k] = NAN; /* past a row's own positions */
+    for (int i = 0, j = 0; ok && i < n; i++) {
+        int r = ls->row[i];
+        j = i > 0 && ls->row[i - 1] == r ? j + 1 : 0;
+        for (int layer = 0; ok && layer < L; layer++) {
+            size_t c = ((size_t)r * L + layer) * W + j;
+            vals[c] = prob[(size_t)layer * n + i];
+            char *tk = axis_token(in->tok, top[(size_t)layer * n + i]);
+            size_t len = tk ? strlen(tk) + 16 : 0;
+            ok = tk && (text[c] = malloc(len)) != NULL;
+            if (ok) snprintf(text[c], len, "%s %.2f", tk, vals[c]);
+            free(tk);
+        }
+        char *t = ok ? axis_token(in->tok, in->ids[r][ls->pos[i]]) : NULL;
+        size_t len = t ? strlen(t) + 16 : 0;
+        ok = t && (cols[(size_t)r * W + j] = malloc(len)) != NULL;
+        if (ok) snprintf(cols[(size_t)r * W + j], len, "%d %s", ls->pos[i], t);
+        free(t);
+    }
+    for (int layer = 0; ok && layer < L; layer++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "block %d", layer);
+        ok = (rows[layer] = strdup(buf)) != NULL;
+    }
+    for (int r = 0; ok && r < B; r++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "row %d", r);
+        ok = (ptitles[r] = strdup(buf)) != NULL;
+    }
+    if (ok) {
+        plot_grid g = {.title = "logit lens: top token of each block's output (colour: its probability)", .panels = B,
+                       .panel_cols = 1, .panel_titles = (const char *const *)ptitles, .rows = L, .cols = W,
+                       .values = vals, .cell_text = (const char *const *)text, .row_labels = (const char *const *)rows,
+                       .col_labels = (const char *const *)cols, .col_labels_per_panel = 1, .row_axis = "block",
+                       .col_axis = "position", .vmin = 0, .vmax = 1, .cell_w = PLOT_TEXT_CELL_W,
+                       .cell_h = PLOT_TEXT_CELL_H};
+        rc = write_plot(o, &g);
+    } else {
+        fprintf(stderr, "nnt: lens --plot: out of memory\n");
+    }
+    free(vals);
+    free_strings(text, cells);
+    free_strings(rows, (size_t)L);
+    free_strings(cols, (size_t)B * W);
+    free_strings(ptitles, (size_t)B);
+    return rc;
 }
 
 static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
@@ -1438,6 +1744,8 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *i
             goto out;
         }
     }
+    if (o->plot && (rc = plot_lens(o, in, &ls, L, top, prob)) != 0) goto out;
+    rc = 1;
     if (o->out) {
         const char *names[] = {"lens_probs", "lens_positions"};
         nnt_tensor both[2] = {all, pos_out};
@@ -1456,6 +1764,174 @@ out:
     loaded_free(&l);
     nnt_trace_free(t);
     batch_free(&b);
+    return rc;
+}
+
+/* Resolves patch --positions (NULL: every token) against a prompt of S tokens into ascending,
+ * distinct positions 0..S-1. Returns 0, or 2 with the message printed. */
+static int patch_positions(nnt_runtime *rt, const char *text, int S, int *out, int *n)
+{
+    int q[MAX_REQ], nq = 0, every = text == NULL;
+    if (text && nnt_positions_parse(rt, text, q, MAX_REQ, &nq) != NNT_OK) {
+        fprintf(stderr, "nnt: patch --positions: %s\n", nnt_last_error(rt));
+        return 2;
+    }
+    for (int k = 0; k < nq; k++) {
+        if (q[k] == NNT_POS_GENERATED)
+            return arg_error("patch --positions %s: 'generated' names tokens after the prompt; patch runs forwards over "
+                             "the prompts only", text);
+        every |= q[k] == NNT_POS_PROMPT || q[k] == NNT_POS_ALL;
+        if (q[k] != NNT_POS_PROMPT && q[k] != NNT_POS_ALL && (q[k] >= S || q[k] < -S))
+            return arg_error("patch --positions %s: position %d names no token: the prompts have %d tokens (positions "
+                             "0..%d, or -%d..-1 from the end)", text, q[k], S, S - 1, S);
+    }
+    *n = 0;
+    for (int p = 0; p < S; p++) {
+        int chosen = every;
+        for (int k = 0; k < nq && !chosen; k++) chosen = q[k] >= 0 ? q[k] == p : S + q[k] == p;
+        if (chosen) out[(*n)++] = p;
+    }
+    return 0;
+}
+
+/* --plot of patch: blocks x positions, the metric in each cell. */
+static int plot_patch(const opts *o, const input *in, const patch_spec *s, const patch_result *res)
+{
+    int NB = res->n_blocks, P = s->n_positions, rc = 1;
+    char **rows = calloc((size_t)NB, sizeof *rows), **cols = calloc((size_t)P, sizeof *cols);
+    char **text = calloc((size_t)NB * P, sizeof *text);
+    double lo = INFINITY, hi = -INFINITY;
+    int ok = rows && cols && text;
+    for (int b = 0; ok && b < NB; b++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "block %d", res->blocks[b]);
+        ok = (rows[b] = strdup(buf)) != NULL;
+        for (int c = 0; ok && c < P; c++) {
+            double v = res->grid[(size_t)b * P + c];
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+            snprintf(buf, sizeof buf, "%.3f", v);
+            ok = (text[(size_t)b * P + c] = strdup(buf)) != NULL;
+        }
+    }
+    for (int c = 0; ok && c < P; c++) {
+        char *t = axis_token(in->tok, in->ids[1][s->positions[c]]);
+        size_t len = t ? strlen(t) + 16 : 0;
+        ok = t && (cols[c] = malloc(len)) != NULL;
+        if (ok) snprintf(cols[c], len, "%d %s", s->positions[c], t);
+        free(t);
+    }
+    char title[512];
+    snprintf(title, sizeof title, "patching %s: %s (clean %.3f, corrupted %.3f)", s->path, o->metric, res->clean_metric,
+             res->corrupt_metric);
+    if (ok) {
+        plot_grid g = {.title = title, .panels = 1, .panel_cols = 1, .rows = NB, .cols = P, .values = res->grid,
+                       .cell_text = (const char *const *)text, .row_labels = (const char *const *)rows,
+                       .col_labels = (const char *const *)cols, .row_axis = "block", .col_axis = "position (corrupted)",
+                       .vmin = lo, .vmax = hi, .cell_w = PLOT_TEXT_CELL_W, .cell_h = PLOT_TEXT_CELL_H};
+        rc = write_plot(o, &g);
+    } else {
+        fprintf(stderr, "nnt: patch --plot: out of memory\n");
+    }
+    free_strings(rows, (size_t)NB);
+    free_strings(cols, (size_t)P);
+    free_strings(text, (size_t)NB * P);
+    return rc;
+}
+
+static int cmd_patch(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
+{
+    int rc = check_out(rt, o);
+    if (rc) return rc;
+    const int S = in->len[0];
+    if (in->len[1] != S) {
+        fprintf(stderr, "nnt: error: patch: the clean prompt has %d tokens and the corrupted one %d; patching needs "
+                        "prompts of the same length (token by token)\n", in->len[0], in->len[1]);
+        return 2;
+    }
+    patch_spec s = {.path = o->value ? o->value : "layers.*.layer_output", .clean = in->ids[0], .corrupt = in->ids[1],
+                    .seq = S, .rows = o->patch_rows ? o->patch_rows : 16};
+    char err[1024];
+    if (patch_metric_parse(o->metric, &s.metric, err, sizeof err) != 0) return arg_error("%s", err);
+    int64_t V = nnt_model_get_info(m)->vocab_size;
+    if (s.metric.a >= V || (s.metric.kind == PATCH_LOGIT_DIFF && s.metric.b >= V))
+        return arg_error("--metric %s: token %d is outside the model's vocabulary (vocab_size %lld)", o->metric,
+                         s.metric.a >= V ? s.metric.a : s.metric.b, (long long)V);
+    int *pos = malloc(sizeof(int) * (size_t)S), P = 0;
+    if (!pos) return arg_error("%s", "out of memory");
+    if ((rc = patch_positions(rt, o->lens_positions, S, pos, &P)) != 0) {
+        free(pos);
+        return rc;
+    }
+    s.positions = pos;
+    s.n_positions = P;
+    print_prompt_tokens(o, in);
+    patch_result res;
+    if (patch_sweep(rt, m, &s, &res, err, sizeof err) != NNT_OK) {
+        fprintf(stderr, "nnt: error: patch: %s\n", err);
+        free(pos);
+        return 1;
+    }
+    const int NB = res.n_blocks;
+    printf("activation patching of %s: metric %s with the clean value at one block and one position\n", s.path, o->metric);
+    printf("clean %.6f, corrupted %.6f (%d forwards, up to %d patched rows each)\n", res.clean_metric,
+           res.corrupt_metric, res.forwards, s.rows);
+    char **cells = calloc((size_t)(NB + 2) * (size_t)P, sizeof *cells);
+    char **lab = calloc((size_t)(NB + 2), sizeof *lab);
+    int ok = cells && lab;
+    for (int c = 0; ok && c < P; c++) {
+        char buf[48];
+        snprintf(buf, sizeof buf, "%d", pos[c]);
+        cells[c] = strdup(buf);
+        sbuf tk = {0};
+        sb_token(&tk, in->tok, in->ids[1][pos[c]]);
+        cells[P + c] = tk.p;
+        for (int b = 0; b < NB; b++) {
+            snprintf(buf, sizeof buf, "%.6f", res.grid[(size_t)b * P + c]);
+            cells[(size_t)(b + 2) * P + c] = strdup(buf);
+        }
+    }
+    for (int k = 0; ok && k < NB + 2; k++) {
+        char buf[16];
+        snprintf(buf, sizeof buf, "%d", k < 2 ? 0 : res.blocks[k - 2]);
+        lab[k] = strdup(k == 0 ? "pos" : k == 1 ? "token" : buf);
+        ok = lab[k] != NULL;
+    }
+    for (size_t k = 0; ok && k < (size_t)(NB + 2) * P; k++) ok = cells[k] != NULL;
+    if (ok) {
+        printf("block \\ position (token of the corrupted prompt):\n");
+        print_table(cells, NB + 2, P, (const char *const *)lab);
+    }
+    for (size_t k = 0; cells && k < (size_t)(NB + 2) * P; k++) free(cells[k]);
+    for (int k = 0; lab && k < NB + 2; k++) free(lab[k]);
+    free(cells);
+    free(lab);
+    rc = ok ? 0 : arg_error("%s", "out of memory");
+    if (!rc && o->plot) rc = plot_patch(o, in, &s, &res);
+    if (!rc && o->out) {
+        nnt_tensor ts[5] = {{0}};
+        const char *names[5] = {"patch_metric", "patch_blocks", "patch_positions", "clean_metric", "corrupt_metric"};
+        int okw = nnt_tensor_alloc(&ts[0], NNT_F64, 2, (int64_t[]){NB, P}) == NNT_OK &&
+                  nnt_tensor_alloc(&ts[1], NNT_I32, 1, (int64_t[]){NB}) == NNT_OK &&
+                  nnt_tensor_alloc(&ts[2], NNT_I32, 1, (int64_t[]){P}) == NNT_OK &&
+                  nnt_tensor_alloc(&ts[3], NNT_F64, 1, (int64_t[]){1}) == NNT_OK &&
+                  nnt_tensor_alloc(&ts[4], NNT_F64, 1, (int64_t[]){1}) == NNT_OK;
+        if (okw) {
+            memcpy(ts[0].data, res.grid, sizeof(double) * (size_t)NB * P);
+            memcpy(ts[1].data, res.blocks, sizeof(int) * (size_t)NB);
+            for (int c = 0; c < P; c++) ((int32_t *)ts[2].data)[c] = pos[c];
+            *(double *)ts[3].data = res.clean_metric;
+            *(double *)ts[4].data = res.corrupt_metric;
+            rc = write_out(rt, o, NULL, 5, names, ts);
+            if (!rc) printf("wrote patch_metric [%d, %d], patch_blocks, patch_positions, clean_metric and corrupt_metric to %s\n",
+                            NB, P, o->out);
+        } else {
+            rc = arg_error("%s", "out of memory");
+        }
+        for (int k = 0; k < 5; k++) nnt_tensor_free(&ts[k]);
+    }
+    patch_result_free(&res);
+    free(pos);
     return rc;
 }
 
@@ -1653,11 +2129,11 @@ int main(int argc, char **argv)
         goto done;
     }
     if (strcmp(o.cmd, "print") && strcmp(o.cmd, "support") && strcmp(o.cmd, "trace") && strcmp(o.cmd, "lens") &&
-        strcmp(o.cmd, "generate") && strcmp(o.cmd, "plugins") && strcmp(o.cmd, "info") && strcmp(o.cmd, "tokenize")) {
+        strcmp(o.cmd, "patch") && strcmp(o.cmd, "generate") && strcmp(o.cmd, "plugins") && strcmp(o.cmd, "info") && strcmp(o.cmd, "tokenize")) {
         rc = usage_error("unknown command '%s'", o.cmd);
         goto done;
     }
-    int runs = !strcmp(o.cmd, "trace") || !strcmp(o.cmd, "lens") || !strcmp(o.cmd, "generate");
+    int runs = !strcmp(o.cmd, "trace") || !strcmp(o.cmd, "lens") || !strcmp(o.cmd, "generate") || !strcmp(o.cmd, "patch");
     if (!runs && strcmp(o.cmd, "tokenize") && o.n_rows) {
         rc = usage_error("%s takes no --tokens, --prompt or --prompt-file", o.cmd);
         goto done;
@@ -1706,6 +2182,8 @@ int main(int argc, char **argv)
         rc = cmd_lens(rt, m, &o, &in);
     else if (strcmp(o.cmd, "generate") == 0)
         rc = cmd_generate(rt, m, &o, &in);
+    else if (strcmp(o.cmd, "patch") == 0)
+        rc = cmd_patch(rt, m, &o, &in);
     else
         rc = cmd_trace(rt, m, &o, &in);
 done:

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs what building and testing nnt needs, from Debian's packages:
 # a C toolchain, CMake, pkg-config, inih, cJSON, PCRE2, utf8proc, OpenBLAS (its OpenMP build too), oneDNN
-# (the cpu backend's many-row products), CUnit (and OpenMP with gcc), and Python 3 with numpy and
+# (the cpu backend's many-row products), CUnit (and OpenMP with gcc), Cairo (the nnt command's --plot
+# pictures; optional for a build, which then goes without them), and Python 3 with numpy and
 # pytest (the Python package's tests, python/tests).
 #   --bench  also installs what the GEMM library benchmark (bench/gemm) compares: BLIS (its
 #            OpenMP build, like OpenBLAS's).
 set -euo pipefail
-packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcunit1-dev python3 python3-numpy python3-pytest)
+packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcunit1-dev libcairo2-dev python3 python3-numpy python3-pytest)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(libblis-openmp-dev libblis-dev) ;;
