@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs what building and testing nnt needs, from Debian's packages:
 # a C toolchain, CMake, pkg-config, inih, cJSON, PCRE2, utf8proc, OpenBLAS (its OpenMP build too), oneDNN
-# (the cpu backend's many-row products), CUnit (and OpenMP with gcc).
+# (the cpu backend's many-row products), CUnit (and OpenMP with gcc); and clang with its runtime
+# libraries (libclang-rt-dev: the sanitizers and libFuzzer, which clang only recommends) and its
+# OpenMP (libomp-dev), for the sanitizer build and the fuzzers of tests/fuzz.
 #   --bench  also installs what the GEMM library benchmark (bench/gemm) compares: BLIS (its
 #            OpenMP build, like OpenBLAS's).
 set -euo pipefail
-packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcunit1-dev)
+packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcunit1-dev
+  clang libclang-rt-dev libomp-dev)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(libblis-openmp-dev libblis-dev) ;;

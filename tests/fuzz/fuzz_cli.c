@@ -30,8 +30,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    if (nnt_runtime_open(NNT_FUZZ_INI, &rt) != NNT_OK ||
-        nnt_model_load(rt, NNT_FUZZ_SOURCE_DIR "/examples/tiny-minimax-m2", &model) != NNT_OK) {
+    rt = fuzz_runtime_open();
+    if (nnt_model_load(rt, NNT_FUZZ_SOURCE_DIR "/examples/tiny-minimax-m2", &model) != NNT_OK) {
         fprintf(stderr, "nnt fuzz: %s\n", nnt_last_error(rt));
         abort();
     }

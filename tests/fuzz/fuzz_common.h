@@ -144,4 +144,24 @@ static inline int fuzz_split(const uint8_t *data, size_t n, const char *sep, con
     return 0;
 }
 
+#ifdef NNT_FUZZ_FAMILY_DIR
+#include "nnt/nnt.h"
+/* Opens a runtime on the build tree's plugins with a one-thread cpu backend (an INI written
+ * into the folder): no OpenMP worker threads, which LeakSanitizer's scan at exit does not
+ * survive, and one core per harness. Aborts on failure. */
+static inline nnt_runtime *fuzz_runtime_open(void)
+{
+    static const char ini[] = "[plugins]\ndir = " NNT_FUZZ_FAMILY_DIR "\ndir = " NNT_FUZZ_KERNEL_DIR
+                              "\n[backend.cpu]\nthreads = 1\n";
+    char path[1024];
+    fuzz_write("fuzz-runtime.ini", (const uint8_t *)ini, sizeof ini - 1, path, sizeof path);
+    nnt_runtime *rt = NULL;
+    if (nnt_runtime_open(path, &rt) != NNT_OK) {
+        fprintf(stderr, "nnt fuzz: runtime: %s\n", nnt_last_error(rt));
+        abort();
+    }
+    return rt;
+}
+#endif
+
 #endif /* NNT_FUZZ_COMMON_H */

@@ -37,10 +37,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    if (nnt_runtime_open(NNT_FUZZ_INI, &rt) != NNT_OK) {
-        fprintf(stderr, "nnt fuzz: runtime: %s\n", nnt_last_error(rt));
-        abort();
-    }
+    rt = fuzz_runtime_open();
     atexit(close_runtime);
     return 0;
 }

@@ -2,7 +2,7 @@
  * look-ups of core/trace.c): "[model.][layers.N.|layers[N].][host.]value", "layers.*." and the
  * "@k" suffix of repeated results, as --save, --zero, ... take them.
  *
- * At start-up three models are loaded through the build tree's INI: the example MiniMax-M2,
+ * At start-up three models are loaded on the build tree's plugins: the example MiniMax-M2,
  * Kimi-Linear (linear_attn values, a state emitted once per token: results named path@k) and
  * DeepSeek-V4 (hyper-connection values), and on each a trace is run once that saves a few
  * values, so that result look-ups meet real names. The input's first byte picks the model, the
@@ -46,10 +46,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    if (nnt_runtime_open(NNT_FUZZ_INI, &L.rt) != NNT_OK) {
-        fprintf(stderr, "nnt fuzz: runtime: %s\n", nnt_last_error(L.rt));
-        abort();
-    }
+    L.rt = fuzz_runtime_open();
     atexit(unload);
     const int32_t ids[4] = {1, 7, 42, 3}, mask[4] = {1, 1, 1, 1};
     for (int i = 0; i < N_MODELS; i++) {
