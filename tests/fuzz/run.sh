@@ -9,9 +9,13 @@
 # are (re)built before running. Results go to $NNT_FUZZ_RESULTS (default BUILD/fuzz-results):
 # per target a corpus folder that grows from run to run, log.txt (libFuzzer's output), and any
 # crash-*, leak-*, timeout-* or oom-* input that reproduces a failure
-# (BUILD/fuzz/fuzz_TARGET FILE runs it again). The seeds are the files under
+# (BUILD/fuzz/fuzz_TARGET FILE runs it again; those of earlier runs are moved to earlier/). The seeds are the files under
 # tests/fuzz/corpus/TARGET plus fixtures of tests/fixtures and examples/. Before fuzzing, each
 # file of tests/fuzz/crashes/TARGET (inputs that once failed) is run through the harness.
+#
+# NNT_FUZZ_KEEP_GOING=1 keeps fuzzing past failures (libFuzzer's -fork=1 with -ignore_crashes,
+# -ignore_timeouts and -ignore_ooms), every failing input kept: for long runs that must get past
+# a known fault.
 #
 # Exit status: 0 when every target ran its time without a failure; 1 when any libFuzzer run
 # reported one (crash, sanitizer report, leak, timeout of 10 s on one input, or more than
@@ -89,8 +93,14 @@ for t in "${run[@]}"; do
   # the harness's files live in memory when /dev/shm can take them (35x more inputs a second
   # here than on disk), else under the results folder; removed after the run either way
   mkdir -p "$out/corpus"
+  # failing inputs of earlier runs move aside, so that what lies in $out is this run's
+  for f in "$out"/crash-* "$out"/leak-* "$out"/timeout-* "$out"/oom-* "$out"/slow-unit-*; do
+    [ -e "$f" ] && mkdir -p "$out/earlier" && mv "$f" "$out/earlier/"
+  done
   tmp=$( { [ -d /dev/shm ] && [ -w /dev/shm ] && mktemp -d /dev/shm/nnt-fuzz-XXXXXX; } || mktemp -d "$out/tmp-XXXXXX")
   fixture_seeds "$t" "$out/fixture-seeds"
+  keep_going=()
+  [ "${NNT_FUZZ_KEEP_GOING:-0}" = 1 ] && keep_going=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
   dict=()
   [ -f "$here/dict/$t.dict" ] && dict=(-dict="$here/dict/$t.dict")
   # the inputs that once failed (tests/fuzz/crashes/TARGET) must pass first
@@ -99,8 +109,10 @@ for t in "${run[@]}"; do
       summary+=("fuzz_$t: FAILED on an input of tests/fuzz/crashes/$t (see $out/regressions.txt)")
       failed+=("$t")
       echo "${summary[-1]}"
-      rm -rf "$tmp"
-      continue
+      if [ ${#keep_going[@]} -eq 0 ]; then
+        rm -rf "$tmp"
+        continue
+      fi
     fi
   fi
   echo "== fuzz_$t for ${seconds}s (log: $out/log.txt)"
@@ -110,13 +122,19 @@ for t in "${run[@]}"; do
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:${ASAN_OPTIONS:-}" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}" \
     "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
-    -close_fd_mask=3 -print_final_stats=1 -artifact_prefix="$out/" "${dict[@]}" \
+    -close_fd_mask=3 -print_final_stats=1 -artifact_prefix="$out/" "${dict[@]}" "${keep_going[@]}" \
     "$out/corpus" "$here/corpus/$t" "$out/fixture-seeds" > "$out/log.txt" 2>&1
   rc=$?
   rm -rf "$tmp"
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/log.txt" | tail -1)
+  # fork mode prints no final stats: its last "#N: cov: ..." line counts the inputs
+  [ -n "$execs" ] || execs=$(sed -n 's/^#\([0-9]*\): cov:.*/\1/p' "$out/log.txt" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$out/log.txt" | tail -1)
-  if [ $rc -eq 0 ]; then
+  kept=$(ls "$out" | grep -cE '^(crash|leak|timeout|oom|slow-unit)-')
+  if [ $rc -eq 0 ] && [ "$kept" -gt 0 ]; then
+    summary+=("fuzz_$t: FAILED (kept going), ${execs:-?} inputs, ${cov:-cov: ?}; $kept failing inputs kept in $out")
+    failed+=("$t")
+  elif [ $rc -eq 0 ]; then
     summary+=("fuzz_$t: ok, ${execs:-?} inputs, ${cov:-cov: ?}")
   else
     artifacts=$(ls "$out" | grep -E '^(crash|leak|timeout|oom|slow-unit)-' | tr '\n' ' ')
@@ -129,4 +147,4 @@ done
 
 echo "== summary"
 printf '%s\n' "${summary[@]}"
-[ ${#failed[@]} -eq 0 ] || { echo "run.sh: failures in: ${failed[*]} (inputs kept in $results)" >&2; exit 1; }
+[ ${#failed[@]} -eq 0 ] || { echo "run.sh: failures in: $(printf '%s\n' "${failed[@]}" | uniq | tr '\n' ' ')(inputs kept in $results)" >&2; exit 1; }
