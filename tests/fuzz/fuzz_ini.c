@@ -3,6 +3,7 @@
  * accepted file must give sections of a known kind with plugin names of [a-z0-9_]+, each found
  * again by nnt_ini_section_find, and keys found again by nnt_ini_get; every key's line number
  * must name a line of the file that holds the key and is not a comment. */
+#include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,8 @@
 #include "fuzz_common.h"
 
 /* Whether line `line` (from 1) of the input holds `key` and is not a comment line; a line that
- * starts with a space or tab passes too (inih reads it as a continuation of the key before). */
+ * starts with white space (isspace: also \v, \f, \r) passes too, since inih reads it as a
+ * continuation of the key before it. */
 static int line_holds(const uint8_t *data, size_t size, int line, const char *key)
 {
     size_t i = 0;
@@ -20,7 +22,7 @@ static int line_holds(const uint8_t *data, size_t size, int line, const char *ke
     size_t end = i;
     while (end < size && data[end] != '\n') end++;
     size_t p = i;
-    if (p < end && (data[p] == ' ' || data[p] == '\t')) return 1;
+    if (p < end && isspace(data[p])) return 1;
     if (p < end && (data[p] == ';' || data[p] == '#')) return 0;
     size_t k = strlen(key);
     for (size_t q = i; q + k <= end; q++)
