@@ -137,7 +137,8 @@ for t in "${run[@]}"; do
   elif [ $rc -eq 0 ]; then
     summary+=("fuzz_$t: ok, ${execs:-?} inputs, ${cov:-cov: ?}")
   else
-    artifacts=$(ls "$out" | grep -E '^(crash|leak|timeout|oom|slow-unit)-' | tr '\n' ' ')
+    artifacts=$(ls "$out" | grep -E '^(crash|leak|timeout|oom|slow-unit)-' | head -3 | tr '\n' ' ')
+    [ "$kept" -gt 3 ] && artifacts="$artifacts... ($kept in all)"
     summary+=("fuzz_$t: FAILED (libFuzzer exit $rc), ${execs:-?} inputs; kept: ${artifacts:-none}")
     failed+=("$t")
     grep -m1 -E 'ERROR: |runtime error|check failed|deadly signal|out-of-memory|timeout' "$out/log.txt" | sed 's/^/    /'
