@@ -99,6 +99,8 @@ for t in "${run[@]}"; do
   done
   tmp=$( { [ -d /dev/shm ] && [ -w /dev/shm ] && mktemp -d /dev/shm/nnt-fuzz-XXXXXX; } || mktemp -d "$out/tmp-XXXXXX")
   fixture_seeds "$t" "$out/fixture-seeds"
+  seeds=()
+  [ -d "$here/corpus/$t" ] && seeds=("$here/corpus/$t")
   keep_going=()
   [ "${NNT_FUZZ_KEEP_GOING:-0}" = 1 ] && keep_going=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
   dict=()
@@ -123,7 +125,7 @@ for t in "${run[@]}"; do
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}" \
     "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
     -close_fd_mask=3 -print_final_stats=1 -artifact_prefix="$out/" "${dict[@]}" "${keep_going[@]}" \
-    "$out/corpus" "$here/corpus/$t" "$out/fixture-seeds" > "$out/log.txt" 2>&1
+    "$out/corpus" "${seeds[@]}" "$out/fixture-seeds" > "$out/log.txt" 2>&1
   rc=$?
   rm -rf "$tmp"
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/log.txt" | tail -1)
