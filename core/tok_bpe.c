@@ -224,7 +224,10 @@ int tok_bpe_word(tok_bpe *b, const char *s, size_t n, tok_ids *out)
     if (n == 0) return 0;
     if (n <= CACHE_MAX_WORD) {
         int32_t c = tok_strmap_find(&b->cache_map, &b->cache_words, s, n);
-        if (c >= 0) return tok_ids_put_n(out, b->cache_ids.p + b->cache_at[c], b->cache_at[c + 1] - b->cache_at[c]);
+        if (c >= 0) { /* a word of no ids (every character dropped) may sit in an empty id array */
+            int64_t k = b->cache_at[c + 1] - b->cache_at[c];
+            return k ? tok_ids_put_n(out, b->cache_ids.p + b->cache_at[c], k) : 0;
+        }
     }
     if (b->ignore_merges || b->mode == TOK_BPE_RANKS) {
         int32_t id = tok_strmap_find(&b->vocab_map, &b->vocab, s, n);
@@ -232,7 +235,8 @@ int tok_bpe_word(tok_bpe *b, const char *s, size_t n, tok_ids *out)
     }
     int64_t start = out->n;
     if (merge_word(b, s, n, out) != 0) return -1;
-    cache_put(b, s, n, out->p + start, out->n - start);
+    /* no ids when every character was dropped; out->p may then still be NULL */
+    cache_put(b, s, n, out->n > start ? out->p + start : NULL, out->n - start);
     return 0;
 }
 

@@ -1,0 +1,63 @@
+/* fuzz_tokenizer.c - libFuzzer harness for the tokenizer loaders (core/tok_load_json.c,
+ * core/tok_load_tiktoken.c, tokenizer_config.json in core/tokenizer.c) and the encoder and
+ * decoder they set up. The input holds up to three parts separated by the line
+ * "\n#nnt-fuzz-part#\n": the tokenizer file, tokenizer_config.json (absent when there is no
+ * second part) and a text to encode. The tokenizer file is written as tokenizer.json when it
+ * starts with '{' (after blanks), else as tiktoken.model. A tokenizer that loads must encode
+ * the text to ids inside its vocabulary, and decode them again. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nnt/nnt_tokenizer.h"
+#include "fuzz_common.h"
+
+#define SEP "\n#nnt-fuzz-part#\n"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const uint8_t *file, *rest, *config, *text;
+    size_t file_n, rest_n, config_n, text_n;
+    int has_config = fuzz_split(data, size, SEP, &file, &file_n, &rest, &rest_n);
+    fuzz_split(rest, rest_n, SEP, &config, &config_n, &text, &text_n);
+
+    size_t lead = 0;
+    while (lead < file_n && (file[lead] == ' ' || file[lead] == '\t' || file[lead] == '\n' || file[lead] == '\r')) lead++;
+    int json = lead < file_n && file[lead] == '{';
+    char path[1024];
+    fuzz_unlink(json ? "tiktoken.model" : "tokenizer.json");
+    fuzz_write(json ? "tokenizer.json" : "tiktoken.model", file, file_n, path, sizeof path);
+    if (has_config)
+        fuzz_write("tokenizer_config.json", config, config_n, path, sizeof path);
+    else
+        fuzz_unlink("tokenizer_config.json");
+
+    nnt_tokenizer *tok = NULL;
+    nnt_status st = nnt_tokenizer_load(fuzz_dir(), &tok);
+    fuzz_note(st == NNT_OK ? "loaded" : "refused", nnt_tokenizer_last_error(tok));
+    if (st != NNT_OK) {
+        FUZZ_CHECK(nnt_tokenizer_last_error(tok)[0], "a refusal without a message (status %d)", (int)st);
+        nnt_tokenizer_free(tok);
+        return 0;
+    }
+    int32_t vocab = nnt_tokenizer_vocab_size(tok);
+    for (int flags = 0; flags <= NNT_TOKENIZE_ADD_SPECIAL; flags++) {
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        if (nnt_tokenizer_encode(tok, (const char *)text, text_n, flags, &ids, &n) != NNT_OK) {
+            FUZZ_CHECK(nnt_tokenizer_last_error(tok)[0], "an encode refusal without a message");
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++)
+            FUZZ_CHECK(ids[i] >= 0 && ids[i] < vocab, "id %d at %lld outside the vocabulary of %d", ids[i], (long long)i,
+                       vocab);
+        char *back = NULL;
+        size_t back_n = 0;
+        st = nnt_tokenizer_decode(tok, ids, n, NNT_DECODE_REPLACE_INVALID, &back, &back_n);
+        FUZZ_CHECK(st == NNT_OK, "the ids encode gave do not decode: %s", nnt_tokenizer_last_error(tok));
+        free(back);
+        free(ids);
+    }
+    nnt_tokenizer_free(tok);
+    return 0;
+}
