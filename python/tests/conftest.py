@@ -31,9 +31,14 @@ def fixture_dirs():
     return out
 
 
+# In a sanitizer build the sanitizer runtime is preloaded into this interpreter for libnnt
+# (CMakeLists.txt); the nnt command carries its own copy and must not get the preloaded one too.
+CLI_ENV = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
 def run_cli(*args, check=True):
     """Runs the nnt command; returns the CompletedProcess (text)."""
-    p = subprocess.run([CLI, *args], capture_output=True, text=True)
+    p = subprocess.run([CLI, *args], capture_output=True, text=True, env=CLI_ENV)
     if check and p.returncode != 0:
         raise AssertionError(f"nnt {' '.join(args)} failed ({p.returncode}):\n{p.stderr}")
     return p
