@@ -151,6 +151,8 @@ typedef struct opts {
     int ignore_eos;
     int32_t stop_ids[MAX_STOP]; /* --stop-id */
     int n_stop_ids;
+    int *pending_positions; /* the last --steer-positions read (owned; each --steer gets a copy) */
+    int n_pending_positions;
 } opts;
 
 static int fail(nnt_runtime *rt, const char *what)
@@ -298,6 +300,21 @@ static int parse_positions(const char *text, int **out, int *n_out)
     return 0;
 }
 
+/* Frees what parse_args allocated for the requests of o (also after it failed). */
+static void opts_free(opts *o)
+{
+    for (int i = 0; i < o->n_reqs; i++) {
+        free(o->reqs[i].path);
+        free(o->reqs[i].file);
+        free(o->reqs[i].positions);
+        o->reqs[i].path = o->reqs[i].file = NULL;
+        o->reqs[i].positions = NULL;
+    }
+    o->n_reqs = 0;
+    free(o->pending_positions);
+    o->pending_positions = NULL;
+}
+
 /* FILE[:KEY] of --set, --add and --steer: KEY is what follows the last ':' unless that part
  * names a .safetensors file (a file name with a colon and no key). */
 static int split_file_key(req *r)
@@ -394,7 +411,6 @@ static int parse_args(int argc, char **argv, opts *o)
     o->max_new_tokens = -1;
     float steer_factor = 1.0f;
     const char *steer_positions = NULL;
-    int *positions = NULL, n_positions = 0; /* steer_positions read; each --steer gets a copy */
     int steer_pending = 0; /* --steer-factor / --steer-positions given and no --steer after them yet */
     if (argc < 2) return usage_error("%s", "missing command");
     o->cmd = argv[1];
@@ -479,9 +495,9 @@ static int parse_args(int argc, char **argv, opts *o)
                 return arg_error("--steer-factor: '%s' is not a finite number with |F| <= " FACTOR_MAX_TEXT, v);
             steer_pending = 1;
         } else if (strcmp(a, "--steer-positions") == 0) {
-            free(positions);
-            positions = NULL;
-            if ((rc = parse_positions(v, &positions, &n_positions)) != 0) return rc;
+            free(o->pending_positions);
+            o->pending_positions = NULL;
+            if ((rc = parse_positions(v, &o->pending_positions, &o->n_pending_positions)) != 0) return rc;
             steer_positions = v;
             steer_pending = 1;
         } else {
@@ -509,22 +525,20 @@ static int parse_args(int argc, char **argv, opts *o)
             if (q->kind == R_STEER) {
                 q->factor = steer_factor;
                 q->positions_text = steer_positions;
-                if (positions) {
-                    q->positions = malloc((size_t)n_positions * sizeof *q->positions);
+                if (o->pending_positions) {
+                    q->positions = malloc((size_t)o->n_pending_positions * sizeof *q->positions);
                     if (!q->positions) return usage_error("%s", "out of memory");
-                    memcpy(q->positions, positions, (size_t)n_positions * sizeof *q->positions);
-                    q->n_positions = n_positions;
+                    memcpy(q->positions, o->pending_positions, (size_t)o->n_pending_positions * sizeof *q->positions);
+                    q->n_positions = o->n_pending_positions;
                 }
                 steer_pending = 0;
             }
-            if ((rc = parse_request(q)) != 0) {
-                free(positions);
-                return rc;
-            }
+            if ((rc = parse_request(q)) != 0) return rc; /* opts_free frees what is held */
         }
         if (rc) return rc;
     }
-    free(positions);
+    free(o->pending_positions);
+    o->pending_positions = NULL;
     if (steer_pending)
         return usage_error("%s", "--steer-factor and --steer-positions apply to the --steer options after them; none follows");
     if (o->n_text_rows && o->n_text_rows < o->n_rows)
@@ -533,7 +547,7 @@ static int parse_args(int argc, char **argv, opts *o)
     if (tokenize) {
         if (o->n_rows > o->n_text_rows) return usage_error("%s", "tokenize reads text; --tokens gives ids already");
         if (o->n_rows + (o->text != NULL) != 1)
-            return usage_error("%s", o->n_rows + (o->text != NULL) ? "tokenize reads one text"
+            return usage_error("%s", (o->n_rows + (o->text != NULL)) ? "tokenize reads one text"
                                                                    : "tokenize needs a text: nnt tokenize --model DIR \"text\"");
         if (o->n_reqs || o->out) return usage_error("%s", "tokenize takes no requests and no --out");
     } else if (o->ids_only) {
@@ -2190,10 +2204,6 @@ done:
     input_free(&in);
     nnt_model_free(m);
     nnt_runtime_close(rt);
-    for (int i = 0; i < o.n_reqs; i++) {
-        free(o.reqs[i].path);
-        free(o.reqs[i].file);
-        free(o.reqs[i].positions);
-    }
+    opts_free(&o);
     return rc;
 }

@@ -78,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             nnt_trace_free(t);
         }
     }
-    for (int i = 0; i < o.n_reqs; i++) free(o.reqs[i].path);
+    opts_free(&o);
     free(buf);
     return 0;
 }
