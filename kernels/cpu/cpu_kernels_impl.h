@@ -549,14 +549,30 @@ INLINE void e8m0_row(const uint8_t *p, int64_t n, float *out)
 {
     int64_t i = 0;
     for (; i + VL <= n; i += VL) {
+#if defined(X86_512)
+        /* the generic widening compiles to one byte at a time here (a quarter of the FP4
+         * kernels' time in perf) */
+        vu u = (vu)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + i)));
+#elif defined(X86_256)
+        vu u = (vu)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + i)));
+#else
         vb b;
         memcpy(&b, p + i, sizeof b);
         vu u = __builtin_convertvector(b, vu);
+#endif
         vu zero = (vu)(u == 0u), nan = (vu)(u == 255u);
         vu f = ((u << 23) & ~(zero | nan)) | (0x00400000u & zero) | (0x7fc00000u & nan);
         memcpy(out + i, &f, sizeof f);
     }
     for (; i < n; i++) out[i] = e8m0(p[i]);
+}
+
+/* The E8M0 scales of weight row r, ahead of their use: a tile's scale loads otherwise stall it
+ * (about a tenth of the FP4 kernels' time in perf). */
+INLINE void prefetch_scales(const cpu_weight *w, int64_t r, int64_t nb)
+{
+    if (r < w->rows)
+        for (int64_t b = 0; b < nb; b += 64) __builtin_prefetch(scale_row(w, r) + b, 0, 0);
 }
 
 /* rows n .. n + R against the M rows of xs (split as above) */
@@ -571,6 +587,7 @@ INLINE void tile_fp4lut(const float *xs, const cpu_weight *w, int64_t n, float *
     for (int r = 0; r < R; r++) {
         row[r] = row_at(w, n + r);
         e8m0_row(scale_row(w, n + r), nb, scl[r]);
+        prefetch_scales(w, n + r + PF_ROWS, nb);
     }
     for (int m = 0; m < M; m++)
         for (int r = 0; r < R; r++) acc[m][r][0] = acc[m][r][1] = LUT_ZERO();
@@ -1004,6 +1021,7 @@ INLINE void tile_fp4shuf(const float *xp, const cpu_weight *w, int64_t n, float 
     for (int r = 0; r < R; r++) {
         row[r] = row_at(w, n + r);
         e8m0_row(scale_row(w, n + r), nb, scl[r]);
+        prefetch_scales(w, n + r + PF_ROWS, nb);
         acc[r] = _mm256_setzero_ps();
     }
     for (int64_t c = 0; c < K; c += 64) {
@@ -1044,7 +1062,18 @@ static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, i
 {
     switch (w->dtype) {
     case NNT_F32: gemv_f32(x, M, w, n0, n1, y, ldy, rnd); break;
-    case NNT_BF16: gemv_bf16(x, M, w, n0, n1, y, ldy, 0); break; /* already bfloat16 numbers */
+    case NNT_BF16: /* already bfloat16 numbers: rnd does not apply */
+#if defined(X86_512)
+        /* The AVX2 kernel, on a CPU that has AVX-512: it read BF16 weights 1.3x as fast as this
+         * table's own 512-bit kernel (37 against 28 GB/s, bench/gemv, one thread, AMD Zen 5; a
+         * 512-bit kernel on even and odd columns without widening shuffles reached 28 too), and
+         * Kimi-Linear's BF16 release decoded faster with isa = avx2 than with AVX-512 (bench/run.py
+         * --layout release, 0a5a19c). Every CPU with AVX-512 F/BW/VL/DQ has AVX2, FMA and F16C. */
+        cpu_kernels_avx2.gemv(x, M, w, n0, n1, y, ldy, 0);
+        break;
+#endif
+        gemv_bf16(x, M, w, n0, n1, y, ldy, 0);
+        break;
     case NNT_F16: gemv_f16(x, M, w, n0, n1, y, ldy, rnd); break;
     case NNT_F8_E4M3:
 #ifdef FP8_LANES
