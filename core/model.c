@@ -455,7 +455,23 @@ nnt_status nnt_model_print(const nnt_model *m, FILE *out)
     nnt_status st = m->family->family->build_tree(m->impl, tree, &m->rt->err);
     if (st == NNT_OK) st = nnt_tree_print(tree, m, out, &m->rt->err);
     nnt_tree_free(tree);
+    /* the family's notes, after the tree */
+    const char *note;
+    for (int i = 0; st == NNT_OK && nnt_model_note(m, i, &note); i++) fprintf(out, "%s  - %s\n", i ? "" : "notes:\n", note);
     return st;
+}
+
+int nnt_model_note(const nnt_model *m, int i, const char **text)
+{
+    if (text) *text = NULL;
+    if (!m || i < 0 || i >= NNT_FAMILY_MAX_NOTES || !m->family->family->note) return 0;
+    /* notes are counted from 0 without gaps: note i exists only when notes 0..i-1 do */
+    for (int k = 0; k <= i; k++) {
+        const char *s = m->family->family->note(m->impl, k);
+        if (!s) return 0;
+        if (k == i && text) *text = s;
+    }
+    return 1;
 }
 
 static const char *host_label(nnt_module h, int layer, char *buf, size_t n)

@@ -74,6 +74,9 @@ check "MiMo dense block: mixture values missing with the reason" 0 "router_logit
   "$nnt" support --model "$fixtures/mimo_v2_flash/fp32"
 check "MiMo printout groups the two sliding blocks" 0 "\(1-2\): 2 x MiMoV2FlashDecoderLayer\(" \
   "$nnt" print --model "$fixtures/mimo_v2_flash/fp32"
+check "MiMo-V2.5 printout notes MAX's selected-layer hidden states" 0 \
+  "^  - MAX's selected-layer hidden states \(return_hidden_states for target_layer_ids = \[i, \.\.\.\]\) are layers\.\{i\}\.layer_output: .*before the final norm" \
+  "$nnt" print --model "$fixtures/mimo_v2/fp4"
 check "MiMo trace on the hub-spelled FP8 checkpoint" 0 "layers.1.self_attn.attention_keys +\[1, 2, 5, 48\]" \
   "$nnt" trace --model "$fixtures/mimo_v2_flash/fp8" --tokens "1 2 3 4 5" --save layers.1.self_attn.attention_keys
 

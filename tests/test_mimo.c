@@ -134,6 +134,143 @@ static void test_v25_unknown_layout_refused(void)
     nnt_runtime_close(rt);
 }
 
+/* The printout's notes (nnt_family_descriptor.note): on MiMoV2ForCausalLM, which of nnt's values
+ * MAX's selected-layer hidden states are (MAX doc, MiMoV2Config.target_layer_ids: "the layers whose
+ * outputs (post-residual, before the final norm) are returned") and what moe_router_dtype does;
+ * MiMo-V2-Flash, which MAX does not serve and whose config has no moe_router_dtype, has none. */
+static const char *const MAX_NOTE =
+    "MAX's selected-layer hidden states (return_hidden_states for target_layer_ids = [i, ...]) are "
+    "layers.{i}.layer_output: block i's residual stream after its MLP output is added, before the final norm "
+    "(final_norm_output is the normed one); nnt counts blocks from 0";
+static const char *const ROUTER_NOTE =
+    "config.json moe_router_dtype is 'bfloat16': the router weight is read as stored and router_logits are computed "
+    "in float32 whatever it says (as transformers, SGLang and MAX do; vLLM computes them in bfloat16)";
+
+/* The printout of `rel` as text in buf (truncated to n). */
+static void print_text(nnt_runtime *rt, nnt_model *m, const char *name, char *buf, size_t n)
+{
+    char path[768];
+    snprintf(path, sizeof path, "%s/%s", t_tmpdir(), name);
+    FILE *out = fopen(path, "w+");
+    CU_ASSERT_FATAL(out != NULL);
+    T_OK(rt, nnt_model_print(m, out));
+    rewind(out);
+    size_t len = fread(buf, 1, n - 1, out);
+    buf[len] = 0;
+    fclose(out);
+}
+
+static void test_v25_notes(void)
+{
+    static char text[1 << 17], line[2048];
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, V25);
+    const char *note = NULL;
+    CU_ASSERT_EQUAL(nnt_model_note(m, 0, &note), 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(note);
+    CU_ASSERT_STRING_EQUAL(note, MAX_NOTE);
+    CU_ASSERT_EQUAL(nnt_model_note(m, 1, &note), 1);
+    CU_ASSERT_STRING_EQUAL(note, ROUTER_NOTE);
+    CU_ASSERT_EQUAL(nnt_model_note(m, 2, &note), 0);
+    CU_ASSERT_PTR_NULL(note);
+    CU_ASSERT_EQUAL(nnt_model_note(m, -1, &note), 0);
+    print_text(rt, m, "mimo_v25_print.txt", text, sizeof text);
+    /* after the tree's closing parenthesis: the heading, then one "  - " line a note */
+    snprintf(line, sizeof line, "\n)\nnotes:\n  - %s\n  - %s\n", MAX_NOTE, ROUTER_NOTE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, line));
+    nnt_model_free(m);
+    /* MiMo-V2-Flash: no note, no heading */
+    m = t_model(rt, FP32);
+    CU_ASSERT_EQUAL(nnt_model_note(m, 0, &note), 0);
+    print_text(rt, m, "mimo_flash_print.txt", text, sizeof text);
+    CU_ASSERT_PTR_NULL(strstr(text, "notes:"));
+    CU_ASSERT_PTR_NULL(strstr(text, "target_layer_ids"));
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* What the note claims, against transformers' own hidden states (output_hidden_states=True, not the
+ * recorder hooks reference.safetensors comes from; tests/fixtures/mimo_v2/make_fixture.py writes
+ * hidden_states.safetensors): hidden_states[i + 1] is block i's output for i < n - 1, and equals
+ * layers.{i}.layer_output; transformers' last entry has the final norm applied, so it equals
+ * final_norm_output, and the last block's layer_output equals that entry of a run without the norm
+ * (and is far from the normed one). Real tokens, within T_TOL. */
+static void test_v25_hidden_states(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, V25);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, "mimo_v2/fp4/hidden_states.safetensors") == 0);
+    int n = nnt_model_get_info(m)->num_layers;
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_save(t, "final_norm_output"));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    char key[96], ref_key[96];
+    for (int i = 0; i <= n; i++) {
+        /* i < n: block i's layer_output against entry i + 1 (the last against the norm-free run);
+         * i == n: final_norm_output against transformers' normed last entry */
+        if (i < n) snprintf(key, sizeof key, "layers.%d.layer_output", i);
+        else snprintf(key, sizeof key, "final_norm_output");
+        if (i < n - 1 || i == n) snprintf(ref_key, sizeof ref_key, "hidden_states.%d", i < n ? i + 1 : n);
+        else snprintf(ref_key, sizeof ref_key, "last_block_without_norm");
+        nnt_tensor ref;
+        CU_ASSERT_FATAL(t_ref_get(&r, ref_key, &ref) == 0);
+        const nnt_tensor *got = nnt_trace_get(t, key);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+        unsigned char *sel = t_sel_tokens(&r, got);
+        double e = t_rel_err(got, &ref, sel);
+        if (e < 0 || e > T_TOL) fprintf(stderr, "\n  %s against transformers' %s: relative error %.3g\n", key, ref_key, e);
+        CU_ASSERT(e >= 0 && e <= T_TOL);
+        if (i == n - 1) {
+            /* the normed last entry is not the last block's output */
+            nnt_tensor normed;
+            snprintf(ref_key, sizeof ref_key, "hidden_states.%d", n);
+            CU_ASSERT_FATAL(t_ref_get(&r, ref_key, &normed) == 0);
+            CU_ASSERT(t_rel_err(got, &normed, sel) > 1e-2);
+            nnt_tensor_free(&normed);
+        }
+        free(sel);
+        nnt_tensor_free(&ref);
+    }
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* moe_router_dtype: another string is refused naming config.json, the key and the accepted
+ * values; "float32" loads and is reported; JSON null reads as absent (no router note). */
+static void test_v25_router_dtype(void)
+{
+    char dir[768];
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    v25_copy("mimo_v25_router_bad", "\"moe_router_dtype\": \"bfloat16\"", "\"moe_router_dtype\": \"int8\"", dir,
+             sizeof dir);
+    T_FAILS(rt, nnt_model_load(rt, dir, &m), NNT_ERR_CONFIG,
+            "/config.json: moe_router_dtype is 'int8'; expected 'float32', 'bfloat16' or 'float16' (or the key absent)");
+    CU_ASSERT_PTR_NULL(m);
+    v25_copy("mimo_v25_router_num", "\"moe_router_dtype\": \"bfloat16\"", "\"moe_router_dtype\": 32", dir, sizeof dir);
+    T_FAILS(rt, nnt_model_load(rt, dir, &m), NNT_ERR_CONFIG, "moe_router_dtype");
+    CU_ASSERT_PTR_NULL(m);
+    const char *note = NULL;
+    v25_copy("mimo_v25_router_f32", "\"moe_router_dtype\": \"bfloat16\"", "\"moe_router_dtype\": \"float32\"", dir,
+             sizeof dir);
+    T_OK(rt, nnt_model_load(rt, dir, &m));
+    CU_ASSERT_EQUAL(nnt_model_note(m, 1, &note), 1);
+    CU_ASSERT_PTR_NOT_NULL(note && strstr(note, "moe_router_dtype is 'float32'"));
+    nnt_model_free(m);
+    m = NULL;
+    v25_copy("mimo_v25_router_null", "\"moe_router_dtype\": \"bfloat16\"", "\"moe_router_dtype\": null", dir, sizeof dir);
+    T_OK(rt, nnt_model_load(rt, dir, &m));
+    CU_ASSERT_EQUAL(nnt_model_note(m, 0, &note), 1);
+    CU_ASSERT_STRING_EQUAL(note, MAX_NOTE);
+    CU_ASSERT_EQUAL(nnt_model_note(m, 1, &note), 0);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 /* ---- per-head key/value scales (fp8_per_head) ----
  * The released MiMo-V2-Flash FP8 checkpoint quantised each full block's k_proj and v_proj per
  * key/value head over the head's fused rows [head_dim key rows; v_head_dim value rows], padded
@@ -709,6 +846,10 @@ int register_tests(void)
                      test_v25_values) ||
         !CU_add_test(s, "MiMo-V2.5: the chunked qkv_proj read as one plain block is refused", test_v25_plain_order_refused) ||
         !CU_add_test(s, "MiMo-V2.5: an unknown attention_projection_layout is refused", test_v25_unknown_layout_refused) ||
+        !CU_add_test(s, "MiMo-V2.5: the printout's notes (MAX's hidden states, moe_router_dtype)", test_v25_notes) ||
+        !CU_add_test(s, "MiMo-V2.5: layer_output is transformers' output_hidden_states, before the final norm",
+                     test_v25_hidden_states) ||
+        !CU_add_test(s, "MiMo-V2.5: moe_router_dtype is checked and reported", test_v25_router_dtype) ||
         !CU_add_test(s, "block kinds and per-block key/value heads", test_block_kinds) ||
         !CU_add_test(s, "attention_values are v_proj times attention_value_scale", test_value_scale) ||
         !CU_add_test(s, "sink share: sliding rows below one, rebuilt with the sink column", test_sink_share) ||

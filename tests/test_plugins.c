@@ -431,6 +431,10 @@ static void test_forward_contract(void)
     nnt_model *m = NULL;
     /* a value it does emit as declared is fine */
     CU_ASSERT_EQUAL(run_fake(rt, "no_emit", "NoEmitForCausalLM", "logits", &m), NNT_OK);
+    /* its descriptor leaves `note` NULL: no notes */
+    const char *note = "unset";
+    CU_ASSERT_EQUAL(nnt_model_note(m, 0, &note), 0);
+    CU_ASSERT_PTR_NULL(note);
     nnt_model_free(m);
     CU_ASSERT_EQUAL(run_fake(rt, "no_emit", "NoEmitForCausalLM", "layers.0.layer_output", &m), NNT_ERR_PLUGIN);
     const char *msg = nnt_last_error(rt);

@@ -14,7 +14,9 @@
  * model_type mimo_v2) is the same model with one fused qkv_proj a block (attention_projection_layout
  * "fused_qkv"): num_key_value_heads chunks [q_r; k_r; v_r], each quantised on its own, unless
  * conversion_metadata.qkv_layout says "global_q_k_v" (one chunk); its MXFP4 experts and bf16 router
- * are read as stored. Facts and sources: docs/mimo-v2.5-layout.md. Sources:
+ * are read as stored, the router scored in float32 whatever moe_router_dtype says (checked, and
+ * reported in the printout's notes with MAX's selected-layer hidden states). Facts and sources:
+ * docs/mimo-v2.5-layout.md. Sources:
  * src/transformers/models/mimo_v2_flash/modeling_mimo_v2_flash.py (and its
  * convert_mimo_v2_flash_weights_to_hf.py for the hub's spellings); vllm and sglang's
  * models/mimo_v2_flash.py; the XiaomiMiMo/MiMo-V2-Flash model card. Values:
@@ -51,6 +53,10 @@ typedef struct mv_model {
     int tied;
     int release;   /* index into ARCHS of the architecture loaded */
     int qkv_chunks; /* fused qkv_proj chunks a block (MiMoV2ForCausalLM), 0 for separate q/k/v */
+    const char *router_dtype; /* config.json moe_router_dtype (the checkpoint's string, read during load
+                               * only), or NULL when absent */
+    char notes[2][512];       /* the printout's notes (mv_note) */
+    int n_notes;
     float *inv_freq[2];
     fam_decoder dec;
     mv_layer *l;
@@ -220,6 +226,17 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds
         return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: n_shared_experts is %d; MiMo-V2-Flash has no shared expert",
                             h->cfg_path(ck), shared);
     CK(read_release(m, ck, err));
+    /* moe_router_dtype (MiMo-V2.5 configs): vLLM computes the router logits in it, SGLang and MAX
+     * in float32 whatever it says; nnt scores in float32 like transformers' router (the reference
+     * of every fixture) and reads the router weight as stored. Checked, then reported in a note. */
+    m->router_dtype = NULL;
+    if (h->cfg_has(ck, "moe_router_dtype")) {
+        CK(h->cfg_string(ck, "moe_router_dtype", NULL, 1, &m->router_dtype, err));
+        if (strcmp(m->router_dtype, "float32") != 0 && strcmp(m->router_dtype, "bfloat16") != 0 &&
+            strcmp(m->router_dtype, "float16") != 0)
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: moe_router_dtype is '%s'; expected 'float32', 'bfloat16' or "
+                                "'float16' (or the key absent)", h->cfg_path(ck), m->router_dtype);
+    }
 
     const char *bad = NULL;
     if (m->hidden <= 0 || m->layers <= 0 || m->vocab <= 0) bad = "hidden_size, num_hidden_layers and vocab_size must be positive";
@@ -425,6 +442,33 @@ static void mv_unload(void *model)
     free(m);
 }
 
+/* The printout's notes. For MiMoV2ForCausalLM: Modular MAX's mimo_v2 pipeline returns, for
+ * ReturnHiddenStates.SELECTED_LAYERS, the outputs of the layers in target_layer_ids "post-residual,
+ * before the final norm" (MAX doc, MiMoV2Config.target_layer_ids): the residual stream after a
+ * block's MLP is added, which is layers.{i}.layer_output here (tests/test_mimo.c checks it against
+ * transformers' output_hidden_states). MAX serves only that architecture, so MiMo-V2-Flash gets no
+ * such note. And what nnt does with moe_router_dtype when config.json gives it. */
+static void mv_write_notes(mv_model *m)
+{
+    m->n_notes = 0;
+    if (strcmp(ARCHS[m->release], "MiMoV2ForCausalLM") == 0)
+        snprintf(m->notes[m->n_notes++], sizeof m->notes[0],
+                 "MAX's selected-layer hidden states (return_hidden_states for target_layer_ids = [i, ...]) are "
+                 "layers.{i}.layer_output: block i's residual stream after its MLP output is added, before the "
+                 "final norm (final_norm_output is the normed one); nnt counts blocks from 0");
+    if (m->router_dtype)
+        snprintf(m->notes[m->n_notes++], sizeof m->notes[0],
+                 "config.json moe_router_dtype is '%s': the router weight is read as stored and router_logits are "
+                 "computed in float32 whatever it says (as transformers, SGLang and MAX do; vLLM computes them in %s)",
+                 m->router_dtype, m->router_dtype);
+}
+
+static const char *mv_note(const void *model, int i)
+{
+    const mv_model *m = model;
+    return i >= 0 && i < m->n_notes ? m->notes[i] : NULL;
+}
+
 static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
 {
     mv_model *m = calloc(1, sizeof *m);
@@ -454,6 +498,7 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
         mv_unload(m);
         return st;
     }
+    mv_write_notes(m);
     fam_decoder_wire(&m->dec, m->layers, m->hidden, m->vocab, m->eps, &m->l[0].in_norm, &m->l[0].post_norm,
                      sizeof(mv_layer), m, mv_attention, mv_mlp);
     *out = m;
@@ -629,4 +674,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .cache_new = mv_cache_new,
     .cache_free = mv_cache_free,
     .ops_needed = NNT_OPS_DECODER,
+    .note = mv_note,
 };

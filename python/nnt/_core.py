@@ -455,6 +455,10 @@ class Model:
         self.family = lib.nnt_model_family(self._h.m).decode()
         self.backend = lib.nnt_model_backend(self._h.m).decode()
         self.config_path = lib.nnt_runtime_config_path(self._h.rt).decode()
+        self.notes = []  # the family's notes on this model, as `nnt print` ends with them
+        text = ctypes.c_char_p()
+        while lib.nnt_model_note(self._h.m, len(self.notes), ctypes.byref(text)):
+            self.notes.append(text.value.decode())
         try:
             self.tokenizer = Tokenizer(self.path, _lib_handle=lib)
             self._tokenizer_error = None

@@ -131,6 +131,7 @@ _SIGNATURES = {
     "nnt_model_family": (ctypes.c_char_p, [_P]),
     "nnt_model_backend": (ctypes.c_char_p, [_P]),
     "nnt_model_print": (ctypes.c_int, [_P, _P]),
+    "nnt_model_note": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
     "nnt_model_support": (ctypes.c_int, [_P, _P, ctypes.c_int]),
     "nnt_model_value_info": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(CallDims),
                                             ctypes.POINTER(ValueInfo)]),

@@ -121,6 +121,19 @@ def test_listings(example_model):
     assert [r.served for r in rows] == [t.split("\t")[3] == "yes" for t in tsv]
 
 
+def test_notes_mirror_the_printout():
+    """Model.notes holds the family's notes, the lines `nnt print` ends with under "notes:"."""
+    path = os.path.join(SOURCE, "tests", "fixtures", "mimo_v2", "fp4")
+    m = nnt.Model(path)
+    printed = run_cli("print", "--model", path).stdout
+    assert str(m) == printed
+    tail = printed.split("\n)\nnotes:\n", 1)[1]
+    assert m.notes == [line[len("  - "):] for line in tail.splitlines()]
+    assert len(m.notes) == 2 and m.notes[0].startswith("MAX's selected-layer hidden states")
+    assert "moe_router_dtype is 'bfloat16'" in m.notes[1]
+    assert nnt.Model(EXAMPLE).notes == []
+
+
 def test_torch_through_dlpack(example_model):
     torch = pytest.importorskip("torch")  # optional: the package needs numpy only
     out = example_model.trace([1, 2, 3], save=["logits"], output="torch")

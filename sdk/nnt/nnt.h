@@ -132,6 +132,12 @@ const char *nnt_encoding_name(nnt_encoding e);
 /* Writes the module tree with native names, standard names and every value's layout, grouping
  * identical consecutive blocks, like nnterp's printout. */
 nnt_status nnt_model_print(const nnt_model *m, FILE *out);
+/* Note i (from 0) of model m's family about this model (nnt_family_descriptor.note): one line of
+ * plain text that nnt_model_print writes after the tree, under "notes:", one "  - " line each.
+ * Sets *text (may be NULL) to the note, owned by the model and valid until nnt_model_free, and
+ * returns 1; returns 0 (and *text NULL) past the last note, for a family without notes, a NULL
+ * m or a negative i. At most 64 notes (NNT_FAMILY_MAX_NOTES of nnt_family.h) are read. */
+int nnt_model_note(const nnt_model *m, int i, const char **text);
 /* Writes every standard value per module and block: served or not, with the reason when not. As
  * a table, or as tab-separated rows (module, block, value, served, layout, axes, dtype,
  * writable, reason; the module column is headed "host") when tsv is nonzero. */

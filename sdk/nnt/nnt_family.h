@@ -204,11 +204,24 @@ typedef struct nnt_family_descriptor {
      * initialiser), or a descriptor whose struct_size ends before this field, is taken to
      * need every op of ABI 3.0. */
     uint64_t ops_needed;
+
+    /* ---- since ABI 3.2 ---- */
+    /* Note i (from 0) of the loaded model, for the end of its printout (`nnt print`,
+     * nnt_model_note): one line of plain text, no newline, saying something about this model's
+     * values a reader of the printout should know (e.g. which standard value another runtime's
+     * output corresponds to, or how a config.json setting is applied). Returns NULL past the
+     * last note. The string is owned by the model (or static) and lives until unload. NULL (or
+     * left out of the initialiser, or a descriptor whose struct_size ends before this field): the
+     * family has no notes. The core reads at most NNT_FAMILY_MAX_NOTES notes. */
+    const char *(*note)(const void *model, int i);
 } nnt_family_descriptor;
+
+/* The most notes the core reads from a family (nnt_family_descriptor.note). */
+#define NNT_FAMILY_MAX_NOTES 64
 
 /* The smallest family descriptor the core accepts: everything up to `project` (the functions
  * every family must provide). Later fields a shorter descriptor leaves out read as absent:
- * cache_new and cache_free NULL (no sessions), ops_needed every op. */
+ * cache_new and cache_free NULL (no sessions), ops_needed every op, note NULL (no notes). */
 #define NNT_FAMILY_DESCRIPTOR_MIN_SIZE (offsetof(nnt_family_descriptor, project) + sizeof(void (*)(void)))
 
 #ifdef __cplusplus

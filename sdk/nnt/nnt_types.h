@@ -28,9 +28,11 @@ extern "C" {
  * and variadic extents. Binaries built for 3.0 load unchanged (same layouts); their sources
  * need the new names (docs/plugin-guide.md lists them). The minor, not the major, moved
  * because the core checks binaries; the kit's version (fam_kit_abi) moved with it, so a plugin
- * compiled with 3.1 headers can tell a 3.0 libnnt_family.a apart. */
+ * compiled with 3.1 headers can tell a 3.0 libnnt_family.a apart. 3.2 appended
+ * nnt_family_descriptor.note (a family's notes for its printout); a 3.0 or 3.1 family's shorter
+ * descriptor loads as before, with no notes. */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 1
+#define NNT_ABI_MINOR 2
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */
