@@ -345,6 +345,7 @@ struct nnt_run {
     int step;
     const nnt_forward_args *args;
     int current_request; /* the save request being served, to number repeated emissions */
+    int first_layer, end_layer; /* the call's pipeline stage: blocks [first, end); [0, L) for a whole call */
 };
 nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t);
 int nnt_run_wants(const nnt_run *run, nnt_value_id slot, int layer);
@@ -357,19 +358,40 @@ struct nnt_session {
     int32_t *mask_hist; /* [batch, capacity] */
     int32_t *count;     /* real tokens so far per row */
     void *cache;        /* the family's */
+    int first_layer, end_layer; /* the pipeline stage its first call ran (every later call runs the same) */
 };
 
+/* A pipeline stage of one call (nnt_trace_run_stage, nnt_session_forward_stage): blocks
+ * [first_layer, end_layer) and the caller's host buffers of the residual stream, F32 [batch,
+ * seq, num_streams, hidden_size] (hidden_in NULL when first_layer is 0, hidden_out NULL when
+ * end_layer is the block count). */
+typedef struct nnt_stage_call {
+    int first_layer, end_layer;
+    const float *hidden_in;
+    float *hidden_out;
+} nnt_stage_call;
+
 /* Runs one forward of model m under trace t (NULL: none), continuing session ss (NULL: a
- * stateless call). */
+ * stateless call), over the blocks of `stage` (NULL: the whole model, the stage [0, L)). The
+ * stage is checked first (NNT_ERR_INVALID_ARGUMENT naming the argument; NNT_ERR_UNSUPPORTED for
+ * a family built before ABI 3.2). */
 nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const int32_t *ids, const int32_t *mask,
-                             int batch, int seq, nnt_error *err);
+                             int batch, int seq, const nnt_stage_call *stage, nnt_error *err);
+/* 1 when a call running blocks [first, end) of a model of L blocks holds value (slot, layer):
+ * a block's values on the stage running the block; token_embeddings and the inputs (input_ids,
+ * attention_mask, input_size) on the stage holding block 0; the readout (final_norm_output,
+ * lm_head_output, logits, next_token_probs) on the stage holding block L - 1. */
+int nnt_stage_holds(int L, int first, int end, nnt_value_id slot, int layer);
 /* (layer, slot) info from the family, with registry defaults filled in. */
 nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_value_id slot,
                                const nnt_call_dims *dims, nnt_value_info *out, nnt_error *err);
 /* Trace hooks called by nnt_model_forward. */
-/* Builds the look-up table for a call of dims at generation step `step`; keep_results keeps what
- * earlier calls saved. */
-nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, int keep_results, nnt_error *err);
+/* Builds the look-up table for a call of dims at generation step `step` running blocks
+ * [first, end) (a whole call: [0, L)); keep_results keeps what earlier calls saved. Requests on
+ * values the stage does not hold (nnt_stage_holds) are left for the stages that hold them; a
+ * skip_layers copy whose source value lies outside the stage is refused (NNT_ERR_UNSUPPORTED). */
+nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, int keep_results, int first, int end,
+                             nnt_error *err);
 nnt_model *nnt_trace_model(const nnt_trace *t);
 /* After a forward that returned NNT_OK: every (value, block) a request of the call covered was
  * emitted at least once, or NNT_ERR_PLUGIN naming the family, the value and its declared dtype

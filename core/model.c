@@ -249,8 +249,30 @@ static nnt_status host_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tens
     return st;
 }
 
+int nnt_stage_holds(int L, int first, int end, nnt_value_id slot, int layer)
+{
+    if (layer >= 0) return layer >= first && layer < end;
+    switch (slot) {
+    case NNT_VALUE_TOKEN_EMBEDDINGS:
+    case NNT_VALUE_INPUT_IDS:
+    case NNT_VALUE_ATTENTION_MASK:
+    case NNT_VALUE_INPUT_SIZE: return first == 0;
+    default: return end == L; /* the readout: final norm, lm_head, logits and what derives from them */
+    }
+}
+
 static nnt_status api_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t)
 {
+    /* a pipeline stage's family emits only the values its stage holds */
+    if (!nnt_stage_holds(run->model->info.num_layers, run->first_layer, run->end_layer, slot, layer)) {
+        char path[160];
+        nnt_path_format(slot, layer, path, sizeof path);
+        return nnt_err_set(run->err, NNT_ERR_PLUGIN,
+                           "family '%s' emitted %s in a pipeline stage of blocks %d..%d, which does not hold it "
+                           "(nnt_forward_args' stage fields: first_layer %d, end_layer %d)",
+                           nnt_model_family(run->model), path, run->first_layer, run->end_layer - 1, run->first_layer,
+                           run->end_layer);
+    }
     return host_emit(run, slot, layer, t);
 }
 
@@ -318,12 +340,76 @@ void nnt_core_api_init(nnt_core_api *api)
     };
 }
 
+/* Checks a pipeline stage's block range and buffers against model m and the call's dims. */
+static nnt_status stage_check(const nnt_model *m, const nnt_stage_call *sc, int batch, int seq, nnt_error *err)
+{
+    int L = m->info.num_layers, S = m->info.num_streams > 0 ? m->info.num_streams : 1, H = m->info.hidden_size;
+    int first = sc->first_layer, end = sc->end_layer;
+    if (first < 0 || first >= L)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "stage: first_layer is %d; expected 0 <= first_layer < %d (the model's blocks are 0..%d)", first,
+                           L, L - 1);
+    if (end <= first || end > L)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "stage: end_layer is %d; expected first_layer < end_layer <= %d (first_layer %d; the stage "
+                           "runs blocks first_layer..end_layer - 1)",
+                           end, L, first);
+    if (first > 0 && !sc->hidden_in)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "stage: hidden_in is NULL; a stage starting at block %d (first_layer > 0) starts from the "
+                           "residual stream leaving block %d: float32 [batch %d, seq %d, streams %d, hidden %d]",
+                           first, first - 1, batch, seq, S, H);
+    if (first == 0 && sc->hidden_in)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "stage: hidden_in must be NULL for a stage starting at block 0 (first_layer 0): it embeds "
+                           "input_ids");
+    if (end < L && !sc->hidden_out)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "stage: hidden_out is NULL; a stage ending before the last block (end_layer %d < %d) writes "
+                           "the residual stream leaving block %d: float32 [batch %d, seq %d, streams %d, hidden %d]",
+                           end, L, end - 1, batch, seq, S, H);
+    if (end == L && sc->hidden_out)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "stage: hidden_out must be NULL for a stage ending at the last block (end_layer %d): it "
+                           "computes the readout (final_norm_output, logits) instead",
+                           L);
+    size_t bytes = (size_t)batch * (size_t)seq * (size_t)S * (size_t)H * sizeof(float);
+    if (sc->hidden_in && sc->hidden_out) {
+        const char *a = (const char *)sc->hidden_in, *b = (const char *)sc->hidden_out;
+        if (a < b + bytes && b < a + bytes)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                               "stage: hidden_out overlaps hidden_in (each %zu bytes); the stream handed in is never "
+                               "overwritten, so give two separate buffers",
+                               bytes);
+    }
+    const nnt_plugin_header *fh = &m->family->family->header;
+    if ((first > 0 || end < L) && fh->abi_major == 3 && fh->abi_minor < 2)
+        return nnt_err_set(err, NNT_ERR_UNSUPPORTED,
+                           "stage: family '%s' was built for plugin ABI %u.%u, which has no pipeline stages (added in "
+                           "3.2); it runs only the whole model (first_layer 0, end_layer %d)",
+                           fh->name, (unsigned)fh->abi_major, (unsigned)fh->abi_minor, L);
+    return NNT_OK;
+}
+
 nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const int32_t *ids, const int32_t *mask,
-                             int batch, int seq, nnt_error *err)
+                             int batch, int seq, const nnt_stage_call *stage, nnt_error *err)
 {
     if (!ids || batch <= 0 || seq <= 0)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a forward needs token ids and batch, seq >= 1 (got %d, %d)",
                            batch, seq);
+    int L = m->info.num_layers;
+    nnt_stage_call whole = {.first_layer = 0, .end_layer = L};
+    if (stage) {
+        nnt_status st = stage_check(m, stage, batch, seq, err);
+        if (st != NNT_OK) return st;
+    } else {
+        stage = &whole;
+    }
+    if (ss && ss->len > 0 && (stage->first_layer != ss->first_layer || stage->end_layer != ss->end_layer))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "stage: this session ran blocks %d..%d at its first call, and its caches hold only those "
+                           "blocks' tokens; this call asks for blocks %d..%d (a session runs one stage at every call)",
+                           ss->first_layer, ss->end_layer - 1, stage->first_layer, stage->end_layer - 1);
     int past = ss ? ss->len : 0;
     if (ss && (batch != ss->batch || past + seq > ss->capacity))
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
@@ -368,6 +454,12 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
     }
     const nnt_plugin *be = m->family->be;
     int step = ss ? ss->step : 0;
+    /* the residual stream handed in and out, host memory [batch, seq, streams, hidden] */
+    int64_t S = m->info.num_streams > 0 ? m->info.num_streams : 1;
+    nnt_tensor hidden_in = {.dtype = NNT_F32, .ndim = 4, .shape = {batch, seq, S, m->info.hidden_size},
+                            .data = (void *)stage->hidden_in};
+    nnt_tensor hidden_out = hidden_in;
+    hidden_out.data = stage->hidden_out;
     nnt_forward_args args = {
         .struct_size = sizeof(nnt_forward_args),
         .batch = batch,
@@ -380,6 +472,10 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         .be_ctx = be->be_ctx,
         .step = step,
         .cache = ss ? ss->cache : NULL,
+        .first_layer = stage->first_layer,
+        .end_layer = stage->end_layer,
+        .hidden_in = stage->hidden_in ? &hidden_in : NULL,
+        .hidden_out = stage->hidden_out ? &hidden_out : NULL,
     };
     nnt_run run = {
         .model = m,
@@ -390,6 +486,8 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         .step = step,
         .args = &args,
         .current_request = -1,
+        .first_layer = stage->first_layer,
+        .end_layer = stage->end_layer,
     };
     nnt_arena_reset(m->arena);
     nnt_status st = NNT_OK;
@@ -403,7 +501,9 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         if (lens) st = nnt_trace_check_positions(t, lens, batch, 1, err);
         free(lens);
     }
-    if (st == NNT_OK && t) st = nnt_trace_prepare(t, &run.dims, step, ss && (step > 0 || ss->keep_results), err);
+    if (st == NNT_OK && t)
+        st = nnt_trace_prepare(t, &run.dims, step, ss && (step > 0 || ss->keep_results), stage->first_layer,
+                               stage->end_layer, err);
     if (st == NNT_OK && t) {
         /* the call's inputs, as the core holds them */
         nnt_tensor tids = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = (void *)ids};
@@ -428,6 +528,8 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
             }
         ss->len += seq;
         ss->step++;
+        ss->first_layer = stage->first_layer;
+        ss->end_layer = stage->end_layer;
     }
     nnt_arena_reset(m->arena);
     free(pos);
@@ -441,7 +543,17 @@ nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, 
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
     nnt_err_clear(&m->rt->err);
-    return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &m->rt->err);
+    return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, NULL, &m->rt->err);
+}
+
+nnt_status nnt_trace_run_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                               int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_model *m = nnt_trace_model(t);
+    nnt_err_clear(&m->rt->err);
+    nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out};
+    return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &sc, &m->rt->err);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -606,7 +718,9 @@ nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *o
                    .dims = {.batch = 1, .seq = (int)rows, .past = 0},
                    .step = 0,
                    .args = NULL,
-                   .current_request = -1};
+                   .current_request = -1,
+                   .first_layer = 0,
+                   .end_layer = info->num_layers};
     nnt_arena_reset(m->arena);
     nnt_tensor dx = {0}, dy = {0};
     int64_t xs[3] = {rows, streams ? info->num_streams : H, H};

@@ -61,7 +61,19 @@ nnt_status nnt_session_forward(nnt_session *s, nnt_trace *t, const int32_t *ids,
     nnt_err_clear(&m->rt->err);
     if (t && nnt_trace_model(t) != m)
         return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT, "the trace belongs to another model");
-    return nnt_model_forward(m, t, s, ids, mask, s->batch, seq, &m->rt->err);
+    return nnt_model_forward(m, t, s, ids, mask, s->batch, seq, NULL, &m->rt->err);
+}
+
+nnt_status nnt_session_forward_stage(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq,
+                                     int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+{
+    if (!s) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_model *m = s->m;
+    nnt_err_clear(&m->rt->err);
+    if (t && nnt_trace_model(t) != m)
+        return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT, "the trace belongs to another model");
+    nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out};
+    return nnt_model_forward(m, t, s, ids, mask, s->batch, seq, &sc, &m->rt->err);
 }
 
 /* splitmix64: a small, well-mixed generator for reproducible sampling */

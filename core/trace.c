@@ -818,7 +818,8 @@ static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const 
     return NNT_OK;
 }
 
-nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, int keep_results, nnt_error *err)
+nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, int keep_results, int first, int end,
+                             nnt_error *err)
 {
     (void)err;
     if (!keep_results) clear_results(t);
@@ -839,6 +840,16 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             hi = L - 1;
         }
         for (int l = lo; l <= hi; l++) {
+            /* a pipeline stage serves only what it holds; the other stages serve the rest */
+            if (!nnt_stage_holds(L, first, end, r->path.slot, l)) continue;
+            if (r->kind == REQ_COPY_FROM && !nnt_stage_holds(L, first, end, r->where_slot, r->where_layer)) {
+                char src[160];
+                nnt_path_format(r->where_slot, r->where_layer, src, sizeof src);
+                return nnt_err_set(rt_err(t), NNT_ERR_UNSUPPORTED,
+                                   "'%s' takes %s, which another pipeline stage computes (this stage runs blocks "
+                                   "%d..%d): skip_layers must lie within one stage",
+                                   r->text, src, first, end - 1);
+            }
             nnt_value_info vi;
             nnt_status st = nnt_model_slot_info(t->m, l, r->path.slot, dims, &vi, rt_err(t));
             if (st != NNT_OK) return st;

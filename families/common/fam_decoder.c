@@ -46,13 +46,19 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
     do {                                                                                                               \
         if ((st = (e)) != NNT_OK) goto done;                                                                           \
     } while (0)
+    int first, end; /* the blocks of this call's stage (every block for a whole-model call) */
+    fam_stage_blocks(args, d->num_layers, &first, &end);
     TRY(fam_alloc(env, run, NNT_F32, &x, err, NNT_SHAPE(M, H)));
-    TRY(fam_alloc(env, run, NNT_I32, &ids, err, NNT_SHAPE(M)));
-    TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
-    TRY(be->embedding(bc, &d->embed, &ids, &x, err));
     nnt_tensor x3 = fam_view(&x, NNT_SHAPE(B, T, H));
-    TRY(h->emit(run, NNT_VALUE_TOKEN_EMBEDDINGS, -1, &x3));
-    for (int L = 0; L < d->num_layers; L++) {
+    if (first > 0) { /* a later stage: the stream the previous stage handed over */
+        TRY(fam_stage_load(env, args, &x, err));
+    } else {
+        TRY(fam_alloc(env, run, NNT_I32, &ids, err, NNT_SHAPE(M)));
+        TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
+        TRY(be->embedding(bc, &d->embed, &ids, &x, err));
+        TRY(h->emit(run, NNT_VALUE_TOKEN_EMBEDDINGS, -1, &x3));
+    }
+    for (int L = first; L < end; L++) {
         size_t mark = h->arena_mark(run);
         TRY(h->emit(run, NNT_VALUE_LAYER_INPUT, L, &x3));
         TRY(fam_alloc(env, run, NNT_F32, &xn, err, NNT_SHAPE(M, H)));
@@ -70,6 +76,10 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
         TRY(be->add(bc, &x, &sub, &x, err));
         TRY(h->emit(run, NNT_VALUE_LAYER_OUTPUT, L, &x3));
         h->arena_release(run, mark);
+    }
+    if (end < d->num_layers) { /* an earlier stage: hand the stream over, no readout */
+        TRY(fam_stage_store(env, args, &x, err));
+        goto done;
     }
     TRY(fam_alloc(env, run, NNT_F32, &xn, err, NNT_SHAPE(M, H)));
     TRY(be->rms_norm(bc, &x, &d->final_norm, d->eps, &xn, err));

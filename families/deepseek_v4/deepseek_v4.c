@@ -778,19 +778,25 @@ static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *
         rows.count_hca[b] = (int32_t)(real / m->rate[HCA]);
     }
     for (int64_t i = 0; i < M; i++) rows.neg_pos[i] = -args->positions[i];
-    TRY(fam_alloc(env, run, NNT_I32, &ids, err, NNT_SHAPE(M)));
-    TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
-    TRY(fam_alloc(env, run, NNT_F32, &emb, err, NNT_SHAPE(M, H)));
-    TRY(be->embedding(bc, &m->embed, &ids, &emb, err));
-    nnt_tensor e3 = fam_view(&emb, NNT_SHAPE(B, T, H));
-    TRY(h->emit(run, NNT_VALUE_TOKEN_EMBEDDINGS, -1, &e3));
-    /* the embedding copied into every stream */
+    int first, end; /* the blocks of this call's stage (every block for a whole-model call) */
+    fam_stage_blocks(args, m->layers, &first, &end);
     TRY(fam_alloc(env, run, NNT_F32, &x, err, NNT_SHAPE(M, n, H)));
     TRY(fam_alloc(env, run, NNT_F32, &hbuf, err, NNT_SHAPE(M, n, H)));
-    nnt_tensor x2 = fam_view(&x, NNT_SHAPE(M, n * H));
-    for (int64_t j = 0; j < n; j++) TRY(be->copy_cols(bc, &emb, 0, &x2, j * H, H, err));
+    if (first > 0) { /* a later stage: every stream as the previous stage handed it over */
+        TRY(fam_stage_load(env, args, &x, err));
+    } else {
+        TRY(fam_alloc(env, run, NNT_I32, &ids, err, NNT_SHAPE(M)));
+        TRY(be->upload(bc, ids.data, args->input_ids, (size_t)M * sizeof(int32_t), err));
+        TRY(fam_alloc(env, run, NNT_F32, &emb, err, NNT_SHAPE(M, H)));
+        TRY(be->embedding(bc, &m->embed, &ids, &emb, err));
+        nnt_tensor e3 = fam_view(&emb, NNT_SHAPE(B, T, H));
+        TRY(h->emit(run, NNT_VALUE_TOKEN_EMBEDDINGS, -1, &e3));
+        /* the embedding copied into every stream */
+        nnt_tensor x2 = fam_view(&x, NNT_SHAPE(M, n * H));
+        for (int64_t j = 0; j < n; j++) TRY(be->copy_cols(bc, &emb, 0, &x2, j * H, H, err));
+    }
     nnt_tensor x4 = fam_view(&x, NNT_SHAPE(B, T, n, H));
-    for (int L = 0; L < m->layers; L++) {
+    for (int L = first; L < end; L++) {
         dv_layer *ly = &m->l[L];
         size_t mark = h->arena_mark(run);
         TRY(h->emit(run, NNT_VALUE_LAYER_INPUT, L, &x4));
@@ -818,6 +824,10 @@ static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *
         TRY(be->hyper_mix(bc, &hbuf, &sub, &post, &comb, &x, err));
         TRY(h->emit(run, NNT_VALUE_LAYER_OUTPUT, L, &x4));
         h->arena_release(run, mark);
+    }
+    if (end < m->layers) { /* an earlier stage: hand every stream over, no readout */
+        TRY(fam_stage_store(env, args, &x, err));
+        goto done;
     }
     /* the readout: collapse the streams through hc_head, then norm and lm_head */
     TRY(fam_alloc(env, run, NNT_F32, &y, err, NNT_SHAPE(M, H)));

@@ -246,6 +246,43 @@ nnt_status nnt_trace_steps(nnt_trace *t, int from, int to);
 nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch,
                          int seq);
 
+/* ---- pipeline stages ----
+ * One model can run as contiguous stages of blocks, each call running blocks [first_layer,
+ * end_layer) and handing the residual stream to the next: stage 0 embeds the ids, the last
+ * stage computes the final norm and the logits, and running every stage in order gives the
+ * values and tokens of one whole-model call (nnt_plan_split chooses a balanced split). Each
+ * stage is its own call, in this process here; the stages share nothing but the stream.
+ *
+ * The stream is float32 host memory of shape [batch, seq, streams, hidden_size], streams =
+ * nnt_model_info.num_streams (1 for a single residual stream; DeepSeek-V4's hyper-connection
+ * streams): the layout of layers.i.layer_output (with a streams axis of 1 where that value has
+ * none). hidden_in (read only, never written) is the stream entering block first_layer, the
+ * previous stage's hidden_out; hidden_out (written) receives the stream leaving block
+ * end_layer - 1. Both belong to the caller, batch * seq * streams * hidden_size floats each,
+ * and must not overlap.
+ *
+ * A stage's trace serves the values its stage holds and leaves the others to the stages that
+ * hold them: values of blocks first_layer..end_layer - 1; token_embeddings and the inputs
+ * (input_ids, attention_mask, input_size) on the stage starting at block 0; final_norm_output,
+ * lm_head_output, logits and next_token_probs on the stage ending at the last block. So the
+ * same requests can be made on every stage's trace (a "layers.*" path covers the stage's blocks).
+ * Requests are checked as in nnt_trace_run; an edit that copies a value across stages
+ * (skip_layers over a stage boundary) is refused with NNT_ERR_UNSUPPORTED.
+ *
+ * Errors (before anything runs; the message names the argument and what was expected):
+ * NNT_ERR_INVALID_ARGUMENT for first_layer outside [0, num_layers), end_layer outside
+ * (first_layer, num_layers], hidden_in NULL when first_layer > 0 or set when first_layer is 0,
+ * hidden_out NULL when end_layer < num_layers or set when end_layer is num_layers, overlapping
+ * buffers; NNT_ERR_UNSUPPORTED for a family plugin built before ABI 3.2 (it runs only the whole
+ * model); then those of nnt_trace_run. */
+
+/* Runs blocks [first_layer, end_layer) of the forward on ids [batch, seq] (I32; every stage
+ * takes the ids, which DeepSeek-V4's hash-routed blocks read) with attention_mask [batch, seq]
+ * (as nnt_trace_run). nnt_trace_run(t, ...) is nnt_trace_run_stage(t, ..., 0, num_layers, NULL,
+ * NULL). Earlier results of this trace are dropped. */
+nnt_status nnt_trace_run_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                               int first_layer, int end_layer, const float *hidden_in, float *hidden_out);
+
 /* ---- sessions and generation ---- */
 /* A session carries a batch's caches from call to call: key/value caches (a sliding block keeps
  * only its window), recurrent and convolution states, compressor state. capacity bounds the
@@ -259,6 +296,15 @@ int nnt_session_length(const nnt_session *s);
  * accumulate over the session's calls: a value emitted again is saved as "path@k", its k-th
  * emission (so a Kimi `state` is "state@<token index>"; see "saved values" below). */
 nnt_status nnt_session_forward(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq);
+/* nnt_session_forward for one pipeline stage (see "pipeline stages" above): the session's caches
+ * of blocks first_layer..end_layer - 1 take the call's tokens, the others are never touched. A
+ * session keeps the stage of its first call: every later call must run the same blocks
+ * (NNT_ERR_INVALID_ARGUMENT naming both ranges otherwise; nnt_session_forward is the stage
+ * [0, num_layers)). Generating through stages: one session per stage, each step's ids given to
+ * every stage, the stream handed from stage to stage, the token picked from the last stage's
+ * logits. t may be NULL. Errors: those of the stages and of nnt_session_forward. */
+nnt_status nnt_session_forward_stage(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq,
+                                     int first_layer, int end_layer, const float *hidden_in, float *hidden_out);
 
 typedef struct nnt_generate_opts {
     int max_new_tokens;

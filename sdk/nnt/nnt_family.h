@@ -43,6 +43,39 @@ typedef struct nnt_forward_args {
     void *be_ctx;
     int step;    /* 0 for a prompt; n for the n-th call of a session */
     void *cache; /* the family's generation state (from cache_new), or NULL for a stateless call */
+
+    /* ---- since ABI 3.2: pipeline stages ----
+     * A call may run one contiguous stage of the model: the blocks [first_layer, end_layer).
+     * The family kit's fam_stage_blocks reads the range (every block when struct_size ends
+     * before these fields or end_layer is 0), fam_stage_load and fam_stage_store move the
+     * residual stream. The core checks the range and the buffers before the call:
+     * 0 <= first_layer < end_layer <= L (L = num_layers), hidden_in set exactly when
+     * first_layer > 0, hidden_out set exactly when end_layer < L, each F32 of shape
+     * [B, T, S, H] (batch, seq, streams, hidden_size) with S = nnt_model_info.num_streams as
+     * the family's `info` reports it (1 for a single residual stream; DeepSeek-V4's hc_mult
+     * hyper-connection streams): the layout of layers.i.layer_input / layer_output, with an
+     * axis of 1 where a single-stream family's values have none. A whole-model call comes as
+     * first_layer 0, end_layer L, both buffers NULL.
+     * A stage:
+     *   - takes its residual stream from hidden_in when first_layer > 0, in place of the
+     *     embedding (token_embeddings is then not emitted: it belongs to the stage holding
+     *     block 0; input_ids still reach every stage, for routing by token id);
+     *   - runs and emits only its blocks' values, and reads and writes only its blocks' parts
+     *     of args->cache (a session runs one stage at every call, so the caches of the other
+     *     blocks stay untouched);
+     *   - when end_layer < L writes the stream leaving block end_layer - 1 to hidden_out and
+     *     computes no readout: final_norm_output, lm_head_output and logits are emitted only by
+     *     the stage that ends at block L - 1.
+     * hidden_in is read-only; the family never writes it. Both buffers belong to the caller and
+     * stay valid for the call; their `device` flag says where the data is: 0 host memory, 1
+     * the family's backend memory (the core passes host memory today). The core fails a call
+     * in which a family emits a block value outside its stage, or a stage-owned model value on
+     * another stage (NNT_ERR_PLUGIN), and runs a stage only on a family built for ABI 3.2 or
+     * later. */
+    int first_layer;               /* the first block this call runs */
+    int end_layer;                 /* one past the last block; 0: every block (a whole-model call) */
+    const nnt_tensor *hidden_in;   /* F32 [B, T, S, H] entering block first_layer, or NULL */
+    nnt_tensor *hidden_out;        /* F32 [B, T, S, H] leaving block end_layer - 1, or NULL */
 } nnt_forward_args;
 
 /* Routines of the core a plugin may call. struct_size lets a plugin check a routine exists. */

@@ -369,13 +369,35 @@ typedef struct fam_decoder {
                       nnt_tensor *out, nnt_error *err);
 } fam_decoder;
 
+/* ---- pipeline stages (nnt_forward_args' stage fields, since ABI 3.2) ---- */
+
+/* The blocks [*first, *end) call `args` runs in a model of `layers` blocks: the args' stage
+ * range, or [0, layers) when args->struct_size ends before the stage fields or end_layer is 0.
+ * Cannot fail (the core checked the range before the call). */
+void fam_stage_blocks(const nnt_forward_args *args, int layers, int *first, int *end);
+/* Fills x (backend F32, caller-allocated, B * T * streams * H elements in any shape, e.g.
+ * [M, S, H]) from args->hidden_in (F32 [B, T, S, H], host or backend memory): the residual
+ * stream a later stage starts from. Errors: NNT_ERR_SHAPE (hidden_in NULL, not F32, or another
+ * element count than x; the message names hidden_in and both counts), the backend's upload or
+ * copy. */
+nnt_status fam_stage_load(const fam_env *env, const nnt_forward_args *args, const nnt_tensor *x, nnt_error *err);
+/* Writes x (backend F32, as for fam_stage_load) to args->hidden_out (F32 [B, T, S, H], host or
+ * backend memory): the residual stream the next stage starts from. Errors: as fam_stage_load
+ * (naming hidden_out), the backend's download or copy. */
+nnt_status fam_stage_store(const fam_env *env, const nnt_forward_args *args, const nnt_tensor *x, nnt_error *err);
+
 /* The whole forward of a single-stream decoder for the family's `forward`: embeds
  * args->input_ids, runs every block and the readout, emitting token_embeddings [B, T, H];
  * per block layer_input, attention_norm_output, (the mixer's values), layer_mid,
  * mlp_norm_output, mlp_input, (the MLP's values), layer_output, all [B, T, H]; then
  * final_norm_output [B, T, H], lm_head_output and logits [B, T, V]. Edits of each reach what
  * follows. Each block's scratch is released before the next block.
- * Errors: the callbacks', the backend's, NNT_ERR_OUT_OF_MEMORY. */
+ * A pipeline stage (fam_stage_blocks) runs only its blocks: it starts from args->hidden_in
+ * ([B, T, 1, H]) instead of the embedding when first_layer > 0 (no token_embeddings), and when
+ * end_layer < L it writes the stream leaving its last block to args->hidden_out and emits no
+ * final_norm_output, lm_head_output or logits.
+ * Errors: the callbacks', the backend's, NNT_ERR_OUT_OF_MEMORY, fam_stage_load's and
+ * fam_stage_store's. */
 nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forward_args *args,
                                const fam_decoder *d, nnt_error *err);
 

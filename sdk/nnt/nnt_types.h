@@ -30,7 +30,10 @@ extern "C" {
  * because the core checks binaries; the kit's version (fam_kit_abi) moved with it, so a plugin
  * compiled with 3.1 headers can tell a 3.0 libnnt_family.a apart. 3.2 appended
  * nnt_family_descriptor.note (a family's notes for its printout); a 3.0 or 3.1 family's shorter
- * descriptor loads as before, with no notes. */
+ * descriptor loads as before, with no notes. 3.2 also appended pipeline stages to
+ * nnt_forward_args (first_layer, end_layer, hidden_in, hidden_out: a call runs a contiguous
+ * range of blocks and hands the residual stream over); the core runs a stage only on a family
+ * built for 3.2 or later, and calls older ones with the whole model as before. */
 #define NNT_ABI_MAJOR 3
 #define NNT_ABI_MINOR 2
 

@@ -98,19 +98,35 @@ NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
     .destroy = destroy,
     .ops = &OPS,
 };
-#elif defined(BROKEN_NO_EMIT) || defined(BROKEN_WRONG_SHAPE)
+#elif defined(BROKEN_NO_EMIT) || defined(BROKEN_WRONG_SHAPE) || defined(BROKEN_NO_STAGES) || defined(BROKEN_MINOR_31)
 /* Families that load and run but break the forward contract on layers.0.layer_output:
  * BROKEN_NO_EMIT ("no_emit") declares it served and never emits it; BROKEN_WRONG_SHAPE
  * ("wrong_shape") emits it [batch, seq, 5] where value_info declares [batch, seq, 4]. One block,
- * hidden size 4, vocabulary 8; nothing is read from the checkpoint. */
+ * hidden size 4, vocabulary 8; nothing is read from the checkpoint.
+ * Two blocks that ignore nnt_forward_args' pipeline-stage fields, emitting both blocks'
+ * layer_output and the logits at every call: BROKEN_NO_STAGES ("no_stages") built for this ABI
+ * (so the core runs stages on it and must catch the emissions outside the stage), and
+ * BROKEN_MINOR_31 ("minor_31") declaring ABI 3.1, which predates stages (the core must refuse
+ * them and still run the whole model). */
 #include <stdio.h>
 #include <stdlib.h>
 #if defined(BROKEN_NO_EMIT)
 #define NAME "no_emit"
 #define ARCH "NoEmitForCausalLM"
-#else
+#elif defined(BROKEN_WRONG_SHAPE)
 #define NAME "wrong_shape"
 #define ARCH "WrongShapeForCausalLM"
+#elif defined(BROKEN_NO_STAGES)
+#define NAME "no_stages"
+#define ARCH "NoStagesForCausalLM"
+#define FAKE_LAYERS 2
+#else
+#define NAME "minor_31"
+#define ARCH "Minor31ForCausalLM"
+#define FAKE_LAYERS 2
+#endif
+#ifndef FAKE_LAYERS
+#define FAKE_LAYERS 1
 #endif
 typedef struct fake {
     const nnt_core_api *core;
@@ -126,7 +142,7 @@ static nnt_status fake_load(const nnt_load_args *a, void **m, nnt_error *e)
 static void fake_unload(void *m) { free(m); }
 static void fake_info(const void *m, nnt_model_info *o)
 {
-    *o = (nnt_model_info){.architecture = ARCH, .model_type = NAME, .root_class = "FakeForCausalLM", .num_layers = 1,
+    *o = (nnt_model_info){.architecture = ARCH, .model_type = NAME, .root_class = "FakeForCausalLM", .num_layers = FAKE_LAYERS,
                           .hidden_size = 4, .vocab_size = 8, .num_heads = 1, .num_kv_heads = 1, .head_dim = 4,
                           .qk_head_dim = 4, .intermediate_size = 4, .num_streams = 1};
 }
@@ -160,7 +176,7 @@ static nnt_status fake_forward(void *m, nnt_run *run, const nnt_forward_args *a,
     nnt_status st = h->alloc(run, NNT_F32, 3, shape, &out, e);
     if (st == NNT_OK) st = a->be->fill(a->be_ctx, &out, 1.0f, e);
 #if !defined(BROKEN_NO_EMIT)
-    if (st == NNT_OK) st = h->emit(run, NNT_VALUE_LAYER_OUTPUT, 0, &out);
+    for (int l = 0; l < FAKE_LAYERS && st == NNT_OK; l++) st = h->emit(run, NNT_VALUE_LAYER_OUTPUT, l, &out);
 #endif
     if (st == NNT_OK) st = h->alloc(run, NNT_F32, 3, lshape, &logits, e);
     if (st == NNT_OK) st = a->be->fill(a->be_ctx, &logits, 0.0f, e);
@@ -171,7 +187,13 @@ static const char *const ARCHS[] = {ARCH, NULL};
 static const char *const TYPES[] = {NAME, NULL};
 static const nnt_rename_rule RENAMES[] = {{NULL, NULL, NULL}};
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
+#if defined(BROKEN_MINOR_31)
+    .header = {.magic = NNT_PLUGIN_MAGIC, .abi_major = 3, .abi_minor = 1,
+               .struct_size = (uint32_t)offsetof(nnt_family_descriptor, note), /* a 3.1 descriptor ends there */
+               .kind = NNT_PLUGIN_FAMILY, .name = NAME, .version = "0", .summary = "built for ABI 3.1"},
+#else
     .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, NAME, "0", "breaks the forward contract"),
+#endif
     .architectures = ARCHS,
     .model_types = TYPES,
     .renames = RENAMES,
