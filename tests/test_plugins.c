@@ -388,27 +388,12 @@ static void test_capabilities(void)
     nnt_runtime_close(rt);
 }
 
-/* A checkpoint folder for a test family: its config.json and the example model's weights. */
-static const char *fake_checkpoint(const char *name, const char *arch, char *buf, size_t n)
-{
-    char path[1024], fx[512], json[256];
-    snprintf(buf, n, "%s/%s-ckpt", t_tmpdir(), name);
-    mkdir(buf, 0755);
-    snprintf(path, sizeof path, "%s/config.json", buf);
-    snprintf(json, sizeof json, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\"}\n", arch, name);
-    CU_ASSERT_FATAL(t_write_file(path, json) == 0);
-    snprintf(path, sizeof path, "%s/model.safetensors", buf);
-    unlink(path);
-    CU_ASSERT_FATAL(symlink(t_fixture("minimax_m2/fp32/model.safetensors", fx, sizeof fx), path) == 0);
-    return buf;
-}
-
 /* Runs layers.0.layer_output (and logits) through the test family `name`; returns the status. */
 static nnt_status run_fake(nnt_runtime *rt, const char *name, const char *arch, const char *save, nnt_model **mp)
 {
     char ckpt[768];
     nnt_model *m = NULL;
-    T_OK(rt, nnt_model_load(rt, fake_checkpoint(name, arch, ckpt, sizeof ckpt), &m));
+    T_OK(rt, nnt_model_load(rt, t_fake_checkpoint(name, arch, ckpt, sizeof ckpt), &m));
     *mp = m;
     if (!m) return NNT_ERR_INTERNAL;
     nnt_trace *t = NULL;

@@ -398,22 +398,6 @@ static void test_input_untouched(void)
     nnt_runtime_close(rt);
 }
 
-/* A checkpoint folder for a test family (tests/plugins/broken_plugins.c): a config.json naming
- * its architecture beside a real safetensors file it never reads. */
-static const char *fake_checkpoint(const char *name, const char *arch, char *buf, size_t n)
-{
-    char path[1024], fx[512], json[256];
-    snprintf(buf, n, "%s/%s-ckpt", t_tmpdir(), name);
-    mkdir(buf, 0755);
-    snprintf(path, sizeof path, "%s/config.json", buf);
-    snprintf(json, sizeof json, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\"}\n", arch, name);
-    CU_ASSERT_FATAL(t_write_file(path, json) == 0);
-    snprintf(path, sizeof path, "%s/model.safetensors", buf);
-    unlink(path);
-    CU_ASSERT_FATAL(symlink(t_fixture("minimax_m2/fp32/model.safetensors", fx, sizeof fx), path) == 0);
-    return buf;
-}
-
 /* Families that ignore the stage fields (two blocks, hidden size 4, both blocks' layer_output and
  * the logits emitted at every call): one built for ABI 3.2 is caught emitting outside its stage;
  * one built for 3.1 is never asked for a stage, and still runs the whole model. */
@@ -430,7 +414,7 @@ static void test_family_ignoring_stages(void)
     float h[3 * 4] = {0};
 
     nnt_model *m;
-    T_OK(rt, nnt_model_load(rt, fake_checkpoint("no_stages", "NoStagesForCausalLM", ckpt, sizeof ckpt), &m));
+    T_OK(rt, nnt_model_load(rt, t_fake_checkpoint("no_stages", "NoStagesForCausalLM", ckpt, sizeof ckpt), &m));
     nnt_trace *t;
     T_OK(rt, nnt_trace_new(m, &t));
     T_FAILS(rt, nnt_trace_run_stage(t, ids, NULL, 1, 3, 1, 2, h, NULL), NNT_ERR_PLUGIN,
@@ -442,7 +426,7 @@ static void test_family_ignoring_stages(void)
     nnt_trace_free(t);
     nnt_model_free(m);
 
-    T_OK(rt, nnt_model_load(rt, fake_checkpoint("minor_31", "Minor31ForCausalLM", ckpt, sizeof ckpt), &m));
+    T_OK(rt, nnt_model_load(rt, t_fake_checkpoint("minor_31", "Minor31ForCausalLM", ckpt, sizeof ckpt), &m));
     T_OK(rt, nnt_trace_new(m, &t));
     T_FAILS(rt, nnt_trace_run_stage(t, ids, NULL, 1, 3, 1, 2, h, NULL), NNT_ERR_UNSUPPORTED,
             "stage: family 'minor_31' was built for plugin ABI 3.1, which has no pipeline stages (added in 3.2); it runs "

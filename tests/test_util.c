@@ -46,6 +46,20 @@ int t_write_file(const char *path, const char *text)
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
+const char *t_fake_checkpoint(const char *name, const char *arch, char *buf, size_t n)
+{
+    char path[1024], fx[512], json[256];
+    snprintf(buf, n, "%s/%s-ckpt", t_tmpdir(), name);
+    mkdir(buf, 0755);
+    snprintf(path, sizeof path, "%s/config.json", buf);
+    snprintf(json, sizeof json, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\"}\n", arch, name);
+    CU_ASSERT_FATAL(t_write_file(path, json) == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", buf);
+    unlink(path);
+    CU_ASSERT_FATAL(symlink(t_fixture("minimax_m2/fp32/model.safetensors", fx, sizeof fx), path) == 0);
+    return buf;
+}
+
 /* s without its leading and trailing blanks (in place). */
 static char *trim(char *s)
 {

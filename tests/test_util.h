@@ -28,6 +28,11 @@ int t_write_file(const char *path, const char *text);
 /* Copies a file. */
 int t_copy_file(const char *from, const char *to);
 
+/* A checkpoint folder <scratch>/<name>-ckpt for a test family (tests/plugins/broken_plugins.c):
+ * a config.json naming architecture `arch` and model_type `name`, beside a link to the MiniMax-M2
+ * fixture's safetensors file (which such a family never reads). Returns buf. */
+const char *t_fake_checkpoint(const char *name, const char *arch, char *buf, size_t n);
+
 /* Opens the build runtime (asserts on failure). */
 nnt_runtime *t_runtime(void);
 /* Loads tests/fixtures/<rel> (asserts on failure). */
