@@ -70,6 +70,11 @@ static nnt_status read_ranks(nnt_tokenizer *tok, const char *path)
     tok_buf bytes = {0};
     long line = 0;
     int32_t count = 0;
+    /* Ranks index a dense table (0 .. lines - 1 in the released files); one far beyond the file's
+     * line count would only make that table huge, so ranks are held to twice the lines plus 1024. */
+    long long max_rank = 1024;
+    for (size_t i = 0; i < len; i++) max_rank += 2 * (text[i] == '\n');
+    max_rank += 2;
     for (size_t i = 0; i < len;) {
         line++;
         size_t e = i;
@@ -88,6 +93,12 @@ static nnt_status read_ranks(nnt_tokenizer *tok, const char *path)
             if (b64_decode(text + i, (size_t)(sp - (text + i)), &bytes) != 0 || bytes.n == 0) {
                 st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: line %ld: '%.*s' is not base64 of a token", path,
                                  line, (int)((sp - (text + i)) > 60 ? 60 : (sp - (text + i))), text + i);
+                break;
+            }
+            if (rank >= max_rank) {
+                st = nnt_err_set(&tok->err, NNT_ERR_FORMAT,
+                                 "%s: line %ld: rank %lld is beyond this file's table (ranks below %lld: twice its "
+                                 "lines plus 1024)", path, line, rank, max_rank);
                 break;
             }
             int32_t id = (int32_t)rank;

@@ -76,15 +76,16 @@ int tok_spans_put(tok_spans *v, uint32_t off, uint32_t len)
 static int strtab_grow(tok_strtab *t, int32_t need)
 {
     if (need <= t->cap) return 0;
-    int32_t c = t->cap ? t->cap : 64;
+    int64_t c = t->cap ? t->cap : 64; /* 64-bit: doubling past 2^30 must not overflow */
     while (c < need) c *= 2;
+    if (c > INT32_MAX) c = INT32_MAX;
     uint64_t *off = realloc(t->off, (size_t)c * sizeof *off);
     if (!off) return -1;
     t->off = off;
     uint32_t *len = realloc(t->len, (size_t)c * sizeof *len);
     if (!len) return -1;
     t->len = len;
-    t->cap = c;
+    t->cap = (int32_t)c;
     return 0;
 }
 
