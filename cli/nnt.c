@@ -18,6 +18,7 @@
 
 #include "nnt/nnt.h"
 #include "plan_cmd.h"
+#include "dist.h"
 #include "patch.h"
 #include "plot.h"
 
@@ -1407,7 +1408,7 @@ static int plot_trace(const nnt_model *m, const opts *o, const input *in, const 
     return rc;
 }
 
-static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
+static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in, dist *d)
 {
     batch b;
     int rc = check_out(rt, o);
@@ -1441,7 +1442,12 @@ static int cmd_trace(nnt_runtime *rt, nnt_model *m, const opts *o, const input *
         fail(rt, NULL);
         goto out;
     }
-    if (nnt_trace_run(t, b.ids, b.mask, b.B, b.seq) != NNT_OK) {
+    if (d) { /* one stage per rank; rank 0 gets every value and prints */
+        if (dist_trace_run(d, t, b.ids, b.mask, b.B, b.seq, 0) != 0) goto out;
+        rc = 0;
+        if (dist_rank(d) != 0) goto out;
+        rc = 1;
+    } else if (nnt_trace_run(t, b.ids, b.mask, b.B, b.seq) != NNT_OK) {
         fail(rt, "forward");
         goto out;
     }
@@ -1631,7 +1637,7 @@ static int plot_lens(const opts *o, const input *in, const lens_sel *ls, int L, 
     return rc;
 }
 
-static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
+static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in, dist *d)
 {
     batch b;
     int rc = check_out(rt, o);
@@ -1666,7 +1672,12 @@ static int cmd_lens(nnt_runtime *rt, nnt_model *m, const opts *o, const input *i
         fail(rt, NULL);
         goto out;
     }
-    if (nnt_trace_run(t, b.ids, b.mask, B, S) != NNT_OK) {
+    if (d) { /* one stage per rank; the last, which holds the readout, gets every block's output */
+        if (dist_trace_run(d, t, b.ids, b.mask, B, S, dist_size(d) - 1) != 0) goto out;
+        rc = 0;
+        if (dist_rank(d) != dist_size(d) - 1) goto out;
+        rc = 1;
+    } else if (nnt_trace_run(t, b.ids, b.mask, B, S) != NNT_OK) {
         fail(rt, "forward");
         goto out;
     }
@@ -1987,7 +1998,7 @@ static void print_generated(nnt_tokenizer *tok, int r, const int32_t *ids, int N
     printf("\n");
 }
 
-static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in)
+static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o, const input *in, dist *d)
 {
     if (o->max_new_tokens < 0) return usage_error("%s", "generate needs --max-new-tokens N");
     batch b;
@@ -2026,7 +2037,12 @@ static int cmd_generate(nnt_runtime *rt, nnt_model *m, const opts *o, const inpu
         .stop_ids = n_stops ? stops : NULL,
         .n_stop_ids = n_stops,
     };
-    if (nnt_generate(m, t, b.ids, b.mask, b.B, b.seq, &g, out) != NNT_OK) {
+    if (d) { /* one stage per rank; every rank gets the tokens, rank 0 every value, and prints */
+        if (dist_generate(d, m, t, b.ids, b.mask, b.B, b.seq, &g, out, 0) != 0) goto out;
+        rc = 0;
+        if (dist_rank(d) != 0) goto out;
+        rc = 1;
+    } else if (nnt_generate(m, t, b.ids, b.mask, b.B, b.seq, &g, out) != NNT_OK) {
         fail(rt, "generate");
         goto out;
     }
@@ -2129,6 +2145,12 @@ static int info_after_load(const nnt_model *m)
     return 0;
 }
 
+/* The commands a run over several ranks serves. */
+static int runs_over_ranks(const char *cmd)
+{
+    return !strcmp(cmd, "trace") || !strcmp(cmd, "lens") || !strcmp(cmd, "generate");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "plan") == 0) return nnt_cli_plan(argc - 1, argv + 1);
@@ -2136,6 +2158,8 @@ int main(int argc, char **argv)
     nnt_runtime *rt = NULL;
     nnt_model *m = NULL;
     input in = {0};
+    dist *d = NULL;
+    int held_stderr = dist_hold_stderr_early(); /* ranks > 0 of an mpirun job: rank 0 reports */
     int rc = parse_args(argc, argv, &o);
     if (rc != 0) goto done;
     if (strcmp(o.cmd, "help") == 0 || strcmp(o.cmd, "--help") == 0 || strcmp(o.cmd, "-h") == 0) {
@@ -2165,6 +2189,15 @@ int main(int argc, char **argv)
         goto done;
     }
     nnt_protect_mapped_files(); /* a checkpoint truncated under the run: an error naming it, not SIGBUS */
+    /* under mpirun: one pipeline stage per rank (cli/dist.c) */
+    rc = dist_start(rt, held_stderr, &d);
+    held_stderr = -1;
+    if (rc) goto done;
+    if (d && !runs_over_ranks(o.cmd)) {
+        rc = usage_error("%s runs in one process; over several ranks (mpirun) nnt runs trace, lens and generate", o.cmd);
+        goto done;
+    }
+    dist_set_root(d, d && strcmp(o.cmd, "lens") == 0 ? dist_size(d) - 1 : 0);
     if (strcmp(o.cmd, "plugins") == 0) {
         printf("configuration: %s\n", nnt_runtime_config_path(rt));
         const char *kind, *name, *file, *detail;
@@ -2186,6 +2219,9 @@ int main(int argc, char **argv)
         goto done;
     }
     if (runs && (rc = check_vocab(&o, &in, m)) != 0) goto done;
+    int first = 0, end = nnt_model_get_info(m)->num_layers;
+    if (d && (rc = dist_split(d, rt, m, o.model, &first, &end)) != 0) goto done;
+    (void)first;
     if (strcmp(o.cmd, "info") == 0)
         rc = info_after_load(m);
     else if (strcmp(o.cmd, "print") == 0)
@@ -2193,14 +2229,20 @@ int main(int argc, char **argv)
     else if (strcmp(o.cmd, "support") == 0)
         rc = nnt_model_support(m, stdout, o.tsv) == NNT_OK ? 0 : fail(rt, NULL);
     else if (strcmp(o.cmd, "lens") == 0)
-        rc = cmd_lens(rt, m, &o, &in);
+        rc = cmd_lens(rt, m, &o, &in, d);
     else if (strcmp(o.cmd, "generate") == 0)
-        rc = cmd_generate(rt, m, &o, &in);
+        rc = cmd_generate(rt, m, &o, &in, d);
     else if (strcmp(o.cmd, "patch") == 0)
         rc = cmd_patch(rt, m, &o, &in);
     else
-        rc = cmd_trace(rt, m, &o, &in);
+        rc = cmd_trace(rt, m, &o, &in, d);
 done:
+    dist_finish(d, rc);
+    if (held_stderr >= 0) { /* stopped before dist_start: the real stderr back */
+        fflush(stderr);
+        dup2(held_stderr, 2);
+        close(held_stderr);
+    }
     input_free(&in);
     nnt_model_free(m);
     nnt_runtime_close(rt);

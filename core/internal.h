@@ -10,6 +10,7 @@
 #include "nnt/nnt.h"
 #include "nnt/nnt_backend.h"
 #include "nnt/nnt_family.h"
+#include "nnt/nnt_transport.h"
 
 /* ---- errors (status.c) ---- */
 nnt_status nnt_err_set(nnt_error *err, nnt_status status, const char *fmt, ...)
@@ -206,6 +207,12 @@ typedef struct nnt_ini {
     int n_files;
     nnt_ini_section *sections; /* [family.X] and [backend.Y] */
     int n_sections;
+    /* [distributed]: read by runs over several ranks only */
+    char *dist_transport;   /* transport = FILE, resolved; NULL when absent */
+    double dist_timeout;    /* timeout = seconds; 0 when absent */
+    int *dist_cuts;         /* stages = c1,c2,...: the first block of ranks 1.. (ascending) */
+    int n_dist_cuts;        /* -1 when stages is absent */
+    int dist_lines[3];      /* the lines of transport, timeout and stages (0: absent) */
 } nnt_ini;
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err);
@@ -268,6 +275,9 @@ void nnt_plugin_unload(nnt_plugin *p);
  * missing or cannot be created (it stays listed, with be == NULL and no_backend saying why).
  * What the INI names (file = lines, [family.X] and [backend.Y] sections, a family's backend)
  * must load: its failure is an error that names the file and the reason. */
+/* Loads the transport plugin `file` (nnt_transport.h) and checks its descriptor; *handle is
+ * for dlclose. Errors: NNT_ERR_IO (no such file), NNT_ERR_PLUGIN, NNT_ERR_ABI. */
+nnt_status nnt_transport_load(const char *file, void **handle, const nnt_transport_descriptor **out, nnt_error *err);
 nnt_status nnt_plugins_load_all(const nnt_ini *ini, nnt_plugin_set *set, nnt_error *err);
 void nnt_plugins_free(nnt_plugin_set *set);
 /* Writes into buf (size n) a hint about skipped plugin files that may be the one a caller
@@ -319,6 +329,8 @@ struct nnt_runtime {
     nnt_ini *ini;
     nnt_plugin_set plugins;
     nnt_core_api core;
+    void *transport_handle; /* the transport plugin, loaded by nnt_runtime_transport */
+    const nnt_transport_descriptor *transport;
 };
 
 struct nnt_model {
@@ -369,6 +381,7 @@ typedef struct nnt_stage_call {
     int first_layer, end_layer;
     const float *hidden_in;
     float *hidden_out;
+    int check_only; /* make every check of the call, then return before the forward */
 } nnt_stage_call;
 
 /* Runs one forward of model m under trace t (NULL: none), continuing session ss (NULL: a

@@ -504,6 +504,7 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
     if (st == NNT_OK && t)
         st = nnt_trace_prepare(t, &run.dims, step, ss && (step > 0 || ss->keep_results), stage->first_layer,
                                stage->end_layer, err);
+    if (stage->check_only) goto done;
     if (st == NNT_OK && t) {
         /* the call's inputs, as the core holds them */
         nnt_tensor tids = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = (void *)ids};
@@ -531,6 +532,7 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         ss->first_layer = stage->first_layer;
         ss->end_layer = stage->end_layer;
     }
+done:
     nnt_arena_reset(m->arena);
     free(pos);
     free(all_mask);
@@ -552,7 +554,17 @@ nnt_status nnt_trace_run_stage(nnt_trace *t, const int32_t *ids, const int32_t *
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
     nnt_err_clear(&m->rt->err);
-    nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out};
+    nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out, 0};
+    return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &sc, &m->rt->err);
+}
+
+nnt_status nnt_trace_check_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                 int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_model *m = nnt_trace_model(t);
+    nnt_err_clear(&m->rt->err);
+    nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out, 1};
     return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &sc, &m->rt->err);
 }
 

@@ -540,6 +540,7 @@ typedef struct family_plan {
 static const family_plan FAMILIES[] = {
     {.architecture = "MiniMaxM2ForCausalLM", .blocks = plan_minimax},
     {.architecture = "MiMoV2FlashForCausalLM", .blocks = plan_mimo},
+    {.architecture = "MiMoV2ForCausalLM", .blocks = plan_mimo}, /* V2.5/V2.6-Flash: fused qkv_proj, same sizes */
     {.architecture = "KimiLinearForCausalLM", .blocks = plan_kimi},
     {.architecture = "DeepseekV4ForCausalLM", .blocks = plan_deepseek_v4, .hc = 1},
 };
@@ -602,7 +603,7 @@ static nnt_status plan_build(nnt_plan *p, const char *dir, const nnt_plan_opts *
             if (strcmp(arch[0], FAMILIES[i].architecture) == 0) fam = &FAMILIES[i];
         if (st == NNT_OK && !fam)
             st = nnt_err_set(err, NNT_ERR_UNSUPPORTED,
-                             "%s: architectures[0] is '%s'; nnt plans MiniMaxM2ForCausalLM, MiMoV2FlashForCausalLM, "
+                             "%s: architectures[0] is '%s'; nnt plans MiniMaxM2ForCausalLM, MiMoV2FlashForCausalLM, MiMoV2ForCausalLM, "
                              "KimiLinearForCausalLM and DeepseekV4ForCausalLM",
                              cfg.config_path, arch[0]);
         if (st == NNT_OK) p->architecture = nnt_strdup(arch[0]);

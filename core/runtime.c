@@ -99,6 +99,7 @@ nnt_status nnt_runtime_open(const char *ini_path, nnt_runtime **out)
 void nnt_runtime_close(nnt_runtime *rt)
 {
     if (!rt) return;
+    if (rt->transport_handle) dlclose(rt->transport_handle);
     nnt_plugins_free(&rt->plugins);
     nnt_ini_free(rt->ini);
     free(rt->config_path);
@@ -187,4 +188,39 @@ nnt_status nnt_safetensors_write(nnt_runtime *rt, const char *file, int n, const
     nnt_status st = nnt_st_write(file, n, keys, ptrs, NULL, &rt->err);
     free(ptrs);
     return st;
+}
+
+/* A launcher's mark in the environment: Open MPI's mpirun, or a PMI / PMIx one (MPICH, Slurm). */
+static int under_launcher(void)
+{
+    static const char *const VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++)
+        if (getenv(VARS[i])) return 1;
+    return 0;
+}
+
+nnt_status nnt_runtime_transport(nnt_runtime *rt, const nnt_transport_descriptor **out)
+{
+    if (!rt || !out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_err_clear(&rt->err);
+    *out = NULL;
+    if (!rt->transport) {
+        if (!under_launcher()) return NNT_OK;
+        if (!rt->ini->dist_transport)
+            return nnt_err_set(&rt->err, NNT_ERR_CONFIG,
+                               "%s: started by a launcher (mpirun), but the file has no [distributed] transport = FILE",
+                               rt->config_path);
+        nnt_status st = nnt_transport_load(rt->ini->dist_transport, &rt->transport_handle, &rt->transport, &rt->err);
+        if (st != NNT_OK) return st;
+    }
+    if (rt->transport->launched()) *out = rt->transport;
+    return NNT_OK;
+}
+
+void nnt_runtime_distributed(const nnt_runtime *rt, double *timeout_s, const int **stage_cuts, int *n_stage_cuts)
+{
+    const nnt_ini *ini = rt ? rt->ini : NULL;
+    if (timeout_s) *timeout_s = ini && ini->dist_timeout > 0 ? ini->dist_timeout : 600.0;
+    if (stage_cuts) *stage_cuts = ini ? ini->dist_cuts : NULL;
+    if (n_stage_cuts) *n_stage_cuts = ini ? ini->n_dist_cuts : -1;
 }

@@ -72,7 +72,7 @@ nnt_status nnt_session_forward_stage(nnt_session *s, nnt_trace *t, const int32_t
     nnt_err_clear(&m->rt->err);
     if (t && nnt_trace_model(t) != m)
         return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT, "the trace belongs to another model");
-    nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out};
+    nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out, 0};
     return nnt_model_forward(m, t, s, ids, mask, s->batch, seq, &sc, &m->rt->err);
 }
 
@@ -138,12 +138,43 @@ static int pick_token(const float *logits, int V, const nnt_generate_opts *o, ui
     return work[keep - 1].id;
 }
 
-nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
-                        const nnt_generate_opts *o, int32_t *out)
+/* One forward of a generation step: the whole model, or the link's stage with its stream
+ * received before and sent after. */
+static nnt_status step_forward(nnt_session *s, nnt_trace *tr, const int32_t *ids, const int32_t *mask, int seq,
+                               const nnt_stage_link *link, float *hidden, nnt_error *err)
+{
+    if (!link) return nnt_session_forward(s, tr, ids, mask, seq);
+    nnt_model *m = s->m;
+    int L = m->info.num_layers;
+    size_t n = (size_t)s->batch * (size_t)seq * (size_t)(m->info.num_streams > 0 ? m->info.num_streams : 1) *
+               (size_t)m->info.hidden_size;
+    float *in = link->first_layer > 0 ? hidden : NULL, *out = link->end_layer < L ? hidden : NULL;
+    nnt_status st = NNT_OK;
+    if (in && (st = link->recv_hidden(link->ctx, in, n, err)) != NNT_OK) return st;
+    /* the stage reads its input stream before it writes its output: one buffer serves both
+     * only when they do not overlap, so the output goes to the second half */
+    if (in && out) out = hidden + n;
+    st = nnt_session_forward_stage(s, tr, ids, mask, seq, link->first_layer, link->end_layer, in, out);
+    if (st == NNT_OK && out) {
+        nnt_error lerr = {0};
+        if ((st = link->send_hidden(link->ctx, out, n, &lerr)) != NNT_OK) *err = lerr;
+    }
+    return st;
+}
+
+static nnt_status generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                           const nnt_generate_opts *o, const nnt_stage_link *link, int32_t *out)
 {
     if (!m || !ids || !o || !out) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = &m->rt->err;
     nnt_err_clear(err);
+    int L = m->info.num_layers;
+    if (link && (link->struct_size < sizeof *link || !link->recv_hidden || !link->send_hidden || !link->share_tokens ||
+                 link->first_layer < 0 || link->end_layer <= link->first_layer || link->end_layer > L))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "generate: the stage link needs its struct_size, its three functions and blocks "
+                           "0 <= first_layer < end_layer <= %d (got %d, %d)", L, link->first_layer, link->end_layer);
+    int last_stage = !link || link->end_layer == L;
     if (o->max_new_tokens < 0 || o->top_k < 0 || o->n_stop_ids < 0)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: max_new_tokens, top_k and n_stop_ids must be >= 0");
     if (o->n_stop_ids > 0 && !o->stop_ids)
@@ -173,27 +204,49 @@ nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const in
     }
     int V = m->info.vocab_size;
     cand *work = malloc((size_t)V * sizeof *work);
-    int32_t *next = malloc((size_t)batch * sizeof *next);
+    int32_t *next = malloc((size_t)batch * sizeof *next), *picked = malloc((size_t)batch * sizeof *picked);
+    /* a stage's streams: the prompt's in and out, [batch, seq, streams, hidden] each */
+    size_t hn = link ? 2 * (size_t)batch * (size_t)seq * (size_t)(m->info.num_streams > 0 ? m->info.num_streams : 1) *
+                           (size_t)m->info.hidden_size : 0;
+    float *hidden = hn ? malloc(hn * sizeof *hidden) : NULL;
     unsigned char *stopped = calloc((size_t)batch, 1); /* rows that emitted a stop id */
     int n_stopped = 0;
     uint64_t rng = o->seed;
-    if (st == NNT_OK && (!work || !next || !stopped)) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (st == NNT_OK && (!work || !next || !picked || !stopped || (hn && !hidden)))
+        st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     /* each step's logits come from a request of generate's own, added after the caller's (so
-     * their edits of logits count); its results are taken out of the trace at every step */
-    if (st == NNT_OK) st = nnt_trace_save_every_step(tr, "logits");
-    int logits_req = st == NNT_OK;
+     * their edits of logits count); its results are taken out of the trace at every step. Only
+     * the last stage computes logits, and picks the tokens every stage is then given. */
+    if (st == NNT_OK && last_stage) st = nnt_trace_save_every_step(tr, "logits");
+    int logits_req = st == NNT_OK && last_stage;
     nnt_tensor lg = {0};
     for (int step = 0; st == NNT_OK && step < o->max_new_tokens; step++) {
-        st = step == 0 ? nnt_session_forward(s, tr, ids, mask, seq) : nnt_session_forward(s, tr, next, NULL, 1);
+        st = step == 0 ? step_forward(s, tr, ids, mask, seq, link, hidden, err)
+                       : step_forward(s, tr, next, NULL, 1, link, hidden, err);
         if (st != NNT_OK) break;
-        if (!nnt_trace_take_last_result(tr, &lg)) {
+        if (last_stage && !nnt_trace_take_last_result(tr, &lg)) {
             st = nnt_err_set(err, NNT_ERR_INTERNAL, "generate: no logits were saved at step %d", step);
             break;
         }
-        int64_t T = lg.shape[1];
+        /* a stopped row still draws, so the other rows' samples do not depend on it */
+        for (int b = 0; last_stage && b < batch; b++) {
+            int64_t T = lg.shape[1];
+            picked[b] = pick_token((const float *)lg.data + ((int64_t)b * T + T - 1) * V, V, o, &rng, work);
+        }
+        if (link) {
+            nnt_error lerr = {0};
+            if ((st = link->share_tokens(link->ctx, picked, batch, last_stage, &lerr)) != NNT_OK) {
+                *err = lerr;
+                break;
+            }
+        }
         for (int b = 0; b < batch; b++) {
-            /* a stopped row still draws, so the other rows' samples do not depend on it */
-            int id = pick_token((const float *)lg.data + ((int64_t)b * T + T - 1) * V, V, o, &rng, work);
+            int id = picked[b];
+            if (id < 0 || id >= V) {
+                st = nnt_err_set(err, NNT_ERR_FORMAT, "generate: step %d gave row %d the token %d, outside the vocabulary "
+                                 "[0, %d)", step, b, id, V);
+                break;
+            }
             int32_t *slot = &out[(int64_t)b * o->max_new_tokens + step];
             if (stopped[b]) { /* fed its stop id again (next[b] unchanged) */
                 *slot = NNT_TOKEN_STOPPED;
@@ -207,6 +260,7 @@ nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const in
                     break;
                 }
         }
+        if (st != NNT_OK) break;
         if (n_stopped == batch) { /* every row is done: fill the remaining slots and stop */
             for (int b = 0; b < batch; b++)
                 for (int i = step + 1; i < o->max_new_tokens; i++) out[(int64_t)b * o->max_new_tokens + i] = NNT_TOKEN_STOPPED;
@@ -217,8 +271,23 @@ nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const in
     if (logits_req && t) nnt_trace_drop_last_request(t); /* the caller's trace keeps only its own requests */
     free(work);
     free(next);
+    free(picked);
+    free(hidden);
     free(stopped);
     nnt_trace_free(own);
     nnt_session_free(s);
     return st;
+}
+
+nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                        const nnt_generate_opts *o, int32_t *out)
+{
+    return generate(m, t, ids, mask, batch, seq, o, NULL, out);
+}
+
+nnt_status nnt_generate_stage(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                              const nnt_generate_opts *o, const nnt_stage_link *link, int32_t *out)
+{
+    if (!link) return NNT_ERR_INVALID_ARGUMENT;
+    return generate(m, t, ids, mask, batch, seq, o, link, out);
 }

@@ -1220,6 +1220,43 @@ static const result *find_result(const nnt_trace *t, const char *key)
     return NULL;
 }
 
+nnt_status nnt_trace_import_result(nnt_trace *t, const char *key, const nnt_tensor *value)
+{
+    if (!t || !key) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_error *err = &t->m->rt->err;
+    nnt_err_clear(err);
+    if (!*key || strlen(key) >= 192)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "import: a key of 1 to 191 characters is needed (got %zu)",
+                           strlen(key));
+    if (find_result(t, key)) return nnt_err_set(err, NNT_ERR_CONFLICT, "import: the trace already holds a value under '%s'", key);
+    if (value && (value->device || (!value->data && nnt_tensor_numel(value) > 0)))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "import: '%s' must be a host tensor with its data", key);
+    if (t->n_results == t->cap_results) {
+        int cap = t->cap_results ? 2 * t->cap_results : 32;
+        result *g = realloc(t->results, (size_t)cap * sizeof *g);
+        if (!g) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        t->results = g;
+        t->cap_results = cap;
+    }
+    result *res = &t->results[t->n_results];
+    memset(res, 0, sizeof *res);
+    res->occurrence_of_request = -1; /* no request of this trace made it */
+    res->slot = (nnt_value_id)-1;
+    res->layer = -2;
+    res->none = value == NULL;
+    if (value) {
+        if (nnt_tensor_alloc(&res->t, value->dtype, value->ndim, value->shape) != NNT_OK)
+            return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "import: no memory for '%s'", key);
+        memcpy(res->t.data, value->data, nnt_tensor_nbytes(value));
+    }
+    if (!(res->path = nnt_strdup(key))) {
+        nnt_tensor_free(&res->t);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    t->n_results++;
+    return NNT_OK;
+}
+
 const nnt_tensor *nnt_trace_get(const nnt_trace *t, const char *path)
 {
     const result *r = find_result(t, path);

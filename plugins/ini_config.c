@@ -149,6 +149,57 @@ static int valid_name(const char *s)
     return 1;
 }
 
+/* [distributed] transport = FILE, timeout = SECONDS, stages = CUT,CUT,... (ascending block
+ * indices >= 1, each the first block of the next rank's stage). */
+static int distributed_key(parse_state *ps, const char *name, const char *value)
+{
+    nnt_ini *ini = ps->ini;
+    int line = ps->lr->line;
+    if (!name) return 1;
+    static const char *const KEYS[] = {"transport", "timeout", "stages"};
+    int k = 0;
+    while (k < 3 && strcmp(name, KEYS[k]) != 0) k++;
+    if (k == 3) return handler_fail(ps, line, "unknown key '%s' in [distributed] (expected transport, timeout or stages)", name);
+    if (ini->dist_lines[k])
+        return handler_fail(ps, line, "key '%s' appears twice in [distributed] (first at line %d)", name, ini->dist_lines[k]);
+    ini->dist_lines[k] = line;
+    if (k == 0) {
+        if (!*value) return handler_fail(ps, line, "[distributed] transport needs a path");
+        if (!(ini->dist_transport = nnt_path_join(ps->dir, value))) return handler_fail(ps, line, "no memory");
+        return 1;
+    }
+    if (k == 1) {
+        char *end;
+        errno = 0;
+        double v = strtod(value, &end);
+        if (end == value || *end || errno || !(v > 0 && v <= 1e6))
+            return handler_fail(ps, line, "[distributed] timeout = '%s': expected seconds, a number > 0 and <= 1e6", value);
+        ini->dist_timeout = v;
+        return 1;
+    }
+    ini->n_dist_cuts = 0;
+    for (const char *p = value;;) {
+        char *end;
+        errno = 0;
+        long c = strtol(p, &end, 10);
+        if (end == p || errno || c < 1 || c > 1000000 || (ini->n_dist_cuts && c <= ini->dist_cuts[ini->n_dist_cuts - 1]))
+            return handler_fail(ps, line,
+                                "[distributed] stages = '%s': expected ascending block indices >= 1 separated by commas "
+                                "(the first block of every rank after the first)", value);
+        int *g = realloc(ini->dist_cuts, (size_t)(ini->n_dist_cuts + 1) * sizeof *g);
+        if (!g) return handler_fail(ps, line, "no memory");
+        ini->dist_cuts = g;
+        ini->dist_cuts[ini->n_dist_cuts++] = (int)c;
+        while (*end == ' ' || *end == '\t') end++;
+        if (!*end) break;
+        if (*end != ',')
+            return handler_fail(ps, line, "[distributed] stages = '%s': expected ascending block indices >= 1 separated "
+                                "by commas (the first block of every rank after the first)", value);
+        p = end + 1;
+    }
+    return 1;
+}
+
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     parse_state *ps = user;
@@ -207,11 +258,12 @@ static int handler(void *user, const char *section, const char *name, const char
         s->n_kv++;
         return 1;
     }
+    if (strcmp(section, "distributed") == 0) return distributed_key(ps, name, value);
     if (!section[0])
-        return handler_fail(ps, line, "'%s = %s' comes before any section (expected [plugins], [family.NAME] or "
-                            "[backend.NAME] first)", name, value);
+        return handler_fail(ps, line, "'%s = %s' comes before any section (expected [plugins], [family.NAME], "
+                            "[backend.NAME] or [distributed] first)", name, value);
     return handler_fail(ps, ps->lr->section_line,
-                        "unknown section [%s] (expected [plugins], [family.NAME] or [backend.NAME])", section);
+                        "unknown section [%s] (expected [plugins], [family.NAME], [backend.NAME] or [distributed])", section);
 }
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)
@@ -231,6 +283,7 @@ nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     ini->path = nnt_strdup(path);
+    ini->n_dist_cuts = -1;
     line_reader lr = {.f = f};
     parse_state ps = {.ini = ini, .dir = nnt_dirname(path), .lr = &lr};
     int rc = ini_parse_stream(read_line, &lr, handler, &ps);
@@ -279,6 +332,8 @@ void nnt_ini_free(nnt_ini *ini)
         free(s->name);
     }
     free(ini->sections);
+    free(ini->dist_transport);
+    free(ini->dist_cuts);
     free(ini->path);
     free(ini);
 }

@@ -242,6 +242,41 @@ static nnt_status plugin_open(const char *file, nnt_plugin **out, nnt_plugin_war
     return NNT_OK;
 }
 
+nnt_status nnt_transport_load(const char *file, void **handle, const nnt_transport_descriptor **out, nnt_error *err)
+{
+    *handle = NULL;
+    *out = NULL;
+    struct stat sb;
+    if (stat(file, &sb) != 0)
+        return nnt_err_set(err, NNT_ERR_IO,
+                           "%s: the transport plugin does not exist (nnt was built without MPI - Debian: libopenmpi-dev "
+                           "- or [distributed] transport names another file)", file);
+    int fd;
+    nnt_status st = nnt_open_regular(file, &fd, NULL, err);
+    if (st != NNT_OK) return st;
+    close(fd);
+    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!h) {
+        const char *why = dlerror();
+        return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: cannot be loaded as a shared object: %s", file, why ? why : "unknown reason");
+    }
+    const nnt_transport_descriptor *d = dlsym(h, NNT_TRANSPORT_SYMBOL);
+    if (!d)
+        st = nnt_err_set(err, NNT_ERR_PLUGIN, "%s: not an nnt transport: it does not export '%s'", file, NNT_TRANSPORT_SYMBOL);
+    else
+        st = check_header(file, NNT_TRANSPORT_SYMBOL, &d->header, NNT_PLUGIN_TRANSPORT, sizeof *d, sizeof *d, err);
+    if (st == NNT_OK && (!d->launched || !d->open || !d->rank || !d->size || !d->send || !d->recv || !d->notify_failure || !d->failed_rank ||
+                         !d->abort || !d->close))
+        st = nnt_err_set(err, NNT_ERR_PLUGIN, "%s: transport '%s' leaves a function of its descriptor NULL", file, d->header.name);
+    if (st != NNT_OK) {
+        dlclose(h);
+        return st;
+    }
+    *handle = h;
+    *out = d;
+    return NNT_OK;
+}
+
 nnt_status nnt_plugin_load(const char *file, nnt_plugin **out, nnt_error *err)
 {
     return plugin_open(file, out, NULL, err);

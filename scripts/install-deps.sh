@@ -5,12 +5,13 @@
 # pictures; optional for a build, which then goes without them), Python 3 with numpy and pytest
 # (the Python package's tests, python/tests); and clang with its runtime libraries
 # (libclang-rt-dev: the sanitizers and libFuzzer, which clang only recommends) and its OpenMP
-# (libomp-dev), for the sanitizer build and the fuzzers of tests/fuzz.
+# (libomp-dev), for the sanitizer build and the fuzzers of tests/fuzz; Open MPI (libopenmpi-dev,
+# openmpi-bin: mpirun) for runs over several ranks and their tests.
 #   --bench  also installs what the GEMM library benchmark (bench/gemm) compares: BLIS (its
 #            OpenMP build, like OpenBLAS's).
 set -euo pipefail
 packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcunit1-dev
-  libcairo2-dev python3 python3-numpy python3-pytest clang libclang-rt-dev libomp-dev)
+  libcairo2-dev python3 python3-numpy python3-pytest clang libclang-rt-dev libomp-dev libopenmpi-dev openmpi-bin)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(libblis-openmp-dev libblis-dev) ;;

@@ -283,6 +283,29 @@ nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, 
 nnt_status nnt_trace_run_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
                                int first_layer, int end_layer, const float *hidden_in, float *hidden_out);
 
+/* Makes every check nnt_trace_run_stage makes before its forward - the stage, the ids and mask,
+ * the requests against the call's shapes, steering positions - and returns without running
+ * anything: the stages of a distributed run agree that every request holds before any runs.
+ * Earlier results of t are dropped. Errors: those of nnt_trace_run_stage's checks. */
+nnt_status nnt_trace_check_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                 int first_layer, int end_layer, const float *hidden_in, float *hidden_out);
+
+/* ---- runs over several ranks ----
+ * `mpirun -np N nnt trace|lens|generate ...` runs one model as N pipeline stages, one per
+ * process (rank), through a transport plugin (nnt_transport.h; nnt's own is Open MPI). */
+typedef struct nnt_transport_descriptor nnt_transport_descriptor;
+/* The transport of this process's run: *out NULL when no launcher started it as one rank of
+ * several (a single-process run; nothing is loaded then), or the checked descriptor of the
+ * INI's [distributed] transport plugin (loaded once, unloaded by nnt_runtime_close), not yet
+ * opened. Errors: NNT_ERR_CONFIG (no [distributed] transport), NNT_ERR_IO (the file is missing:
+ * nnt was built without MPI), NNT_ERR_PLUGIN, NNT_ERR_ABI (not a usable transport plugin). */
+nnt_status nnt_runtime_transport(nnt_runtime *rt, const nnt_transport_descriptor **out);
+/* The INI's [distributed] settings: *timeout_s the bound of every wait for another rank in
+ * seconds (600 when unset); *stage_cuts / *n_stage_cuts the fixed split (the first block of each
+ * rank after the first, ascending; owned by rt) or NULL / -1 when the split is left to
+ * nnt_plan_split. Any output pointer may be NULL. */
+void nnt_runtime_distributed(const nnt_runtime *rt, double *timeout_s, const int **stage_cuts, int *n_stage_cuts);
+
 /* ---- sessions and generation ---- */
 /* A session carries a batch's caches from call to call: key/value caches (a sliding block keeps
  * only its window), recurrent and convolution states, compressor state. capacity bounds the
@@ -338,6 +361,36 @@ typedef struct nnt_generate_opts {
 nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
                         const nnt_generate_opts *opts, int32_t *out);
 
+/* How one pipeline stage of a generation reaches the others (another process's stages, through
+ * a transport): nnt_generate_stage calls these, in step order, from the calling thread. Each
+ * returns NNT_OK or an error with its message in *err. */
+typedef struct nnt_stage_link {
+    uint32_t struct_size;   /* sizeof(nnt_stage_link) */
+    int first_layer;        /* this stage's blocks [first_layer, end_layer) */
+    int end_layer;
+    void *ctx;              /* handed to the functions */
+    /* Fills hidden [batch, seq, streams, hidden_size] (F32, n floats) with the stream the
+     * previous stage sent for this step; called when first_layer > 0. */
+    nnt_status (*recv_hidden)(void *ctx, float *hidden, size_t n, nnt_error *err);
+    /* Hands the stream leaving block end_layer - 1 (n floats, read only) to the next stage;
+     * called when end_layer < num_layers. */
+    nnt_status (*send_hidden)(void *ctx, const float *hidden, size_t n, nnt_error *err);
+    /* The step's tokens, one per row ([batch] I32, before stop handling): the last stage has
+     * picked them (is_source 1) and gives them to every other stage; any other stage
+     * (is_source 0) receives them into tokens. */
+    nnt_status (*share_tokens)(void *ctx, int32_t *tokens, int batch, int is_source, nnt_error *err);
+} nnt_stage_link;
+
+/* nnt_generate for one pipeline stage (see "pipeline stages"): runs the link's blocks for the
+ * prompt and every step, its caches in a session of its own; the last stage picks each step's
+ * tokens from its logits (temperature, top-k, top-p, seed as in nnt_generate) and every stage
+ * gets them through share_tokens, so all stages fill out [batch, max_new_tokens] alike, stop
+ * tokens included. t's saves are those of the stage. Errors: NNT_ERR_INVALID_ARGUMENT (link
+ * NULL, incomplete, or blocks outside the model), NNT_ERR_FORMAT (a shared token outside the
+ * vocabulary), the link's, and those of nnt_generate and nnt_session_forward_stage. */
+nnt_status nnt_generate_stage(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                              const nnt_generate_opts *o, const nnt_stage_link *link, int32_t *out);
+
 /* Saved values. Each is kept under one key, the same in nnt_trace_get, nnt_trace_lookup,
  * nnt_trace_result and the files nnt_trace_write_safetensors writes:
  *   PATH[@k][#r]
@@ -371,6 +424,13 @@ nnt_status nnt_trace_lookup(const nnt_trace *t, const char *key, const nnt_tenso
 int nnt_trace_result_count(const nnt_trace *t);
 nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **key,
                             const nnt_tensor **value);
+/* Appends a value saved elsewhere - by another pipeline stage's trace, in another process - to
+ * t's results under key (as nnt_trace_result gave it there): value (host memory, copied; NULL
+ * for a value absent as None) then reads back through nnt_trace_get, nnt_trace_result and
+ * nnt_trace_write_safetensors like t's own, until t's next run. Errors: NNT_ERR_INVALID_ARGUMENT
+ * (key empty or of 192 characters or more, value on a device), NNT_ERR_CONFLICT (t already holds
+ * key), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_trace_import_result(nnt_trace *t, const char *key, const nnt_tensor *value);
 /* Writes every saved value that is not absent as one tensor of a safetensors file, under its
  * key. The file's __metadata__ holds "producer": "nnt", "family", "format": "pt", and, when any
  * saved value is absent, "none_values": their keys joined by commas (keys hold no comma), e.g.

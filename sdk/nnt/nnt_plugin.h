@@ -23,7 +23,8 @@ extern "C" {
 
 typedef enum nnt_plugin_kind {
     NNT_PLUGIN_FAMILY = 1,
-    NNT_PLUGIN_BACKEND = 2
+    NNT_PLUGIN_BACKEND = 2,
+    NNT_PLUGIN_TRANSPORT = 3 /* nnt_transport.h: loaded only for a run over several ranks */
 } nnt_plugin_kind;
 
 /* Exported symbol names. */

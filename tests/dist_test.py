@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""dist_test.py - runs over several ranks (mpirun -np N nnt ...) against the same command in one
+process, on every family fixture: every value the family serves on every block, saved by
+`nnt trace --out`, must be equal (at most 1e-6 relative; the stages run the same kernels, so in
+practice bit for bit); `nnt generate` must give the same tokens (greedy and sampled) and values;
+`nnt lens --out` the same probabilities. Then the failures: more ranks than blocks, an edit
+refused on one rank only, a [distributed] stages split that does not fit, a rank that stops
+answering (ended within the [distributed] timeout) and a rank killed mid-run.
+
+usage: dist_test.py NNT MPIEXEC FIXTURES_DIR BUILD_DIR
+Needs numpy only (the safetensors files are read by python/tests/safetensors_reader.py)."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))
+import safetensors_reader  # noqa: E402
+
+FIXTURES = ["minimax_m2/fp32", "minimax_m2/bf16", "minimax_m2/fp8", "mimo_v2_flash/fp32", "mimo_v2_flash/bf16",
+            "mimo_v2_flash/fp8", "mimo_v2_flash/fp8_per_head", "mimo_v2/fp4", "kimi_linear/fp32", "kimi_linear/bf16",
+            "kimi_linear/hub", "deepseek_v4/fp32", "deepseek_v4/bf16", "deepseek_v4/native"]
+TOKENS = ["--tokens", "3,17,42,5,99", "--tokens", "7,8,9"]  # two rows: left padding too
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def run(cmd, timeout=120):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def served_paths(nnt, model):
+    """Every value the family serves, on every block, as `nnt support --tsv` lists them."""
+    out = run([nnt, "support", "--model", model, "--tsv"])
+    assert out.returncode == 0, out.stderr
+    paths = []
+    for line in out.stdout.splitlines()[1:]:
+        host, block, value, served = line.split("\t")[:4]
+        if served != "yes":
+            continue
+        if host == "model":
+            paths.append(value)
+        else:  # layers[3].mlp -> layers.3.mlp.VALUE
+            head, _, rest = host.partition("]")
+            paths.append("layers." + head.split("[")[1] + rest + "." + value)
+    return paths
+
+
+def same_values(a, b, what):
+    fa, fb = safetensors_reader.read(a), safetensors_reader.read(b)
+    check(sorted(fa) == sorted(fb), f"{what}: keys differ: {sorted(set(fa) ^ set(fb))[:6]}")
+    worst = 0.0
+    for k in set(fa) & set(fb):
+        x, y = fa[k].astype(np.float64), fb[k].astype(np.float64)
+        if x.shape != y.shape:
+            check(False, f"{what}: {k} has shape {x.shape} in one process, {y.shape} over ranks")
+            continue
+        special = ~np.isfinite(x) | ~np.isfinite(y)  # -inf of masked scores, NaN: must match exactly
+        check(np.array_equal(x[special], y[special], equal_nan=True), f"{what}: {k}: inf/NaN entries differ")
+        x, y = x[~special], y[~special]
+        if x.size:
+            worst = max(worst, float(np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-30))))
+    check(worst <= 1e-6, f"{what}: largest relative difference {worst:g} > 1e-6")
+    return len(fa)
+
+
+def main():
+    nnt, mpiexec, fixtures, build = sys.argv[1:5]
+    build = os.path.abspath(build)
+    mpi = [mpiexec, "--oversubscribe"]
+    env = os.environ
+    if os.geteuid() == 0:  # CI containers run as root; Open MPI refuses that unless told
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    env["OMP_NUM_THREADS"] = "1"  # several ranks on 2 cores: no spinning thread pools
+    tmp = tempfile.mkdtemp(prefix="nnt-dist-")
+    for fx in FIXTURES:
+        model = os.path.join(fixtures, fx)
+        saves = []
+        for p in served_paths(nnt, model):
+            saves += ["--save", p]
+        one = os.path.join(tmp, "one.safetensors")
+        r = run([nnt, "trace", "--model", model, *TOKENS, *saves, "--out", one])
+        check(r.returncode == 0, f"{fx}: one-process trace: {r.stderr[-400:]}")
+        gen = ["generate", "--model", model, *TOKENS, "--max-new-tokens", "4", "--ignore-eos", "--save",
+               "layers.*.layer_output", "--save", "logits"]
+        g1 = run([nnt, *gen, "--out", os.path.join(tmp, "g1.safetensors")])
+        s1 = run([nnt, *gen[:-4], "--temperature", "0.9", "--top-k", "20", "--seed", "11"])
+        check(g1.returncode == 0 and s1.returncode == 0, f"{fx}: one-process generate: {g1.stderr[-300:]}{s1.stderr[-300:]}")
+        lens1 = run([nnt, "lens", "--model", model, *TOKENS, "--out", os.path.join(tmp, "lens1.safetensors")])
+        check(lens1.returncode == 0, f"{fx}: one-process lens: {lens1.stderr[-300:]}")
+        for ranks in (2, 3):
+            many = os.path.join(tmp, f"r{ranks}.safetensors")
+            r = run([*mpi, "-np", str(ranks), nnt, "trace", "--model", model, *TOKENS, *saves, "--out", many])
+            check(r.returncode == 0, f"{fx}: trace over {ranks} ranks: {r.stderr[-400:]}")
+            if r.returncode == 0:
+                n = same_values(one, many, f"{fx}: trace over {ranks} ranks")
+                print(f"{fx}: {ranks} ranks: {n} values equal to one process", flush=True)
+            gn = run([*mpi, "-np", str(ranks), nnt, *gen, "--out", os.path.join(tmp, "gn.safetensors")])
+            check(gn.returncode == 0 and gn.stdout.splitlines()[-2:] == g1.stdout.splitlines()[-2:],
+                  f"{fx}: greedy tokens over {ranks} ranks: {gn.stdout.splitlines()[-2:]} vs {g1.stdout.splitlines()[-2:]} {gn.stderr[-300:]}")
+            if gn.returncode == 0:
+                same_values(os.path.join(tmp, "g1.safetensors"), os.path.join(tmp, "gn.safetensors"),
+                            f"{fx}: generate values over {ranks} ranks")
+            sn = run([*mpi, "-np", str(ranks), nnt, *gen[:-4], "--temperature", "0.9", "--top-k", "20", "--seed", "11"])
+            check(sn.returncode == 0 and sn.stdout.splitlines()[-2:] == s1.stdout.splitlines()[-2:],
+                  f"{fx}: sampled tokens over {ranks} ranks: {sn.stdout.splitlines()[-2:]} vs {s1.stdout.splitlines()[-2:]}")
+            ln = run([*mpi, "-np", str(ranks), nnt, "lens", "--model", model, *TOKENS, "--out",
+                      os.path.join(tmp, "lensn.safetensors")])
+            printed = [lens1.stdout.splitlines()[:-1], ln.stdout.splitlines()[:-1]]  # less "wrote ... to FILE"
+            check(ln.returncode == 0 and printed[0] == printed[1], f"{fx}: lens over {ranks} ranks: {ln.stderr[-300:]}")
+            if ln.returncode == 0:
+                same_values(os.path.join(tmp, "lens1.safetensors"), os.path.join(tmp, "lensn.safetensors"),
+                            f"{fx}: lens over {ranks} ranks")
+
+    # ---- failures ----
+    model = os.path.join(fixtures, "minimax_m2/fp32")  # 3 blocks
+    r = run([*mpi, "-np", "4", nnt, "trace", "--model", model, "--tokens", "1,2,3"])
+    check(r.returncode != 0 and "4 ranks for a model of 3 blocks" in r.stderr and r.stderr.count("nnt: error") == 1,
+          f"more ranks than blocks: {r.stderr[-400:]}")
+    # an edit only the last rank can check: its value [1, 3, 64] does not fit the call's [1, 4, 64]
+    bad = os.path.join(tmp, "bad.safetensors")
+    import json
+    import struct
+    h = json.dumps({"x": {"dtype": "F32", "shape": [1, 3, 64], "data_offsets": [0, 768]}}).encode()
+    h += b" " * (-len(h) % 8)
+    with open(bad, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + bytes(768))
+    r = run([*mpi, "-np", "2", nnt, "trace", "--model", model, "--tokens", "1,2,3,4", "--save", "logits",
+             "--set", f"layers.2.layer_output={bad}"])
+    check(r.returncode != 0 and "rank 1 failed" in r.stderr and "[1, 3, 64]" in r.stderr and
+          r.stderr.count("nnt: error") == 1 and "saved values" not in r.stdout,
+          f"an edit refused on rank 1 only: rc {r.returncode}: {r.stdout[-200:]} {r.stderr[-400:]}")
+    # [distributed] settings: a fixed split, a split that does not fit, a short timeout
+    def ini(extra):
+        text = open(os.path.join(build, "nnt.ini")).read()
+        text = text.replace("dir = families", "dir = " + os.path.join(build, "families"))
+        text = text.replace("dir = kernels", "dir = " + os.path.join(build, "kernels"))
+        text = text.replace("transport = transports", "transport = " + os.path.join(build, "transports"))
+        path = os.path.join(tmp, "dist.ini")
+        with open(path, "w") as f:
+            f.write(text.replace("timeout = 600", extra))
+        return path
+    one = os.path.join(tmp, "fixed1.safetensors")
+    run([nnt, "trace", "--model", model, "--tokens", "1,2,3,4", "--save", "layers.*.layer_output", "--out", one])
+    r = run([*mpi, "-np", "2", nnt, "trace", "--config", ini("timeout = 600\nstages = 1"), "--model", model,
+             "--tokens", "1,2,3,4", "--save", "layers.*.layer_output", "--out", os.path.join(tmp, "fixed2.safetensors")])
+    check(r.returncode == 0, f"[distributed] stages = 1: {r.stderr[-300:]}")
+    if r.returncode == 0:
+        same_values(one, os.path.join(tmp, "fixed2.safetensors"), "[distributed] stages = 1")
+    r = run([*mpi, "-np", "2", nnt, "trace", "--config", ini("timeout = 600\nstages = 3"), "--model", model,
+             "--tokens", "1,2,3"])
+    check(r.returncode != 0 and "[distributed] stages" in r.stderr and "each below 3" in r.stderr,
+          f"[distributed] stages = 3 on 3 blocks: {r.stderr[-300:]}")
+    # a rank that stops answering: the others give up after the timeout (2 s) and end the job
+    long_gen = [nnt, "generate", "--model", model, "--tokens", "1,2,3,4", "--max-new-tokens", "3000", "--ignore-eos"]
+    for sig, expect in ((signal.SIGSTOP, "within 2 s"), (signal.SIGKILL, "rank 1")):
+        p = subprocess.Popen([*mpi, "-np", "2", long_gen[0], *long_gen[1:2], "--config", ini("timeout = 2"), *long_gen[2:]],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        pids = run(["pgrep", "-P", str(p.pid), "-f", "nnt"]).stdout.split()
+        start = time.time()
+        if pids:
+            os.kill(int(max(pids, key=int)), sig)  # the later-started rank
+        try:
+            out, err = p.communicate(timeout=30)
+            took = time.time() - start
+            check(p.returncode != 0 and expect in (out + err) and took < 10,
+                  f"a rank sent {sig.name}: rc {p.returncode} after {took:.1f} s: {err[-400:]}")
+            print(f"{sig.name} on rank 1: the job ended in {took:.1f} s with exit status {p.returncode}", flush=True)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            subprocess.run(["pkill", "-9", "-f", "max-new-tokens 3000"])
+            check(False, f"a rank sent {sig.name}: the job did not end within 30 s")
+
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    print("all distributed checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
