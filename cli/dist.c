@@ -173,10 +173,17 @@ int dist_start(nnt_runtime *rt, int held_stderr, dist **out)
     return 0;
 }
 
-int dist_split(dist *d, nnt_runtime *rt, const nnt_model *m, const char *dir, int *first, int *end)
+int dist_split(dist *d, nnt_runtime *rt, const char *dir, int *first, int *end)
 {
-    int num_layers = nnt_model_get_info(m)->num_layers;
-    d->m = m;
+    /* the blocks and their bytes from config.json and the safetensors headers, before any load */
+    nnt_plan_opts po = {.ranks = 1, .device = NNT_PLAN_CPU, .batch = 1};
+    nnt_plan *p = NULL;
+    nnt_error err = {0};
+    if (nnt_plan_new(dir, &po, &p, &err) != NNT_OK) return local_fail(d, "stages", err.msg);
+    nnt_plan_summary sum;
+    nnt_plan_get_summary(p, &sum);
+    int num_layers = sum.n_blocks;
+    nnt_plan_free(p);
     const int *cuts;
     int n_cuts;
     nnt_runtime_distributed(rt, NULL, &cuts, &n_cuts);
@@ -202,20 +209,10 @@ int dist_split(dist *d, nnt_runtime *rt, const nnt_model *m, const char *dir, in
         for (int r = 1; r < d->size; r++) fb[r] = cuts[r - 1];
         fb[d->size] = num_layers;
     } else { /* balanced by the blocks' weight bytes, as `nnt plan` splits them */
-        nnt_plan_opts po = {.ranks = d->size, .device = NNT_PLAN_CPU, .batch = 1};
-        nnt_plan *p = NULL;
-        nnt_error err = {0};
+        po.ranks = d->size;
         if (nnt_plan_new(dir, &po, &p, &err) != NNT_OK) {
             free(fb);
             return local_fail(d, "stages", err.msg);
-        }
-        nnt_plan_summary sum;
-        nnt_plan_get_summary(p, &sum);
-        if (sum.n_blocks != num_layers) {
-            snprintf(msg, sizeof msg, "the plan of %s counts %d blocks, the loaded model %d", dir, sum.n_blocks, num_layers);
-            nnt_plan_free(p);
-            free(fb);
-            return local_fail(d, "stages", msg);
         }
         for (int r = 0; r < d->size; r++) {
             nnt_plan_stage s;
@@ -230,6 +227,16 @@ int dist_split(dist *d, nnt_runtime *rt, const nnt_model *m, const char *dir, in
     d->layers = num_layers;
     free(fb);
     return 0;
+}
+
+int dist_set_model(dist *d, const nnt_model *m)
+{
+    int L = nnt_model_get_info(m)->num_layers;
+    d->m = m;
+    if (L == d->layers) return 0;
+    char msg[200];
+    snprintf(msg, sizeof msg, "the stages were planned for %d blocks (config.json), the loaded model has %d", d->layers, L);
+    return local_fail(d, "stages", msg);
 }
 
 int dist_agree(dist *d, int rc)

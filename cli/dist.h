@@ -15,11 +15,15 @@ typedef struct dist dist;
 int dist_start(nnt_runtime *rt, int held_stderr, dist **out);
 int dist_rank(const dist *d);
 int dist_size(const dist *d);
-/* This rank's blocks [*first, *end) of model m, loaded from checkpoint folder `dir`: the INI's
- * [distributed] stages, or the split of nnt_plan_split balanced by the blocks' weight bytes in
- * their stored encoding. Returns 0, or 1 with the error printed (more ranks than blocks, cuts
- * that do not match the ranks or the blocks). */
-int dist_split(dist *d, nnt_runtime *rt, const nnt_model *m, const char *dir, int *first, int *end);
+/* This rank's blocks [*first, *end) of checkpoint folder `dir`, before the model loads (from
+ * config.json and the safetensors headers, as `nnt plan` reads them): the INI's [distributed]
+ * stages, or the split balanced by the blocks' weight bytes in their stored encoding. Returns 0,
+ * or 1 with the error printed (more ranks than blocks, cuts that do not match the ranks or the
+ * blocks, a folder the plan cannot read). */
+int dist_split(dist *d, nnt_runtime *rt, const char *dir, int *first, int *end);
+/* The model this rank loaded with its stage's weights (nnt_model_load_stage); 0, or 1 with the
+ * error printed when its block count is not the one the split was made for. */
+int dist_set_model(dist *d, const nnt_model *m);
 /* Every rank says whether its part so far went well (rc 0) and learns whether every rank's
  * did: returns 0 when all did, 1 otherwise (this rank's own failure is printed by its caller;
  * another rank's is reported there, not here). */

@@ -2214,14 +2214,15 @@ int main(int argc, char **argv)
     if (strcmp(o.cmd, "info") == 0 && (rc = info_before_load(rt, o.model)) != 0) goto done;
     /* the rows (and the tokenizer) before the weights: a prompt that cannot be read fails fast */
     if (runs && (rc = read_input(&o, &in)) != 0) goto done;
-    if (nnt_model_load(rt, o.model, &m) != NNT_OK) {
+    /* over several ranks: each loads only its stage's weights */
+    int first = 0, end = 0;
+    if (d && (rc = dist_split(d, rt, o.model, &first, &end)) != 0) goto done;
+    if ((d ? nnt_model_load_stage(rt, o.model, first, end, &m) : nnt_model_load(rt, o.model, &m)) != NNT_OK) {
         rc = fail(rt, "cannot load the model");
         goto done;
     }
+    if (d && (rc = dist_set_model(d, m)) != 0) goto done;
     if (runs && (rc = check_vocab(&o, &in, m)) != 0) goto done;
-    int first = 0, end = nnt_model_get_info(m)->num_layers;
-    if (d && (rc = dist_split(d, rt, m, o.model, &first, &end)) != 0) goto done;
-    (void)first;
     if (strcmp(o.cmd, "info") == 0)
         rc = info_after_load(m);
     else if (strcmp(o.cmd, "print") == 0)

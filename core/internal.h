@@ -341,6 +341,7 @@ struct nnt_model {
     nnt_model_info info;
     nnt_arena *arena;
     nnt_memory memory; /* what the load took (nnt_model_memory) */
+    int first_loaded, end_loaded; /* the blocks whose weights were loaded (every block: 0, num_layers) */
 };
 
 /* The routine table (core services) the core hands to plugins. */

@@ -48,7 +48,8 @@ static nnt_status no_family(nnt_runtime *rt, const nnt_checkpoint *ck, const cha
                        model_type ? model_type : "(none)", k ? served : "nothing (no family plugins loaded)", hint);
 }
 
-nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
+/* Loads dir with the weights of blocks [first, end) (end 0: every block). */
+static nnt_status load(nnt_runtime *rt, const char *dir, int first, int end, nnt_model **out)
 {
     if (!rt || !dir || !out) return NNT_ERR_INVALID_ARGUMENT;
     *out = NULL;
@@ -93,6 +94,8 @@ nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
             .be = &be->ops,
             .be_ctx = be->be_ctx,
             .precision = fam->precision,
+            .first_layer = first,
+            .end_layer = end,
         };
         uint64_t heap0 = nnt_heap_in_use();
         size_t dev0 = be->ops.weight_bytes(be->be_ctx);
@@ -115,8 +118,34 @@ nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
         return st;
     }
     fam->family->info(m->impl, &m->info);
+    int L = m->info.num_layers;
+    m->first_loaded = end > 0 ? first : 0;
+    m->end_loaded = end > 0 ? end : L;
+    if (m->end_loaded > L) {
+        st = nnt_err_set(&rt->err, NNT_ERR_INVALID_ARGUMENT,
+                         "%s: a stage of blocks %d..%d was asked for, but the model has %d blocks (0..%d)", dir, first,
+                         end - 1, L, L - 1);
+        nnt_model_free(m);
+        return st;
+    }
     *out = m;
     return NNT_OK;
+}
+
+nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
+{
+    return load(rt, dir, 0, 0, out);
+}
+
+nnt_status nnt_model_load_stage(nnt_runtime *rt, const char *dir, int first_layer, int end_layer, nnt_model **out)
+{
+    if (rt && (first_layer < 0 || end_layer <= first_layer)) {
+        if (out) *out = NULL;
+        return nnt_err_set(&rt->err, NNT_ERR_INVALID_ARGUMENT,
+                           "load a stage: blocks [%d, %d) are not a range; expected 0 <= first_layer < end_layer",
+                           first_layer, end_layer);
+    }
+    return load(rt, dir, first_layer, end_layer, out);
 }
 
 void nnt_model_free(nnt_model *m)
@@ -405,6 +434,11 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
     } else {
         stage = &whole;
     }
+    if (stage->first_layer < m->first_loaded || stage->end_layer > m->end_loaded)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "stage: blocks %d..%d were asked for, but this model was loaded with the weights of blocks "
+                           "%d..%d only (nnt_model_load_stage)",
+                           stage->first_layer, stage->end_layer - 1, m->first_loaded, m->end_loaded - 1);
     if (ss && ss->len > 0 && (stage->first_layer != ss->first_layer || stage->end_layer != ss->end_layer))
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
                            "stage: this session ran blocks %d..%d at its first call, and its caches hold only those "
@@ -714,6 +748,11 @@ nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *o
     memset(out, 0, sizeof *out);
     const nnt_model_info *info = &m->info;
     int64_t H = info->hidden_size, V = info->vocab_size;
+    if (m->end_loaded < info->num_layers)
+        return nnt_err_set(err, NNT_ERR_UNSUPPORTED,
+                           "project_on_vocab: this model was loaded with blocks %d..%d only, without the final norm and "
+                           "lm_head (the stage ending at block %d holds them)",
+                           m->first_loaded, m->end_loaded - 1, info->num_layers - 1);
     if (x->ndim < 1 || x->shape[x->ndim - 1] != H) {
         char got[96];
         return nnt_err_set(err, NNT_ERR_SHAPE, "project_on_vocab: x has shape %s; its last axis must be hidden_size %lld",

@@ -128,10 +128,10 @@ static void compare_with_stages(const char *rel, const char *split, const nnt_tr
 /* Runs the prompts through the stages cut at cuts[0..n_stages] (cuts[0] = 0, cuts[n] = L), each
  * stage under its own trace with the same requests, and compares with the whole run. Also checks
  * that each stream handed over is the whole run's layer_output of the stage's last block. */
-static void run_split(nnt_runtime *rt, nnt_model *m, const char *rel, const int32_t *ids, const int32_t *mask,
+static void run_split(nnt_runtime *rt, nnt_model *const *models, const char *rel, const int32_t *ids, const int32_t *mask,
                       char paths[][96], int n_paths, const nnt_trace *whole, const int *cuts, int n_stages, tally *tl)
 {
-    const nnt_model_info *info = nnt_model_get_info(m);
+    const nnt_model_info *info = nnt_model_get_info(models[0]);
     size_t floats = (size_t)B * T * (size_t)info->num_streams * (size_t)info->hidden_size;
     float *in = NULL, *out = NULL;
     nnt_trace *st[4] = {0};
@@ -141,7 +141,7 @@ static void run_split(nnt_runtime *rt, nnt_model *m, const char *rel, const int3
     for (int s = 0; s < n_stages; s++) {
         int last = s == n_stages - 1;
         out = last ? NULL : malloc(floats * sizeof(float));
-        T_OK(rt, nnt_trace_new(m, &st[s]));
+        T_OK(rt, nnt_trace_new(models[s], &st[s]));
         for (int p = 0; p < n_paths; p++) T_OK(rt, nnt_trace_save(st[s], paths[p]));
         T_OK(rt, nnt_trace_run_stage(st[s], ids, mask, B, T, cuts[s], cuts[s + 1], in, out));
         if (out) { /* the stream handed over: [batch, seq, streams, hidden], layer_output's bytes */
@@ -204,6 +204,71 @@ static void generate_staged(nnt_runtime *rt, nnt_model *m, const int32_t *ids, c
     for (int s = 0; s < n_stages; s++) nnt_session_free(ss[s]);
 }
 
+/* Stage-loaded models (nnt_model_load_stage) hold their blocks' weights only: the stored bytes
+ * each binds are those `nnt plan` counts for its blocks (with the embedding on the first and the
+ * readout on the last), and each refuses blocks and a readout it does not hold. */
+static void check_stage_loads(nnt_runtime *rt, nnt_model *whole, const char *rel, nnt_model *const *sm, const int *cuts,
+                              const int32_t *ids, const int32_t *mask)
+{
+    char dir[1024];
+    t_fixture(rel, dir, sizeof dir);
+    nnt_plan *p;
+    nnt_plan_opts po = {.ranks = 1, .batch = 1};
+    CU_ASSERT_FATAL(nnt_plan_new(dir, &po, &p, NULL) == NNT_OK);
+    nnt_plan_summary sum;
+    nnt_plan_get_summary(p, &sum);
+    nnt_memory all;
+    T_OK(rt, nnt_model_memory(whole, &all));
+    /* the whole model's own gap to the plan: scale grids a family re-lays (MiMo's per-head k/v
+     * scales) are counted as allocated, not bound; 0 for every other fixture */
+    uint64_t plan_total = sum.first_bytes + sum.last_bytes, w;
+    for (int b = 0; b < sum.n_blocks; b++) {
+        nnt_plan_block(p, b, &w, NULL);
+        plan_total += w;
+    }
+    uint64_t slack = plan_total > all.mapped_bytes ? plan_total - all.mapped_bytes : all.mapped_bytes - plan_total;
+    uint64_t total = 0;
+    for (int s = 0; s < 3; s++) {
+        uint64_t want = s == 0 ? sum.first_bytes : 0;
+        if (s == 2) want += sum.last_bytes;
+        for (int b = cuts[s]; b < cuts[s + 1]; b++) {
+            nnt_plan_block(p, b, &w, NULL);
+            want += w;
+        }
+        nnt_memory mem;
+        T_OK(rt, nnt_model_memory(sm[s], &mem));
+        uint64_t gap = mem.mapped_bytes > want ? mem.mapped_bytes - want : want - mem.mapped_bytes;
+        if (gap > slack)
+            fprintf(stderr, "\n  %s stage %d..%d: %llu bytes bound, the plan counts %llu\n", rel, cuts[s], cuts[s + 1] - 1,
+                    (unsigned long long)mem.mapped_bytes, (unsigned long long)want);
+        CU_ASSERT(gap <= slack);
+        CU_ASSERT(mem.mapped_bytes < all.mapped_bytes);
+        total += mem.mapped_bytes;
+    }
+    CU_ASSERT(total >= all.mapped_bytes); /* a tied embedding is held by the first and the last stage */
+    nnt_plan_free(p);
+    /* a whole-model call, another stage's blocks and the readout off the last stage are refused */
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(sm[1], &t));
+    CU_ASSERT_EQUAL(nnt_trace_run(t, ids, mask, B, T), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT(strstr(nnt_last_error(rt), "loaded with the weights of blocks") != NULL);
+    nnt_trace_free(t);
+    const nnt_model_info *info = nnt_model_get_info(sm[0]);
+    nnt_tensor x = {0}, lg = {0};
+    T_OK(rt, nnt_tensor_alloc(&x, NNT_F32, 2, (int64_t[]){1, info->hidden_size}));
+    memset(x.data, 0, sizeof(float) * (size_t)info->hidden_size);
+    CU_ASSERT_EQUAL(nnt_project_on_vocab(sm[0], &x, &lg), NNT_ERR_UNSUPPORTED);
+    CU_ASSERT(strstr(nnt_last_error(rt), "without the final norm and lm_head") != NULL);
+    T_OK(rt, nnt_project_on_vocab(sm[2], &x, &lg));
+    nnt_tensor_free(&lg);
+    nnt_tensor_free(&x);
+    nnt_model *bad = NULL;
+    CU_ASSERT_EQUAL(nnt_model_load_stage(rt, dir, 1, 1, &bad), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_EQUAL(nnt_model_load_stage(rt, dir, 0, info->num_layers + 1, &bad), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT(strstr(nnt_last_error(rt), "the model has") != NULL);
+    CU_ASSERT_PTR_NULL(bad);
+}
+
 static void check_fixture(nnt_runtime *rt, const char *rel, tally *tl)
 {
     nnt_model *m = t_model(rt, rel);
@@ -221,7 +286,7 @@ static void check_fixture(nnt_runtime *rt, const char *rel, tally *tl)
     /* 2 stages, cut after every block */
     for (int c = 1; c < L; c++) {
         int cuts[3] = {0, c, L};
-        run_split(rt, m, rel, ids, mask, paths, n_paths, whole, cuts, 2, tl);
+        run_split(rt, (nnt_model *[]){m, m}, rel, ids, mask, paths, n_paths, whole, cuts, 2, tl);
     }
     /* 3 stages, balanced by nnt_plan_split over equal block costs */
     uint64_t cost[64];
@@ -229,7 +294,15 @@ static void check_fixture(nnt_runtime *rt, const char *rel, tally *tl)
     int cuts3[4];
     T_OK(rt, nnt_plan_split(cost, L, 0, 0, 3, cuts3, NULL));
     CU_ASSERT(cuts3[0] == 0 && cuts3[3] == L && cuts3[1] > 0 && cuts3[2] > cuts3[1] && cuts3[2] < L);
-    run_split(rt, m, rel, ids, mask, paths, n_paths, whole, cuts3, 3, tl);
+    run_split(rt, (nnt_model *[]){m, m, m}, rel, ids, mask, paths, n_paths, whole, cuts3, 3, tl);
+    /* the same 3 stages, each on a model that loaded only its own blocks' weights */
+    nnt_model *sm[3];
+    char dir[1024];
+    t_fixture(rel, dir, sizeof dir);
+    for (int s = 0; s < 3; s++) T_OK(rt, nnt_model_load_stage(rt, dir, cuts3[s], cuts3[s + 1], &sm[s]));
+    run_split(rt, sm, rel, ids, mask, paths, n_paths, whole, cuts3, 3, tl);
+    check_stage_loads(rt, m, rel, sm, cuts3, ids, mask);
+    for (int s = 0; s < 3; s++) nnt_model_free(sm[s]);
     nnt_trace_free(whole);
 
     /* greedy generation: one process's nnt_generate against sessions per stage */

@@ -21,6 +21,35 @@ nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_
     return fam_weight(env, ck, "lm_head.weight", 2, es, &d->lm_head, err);
 }
 
+void fam_load_blocks(const nnt_load_args *args, int layers, int *first, int *end)
+{
+    *first = 0;
+    *end = layers;
+    if (!NNT_STRUCT_HAS(args, nnt_load_args, end_layer) || args->end_layer <= 0) return;
+    if (args->first_layer >= 0 && args->first_layer < args->end_layer && args->end_layer <= layers) {
+        *first = args->first_layer;
+        *end = args->end_layer;
+    }
+}
+
+nnt_status fam_bind_readout_stage(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied, int first,
+                                  int end, int layers, fam_decoder *d, nnt_error *err)
+{
+    if (first == 0 && end == layers) return fam_bind_readout(env, ck, V, H, tied, d, err);
+    int64_t es[2] = {V, H}, ns[1] = {H};
+    int readout = end == layers, lm_is_embed = tied && !env->core->has_tensor(ck, "lm_head.weight");
+    nnt_status st = NNT_OK;
+    if (first == 0 || (readout && lm_is_embed)) st = fam_weight(env, ck, "model.embed_tokens.weight", 2, es, &d->embed, err);
+    if (st != NNT_OK || !readout) return st;
+    st = fam_weight(env, ck, "model.norm.weight", 1, ns, &d->final_norm, err);
+    if (st != NNT_OK) return st;
+    if (lm_is_embed) {
+        d->lm_head = d->embed;
+        return NNT_OK;
+    }
+    return fam_weight(env, ck, "lm_head.weight", 2, es, &d->lm_head, err);
+}
+
 nnt_status fam_bind_vector(const fam_env *env, const nnt_checkpoint *ck, const char *name, int64_t count, float **host,
                            nnt_tensor *out, nnt_error *err)
 {

@@ -903,21 +903,26 @@ static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
         if (!m->l || !m->expert_pool) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     char n[128];
+    /* a stage's load binds its blocks only: the embedding on the first stage (and on the last
+     * when it serves as lm_head), the readout and the hyper-connection head on the last */
+    int first = 0, end = 0;
+    if (st == NNT_OK) fam_load_blocks(args, m->layers, &first, &end);
     if (st == NNT_OK) {
         int64_t es[2] = {m->vocab, m->hidden}, hs[1] = {m->hidden};
         const char *e = args->core->has_tensor(ck, "embed.weight") ? "embed.weight" : "model.embed_tokens.weight";
-        st = fam_weight(&m->env, ck, e, 2, es, &m->embed, err);
-        if (st == NNT_OK)
+        const char *hd = args->core->has_tensor(ck, "head.weight") ? "head.weight" : "lm_head.weight";
+        int readout = end == m->layers, lm_is_embed = m->tied && !args->core->has_tensor(ck, hd);
+        if (first == 0 || (readout && lm_is_embed)) st = fam_weight(&m->env, ck, e, 2, es, &m->embed, err);
+        if (st == NNT_OK && readout)
             st = fam_weight(&m->env, ck, args->core->has_tensor(ck, "norm.weight") ? "norm.weight" : "model.norm.weight", 1, hs,
                             &m->final_norm, err);
-        if (st == NNT_OK) {
-            const char *hd = args->core->has_tensor(ck, "head.weight") ? "head.weight" : "lm_head.weight";
-            if (m->tied && !args->core->has_tensor(ck, hd))
+        if (st == NNT_OK && readout) {
+            if (lm_is_embed)
                 m->lm_head = m->embed;
             else
                 st = fam_weight(&m->env, ck, hd, 2, es, &m->lm_head, err);
         }
-        if (st == NNT_OK) {
+        if (st == NNT_OK && readout) {
             int native = args->core->has_tensor(ck, "hc_head_fn");
             const char *parts[3][2] = {{"hc_head_fn", "model.hc_head.hc_fn"}, {"hc_head_base", "model.hc_head.hc_base"},
                                        {"hc_head_scale", "model.hc_head.hc_scale"}};
@@ -930,7 +935,14 @@ static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
             }
         }
     }
-    for (int L = 0; st == NNT_OK && L < m->layers; L++) st = bind_layer(m, ck, L, kinds[L], hash[L], err);
+    for (int L = 0; st == NNT_OK && L < m->layers; L++) {
+        if (L >= first && L < end) {
+            st = bind_layer(m, ck, L, kinds[L], hash[L], err);
+        } else { /* another stage's block: its kind only (the tree and the value shapes read it) */
+            m->l[L].kind = kinds[L];
+            m->l[L].hash = hash[L];
+        }
+    }
     free(kinds);
     free(hash);
     if (st != NNT_OK) {

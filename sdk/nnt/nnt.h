@@ -81,6 +81,15 @@ int nnt_runtime_warning(const nnt_runtime *rt, int i, const char **file, const c
  * architecture - the message lists those that are served - or a missing tensor),
  * NNT_ERR_SHAPE (a tensor disagrees with config.json), NNT_ERR_CONFIG. */
 nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out);
+/* nnt_model_load for one pipeline stage: only the weights of blocks [first_layer, end_layer) are
+ * bound (mapped or uploaded), with the embedding when first_layer is 0 and the final norm and
+ * lm_head when end_layer is the model's block count - what one rank of a run over several ranks
+ * holds. The model then runs only stages within those blocks (nnt_trace_run_stage,
+ * nnt_session_forward_stage; any other call fails with NNT_ERR_INVALID_ARGUMENT naming both
+ * ranges) and nnt_project_on_vocab only when it holds the readout. A family built before ABI
+ * 3.3 binds every block's weights, and runs as such a stage all the same. Errors: those of
+ * nnt_model_load, NNT_ERR_INVALID_ARGUMENT (not 0 <= first_layer < end_layer <= num_layers). */
+nnt_status nnt_model_load_stage(nnt_runtime *rt, const char *dir, int first_layer, int end_layer, nnt_model **out);
 void nnt_model_free(nnt_model *m);
 const nnt_model_info *nnt_model_get_info(const nnt_model *m);
 const char *nnt_model_family(const nnt_model *m);

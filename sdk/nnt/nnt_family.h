@@ -192,6 +192,14 @@ typedef struct nnt_load_args {
     const nnt_backend_ops *be;
     void *be_ctx;
     nnt_precision precision;
+    /* ---- since ABI 3.3: one pipeline stage's weights ----
+     * The blocks [first_layer, end_layer) this process will run (nnt_model_load_stage): a
+     * family binds only their weights, the embedding only when first_layer is 0 and the final
+     * norm and lm_head (and any other readout) only when end_layer is num_layers, and is then
+     * asked to run no other blocks. end_layer 0 (a core before 3.3) means every block. The kit's
+     * fam_load_blocks and fam_bind_readout_stage read these fields. */
+    int first_layer;
+    int end_layer;
 } nnt_load_args;
 
 typedef struct nnt_family_descriptor {

@@ -33,9 +33,11 @@ extern "C" {
  * descriptor loads as before, with no notes. 3.2 also appended pipeline stages to
  * nnt_forward_args (first_layer, end_layer, hidden_in, hidden_out: a call runs a contiguous
  * range of blocks and hands the residual stream over); the core runs a stage only on a family
- * built for 3.2 or later, and calls older ones with the whole model as before. */
+ * built for 3.2 or later, and calls older ones with the whole model as before. 3.3 appended
+ * nnt_load_args.first_layer / end_layer (a stage's load binds only its blocks' weights; an older
+ * family ignores them and binds every block), and the transport plugin kind (nnt_transport.h). */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 2
+#define NNT_ABI_MINOR 3
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */
