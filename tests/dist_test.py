@@ -76,7 +76,84 @@ def same_values(a, b, what):
     return len(fa)
 
 
+def write_checkpoint(folder, layers=4, hidden=512, inter=1024, experts=4, vocab=512):
+    """A MiniMax-M2 checkpoint (float32, random) whose weights outweigh the process: every expert
+    chosen for every token (num_experts_per_tok = num_local_experts), so a forward touches every
+    weight. Names and config keys as the fixtures (transformers' MiniMaxM2) have them."""
+    import json
+    import struct
+    os.makedirs(folder, exist_ok=True)
+    heads, kv, hd = 8, 4, 64
+    cfg = json.load(open(os.path.join(HERE, "fixtures", "minimax_m2", "fp32", "config.json")))
+    cfg.update(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_local_experts=experts,
+               num_experts_per_tok=experts, vocab_size=vocab, num_attention_heads=heads, num_key_value_heads=kv,
+               head_dim=hd, rotary_dim=hd // 2)
+    json.dump(cfg, open(os.path.join(folder, "config.json"), "w"), indent=1)
+    shapes = {"model.embed_tokens.weight": [vocab, hidden], "lm_head.weight": [vocab, hidden], "model.norm.weight": [hidden]}
+    for b in range(layers):
+        p = f"model.layers.{b}."
+        shapes.update({p + "input_layernorm.weight": [hidden], p + "post_attention_layernorm.weight": [hidden],
+                       p + "self_attn.q_proj.weight": [heads * hd, hidden], p + "self_attn.k_proj.weight": [kv * hd, hidden],
+                       p + "self_attn.v_proj.weight": [kv * hd, hidden], p + "self_attn.o_proj.weight": [hidden, heads * hd],
+                       p + "self_attn.q_norm.weight": [heads * hd], p + "self_attn.k_norm.weight": [kv * hd],
+                       p + "block_sparse_moe.gate.weight": [experts, hidden],
+                       p + "block_sparse_moe.e_score_correction_bias": [experts]})
+        for e in range(experts):
+            q = p + f"block_sparse_moe.experts.{e}."
+            shapes.update({q + "w1.weight": [inter, hidden], q + "w2.weight": [hidden, inter], q + "w3.weight": [inter, hidden]})
+    header, offset = {}, 0
+    for k, shp in shapes.items():
+        n = int(np.prod(shp)) * 4
+        header[k] = {"dtype": "F32", "shape": shp, "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    rng = np.random.default_rng(0)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for k, shp in shapes.items():
+            scale = 1.0 if k.endswith("norm.weight") else 0.02
+            f.write((rng.standard_normal(int(np.prod(shp)), dtype=np.float32) * scale).astype("<f4").tobytes())
+    return offset
+
+
+def rss_wrapper(argv):
+    """Runs argv and prints this rank's peak resident memory (the child's, in KiB) on stderr."""
+    import resource
+    rc = subprocess.run(argv).returncode
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
+    print(f"RSS {rank} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", file=sys.stderr, flush=True)
+    return rc
+
+
+def check_memory(nnt, mpi, tmp):
+    """Each rank's peak memory is its share of the weights: 2 ranks of a 4-block checkpoint of
+    about 200 MB hold about half of it each."""
+    folder = os.path.join(tmp, "mid")
+    weights = write_checkpoint(folder)
+    me = [sys.executable, os.path.abspath(__file__), "--rss-wrapper"]
+    args = ["trace", "--model", folder, "--tokens", ",".join(str(i) for i in range(1, 33)), "--save", "logits"]
+    tiny = run([*me, nnt, "trace", "--model", os.path.join(HERE, "fixtures", "minimax_m2", "fp32"), "--tokens", "1,2"])
+    one = run([*me, nnt, *args])
+    two = run([*mpi, "-np", "2", *me, nnt, *args])
+    rss = lambda text: {int(l.split()[1]): int(l.split()[2]) * 1024 for l in text.splitlines() if l.startswith("RSS ")}
+    base, whole, ranks = rss(tiny.stderr).get(0, 0), rss(one.stderr).get(0, 0), rss(two.stderr)
+    check(one.returncode == 0 and two.returncode == 0 and len(ranks) == 2, f"memory runs: {one.stderr[-300:]} {two.stderr[-300:]}")
+    if len(ranks) != 2 or not base:
+        return
+    mb = 1 << 20
+    print(f"{weights / mb:.0f} MB of weights: one process {(whole - base) / mb:.0f} MB over a tiny run's "
+          f"{base / mb:.0f} MB; rank 0 {(ranks[0] - base) / mb:.0f} MB, rank 1 {(ranks[1] - base) / mb:.0f} MB", flush=True)
+    held = whole - base  # what one process's forward touches of the weights
+    check(held > 0.7 * weights, f"one process holds {held} bytes over its base, the weights are {weights}")
+    for r in (0, 1):
+        check(ranks[r] - base < 0.65 * held, f"rank {r} holds {ranks[r] - base} bytes over its base: more than its half "
+              f"of the {held} one process holds (+15%)")
+
+
 def main():
+    if sys.argv[1] == "--rss-wrapper":
+        return rss_wrapper(sys.argv[2:])
     nnt, mpiexec, fixtures, build = sys.argv[1:5]
     build = os.path.abspath(build)
     mpi = [mpiexec, "--oversubscribe"]
@@ -123,6 +200,8 @@ def main():
             if ln.returncode == 0:
                 same_values(os.path.join(tmp, "lens1.safetensors"), os.path.join(tmp, "lensn.safetensors"),
                             f"{fx}: lens over {ranks} ranks")
+
+    check_memory(nnt, mpi, tmp)
 
     # ---- failures ----
     model = os.path.join(fixtures, "minimax_m2/fp32")  # 3 blocks
