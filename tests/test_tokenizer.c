@@ -442,6 +442,15 @@ static void test_errors(void)
     expect_load_error(dir, NNT_ERR_FORMAT, "line 3", "base64");
     CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1\n") == 0);
     expect_load_error(dir, NNT_ERR_UNSUPPORTED, "pat_str", "tokenization_kimi");
+    /* a rank far past the file's lines (the fuzzer's 2^30, which once overflowed the table's
+     * growth) is refused; the bound for 2 lines is 1024 + 2 x 2 + 2 = 1030, and 1029 still loads
+     * (up to the missing pattern) */
+    CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1073741824\n") == 0);
+    expect_load_error(dir, NNT_ERR_FORMAT, "line 2: rank 1073741824 is beyond this file's table", "ranks below 1030");
+    CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1030\n") == 0);
+    expect_load_error(dir, NNT_ERR_FORMAT, "line 2: rank 1030 is beyond", "ranks below 1030");
+    CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1029\n") == 0);
+    expect_load_error(dir, NNT_ERR_UNSUPPORTED, "pat_str", NULL);
     /* a tiktoken folder with its own pattern, specials and add_bos_token: "ab" merges (rank 2 is
      * the bytes "ab"), <s> (id 3) is added before the text only with NNT_TOKENIZE_ADD_SPECIAL */
     CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1\nYWI= 2\n") == 0);

@@ -5,8 +5,11 @@
  * (so nothing else in the process can match them). A message longer than CHUNK bytes travels as
  * several messages of at most CHUNK bytes (MPI counts are int). Waiting polls MPI_Test - the
  * progress engine runs only inside MPI calls - spinning for the first SPIN_NS nanoseconds (a
- * decode step's hand-off is short) and then sleeping between polls, so a rank that waits for a
- * long prefill of an earlier stage does not take a core from it. */
+ * decode step's hand-off is short) and then sleeping between polls, each sleep 1/64 of the time
+ * waited so far (at least MIN_SLEEP_NS, at most MAX_SLEEP_NS): a rank waiting for an earlier
+ * stage's long prefill wakes rarely and leaves the cores to it (frequent wake-ups preempt its
+ * OpenMP threads, which then stall each other), and a message is picked up at most 1/64 later
+ * than it arrived. */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -21,8 +24,10 @@
 
 enum { TAG_DATA = 1, TAG_FAIL = 2 };
 #define CHUNK ((size_t)1 << 30)
-#define SPIN_NS 2000000LL  /* 2 ms of busy polling before sleeping */
-#define SLEEP_NS 50000L    /* then 50 us between polls */
+#define SPIN_NS 2000000LL     /* 2 ms of busy polling before sleeping */
+#define MIN_SLEEP_NS 20000LL  /* then sleeps of 1/64 of the wait so far, within these bounds */
+#define MAX_SLEEP_NS 1000000LL
+#define SLEEP_NS 50000L       /* between polls for failure notices to leave */
 #define NOTICE_MAX 1024
 
 struct nnt_transport {
@@ -107,7 +112,9 @@ static nnt_status wait_req(nnt_transport *t, MPI_Request *req, int peer, const c
             return st;
         }
         if (waited > SPIN_NS) {
-            struct timespec ts = {0, SLEEP_NS};
+            int64_t ns = waited / 64;
+            ns = ns < MIN_SLEEP_NS ? MIN_SLEEP_NS : ns > MAX_SLEEP_NS ? MAX_SLEEP_NS : ns;
+            struct timespec ts = {0, (long)ns};
             nanosleep(&ts, NULL);
         }
     }

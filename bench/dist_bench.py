@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""dist_bench.py - what the pipeline hand-off costs: one process against `mpirun -np 2` on the
+same checkpoint, per decoded token and per prefill, with the same cpu threads per rank.
+
+    python3 bench/dist_bench.py [--build build] [--model DIR] [--out FILE]
+
+Without --model it writes a MiniMax-M2 checkpoint of the CPU benchmark's mid size (make_models.py
+--scale mid: hidden 3072, 48 query / 8 key-value heads of 128, 32 experts of width 1536, top-8,
+4 blocks, vocabulary 32768) in BF16 with random weights (numpy; throughput does not depend on the
+values), about 4.4 GB, into bench/models/dist-minimax-m2 (kept for the next run).
+
+Timing, from the wall clock of whole commands (best of --repeats, the two sides in turn, after a
+warm-up run so the checkpoint sits in the page cache): a decoded token is (generate of 1 + N new tokens - generate
+of 1 new token) / N after the same prompt, so loading, start-up and the prompt cancel out; a
+prefill is trace of --prefill tokens - trace of 1 token. Both sides run `threads` cpu threads per
+rank (the INI's [backend.cpu] threads): the ranks of a pipeline compute one after the other, so
+1 process and 2 ranks do the same arithmetic and differ by the hand-off (and by each rank's
+caches and memory). Prints a Markdown report with the CPU model and flags."""
+
+import argparse
+import json
+import os
+import platform
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_minimax(folder: Path) -> int:
+    """The mid-size MiniMax-M2 checkpoint in BF16; returns its data bytes."""
+    V, H, heads, kv, hd, inter, E, L = 32768, 3072, 48, 8, 128, 1536, 32, 4
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = json.load(open(ROOT / "tests" / "fixtures" / "minimax_m2" / "bf16" / "config.json"))
+    cfg.update(vocab_size=V, hidden_size=H, num_attention_heads=heads, num_key_value_heads=kv, head_dim=hd,
+               intermediate_size=inter, num_hidden_layers=L, num_local_experts=E, num_experts_per_tok=8,
+               rotary_dim=hd // 2, max_position_embeddings=4096)
+    shapes = {"model.embed_tokens.weight": [V, H], "lm_head.weight": [V, H], "model.norm.weight": [H]}
+    for b in range(L):
+        p = f"model.layers.{b}."
+        shapes.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
+                       p + "self_attn.q_proj.weight": [heads * hd, H], p + "self_attn.k_proj.weight": [kv * hd, H],
+                       p + "self_attn.v_proj.weight": [kv * hd, H], p + "self_attn.o_proj.weight": [H, heads * hd],
+                       p + "self_attn.q_norm.weight": [heads * hd], p + "self_attn.k_norm.weight": [kv * hd],
+                       p + "block_sparse_moe.gate.weight": [E, H], p + "block_sparse_moe.e_score_correction_bias": [E]})
+        for e in range(E):
+            q = p + f"block_sparse_moe.experts.{e}."
+            shapes.update({q + "w1.weight": [inter, H], q + "w2.weight": [H, inter], q + "w3.weight": [inter, H]})
+    header, off = {}, 0
+    for k, s in shapes.items():
+        dt = "F32" if k.endswith("correction_bias") else "BF16"
+        n = int(np.prod(s)) * (4 if dt == "F32" else 2)
+        header[k] = {"dtype": dt, "shape": s, "data_offsets": [off, off + n]}
+        off += n
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    rng = np.random.default_rng(0)
+    tmp = folder / "model.safetensors.part"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for k, s in shapes.items():
+            n = int(np.prod(s))
+            if header[k]["dtype"] == "F32":
+                f.write(np.zeros(n, "<f4").tobytes())
+                continue
+            scale = 1.0 if k.endswith("norm.weight") else 0.02
+            for i in range(0, n, 1 << 26):
+                x = (rng.standard_normal(min(1 << 26, n - i), dtype=np.float32) * scale
+                     + (1.0 if k.endswith("norm.weight") else 0.0))
+                f.write((x.view(np.uint32) >> 16).astype("<u2").tobytes())
+    tmp.rename(folder / "model.safetensors")
+    json.dump(cfg, open(folder / "config.json", "w"), indent=1)
+    return off
+
+
+def cpu() -> str:
+    name, flags = "unknown CPU", ""
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            name = line.split(":", 1)[1].strip()
+        if line.startswith("flags"):
+            have = set(line.split(":", 1)[1].split())
+            flags = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16") if f in have)
+            break
+    return f"{name} ({os.cpu_count()} cores; {flags})"
+
+
+def timed(cmd, env) -> float:
+    start = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    took = time.perf_counter() - start
+    if r.returncode != 0:
+        sys.exit(f"dist_bench: {' '.join(cmd[:6])} ...: exit {r.returncode}: {r.stderr[-600:]}")
+    return took
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", type=Path, default=ROOT / "build")
+    ap.add_argument("--model", type=Path)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--decode", type=int, default=64)
+    ap.add_argument("--prefill", type=int, default=512)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    build = a.build.resolve()
+    nnt = str(build / "nnt")
+    model = a.model
+    if model is None:
+        model = ROOT / "bench" / "models" / "dist-minimax-m2"
+        if not (model / "model.safetensors").exists():
+            print(f"writing {model} ...", flush=True)
+            write_minimax(model)
+    nbytes = (model / "model.safetensors").stat().st_size
+    tmp = Path(tempfile.mkdtemp(prefix="nnt-dist-bench-"))
+    ini = (build / "nnt.ini").read_text()
+    for key in ("dir = families", "dir = kernels", "transport = transports"):
+        ini = ini.replace(key, key.replace("= ", f"= {build}/"))
+    ini = ini.replace("threads = 2", f"threads = {a.threads}")
+    (tmp / "nnt.ini").write_text(ini)
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    mpirun = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2"]
+    prompt = ",".join(str(1 + i % 1000) for i in range(a.prompt))
+    long = ",".join(str(1 + i % 1000) for i in range(a.prefill))
+    runs = {}
+    for name, launch in (("1 process", []), ("2 ranks", mpirun)):
+        base = [*launch, nnt]
+        gen = lambda n, base=base: [*base, "generate", "--config", str(tmp / "nnt.ini"), "--model", str(model), "--tokens",
+                                    prompt, "--max-new-tokens", str(n), "--ignore-eos"]
+        trace = lambda ids, base=base: [*base, "trace", "--config", str(tmp / "nnt.ini"), "--model", str(model), "--tokens",
+                                        ids]
+        runs[name] = [gen(1), gen(1 + a.decode), trace("1"), trace(long)]
+    # warm-up, then the two sides in turn at every repeat, so a slow spell of the machine falls on both
+    for cmds in runs.values():
+        for c in cmds:
+            timed(c, env)
+    times = {name: [[] for _ in cmds] for name, cmds in runs.items()}
+    for _ in range(a.repeats):
+        for name, cmds in runs.items():
+            for i, c in enumerate(cmds):
+                times[name][i].append(timed(c, env))
+    rows = []
+    for name in runs:
+        g1, gn, t1, tn = (min(t) for t in times[name])
+        rows.append((name, (gn - g1) / a.decode, tn - t1, g1))
+        print(f"{name}: {1000 * rows[-1][1]:.1f} ms per decoded token, {rows[-1][2]:.2f} s per prefill of {a.prefill}",
+              flush=True)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    lines = [f"# Pipeline hand-off: 1 process against 2 ranks ({time.strftime('%Y-%m-%d')}, {head.stdout.strip()})", "",
+             f"CPU: {cpu()}", f"Checkpoint: {model.name}, {nbytes / 1e9:.2f} GB (BF16), {a.threads} cpu thread(s) per rank; "
+             f"prompt {a.prompt} tokens, {a.decode} decoded, prefill {a.prefill}; best of {a.repeats}.",
+             f"Command: `python3 bench/dist_bench.py --threads {a.threads} --repeats {a.repeats}`", "",
+             "| run | ms per decoded token | s per prefill | ratio (decode) | ratio (prefill) |", "|---|---|---|---|---|"]
+    for name, dec, pre, _ in rows:
+        lines.append(f"| {name} | {1000 * dec:.1f} | {pre:.2f} | {dec / rows[0][1]:.3f} | {pre / rows[0][2]:.3f} |")
+    lines += ["", f"Hand-off cost: {100 * (rows[1][1] / rows[0][1] - 1):+.1f}% per decoded token (target: under 5%), "
+              f"{100 * (rows[1][2] / rows[0][2] - 1):+.1f}% per prefill."]
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if a.out:
+        a.out.write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
