@@ -907,6 +907,8 @@ static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
      * when it serves as lm_head), the readout and the hyper-connection head on the last */
     int first = 0, end = 0;
     if (st == NNT_OK) fam_load_blocks(args, m->layers, &first, &end);
+    m->first_block = first;
+    m->end_block = end;
     if (st == NNT_OK) {
         int64_t es[2] = {m->vocab, m->hidden}, hs[1] = {m->hidden};
         const char *e = args->core->has_tensor(ck, "embed.weight") ? "embed.weight" : "model.embed_tokens.weight";

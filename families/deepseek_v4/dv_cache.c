@@ -58,7 +58,7 @@ nnt_status dv_cache_new(void *model, int batch, int capacity, void **cache, nnt_
     c->capacity = capacity;
     int keep = m->window > 1 ? m->window - 1 : 1;
     nnt_status st = NNT_OK;
-    for (int L = 0; L < m->layers && st == NNT_OK; L++) {
+    for (int L = m->first_block; L < m->end_block && st == NNT_OK; L++) { /* a stage's blocks only */
         const dv_layer *ly = &m->l[L];
         st = fam_kv_cache_init(&m->env, &c->l[L].win, batch, 1, m->head_dim, m->head_dim, keep, err);
         if (st == NNT_OK && ly->comp.rate)

@@ -34,6 +34,8 @@ typedef struct dv_layer {
 
 typedef struct dv_model {
     fam_env env;
+    int first_block, end_block; /* the blocks whose weights were bound (a stage's load), and the
+                                 * only ones sessions keep caches for */
     int hidden, layers, vocab, heads, head_dim, q_lora, o_groups, o_lora, window, streams, sinkhorn;
     int experts, top_k, shared, moe_inter, index_heads, index_dim, index_topk, rot;
     int rate[3];

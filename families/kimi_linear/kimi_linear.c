@@ -54,6 +54,8 @@ typedef struct kl_layer {
 
 typedef struct kl_model {
     fam_env env;
+    int first_block, end_block; /* the blocks whose weights were bound (a stage's load), and the
+                                 * only ones sessions keep caches for */
     int hidden, layers, vocab, inter, moe_inter, experts, top_k, n_group, topk_group, norm_topk, shared;
     int lin_heads, lin_dim, conv_w;
     int heads, kv_lora, q_lora, nope, rope, v_dim;
@@ -603,6 +605,8 @@ static nnt_status kl_load(const nnt_load_args *args, void **out, nnt_error *err)
     int first = 0, end = 0; /* a stage's load binds its blocks only */
     if (st == NNT_OK) {
         fam_load_blocks(args, m->layers, &first, &end);
+        m->first_block = first;
+        m->end_block = end;
         st = fam_bind_readout_stage(&m->env, ck, m->vocab, m->hidden, m->tied, first, end, m->layers, &m->dec, err);
     }
     for (int L = 0; st == NNT_OK && L < m->layers; L++) {
@@ -843,13 +847,13 @@ static nnt_status kl_cache_new(void *model, int batch, int capacity, void **cach
         heads[l] = m->heads;
         dk[l] = m->nope + m->rope;
         dv[l] = m->v_dim;
-        keep[l] = mla ? capacity : 0;
+        keep[l] = mla && l >= m->first_block && l < m->end_block ? capacity : 0; /* none for another stage's */
     }
     nnt_status st = fam_layer_caches_new(env, m->layers, batch, heads, dk, dv, keep, &c->kv, err);
     free(heads);
     int64_t P = (int64_t)m->lin_heads * m->lin_dim, W1 = m->conv_w - 1, D = m->lin_dim;
     for (int l = 0; l < m->layers && st == NNT_OK; l++) {
-        if (m->l[l].kind != KDA) continue;
+        if (m->l[l].kind != KDA || l < m->first_block || l >= m->end_block) continue;
         kda_state *ks = &c->kda[l];
         for (int i = 0; i < 3 && st == NNT_OK; i++) {
             ks->conv[i] = (nnt_tensor){.dtype = NNT_F32, .ndim = 3, .shape = {batch, W1 > 0 ? W1 : 1, P}};

@@ -46,6 +46,8 @@ typedef struct mv_layer {
 
 typedef struct mv_model {
     fam_env env;
+    int first_block, end_block; /* the blocks whose weights were bound (a stage's load), and the
+                                 * only ones sessions keep caches for */
     int hidden, layers, vocab, inter, moe_inter, experts, top_k, n_group, topk_group, norm_topk;
     int heads[2], kv_heads[2], qk_dim[2], v_dim[2], rot_dim[2], window;
     double theta[2], eps, v_scale, scaling_factor;
@@ -493,6 +495,8 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
     int first = 0, end = 0; /* a stage's load binds its blocks only */
     if (st == NNT_OK) {
         fam_load_blocks(args, m->layers, &first, &end);
+        m->first_block = first;
+        m->end_block = end;
         st = fam_bind_readout_stage(&m->env, ck, m->vocab, m->hidden, m->tied, first, end, m->layers, &m->dec, err);
     }
     for (int L = 0; st == NNT_OK && L < m->layers; L++) {
@@ -653,6 +657,7 @@ static nnt_status mv_project(void *model, nnt_run *run, const nnt_tensor *x, int
 static int mv_attn_of(const void *model, int layer, fam_attn *out)
 {
     const mv_model *m = model;
+    if (layer < m->first_block || layer >= m->end_block) return 0; /* another stage's block: no cache */
     *out = m->l[layer].attn;
     return 1;
 }

@@ -28,6 +28,8 @@ typedef struct mm_layer {
 
 typedef struct mm_model {
     fam_env env;
+    int first_block, end_block; /* the blocks whose weights were bound (a stage's load), and the
+                                 * only ones sessions keep caches for */
     /* config */
     int hidden, layers, heads, kv_heads, head_dim, rotary_dim, vocab, inter, experts, top_k;
     double eps, theta;
@@ -287,6 +289,8 @@ static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
     int first = 0, end = 0; /* a stage's load binds its blocks only */
     if (st == NNT_OK) {
         fam_load_blocks(args, m->layers, &first, &end);
+        m->first_block = first;
+        m->end_block = end;
         st = fam_bind_readout_stage(&m->env, ck, m->vocab, m->hidden, m->tied, first, end, m->layers, &m->dec, err);
     }
     for (int L = first; st == NNT_OK && L < end; L++) st = bind_layer(m, ck, L, err);
@@ -416,6 +420,7 @@ static nnt_status mm_project(void *model, nnt_run *run, const nnt_tensor *x, int
 static int mm_attn_of(const void *model, int layer, fam_attn *out)
 {
     const mm_model *m = model;
+    if (layer < m->first_block || layer >= m->end_block) return 0; /* another stage's block: no cache */
     attn_shape(m, &m->l[layer], out);
     return 1;
 }
