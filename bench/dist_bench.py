@@ -18,65 +18,24 @@ rank (the INI's [backend.cpu] threads): the ranks of a pipeline compute one afte
 caches and memory). Prints a Markdown report with the CPU model and flags."""
 
 import argparse
-import json
 import os
 import platform
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def write_minimax(folder: Path) -> int:
-    """The mid-size MiniMax-M2 checkpoint in BF16; returns its data bytes."""
-    V, H, heads, kv, hd, inter, E, L = 32768, 3072, 48, 8, 128, 1536, 32, 4
-    folder.mkdir(parents=True, exist_ok=True)
-    cfg = json.load(open(ROOT / "tests" / "fixtures" / "minimax_m2" / "bf16" / "config.json"))
-    cfg.update(vocab_size=V, hidden_size=H, num_attention_heads=heads, num_key_value_heads=kv, head_dim=hd,
-               intermediate_size=inter, num_hidden_layers=L, num_local_experts=E, num_experts_per_tok=8,
-               rotary_dim=hd // 2, max_position_embeddings=4096)
-    shapes = {"model.embed_tokens.weight": [V, H], "lm_head.weight": [V, H], "model.norm.weight": [H]}
-    for b in range(L):
-        p = f"model.layers.{b}."
-        shapes.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
-                       p + "self_attn.q_proj.weight": [heads * hd, H], p + "self_attn.k_proj.weight": [kv * hd, H],
-                       p + "self_attn.v_proj.weight": [kv * hd, H], p + "self_attn.o_proj.weight": [H, heads * hd],
-                       p + "self_attn.q_norm.weight": [heads * hd], p + "self_attn.k_norm.weight": [kv * hd],
-                       p + "block_sparse_moe.gate.weight": [E, H], p + "block_sparse_moe.e_score_correction_bias": [E]})
-        for e in range(E):
-            q = p + f"block_sparse_moe.experts.{e}."
-            shapes.update({q + "w1.weight": [inter, H], q + "w2.weight": [H, inter], q + "w3.weight": [inter, H]})
-    header, off = {}, 0
-    for k, s in shapes.items():
-        dt = "F32" if k.endswith("correction_bias") else "BF16"
-        n = int(np.prod(s)) * (4 if dt == "F32" else 2)
-        header[k] = {"dtype": dt, "shape": s, "data_offsets": [off, off + n]}
-        off += n
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    rng = np.random.default_rng(0)
-    tmp = folder / "model.safetensors.part"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for k, s in shapes.items():
-            n = int(np.prod(s))
-            if header[k]["dtype"] == "F32":
-                f.write(np.zeros(n, "<f4").tobytes())
-                continue
-            scale = 1.0 if k.endswith("norm.weight") else 0.02
-            for i in range(0, n, 1 << 26):
-                x = (rng.standard_normal(min(1 << 26, n - i), dtype=np.float32) * scale
-                     + (1.0 if k.endswith("norm.weight") else 0.0))
-                f.write((x.view(np.uint32) >> 16).astype("<u2").tobytes())
-    tmp.rename(folder / "model.safetensors")
-    json.dump(cfg, open(folder / "config.json", "w"), indent=1)
-    return off
+    """The mid-size MiniMax-M2 checkpoint in BF16 (tests/dist_test.py writes it); returns its bytes."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from dist_test import write_checkpoint
+    return write_checkpoint(str(folder), layers=4, hidden=3072, inter=1536, experts=32, vocab=32768, heads=48, kv=8,
+                            head_dim=128, top_k=8, dtype="BF16")
 
 
 def cpu() -> str:

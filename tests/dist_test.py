@@ -76,26 +76,28 @@ def same_values(a, b, what):
     return len(fa)
 
 
-def write_checkpoint(folder, layers=4, hidden=512, inter=1024, experts=4, vocab=512):
-    """A MiniMax-M2 checkpoint (float32, random) whose weights outweigh the process: every expert
-    chosen for every token (num_experts_per_tok = num_local_experts), so a forward touches every
-    weight. Names and config keys as the fixtures (transformers' MiniMaxM2) have them."""
+def write_checkpoint(folder, layers=4, hidden=512, inter=1024, experts=4, vocab=512, heads=8, kv=4, head_dim=64,
+                     top_k=None, dtype="F32"):
+    """A MiniMax-M2 checkpoint with random weights (F32 or BF16; the router bias F32), named and
+    configured as the fixtures (transformers' MiniMaxM2) are. top_k None: every expert chosen for
+    every token (num_experts_per_tok = num_local_experts), so a forward touches every weight.
+    Returns the bytes of its tensors. bench/dist_bench.py writes its mid-size checkpoint with it."""
     import json
     import struct
     os.makedirs(folder, exist_ok=True)
-    heads, kv, hd = 8, 4, 64
     cfg = json.load(open(os.path.join(HERE, "fixtures", "minimax_m2", "fp32", "config.json")))
     cfg.update(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_local_experts=experts,
-               num_experts_per_tok=experts, vocab_size=vocab, num_attention_heads=heads, num_key_value_heads=kv,
-               head_dim=hd, rotary_dim=hd // 2)
-    json.dump(cfg, open(os.path.join(folder, "config.json"), "w"), indent=1)
+               num_experts_per_tok=top_k or experts, vocab_size=vocab, num_attention_heads=heads,
+               num_key_value_heads=kv, head_dim=head_dim, rotary_dim=head_dim // 2)
     shapes = {"model.embed_tokens.weight": [vocab, hidden], "lm_head.weight": [vocab, hidden], "model.norm.weight": [hidden]}
     for b in range(layers):
         p = f"model.layers.{b}."
         shapes.update({p + "input_layernorm.weight": [hidden], p + "post_attention_layernorm.weight": [hidden],
-                       p + "self_attn.q_proj.weight": [heads * hd, hidden], p + "self_attn.k_proj.weight": [kv * hd, hidden],
-                       p + "self_attn.v_proj.weight": [kv * hd, hidden], p + "self_attn.o_proj.weight": [hidden, heads * hd],
-                       p + "self_attn.q_norm.weight": [heads * hd], p + "self_attn.k_norm.weight": [kv * hd],
+                       p + "self_attn.q_proj.weight": [heads * head_dim, hidden],
+                       p + "self_attn.k_proj.weight": [kv * head_dim, hidden],
+                       p + "self_attn.v_proj.weight": [kv * head_dim, hidden],
+                       p + "self_attn.o_proj.weight": [hidden, heads * head_dim],
+                       p + "self_attn.q_norm.weight": [heads * head_dim], p + "self_attn.k_norm.weight": [kv * head_dim],
                        p + "block_sparse_moe.gate.weight": [experts, hidden],
                        p + "block_sparse_moe.e_score_correction_bias": [experts]})
         for e in range(experts):
@@ -103,17 +105,26 @@ def write_checkpoint(folder, layers=4, hidden=512, inter=1024, experts=4, vocab=
             shapes.update({q + "w1.weight": [inter, hidden], q + "w2.weight": [hidden, inter], q + "w3.weight": [inter, hidden]})
     header, offset = {}, 0
     for k, shp in shapes.items():
-        n = int(np.prod(shp)) * 4
-        header[k] = {"dtype": "F32", "shape": shp, "data_offsets": [offset, offset + n]}
+        dt = "F32" if k.endswith("correction_bias") else dtype
+        n = int(np.prod(shp)) * (2 if dt == "BF16" else 4)
+        header[k] = {"dtype": dt, "shape": shp, "data_offsets": [offset, offset + n]}
         offset += n
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     rng = np.random.default_rng(0)
-    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+    part = os.path.join(folder, "model.safetensors.part")
+    with open(part, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text)
         for k, shp in shapes.items():
-            scale = 1.0 if k.endswith("norm.weight") else 0.02
-            f.write((rng.standard_normal(int(np.prod(shp)), dtype=np.float32) * scale).astype("<f4").tobytes())
+            n, norm = int(np.prod(shp)), k.endswith("norm.weight")
+            for i in range(0, n, 1 << 26):  # in pieces: the mid-size experts are 2^22 elements each, the lot 2^31
+                x = rng.standard_normal(min(1 << 26, n - i), dtype=np.float32) * (0.1 if norm else 0.02) + norm
+                if header[k]["dtype"] == "BF16":
+                    f.write((x.view(np.uint32) >> 16).astype("<u2").tobytes())
+                else:
+                    f.write(x.astype("<f4").tobytes())
+    os.replace(part, os.path.join(folder, "model.safetensors"))
+    json.dump(cfg, open(os.path.join(folder, "config.json"), "w"), indent=1)
     return offset
 
 

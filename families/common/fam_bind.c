@@ -32,14 +32,16 @@ void fam_load_blocks(const nnt_load_args *args, int layers, int *first, int *end
     }
 }
 
-nnt_status fam_bind_readout_stage(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied, int first,
-                                  int end, int layers, fam_decoder *d, nnt_error *err)
+nnt_status fam_bind_readout_stage(const fam_env *env, const nnt_load_args *args, int64_t V, int64_t H, int tied,
+                                  int layers, fam_decoder *d, int *first, int *end, nnt_error *err)
 {
-    if (first == 0 && end == layers) return fam_bind_readout(env, ck, V, H, tied, d, err);
+    const nnt_checkpoint *ck = args->ckpt;
+    fam_load_blocks(args, layers, first, end);
+    if (*first == 0 && *end == layers) return fam_bind_readout(env, ck, V, H, tied, d, err);
     int64_t es[2] = {V, H}, ns[1] = {H};
-    int readout = end == layers, lm_is_embed = tied && !env->core->has_tensor(ck, "lm_head.weight");
+    int readout = *end == layers, lm_is_embed = tied && !env->core->has_tensor(ck, "lm_head.weight");
     nnt_status st = NNT_OK;
-    if (first == 0 || (readout && lm_is_embed)) st = fam_weight(env, ck, "model.embed_tokens.weight", 2, es, &d->embed, err);
+    if (*first == 0 || (readout && lm_is_embed)) st = fam_weight(env, ck, "model.embed_tokens.weight", 2, es, &d->embed, err);
     if (st != NNT_OK || !readout) return st;
     st = fam_weight(env, ck, "model.norm.weight", 1, ns, &d->final_norm, err);
     if (st != NNT_OK) return st;

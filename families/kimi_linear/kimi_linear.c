@@ -602,18 +602,14 @@ static nnt_status kl_load(const nnt_load_args *args, void **out, nnt_error *err)
         if (!m->l || !m->expert_pool || !kinds || !mlp_kinds) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     if (st == NNT_OK) st = read_layer_kinds(m, ck, kinds, mlp_kinds, err);
-    int first = 0, end = 0; /* a stage's load binds its blocks only */
-    if (st == NNT_OK) {
-        fam_load_blocks(args, m->layers, &first, &end);
-        m->first_block = first;
-        m->end_block = end;
-        st = fam_bind_readout_stage(&m->env, ck, m->vocab, m->hidden, m->tied, first, end, m->layers, &m->dec, err);
-    }
+    if (st == NNT_OK) /* a stage's load binds its blocks only */
+        st = fam_bind_readout_stage(&m->env, args, m->vocab, m->hidden, m->tied, m->layers, &m->dec, &m->first_block,
+                                    &m->end_block, err);
     for (int L = 0; st == NNT_OK && L < m->layers; L++) {
         kl_layer *ly = &m->l[L];
         ly->kind = kinds[L];
         ly->mlp_kind = mlp_kinds[L];
-        if (L < first || L >= end) continue; /* another stage's block: its kinds only */
+        if (L < m->first_block || L >= m->end_block) continue; /* another stage's block: its kinds only */
         int64_t H = m->hidden;
         char n[160];
         snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", L);

@@ -492,15 +492,11 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
     if (st == NNT_OK) {
         for (int k = 0; k < 2; k++) fam_rope_inv_freq(m->inv_freq[k], m->rot_dim[k], m->theta[k]);
     }
-    int first = 0, end = 0; /* a stage's load binds its blocks only */
-    if (st == NNT_OK) {
-        fam_load_blocks(args, m->layers, &first, &end);
-        m->first_block = first;
-        m->end_block = end;
-        st = fam_bind_readout_stage(&m->env, ck, m->vocab, m->hidden, m->tied, first, end, m->layers, &m->dec, err);
-    }
+    if (st == NNT_OK) /* a stage's load binds its blocks only */
+        st = fam_bind_readout_stage(&m->env, args, m->vocab, m->hidden, m->tied, m->layers, &m->dec, &m->first_block,
+                                    &m->end_block, err);
     for (int L = 0; st == NNT_OK && L < m->layers; L++) {
-        if (L >= first && L < end) {
+        if (L >= m->first_block && L < m->end_block) {
             st = bind_layer(m, ck, L, kinds[L], mlp_kinds[L], err);
         } else { /* another stage's block: its kind only (the tree and the value shapes read it) */
             m->l[L].kind = kinds[L];

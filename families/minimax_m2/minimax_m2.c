@@ -286,14 +286,10 @@ static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
     if (st == NNT_OK) {
         fam_rope_inv_freq(m->inv_freq, m->rotary_dim, m->theta);
     }
-    int first = 0, end = 0; /* a stage's load binds its blocks only */
-    if (st == NNT_OK) {
-        fam_load_blocks(args, m->layers, &first, &end);
-        m->first_block = first;
-        m->end_block = end;
-        st = fam_bind_readout_stage(&m->env, ck, m->vocab, m->hidden, m->tied, first, end, m->layers, &m->dec, err);
-    }
-    for (int L = first; st == NNT_OK && L < end; L++) st = bind_layer(m, ck, L, err);
+    if (st == NNT_OK) /* a stage's load binds its blocks only */
+        st = fam_bind_readout_stage(&m->env, args, m->vocab, m->hidden, m->tied, m->layers, &m->dec, &m->first_block,
+                                    &m->end_block, err);
+    for (int L = m->first_block; st == NNT_OK && L < m->end_block; L++) st = bind_layer(m, ck, L, err);
     if (st == NNT_OK) {
         fam_decoder_wire(&m->dec, m->layers, m->hidden, m->vocab, m->eps, &m->l[0].in_norm, &m->l[0].post_norm,
                          sizeof(mm_layer), m, mm_attention, mm_mlp);

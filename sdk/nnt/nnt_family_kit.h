@@ -440,12 +440,13 @@ nnt_status fam_bind_readout(const fam_env *env, const nnt_checkpoint *ck, int64_
  * 3.3; every block [0, layers) when the core predates them or asks for the whole model):
  * *first and *end, 0 <= *first < *end <= layers. */
 void fam_load_blocks(const nnt_load_args *args, int layers, int *first, int *end);
-/* fam_bind_readout for a load of blocks [first, end) of `layers` (fam_load_blocks): the
- * embedding only when first is 0 (or when tied and the lm_head it serves is needed), the final
- * norm and lm_head only when end is layers; the parts left out stay zero tensors. Errors: as
- * fam_weight. */
-nnt_status fam_bind_readout_stage(const fam_env *env, const nnt_checkpoint *ck, int64_t V, int64_t H, int tied, int first,
-                                  int end, int layers, fam_decoder *d, nnt_error *err);
+/* fam_bind_readout for the load `args` asks for (ABI 3.3: one stage's blocks, fam_load_blocks):
+ * writes the stage's blocks to *first and *end ([0, layers) for a whole-model load) and binds
+ * from args->ckpt the embedding only when *first is 0 (or when tied and the lm_head it serves is
+ * needed), the final norm and lm_head only when *end is layers; the parts left out stay zero
+ * tensors. Errors: as fam_weight. */
+nnt_status fam_bind_readout_stage(const fam_env *env, const nnt_load_args *args, int64_t V, int64_t H, int tied,
+                                  int layers, fam_decoder *d, int *first, int *end, nnt_error *err);
 
 /* One row of a family's tensor-name table, the way llama.cpp's llama-arch.cpp lists each
  * architecture's tensors: which member of the family's block struct a checkpoint tensor binds
