@@ -306,8 +306,10 @@ static int recv_values(dist *d, nnt_trace *t, int from)
         wire_value w;
         char key[192];
         if (d->tp->recv(d->t, from, &w, sizeof w, &err) != NNT_OK) return transport_fail(d, &err);
-        if (w.key_len < 1 || w.key_len >= (int32_t)sizeof key || (!w.none && (w.ndim < 0 || w.ndim > NNT_MAX_DIMS))) {
-            snprintf(msg, sizeof msg, "value %d from rank %d has a key of %d bytes and %d axes", i, from, w.key_len, w.ndim);
+        if (w.key_len < 1 || w.key_len >= (int32_t)sizeof key ||
+            (!w.none && (w.ndim < 0 || w.ndim > NNT_MAX_DIMS || nnt_dtype_size((nnt_dtype)w.dtype) == 0))) {
+            snprintf(msg, sizeof msg, "value %d from rank %d has a key of %d bytes, dtype %d and %d axes", i, from, w.key_len,
+                     w.dtype, w.ndim);
             return local_fail(d, "gather", msg);
         }
         if (d->tp->recv(d->t, from, key, (size_t)w.key_len, &err) != NNT_OK) return transport_fail(d, &err);
