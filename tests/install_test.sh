@@ -8,7 +8,8 @@
 # touching nothing in the build tree but CMake's install_manifest.txt. Then, with NNT_CONFIG and
 # LD_LIBRARY_PATH unset and WORK as the working directory, it checks that
 #   (a) the installed nnt reads the installed INI and loads the installed plugins: `nnt plugins`
-#       prints <prefix>/share/nnt/nnt.ini and no path of the build tree, and traces the example;
+#       prints <prefix>/share/nnt/nnt.ini and no path of the build tree, and traces the example (also
+#       over 2 ranks with mpirun, through the installed transport, when MPI was built);
 #   (b) bin/nnt finds lib/libnnt.so.0 by its RPATH ($ORIGIN), ldd reports nothing missing, and
 #       the installed text files (INI, nnt.pc, CMake package) name neither the build tree nor a
 #       fixed prefix;
@@ -61,6 +62,16 @@ grep -qE "family +minimax_m2 +cpu +$prefix/lib/nnt/families/minimax_m2.so" plugi
 step "(a) nnt trace on the example model"
 "$prefix/bin/nnt" trace --model "$src/examples/tiny-minimax-m2" --tokens "$(cat "$src/examples/tiny-minimax-m2/prompt.txt")" \
   > trace.txt 2>&1 || { cat trace.txt; fail "the installed nnt cannot trace the example"; }
+# the same over 2 ranks, through the installed INI's [distributed] transport (when it was built)
+if [ -f "$prefix/lib/nnt/transports/mpi.so" ] && command -v mpirun > /dev/null; then
+  step "(a) mpirun -np 2 of the installed nnt"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 mpirun --oversubscribe -np 2 \
+    "$prefix/bin/nnt" trace --model "$src/examples/tiny-minimax-m2" --tokens "$(cat "$src/examples/tiny-minimax-m2/prompt.txt")" \
+    > trace2.txt 2>&1 || { cat trace2.txt; fail "the installed nnt cannot trace the example over 2 ranks"; }
+  grep "^top 5" trace.txt > top1.txt
+  grep "^top 5" trace2.txt > top2.txt
+  cmp -s top1.txt top2.txt || { cat trace.txt trace2.txt; fail "2 ranks print other next tokens than one process"; }
+fi
 
 # (b) RPATH and no build-tree or fixed-prefix paths in the installed text files
 step "(b) ldd bin/nnt"
