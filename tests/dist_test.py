@@ -3,7 +3,8 @@
 process, on every family fixture: every value the family serves on every block, saved by
 `nnt trace --out`, must be equal (at most 1e-6 relative; the stages run the same kernels, so in
 practice bit for bit); `nnt generate` must give the same tokens (greedy and sampled) and values;
-`nnt lens --out` the same probabilities. Then the failures: more ranks than blocks, an edit
+`nnt lens --out` the same probabilities; edits on every stage (scale, add, steer, expert
+ablation) the same values and tokens; each rank's peak memory its share. Then the failures: more ranks than blocks, an edit
 refused on one rank only, a [distributed] stages split that does not fit, a rank that stops
 answering (ended within the [distributed] timeout) and a rank killed mid-run.
 
@@ -128,6 +129,47 @@ def write_checkpoint(folder, layers=4, hidden=512, inter=1024, experts=4, vocab=
     return offset
 
 
+def check_edits(nnt, mpi, fixtures, tmp):
+    """Edits run on the rank that holds their value: a mix of them on every block, in a trace and in
+    a generation, gives one process's values and tokens over 2 and 3 ranks."""
+    import struct
+    import json
+    for fx in ("minimax_m2/fp32", "kimi_linear/fp32", "deepseek_v4/fp32", "mimo_v2_flash/fp8"):
+        model = os.path.join(fixtures, fx)
+        cfg = json.load(open(os.path.join(model, "config.json")))
+        H, L = cfg["hidden_size"], cfg["num_hidden_layers"]
+        vec = os.path.join(tmp, "vec.safetensors")  # a [hidden] steering vector, 0.01 * (1, 2, 3, ...)
+        h = json.dumps({"v": {"dtype": "F32", "shape": [H], "data_offsets": [0, 4 * H]}}).encode()
+        h += b" " * (-len(h) % 8)
+        with open(vec, "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + (0.01 * np.arange(1, H + 1, dtype="<f4")).tobytes())
+        edits = ["--scale", "layers.0.layer_output=0.5", "--scale", f"layers.{L - 1}.layer_input=0.75",
+                 "--add", f"layers.1.layer_input={vec}:v", "--steer-factor", "2", "--steer", f"0:{L - 1}={vec}:v",
+                 "--ablate-expert", f"{L - 1}:1", "--save", "layers.*.layer_output", "--save", "logits"]
+        rows = ["--tokens", "3,17,42,5,99", "--tokens", "7,8,9"]
+        one = run([nnt, "trace", "--model", model, *rows, *edits, "--out", os.path.join(tmp, "e1.safetensors")])
+        g1 = run([nnt, "generate", "--model", model, *rows, "--max-new-tokens", "3", "--ignore-eos", *edits])
+        check(one.returncode == 0 and g1.returncode == 0, f"{fx}: edits in one process: {one.stderr[-300:]} {g1.stderr[-300:]}")
+        plain = run([nnt, "trace", "--model", model, *rows, "--save", "logits", "--out", os.path.join(tmp, "e0.safetensors")])
+        if plain.returncode == 0 and one.returncode == 0:  # the edits change the logits (the test is not vacuous)
+            a = safetensors_reader.read(os.path.join(tmp, "e0.safetensors"))["logits"]
+            b = safetensors_reader.read(os.path.join(tmp, "e1.safetensors"))["logits"]
+            check(float(np.max(np.abs(a - b))) > 1e-3, f"{fx}: the edits leave the logits as they were")
+        for ranks in (2, 3):
+            r = run([*mpi, "-np", str(ranks), nnt, "trace", "--model", model, *rows, *edits, "--out",
+                     os.path.join(tmp, "en.safetensors")])
+            check(r.returncode == 0, f"{fx}: edits over {ranks} ranks: {r.stderr[-300:]}")
+            if r.returncode == 0:
+                n = same_values(os.path.join(tmp, "e1.safetensors"), os.path.join(tmp, "en.safetensors"),
+                                f"{fx}: edits over {ranks} ranks")
+                print(f"{fx}: {ranks} ranks with edits on every stage: {n} values equal to one process", flush=True)
+            g = run([*mpi, "-np", str(ranks), nnt, "generate", "--model", model, *rows, "--max-new-tokens", "3",
+                     "--ignore-eos", *edits])
+            check(g.returncode == 0 and g.stdout.splitlines()[-2:] == g1.stdout.splitlines()[-2:],
+                  f"{fx}: generation with edits over {ranks} ranks: {g.stdout.splitlines()[-2:]} vs "
+                  f"{g1.stdout.splitlines()[-2:]} {g.stderr[-300:]}")
+
+
 def rss_wrapper(argv):
     """Runs argv and prints this rank's peak resident memory (the child's, in KiB) on stderr."""
     import resource
@@ -212,6 +254,7 @@ def main():
                 same_values(os.path.join(tmp, "lens1.safetensors"), os.path.join(tmp, "lensn.safetensors"),
                             f"{fx}: lens over {ranks} ranks")
 
+    check_edits(nnt, mpi, fixtures, tmp)
     check_memory(nnt, mpi, tmp)
 
     # ---- failures ----
