@@ -175,7 +175,8 @@ def rss_wrapper(argv):
     import resource
     rc = subprocess.run(argv).returncode
     rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
-    print(f"RSS {rank} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", file=sys.stderr, flush=True)
+    # one write: mpirun merges the ranks' stderr, and a line written in pieces can be split
+    os.write(2, f"\nRSS {rank} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\n".encode())
     return rc
 
 
@@ -193,7 +194,8 @@ def check_memory(nnt, mpi, tmp):
     tiny = run([*me, nnt, "trace", "--model", os.path.join(HERE, "fixtures", "minimax_m2", "fp32"), "--tokens", "1,2"])
     one = run([*me, nnt, *args])
     two = run([*mpi, "-np", "2", *me, nnt, *args])
-    rss = lambda text: {int(l.split()[1]): int(l.split()[2]) * 1024 for l in text.splitlines() if l.startswith("RSS ")}
+    import re
+    rss = lambda text: {int(r): int(kb) * 1024 for r, kb in re.findall(r"RSS (\d+) (\d+)\n", text)}
     base, whole, ranks = rss(tiny.stderr).get(0, 0), rss(one.stderr).get(0, 0), rss(two.stderr)
     check(one.returncode == 0 and two.returncode == 0 and len(ranks) == 2, f"memory runs: {one.stderr[-300:]} {two.stderr[-300:]}")
     if len(ranks) != 2 or not base:
