@@ -92,6 +92,16 @@ static void last_held_error(char *out, size_t n)
 
 int dist_hold_stderr_early(void) { return env_rank() > 0 ? hold_stderr() : -1; }
 
+void dist_quiet_stdout(void)
+{
+    fflush(stdout);
+    int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) {
+        dup2(null, 1);
+        close(null);
+    }
+}
+
 void dist_set_root(dist *d, int root)
 {
     if (!d) return;
@@ -101,12 +111,7 @@ void dist_set_root(dist *d, int root)
         return;
     }
     if (d->held_fd < 0) d->held_fd = hold_stderr();
-    fflush(stdout);
-    int null = open("/dev/null", O_WRONLY);
-    if (null >= 0) {
-        dup2(null, 1);
-        close(null);
-    }
+    dist_quiet_stdout();
 }
 
 int dist_rank(const dist *d) { return d ? d->rank : 0; }

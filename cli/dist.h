@@ -47,6 +47,8 @@ void dist_set_root(dist *d, int root);
  * its stderr back from the start, so that errors every rank meets alike (a bad argument) are
  * printed once, by rank 0. Returns the descriptor to hand to dist_start, or -1. */
 int dist_hold_stderr_early(void);
+/* Sends this process's stdout to /dev/null (a rank that does not print). */
+void dist_quiet_stdout(void);
 /* Tells the other ranks that this one failed with rc != 0 (once, with its last held error line;
  * nothing when the failure came from another rank), leaves the run and frees d. NULL is allowed. */
 void dist_finish(dist *d, int rc);

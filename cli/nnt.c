@@ -2156,13 +2156,16 @@ static int runs_over_ranks(const char *cmd)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "plan") == 0) return nnt_cli_plan(argc - 1, argv + 1);
+    int held_stderr = dist_hold_stderr_early(); /* ranks > 0 of an mpirun job: rank 0 reports */
+    if (argc > 1 && strcmp(argv[1], "plan") == 0) { /* under mpirun, rank 0 prints the plan once */
+        if (held_stderr >= 0) dist_quiet_stdout();
+        return nnt_cli_plan(argc - 1, argv + 1);
+    }
     opts o;
     nnt_runtime *rt = NULL;
     nnt_model *m = NULL;
     input in = {0};
     dist *d = NULL;
-    int held_stderr = dist_hold_stderr_early(); /* ranks > 0 of an mpirun job: rank 0 reports */
     int rc = parse_args(argc, argv, &o);
     if (rc != 0) goto done;
     if (strcmp(o.cmd, "help") == 0 || strcmp(o.cmd, "--help") == 0 || strcmp(o.cmd, "-h") == 0) {

@@ -270,6 +270,10 @@ def main():
 
     # ---- failures ----
     model = os.path.join(fixtures, "minimax_m2/fp32")  # 3 blocks
+    r = run([*mpi, "-np", "2", nnt, "plan", "--model", model, "--ranks", "2"])
+    check(r.returncode == 0 and r.stdout.count("plan: ") == 1, f"mpirun nnt plan prints the plan once: {r.stdout[-300:]}")
+    r = run([*mpi, "-np", "2", nnt, "print", "--model", model])
+    check(r.returncode == 2 and r.stderr.count("print runs in one process") == 1, f"print under mpirun: {r.stderr[-300:]}")
     r = run([*mpi, "-np", "4", nnt, "trace", "--model", model, "--tokens", "1,2,3"])
     check(r.returncode != 0 and "4 ranks for a model of 3 blocks" in r.stderr and r.stderr.count("nnt: error") == 1,
           f"more ranks than blocks: {r.stderr[-400:]}")
