@@ -269,6 +269,11 @@ nnt_status nnt_cfg_int_list(const nnt_checkpoint *ck, const char *key, const cha
             out[i] = found;
         } else if (cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) && fabs(e->valuedouble) <= 2147483647.0) {
             out[i] = (int64_t)e->valuedouble;
+            /* with names, a number stands for a name's index: the family indexes by it */
+            if (names && (out[i] < 0 || out[i] >= n_names))
+                return nnt_err_set(err, NNT_ERR_CONFIG,
+                                   "%s: field '%s'[%d] is %lld; a number there is the index of one of its %d names, "
+                                   "0..%d", nnt_cfg_path(ck), key, i, (long long)out[i], n_names, n_names - 1);
         } else if (cJSON_IsBool(e)) {
             out[i] = cJSON_IsTrue(e);
         } else {

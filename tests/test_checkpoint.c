@@ -633,6 +633,30 @@ static void test_config_counts_bounded(void)
     nnt_checkpoint_close(ck);
 }
 
+/* A list read by names (DeepSeek-V4's layer_types) takes a number only as a name's index: 4, where
+ * there are 3 names, indexed the family's 3-entry rate table (fuzz_config, UBSan; the reproducer
+ * is tests/fuzz/crashes/config/deepseek-layer-types-number-4.json). */
+static void test_config_named_list_index(void)
+{
+    char d[768], p[800];
+    CU_ASSERT_FATAL(copy_checkpoint("deepseek_v4/fp32", "layer_types_4", 0, d, sizeof d) == 0);
+    snprintf(p, sizeof p, "%s/config.json", d);
+    char *text = read_text(p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    char *at = strstr(text, "\"layer_types\": [");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    at += strlen("\"layer_types\": [");
+    const char *first = "\"sliding_attention\"";
+    char *entry = strstr(at, first);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(entry);
+    memmove(entry + 1, entry + strlen(first), strlen(entry + strlen(first)) + 1);
+    entry[0] = '4';
+    CU_ASSERT_FATAL(t_write_file(p, text) == 0);
+    free(text);
+    expect_load(d, NNT_ERR_CONFIG,
+                "config.json: field 'layer_types'[0] is 4; a number there is the index of one of its 3 names, 0..2");
+}
+
 /* A shard truncated between the load and the forward: its lost pages raise SIGBUS, which the
  * opt-in guard turns into zero pages and an error naming the file; the model stays usable for
  * freeing. */
@@ -745,6 +769,7 @@ int register_tests(void)
         !CU_add_test(s, "fp8 weights without their scales", test_fp8_missing_scale) ||
         !CU_add_test(s, "a header length that leaves tensors misaligned", test_misaligned_header) ||
         !CU_add_test(s, "block and expert counts bounded by the tensors", test_config_counts_bounded) ||
+        !CU_add_test(s, "a named list's numbers are name indices", test_config_named_list_index) ||
         !CU_add_test(s, "a shard truncated while mapped", test_truncated_while_mapped) ||
         !CU_add_test(s, "a shard modified while mapped", test_modified_while_mapped))
         return -1;

@@ -108,8 +108,9 @@ typedef struct nnt_core_api {
     /* 1 when the key is present and not null. */
     int (*cfg_has)(const nnt_checkpoint *ck, const char *key);
     /* A JSON array of integers (or of strings mapped through `names`, when non-NULL: each
-     * element must equal one of names[0..n_names) and yields its index). *count receives the
-     * array length; more than `max` elements is an error. */
+     * string element must equal one of names[0..n_names) and yields its index, and a number
+     * must be such an index, 0..n_names - 1). *count receives the array length; more than `max`
+     * elements is an error. */
     nnt_status (*cfg_int_list)(const nnt_checkpoint *ck, const char *key, const char *const *names,
                                int n_names, int64_t *out, int max, int *count, nnt_error *err);
     /* Path of config.json, for messages. */
