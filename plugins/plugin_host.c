@@ -170,21 +170,21 @@ static void capture_identity(const nnt_plugin_header *h, const char *const *arch
     for (int i = 0; i < n; i++) w->archs[i] = nnt_strdup(archs[i]);
 }
 
-/* nnt_plugin_load, also filling *who (when not NULL) with the name and architectures of a
- * plugin whose header was readable but which failed a later check. */
-static nnt_status plugin_open(const char *file, nnt_plugin **out, nnt_plugin_warning *who, nnt_error *err)
+/* dlopens `file` (RTLD_NOW, local) once it is known to exist and to be a regular file - checked as
+ * every input is, without blocking on a FIFO; dlopen then maps it by name and runs its
+ * initialisers, as it does for any shared object. RTLD_NODELETE: a backend may leave worker
+ * threads (OpenMP, OpenBLAS) that must never outlive their code, so plugin code stays mapped
+ * after dlclose. `missing` completes the message for a file that does not exist. Errors:
+ * NNT_ERR_IO (missing, not regular, unreadable), NNT_ERR_PLUGIN (dlopen refused it; its reason). */
+static nnt_status open_shared(const char *file, const char *missing, void **out, nnt_error *err)
 {
     *out = NULL;
     struct stat sb;
-    if (stat(file, &sb) != 0) return nnt_err_set(err, NNT_ERR_IO, "%s: plugin file does not exist", file);
-    /* a regular file (checked as every input is, without blocking on a FIFO); dlopen then maps
-     * it by name, and runs its initialisers as it does */
+    if (stat(file, &sb) != 0) return nnt_err_set(err, NNT_ERR_IO, "%s: %s", file, missing);
     int fd;
     nnt_status regular = nnt_open_regular(file, &fd, NULL, err);
     if (regular != NNT_OK) return regular;
     close(fd);
-    /* RTLD_NODELETE: a backend may leave worker threads (OpenMP, OpenBLAS) that must never
-     * outlive their code, so plugin code stays mapped after dlclose. */
     void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
         const char *why = dlerror();
@@ -193,6 +193,18 @@ static nnt_status plugin_open(const char *file, nnt_plugin **out, nnt_plugin_war
         return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: cannot be loaded as a shared object: %s", file,
                            why ? why : "unknown reason");
     }
+    *out = h;
+    return NNT_OK;
+}
+
+/* nnt_plugin_load, also filling *who (when not NULL) with the name and architectures of a
+ * plugin whose header was readable but which failed a later check. */
+static nnt_status plugin_open(const char *file, nnt_plugin **out, nnt_plugin_warning *who, nnt_error *err)
+{
+    *out = NULL;
+    void *h;
+    nnt_status opened = open_shared(file, "plugin file does not exist", &h, err);
+    if (opened != NNT_OK) return opened;
     const nnt_family_descriptor *fam = dlsym(h, NNT_FAMILY_SYMBOL);
     const nnt_backend_descriptor *be = dlsym(h, NNT_BACKEND_SYMBOL);
     nnt_status st = NNT_OK;
@@ -246,20 +258,12 @@ nnt_status nnt_transport_load(const char *file, void **handle, const nnt_transpo
 {
     *handle = NULL;
     *out = NULL;
-    struct stat sb;
-    if (stat(file, &sb) != 0)
-        return nnt_err_set(err, NNT_ERR_IO,
-                           "%s: the transport plugin does not exist (nnt was built without MPI - Debian: libopenmpi-dev "
-                           "- or [distributed] transport names another file)", file);
-    int fd;
-    nnt_status st = nnt_open_regular(file, &fd, NULL, err);
+    void *h;
+    nnt_status st = open_shared(file,
+                                "the transport plugin does not exist (nnt was built without MPI - Debian: "
+                                "libopenmpi-dev - or [distributed] transport names another file)",
+                                &h, err);
     if (st != NNT_OK) return st;
-    close(fd);
-    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (!h) {
-        const char *why = dlerror();
-        return nnt_err_set(err, NNT_ERR_PLUGIN, "%s: cannot be loaded as a shared object: %s", file, why ? why : "unknown reason");
-    }
     const nnt_transport_descriptor *d = dlsym(h, NNT_TRANSPORT_SYMBOL);
     if (!d)
         st = nnt_err_set(err, NNT_ERR_PLUGIN, "%s: not an nnt transport: it does not export '%s'", file, NNT_TRANSPORT_SYMBOL);

@@ -443,6 +443,86 @@ static void test_forward_contract(void)
     nnt_runtime_close(rt);
 }
 
+/* [distributed]: each key's syntax errors with file and line; good values read back; the
+ * transport loaded (only under a launcher's environment) with the reason it cannot be. */
+static void test_distributed_section(void)
+{
+    char ini[2048];
+    ini_for(ini, sizeof ini, NULL, "[distributed]\nranks = 2\n");
+    expect("dist_key.ini", ini, NNT_ERR_CONFIG,
+           "dist_key.ini:5: unknown key 'ranks' in [distributed] (expected transport, timeout or stages)");
+    ini_for(ini, sizeof ini, NULL, "[distributed]\ntimeout = 5\ntimeout = 6\n");
+    expect("dist_twice.ini", ini, NNT_ERR_CONFIG, "dist_twice.ini:6: key 'timeout' appears twice in [distributed] (first at line 5)");
+    ini_for(ini, sizeof ini, NULL, "[distributed]\ntransport =\n");
+    expect("dist_path.ini", ini, NNT_ERR_CONFIG, "dist_path.ini:5: [distributed] transport needs a path");
+    static const char *const timeouts[] = {"0", "-1", "x", "5s", "2e6", "nan", "inf", ""};
+    for (size_t i = 0; i < sizeof timeouts / sizeof timeouts[0]; i++) {
+        char tail[128], want[160];
+        snprintf(tail, sizeof tail, "[distributed]\ntimeout = %s\n", timeouts[i]);
+        ini_for(ini, sizeof ini, NULL, tail);
+        snprintf(want, sizeof want, "dist_timeout.ini:5: [distributed] timeout = '%s': expected seconds, a number > 0 and <= 1e6",
+                 timeouts[i]);
+        expect("dist_timeout.ini", ini, NNT_ERR_CONFIG, want);
+    }
+    static const char *const stages[] = {"0", "3,2", "2,2", "2;3", "2,", "", "1x", "-4", "99999999999"};
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+        char tail[128], want[200];
+        snprintf(tail, sizeof tail, "[distributed]\nstages = %s\n", stages[i]);
+        ini_for(ini, sizeof ini, NULL, tail);
+        snprintf(want, sizeof want,
+                 "dist_stages.ini:5: [distributed] stages = '%s': expected ascending block indices >= 1 separated by commas",
+                 stages[i]);
+        expect("dist_stages.ini", ini, NNT_ERR_CONFIG, want);
+    }
+
+    /* good values, read back; the defaults without the section */
+    nnt_runtime *rt;
+    ini_for(ini, sizeof ini, NULL, "[distributed]\ntimeout = 2.5\nstages = 1, 3\ntransport = none.so\n");
+    CU_ASSERT_EQUAL_FATAL(open_with("dist_good.ini", ini, &rt), NNT_OK);
+    double timeout = 0;
+    const int *cuts = NULL;
+    int n_cuts = 0;
+    nnt_runtime_distributed(rt, &timeout, &cuts, &n_cuts);
+    CU_ASSERT_DOUBLE_EQUAL(timeout, 2.5, 0);
+    CU_ASSERT_EQUAL_FATAL(n_cuts, 2);
+    CU_ASSERT(cuts[0] == 1 && cuts[1] == 3);
+    const nnt_transport_descriptor *tp = (const void *)1;
+    /* no launcher: no transport, none loaded (none.so does not exist) */
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("PMI_SIZE");
+    unsetenv("PMIX_RANK");
+    CU_ASSERT_EQUAL(nnt_runtime_transport(rt, &tp), NNT_OK);
+    CU_ASSERT_PTR_NULL(tp);
+    /* under a launcher: the transport file must load */
+    setenv("PMI_SIZE", "2", 1);
+    T_FAILS(rt, nnt_runtime_transport(rt, &tp), NNT_ERR_IO, "none.so: the transport plugin does not exist");
+    nnt_runtime_close(rt);
+    ini_for(ini, sizeof ini, NULL, "");
+    CU_ASSERT_EQUAL_FATAL(open_with("dist_none.ini", ini, &rt), NNT_OK);
+    nnt_runtime_distributed(rt, &timeout, &cuts, &n_cuts);
+    CU_ASSERT_DOUBLE_EQUAL(timeout, 600.0, 0);
+    CU_ASSERT_EQUAL(n_cuts, -1);
+    T_FAILS(rt, nnt_runtime_transport(rt, &tp), NNT_ERR_CONFIG,
+            "dist_none.ini: started by a launcher (mpirun), but the file has no [distributed] transport = FILE");
+    nnt_runtime_close(rt);
+    /* a shared object that is not a transport (a family plugin), a file that is not one at all */
+    char tail[700], junk[600];
+    snprintf(tail, sizeof tail, "[distributed]\ntransport = %s/families/minimax_m2.so\n", NNT_TEST_BUILD_DIR);
+    ini_for(ini, sizeof ini, NULL, tail);
+    CU_ASSERT_EQUAL_FATAL(open_with("dist_family.ini", ini, &rt), NNT_OK);
+    T_FAILS(rt, nnt_runtime_transport(rt, &tp), NNT_ERR_PLUGIN,
+            "minimax_m2.so: not an nnt transport: it does not export 'nnt_transport_plugin'");
+    nnt_runtime_close(rt);
+    snprintf(junk, sizeof junk, "%s/not-a-transport.so", t_tmpdir());
+    CU_ASSERT_FATAL(t_write_file(junk, "text, not ELF\n") == 0);
+    snprintf(tail, sizeof tail, "[distributed]\ntransport = %s\n", junk);
+    ini_for(ini, sizeof ini, NULL, tail);
+    CU_ASSERT_EQUAL_FATAL(open_with("dist_junk.ini", ini, &rt), NNT_OK);
+    T_FAILS(rt, nnt_runtime_transport(rt, &tp), NNT_ERR_PLUGIN, "not-a-transport.so: cannot be loaded as a shared object: ");
+    nnt_runtime_close(rt);
+    unsetenv("PMI_SIZE");
+}
+
 static void test_ini_errors(void)
 {
     expect("key.ini", "; comment\n[plugins]\ndirectory = x\n", NNT_ERR_CONFIG, "key.ini:3: unknown key 'directory' in [plugins]");
@@ -567,6 +647,7 @@ int register_tests(void)
                      test_scanned_dir_skips_broken) ||
         !CU_add_test(s, "a broken default backend fails only where it is needed", test_broken_default_backend) ||
         !CU_add_test(s, "INI errors name the file and line", test_ini_errors) ||
+        !CU_add_test(s, "[distributed]: its keys, their errors and the transport's", test_distributed_section) ||
         !CU_add_test(s, "INI lines of any length; the first error reported", test_ini_long_lines_and_first_error) ||
         !CU_add_test(s, "an INI or a plugin that is a FIFO", test_ini_fifo) ||
         !CU_add_test(s, "NNT_CONFIG and the build-tree default", test_env_config) ||

@@ -360,6 +360,30 @@ static void test_bf16_deepseek(void) { check_bf16("deepseek_v4", "deepseek_v4/bf
 
 /* ---- argument checks ---- */
 
+/* A stage link whose peers never answer: each call fails as a transport would (the caller's
+ * side of the link sets status and message, as cli/dist.c does). */
+static nnt_status link_gone(nnt_error *err)
+{
+    err->status = NNT_ERR_IO;
+    snprintf(err->msg, sizeof err->msg, "test link: peer gone");
+    return NNT_ERR_IO;
+}
+static nnt_status no_recv(void *ctx, float *hidden, size_t n, nnt_error *err)
+{
+    (void)ctx, (void)hidden, (void)n;
+    return link_gone(err);
+}
+static nnt_status no_send(void *ctx, const float *hidden, size_t n, nnt_error *err)
+{
+    (void)ctx, (void)hidden, (void)n;
+    return link_gone(err);
+}
+static nnt_status no_share(void *ctx, int32_t *tokens, int batch, int is_source, nnt_error *err)
+{
+    (void)ctx, (void)tokens, (void)batch, (void)is_source;
+    return link_gone(err);
+}
+
 static void test_bad_arguments(void)
 {
     nnt_runtime *rt = t_runtime();
@@ -443,6 +467,58 @@ static void test_bad_arguments(void)
     CU_ASSERT_EQUAL(nnt_session_length(s), T + 1);
     CU_ASSERT_EQUAL(nnt_session_forward_stage(NULL, NULL, one, NULL, 1, 0, 2, NULL, a), NNT_ERR_INVALID_ARGUMENT);
     nnt_session_free(s);
+
+    /* values imported from another stage's trace: checked, then read back as the trace's own */
+    T_FAILS(rt, nnt_trace_import_result(t, "", NULL), NNT_ERR_INVALID_ARGUMENT,
+            "import: a key of 1 to 191 characters is needed (got 0)");
+    char long_key[200];
+    memset(long_key, 'k', 192);
+    long_key[192] = '\0';
+    T_FAILS(rt, nnt_trace_import_result(t, long_key, NULL), NNT_ERR_INVALID_ARGUMENT,
+            "import: a key of 1 to 191 characters is needed (got 192)");
+    T_FAILS(rt, nnt_trace_import_result(t, "logits", NULL), NNT_ERR_CONFLICT,
+            "import: the trace already holds a value under 'logits'");
+    float two[2] = {1.5f, -2.0f};
+    nnt_tensor v = {.dtype = NNT_F32, .ndim = 1, .shape = {2}, .data = two, .device = 1};
+    T_FAILS(rt, nnt_trace_import_result(t, "layers.2.layer_output", &v), NNT_ERR_INVALID_ARGUMENT,
+            "import: 'layers.2.layer_output' must be a host tensor with its data");
+    v.device = 0;
+    v.data = NULL;
+    T_FAILS(rt, nnt_trace_import_result(t, "layers.2.layer_output", &v), NNT_ERR_INVALID_ARGUMENT,
+            "import: 'layers.2.layer_output' must be a host tensor with its data");
+    v.data = two;
+    T_OK(rt, nnt_trace_import_result(t, "layers.2.layer_output", &v));
+    two[0] = 9.0f; /* copied at the call */
+    const nnt_tensor *back = nnt_trace_get(t, "layers.2.layer_output");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(back);
+    CU_ASSERT(back->ndim == 1 && back->shape[0] == 2 && ((const float *)back->data)[0] == 1.5f &&
+              ((const float *)back->data)[1] == -2.0f);
+    T_OK(rt, nnt_trace_import_result(t, "layers.0.attention.state_input", NULL));
+    int is_none = 0;
+    CU_ASSERT_EQUAL(nnt_trace_lookup(t, "layers.0.attention.state_input", NULL, &is_none), NNT_OK);
+    CU_ASSERT_EQUAL(is_none, 1);
+    CU_ASSERT_EQUAL(nnt_trace_import_result(NULL, "x", NULL), NNT_ERR_INVALID_ARGUMENT);
+
+    /* a generation stage's link: complete, and blocks inside the model */
+    nnt_generate_opts g = {.max_new_tokens = 2};
+    int32_t got[B * 2];
+    CU_ASSERT_EQUAL(nnt_generate_stage(m, NULL, ids, mask, B, T, &g, NULL, got), NNT_ERR_INVALID_ARGUMENT);
+    nnt_stage_link link = {.struct_size = sizeof link, .first_layer = 0, .end_layer = 2, .recv_hidden = no_recv,
+                           .send_hidden = no_send};
+    T_FAILS(rt, nnt_generate_stage(m, NULL, ids, mask, B, T, &g, &link, got), NNT_ERR_INVALID_ARGUMENT,
+            "generate: the stage link needs its struct_size, its three functions and blocks 0 <= first_layer < "
+            "end_layer <= 3 (got 0, 2)");
+    link.share_tokens = no_share;
+    link.end_layer = 4;
+    T_FAILS(rt, nnt_generate_stage(m, NULL, ids, mask, B, T, &g, &link, got), NNT_ERR_INVALID_ARGUMENT,
+            "blocks 0 <= first_layer < end_layer <= 3 (got 0, 4)");
+    link.end_layer = 2;
+    link.struct_size = 8;
+    T_FAILS(rt, nnt_generate_stage(m, NULL, ids, mask, B, T, &g, &link, got), NNT_ERR_INVALID_ARGUMENT,
+            "the stage link needs its struct_size");
+    /* the link's own error reaches the caller with its message */
+    link.struct_size = sizeof link;
+    T_FAILS(rt, nnt_generate_stage(m, NULL, ids, mask, B, T, &g, &link, got), NNT_ERR_IO, "test link: peer gone");
 
     nnt_trace_free(t);
     free(a);
