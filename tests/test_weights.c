@@ -192,7 +192,8 @@ static void test_linear_encodings(void)
         {"FP8/F32 130x200, 128x128 blocks", NNT_F8_E4M3, NNT_F32, 130, 200, 128, 128},
         {"FP8/BF16 45x83, 16x16 blocks", NNT_F8_E4M3, NNT_BF16, 45, 83, 16, 16},
         {"FP8/E8M0 33x150, 8x24 blocks", NNT_F8_E4M3, NNT_F8_E8M0, 33, 150, 8, 24},
-        /* widths and blocks in whole steps of 32 columns: x86's 16-bit-lane kernels */
+        /* widths and blocks in whole steps of 32 columns: x86's 16-bit-lane kernels (AMD) and, with
+         * AVX512-BF16 elsewhere, the half-precision dot-product kernel for bfloat16 products */
         {"FP8/F32 70x256, 128x128 blocks", NNT_F8_E4M3, NNT_F32, 70, 256, 128, 128},
         {"FP8/E8M0 36x192, 32x64 blocks", NNT_F8_E4M3, NNT_F8_E8M0, 36, 192, 32, 64},
         {"FP8/BF16 21x96, 16x32 blocks", NNT_F8_E4M3, NNT_BF16, 21, 96, 16, 32},
