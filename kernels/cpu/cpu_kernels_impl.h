@@ -69,6 +69,27 @@ typedef int32_t vsi __attribute__((vector_size(VL * 4)));
 #endif
 #define PREFETCH(p) __builtin_prefetch((p), 0, PF_HINT)
 
+/* Rows n .. n1 of a few-row product in tiles of constant shape, TILE(M, R) computing rows
+ * n .. n + R against M rows of x: 4 weight rows at a time against one row of x, 2 against 2,
+ * else one weight row against the M rows (up to CPU_FEW_ROWS = 8). Expects n, n1 and M. */
+#define FEW_ROWS_SWITCH(TILE)                                                                                         \
+    switch (M) {                                                                                                      \
+    case 1:                                                                                                           \
+        for (; n + 4 <= n1; n += 4) TILE(1, 4);                                                                       \
+        for (; n < n1; n++) TILE(1, 1);                                                                               \
+        break;                                                                                                        \
+    case 2:                                                                                                           \
+        for (; n + 2 <= n1; n += 2) TILE(2, 2);                                                                       \
+        for (; n < n1; n++) TILE(2, 1);                                                                               \
+        break;                                                                                                        \
+    case 3: for (; n < n1; n++) TILE(3, 1); break;                                                                    \
+    case 4: for (; n < n1; n++) TILE(4, 1); break;                                                                    \
+    case 5: for (; n < n1; n++) TILE(5, 1); break;                                                                    \
+    case 6: for (; n < n1; n++) TILE(6, 1); break;                                                                    \
+    case 7: for (; n < n1; n++) TILE(7, 1); break;                                                                    \
+    default: for (; n < n1; n++) TILE(8, 1); break;                                                                   \
+    }
+
 INLINE vf loadf(const float *p)
 {
     vf v;
@@ -376,6 +397,12 @@ INLINE float round1(float f)
 /* ---- few-row products: rows n .. n + R of w against rows 0 .. M of x, y[m * ldy + n + r] ----
  * Each column block accumulates x . codes in registers, then adds the block's sum times its
  * scale; R weight rows (with M = 1) or M rows of x keep several accumulation chains going. */
+/* tile_T with the arguments rows_T passes (for FEW_ROWS_SWITCH) */
+#define TILE_f32(MM, RR) tile_f32(x, w, n, y, ldy, MM, RR, RND)
+#define TILE_bf16(MM, RR) tile_bf16(x, w, n, y, ldy, MM, RR, RND)
+#define TILE_f16(MM, RR) tile_f16(x, w, n, y, ldy, MM, RR, RND)
+#define TILE_fp8(MM, RR) tile_fp8(x, w, n, y, ldy, MM, RR, RND)
+#define TILE_fp4(MM, RR) tile_fp4(x, w, n, y, ldy, MM, RR, RND)
 #define DEFINE_TILE(T)                                                                                              \
     INLINE void tile_##T(const float *x, const cpu_weight *w, int64_t n, float *y, int64_t ldy, const int M,         \
                          const int R, const int RND)                                                                \
@@ -439,22 +466,7 @@ INLINE float round1(float f)
                          int64_t ldy, const int RND)                                                                \
     {                                                                                                               \
         int64_t n = n0;                                                                                             \
-        switch (M) {                                                                                                \
-        case 1:                                                                                                     \
-            for (; n + 4 <= n1; n += 4) tile_##T(x, w, n, y, ldy, 1, 4, RND);                                       \
-            for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 1, 1, RND);                                               \
-            break;                                                                                                  \
-        case 2:                                                                                                     \
-            for (; n + 2 <= n1; n += 2) tile_##T(x, w, n, y, ldy, 2, 2, RND);                                       \
-            for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 2, 1, RND);                                               \
-            break;                                                                                                  \
-        case 3: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 3, 1, RND); break;                                    \
-        case 4: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 4, 1, RND); break;                                    \
-        case 5: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 5, 1, RND); break;                                    \
-        case 6: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 6, 1, RND); break;                                    \
-        case 7: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 7, 1, RND); break;                                    \
-        default: for (; n < n1; n++) tile_##T(x, w, n, y, ldy, 8, 1, RND); break;                                   \
-        }                                                                                                           \
+        FEW_ROWS_SWITCH(TILE_##T);                                                                                  \
     }                                                                                                               \
                                                                                                                     \
     /* rnd: each decoded, scaled weight rounded to bfloat16 first (bfloat16 products) */                            \
@@ -688,22 +700,9 @@ static void gemv_fp4lut(const float *x, int64_t M, const cpu_weight *w, int64_t 
                 xs[m * K + c + VL + j] = x[m * K + c + 2 * j + 1];
             }
     int64_t n = n0;
-    switch (M) {
-    case 1:
-        for (; n + 4 <= n1; n += 4) tile_fp4lut(xs, w, n, y, ldy, 1, 4);
-        for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 1, 1);
-        break;
-    case 2:
-        for (; n + 2 <= n1; n += 2) tile_fp4lut(xs, w, n, y, ldy, 2, 2);
-        for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 2, 1);
-        break;
-    case 3: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 3, 1); break;
-    case 4: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 4, 1); break;
-    case 5: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 5, 1); break;
-    case 6: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 6, 1); break;
-    case 7: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 7, 1); break;
-    default: for (; n < n1; n++) tile_fp4lut(xs, w, n, y, ldy, 8, 1); break;
-    }
+#define FP4LUT_TILE(MM, RR) tile_fp4lut(xs, w, n, y, ldy, MM, RR)
+    FEW_ROWS_SWITCH(FP4LUT_TILE);
+#undef FP4LUT_TILE
 }
 
 /* ---- FP8 e4m3, few rows, on x86: codes widened to 16-bit lanes that read as bfloat16 ----
@@ -880,16 +879,33 @@ INLINE int tile_fp8lanes(const float *xp, const cpu_weight *w, int64_t n, float 
  * subnormal inputs as zero: the rounded, scaled weights and x are normal or zero here). */
 #define FP8_DPBF16 1
 #define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
-TARGET_BF16 static inline __m512 dp_pair(lut_v lo, lut_v hi, lut_v s, __m512bh x, __m512 acc)
+/* 2 VL codes from p, decoded to 16-bit lanes (fp8_lanes), times s, rounded to bfloat16 in the
+ * lanes' permuted order */
+TARGET_BF16 static inline __m512bh lanes_pair(const uint8_t *p, lut_v s)
 {
     const __m512 nz = _mm512_set1_ps(-0.0f); /* see fp8_scale */
-    __m512bh wb = _mm512_cvtne2ps_pbh(_mm512_fmadd_ps(hi, s, nz), _mm512_fmadd_ps(lo, s, nz));
-    return _mm512_dpbf16_ps(acc, wb, x);
+    lut_v lo, hi;
+    fp8_lanes(p, &lo, &hi);
+    return _mm512_cvtne2ps_pbh(_mm512_fmadd_ps(hi, s, nz), _mm512_fmadd_ps(lo, s, nz));
 }
 
+/* the 2 VL codes of row from column c, decoded through half precision (ld_fp8), times s (which
+ * holds the decoding's 2^8), rounded to bfloat16 in column order */
+TARGET_BF16 static inline __m512bh half_pair(const uint8_t *row, int64_t c, lut_v s)
+{
+    vf a = ld_fp8(row, c), b = ld_fp8(row, c + VL);
+    __m512 lo, hi;
+    memcpy(&lo, &a, sizeof lo);
+    memcpy(&hi, &b, sizeof hi);
+    return _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s));
+}
+
+/* rows n .. n + R against the M rows of xb; HALF 0: the codes decoded to 16-bit lanes
+ * (fp8_lanes, xb in the permuted order), 1: through half precision (ld_fp8, xb in column order;
+ * see the kernel notes below pack_pairs). 0 when a scale is out of range (nothing written). */
 TARGET_BF16 static inline __attribute__((always_inline)) int tile_fp8dp(const uint16_t *xb, const cpu_weight *w,
                                                                        int64_t n, float *y, int64_t ldy,
-                                                                       const int M, const int R)
+                                                                       const int M, const int R, const int HALF)
 {
     const int64_t K = w->cols, bc = w->block_cols;
     const uint8_t *row[4];
@@ -897,7 +913,9 @@ TARGET_BF16 static inline __attribute__((always_inline)) int tile_fp8dp(const ui
     __m512 acc[CPU_FEW_ROWS][4];
     for (int r = 0; r < R; r++) {
         row[r] = row_at(w, n + r);
-        if (!fp8_scales(w, n + r, 0x1p120f, 0x1p3f, 0x1p127f, scl[r])) return 0;
+        if (HALF ? !fp8_scales(w, n + r, RAW_fp8, 0x1p-109f, 0x1p15f, scl[r])
+                 : !fp8_scales(w, n + r, 0x1p120f, 0x1p3f, 0x1p127f, scl[r]))
+            return 0;
     }
     for (int m = 0; m < M; m++)
         for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
@@ -906,15 +924,15 @@ TARGET_BF16 static inline __attribute__((always_inline)) int tile_fp8dp(const ui
         lut_v sv[4];
         for (int r = 0; r < R; r++) sv[r] = _mm512_set1_ps(scl[r][cb]);
         for (int64_t c = c0; c < c1; c += 2 * VL) {
-            lut_v lo[4], hi[4];
+            __m512bh wb[4];
             for (int r = 0; r < R; r++) {
                 if (!(c & 63)) PREFETCH(row[r] + PF_ROWS * K + c);
-                fp8_lanes(row[r] + c, &lo[r], &hi[r]);
+                wb[r] = HALF ? half_pair(row[r], c, sv[r]) : lanes_pair(row[r] + c, sv[r]);
             }
             for (int m = 0; m < M; m++) {
                 __m512bh xv;
                 memcpy(&xv, xb + m * K + c, sizeof xv);
-                for (int r = 0; r < R; r++) acc[m][r] = dp_pair(lo[r], hi[r], sv[r], xv, acc[m][r]);
+                for (int r = 0; r < R; r++) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], wb[r], xv);
             }
         }
     }
@@ -927,28 +945,13 @@ TARGET_BF16 static inline __attribute__((always_inline)) int tile_fp8dp(const ui
  * range goes to the generic kernel */
 #define FP8DP_TILE(MM, RR)                                                                                   \
     do {                                                                                                      \
-        if (!tile_fp8dp(xb, w, n, y, ldy, MM, RR)) tile_fp8(x, w, n, y, ldy, MM, RR, 1);                   \
+        if (!tile_fp8dp(xb, w, n, y, ldy, MM, RR, HALF)) tile_fp8(x, w, n, y, ldy, MM, RR, 1);             \
     } while (0)
 TARGET_BF16 static void rows_fp8dp(const float *x, const uint16_t *xb, int64_t M, const cpu_weight *w, int64_t n0,
-                                   int64_t n1, float *y, int64_t ldy)
+                                   int64_t n1, float *y, int64_t ldy, const int HALF)
 {
     int64_t n = n0;
-    switch (M) {
-    case 1:
-        for (; n + 4 <= n1; n += 4) FP8DP_TILE(1, 4);
-        for (; n < n1; n++) FP8DP_TILE(1, 1);
-        break;
-    case 2:
-        for (; n + 2 <= n1; n += 2) FP8DP_TILE(2, 2);
-        for (; n < n1; n++) FP8DP_TILE(2, 1);
-        break;
-    case 3: for (; n < n1; n++) FP8DP_TILE(3, 1); break;
-    case 4: for (; n < n1; n++) FP8DP_TILE(4, 1); break;
-    case 5: for (; n < n1; n++) FP8DP_TILE(5, 1); break;
-    case 6: for (; n < n1; n++) FP8DP_TILE(6, 1); break;
-    case 7: for (; n < n1; n++) FP8DP_TILE(7, 1); break;
-    default: for (; n < n1; n++) FP8DP_TILE(8, 1); break;
-    }
+    FEW_ROWS_SWITCH(FP8DP_TILE);
 }
 #undef FP8DP_TILE
 
@@ -972,74 +975,8 @@ TARGET_BF16 static void pack_pairs(const float *xp, uint16_t *xb, int64_t n)
  * to the generic kernel. Against that kernel (ld_fp8, a multiply and five integer steps of
  * rounding per VL weights, then a fused multiply-add), bench_gemv on an Intel Xeon (family 6,
  * model 207), one thread: 6.1 -> 7.4 GB/s (its float32 products: 11.7). */
-TARGET_BF16 static inline __attribute__((always_inline)) int tile_fp8halfdp(const uint16_t *xb, const cpu_weight *w,
-                                                                           int64_t n, float *y, int64_t ldy,
-                                                                           const int M, const int R)
-{
-    const int64_t K = w->cols, bc = w->block_cols;
-    const uint8_t *row[4];
-    float scl[4][FP8_MAX_BLOCKS];
-    __m512 acc[CPU_FEW_ROWS][4];
-    for (int r = 0; r < R; r++) {
-        row[r] = row_at(w, n + r);
-        if (!fp8_scales(w, n + r, RAW_fp8, 0x1p-109f, 0x1p15f, scl[r])) return 0;
-    }
-    for (int m = 0; m < M; m++)
-        for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
-    for (int64_t c0 = 0, cb = 0; c0 < K; c0 += bc, cb++) {
-        const int64_t c1 = c0 + bc < K ? c0 + bc : K;
-        __m512 sv[4];
-        for (int r = 0; r < R; r++) sv[r] = _mm512_set1_ps(scl[r][cb]);
-        for (int64_t c = c0; c < c1; c += 2 * VL) {
-            __m512bh wb[4];
-            for (int r = 0; r < R; r++) {
-                if (!(c & 63)) PREFETCH(row[r] + PF_ROWS * K + c);
-                vf a = ld_fp8(row[r], c), b = ld_fp8(row[r], c + VL);
-                __m512 lo, hi;
-                memcpy(&lo, &a, sizeof lo);
-                memcpy(&hi, &b, sizeof hi);
-                wb[r] = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, sv[r]), _mm512_mul_ps(lo, sv[r]));
-            }
-            for (int m = 0; m < M; m++) {
-                __m512bh xv;
-                memcpy(&xv, xb + m * K + c, sizeof xv);
-                for (int r = 0; r < R; r++) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], wb[r], xv);
-            }
-        }
-    }
-    for (int m = 0; m < M; m++)
-        for (int r = 0; r < R; r++) y[m * ldy + n + r] = _mm512_reduce_add_ps(acc[m][r]);
-    return 1;
-}
 
-#define FP8HALFDP_TILE(MM, RR)                                                                               \
-    do {                                                                                                      \
-        if (!tile_fp8halfdp(xb, w, n, y, ldy, MM, RR)) tile_fp8(x, w, n, y, ldy, MM, RR, 1);               \
-    } while (0)
-TARGET_BF16 static void rows_fp8halfdp(const float *x, const uint16_t *xb, int64_t M, const cpu_weight *w,
-                                       int64_t n0, int64_t n1, float *y, int64_t ldy)
-{
-    int64_t n = n0;
-    switch (M) {
-    case 1:
-        for (; n + 4 <= n1; n += 4) FP8HALFDP_TILE(1, 4);
-        for (; n < n1; n++) FP8HALFDP_TILE(1, 1);
-        break;
-    case 2:
-        for (; n + 2 <= n1; n += 2) FP8HALFDP_TILE(2, 2);
-        for (; n < n1; n++) FP8HALFDP_TILE(2, 1);
-        break;
-    case 3: for (; n < n1; n++) FP8HALFDP_TILE(3, 1); break;
-    case 4: for (; n < n1; n++) FP8HALFDP_TILE(4, 1); break;
-    case 5: for (; n < n1; n++) FP8HALFDP_TILE(5, 1); break;
-    case 6: for (; n < n1; n++) FP8HALFDP_TILE(6, 1); break;
-    case 7: for (; n < n1; n++) FP8HALFDP_TILE(7, 1); break;
-    default: for (; n < n1; n++) FP8HALFDP_TILE(8, 1); break;
-    }
-}
-#undef FP8HALFDP_TILE
-
-/* 1 when the kernel above serves w's bfloat16 products on this CPU */
+/* 1 when tile_fp8dp with HALF = 1 serves w's bfloat16 products on this CPU */
 INLINE int fp8_halfdp_serve(const cpu_weight *w)
 {
     return w->dtype == NNT_F8_E4M3 && w->cols % (2 * VL) == 0 && w->block_cols % (2 * VL) == 0 &&
@@ -1054,7 +991,7 @@ TARGET_BF16 static int gemv_fp8halfdp(const float *x, int64_t M, const cpu_weigh
     uint16_t *xb = aligned_alloc(64, (size_t)(M * K) * 2 + 64);
     if (!xb) return 0;
     pack_pairs(x, xb, M * K);
-    rows_fp8halfdp(x, xb, M, w, n0, n1, y, ldy);
+    rows_fp8dp(x, xb, M, w, n0, n1, y, ldy, 1);
     free(xb);
     return 1;
 }
@@ -1071,22 +1008,9 @@ INLINE void rows_fp8lanes(const float *x, const float *xp, int64_t M, const cpu_
                           int64_t n0, int64_t n1, float *y, int64_t ldy, const int RND)
 {
     int64_t n = n0;
-    switch (M) {
-    case 1:
-        for (; n + 4 <= n1; n += 4) tile_fp8any(x, xp, w, n, y, ldy, 1, 4, RND);
-        for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 1, 1, RND);
-        break;
-    case 2:
-        for (; n + 2 <= n1; n += 2) tile_fp8any(x, xp, w, n, y, ldy, 2, 2, RND);
-        for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 2, 1, RND);
-        break;
-    case 3: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 3, 1, RND); break;
-    case 4: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 4, 1, RND); break;
-    case 5: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 5, 1, RND); break;
-    case 6: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 6, 1, RND); break;
-    case 7: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 7, 1, RND); break;
-    default: for (; n < n1; n++) tile_fp8any(x, xp, w, n, y, ldy, 8, 1, RND); break;
-    }
+#define FP8ANY_TILE(MM, RR) tile_fp8any(x, xp, w, n, y, ldy, MM, RR, RND)
+    FEW_ROWS_SWITCH(FP8ANY_TILE);
+#undef FP8ANY_TILE
 }
 
 /* 0 when the call must take the generic kernel (no memory, or |x| too large to scale) */
@@ -1116,7 +1040,7 @@ static int gemv_fp8lanes(const float *x, int64_t M, const cpu_weight *w, int64_t
 #endif
     if (xb)
 #ifdef FP8_DPBF16
-        rows_fp8dp(x, xb, M, w, n0, n1, y, ldy);
+        rows_fp8dp(x, xb, M, w, n0, n1, y, ldy, 0);
 #else
         ;
 #endif
