@@ -59,8 +59,10 @@ typedef int32_t vsi __attribute__((vector_size(VL * 4)));
  * smaller than 8 rows of a 3072-wide weight, so the lines are evicted before the tile reaches
  * them and read from memory twice - measured on an Intel Xeon (family 6, model 207) with
  * bench_gemv, one thread: BF16 6.8 -> 13.7 GB/s, FP8 with float32 scales 5.5 -> 10.9, FP4
- * 5.5 -> 8.7 (hints 1, 2 and 3 within the run's spread of each other). The AMD Zen 5 figures
- * elsewhere in this file were measured with hint 0 and not measured again. */
+ * 5.5 -> 8.7 (hints 1, 2 and 3 within the run's spread of each other). On an AMD Zen 3 (family
+ * 25 model 1, AVX2 only) hints 0 and 2 read at the same rates (bench_gemv, one thread, two runs
+ * each, within 3%). The AMD Zen 5 figures elsewhere in this file were measured with hint 0 and
+ * not measured again. */
 #ifndef PF_ROWS
 #define PF_ROWS 8
 #endif
