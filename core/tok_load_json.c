@@ -435,7 +435,7 @@ static nnt_status parse_model(ctx *c, const cJSON *m)
             st = fail(c, NNT_ERR_OUT_OF_MEMORY, "no memory");
             goto out;
         }
-        b->unk_id = tok_strmap_find(&b->vocab_map, &b->vocab, bytes.p, bytes.n);
+        b->unk_id = tok_vocab_find(tok, bytes.p, bytes.n);
         if (b->unk_id < 0) {
             st = fail(c, NNT_ERR_FORMAT, "model.unk_token: '%.80s' is not in model.vocab", unk->valuestring);
             goto out;
@@ -480,7 +480,7 @@ static nnt_status parse_model(ctx *c, const cJSON *m)
                 st = fail(c, NNT_ERR_OUT_OF_MEMORY, "no memory");
                 break;
             }
-            ids[k] = tok_strmap_find(&b->vocab_map, &b->vocab, bytes.p, bytes.n);
+            ids[k] = tok_vocab_find(tok, bytes.p, bytes.n);
             if (ids[k] < 0)
                 st = fail(c, NNT_ERR_FORMAT, "model.merges[%u]: '%.*s' is not in model.vocab", rank, (int)lens[k],
                           parts[k]);

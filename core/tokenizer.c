@@ -26,6 +26,12 @@ int tok_reserve_ids(nnt_tokenizer *tok, int32_t id)
     return 0;
 }
 
+int32_t tok_vocab_find(const nnt_tokenizer *tok, const char *s, size_t n)
+{
+    int32_t id = tok_strmap_find(&tok->bpe.vocab_map, &tok->bpe.vocab, s, n);
+    return id >= 0 && id < tok->vocab_size && (tok->flags[id] & TOK_ID_PRESENT) ? id : -1;
+}
+
 int32_t tok_lookup(const nnt_tokenizer *tok, const char *s, size_t n)
 {
     for (int32_t i = 0; i < tok->n_added; i++)
@@ -34,11 +40,11 @@ int32_t tok_lookup(const nnt_tokenizer *tok, const char *s, size_t n)
         tok_buf b = {0};
         int32_t id = -1;
         if (tok_bytelevel_unmap(&tok->bl, s, n, &b) >= 0)
-            id = tok_strmap_find(&tok->bpe.vocab_map, &tok->bpe.vocab, b.p ? b.p : "", b.n);
+            id = tok_vocab_find(tok, b.p ? b.p : "", b.n);
         tok_buf_free(&b);
         return id;
     }
-    return tok_strmap_find(&tok->bpe.vocab_map, &tok->bpe.vocab, s, n);
+    return tok_vocab_find(tok, s, n);
 }
 
 nnt_status tok_read_config(nnt_tokenizer *tok, cJSON **cfg_out)

@@ -428,6 +428,16 @@ static void test_errors(void)
     write_tokenizer("bad_merge", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}}", dir,
                     sizeof dir);
     expect_load_error(dir, NNT_ERR_FORMAT, "model.merges[0]", "'ab' is not in model.vocab");
+    /* an unknown token that names no entry: empty, or cut to empty by a NUL (JSON \u0000), where the
+     * vocabulary leaves an id unassigned (1 here) - no unassigned id may stand for it (fuzz_tokenizer
+     * found encode giving such an id, which decode then refused) */
+    write_tokenizer("unk_empty", "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"\",\"vocab\":{\"a\":0,\"b\":2},\"merges\":[]}}",
+                    dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "model.unk_token", "is not in model.vocab");
+    write_tokenizer("unk_nul",
+                    "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"\\u0000x\",\"vocab\":{\"a\":0,\"b\":2},\"merges\":[]}}",
+                    dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "model.unk_token", "is not in model.vocab");
     /* a broken split pattern quotes it */
     write_tokenizer("bad_regex",
                     "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a\"},\"behavior\":\"Isolated\"},"
