@@ -336,10 +336,10 @@ struct cJSON;
 nnt_status tok_read_config(nnt_tokenizer *tok, struct cJSON **cfg);
 /* The ids of the added tokens marked normalized decode to their normalized content, as
  * tokenizers stores them. */
-/* The id of a token by its stored spelling (added tokens first), or -1. */
 /* The id of vocabulary entry s[0 .. n) of the model, or -1: ids the vocabulary leaves unassigned
  * (holes, empty strings in the table) are never found, so an empty or NUL-cut string cannot name one. */
 int32_t tok_vocab_find(const nnt_tokenizer *tok, const char *s, size_t n);
+/* The id of a token by its stored spelling (added tokens first), or -1. */
 int32_t tok_lookup(const nnt_tokenizer *tok, const char *s, size_t n);
 /* Grows the per-id arrays to hold id. 0 or -1. */
 int tok_reserve_ids(nnt_tokenizer *tok, int32_t id);
