@@ -311,6 +311,7 @@ struct nnt_tokenizer {
     /* post-processing with NNT_TOKENIZE_ADD_SPECIAL */
     tok_ids prefix, suffix;
     int32_t vocab_size;
+    int64_t id_entries; /* the tokens the files list (vocabulary and added): bounds the ids, tok_id_reach */
     tok_strtab dec;   /* id -> the bytes it decodes to */
     uint8_t *flags;   /* [vocab_size]: TOK_ID_* */
     int join_space;   /* no decoder: decoded tokens are joined with spaces, as tokenizers does */
@@ -341,7 +342,14 @@ nnt_status tok_read_config(nnt_tokenizer *tok, struct cJSON **cfg);
 int32_t tok_vocab_find(const nnt_tokenizer *tok, const char *s, size_t n);
 /* The id of a token by its stored spelling (added tokens first), or -1. */
 int32_t tok_lookup(const nnt_tokenizer *tok, const char *s, size_t n);
-/* Grows the per-id arrays to hold id. 0 or -1. */
+/* The id space the loaded files may span: ids below twice tok->id_entries plus 1024. Released
+ * vocabularies number their tokens from 0 with few or no gaps, and every id, used or not, costs
+ * the per-id tables ~25 bytes, so an id far past the count of tokens listed (2^31 would ask for
+ * ~50 GB) is refused by the loaders, naming the field, before anything is allocated for it. */
+int64_t tok_id_reach(const nnt_tokenizer *tok);
+/* The words after "id N is " in that refusal; its arguments are tok_id_reach and tok->id_entries. */
+#define TOK_ID_REACH_WHY "beyond this tokenizer's id space (ids below %lld: twice the %lld tokens its files list, plus 1024)"
+/* Grows the per-id arrays to hold id. 0, or -1 when out of memory or id >= tok_id_reach(tok). */
 int tok_reserve_ids(nnt_tokenizer *tok, int32_t id);
 
 #endif /* NNT_TOK_INTERNAL_H */

@@ -409,6 +409,11 @@ static nnt_status parse_model(ctx *c, const cJSON *m)
             goto out;
         }
         int32_t id = (int32_t)e->valuedouble;
+        if (id >= tok_id_reach(tok)) {
+            st = fail(c, NNT_ERR_FORMAT, "model.vocab['%.80s']: id %d is " TOK_ID_REACH_WHY, e->string, id,
+                      (long long)tok_id_reach(tok), (long long)tok->id_entries);
+            goto out;
+        }
         size_t n = strlen(e->string);
         if (model_bytes(c, e->string, n, &bytes) != 0 || tok_strtab_set(&b->vocab, id, bytes.p, bytes.n) != 0 ||
             tok_reserve_ids(tok, id) != 0 || decoded_bytes(c, e->string, n, &dec, &tmp) != 0 ||
@@ -518,6 +523,12 @@ static nnt_status parse_added(ctx *c, const cJSON *list)
             tok_buf_free(&dec);
             tok_buf_free(&tmp);
             return fail(c, NNT_ERR_FORMAT, "added_tokens[%d]: expected an integer \"id\" and a string \"content\"", i);
+        }
+        if (id->valuedouble >= (double)tok_id_reach(tok)) {
+            tok_buf_free(&dec);
+            tok_buf_free(&tmp);
+            return fail(c, NNT_ERR_FORMAT, "added_tokens[%d]: id %d is " TOK_ID_REACH_WHY, i, (int)id->valuedouble,
+                        (long long)tok_id_reach(tok), (long long)tok->id_entries);
         }
         tok_added *a = &tok->added[tok->n_added++];
         a->id = (int32_t)id->valuedouble;
@@ -664,6 +675,11 @@ nnt_status tok_load_json(nnt_tokenizer *tok, const char *path)
     if (!cJSON_IsObject(root)) st = fail(&c, NNT_ERR_FORMAT, "expected a JSON object at the top");
     /* the order matters: the pre-tokenizer says whether the model is byte-level, the decoder
      * how each token decodes, the normalizer how added tokens are matched */
+    if (!st) { /* the ids' bound: the vocabulary's entries and the added tokens */
+        const cJSON *m = item(root, "model"), *vocab = m ? item(m, "vocab") : NULL, *added = item(root, "added_tokens");
+        tok->id_entries = (cJSON_IsObject(vocab) ? cJSON_GetArraySize(vocab) : 0) +
+                          (cJSON_IsArray(added) ? cJSON_GetArraySize(added) : 0);
+    }
     if (!st) st = parse_pretok(&c, item(root, "pre_tokenizer"), "pre_tokenizer", 0);
     if (!st) st = parse_normalizer(&c, item(root, "normalizer"), "normalizer", 0);
     if (!st) st = parse_decoder(&c, item(root, "decoder"), "decoder", 0);

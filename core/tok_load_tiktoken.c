@@ -70,11 +70,11 @@ static nnt_status read_ranks(nnt_tokenizer *tok, const char *path)
     tok_buf bytes = {0};
     long line = 0;
     int32_t count = 0;
-    /* Ranks index a dense table (0 .. lines - 1 in the released files); one far beyond the file's
-     * line count would only make that table huge, so ranks are held to twice the lines plus 1024. */
-    long long max_rank = 1024;
-    for (size_t i = 0; i < len; i++) max_rank += 2 * (text[i] == '\n');
-    max_rank += 2;
+    /* Ranks index a dense table (0 .. lines - 1 in the released files): they are held below
+     * tok_id_reach, twice the lines (a last one without a newline counted) plus 1024. */
+    tok->id_entries = 1;
+    for (size_t i = 0; i < len; i++) tok->id_entries += text[i] == '\n';
+    long long max_rank = (long long)tok_id_reach(tok);
     for (size_t i = 0; i < len;) {
         line++;
         size_t e = i;
@@ -187,6 +187,9 @@ nnt_status tok_load_tiktoken(nnt_tokenizer *tok, const char *path)
     const cJSON *atd = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder") : NULL;
     int kimi = !cJSON_IsString(pat) && ((cfg && mentions_kimi(cfg)) || (code_path && nnt_file_exists(code_path)));
     int32_t n_base = tok->bpe.vocab.n;
+    /* the special tokens count among the entries that bound the ids */
+    tok->id_entries += cJSON_IsString(pat) ? (cJSON_IsObject(atd) ? cJSON_GetArraySize(atd) : 0)
+                                           : (kimi ? KIMI_SPECIAL_TOKENS : 0);
     if (cJSON_IsString(pat)) {
         tok->tik_re = tok_regex_compile(pat->valuestring, strlen(pat->valuestring), "tokenizer_config.json: pat_str",
                                         &tok->err);
@@ -200,6 +203,10 @@ nnt_status tok_load_tiktoken(nnt_tokenizer *tok, const char *path)
                 st = nnt_err_set(&tok->err, NNT_ERR_FORMAT,
                                  "%s: added_tokens_decoder['%.40s']: expected an integer id and a \"content\" string",
                                  cfg_path ? cfg_path : "tokenizer_config.json", e->string);
+            else if (id >= tok_id_reach(tok))
+                st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: added_tokens_decoder['%.40s']: id %ld is " TOK_ID_REACH_WHY,
+                                 cfg_path ? cfg_path : "tokenizer_config.json", e->string, id,
+                                 (long long)tok_id_reach(tok), (long long)tok->id_entries);
             else
                 st = add_special(tok, (int32_t)id, content, special);
         }

@@ -14,9 +14,12 @@
 #define KIMI_MAX_CHARS 400000
 #define KIMI_MAX_RUN 25000
 
+int64_t tok_id_reach(const nnt_tokenizer *tok) { return 2 * tok->id_entries + 1024; }
+
 int tok_reserve_ids(nnt_tokenizer *tok, int32_t id)
 {
     if (id < tok->vocab_size) return 0;
+    if (id >= tok_id_reach(tok)) return -1;
     int32_t n = id + 1;
     uint8_t *f = realloc(tok->flags, (size_t)n);
     if (!f) return -1;

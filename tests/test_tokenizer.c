@@ -438,6 +438,23 @@ static void test_errors(void)
                     "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"\\u0000x\",\"vocab\":{\"a\":0,\"b\":2},\"merges\":[]}}",
                     dir, sizeof dir);
     expect_load_error(dir, NNT_ERR_FORMAT, "model.unk_token", "is not in model.vocab");
+    /* ids far past the tokens a file lists (each id costs the per-id tables; fuzz_tokenizer's id of
+     * ~2^31 asked for gigabytes): the bound is twice the entries plus 1024, so 1028 for the two
+     * entries here - 1027 loads, 1028 is refused naming the entry, and so is an added token's */
+    write_tokenizer("id_edge", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1027},\"merges\":[]}}", dir,
+                    sizeof dir);
+    nnt_tokenizer *edge = NULL;
+    CU_ASSERT_EQUAL(nnt_tokenizer_load(dir, &edge), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_tokenizer_vocab_size(edge), 1028);
+    nnt_tokenizer_free(edge);
+    write_tokenizer("id_far", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1028},\"merges\":[]}}", dir,
+                    sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "model.vocab['b']: id 1028 is beyond", "ids below 1028");
+    write_tokenizer("added_far",
+                    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+                    "\"added_tokens\":[{\"id\":2000000000,\"content\":\"<x>\"}]}",
+                    dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "added_tokens[0]: id 2000000000 is beyond", "ids below 1028");
     /* a broken split pattern quotes it */
     write_tokenizer("bad_regex",
                     "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a\"},\"behavior\":\"Isolated\"},"
@@ -492,6 +509,11 @@ static void test_errors(void)
     CU_ASSERT(m == 1 && ids[0] == 2);
     free(ids);
     nnt_tokenizer_free(tik);
+    /* a special token far past the 3 ranks and 1 special token listed (4 lines counted, the last
+     * one empty: bound 2 x 5 + 1024) */
+    CU_ASSERT_FATAL(t_write_file(path, "{\"pat_str\": \"[a-z]+\", \"added_tokens_decoder\": {\"2000000000\": "
+                                       "{\"content\": \"<s>\"}}}") == 0);
+    expect_load_error(dir, NNT_ERR_FORMAT, "added_tokens_decoder['2000000000']: id 2000000000 is beyond", "ids below 1034");
     /* a NULL folder */
     nnt_tokenizer *tok = NULL;
     CU_ASSERT_EQUAL(nnt_tokenizer_load(NULL, &tok), NNT_ERR_INVALID_ARGUMENT);
