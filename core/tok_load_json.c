@@ -36,6 +36,16 @@ static nnt_status fail(ctx *c, nnt_status st, const char *fmt, ...)
     return nnt_err_set(&c->tok->err, st, "%s: %s", c->path, msg);
 }
 
+/* A token id: a JSON number that is an integer in [0, 2^31 - 1). 1 with *id set, else 0. */
+static int json_id(const cJSON *e, int32_t *id)
+{
+    if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble < INT32_MAX) ||
+        e->valuedouble != (double)(int32_t)e->valuedouble)
+        return 0;
+    *id = (int32_t)e->valuedouble;
+    return 1;
+}
+
 static const cJSON *item(const cJSON *o, const char *k)
 {
     return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
@@ -148,8 +158,8 @@ static nnt_status parse_normalizer(ctx *c, const cJSON *o, const char *where, in
         op.content_len = strlen(content->valuestring);
         if (!op.content) return fail(c, NNT_ERR_OUT_OF_MEMORY, "no memory");
         if (replace) {
-            const char *text;
-            int is_regex;
+            const char *text = NULL;
+            int is_regex = 0;
             snprintf(sub, sizeof sub, "%s.pattern", where);
             nnt_status st = pattern_of(c, item(o, "pattern"), sub, &text, &is_regex);
             if (st == NNT_OK && is_regex) {
@@ -221,8 +231,8 @@ static nnt_status parse_pretok(ctx *c, const cJSON *o, const char *where, int de
         return NNT_OK;
     }
     if (strcmp(t, "Split") == 0) {
-        const char *text;
-        int is_regex;
+        const char *text = NULL;
+        int is_regex = 0;
         snprintf(sub, sizeof sub, "%s.pattern", where);
         nnt_status st = pattern_of(c, item(o, "pattern"), sub, &text, &is_regex);
         if (st) return st;
@@ -403,12 +413,11 @@ static nnt_status parse_model(ctx *c, const cJSON *m)
     tok_buf bytes = {0}, dec = {0}, tmp = {0};
     nnt_status st = NNT_OK;
     for (const cJSON *e = vocab->child; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= INT32_MAX ||
-            e->valuedouble != (double)(int32_t)e->valuedouble) {
+        int32_t id;
+        if (!json_id(e, &id)) {
             st = fail(c, NNT_ERR_FORMAT, "model.vocab['%.80s']: expected an integer id in [0, 2^31)", e->string);
             goto out;
         }
-        int32_t id = (int32_t)e->valuedouble;
         if (id >= tok_id_reach(tok)) {
             st = fail(c, NNT_ERR_FORMAT, "model.vocab['%.80s']: id %d is " TOK_ID_REACH_WHY, e->string, id,
                       (long long)tok_id_reach(tok), (long long)tok->id_entries);
@@ -517,21 +526,21 @@ static nnt_status parse_added(ctx *c, const cJSON *list)
     tok_buf dec = {0}, tmp = {0};
     int i = 0;
     for (const cJSON *e = list->child; e; e = e->next, i++) {
-        const cJSON *id = item(e, "id"), *content = item(e, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= INT32_MAX ||
-            id->valuedouble != (double)(int32_t)id->valuedouble || !cJSON_IsString(content)) {
+        const cJSON *content = item(e, "content");
+        int32_t id;
+        if (!json_id(item(e, "id"), &id) || !cJSON_IsString(content)) {
             tok_buf_free(&dec);
             tok_buf_free(&tmp);
             return fail(c, NNT_ERR_FORMAT, "added_tokens[%d]: expected an integer \"id\" and a string \"content\"", i);
         }
-        if (id->valuedouble >= (double)tok_id_reach(tok)) {
+        if (id >= tok_id_reach(tok)) {
             tok_buf_free(&dec);
             tok_buf_free(&tmp);
-            return fail(c, NNT_ERR_FORMAT, "added_tokens[%d]: id %d is " TOK_ID_REACH_WHY, i, (int)id->valuedouble,
+            return fail(c, NNT_ERR_FORMAT, "added_tokens[%d]: id %d is " TOK_ID_REACH_WHY, i, id,
                         (long long)tok_id_reach(tok), (long long)tok->id_entries);
         }
         tok_added *a = &tok->added[tok->n_added++];
-        a->id = (int32_t)id->valuedouble;
+        a->id = id;
         a->len = strlen(content->valuestring);
         a->content = nnt_strdup(content->valuestring);
         a->special = (unsigned)flag(e, "special", 0);
@@ -610,10 +619,11 @@ static nnt_status template_piece(ctx *c, const cJSON *specials, const cJSON *pie
         return fail(c, NNT_ERR_FORMAT, "%s: special token '%.80s' has no \"ids\" in post_processor.special_tokens", where,
                     name->valuestring);
     for (const cJSON *e = ids->child; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= INT32_MAX)
-            return fail(c, NNT_ERR_FORMAT, "post_processor.special_tokens['%.80s'].ids: expected integer ids",
+        int32_t id;
+        if (!json_id(e, &id))
+            return fail(c, NNT_ERR_FORMAT, "post_processor.special_tokens['%.80s'].ids: expected integer ids in [0, 2^31)",
                         name->valuestring);
-        if (tok_ids_put(*seen_a ? &c->tok->suffix : &c->tok->prefix, (int32_t)e->valuedouble) != 0)
+        if (tok_ids_put(*seen_a ? &c->tok->suffix : &c->tok->prefix, id) != 0)
             return fail(c, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     return NNT_OK;

@@ -455,6 +455,14 @@ static void test_errors(void)
                     "\"added_tokens\":[{\"id\":2000000000,\"content\":\"<x>\"}]}",
                     dir, sizeof dir);
     expect_load_error(dir, NNT_ERR_FORMAT, "added_tokens[0]: id 2000000000 is beyond", "ids below 1028");
+    /* a template's special token with a fractional id (once cut to 0) */
+    write_tokenizer("template_fraction",
+                    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"<s>\":1},\"merges\":[]},"
+                    "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\","
+                    "\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[],"
+                    "\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[0.5],\"tokens\":[\"<s>\"]}}}}",
+                    dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "post_processor.special_tokens['<s>'].ids", "integer ids");
     /* a broken split pattern quotes it */
     write_tokenizer("bad_regex",
                     "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a\"},\"behavior\":\"Isolated\"},"
