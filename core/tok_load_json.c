@@ -683,13 +683,13 @@ nnt_status tok_load_json(nnt_tokenizer *tok, const char *path)
     free(text);
     tok->format = TOK_FORMAT_JSON;
     if (!cJSON_IsObject(root)) st = fail(&c, NNT_ERR_FORMAT, "expected a JSON object at the top");
-    /* the order matters: the pre-tokenizer says whether the model is byte-level, the decoder
-     * how each token decodes, the normalizer how added tokens are matched */
     if (!st) { /* the ids' bound: the vocabulary's entries and the added tokens */
         const cJSON *m = item(root, "model"), *vocab = m ? item(m, "vocab") : NULL, *added = item(root, "added_tokens");
         tok->id_entries = (cJSON_IsObject(vocab) ? cJSON_GetArraySize(vocab) : 0) +
                           (cJSON_IsArray(added) ? cJSON_GetArraySize(added) : 0);
     }
+    /* the order matters: the pre-tokenizer says whether the model is byte-level, the decoder
+     * how each token decodes, the normalizer how added tokens are matched */
     if (!st) st = parse_pretok(&c, item(root, "pre_tokenizer"), "pre_tokenizer", 0);
     if (!st) st = parse_normalizer(&c, item(root, "normalizer"), "normalizer", 0);
     if (!st) st = parse_decoder(&c, item(root, "decoder"), "decoder", 0);
