@@ -137,12 +137,16 @@ nnt_status nnt_tokenizer_load(const char *dir, nnt_tokenizer **out)
             if (tok->prefix.p[i] == tok->bos_id) already = 1;
         tok->add_bos = !already;
     }
-    if (!st) {
-        for (int64_t i = 0; i < tok->prefix.n; i++)
-            if (tok->prefix.p[i] >= tok->vocab_size) st = NNT_ERR_FORMAT;
-        for (int64_t i = 0; i < tok->suffix.n; i++)
-            if (tok->suffix.p[i] >= tok->vocab_size) st = NNT_ERR_FORMAT;
-        if (st) nnt_err_set(&tok->err, st, "%s: post_processor: a template token id is outside the vocabulary", dir);
+    /* the template's ids must name tokens: an unassigned id (a hole in the vocabulary) would be
+     * encoded and then refused by decode */
+    for (int k = 0; k < 2 && !st; k++) {
+        const tok_ids *v = k ? &tok->suffix : &tok->prefix;
+        for (int64_t i = 0; i < v->n && !st; i++)
+            if (v->p[i] >= tok->vocab_size || !(tok->flags[v->p[i]] & TOK_ID_PRESENT))
+                st = nnt_err_set(&tok->err, NNT_ERR_FORMAT,
+                                 "%s/tokenizer.json: post_processor: the template's token id %d is not in the vocabulary "
+                                 "or the added tokens",
+                                 dir, v->p[i]);
     }
     return st;
 }

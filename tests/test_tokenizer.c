@@ -463,6 +463,22 @@ static void test_errors(void)
                     "\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[0.5],\"tokens\":[\"<s>\"]}}}}",
                     dir, sizeof dir);
     expect_load_error(dir, NNT_ERR_FORMAT, "post_processor.special_tokens['<s>'].ids", "integer ids");
+    /* a template id that names no token: past the vocabulary, or a hole in it (id 1 here; fuzz_tokenizer
+     * found encode then giving the hole, which decode refused) */
+    const char *template_ids[2] = {"5", "1"};
+    for (int k = 0; k < 2; k++) {
+        char json[700];
+        snprintf(json, sizeof json,
+                 "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"<s>\":2},\"merges\":[]},"
+                 "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\","
+                 "\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[],"
+                 "\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[%s],\"tokens\":[\"<s>\"]}}}}",
+                 template_ids[k]);
+        write_tokenizer(k ? "template_hole" : "template_past", json, dir, sizeof dir);
+        char want[64];
+        snprintf(want, sizeof want, "the template's token id %s is not in the vocabulary", template_ids[k]);
+        expect_load_error(dir, NNT_ERR_FORMAT, "post_processor", want);
+    }
     /* a broken split pattern quotes it */
     write_tokenizer("bad_regex",
                     "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a\"},\"behavior\":\"Isolated\"},"
