@@ -16,6 +16,12 @@
 
 int64_t tok_id_reach(const nnt_tokenizer *tok) { return 2 * tok->id_entries + 1024; }
 
+/* 1 when id is a token of the loaded files (the vocabulary or the added tokens), not a hole */
+static int id_assigned(const nnt_tokenizer *tok, int64_t id)
+{
+    return id >= 0 && id < tok->vocab_size && (tok->flags[id] & TOK_ID_PRESENT);
+}
+
 int tok_reserve_ids(nnt_tokenizer *tok, int32_t id)
 {
     if (id < tok->vocab_size) return 0;
@@ -32,7 +38,7 @@ int tok_reserve_ids(nnt_tokenizer *tok, int32_t id)
 int32_t tok_vocab_find(const nnt_tokenizer *tok, const char *s, size_t n)
 {
     int32_t id = tok_strmap_find(&tok->bpe.vocab_map, &tok->bpe.vocab, s, n);
-    return id >= 0 && id < tok->vocab_size && (tok->flags[id] & TOK_ID_PRESENT) ? id : -1;
+    return id_assigned(tok, id) ? id : -1;
 }
 
 int32_t tok_lookup(const nnt_tokenizer *tok, const char *s, size_t n)
@@ -142,7 +148,7 @@ nnt_status nnt_tokenizer_load(const char *dir, nnt_tokenizer **out)
     for (int k = 0; k < 2 && !st; k++) {
         const tok_ids *v = k ? &tok->suffix : &tok->prefix;
         for (int64_t i = 0; i < v->n && !st; i++)
-            if (v->p[i] >= tok->vocab_size || !(tok->flags[v->p[i]] & TOK_ID_PRESENT))
+            if (!id_assigned(tok, v->p[i]))
                 st = nnt_err_set(&tok->err, NNT_ERR_FORMAT,
                                  "%s/tokenizer.json: post_processor: the template's token id %d is not in the vocabulary "
                                  "or the added tokens",
@@ -203,7 +209,7 @@ int32_t nnt_tokenizer_token_id(const nnt_tokenizer *tok, const char *text)
 const char *nnt_tokenizer_token_bytes(const nnt_tokenizer *tok, int32_t id, size_t *len)
 {
     if (len) *len = 0;
-    if (!tok || id < 0 || id >= tok->vocab_size || !(tok->flags[id] & TOK_ID_PRESENT)) return NULL;
+    if (!tok || !id_assigned(tok, id)) return NULL;
     size_t n;
     const char *s = tok_strtab_get(&tok->dec, id, &n);
     if (len) *len = n;
@@ -372,7 +378,7 @@ nnt_status nnt_tokenizer_decode(nnt_tokenizer *tok, const int32_t *ids, int64_t 
     int first = 1;
     for (int64_t i = 0; i < n_ids; i++) {
         int32_t id = ids[i];
-        if (id < 0 || id >= tok->vocab_size || !(tok->flags[id] & TOK_ID_PRESENT)) {
+        if (!id_assigned(tok, id)) {
             tok_buf_free(&out);
             return nnt_err_set(&tok->err, NNT_ERR_INDEX, "nnt_tokenizer_decode: ids[%lld] = %d is not a token (vocabulary of %d)",
                                (long long)i, id, tok->vocab_size);
