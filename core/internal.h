@@ -20,6 +20,13 @@ nnt_status nnt_err_setv(nnt_error *err, nnt_status status, const char *fmt, va_l
 void nnt_err_prefix(nnt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void nnt_err_clear(nnt_error *err);
 
+/* ---- UTF-8 (base/utf8.c) ---- */
+/* Length of the valid UTF-8 sequence at s (1..4), or -(length of the maximal invalid subpart)
+ * when s does not start a valid sequence (Unicode's "maximal subpart" rule). n >= 1. */
+int nnt_utf8_len(const uint8_t *s, size_t n);
+/* The length of the longest valid UTF-8 prefix of text (n when all of it is valid). */
+size_t nnt_utf8_valid_prefix(const char *text, size_t n);
+
 /* ---- dtypes (dtype.c) ---- */
 nnt_dtype nnt_dtype_from_name(const char *name); /* safetensors spelling; INVALID if unknown */
 int nnt_dtype_is_float(nnt_dtype dt);
@@ -322,7 +329,7 @@ void nnt_arena_release(nnt_arena *a, size_t mark);
 void nnt_arena_reset(nnt_arena *a);
 size_t nnt_arena_high_water(const nnt_arena *a);
 
-/* ---- runtime, model, trace (runtime.c, model.c, trace.c) ---- */
+/* ---- runtime, model, trace (runtime/, model/, trace/, run/) ---- */
 struct nnt_runtime {
     nnt_error err;
     char *config_path;
@@ -344,7 +351,7 @@ struct nnt_model {
     int first_loaded, end_loaded; /* the blocks whose weights were loaded (every block: 0, num_layers) */
 };
 
-/* The routine table (core services) the core hands to plugins. */
+/* The routine table (core services) the core hands to plugins (model/core_api.c). */
 void nnt_core_api_init(nnt_core_api *api);
 
 /* Trace internals used by the run (trace.c). */
@@ -360,8 +367,18 @@ struct nnt_run {
     int current_request; /* the save request being served, to number repeated emissions */
     int first_layer, end_layer; /* the call's pipeline stage: blocks [first, end); [0, L) for a whole call */
 };
+/* The trace's side of an emission (trace.c): saves and edits on (slot, layer). */
 nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t);
 int nnt_run_wants(const nnt_run *run, nnt_value_id slot, int layer);
+/* The run services the routine table hands families (run/forward.c): emission as a family sees
+ * it (the stage's check, the trace, then next_token_probs derived from logits), wants, and
+ * allocation in the run's arena (backend memory; F32 flagged bf16-valued in bf16 precision). */
+nnt_status nnt_run_api_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t);
+int nnt_run_api_wants(const nnt_run *run, nnt_value_id slot, int layer);
+nnt_status nnt_run_alloc(nnt_run *run, nnt_dtype dtype, int ndim, const int64_t *shape, nnt_tensor *out,
+                         nnt_error *err);
+size_t nnt_run_mark(nnt_run *run);
+void nnt_run_release(nnt_run *run, size_t mark);
 
 /* A generation session: the family's caches and the mask history of a batch (session.c). */
 struct nnt_session {

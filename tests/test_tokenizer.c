@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/tok_internal.h"
+#include "core/tokenizer/tok_internal.h"
 #include "test_util.h"
 
 #ifndef NNT_TEST_TOKENIZER_VOCAB

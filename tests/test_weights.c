@@ -1,7 +1,7 @@
 /* test_weights.c - weights in their stored encodings on the cpu backend: the matrix product and
  * the embedding look-up on F32, BF16, F16, FP8 e4m3 (F32, BF16 and E8M0 block scales) and FP4
  * e2m1 (E8M0 group scales) against double-precision products of the core's reference decoder
- * (core/quant.c, written separately from the kernels), on every instruction-set path this CPU
+ * (core/checkpoint/quant.c, written separately from the kernels), on every instruction-set path this CPU
  * runs (AVX-512, AVX2, the baseline), for few-row and panel products, odd widths, partial edge
  * blocks and views that start inside a block row; bfloat16 products against hand rounding; and
  * the core's memory accounting after loading the FP8 and FP4 fixtures (no widened copy). */

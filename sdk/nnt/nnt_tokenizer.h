@@ -11,7 +11,7 @@
  *                   post-processors and the ByteLevel, ByteFallback, Fuse, Replace and
  *                   Sequence decoders (no decoder: tokens joined by spaces, as tokenizers does).
  *                   Split patterns are Oniguruma's syntax; they run on PCRE2 after a rewrite
- *                   (see core/tok_regex.c) that keeps \s, \w and script names meaning what
+ *                   (see core/tokenizer/tok_regex.c) that keeps \s, \w and script names meaning what
  *                   the references' engines make them mean.
  *   tiktoken.model  base64 token bytes and their rank, one per line (the rank is the id), with
  *                   the split pattern and special tokens of the release's tokenization code

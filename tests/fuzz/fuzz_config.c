@@ -1,5 +1,5 @@
 /* fuzz_config.c - libFuzzer harness for config.json as the core and the family plugins read it
- * (core/json_config.c, families/<name>/<name>.c through the nnt_cfg_* routines), and for the
+ * (core/checkpoint/json_config.c, families/<name>/<name>.c through the nnt_cfg_* routines), and for the
  * checks that bind a checkpoint's tensors to it. The input is config.json; the harness's
  * temporary folder holds it next to a link to a fixture's model.safetensors, chosen by the
  * input: the family whose architecture name the text contains (MiniMax-M2 when none), its

@@ -1,5 +1,5 @@
 /* fuzz_index.c - libFuzzer harness for the sharded-checkpoint index
- * (model.safetensors.index.json, core/checkpoint.c). At start-up the example checkpoint
+ * (model.safetensors.index.json, core/checkpoint/checkpoint.c). At start-up the example checkpoint
  * (examples/tiny-minimax-m2) is split into two shards in the harness's temporary folder,
  * model-00001-of-00002.safetensors (the first half of its tensors by name) and
  * model-00002-of-00002.safetensors (the rest), next to a link to its config.json. The input is

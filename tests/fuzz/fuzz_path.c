@@ -1,5 +1,5 @@
-/* fuzz_path.c - libFuzzer harness for value paths (core/path.c and the request and result
- * look-ups of core/trace.c): "[model.][layers.N.|layers[N].][host.]value", "layers.*." and the
+/* fuzz_path.c - libFuzzer harness for value paths (core/values/path.c and the request and result
+ * look-ups of core/trace/trace.c): "[model.][layers.N.|layers[N].][host.]value", "layers.*." and the
  * "@k" suffix of repeated results, as --save, --zero, ... take them.
  *
  * At start-up three models are loaded on the build tree's plugins: the example MiniMax-M2,

@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c - libFuzzer harness for the safetensors reader (core/safetensors.c).
+/* fuzz_safetensors.c - libFuzzer harness for the safetensors reader (core/checkpoint/safetensors.c).
  * The input is a whole .safetensors file. A file the reader accepts is checked further: every
  * tensor's bytes lie inside the mapping (first and last byte read), its byte count matches its
  * dtype and shape, nnt_st_find finds it by name, and writing the tensors back with nnt_st_write

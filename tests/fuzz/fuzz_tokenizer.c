@@ -1,5 +1,5 @@
-/* fuzz_tokenizer.c - libFuzzer harness for the tokenizer loaders (core/tok_load_json.c,
- * core/tok_load_tiktoken.c, tokenizer_config.json in core/tokenizer.c) and the encoder and
+/* fuzz_tokenizer.c - libFuzzer harness for the tokenizer loaders (core/tokenizer/tok_load_json.c,
+ * core/tokenizer/tok_load_tiktoken.c, tokenizer_config.json in core/tokenizer/tokenizer.c) and the encoder and
  * decoder they set up. The input holds up to three parts separated by the line
  * "\n#nnt-fuzz-part#\n": the tokenizer file, tokenizer_config.json (absent when there is no
  * second part) and a text to encode. The tokenizer file is written as tokenizer.json when it

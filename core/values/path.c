@@ -219,3 +219,16 @@ nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, n
     out->layer = layer;
     return NNT_OK;
 }
+
+/* The public description of one path: parsed here, described by the model (value_info.c). */
+nnt_status nnt_model_value_info(const nnt_model *m, const char *path, const nnt_call_dims *dims,
+                                nnt_value_info *info)
+{
+    if (!m || !path || !info) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_path p;
+    nnt_status st = nnt_path_parse(m, path, &p, &m->rt->err);
+    if (st != NNT_OK) return st;
+    if (p.layer == NNT_LAYER_ALL)
+        return nnt_err_set(&m->rt->err, NNT_ERR_PATH, "'%s': name one block, not '*'", path);
+    return nnt_model_slot_info(m, p.layer, p.slot, dims, info, &m->rt->err);
+}

@@ -347,3 +347,45 @@ nnt_status nnt_weight_decode(const nnt_tensor *w, int64_t row0, int64_t nrows, f
     }
     return NNT_OK;
 }
+
+nnt_status nnt_ck_tensor(const nnt_checkpoint *ck_const, const char *name, int ndim, const int64_t *shape,
+                         nnt_tensor *out, nnt_error *err)
+{
+    nnt_checkpoint *ck = (nnt_checkpoint *)ck_const; /* counts what is bound */
+    const char *file = NULL;
+    nnt_tensor t;
+    nnt_status st = nnt_ck_lookup(ck, name, &t, &file, err);
+    if (st == NNT_ERR_NOT_FOUND) return nnt_err_set(err, st, "%s: the checkpoint has no tensor '%s'", ck->dir, name);
+    if (st != NNT_OK) return st;
+    char sname[512];
+    const char *scale = nnt_ck_scale_name(ck, name, sname, sizeof sname);
+    nnt_tensor s;
+    if (scale && (st = nnt_ck_lookup(ck, scale, &s, NULL, err)) != NNT_OK) return st;
+    int encoded = 0;
+    st = nnt_quant_view(ck, file, name, &t, scale ? &s : NULL, sname, ndim, shape, &encoded, err);
+    if (st != NNT_OK) return st;
+    if (!encoded) {
+        if (ndim > 0 && !nnt_shape_equal(t.ndim, t.shape, ndim, shape)) {
+            char got[96], want[96];
+            return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has shape %s, but config.json implies %s", file,
+                               name, nnt_shape_str(&t, got, sizeof got), nnt_dims_str(ndim, shape, want, sizeof want));
+        }
+        switch (t.dtype) {
+        case NNT_F32:
+        case NNT_BF16:
+        case NNT_F16:
+        case NNT_I64:
+        case NNT_I32: break;
+        default:
+            return nnt_err_set(err, NNT_ERR_SHAPE,
+                               "%s: tensor '%s' has dtype %s; expected F32, BF16, F16, F8_E4M3 with block scales, "
+                               "or packed FP4 with group scales",
+                               file, name, nnt_dtype_name(t.dtype));
+        }
+    } else {
+        nnt_ck_mark_bound(ck, sname);
+    }
+    nnt_ck_mark_bound(ck, name);
+    *out = t;
+    return NNT_OK;
+}

@@ -11,30 +11,6 @@
 
 /* ---- UTF-8 ---- */
 
-int tok_utf8_len(const uint8_t *s, size_t n)
-{
-    uint8_t c = s[0];
-    if (c < 0x80) return 1;
-    int need;
-    uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c == 0xE0) need = 2, lo = 0xA0;
-    else if (c >= 0xE1 && c <= 0xEC) need = 2;
-    else if (c == 0xED) need = 2, hi = 0x9F;
-    else if (c >= 0xEE && c <= 0xEF) need = 2;
-    else if (c == 0xF0) need = 3, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) need = 3;
-    else if (c == 0xF4) need = 3, hi = 0x8F;
-    else return -1; /* 80..C1, F5..FF never start a sequence */
-    for (int k = 1; k <= need; k++) {
-        if ((size_t)k >= n) return -k;
-        uint8_t b = s[k];
-        uint8_t l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-        if (b < l || b > h) return -k;
-    }
-    return need + 1;
-}
-
 uint32_t tok_utf8_decode(const uint8_t *s, int len)
 {
     switch (len) {
@@ -71,22 +47,6 @@ int tok_utf8_encode(uint32_t cp, char out[4])
     return 4;
 }
 
-size_t tok_utf8_valid_prefix(const char *text, size_t n)
-{
-    const uint8_t *s = (const uint8_t *)text;
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int l = tok_utf8_len(s + i, n - i);
-        if (l <= 0) return i;
-        i += (size_t)l;
-    }
-    return n;
-}
-
 long tok_utf8_repair(const char *text, size_t n, tok_buf *out)
 {
     static const char fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
@@ -100,7 +60,7 @@ long tok_utf8_repair(const char *text, size_t n, tok_buf *out)
             i++;
             continue;
         }
-        int l = tok_utf8_len(s + i, n - i);
+        int l = nnt_utf8_len(s + i, n - i);
         if (l > 0) {
             i += (size_t)l;
             continue;
@@ -166,7 +126,7 @@ int tok_bytelevel_unmap(const tok_bytelevel *bl, const char *s, size_t n, tok_bu
     size_t start = out->n;
     const uint8_t *u = (const uint8_t *)s;
     for (size_t i = 0; i < n;) {
-        int l = tok_utf8_len(u + i, n - i);
+        int l = nnt_utf8_len(u + i, n - i);
         uint32_t cp = l > 0 ? tok_utf8_decode(u + i, l) : 0xFFFFFFFF;
         if (l <= 0 || cp >= 324 || bl->byte_of[cp] < 0) {
             out->n = start;
@@ -205,7 +165,7 @@ static int replace_all(const tok_norm_op *op, const char *s, size_t n, tok_buf *
                 at = n;
                 break;
             }
-            int l = tok_utf8_len((const uint8_t *)s + me, n - me);
+            int l = nnt_utf8_len((const uint8_t *)s + me, n - me);
             me += (size_t)(l > 0 ? l : 1);
             if (tok_buf_put(out, s + ms, me - ms) != 0) goto oom;
         }
@@ -258,7 +218,7 @@ int tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *ou
              * U+0130's unconditional two-character one (SpecialCasing.txt) */
             const uint8_t *u = (const uint8_t *)out->p;
             for (size_t k = 0; k < out->n;) {
-                int l = tok_utf8_len(u + k, out->n - k);
+                int l = nnt_utf8_len(u + k, out->n - k);
                 if (l <= 0) l = 1;
                 uint32_t cp = tok_utf8_decode(u + k, l);
                 char enc[8];
@@ -278,14 +238,14 @@ int tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *ou
             const uint8_t *u = (const uint8_t *)out->p;
             size_t a = 0, b = out->n;
             while (op->strip_left && a < b) {
-                int l = tok_utf8_len(u + a, b - a);
+                int l = nnt_utf8_len(u + a, b - a);
                 if (l <= 0 || !tok_is_white_space(tok_utf8_decode(u + a, l))) break;
                 a += (size_t)l;
             }
             while (op->strip_right && b > a) {
                 size_t st = b - 1;
                 while (st > a && (u[st] & 0xC0) == 0x80) st--;
-                int l = tok_utf8_len(u + st, b - st);
+                int l = nnt_utf8_len(u + st, b - st);
                 if (l <= 0 || !tok_is_white_space(tok_utf8_decode(u + st, l))) break;
                 b = st;
             }

@@ -112,13 +112,13 @@ static uint32_t last_char(const char *s, size_t end, size_t *start)
     size_t i = end - 1;
     while (i > 0 && ((uint8_t)s[i] & 0xC0) == 0x80) i--;
     *start = i;
-    int l = tok_utf8_len((const uint8_t *)s + i, end - i);
+    int l = nnt_utf8_len((const uint8_t *)s + i, end - i);
     return l > 0 ? tok_utf8_decode((const uint8_t *)s + i, l) : 0xFFFD;
 }
 
 static uint32_t first_char(const char *s, size_t n, size_t at, int *len)
 {
-    int l = tok_utf8_len((const uint8_t *)s + at, n - at);
+    int l = nnt_utf8_len((const uint8_t *)s + at, n - at);
     *len = l > 0 ? l : 1;
     return l > 0 ? tok_utf8_decode((const uint8_t *)s + at, l) : 0xFFFD;
 }

@@ -259,49 +259,6 @@ const char *nnt_ck_scale_name(const nnt_checkpoint *ck, const char *name, char *
     return NULL;
 }
 
-nnt_status nnt_ck_tensor(const nnt_checkpoint *ck_const, const char *name, int ndim,
-                         const int64_t *shape, nnt_tensor *out, nnt_error *err)
-{
-    nnt_checkpoint *ck = (nnt_checkpoint *)ck_const; /* counts what is bound */
-    const struct nnt_ck_index *x = find(ck, name);
-    if (!x) return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: the checkpoint has no tensor '%s'", ck->dir, name);
-    const char *file = ck->files[x->file]->path;
-    nnt_tensor t;
-    nnt_status st = view(ck, x, &t, err);
-    if (st != NNT_OK) return st;
-    char sname[512];
-    const char *scale = nnt_ck_scale_name(ck, name, sname, sizeof sname);
-    nnt_tensor s;
-    if (scale && (st = view(ck, find(ck, scale), &s, err)) != NNT_OK) return st;
-    int encoded = 0;
-    st = nnt_quant_view(ck, file, name, &t, scale ? &s : NULL, sname, ndim, shape, &encoded, err);
-    if (st != NNT_OK) return st;
-    if (!encoded) {
-        if (ndim > 0 && !nnt_shape_equal(t.ndim, t.shape, ndim, shape)) {
-            char got[96], want[96];
-            return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has shape %s, but config.json implies %s", file,
-                               name, nnt_shape_str(&t, got, sizeof got), nnt_dims_str(ndim, shape, want, sizeof want));
-        }
-        switch (t.dtype) {
-        case NNT_F32:
-        case NNT_BF16:
-        case NNT_F16:
-        case NNT_I64:
-        case NNT_I32: break;
-        default:
-            return nnt_err_set(err, NNT_ERR_SHAPE,
-                               "%s: tensor '%s' has dtype %s; expected F32, BF16, F16, F8_E4M3 with block scales, "
-                               "or packed FP4 with group scales",
-                               file, name, nnt_dtype_name(t.dtype));
-        }
-    } else {
-        mark_bound(ck, find(ck, sname));
-    }
-    mark_bound(ck, x);
-    *out = t;
-    return NNT_OK;
-}
-
 /* The number after a name segment `seg` ("layers", "experts") in a tensor name: e.g. 7 for
  * "model.layers.7.mlp" and seg "layers"; -1 when the segment is absent, -2 when it is followed
  * by a segment that is not a number (a fused tensor such as "experts.gate_up_proj"). */

@@ -106,7 +106,7 @@ static long initial_symbols(tok_bpe *b, const char *s, size_t n)
         if (b->byte_units) {
             id = b->byte_id[(uint8_t)s[i]];
         } else {
-            int u = tok_utf8_len((const uint8_t *)s + i, n - i);
+            int u = nnt_utf8_len((const uint8_t *)s + i, n - i);
             l = (size_t)(u > 0 ? u : 1);
             id = tok_strmap_find(&b->vocab_map, &b->vocab, s + i, l);
         }

@@ -7,104 +7,11 @@
 
 #include "tok_internal.h"
 
-#define MAX_CONFIG_JSON (64u << 20)
 /* Kimi-Linear's encode (tokenization_kimi.py) cuts a text into pieces of at most this many
  * characters, then each piece so that no run of white space or of other characters is longer
  * than the second bound; tiktoken encodes each cut on its own. */
 #define KIMI_MAX_CHARS 400000
 #define KIMI_MAX_RUN 25000
-
-int64_t tok_id_reach(const nnt_tokenizer *tok) { return 2 * tok->id_entries + 1024; }
-
-/* 1 when id is a token of the loaded files (the vocabulary or the added tokens), not a hole */
-static int id_assigned(const nnt_tokenizer *tok, int64_t id)
-{
-    return id >= 0 && id < tok->vocab_size && (tok->flags[id] & TOK_ID_PRESENT);
-}
-
-int tok_reserve_ids(nnt_tokenizer *tok, int32_t id)
-{
-    if (id < tok->vocab_size) return 0;
-    if (id >= tok_id_reach(tok)) return -1;
-    int32_t n = id + 1;
-    uint8_t *f = realloc(tok->flags, (size_t)n);
-    if (!f) return -1;
-    memset(f + tok->vocab_size, 0, (size_t)(n - tok->vocab_size));
-    tok->flags = f;
-    tok->vocab_size = n;
-    return 0;
-}
-
-int32_t tok_vocab_find(const nnt_tokenizer *tok, const char *s, size_t n)
-{
-    int32_t id = tok_strmap_find(&tok->bpe.vocab_map, &tok->bpe.vocab, s, n);
-    return id_assigned(tok, id) ? id : -1;
-}
-
-int32_t tok_lookup(const nnt_tokenizer *tok, const char *s, size_t n)
-{
-    for (int32_t i = 0; i < tok->n_added; i++)
-        if (tok->added[i].len == n && memcmp(tok->added[i].content, s, n) == 0) return tok->added[i].id;
-    if (tok->byte_level) {
-        tok_buf b = {0};
-        int32_t id = -1;
-        if (tok_bytelevel_unmap(&tok->bl, s, n, &b) >= 0)
-            id = tok_vocab_find(tok, b.p ? b.p : "", b.n);
-        tok_buf_free(&b);
-        return id;
-    }
-    return tok_vocab_find(tok, s, n);
-}
-
-nnt_status tok_read_config(nnt_tokenizer *tok, cJSON **cfg_out)
-{
-    if (cfg_out) *cfg_out = NULL;
-    char *path = nnt_path_join(tok->dir, "tokenizer_config.json");
-    if (!path) return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory");
-    if (!nnt_file_exists(path)) {
-        free(path);
-        return NNT_OK;
-    }
-    char *text = NULL;
-    size_t len = 0;
-    nnt_status st = nnt_read_file(path, MAX_CONFIG_JSON, &text, &len, &tok->err);
-    if (st) {
-        free(path);
-        return st;
-    }
-    const char *end = NULL;
-    cJSON *cfg = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!cJSON_IsObject(cfg)) {
-        st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: malformed JSON near byte %ld (expected an object)", path,
-                         cfg ? 0L : (end ? (long)(end - text) : -1L));
-        cJSON_Delete(cfg);
-        free(text);
-        free(path);
-        return st;
-    }
-    free(text);
-    const char *keys[3] = {"bos_token", "eos_token", "pad_token"};
-    int32_t *ids[3] = {&tok->bos_id, &tok->eos_id, &tok->pad_id};
-    for (int k = 0; k < 3 && !st; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[k]);
-        if (!v || cJSON_IsNull(v)) continue;
-        if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
-        if (!cJSON_IsString(v)) {
-            st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: %s: expected a string or an object with a \"content\" string",
-                             path, keys[k]);
-            break;
-        }
-        *ids[k] = tok_lookup(tok, v->valuestring, strlen(v->valuestring));
-    }
-    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
-    if (!st && ab && !cJSON_IsNull(ab) && !cJSON_IsBool(ab))
-        st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: add_bos_token: expected true or false", path);
-    if (!st) tok->want_bos = cJSON_IsTrue(ab);
-    free(path);
-    if (cfg_out && !st) *cfg_out = cfg;
-    else cJSON_Delete(cfg);
-    return st;
-}
 
 nnt_status nnt_tokenizer_load(const char *dir, nnt_tokenizer **out)
 {
@@ -148,7 +55,7 @@ nnt_status nnt_tokenizer_load(const char *dir, nnt_tokenizer **out)
     for (int k = 0; k < 2 && !st; k++) {
         const tok_ids *v = k ? &tok->suffix : &tok->prefix;
         for (int64_t i = 0; i < v->n && !st; i++)
-            if (!id_assigned(tok, v->p[i]))
+            if (!tok_id_assigned(tok, v->p[i]))
                 st = nnt_err_set(&tok->err, NNT_ERR_FORMAT,
                                  "%s/tokenizer.json: post_processor: the template's token id %d is not in the vocabulary "
                                  "or the added tokens",
@@ -209,7 +116,7 @@ int32_t nnt_tokenizer_token_id(const nnt_tokenizer *tok, const char *text)
 const char *nnt_tokenizer_token_bytes(const nnt_tokenizer *tok, int32_t id, size_t *len)
 {
     if (len) *len = 0;
-    if (!tok || !id_assigned(tok, id)) return NULL;
+    if (!tok || !tok_id_assigned(tok, id)) return NULL;
     size_t n;
     const char *s = tok_strtab_get(&tok->dec, id, &n);
     if (len) *len = n;
@@ -297,7 +204,7 @@ static int encode_tiktoken(nnt_tokenizer *tok, const char *s, size_t n, tok_ids 
         /* the next KIMI_MAX_CHARS characters */
         size_t end = chunk;
         for (long c = 0; c < KIMI_MAX_CHARS && end < n; c++) {
-            int l = tok_utf8_len(u + end, n - end);
+            int l = nnt_utf8_len(u + end, n - end);
             end += (size_t)(l > 0 ? l : 1);
         }
         /* cut where a run of space or of non-space characters would pass KIMI_MAX_RUN */
@@ -305,7 +212,7 @@ static int encode_tiktoken(nnt_tokenizer *tok, const char *s, size_t n, tok_ids 
         long run = 0;
         int run_space = -1;
         while (p < end) {
-            int l = tok_utf8_len(u + p, end - p);
+            int l = nnt_utf8_len(u + p, end - p);
             if (l <= 0) l = 1;
             int sp = tok_is_py_space(tok_utf8_decode(u + p, l));
             if (run_space < 0) run_space = sp;
@@ -340,7 +247,7 @@ nnt_status nnt_tokenizer_encode(nnt_tokenizer *tok, const char *text, size_t len
                            len, UINT32_MAX >> 2);
     nnt_err_clear(&tok->err);
     const char *s = text ? text : "";
-    if (tok_utf8_valid_prefix(s, len) < len) { /* copied only when something must be replaced */
+    if (nnt_utf8_valid_prefix(s, len) < len) { /* copied only when something must be replaced */
         if (tok_utf8_repair(s, len, &tok->text) < 0)
             return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory for %zu bytes", len);
         s = tok->text.p, len = tok->text.n;
@@ -378,7 +285,7 @@ nnt_status nnt_tokenizer_decode(nnt_tokenizer *tok, const int32_t *ids, int64_t 
     int first = 1;
     for (int64_t i = 0; i < n_ids; i++) {
         int32_t id = ids[i];
-        if (!id_assigned(tok, id)) {
+        if (!tok_id_assigned(tok, id)) {
             tok_buf_free(&out);
             return nnt_err_set(&tok->err, NNT_ERR_INDEX, "nnt_tokenizer_decode: ids[%lld] = %d is not a token (vocabulary of %d)",
                                (long long)i, id, tok->vocab_size);

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "tok_internal.h"
 
 #define MAX_HEADER_BYTES (100u << 20)
 
@@ -252,7 +251,7 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
     }
     /* the header is UTF-8 JSON text: valid UTF-8, and no control byte (JSON escapes those
      * inside strings; outside them only whitespace may stand) */
-    size_t valid = tok_utf8_valid_prefix((const char *)bytes + 8, (size_t)hlen);
+    size_t valid = nnt_utf8_valid_prefix((const char *)bytes + 8, (size_t)hlen);
     if (valid < hlen) {
         status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header byte %zu is not valid UTF-8 (the header is UTF-8 JSON)",
                              path, valid);

@@ -1,5 +1,5 @@
-/* tok_internal.h - the tokenizer's internal types and functions, shared by core/tokenizer.c
- * (the public API), core/tok_load_json.c, core/tok_load_tiktoken.c and the pieces they use:
+/* tok_internal.h - the tokenizer's internal types and functions, shared by core/tokenizer/tokenizer.c
+ * (the public API), core/tokenizer/tok_load_json.c, core/tokenizer/tok_load_tiktoken.c and the pieces they use:
  * tok_table.c (string tables and hash maps), tok_bpe.c (merging), tok_text.c (UTF-8 and
  * Unicode normalisation), tok_regex.c (split patterns), tok_added.c (added tokens),
  * tok_pretok.c (pre-tokenizers). Nothing here is part of the public API. */
@@ -12,7 +12,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "internal.h"
+#include "../internal.h"
 #include "nnt/nnt_tokenizer.h"
 
 /* ---- growable arrays (tok_table.c) ---- */
@@ -103,14 +103,10 @@ const tok_pair *tok_pairmap_find(const tok_pairmap *m, int32_t left, int32_t rig
 void tok_pairmap_free(tok_pairmap *m);
 
 /* ---- UTF-8 and Unicode (tok_text.c) ---- */
-/* Length of the valid UTF-8 sequence at s (1..4), or -(length of the maximal invalid subpart)
- * when s does not start a valid sequence (Unicode's "maximal subpart" rule). n >= 1. */
-int tok_utf8_len(const uint8_t *s, size_t n);
-/* Decodes the valid sequence at s of length len (from tok_utf8_len). */
+/* (nnt_utf8_len and nnt_utf8_valid_prefix: internal.h) */
+/* Decodes the valid sequence at s of length len (from nnt_utf8_len). */
 uint32_t tok_utf8_decode(const uint8_t *s, int len);
 int tok_utf8_encode(uint32_t cp, char out[4]);
-/* The length of the longest valid UTF-8 prefix of text (n when all of it is valid). */
-size_t tok_utf8_valid_prefix(const char *text, size_t n);
 /* Copies `text` into out with every maximal invalid subpart replaced by U+FFFD. Returns the
  * number of replacements, or -1 (no memory). */
 long tok_utf8_repair(const char *text, size_t n, tok_buf *out);
@@ -347,6 +343,8 @@ int32_t tok_lookup(const nnt_tokenizer *tok, const char *s, size_t n);
  * the per-id tables ~25 bytes, so an id far past the count of tokens listed (2^31 would ask for
  * ~50 GB) is refused by the loaders, naming the field, before anything is allocated for it. */
 int64_t tok_id_reach(const nnt_tokenizer *tok);
+/* 1 when id is a token of the loaded files (the vocabulary or the added tokens), not a hole. */
+int tok_id_assigned(const nnt_tokenizer *tok, int64_t id);
 /* The words after "id N is " in that refusal; its arguments are tok_id_reach and tok->id_entries. */
 #define TOK_ID_REACH_WHY "beyond this tokenizer's id space (ids below %lld: twice the %lld tokens its files list, plus 1024)"
 /* Grows the per-id arrays to hold id. 0, or -1 when out of memory or id >= tok_id_reach(tok). */

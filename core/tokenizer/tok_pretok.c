@@ -56,7 +56,7 @@ static int find_matches(const tok_pretok_step *st, const char *s, size_t n, segl
         }
     } else { /* one match per character of the class */
         for (size_t i = 0; i < n;) {
-            int l = tok_utf8_len((const uint8_t *)s + i, n - i);
+            int l = nnt_utf8_len((const uint8_t *)s + i, n - i);
             if (l <= 0) l = 1;
             uint32_t cp = tok_utf8_decode((const uint8_t *)s + i, l);
             int hit = st->kind == TOK_PRE_DIGITS ? tok_is_numeric(cp) : tok_is_white_space(cp);

@@ -1,0 +1,35 @@
+/* trace_run.c - running a trace: a whole forward, one pipeline stage, or the checks of a
+ * stage alone (the C API's nnt_trace_run, nnt_trace_run_stage, nnt_trace_check_stage). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_model *m = nnt_trace_model(t);
+    nnt_err_clear(&m->rt->err);
+    return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, NULL, &m->rt->err);
+}
+
+nnt_status nnt_trace_run_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                               int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_model *m = nnt_trace_model(t);
+    nnt_err_clear(&m->rt->err);
+    nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out, 0};
+    return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &sc, &m->rt->err);
+}
+
+nnt_status nnt_trace_check_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                 int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_model *m = nnt_trace_model(t);
+    nnt_err_clear(&m->rt->err);
+    nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out, 1};
+    return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &sc, &m->rt->err);
+}
