@@ -17,6 +17,8 @@
 
 #include "nnt_types.h"
 #include "nnt_tokenizer.h"
+#include "nnt_request.h"
+#include "nnt_methods.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -138,6 +140,15 @@ typedef struct nnt_checkpoint_summary {
 nnt_status nnt_checkpoint_inspect(nnt_runtime *rt, const char *dir, nnt_checkpoint_summary *out);
 /* The name of an encoding ("FP8 e4m3", ...). */
 const char *nnt_encoding_name(nnt_encoding e);
+/* The tokenizer of folder dir, loaded with the hints of the family serving the checkpoint there
+ * (config.json's architectures, as nnt_model_load picks the family; no config.json or no such
+ * family: no hints). *out as nnt_tokenizer_load sets it (even on failure: its last error says
+ * why); free it with nnt_tokenizer_free. Errors: those of nnt_tokenizer_load_hinted. */
+nnt_status nnt_runtime_tokenizer(nnt_runtime *rt, const char *dir, nnt_tokenizer **out);
+/* The tokenizer of model m's folder (nnt_runtime_tokenizer, loaded on the first call and kept by
+ * the model until nnt_model_free). Errors: NNT_ERR_NOT_FOUND (the folder has no tokenizer) and
+ * those of loading, with nnt_last_error saying why. */
+nnt_status nnt_model_tokenizer(nnt_model *m, nnt_tokenizer **out);
 /* Writes the module tree with native names, standard names and every value's layout, grouping
  * identical consecutive blocks, like nnterp's printout. */
 nnt_status nnt_model_print(const nnt_model *m, FILE *out);

@@ -13,6 +13,7 @@
 
 #include "nnt_backend.h"
 #include "nnt_plugin.h"
+#include "nnt_tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -203,6 +204,30 @@ typedef struct nnt_load_args {
     int end_layer;
 } nnt_load_args;
 
+/* What a family's `costs` entry receives and fills (since ABI 3.4): the planner's byte model of
+ * the family, computed from config.json alone, so that a plan of a release's folder needs neither
+ * its weights nor a core that knows the family. Bytes are bytes. The core zeroes the outputs
+ * before the call. */
+typedef struct nnt_cost_args {
+    uint32_t struct_size;       /* sizeof(nnt_cost_args) as the core saw it */
+    const nnt_core_api *core;
+    const nnt_checkpoint *ckpt; /* config.json only: has_tensor answers 0 and tensor fails */
+    int n_blocks;               /* num_hidden_layers as the core read it (>= 1) */
+    int64_t context;            /* T: tokens per row a session's caches hold (>= 0) */
+    int64_t batch;              /* B: rows (>= 1) */
+    /* filled by the family: */
+    uint64_t *weight_bytes;     /* [n_blocks]: block b's weights as the checkpoint stores them, in
+                                 * the encoding config.json's quantization_config gives (scale
+                                 * companions included) */
+    uint64_t *cache_bytes;      /* [n_blocks]: what a session of B rows and capacity T allocates
+                                 * for block b (key/value caches, recurrent and convolution
+                                 * states, compressor rows) */
+    uint64_t first_bytes;       /* weights outside the blocks held by the stage of block 0 (the
+                                 * embedding) */
+    uint64_t last_bytes;        /* weights outside the blocks held by the last stage (final norm,
+                                 * lm_head and any other readout) */
+} nnt_cost_args;
+
 typedef struct nnt_family_descriptor {
     nnt_plugin_header header;
     /* config.json `architectures` entries and `model_type` values served; NULL-terminated. */
@@ -256,6 +281,18 @@ typedef struct nnt_family_descriptor {
      * left out of the initialiser, or a descriptor whose struct_size ends before this field): the
      * family has no notes. The core reads at most NNT_FAMILY_MAX_NOTES notes. */
     const char *(*note)(const void *model, int i);
+
+    /* ---- since ABI 3.4 ---- */
+    /* The planner's byte model (nnt_cost_args). Called without a loaded model, on a checkpoint
+     * of config.json alone, by nnt_plan_new when a runtime is given (`nnt plan`, the split of a
+     * run over several ranks). NULL (or a descriptor that ends before this field): the planner
+     * reads the weights from the safetensors headers only and reports the caches as unknown. */
+    nnt_status (*costs)(nnt_cost_args *args, nnt_error *err);
+    /* What the checkpoint's tokenizer files leave to the release's own code (a split pattern, the
+     * reserved special tokens, the encode's cuts): applied when a tokenizer is loaded for a
+     * checkpoint this family serves (nnt_runtime_tokenizer). NULL: nothing. Static, or owned by
+     * the plugin for as long as it is loaded. */
+    const nnt_tokenizer_hints *tokenizer;
 } nnt_family_descriptor;
 
 /* The most notes the core reads from a family (nnt_family_descriptor.note). */

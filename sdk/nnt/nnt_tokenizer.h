@@ -40,6 +40,26 @@ extern "C" {
 
 typedef struct nnt_tokenizer nnt_tokenizer;
 
+/* What a checkpoint's tokenizer files can leave to the release's own tokenization code, given
+ * instead by the family plugin that serves the checkpoint (nnt_family_descriptor.tokenizer) and
+ * applied by nnt_tokenizer_load_hinted. A field left 0 or NULL changes nothing. Versioned by
+ * struct_size: a reader uses only the fields that fit in it. */
+typedef struct nnt_tokenizer_hints {
+    uint32_t struct_size;       /* sizeof(nnt_tokenizer_hints) as the writer saw it */
+    /* A tiktoken.model folder whose tokenizer_config.json gives no "pat_str": the split pattern
+     * (Rust regex syntax, as tiktoken's Python writes it; rewritten for PCRE2 like a pat_str). */
+    const char *split_pattern;
+    /* A tiktoken.model folder without "pat_str": this many special tokens take the ids right
+     * after the ranks, named by tokenizer_config.json's added_tokens_decoder where it names
+     * them, else "<|reserved_token_ID|>". */
+    int32_t reserved_special_tokens;
+    /* Encode cuts a text into pieces of at most piece_chars characters, then cuts each piece so
+     * that no run of white space, or of other characters, is longer than piece_run; each cut is
+     * encoded on its own. 0: the text is encoded whole. */
+    int64_t piece_chars;
+    int64_t piece_run;
+} nnt_tokenizer_hints;
+
 /* Flags of nnt_tokenizer_encode and nnt_tokenizer_encode_batch. */
 enum {
     /* Add the special tokens the tokenizer adds around a text: the TemplateProcessing
@@ -65,6 +85,10 @@ enum {
  * decoder this build does not implement, named; a tiktoken folder whose split pattern is
  * unknown), NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_tokenizer_load(const char *dir, nnt_tokenizer **out);
+/* nnt_tokenizer_load with the hints of the family that serves the folder's checkpoint (see
+ * nnt_tokenizer_hints; NULL: none), for what the files leave out. nnt_runtime_tokenizer (nnt.h)
+ * finds the family from config.json and passes its hints. Errors: those of nnt_tokenizer_load. */
+nnt_status nnt_tokenizer_load_hinted(const char *dir, const nnt_tokenizer_hints *hints, nnt_tokenizer **out);
 void nnt_tokenizer_free(nnt_tokenizer *tok);
 /* The message of the latest failure ("" when none). Owned by the tokenizer. */
 const char *nnt_tokenizer_last_error(const nnt_tokenizer *tok);

@@ -35,9 +35,13 @@ extern "C" {
  * range of blocks and hands the residual stream over); the core runs a stage only on a family
  * built for 3.2 or later, and calls older ones with the whole model as before. 3.3 appended
  * nnt_load_args.first_layer / end_layer (a stage's load binds only its blocks' weights; an older
- * family ignores them and binds every block), and the transport plugin kind (nnt_transport.h). */
+ * family ignores them and binds every block), and the transport plugin kind (nnt_transport.h).
+ * 3.4 appended nnt_family_descriptor.costs (the planner's byte model of a family, from
+ * config.json alone) and .tokenizer (what a checkpoint's tokenizer files leave to the family's
+ * code); the routine table's tensor_kv_heads moved into the family kit (fam_weight_kv_heads) and
+ * its slot answers NNT_ERR_UNSUPPORTED. CHANGELOG.md keeps this history. */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 3
+#define NNT_ABI_MINOR 4
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */

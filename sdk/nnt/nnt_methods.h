@@ -1,0 +1,173 @@
+/* nnt_methods.h - the interpretability methods of libnnt, written once for every front end (the
+ * nnt command, the Python package, the ranks of a run over several processes, later a server):
+ * the logit lens, activation patching with many patched rows per forward, pipeline stages over
+ * a transport, and one call that runs a whole request (nnt_request.h) and keeps its results.
+ *
+ * Shapes use these axis names: B rows of the batch, T positions per row, L blocks
+ * (num_hidden_layers), V vocab_size, W the lens' columns per row (the most chosen positions any
+ * row has), NB the blocks a patch sweep covers, P its positions. */
+#ifndef NNT_METHODS_H
+#define NNT_METHODS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nnt_request.h"
+#include "nnt_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nnt_pipeline nnt_pipeline;
+
+/* ---- metrics read off a forward's logits ----
+ * The words nnt patch and the request format use: "logit-diff:A,B" is logit[A] - logit[B] and
+ * "prob:T" token T's probability (softmax over the vocabulary), at one position of one row. */
+typedef enum nnt_metric_kind { NNT_METRIC_LOGIT_DIFF = 0, NNT_METRIC_PROB } nnt_metric_kind;
+typedef struct nnt_metric {
+    nnt_metric_kind kind;
+    int32_t a, b; /* LOGIT_DIFF: tokens A and B; PROB: token A (b unused) */
+} nnt_metric;
+/* Parses a metric word. Errors: NNT_ERR_INVALID_ARGUMENT naming the text and what was
+ * expected (into err, which may be NULL). */
+nnt_status nnt_metric_parse(const char *text, nnt_metric *out, nnt_error *err);
+/* The metric of row `row` of logits [B, V] (any float dtype, host memory), in double. Token ids
+ * are the caller's to check against V. */
+double nnt_metric_eval(const nnt_metric *m, const nnt_tensor *logits, int row);
+
+/* ---- the logit lens (nnterp's project_on_vocab on every block's layer_output) ----
+ * Results, owned by the caller (nnt_lens_result_free). Column j of row r is position
+ * positions[r * W + j] of that row, or -1 past the row's own columns (whose entries are 0). */
+typedef struct nnt_lens_result {
+    int batch, layers, width;
+    int64_t vocab;
+    int32_t *positions; /* [B, W] */
+    int32_t *top;       /* [B, L, W]: the most probable token of block l's output */
+    float *top_prob;    /* [B, L, W]: its probability */
+    float *probs;       /* [B, L, W, V] F32 softmax over the vocabulary, or NULL unless asked */
+} nnt_lens_result;
+void nnt_lens_result_free(nnt_lens_result *r);
+
+/* Runs trace t (its edits apply; it gets the save of every block's layer_output) on batch b and
+ * reads every block's output at the chosen positions through the final norm and lm_head.
+ * positions [n]: n 0 reads every real token of each row; otherwise p >= 0 is a row's token p
+ * counted from its first real token and p < 0 counts back from its last (a row shorter than p
+ * has no column for it; a position no row has is NNT_ERR_INDEX). keep_probs: also keep the whole distribution. p: NULL for
+ * one process, else the run's pipeline (every rank calls; the rank holding the readout - the
+ * last - fills *out, the others get an empty result with batch 0). Errors: those of the forward
+ * and of nnt_project_on_vocab, NNT_ERR_INDEX for a position no row has. */
+nnt_status nnt_lens(nnt_model *m, nnt_trace *t, const nnt_batch *b, const int *positions, int n_positions,
+                    int keep_probs, nnt_pipeline *p, nnt_lens_result *out);
+
+/* ---- activation patching ----
+ * The clean prompt's value of one block at one position is written into the corrupted prompt's
+ * forward, for every (block, position) of a grid, and the metric read at the last position.
+ * `rows` cells run as the rows of one forward: every row is the corrupted prompt, and each row's
+ * edit writes only its own position (a per-row edit), so rows never see each other's patches. */
+typedef struct nnt_patch_spec {
+    uint32_t struct_size;       /* sizeof(nnt_patch_spec) */
+    const char *value;          /* "layers.*.VALUE" (every block serving it) or "layers.N.VALUE";
+                                 * laid out [batch seq ...] and writable */
+    const int32_t *clean;       /* [seq] */
+    const int32_t *corrupt;     /* [seq] */
+    int seq;
+    const int *positions;       /* [n_positions] in 0..seq-1, each once; NULL: every position */
+    int n_positions;
+    nnt_metric metric;
+    int rows;                   /* cells per forward, >= 1 */
+} nnt_patch_spec;
+typedef struct nnt_patch_result {
+    int n_blocks, n_positions;
+    int *blocks;           /* [NB] ascending */
+    int *positions;        /* [P] */
+    double *grid;          /* [NB, P]: the metric with (block, position) patched */
+    double clean_metric;   /* unpatched clean prompt */
+    double corrupt_metric; /* unpatched corrupted prompt */
+    int forwards;          /* forwards run, the two unpatched ones included */
+} nnt_patch_result;
+void nnt_patch_result_free(nnt_patch_result *r);
+/* Runs the sweep. Errors (nnt_last_error of m's runtime): NNT_ERR_PATH (a value path without a
+ * block, or with more than one '*'), NNT_ERR_NOT_FOUND (no block serves it, with the family's
+ * reason), NNT_ERR_SHAPE (no token axis after the batch axis), NNT_ERR_INVALID_ARGUMENT (a
+ * read-only value, positions out of range or repeated, token ids outside the vocabulary, prompts
+ * of different lengths), NNT_ERR_STATE (a clean value that is None), and the forward's. */
+nnt_status nnt_patch(nnt_model *m, const nnt_patch_spec *s, nnt_patch_result *out);
+
+/* ---- pipeline stages over a transport (`mpirun -np N ...`) ----
+ * One model runs as N contiguous stages, one per process (rank): each rank loads its blocks'
+ * weights, runs them and hands the residual stream to the next through the INI's transport
+ * plugin. Every call below is made by every rank, in the same order. A failure on one rank is
+ * told to the others (their calls then fail with NNT_ERR_STATE naming the rank that failed); a
+ * wait past the INI's [distributed] timeout fails with NNT_ERR_IO, after which the caller should
+ * end the job with nnt_pipeline_abort (the rank waited for may never answer). */
+
+/* Joins the run this process is a rank of: *out NULL (and NNT_OK) when no launcher started it
+ * as one rank of several. Errors: those of nnt_runtime_transport, the transport's start. */
+nnt_status nnt_pipeline_open(nnt_runtime *rt, nnt_pipeline **out);
+int nnt_pipeline_rank(const nnt_pipeline *p); /* 0 for NULL */
+int nnt_pipeline_size(const nnt_pipeline *p); /* 1 for NULL */
+/* This rank's blocks [*first, *end) of checkpoint folder dir, before any load: the INI's
+ * [distributed] stages, or the split of nnt_plan_split balanced by the blocks' weight bytes
+ * (from the safetensors headers, or the family's costs). Errors: NNT_ERR_INVALID_ARGUMENT (more
+ * ranks than blocks, cuts that do not fit), those of nnt_plan_new. */
+nnt_status nnt_pipeline_split(nnt_pipeline *p, const char *dir, int *first, int *end);
+/* The model this rank loaded with nnt_model_load_stage(first, end); NNT_ERR_CONFIG when its block
+ * count is not the one the split was made for. */
+nnt_status nnt_pipeline_attach(nnt_pipeline *p, nnt_model *m);
+/* Every rank's rc (0: its part went well) made known to all: NNT_OK when every rank's was 0,
+ * else NNT_ERR_STATE (the message names the first rank that failed and its message). */
+nnt_status nnt_pipeline_agree(nnt_pipeline *p, nnt_status mine, const char *why);
+/* Rank 0's request to every rank: rank 0 passes its *r; the others pass *r NULL and receive the
+ * request (parsed from rank 0's nnt_request_write, tensors included, so no rank reads rank 0's
+ * files), owned by them. */
+nnt_status nnt_pipeline_share_request(nnt_pipeline *p, nnt_request **r);
+/* t's stage on ids [B, T] (mask as nnt_trace_run): every rank's requests are checked before any
+ * stage runs; the stream is taken from the previous rank and handed to the next; every rank's
+ * saved values are gathered into the trace of rank `root` (nnt_trace_import_result). */
+nnt_status nnt_pipeline_trace(nnt_pipeline *p, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch,
+                              int seq, int root);
+/* nnt_generate over the ranks: each runs its stage, the last picks the tokens and every rank
+ * gets them (out [B, max_new_tokens] filled alike everywhere); values gathered to root. */
+nnt_status nnt_pipeline_generate(nnt_pipeline *p, nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask,
+                                 int batch, int seq, const nnt_generate_opts *o, int32_t *out, int root);
+/* Ends the whole job through the transport (after a timeout); returns only if it cannot. */
+void nnt_pipeline_abort(nnt_pipeline *p, int code);
+/* Leaves the run and frees p (NULL allowed). failed: this rank ends with an error the others
+ * have not been told of (they are told now, with the runtime's last message). */
+void nnt_pipeline_close(nnt_pipeline *p, int failed);
+
+/* ---- a whole request ---- */
+typedef struct nnt_result nnt_result;
+/* Runs request r on model m (p: NULL, or the run's pipeline, m then being this rank's stage):
+ * its rows as a batch (nnt_request_batch), a trace with its saves and edits (nnt_request_apply;
+ * callbacks as there), then the method. *out receives the results (nnt_result_free), also on
+ * ranks that do not hold them (nnt_result_holds 0). Errors: those of the steps, each naming the
+ * request's field where one is at fault. */
+nnt_status nnt_request_run(nnt_model *m, const nnt_request *r, const nnt_request_callback *callbacks, int n_callbacks,
+                           nnt_pipeline *p, nnt_result **out);
+void nnt_result_free(nnt_result *res);
+nnt_method nnt_result_method(const nnt_result *res);
+/* 1 when this process holds the results (always without a pipeline; under one, the rank that
+ * prints: rank 0, or the last rank for a lens). */
+int nnt_result_holds(const nnt_result *res);
+/* The batch the request's rows made (patch: the clean and corrupted prompts). */
+const nnt_batch *nnt_result_batch(const nnt_result *res);
+/* trace and generate: the trace, with every saved value (nnt_trace_get, nnt_trace_result). */
+const nnt_trace *nnt_result_trace(const nnt_result *res);
+/* generate: the new tokens [B, max_new_tokens] (NNT_TOKEN_STOPPED after a row's stop token),
+ * and the stop ids used (the tokenizer's eos unless ignore_eos, then the request's). */
+const int32_t *nnt_result_tokens(const nnt_result *res, int *max_new_tokens, const int32_t **stop_ids, int *n_stop);
+const nnt_lens_result *nnt_result_lens(const nnt_result *res);
+const nnt_patch_result *nnt_result_patch(const nnt_result *res);
+/* Writes what the method produced as one safetensors file (the nnt command's --out): trace and
+ * generate every saved value under its key (nnt_trace_write_safetensors); lens lens_probs
+ * [B, L, W, V] and lens_positions [B, W]; patch patch_metric [NB, P] (F64), patch_blocks,
+ * patch_positions, clean_metric and corrupt_metric. Errors: NNT_ERR_STATE (nothing held here;
+ * a lens run without keep_probs), those of nnt_safetensors_write. */
+nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NNT_METHODS_H */
