@@ -137,6 +137,11 @@ struct nnt_checkpoint {
     void **aligned;
 };
 nnt_status nnt_checkpoint_open(const char *dir, nnt_checkpoint **out, nnt_error *err);
+/* A checkpoint of config.json alone (no safetensors file is opened: has_tensor answers 0,
+ * nnt_ck_tensor fails NOT_FOUND), for what needs only the configuration - the planner's costs,
+ * the family a folder belongs to - and works on a release's folder without its weights. Errors:
+ * those of nnt_json_load (NNT_ERR_IO, NNT_ERR_FORMAT), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_checkpoint_open_config(const char *dir, nnt_checkpoint **out, nnt_error *err);
 void nnt_checkpoint_close(nnt_checkpoint *ck);
 int nnt_ck_has_tensor(const nnt_checkpoint *ck, const char *name);
 nnt_status nnt_ck_tensor(const nnt_checkpoint *ck, const char *name, int ndim,
@@ -349,7 +354,12 @@ struct nnt_model {
     nnt_arena *arena;
     nnt_memory memory; /* what the load took (nnt_model_memory) */
     int first_loaded, end_loaded; /* the blocks whose weights were loaded (every block: 0, num_layers) */
+    nnt_tokenizer *tokenizer;     /* nnt_model_tokenizer's, loaded on its first call (NULL before) */
 };
+
+/* The family plugin serving checkpoint ck (config.json's architectures, then its model_type), or
+ * NULL (model/load.c). */
+const nnt_plugin *nnt_runtime_find_family(const nnt_runtime *rt, const nnt_checkpoint *ck);
 
 /* The routine table (core services) the core hands to plugins (model/core_api.c). */
 void nnt_core_api_init(nnt_core_api *api);

@@ -137,6 +137,23 @@ fail:
     return st;
 }
 
+nnt_status nnt_checkpoint_open_config(const char *dir, nnt_checkpoint **out, nnt_error *err)
+{
+    *out = NULL;
+    nnt_checkpoint *ck = calloc(1, sizeof *ck);
+    if (!ck) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    ck->dir = nnt_strdup(dir);
+    ck->config_path = nnt_path_join(dir, "config.json");
+    nnt_status st = ck->dir && ck->config_path ? nnt_json_load(ck->config_path, &ck->config, err)
+                                               : nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (st != NNT_OK) {
+        nnt_checkpoint_close(ck);
+        return st;
+    }
+    *out = ck;
+    return NNT_OK;
+}
+
 void nnt_checkpoint_close(nnt_checkpoint *ck)
 {
     if (!ck) return;

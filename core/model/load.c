@@ -26,6 +26,14 @@ static const nnt_plugin *find_family(const nnt_runtime *rt, const char *const *a
     return NULL;
 }
 
+const nnt_plugin *nnt_runtime_find_family(const nnt_runtime *rt, const nnt_checkpoint *ck)
+{
+    const char *model_type = NULL;
+    nnt_error ignored = {0};
+    if (nnt_cfg_string(ck, "model_type", NULL, 0, &model_type, &ignored) != NNT_OK) model_type = NULL;
+    return find_family(rt, nnt_cfg_architectures(ck), model_type);
+}
+
 static nnt_status no_family(nnt_runtime *rt, const nnt_checkpoint *ck, const char *const *archs,
                             const char *model_type)
 {
@@ -152,6 +160,7 @@ void nnt_model_free(nnt_model *m)
 {
     if (!m) return;
     if (m->impl) m->family->family->unload(m->impl);
+    nnt_tokenizer_free(m->tokenizer);
     nnt_arena_free(m->arena);
     nnt_checkpoint_close(m->ckpt);
     free(m);

@@ -289,6 +289,7 @@ typedef enum tok_format { TOK_FORMAT_JSON, TOK_FORMAT_TIKTOKEN } tok_format;
 
 struct nnt_tokenizer {
     nnt_error err;
+    nnt_tokenizer_hints hints; /* the family's, as nnt_tokenizer_load_hinted was given them (zero: none) */
     tok_format format;
     char *dir;
     tok_bpe bpe;

@@ -15,10 +15,19 @@
 
 nnt_status nnt_tokenizer_load(const char *dir, nnt_tokenizer **out)
 {
+    return nnt_tokenizer_load_hinted(dir, NULL, out);
+}
+
+nnt_status nnt_tokenizer_load_hinted(const char *dir, const nnt_tokenizer_hints *hints, nnt_tokenizer **out)
+{
     if (!out) return NNT_ERR_INVALID_ARGUMENT;
     nnt_tokenizer *tok = calloc(1, sizeof *tok);
     *out = tok;
     if (!tok) return NNT_ERR_OUT_OF_MEMORY;
+    /* the fields of the caller's struct that this library knows (a shorter, older struct: its own) */
+    if (hints)
+        memcpy(&tok->hints, hints, hints->struct_size < sizeof tok->hints ? hints->struct_size : sizeof tok->hints);
+    tok->hints.struct_size = sizeof tok->hints;
     tok->bos_id = tok->eos_id = tok->pad_id = -1;
     tok_bytelevel_init(&tok->bl);
     if (!dir) return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "tokenizer: no folder given");
