@@ -136,20 +136,10 @@ static nnt_status stage_check(const nnt_model *m, const nnt_stage_call *sc, int 
     return NNT_OK;
 }
 
-nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const int32_t *ids, const int32_t *mask,
-                             int batch, int seq, const nnt_stage_call *stage, nnt_error *err)
+/* The call's stage, session and inputs, checked before anything is allocated. */
+static nnt_status check_call(nnt_model *m, nnt_session *ss, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                             const nnt_stage_call *stage, nnt_error *err)
 {
-    if (!ids || batch <= 0 || seq <= 0)
-        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a forward needs token ids and batch, seq >= 1 (got %d, %d)",
-                           batch, seq);
-    int L = m->info.num_layers;
-    nnt_stage_call whole = {.first_layer = 0, .end_layer = L};
-    if (stage) {
-        nnt_status st = stage_check(m, stage, batch, seq, err);
-        if (st != NNT_OK) return st;
-    } else {
-        stage = &whole;
-    }
     if (stage->first_layer < m->first_loaded || stage->end_layer > m->end_loaded)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
                            "stage: blocks %d..%d were asked for, but this model was loaded with the weights of blocks "
@@ -180,30 +170,107 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
                                "attention_mask marks row %lld, position %lld of a continued call as padding; only a "
                                "prompt may be (left) padded", (long long)(i / seq), (long long)(i % seq));
     }
-    int64_t full = (int64_t)batch * (past + seq);
-    int32_t *all_mask = malloc((size_t)full * sizeof *all_mask), *pos = malloc((size_t)n * sizeof *pos);
-    int32_t *call_mask = malloc((size_t)n * sizeof *call_mask);
-    if (!pos || !all_mask || !call_mask) {
-        free(pos);
-        free(all_mask);
-        free(call_mask);
+    return NNT_OK;
+}
+
+/* The masks and positions a call hands the family: the whole mask so far [batch, past + seq]
+ * (the session's history, then this call's), this call's own [batch, seq], and positions
+ * [batch, seq] (each row's real tokens count from 0; padding at 0). */
+typedef struct call_masks {
+    int32_t *all, *call, *pos;
+} call_masks;
+
+static void masks_free(call_masks *c)
+{
+    free(c->all);
+    free(c->call);
+    free(c->pos);
+}
+
+static nnt_status masks_build(const nnt_session *ss, const int32_t *mask, int batch, int seq, call_masks *c,
+                              nnt_error *err)
+{
+    int past = ss ? ss->len : 0;
+    int64_t n = (int64_t)batch * seq;
+    c->all = malloc((size_t)batch * (size_t)(past + seq) * sizeof *c->all);
+    c->call = malloc((size_t)n * sizeof *c->call);
+    c->pos = malloc((size_t)n * sizeof *c->pos);
+    if (!c->all || !c->call || !c->pos) {
+        masks_free(c);
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
-    /* the whole mask so far, and positions: each row's real tokens count from 0 (padding at 0) */
     for (int b = 0; b < batch; b++) {
-        int c = ss ? ss->count[b] : 0;
-        for (int s = 0; s < past; s++) all_mask[(int64_t)b * (past + seq) + s] = ss->mask_hist[(int64_t)b * ss->capacity + s];
+        int count = ss ? ss->count[b] : 0;
+        for (int s = 0; s < past; s++) c->all[(int64_t)b * (past + seq) + s] = ss->mask_hist[(int64_t)b * ss->capacity + s];
         for (int s = 0; s < seq; s++) {
             int64_t i = (int64_t)b * seq + s;
             int real = mask ? mask[i] : 1;
-            call_mask[i] = real;
-            all_mask[(int64_t)b * (past + seq) + past + s] = real;
-            pos[i] = real ? c : 0;
-            c += real;
+            c->call[i] = real;
+            c->all[(int64_t)b * (past + seq) + past + s] = real;
+            c->pos[i] = real ? count : 0;
+            count += real;
         }
     }
+    return NNT_OK;
+}
+
+/* The trace's checks and look-up table for the call: a single forward's steering positions
+ * must name its tokens; then nnt_trace_prepare. */
+static nnt_status trace_prepare(nnt_trace *t, const nnt_session *ss, const nnt_run *run, const int32_t *call_mask,
+                                nnt_error *err)
+{
+    int batch = run->dims.batch, seq = run->dims.seq;
+    nnt_status st = NNT_OK;
+    if (!ss) {
+        int *lens = malloc((size_t)batch * sizeof *lens);
+        if (!lens) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        for (int b = 0; b < batch; b++) {
+            lens[b] = 0;
+            for (int s = 0; s < seq; s++) lens[b] += call_mask[(int64_t)b * seq + s];
+        }
+        st = nnt_trace_check_positions(t, lens, batch, 1, err);
+        free(lens);
+    }
+    if (st == NNT_OK)
+        st = nnt_trace_prepare(t, &run->dims, run->step, ss && (run->step > 0 || ss->keep_results), run->first_layer,
+                               run->end_layer, err);
+    return st;
+}
+
+/* The call's inputs as the core holds them: input_ids, attention_mask, input_size. */
+static nnt_status emit_inputs(nnt_run *run, const int32_t *ids, int32_t *call_mask)
+{
+    int batch = run->dims.batch, seq = run->dims.seq;
+    nnt_tensor tids = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = (void *)ids};
+    nnt_tensor tmask = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = call_mask};
+    int64_t size[2] = {batch, seq};
+    nnt_tensor tsize = {.dtype = NNT_I64, .ndim = 1, .shape = {2}, .data = size};
+    nnt_status st = nnt_run_emit(run, NNT_VALUE_INPUT_IDS, -1, &tids);
+    if (st == NNT_OK) st = nnt_run_emit(run, NNT_VALUE_ATTENTION_MASK, -1, &tmask);
+    if (st == NNT_OK) st = nnt_run_emit(run, NNT_VALUE_INPUT_SIZE, -1, &tsize);
+    return st;
+}
+
+/* After a call that went well: the session holds its tokens. */
+static void session_advance(nnt_session *ss, const int32_t *call_mask, int batch, int seq, const nnt_stage_call *stage)
+{
+    for (int b = 0; b < batch; b++)
+        for (int s = 0; s < seq; s++) {
+            ss->mask_hist[(int64_t)b * ss->capacity + ss->len + s] = call_mask[(int64_t)b * seq + s];
+            ss->count[b] += call_mask[(int64_t)b * seq + s];
+        }
+    ss->len += seq;
+    ss->step++;
+    ss->first_layer = stage->first_layer;
+    ss->end_layer = stage->end_layer;
+}
+
+/* The family's forward on masks c, then the checks that follow every call. */
+static nnt_status run_family(nnt_model *m, nnt_trace *t, nnt_session *ss, const int32_t *ids, int batch, int seq,
+                             const nnt_stage_call *stage, call_masks *c, nnt_error *err)
+{
     const nnt_plugin *be = m->family->be;
-    int step = ss ? ss->step : 0;
+    int past = ss ? ss->len : 0, step = ss ? ss->step : 0;
     /* the residual stream handed in and out, host memory [batch, seq, streams, hidden] */
     int64_t S = m->info.num_streams > 0 ? m->info.num_streams : 1;
     nnt_tensor hidden_in = {.dtype = NNT_F32, .ndim = 4, .shape = {batch, seq, S, m->info.hidden_size},
@@ -212,80 +279,49 @@ nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
     hidden_out.data = stage->hidden_out;
     nnt_forward_args args = {
         .struct_size = sizeof(nnt_forward_args),
-        .batch = batch,
-        .seq = seq,
-        .past = past,
-        .input_ids = ids,
-        .attention_mask = all_mask,
-        .positions = pos,
-        .be = &be->ops,
-        .be_ctx = be->be_ctx,
-        .step = step,
-        .cache = ss ? ss->cache : NULL,
-        .first_layer = stage->first_layer,
-        .end_layer = stage->end_layer,
+        .batch = batch, .seq = seq, .past = past,
+        .input_ids = ids, .attention_mask = c->all, .positions = c->pos,
+        .be = &be->ops, .be_ctx = be->be_ctx,
+        .step = step, .cache = ss ? ss->cache : NULL,
+        .first_layer = stage->first_layer, .end_layer = stage->end_layer,
         .hidden_in = stage->hidden_in ? &hidden_in : NULL,
         .hidden_out = stage->hidden_out ? &hidden_out : NULL,
     };
     nnt_run run = {
-        .model = m,
-        .trace = t,
-        .arena = m->arena,
-        .err = err,
+        .model = m, .trace = t, .arena = m->arena, .err = err,
         .dims = {.batch = batch, .seq = seq, .past = past},
-        .step = step,
-        .args = &args,
-        .current_request = -1,
-        .first_layer = stage->first_layer,
-        .end_layer = stage->end_layer,
+        .step = step, .args = &args, .current_request = -1,
+        .first_layer = stage->first_layer, .end_layer = stage->end_layer,
     };
-    nnt_arena_reset(m->arena);
-    nnt_status st = NNT_OK;
-    if (t && !ss) { /* a single forward: every steering position must name one of its tokens */
-        int *lens = malloc((size_t)batch * sizeof *lens);
-        if (!lens) st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-        for (int b = 0; lens && b < batch; b++) {
-            lens[b] = 0;
-            for (int s = 0; s < seq; s++) lens[b] += call_mask[(int64_t)b * seq + s];
-        }
-        if (lens) st = nnt_trace_check_positions(t, lens, batch, 1, err);
-        free(lens);
-    }
-    if (st == NNT_OK && t)
-        st = nnt_trace_prepare(t, &run.dims, step, ss && (step > 0 || ss->keep_results), stage->first_layer,
-                               stage->end_layer, err);
-    if (stage->check_only) goto done;
-    if (st == NNT_OK && t) {
-        /* the call's inputs, as the core holds them */
-        nnt_tensor tids = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = (void *)ids};
-        nnt_tensor tmask = {.dtype = NNT_I32, .ndim = 2, .shape = {batch, seq}, .data = call_mask};
-        int64_t size[2] = {batch, seq};
-        nnt_tensor tsize = {.dtype = NNT_I64, .ndim = 1, .shape = {2}, .data = size};
-        st = nnt_run_emit(&run, NNT_VALUE_INPUT_IDS, -1, &tids);
-        if (st == NNT_OK) st = nnt_run_emit(&run, NNT_VALUE_ATTENTION_MASK, -1, &tmask);
-        if (st == NNT_OK) st = nnt_run_emit(&run, NNT_VALUE_INPUT_SIZE, -1, &tsize);
-    }
+    nnt_status st = t ? trace_prepare(t, ss, &run, c->call, err) : NNT_OK;
+    if (stage->check_only) return st;
+    if (st == NNT_OK && t) st = emit_inputs(&run, ids, c->call);
     if (st == NNT_OK) st = m->family->family->forward(m->impl, &run, &args, err);
     /* the weights read in place must still be the files opened (checked on every call, so at
      * every session and generation step): a change explains any other error */
     nnt_status cs = nnt_ck_check_files(m->ckpt, err);
     if (cs != NNT_OK) st = cs;
     if (st == NNT_OK && t) st = nnt_trace_check_emitted(t, err);
-    if (st == NNT_OK && ss) {
-        for (int b = 0; b < batch; b++)
-            for (int s = 0; s < seq; s++) {
-                ss->mask_hist[(int64_t)b * ss->capacity + past + s] = call_mask[(int64_t)b * seq + s];
-                ss->count[b] += call_mask[(int64_t)b * seq + s];
-            }
-        ss->len += seq;
-        ss->step++;
-        ss->first_layer = stage->first_layer;
-        ss->end_layer = stage->end_layer;
-    }
-done:
+    return st;
+}
+
+nnt_status nnt_model_forward(nnt_model *m, nnt_trace *t, nnt_session *ss, const int32_t *ids, const int32_t *mask,
+                             int batch, int seq, const nnt_stage_call *stage, nnt_error *err)
+{
+    if (!ids || batch <= 0 || seq <= 0)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a forward needs token ids and batch, seq >= 1 (got %d, %d)",
+                           batch, seq);
+    nnt_stage_call whole = {.first_layer = 0, .end_layer = m->info.num_layers};
+    nnt_status st = stage ? stage_check(m, stage, batch, seq, err) : NNT_OK;
+    if (!stage) stage = &whole;
+    if (st == NNT_OK) st = check_call(m, ss, ids, mask, batch, seq, stage, err);
+    call_masks c = {0};
+    if (st == NNT_OK) st = masks_build(ss, mask, batch, seq, &c, err);
+    if (st != NNT_OK) return st;
     nnt_arena_reset(m->arena);
-    free(pos);
-    free(all_mask);
-    free(call_mask);
+    st = run_family(m, t, ss, ids, batch, seq, stage, &c, err);
+    if (st == NNT_OK && ss && !stage->check_only) session_advance(ss, c.call, batch, seq, stage);
+    nnt_arena_reset(m->arena);
+    masks_free(&c);
     return st;
 }

@@ -654,6 +654,13 @@ nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positio
 nnt_status nnt_positions_parse(nnt_runtime *rt, const char *text, int *out, int max, int *n)
 {
     nnt_error scratch, *err = rt ? &rt->err : &scratch;
+    return nnt_positions_read(text, out, max, n, err);
+}
+
+nnt_status nnt_positions_read(const char *text, int *out, int max, int *n, nnt_error *err)
+{
+    nnt_error scratch;
+    if (!err) err = &scratch;
     if (!text || !out || !n || max < 0) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions: NULL argument");
     *n = 0;
     if (!*text) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions: the list is empty");
@@ -663,8 +670,8 @@ nnt_status nnt_positions_parse(nnt_runtime *rt, const char *text, int *out, int 
         char item[32];
         if (len == 0 || len >= sizeof item)
             return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
-                               "positions '%s': %s entry; expected integers and the words prompt, generated, all",
-                               text, len ? "an overlong" : "an empty");
+                               "%s entry; expected integers and the words prompt, generated, all",
+                               len ? "an overlong" : "an empty");
         memcpy(item, p, len);
         item[len] = '\0';
         int v;
@@ -680,12 +687,13 @@ nnt_status nnt_positions_parse(nnt_runtime *rt, const char *text, int *out, int 
             long long x = strtoll(item, &end, 10);
             if (end == item || *end || errno || x > 2147483647LL || x < -2147483645LL)
                 return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
-                                   "positions '%s': '%s' is neither an integer in -2147483645..2147483647 nor one of "
-                                   "prompt, generated, all", text, item);
+                                   "'%s' is neither an integer in -2147483645..2147483647 nor one of prompt, "
+                                   "generated, all",
+                                   item);
             v = (int)x;
         }
         if (*n == max)
-            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions '%s': more than %d entries", text, max);
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "more than %d entries", max);
         out[(*n)++] = v;
         if (!comma) break;
         p = comma + 1;

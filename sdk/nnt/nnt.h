@@ -243,8 +243,12 @@ nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *whe
  * most `max` entries to out (the words as NNT_POS_*) and their number to *n. Errors:
  * NNT_ERR_INVALID_ARGUMENT naming the bad entry (not an integer in -2147483645..2147483647, nor
  * one of the words; an empty entry; more than max entries), with nnt_last_error(rt) saying
- * which. rt may be NULL (then no message is kept). */
+ * which; the message does not repeat the list, which the caller names ("--steer-positions
+ * 0,x: 'x' is neither an integer ..."). rt may be NULL (then no message is kept). */
 nnt_status nnt_positions_parse(nnt_runtime *rt, const char *text, int *out, int max, int *n);
+/* nnt_positions_parse with its message in err (may be NULL), for a caller without a runtime
+ * (a command line read before one is opened). */
+nnt_status nnt_positions_read(const char *text, int *out, int max, int *n, nnt_error *err);
 
 /* Built-in operations, checked like the requests above:
  * ablate_expert: zero expert e's weight wherever block `layer` routes to it;
@@ -522,6 +526,8 @@ typedef struct nnt_plan_opts {
     int64_t context;       /* tokens per row the caches hold (T), >= 0 */
     int64_t batch;         /* rows (B), >= 1 */
     int from_config;       /* nonzero: compute the weights from config.json even when headers are present */
+    nnt_runtime *runtime;  /* the runtime whose family plugins give the costs (nnt_family_descriptor.costs);
+                            * NULL: weights from the safetensors headers only */
 } nnt_plan_opts;
 
 typedef struct nnt_plan_stage {

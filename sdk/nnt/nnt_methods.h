@@ -72,7 +72,9 @@ typedef struct nnt_patch_spec {
     const int32_t *clean;       /* [seq] */
     const int32_t *corrupt;     /* [seq] */
     int seq;
-    const int *positions;       /* [n_positions] in 0..seq-1, each once; NULL: every position */
+    const int *positions;       /* [n_positions] token positions: p >= 0, or p < 0 from the end, or the
+                                 * words NNT_POS_PROMPT / NNT_POS_ALL (every position); resolved
+                                 * to ascending distinct positions. NULL / 0: every position */
     int n_positions;
     nnt_metric metric;
     int rows;                   /* cells per forward, >= 1 */
@@ -87,7 +89,8 @@ typedef struct nnt_patch_result {
     int forwards;          /* forwards run, the two unpatched ones included */
 } nnt_patch_result;
 void nnt_patch_result_free(nnt_patch_result *r);
-/* Runs the sweep. Errors (nnt_last_error of m's runtime): NNT_ERR_PATH (a value path without a
+/* Runs the sweep. An error's message starts with the spec's field at fault ("value: ...",
+ * "positions: ...", "metric: ..."). Errors (nnt_last_error of m's runtime): NNT_ERR_PATH (a value path without a
  * block, or with more than one '*'), NNT_ERR_NOT_FOUND (no block serves it, with the family's
  * reason), NNT_ERR_SHAPE (no token axis after the batch axis), NNT_ERR_INVALID_ARGUMENT (a
  * read-only value, positions out of range or repeated, token ids outside the vocabulary, prompts
@@ -115,9 +118,22 @@ nnt_status nnt_pipeline_split(nnt_pipeline *p, const char *dir, int *first, int 
 /* The model this rank loaded with nnt_model_load_stage(first, end); NNT_ERR_CONFIG when its block
  * count is not the one the split was made for. */
 nnt_status nnt_pipeline_attach(nnt_pipeline *p, nnt_model *m);
-/* Every rank's rc (0: its part went well) made known to all: NNT_OK when every rank's was 0,
- * else NNT_ERR_STATE (the message names the first rank that failed and its message). */
-nnt_status nnt_pipeline_agree(nnt_pipeline *p, nnt_status mine, const char *why);
+/* Every rank says whether its part so far went well and learns whether every rank's did: a
+ * rank passing mine != NNT_OK (its message in nnt_last_error) tells the others and gets mine
+ * back; the others then fail with NNT_ERR_STATE and the transport's message naming that rank.
+ * NNT_OK when every rank's part went well. p NULL: returns mine. */
+nnt_status nnt_pipeline_agree(nnt_pipeline *p, nnt_status mine);
+/* What ended the latest failed call of this rank: its own error (LOCAL: the others have been
+ * told), another rank's failure notice (REMOTE: that rank reports it), or a wait of this rank
+ * that ran past the timeout with no notice (TRANSPORT: the caller should end the job with
+ * nnt_pipeline_abort). NONE for NULL or before any failure. */
+typedef enum nnt_pipeline_fault {
+    NNT_PIPELINE_FAULT_NONE = 0,
+    NNT_PIPELINE_FAULT_LOCAL,
+    NNT_PIPELINE_FAULT_REMOTE,
+    NNT_PIPELINE_FAULT_TRANSPORT
+} nnt_pipeline_fault;
+nnt_pipeline_fault nnt_pipeline_fault_of(const nnt_pipeline *p);
 /* Rank 0's request to every rank: rank 0 passes its *r; the others pass *r NULL and receive the
  * request (parsed from rank 0's nnt_request_write, tensors included, so no rank reads rank 0's
  * files), owned by them. */
@@ -133,19 +149,32 @@ nnt_status nnt_pipeline_generate(nnt_pipeline *p, nnt_model *m, nnt_trace *t, co
                                  int batch, int seq, const nnt_generate_opts *o, int32_t *out, int root);
 /* Ends the whole job through the transport (after a timeout); returns only if it cannot. */
 void nnt_pipeline_abort(nnt_pipeline *p, int code);
-/* Leaves the run and frees p (NULL allowed). failed: this rank ends with an error the others
- * have not been told of (they are told now, with the runtime's last message). */
-void nnt_pipeline_close(nnt_pipeline *p, int failed);
+/* Leaves the run and frees p (NULL allowed). failure: NULL when this rank's part ended well,
+ * else the one-line reason it failed, told to the other ranks now unless they were told already
+ * (by a failed call of this rank) or another rank's failure ended the run. */
+void nnt_pipeline_close(nnt_pipeline *p, const char *failure);
 
 /* ---- a whole request ---- */
 typedef struct nnt_result nnt_result;
-/* Runs request r on model m (p: NULL, or the run's pipeline, m then being this rank's stage):
- * its rows as a batch (nnt_request_batch), a trace with its saves and edits (nnt_request_apply;
- * callbacks as there), then the method. *out receives the results (nnt_result_free), also on
- * ranks that do not hold them (nnt_result_holds 0). Errors: those of the steps, each naming the
- * request's field where one is at fault. */
-nnt_status nnt_request_run(nnt_model *m, const nnt_request *r, const nnt_request_callback *callbacks, int n_callbacks,
-                           nnt_pipeline *p, nnt_result **out);
+/* How a front end runs a request. Versioned by struct_size; zero fields mean: none. */
+typedef struct nnt_run_opts {
+    uint32_t struct_size;                      /* sizeof(nnt_run_opts) */
+    const nnt_request_callback *callbacks;     /* [n_callbacks]: what "callback" edits call */
+    int n_callbacks;
+    const char *const *extra_saves;            /* [n_extra_saves] paths saved after the request's
+                                                * own (a front end's own readings, e.g. the nnt
+                                                * command's next_token_probs for its top tokens) */
+    int n_extra_saves;
+    nnt_pipeline *pipeline;                    /* NULL: this process runs the whole model */
+} nnt_run_opts;
+/* Runs request r on model m (under o->pipeline, m is this rank's stage): its rows as a batch
+ * (nnt_request_batch), a trace with its edits and saves (nnt_request_apply), the extra saves,
+ * then the method. o may be NULL. *out receives the results (nnt_result_free), also on ranks
+ * that do not hold them (nnt_result_holds 0); on an error *out is NULL. Errors: those of the
+ * steps, each message starting with the request field at fault where there is one
+ * ("lens.positions: ...", "patch.metric: ..."); NNT_ERR_UNSUPPORTED for a patch request under a
+ * pipeline. */
+nnt_status nnt_request_run(nnt_model *m, const nnt_request *r, const nnt_run_opts *o, nnt_result **out);
 void nnt_result_free(nnt_result *res);
 nnt_method nnt_result_method(const nnt_result *res);
 /* 1 when this process holds the results (always without a pipeline; under one, the rank that

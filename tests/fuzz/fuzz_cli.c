@@ -1,17 +1,16 @@
-/* fuzz_cli.c - libFuzzer harness for the nnt command line's argument parsing (cli/nnt.c).
- * cli/nnt.c is compiled into this harness with its main renamed, so that its static parser
- * runs exactly as the command runs it, with no copy to drift from. The input is the argument
- * list after "nnt", the arguments separated by NUL bytes. parse_args reads them; then the
- * token lists of --tokens rows are parsed, and the requests are added to a trace of the
- * example model (the ones that read files - --set, --add, --steer - are left out: their file
- * names would come from the input). Nothing is run. */
+/* fuzz_cli.c - libFuzzer harness for the nnt command line's argument parsing (cli/options.c,
+ * cli/numbers.c) and the request the options make (cli/request_build.c, parsed by libnnt's
+ * core/request/). The command's files are linked in (nnt_cli_parts) so that its parser runs
+ * exactly as the command runs it. The input is the argument list after "nnt", the arguments
+ * separated by NUL bytes. cli_parse reads them; for the commands that run a request, the request
+ * is made and applied to a trace of the example model (inputs naming files - --set, --add,
+ * --steer, --prompt-file, --request - are left out: their names would come from the input).
+ * Nothing is run. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define main nnt_cli_main
-#include "cli/nnt.c"
-#undef main
+#include "cli/cli.h"
 
 #include "fuzz_common.h"
 
@@ -51,34 +50,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     args[argc] = NULL;
 
-    opts o;
-    int rc = parse_args(argc, args, &o);
+    cli_opts o;
+    int rc = cli_parse(argc, args, &o);
     char note[32];
     snprintf(note, sizeof note, "%d args, status %d", argc, rc);
-    fuzz_note("parse_args", note);
-    if (rc == 0) {
-        for (int r = 0; r < o.n_rows; r++) {
-            if (o.rows[r].kind != ROW_TOKENS) continue;
-            int32_t *ids = NULL;
-            int n = 0;
-            if (parse_tokens(o.rows[r].arg, &ids, &n) == 0) {
-                FUZZ_CHECK(n > 0, "a token list with no ids was accepted");
-                for (int k = 0; k < n; k++) FUZZ_CHECK(ids[k] >= 0, "a negative token id %d", ids[k]);
-                free(ids);
-            }
-        }
-        int reads_files = 0;
-        for (int q = 0; q < o.n_reqs; q++)
-            reads_files |= o.reqs[q].kind == R_SET || o.reqs[q].kind == R_ADD || o.reqs[q].kind == R_STEER;
-        if (!reads_files) {
+    fuzz_note("cli_parse", note);
+    int reads_files = o.request_file != NULL;
+    for (int q = 0; q < o.n_reqs; q++) reads_files |= o.reqs[q].file != NULL;
+    for (int r = 0; r < o.n_rows; r++) reads_files |= o.rows[r].kind == ROW_FILE;
+    if (rc == 0 && o.cmd && (o.cmd->flags & CMD_REQUEST) && !reads_files) {
+        nnt_request *req = NULL;
+        int made = cli_request(&o, rt, &req);
+        fuzz_note("cli_request", made == 0 ? "ok" : nnt_last_error(rt));
+        if (made == 0) {
             nnt_trace *t = NULL;
             if (nnt_trace_new(model, &t) != NNT_OK) abort();
-            int added = add_requests(rt, t, &o, NULL, NULL, NULL);
-            fuzz_note("add_requests", added == 0 ? "ok" : nnt_last_error(rt));
+            nnt_status st = nnt_request_apply(req, t, NULL, 0);
+            fuzz_note("nnt_request_apply", st == NNT_OK ? "ok" : nnt_last_error(rt));
             nnt_trace_free(t);
         }
+        nnt_request_free(req);
     }
-    opts_free(&o);
+    cli_opts_free(&o);
     free(buf);
     return 0;
 }

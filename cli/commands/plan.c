@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nnt/nnt.h"
-#include "plan_cmd.h"
+#include "../cli.h"
 
 static int plan_usage(const char *fmt, const char *arg)
 {
@@ -18,7 +17,7 @@ static int plan_usage(const char *fmt, const char *arg)
 }
 
 /* A whole number in [lo, hi] from the whole of text. */
-static int parse_int(const char *text, long long lo, long long hi, long long *out)
+static int plan_int(const char *text, long long lo, long long hi, long long *out)
 {
     char *end = NULL;
     errno = 0;
@@ -28,7 +27,7 @@ static int parse_int(const char *text, long long lo, long long hi, long long *ou
     return 1;
 }
 
-int nnt_cli_plan(int argc, char **argv)
+int cmd_plan(int argc, char **argv)
 {
     const char *model = NULL;
     nnt_plan_opts o = {.ranks = 0, .device = NNT_PLAN_CPU, .context = 4096, .batch = 1};
@@ -40,7 +39,7 @@ int nnt_cli_plan(int argc, char **argv)
         if (!strcmp(a, "--model")) {
             model = v;
         } else if (!strcmp(a, "--ranks")) {
-            if (!parse_int(v, 1, 1 << 20, &n)) return plan_usage("--ranks '%s': expected a whole number from 1", v);
+            if (!plan_int(v, 1, 1 << 20, &n)) return plan_usage("--ranks '%s': expected a whole number from 1", v);
             o.ranks = (int)n;
         } else if (!strcmp(a, "--device")) {
             if (!strcmp(v, "cpu")) o.device = NNT_PLAN_CPU;
@@ -54,10 +53,10 @@ int nnt_cli_plan(int argc, char **argv)
                 return plan_usage("--memory '%s': expected gigabytes (1 GB = 1e9 bytes) per rank, above 0", v);
             o.memory_bytes = (uint64_t)(g * 1e9);
         } else if (!strcmp(a, "--context")) {
-            if (!parse_int(v, 0, 1 << 30, &n)) return plan_usage("--context '%s': expected tokens per row, 0 to 2^30", v);
+            if (!plan_int(v, 0, 1 << 30, &n)) return plan_usage("--context '%s': expected tokens per row, 0 to 2^30", v);
             o.context = n;
         } else if (!strcmp(a, "--batch")) {
-            if (!parse_int(v, 1, 1 << 30, &n)) return plan_usage("--batch '%s': expected rows, 1 to 2^30", v);
+            if (!plan_int(v, 1, 1 << 30, &n)) return plan_usage("--batch '%s': expected rows, 1 to 2^30", v);
             o.batch = n;
         } else {
             return plan_usage("unknown option '%s'", a);

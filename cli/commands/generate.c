@@ -1,0 +1,74 @@
+/* generate.c - `nnt generate`: new tokens after each row of the request, its edits applied at
+ * every step; prints the values saved at each step, each row's new ids and, with a tokenizer,
+ * their text and the continuation decoded (noting the stop token that ended it). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cli.h"
+
+/* Prints generated row r: its ids; with a tokenizer, each id with its text and the decoded
+ * continuation (without the stop token that ended it). */
+static void print_generated(const nnt_tokenizer *tok, int r, const int32_t *ids, int N, const int32_t *stops, int n_stops)
+{
+    int n = 0, stopped = 0;
+    while (n < N && ids[n] != NNT_TOKEN_STOPPED) n++;
+    for (int k = 0; n > 0 && k < n_stops; k++) stopped |= ids[n - 1] == stops[k];
+    printf("new tokens, row %d:", r);
+    for (int i = 0; i < n; i++) printf(" %d", ids[i]);
+    printf("\n");
+    if (!tok) return;
+    printf("tokens, row %d:", r);
+    for (int i = 0; i < n; i++) {
+        printf("  ");
+        print_token(tok, ids[i]);
+    }
+    printf("\ntext, row %d: ", r);
+    char *text = NULL;
+    size_t len = 0;
+    if (nnt_tokenizer_decode((nnt_tokenizer *)tok, ids, n - stopped, 0, &text, &len) == NNT_OK) {
+        sbuf q = {0};
+        sb_quoted(&q, text, len);
+        fputs(q.p ? q.p : "?", stdout);
+        free(q.p);
+        free(text);
+    } else {
+        printf("? (%s)", nnt_tokenizer_last_error(tok));
+    }
+    if (stopped) {
+        printf(" (stopped at ");
+        print_token(tok, ids[n - 1]);
+        printf(")");
+    }
+    printf("\n");
+}
+
+int cmd_generate(cli_run *c)
+{
+    nnt_run_opts ro = {.struct_size = sizeof ro, .pipeline = c->p};
+    nnt_result *res = NULL;
+    if (nnt_request_run(c->m, c->req, &ro, &res) != NNT_OK)
+        return c->p ? ranks_fail(c->p, c->o, c->rt, 0, c->held_fd) : cli_fail(c->o, c->rt, NULL);
+    int rc = 0;
+    if (nnt_result_holds(res)) {
+        const nnt_batch *b = nnt_result_batch(res);
+        const nnt_trace *t = nnt_result_trace(res);
+        print_prompt_tokens(c->o, b, c->tok);
+        int shown = 0, written = 0;
+        for (int i = 0; i < nnt_trace_result_count(t); i++) {
+            const char *key;
+            const nnt_tensor *v;
+            nnt_trace_result(t, i, &key, &v);
+            written += v != NULL;
+            if (!shown++)
+                printf("saved values (\"path@k\": the k-th time the request saved it, one per step; \"#r\": saved by "
+                       "the r-th later request of the same value):\n");
+            describe_value(key, v);
+        }
+        if (c->o->out && (rc = cli_write_out(c->o, c->rt, res)) == 0) printf("wrote %d values to %s\n", written, c->o->out);
+        int N = 0, n_stops = 0;
+        const int32_t *stops = NULL, *tokens = nnt_result_tokens(res, &N, &stops, &n_stops);
+        for (int r = 0; !rc && r < b->batch; r++) print_generated(c->tok, r, tokens + (size_t)r * N, N, stops, n_stops);
+    }
+    nnt_result_free(res);
+    return rc;
+}

@@ -1,0 +1,98 @@
+/* trace.c - `nnt trace`: one forward of the request's rows with its saves and edits; prints each
+ * saved value's summary and each row's five most likely next tokens, writes --out and --plot. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cli.h"
+
+/* The saves this command adds for itself: next_token_probs for the top tokens (unless the user
+ * saved it: then it is shown), and a routing picture's expert_indices beside the first saved
+ * expert_weights. */
+typedef struct extra {
+    const char *paths[2];
+    char indices[300];
+    int n, hidden_probs;
+} extra;
+
+static void extra_saves(const cli_opts *o, extra *x)
+{
+    int user_probs = 0;
+    for (int q = 0; q < o->n_reqs; q++) {
+        const char *p = o->reqs[q].path;
+        if (o->reqs[q].kind == R_SAVE && (!strcmp(p, "next_token_probs") || !strcmp(p, "model.next_token_probs")))
+            user_probs = 1;
+    }
+    x->n = 0;
+    x->hidden_probs = !user_probs;
+    if (x->hidden_probs) x->paths[x->n++] = "next_token_probs";
+    x->indices[0] = '\0';
+    for (int q = 0; o->plot && q < o->n_reqs && !x->indices[0]; q++) {
+        const char *sp = o->reqs[q].path, *at;
+        if (o->reqs[q].kind == R_SAVE && (at = strstr(sp, ".expert_weights")) != NULL && !strchr(sp, '['))
+            snprintf(x->indices, sizeof x->indices, "%.*s.expert_indices%s", (int)(at - sp), sp, at + 15);
+    }
+    if (x->indices[0]) x->paths[x->n++] = x->indices;
+}
+
+/* Prints every saved value but `hidden`; writes --out. Returns 0, 1 or 2. */
+static int report(cli_run *c, const nnt_result *res, const char *hidden)
+{
+    const nnt_trace *t = nnt_result_trace(res);
+    const nnt_batch *b = nnt_result_batch(res);
+    int shown = 0, written = 0;
+    for (int i = 0; i < nnt_trace_result_count(t); i++) {
+        const char *key;
+        const nnt_tensor *v;
+        nnt_trace_result(t, i, &key, &v);
+        written += v != NULL;
+        if (hidden && !strcmp(key, hidden)) continue;
+        if (!shown++) printf("saved values (%d rows, %d positions):\n", b->batch, b->seq);
+        describe_value(key, v);
+    }
+    if (!c->o->out) return 0;
+    int rc = cli_write_out(c->o, c->rt, res);
+    if (!rc) printf("wrote %d values to %s\n", written, c->o->out);
+    return rc;
+}
+
+static void print_top_tokens(const nnt_tokenizer *tok, const nnt_tensor *probs)
+{
+    int64_t V = probs->shape[1];
+    for (int r = 0; r < probs->shape[0]; r++) {
+        const float *p = (const float *)probs->data + (int64_t)r * V;
+        int top[5], n = top_tokens(p, V, 5, top);
+        printf("top 5 next tokens, row %d:", r);
+        for (int k = 0; k < n; k++) {
+            printf("  ");
+            print_token(tok, top[k]);
+            printf(" (%.4f)", p[top[k]]);
+        }
+        printf("\n");
+    }
+}
+
+int cmd_trace(cli_run *c)
+{
+    extra x;
+    extra_saves(c->o, &x);
+    nnt_run_opts ro = {.struct_size = sizeof ro, .extra_saves = x.paths, .n_extra_saves = x.n, .pipeline = c->p};
+    nnt_result *res = NULL;
+    if (nnt_request_run(c->m, c->req, &ro, &res) != NNT_OK)
+        return c->p ? ranks_fail(c->p, c->o, c->rt, 0, c->held_fd) : cli_fail(c->o, c->rt, NULL);
+    int rc = 0;
+    if (nnt_result_holds(res)) {
+        const nnt_batch *b = nnt_result_batch(res);
+        const nnt_trace *t = nnt_result_trace(res);
+        /* the added save: "next_token_probs", or "#1" after a --request's own save of it */
+        const char *hidden = !x.hidden_probs ? NULL
+                             : nnt_trace_lookup(t, "next_token_probs#1", NULL, NULL) == NNT_OK ? "next_token_probs#1"
+                                                                                               : "next_token_probs";
+        print_prompt_tokens(c->o, b, c->tok);
+        rc = report(c, res, hidden);
+        const nnt_tensor *probs = nnt_trace_get(t, "next_token_probs");
+        if (!rc && probs) print_top_tokens(c->tok, probs);
+        if (!rc && c->o->plot) rc = picture_trace(c->o, c->m, b, c->tok, nnt_result_trace(res));
+    }
+    nnt_result_free(res);
+    return rc;
+}

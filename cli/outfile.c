@@ -1,0 +1,140 @@
+/* outfile.c - the nnt command's --out: checked before any forward runs and again before the
+ * write (its folder exists, it is a regular file or nothing, and no file the run reads), and
+ * written with the interrupting signals held off until the file is whole or removed. */
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/* --out against one input of the run: 0, or 2 with a message naming both when --out is that
+ * same file (same device and inode: the same file under another name or link too). */
+static int out_is_not(const char *out, const struct stat *os, const char *input, const char *what)
+{
+    struct stat sb;
+    if (stat(input, &sb) != 0 || sb.st_dev != os->st_dev || sb.st_ino != os->st_ino) return 0;
+    if (strcmp(out, input) == 0)
+        return cli_arg_error("--out %s: is %s, an input of this run; write the values to another file", out, what);
+    return cli_arg_error("--out %s: is the same file as %s (%s), an input of this run; write the values to another file", out,
+                     input, what);
+}
+
+/* --out, checked before any forward runs and again just before the write: its directory must
+ * exist, an existing path must be a regular file (the writer refuses to replace anything else),
+ * and it must not be a file the run reads: any file of the model folder (config.json, the
+ * index, the shards, the tokenizer's files), the INI, a loaded plugin, a --set/--add/--steer
+ * file or a --prompt-file. Returns 0 or 2. */
+int cli_check_out(const cli_opts *o, nnt_runtime *rt)
+{
+    const char *out = o->out;
+    if (!out) return 0;
+    struct stat os;
+    if (stat(out, &os) == 0) {
+        if (!S_ISREG(os.st_mode)) return cli_arg_error("--out %s: exists and is not a regular file", out);
+        int rc = 0;
+        if (o->model) { /* every file of the folder (shard names in an index hold no '/') */
+            DIR *d = opendir(o->model);
+            for (struct dirent *e; d && !rc && (e = readdir(d));) {
+                size_t n = strlen(o->model) + strlen(e->d_name) + 2;
+                char *p = malloc(n);
+                if (!p) {
+                    rc = cli_arg_error("%s", "out of memory");
+                    break;
+                }
+                snprintf(p, n, "%s/%s", o->model, e->d_name);
+                struct stat sb;
+                if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) rc = out_is_not(out, &os, p, "a file of the model folder");
+                free(p);
+            }
+            if (d) closedir(d);
+        }
+        if (!rc && rt && nnt_runtime_config_path(rt)) rc = out_is_not(out, &os, nnt_runtime_config_path(rt), "the INI configuration");
+        const char *kind, *name, *file, *detail;
+        for (int i = 0; !rc && rt && nnt_runtime_plugin(rt, i, &kind, &name, &file, &detail); i++)
+            rc = out_is_not(out, &os, file, "a loaded plugin");
+        for (int i = 0; !rc && i < o->n_reqs; i++)
+            if (o->reqs[i].file) {
+                char what[48];
+                snprintf(what, sizeof what, "the %s file", o->reqs[i].flag);
+                rc = out_is_not(out, &os, o->reqs[i].file, what);
+            }
+        for (int r = 0; !rc && r < o->n_rows; r++)
+            if (o->rows[r].kind == ROW_FILE) rc = out_is_not(out, &os, o->rows[r].arg, "the --prompt-file file");
+        if (!rc && o->request_file) rc = out_is_not(out, &os, o->request_file, "the --request file");
+        if (rc) return rc;
+    }
+    size_t n = strlen(out);
+    char *dir = malloc(n + 2);
+    if (!dir) return cli_arg_error("%s", "out of memory");
+    memcpy(dir, out, n + 1);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    struct stat sb;
+    int rc = 0;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0)
+        rc = cli_arg_error("--out %s: the directory '%s' does not exist or is not writable", out, dir);
+    free(dir);
+    return rc;
+}
+
+/* ---- the write of --out: interrupting signals held off until it is over ----
+ * The library writes --out under a temporary name beside it and renames it into place, removing
+ * the temporary file on every error. A SIGINT, SIGTERM or SIGHUP that came in the middle would
+ * end the process between the two and leave the temporary file behind; while the write runs,
+ * these signals are only noted (by whichever thread receives them), and the first one noted is
+ * raised again, with the disposition it had before, once the file is complete or removed. The
+ * flag is the one piece of global state: a signal handler can reach no other. */
+static volatile sig_atomic_t held_signal;
+
+static void note_signal(int sig)
+{
+    if (!held_signal) held_signal = sig;
+}
+
+static const int HELD_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_HELD (sizeof HELD_SIGNALS / sizeof *HELD_SIGNALS)
+
+static void hold_signals(struct sigaction *old)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = note_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < N_HELD; i++) sigaddset(&sa.sa_mask, HELD_SIGNALS[i]);
+    held_signal = 0;
+    for (size_t i = 0; i < N_HELD; i++) {
+        sigaction(HELD_SIGNALS[i], NULL, &old[i]);
+        if (old[i].sa_handler != SIG_IGN) sigaction(HELD_SIGNALS[i], &sa, NULL); /* an ignored one stays ignored */
+    }
+}
+
+static void release_signals(const struct sigaction *old)
+{
+    for (size_t i = 0; i < N_HELD; i++) sigaction(HELD_SIGNALS[i], &old[i], NULL);
+    int sig = held_signal;
+    held_signal = 0;
+    if (sig) {
+        fflush(stdout);
+        raise(sig);
+    }
+}
+
+int cli_write_out(const cli_opts *o, nnt_runtime *rt, const nnt_result *res)
+{
+    int rc = cli_check_out(o, rt); /* again: the files may have changed while the forward ran */
+    if (rc) return rc;
+    struct sigaction old[N_HELD];
+    hold_signals(old);
+    nnt_status st = nnt_result_write_safetensors(res, o->out);
+    release_signals(old);
+    return st == NNT_OK ? 0 : cli_fail(o, rt, "--out");
+}

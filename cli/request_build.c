@@ -1,0 +1,214 @@
+/* request_build.c - the request document the nnt command's options make (docs/requests.md),
+ * built with cJSON and parsed by libnnt like any other request; or --request FILE read as it is;
+ * and --print-request's canonical form. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "fields.h"
+
+/* Adds positions [n] (the words as NNT_POS_*) as a JSON array under key. */
+static void add_positions(cJSON *obj, const char *key, const int *pos, int n)
+{
+    cJSON *a = cJSON_AddArrayToObject(obj, key);
+    for (int i = 0; a && i < n; i++) {
+        const char *word = pos[i] == NNT_POS_PROMPT ? "prompt" : pos[i] == NNT_POS_GENERATED ? "generated"
+                           : pos[i] == NNT_POS_ALL      ? "all"
+                                                        : NULL;
+        cJSON_AddItemToArray(a, word ? cJSON_CreateString(word) : cJSON_CreateNumber(pos[i]));
+    }
+}
+
+/* A row as the request writes it. Returns NULL (message printed) for a bad --tokens list. */
+static cJSON *row_json(const cli_row *r)
+{
+    cJSON *row = cJSON_CreateObject();
+    if (!row) return NULL;
+    if (r->kind == ROW_PROMPT) {
+        cJSON_AddStringToObject(row, "text", r->arg);
+    } else if (r->kind == ROW_FILE) {
+        cJSON_AddStringToObject(row, "file", r->arg);
+    } else {
+        int32_t *ids = NULL;
+        int n = 0;
+        if (cli_parse_tokens(r->arg, &ids, &n) != 0) {
+            cJSON_Delete(row);
+            return NULL;
+        }
+        cJSON *a = cJSON_AddArrayToObject(row, "tokens");
+        for (int i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+        free(ids);
+    }
+    return row;
+}
+
+static void add_tensor(cJSON *edit, const cli_req *q)
+{
+    cJSON *t = cJSON_AddObjectToObject(edit, "tensor");
+    cJSON_AddStringToObject(t, "file", q->file);
+    if (q->key) cJSON_AddStringToObject(t, "key", q->key);
+}
+
+/* One request option as an entry of "edits". */
+static cJSON *edit_json(const cli_req *q)
+{
+    static const char *const OPS[] = {[R_SAVE] = "save", [R_ZERO] = "zero", [R_SCALE] = "scale", [R_SET] = "set",
+                                      [R_ADD] = "add", [R_ABLATE] = "ablate_expert", [R_SKIP] = "skip_layers",
+                                      [R_STEER] = "steer", [R_STEPS] = "steps"};
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "op", OPS[q->kind]);
+    switch (q->kind) {
+    case R_SAVE:
+    case R_ZERO: cJSON_AddStringToObject(e, "path", q->path); break;
+    case R_SCALE:
+        cJSON_AddStringToObject(e, "path", q->path);
+        cJSON_AddNumberToObject(e, "factor", q->factor);
+        break;
+    case R_SET:
+    case R_ADD:
+        cJSON_AddStringToObject(e, "path", q->path);
+        add_tensor(e, q);
+        break;
+    case R_ABLATE:
+        cJSON_AddNumberToObject(e, "layer", (double)q->a);
+        cJSON_AddNumberToObject(e, "expert", (double)q->b);
+        break;
+    case R_SKIP:
+        cJSON_AddNumberToObject(e, "start", (double)q->a);
+        cJSON_AddNumberToObject(e, "end", (double)q->b);
+        break;
+    case R_STEER:
+        cJSON_AddNumberToObject(e, "first", (double)q->a);
+        cJSON_AddNumberToObject(e, "last", (double)q->b);
+        add_tensor(e, q);
+        cJSON_AddNumberToObject(e, "factor", q->factor);
+        if (q->positions) add_positions(e, "positions", q->positions, q->n_positions);
+        break;
+    case R_STEPS:
+        cJSON_AddNumberToObject(e, "from", (double)q->a);
+        if (q->b >= 0) cJSON_AddNumberToObject(e, "to", (double)q->b);
+        break;
+    }
+    return e;
+}
+
+static void add_generate(cJSON *doc, const cli_opts *o)
+{
+    cJSON *g = cJSON_AddObjectToObject(doc, "generate");
+    if (o->max_new_tokens >= 0) cJSON_AddNumberToObject(g, "max_new_tokens", o->max_new_tokens);
+    cJSON_AddNumberToObject(g, "temperature", o->temperature);
+    cJSON_AddNumberToObject(g, "top_k", o->top_k);
+    cJSON_AddNumberToObject(g, "top_p", o->top_p);
+    char seed[32]; /* a decimal string: a JSON number holds integers exactly only up to 2^53 */
+    snprintf(seed, sizeof seed, "%llu", o->seed);
+    cJSON_AddStringToObject(g, "seed", seed);
+    cJSON *stops = cJSON_AddArrayToObject(g, "stop_ids");
+    for (int k = 0; k < o->n_stop_ids; k++) cJSON_AddItemToArray(stops, cJSON_CreateNumber(o->stop_ids[k]));
+    cJSON_AddBoolToObject(g, "ignore_eos", o->ignore_eos);
+}
+
+/* lens and patch --positions. Returns 0 or 2. */
+static int add_method_positions(cJSON *sec, const cli_opts *o)
+{
+    if (!o->positions) return 0;
+    int *pos = NULL, n = 0;
+    if (cli_parse_positions("--positions", o->positions, &pos, &n) != 0) return 2;
+    add_positions(sec, "positions", pos, n);
+    free(pos);
+    return 0;
+}
+
+/* The method's section ("lens", "patch", "generate"). Returns 0 or 2. */
+static int add_method(cJSON *doc, const cli_opts *o)
+{
+    switch (o->cmd->method) {
+    case NNT_METHOD_GENERATE: add_generate(doc, o); return 0;
+    case NNT_METHOD_LENS: {
+        cJSON *l = cJSON_AddObjectToObject(doc, "lens");
+        cJSON_AddBoolToObject(l, "probs", o->out != NULL); /* --out writes the whole distribution */
+        return add_method_positions(l, o);
+    }
+    case NNT_METHOD_PATCH: {
+        cJSON *p = cJSON_AddObjectToObject(doc, "patch"), *clean = row_json(&o->rows[0]), *corrupt = row_json(&o->rows[1]);
+        if (!clean || !corrupt) {
+            cJSON_Delete(clean);
+            cJSON_Delete(corrupt);
+            return 2;
+        }
+        cJSON_AddItemToObject(p, "clean", clean);
+        cJSON_AddItemToObject(p, "corrupt", corrupt);
+        cJSON_AddStringToObject(p, "metric", o->metric);
+        if (o->value) cJSON_AddStringToObject(p, "value", o->value);
+        if (o->patch_rows) cJSON_AddNumberToObject(p, "batch", o->patch_rows);
+        return add_method_positions(p, o);
+    }
+    default: return 0;
+    }
+}
+
+/* The whole document of the options. Returns 0 or 2 (message printed). */
+static int build(const cli_opts *o, cJSON **out)
+{
+    cJSON *doc = cJSON_CreateObject();
+    *out = doc;
+    if (!doc) return cli_arg_error("%s", "out of memory");
+    cJSON_AddNumberToObject(doc, "nnt_request", NNT_REQUEST_FORMAT);
+    cJSON_AddStringToObject(doc, "method", nnt_method_name(o->cmd->method));
+    if (o->cmd->method != NNT_METHOD_PATCH) {
+        cJSON *rows = cJSON_AddArrayToObject(doc, "rows");
+        for (int r = 0; r < o->n_rows; r++) {
+            cJSON *row = row_json(&o->rows[r]);
+            if (!row) return 2;
+            cJSON_AddItemToArray(rows, row);
+        }
+    }
+    cJSON_AddBoolToObject(doc, "add_special", !o->no_special);
+    int first_save = cli_first_trailing_save(o);
+    cJSON *edits = cJSON_AddArrayToObject(doc, "edits"), *saves = cJSON_AddArrayToObject(doc, "saves");
+    for (int q = 0; q < first_save; q++) cJSON_AddItemToArray(edits, edit_json(&o->reqs[q]));
+    for (int q = first_save; q < o->n_reqs; q++) cJSON_AddItemToArray(saves, cJSON_CreateString(o->reqs[q].path));
+    return add_method(doc, o);
+}
+
+int cli_request(const cli_opts *o, nnt_runtime *rt, nnt_request **out)
+{
+    *out = NULL;
+    if (o->request_file) {
+        if (nnt_request_read(rt, o->request_file, out) != NNT_OK) return cli_fail(o, rt, NULL);
+        if (nnt_request_method(*out) != o->cmd->method)
+            return cli_arg_error("--request %s: the request's method is %s; this command runs %s", o->request_file,
+                                 nnt_method_name(nnt_request_method(*out)), nnt_method_name(o->cmd->method));
+        return 0;
+    }
+    cJSON *doc = NULL;
+    int rc = build(o, &doc);
+    char *json = rc ? NULL : cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    if (rc) return rc;
+    if (!json) return cli_arg_error("%s", "out of memory");
+    nnt_request_source src = {.struct_size = sizeof src, .json = json, .json_len = strlen(json), .name = CLI_OPTIONS_NAME};
+    nnt_status st = nnt_request_parse(rt, &src, out);
+    free(json);
+    if (st == NNT_OK) return 0;
+    cli_fail(o, rt, NULL);
+    return 2; /* what the options say is wrong: a usage error */
+}
+
+int cli_print_request(nnt_runtime *rt, const nnt_request *r)
+{
+    char *json = NULL;
+    size_t n = 0;
+    if (nnt_request_write(r, &json, &n, NULL, NULL) != NNT_OK) {
+        fprintf(stderr, "nnt: error: --print-request: %s\n", nnt_last_error(rt));
+        return 1;
+    }
+    cJSON *doc = cJSON_ParseWithLength(json, n);
+    char *pretty = doc ? cJSON_Print(doc) : NULL;
+    fputs(pretty ? pretty : json, stdout);
+    fputc('\n', stdout);
+    free(pretty);
+    cJSON_Delete(doc);
+    free(json);
+    return 0;
+}

@@ -1,0 +1,234 @@
+/* run.c - one request run whole (nnt_request_run, nnt_methods.h): its rows as a batch, a trace
+ * with its edits and saves, the method it names - a forward, the logit lens, a patch sweep or a
+ * generation, in one process or over a pipeline's ranks - and the results kept for the caller. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct nnt_result {
+    nnt_method method;
+    int holds;                 /* this process holds the results */
+    nnt_runtime *rt;
+    nnt_batch batch;
+    nnt_trace *trace;          /* trace, generate (lens: the trace it ran) */
+    int32_t *tokens;           /* generate: [B, max_new] */
+    int max_new;
+    int32_t *stops;            /* generate: the stop ids used */
+    int n_stops;
+    nnt_lens_result lens;
+    nnt_patch_result patch;
+};
+
+void nnt_result_free(nnt_result *res)
+{
+    if (!res) return;
+    nnt_batch_free(&res->batch);
+    nnt_trace_free(res->trace);
+    free(res->tokens);
+    free(res->stops);
+    nnt_lens_result_free(&res->lens);
+    nnt_patch_result_free(&res->patch);
+    free(res);
+}
+
+nnt_method nnt_result_method(const nnt_result *res) { return res ? res->method : NNT_METHOD_COUNT; }
+int nnt_result_holds(const nnt_result *res) { return res ? res->holds : 0; }
+const nnt_batch *nnt_result_batch(const nnt_result *res) { return res ? &res->batch : NULL; }
+const nnt_trace *nnt_result_trace(const nnt_result *res) { return res ? res->trace : NULL; }
+
+const int32_t *nnt_result_tokens(const nnt_result *res, int *max_new_tokens, const int32_t **stop_ids, int *n_stop)
+{
+    int gen = res && res->method == NNT_METHOD_GENERATE;
+    if (max_new_tokens) *max_new_tokens = gen ? res->max_new : 0;
+    if (stop_ids) *stop_ids = gen ? res->stops : NULL;
+    if (n_stop) *n_stop = gen ? res->n_stops : 0;
+    return gen ? res->tokens : NULL;
+}
+
+const nnt_lens_result *nnt_result_lens(const nnt_result *res)
+{
+    return res && res->method == NNT_METHOD_LENS && res->holds ? &res->lens : NULL;
+}
+
+const nnt_patch_result *nnt_result_patch(const nnt_result *res)
+{
+    return res && res->method == NNT_METHOD_PATCH && res->holds ? &res->patch : NULL;
+}
+
+/* ---- the methods ---- */
+
+static nnt_status run_trace(nnt_result *res, nnt_pipeline *p)
+{
+    const nnt_batch *b = &res->batch;
+    res->holds = nnt_pipeline_rank(p) == 0;
+    return p ? nnt_pipeline_trace(p, res->trace, b->ids, b->mask, b->batch, b->seq, 0)
+             : nnt_trace_run(res->trace, b->ids, b->mask, b->batch, b->seq);
+}
+
+static nnt_status run_lens(nnt_model *m, const nnt_request *r, nnt_result *res, nnt_pipeline *p)
+{
+    int n = 0, keep = 0;
+    const int *pos = nnt_request_lens_positions(r, &n, &keep);
+    res->holds = nnt_pipeline_rank(p) == nnt_pipeline_size(p) - 1;
+    nnt_status st = nnt_lens(m, res->trace, &res->batch, pos, n, keep, p, &res->lens);
+    /* the positions are checked before anything runs: their error names the field */
+    if (st == NNT_ERR_INDEX) nnt_err_prefix(&m->rt->err, "lens.positions");
+    return st;
+}
+
+static nnt_status run_patch(nnt_model *m, const nnt_request *r, nnt_result *res)
+{
+    nnt_error *err = &m->rt->err;
+    const nnt_request_patch_opts *po = nnt_request_patch(r);
+    const nnt_batch *b = &res->batch;
+    res->holds = 1;
+    if (b->batch != 2 || b->lens[0] != b->lens[1])
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "patch: the clean prompt has %d tokens and the corrupted one %d; patching needs prompts of the "
+                           "same length (token by token)",
+                           b->lens[0], b->batch > 1 ? b->lens[1] : 0);
+    nnt_patch_spec s = {.struct_size = sizeof s, .value = po->value, .clean = b->ids, .corrupt = b->ids + b->seq,
+                        .seq = b->seq, .positions = po->positions, .n_positions = po->n_positions, .rows = po->batch};
+    nnt_status st = nnt_metric_parse(po->metric, &s.metric, err);
+    if (st != NNT_OK) {
+        nnt_err_prefix(err, "patch.metric");
+        return st;
+    }
+    st = nnt_patch(m, &s, &res->patch);
+    /* the spec's field ("value: ...") becomes the request's ("patch.value: ...") */
+    if (st != NNT_OK && (!strncmp(err->msg, "value:", 6) || !strncmp(err->msg, "positions:", 10) ||
+                         !strncmp(err->msg, "metric:", 7))) {
+        char msg[NNT_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg, "patch.%s", err->msg);
+        memcpy(err->msg, msg, sizeof msg);
+    }
+    return st;
+}
+
+/* The stop ids of a generation: the tokenizer's eos unless ignore_eos, then the request's own. */
+static nnt_status stop_ids(nnt_model *m, const nnt_generate_opts *g, int ignore_eos, nnt_result *res)
+{
+    res->stops = malloc(sizeof *res->stops * (size_t)(g->n_stop_ids + 1));
+    if (!res->stops) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    nnt_tokenizer *tok = NULL;
+    if (!ignore_eos && nnt_model_tokenizer(m, &tok) == NNT_OK && nnt_tokenizer_eos_id(tok) >= 0)
+        res->stops[res->n_stops++] = nnt_tokenizer_eos_id(tok);
+    nnt_err_clear(&m->rt->err); /* a folder without a tokenizer has no eos: no stop token */
+    for (int k = 0; k < g->n_stop_ids; k++) res->stops[res->n_stops++] = g->stop_ids[k];
+    return NNT_OK;
+}
+
+static nnt_status run_generate(nnt_model *m, const nnt_request *r, nnt_result *res, nnt_pipeline *p)
+{
+    int ignore_eos = 0;
+    const nnt_generate_opts *req = nnt_request_generate_opts(r, &ignore_eos);
+    const nnt_batch *b = &res->batch;
+    nnt_status st = stop_ids(m, req, ignore_eos, res);
+    if (st != NNT_OK) return st;
+    nnt_generate_opts g = *req;
+    g.stop_ids = res->n_stops ? res->stops : NULL;
+    g.n_stop_ids = res->n_stops;
+    res->max_new = g.max_new_tokens;
+    res->tokens = calloc((size_t)b->batch * (size_t)(g.max_new_tokens > 0 ? g.max_new_tokens : 1), sizeof *res->tokens);
+    if (!res->tokens) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    res->holds = nnt_pipeline_rank(p) == 0;
+    return p ? nnt_pipeline_generate(p, m, res->trace, b->ids, b->mask, b->batch, b->seq, &g, res->tokens, 0)
+             : nnt_generate(m, res->trace, b->ids, b->mask, b->batch, b->seq, &g, res->tokens);
+}
+
+/* The batch, the trace with the request's edits and saves, and the front end's extra saves. */
+static nnt_status prepare(nnt_model *m, const nnt_request *r, const nnt_run_opts *o, nnt_result *res)
+{
+    nnt_status st = nnt_request_batch(r, m, &res->batch);
+    if (st == NNT_OK) st = nnt_trace_new(m, &res->trace);
+    if (st == NNT_OK) st = nnt_request_apply(r, res->trace, o ? o->callbacks : NULL, o ? o->n_callbacks : 0);
+    for (int i = 0; st == NNT_OK && o && i < o->n_extra_saves; i++) {
+        /* a generation keeps the front end's readings at every step */
+        st = res->method == NNT_METHOD_GENERATE ? nnt_trace_save_every_step(res->trace, o->extra_saves[i])
+                                                : nnt_trace_save(res->trace, o->extra_saves[i]);
+    }
+    return st;
+}
+
+nnt_status nnt_request_run(nnt_model *m, const nnt_request *r, const nnt_run_opts *o, nnt_result **out)
+{
+    if (!m || !r || !out) return NNT_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    nnt_err_clear(&m->rt->err);
+    nnt_pipeline *p = o && o->struct_size >= offsetof(nnt_run_opts, pipeline) + sizeof(void *) ? o->pipeline : NULL;
+    nnt_result *res = calloc(1, sizeof *res);
+    if (!res) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    res->method = nnt_request_method(r);
+    res->rt = m->rt;
+    nnt_status st = res->method == NNT_METHOD_PATCH && p
+                        ? nnt_err_set(&m->rt->err, NNT_ERR_UNSUPPORTED,
+                                      "patch runs in one process; over several ranks nnt runs trace, lens and generate")
+                        : prepare(m, r, o, res);
+    if (st == NNT_OK) {
+        switch (res->method) {
+        case NNT_METHOD_TRACE: st = run_trace(res, p); break;
+        case NNT_METHOD_LENS: st = run_lens(m, r, res, p); break;
+        case NNT_METHOD_PATCH: st = run_patch(m, r, res); break;
+        case NNT_METHOD_GENERATE: st = run_generate(m, r, res, p); break;
+        default: st = nnt_err_set(&m->rt->err, NNT_ERR_INTERNAL, "request of an unknown method %d", (int)res->method);
+        }
+    }
+    if (st != NNT_OK) {
+        nnt_result_free(res);
+        return st;
+    }
+    *out = res;
+    return NNT_OK;
+}
+
+/* ---- --out ---- */
+
+static nnt_status write_lens(const nnt_result *res, const char *file)
+{
+    const nnt_lens_result *l = &res->lens;
+    if (!l->probs)
+        return nnt_err_set(&res->rt->err, NNT_ERR_STATE,
+                           "%s: the lens kept only each cell's top token; ask for the whole distribution (\"probs\": true) "
+                           "to write it",
+                           file);
+    nnt_tensor t[2] = {
+        {.dtype = NNT_F32, .ndim = 4, .shape = {l->batch, l->layers, l->width, l->vocab}, .data = l->probs},
+        {.dtype = NNT_I32, .ndim = 2, .shape = {l->batch, l->width}, .data = l->positions},
+    };
+    const char *keys[2] = {"lens_probs", "lens_positions"};
+    return nnt_safetensors_write(res->rt, file, 2, keys, t);
+}
+
+static nnt_status write_patch(const nnt_result *res, const char *file)
+{
+    const nnt_patch_result *p = &res->patch;
+    int32_t *blocks = malloc(sizeof *blocks * (size_t)(p->n_blocks + p->n_positions));
+    if (!blocks) return nnt_err_set(&res->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    for (int i = 0; i < p->n_blocks; i++) blocks[i] = p->blocks[i];
+    for (int i = 0; i < p->n_positions; i++) blocks[p->n_blocks + i] = p->positions[i];
+    double clean = p->clean_metric, corrupt = p->corrupt_metric;
+    nnt_tensor t[5] = {
+        {.dtype = NNT_F64, .ndim = 2, .shape = {p->n_blocks, p->n_positions}, .data = p->grid},
+        {.dtype = NNT_I32, .ndim = 1, .shape = {p->n_blocks}, .data = blocks},
+        {.dtype = NNT_I32, .ndim = 1, .shape = {p->n_positions}, .data = blocks + p->n_blocks},
+        {.dtype = NNT_F64, .ndim = 1, .shape = {1}, .data = &clean},
+        {.dtype = NNT_F64, .ndim = 1, .shape = {1}, .data = &corrupt},
+    };
+    const char *keys[5] = {"patch_metric", "patch_blocks", "patch_positions", "clean_metric", "corrupt_metric"};
+    nnt_status st = nnt_safetensors_write(res->rt, file, 5, keys, t);
+    free(blocks);
+    return st;
+}
+
+nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file)
+{
+    if (!res || !file) return NNT_ERR_INVALID_ARGUMENT;
+    if (!res->holds)
+        return nnt_err_set(&res->rt->err, NNT_ERR_STATE, "%s: this rank does not hold the run's results", file);
+    switch (res->method) {
+    case NNT_METHOD_LENS: return write_lens(res, file);
+    case NNT_METHOD_PATCH: return write_patch(res, file);
+    default: return nnt_trace_write_safetensors(res->trace, file);
+    }
+}
