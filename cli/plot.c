@@ -92,81 +92,82 @@ static void fit_text(cairo_t *cr, const char *text, double max_w, char *buf, siz
     }
 }
 
-static void draw(cairo_t *cr, const plot_grid *g, int W, int H)
+/* Panel p's title, axis names and row and column labels. */
+static void draw_labels(cairo_t *cr, const plot_grid *g, int p)
 {
     char buf[256];
-    cairo_set_source_rgb(cr, 1, 1, 1);
-    cairo_paint(cr);
-    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
-    cairo_set_font_size(cr, 14);
+    plot_rect o = plot_cell(g, p, 0, 0);
+    int px = o.x - PLOT_ROW_LABEL_W, py = o.y - PLOT_COL_LABEL_H - PLOT_PANEL_TITLE_H;
     cairo_set_source_rgb(cr, 0, 0, 0);
-    fit_text(cr, g->title ? g->title : "", W - 2 * PLOT_MARGIN, buf, sizeof buf);
-    cairo_move_to(cr, PLOT_MARGIN, PLOT_MARGIN + 16);
-    cairo_show_text(cr, buf);
-    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    for (int p = 0; p < g->panels; p++) {
-        plot_rect o = plot_cell(g, p, 0, 0);
-        int px = o.x - PLOT_ROW_LABEL_W, py = o.y - PLOT_COL_LABEL_H - PLOT_PANEL_TITLE_H;
-        cairo_set_source_rgb(cr, 0, 0, 0);
-        cairo_set_font_size(cr, 12);
-        if (g->panel_titles && g->panel_titles[p]) {
-            fit_text(cr, g->panel_titles[p], panel_w(g), buf, sizeof buf);
-            cairo_move_to(cr, px, py + 13);
-            cairo_show_text(cr, buf);
-        }
-        cairo_set_font_size(cr, 10);
-        /* axis names in the corner left of the column labels */
-        if (g->col_axis) {
-            fit_text(cr, g->col_axis, PLOT_ROW_LABEL_W - 4, buf, sizeof buf);
-            cairo_move_to(cr, px, o.y - 16);
-            cairo_show_text(cr, buf);
-        }
-        if (g->row_axis) {
-            fit_text(cr, g->row_axis, PLOT_ROW_LABEL_W - 4, buf, sizeof buf);
-            cairo_move_to(cr, px, o.y - 4);
-            cairo_show_text(cr, buf);
-        }
-        for (int r = 0; g->row_labels && r < g->rows; r++) {
-            plot_rect c = plot_cell(g, p, r, 0);
-            fit_text(cr, g->row_labels[r] ? g->row_labels[r] : "", PLOT_ROW_LABEL_W - 6, buf, sizeof buf);
+    cairo_set_font_size(cr, 12);
+    if (g->panel_titles && g->panel_titles[p]) {
+        fit_text(cr, g->panel_titles[p], panel_w(g), buf, sizeof buf);
+        cairo_move_to(cr, px, py + 13);
+        cairo_show_text(cr, buf);
+    }
+    cairo_set_font_size(cr, 10);
+    /* axis names in the corner left of the column labels */
+    if (g->col_axis) {
+        fit_text(cr, g->col_axis, PLOT_ROW_LABEL_W - 4, buf, sizeof buf);
+        cairo_move_to(cr, px, o.y - 16);
+        cairo_show_text(cr, buf);
+    }
+    if (g->row_axis) {
+        fit_text(cr, g->row_axis, PLOT_ROW_LABEL_W - 4, buf, sizeof buf);
+        cairo_move_to(cr, px, o.y - 4);
+        cairo_show_text(cr, buf);
+    }
+    for (int r = 0; g->row_labels && r < g->rows; r++) {
+        plot_rect c = plot_cell(g, p, r, 0);
+        fit_text(cr, g->row_labels[r] ? g->row_labels[r] : "", PLOT_ROW_LABEL_W - 6, buf, sizeof buf);
+        cairo_text_extents_t e;
+        cairo_text_extents(cr, buf, &e);
+        cairo_move_to(cr, c.x - 4 - e.x_advance, c.y + c.h / 2.0 + 4);
+        cairo_show_text(cr, buf);
+    }
+    for (int k = 0; g->col_labels && k < g->cols; k++) {
+        plot_rect c = plot_cell(g, p, 0, k);
+        const char *lab = g->col_labels[g->col_labels_per_panel ? (size_t)p * g->cols + k : (size_t)k];
+        fit_text(cr, lab ? lab : "", PLOT_COL_LABEL_H * 1.3, buf, sizeof buf);
+        cairo_save(cr);
+        cairo_move_to(cr, c.x + c.w / 2.0 - 3, c.y - 4);
+        cairo_rotate(cr, -M_PI / 4);
+        cairo_show_text(cr, buf);
+        cairo_restore(cr);
+    }
+}
+
+/* Panel p's cells, each filled with its value's colour, with its text. */
+static void draw_cells(cairo_t *cr, const plot_grid *g, int p)
+{
+    char buf[256];
+    for (int r = 0; r < g->rows; r++)
+        for (int k = 0; k < g->cols; k++) {
+            size_t i = ((size_t)p * g->rows + r) * g->cols + k;
+            plot_rect c = plot_cell(g, p, r, k);
+            uint8_t rgb[3];
+            plot_value_colour(g, g->values[i], rgb);
+            set_rgb(cr, rgb);
+            cairo_rectangle(cr, c.x, c.y, c.w, c.h);
+            cairo_fill(cr);
+            if (!g->cell_text || !g->cell_text[i]) continue;
+            /* dark text on light cells, white on dark ones (Rec. 601 luma) */
+            double luma = (0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2]) / 255.0;
+            double ink = luma > 0.5 ? 0 : 1;
+            cairo_set_source_rgb(cr, ink, ink, ink);
+            fit_text(cr, g->cell_text[i], c.w - 4, buf, sizeof buf);
             cairo_text_extents_t e;
             cairo_text_extents(cr, buf, &e);
-            cairo_move_to(cr, c.x - 4 - e.x_advance, c.y + c.h / 2.0 + 4);
+            /* kept off the cell's edges, whose pixels show the fill colour alone */
+            cairo_move_to(cr, c.x + (c.w - e.x_advance) / 2.0, c.y + c.h / 2.0 + 3);
             cairo_show_text(cr, buf);
         }
-        for (int k = 0; g->col_labels && k < g->cols; k++) {
-            plot_rect c = plot_cell(g, p, 0, k);
-            const char *lab = g->col_labels[g->col_labels_per_panel ? (size_t)p * g->cols + k : (size_t)k];
-            fit_text(cr, lab ? lab : "", PLOT_COL_LABEL_H * 1.3, buf, sizeof buf);
-            cairo_save(cr);
-            cairo_move_to(cr, c.x + c.w / 2.0 - 3, c.y - 4);
-            cairo_rotate(cr, -M_PI / 4);
-            cairo_show_text(cr, buf);
-            cairo_restore(cr);
-        }
-        for (int r = 0; r < g->rows; r++)
-            for (int k = 0; k < g->cols; k++) {
-                size_t i = ((size_t)p * g->rows + r) * g->cols + k;
-                plot_rect c = plot_cell(g, p, r, k);
-                uint8_t rgb[3];
-                plot_value_colour(g, g->values[i], rgb);
-                set_rgb(cr, rgb);
-                cairo_rectangle(cr, c.x, c.y, c.w, c.h);
-                cairo_fill(cr);
-                if (!g->cell_text || !g->cell_text[i]) continue;
-                /* dark text on light cells, white on dark ones (Rec. 601 luma) */
-                double luma = (0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2]) / 255.0;
-                double ink = luma > 0.5 ? 0 : 1;
-                cairo_set_source_rgb(cr, ink, ink, ink);
-                fit_text(cr, g->cell_text[i], c.w - 4, buf, sizeof buf);
-                cairo_text_extents_t e;
-                cairo_text_extents(cr, buf, &e);
-                /* kept off the cell's edges, whose pixels show the fill colour alone */
-                cairo_move_to(cr, c.x + (c.w - e.x_advance) / 2.0, c.y + c.h / 2.0 + 3);
-                cairo_show_text(cr, buf);
-            }
-    }
-    /* the colour bar: 100 steps from vmin (bottom) to vmax (top), with both numbers */
+}
+
+/* The colour bar: 100 steps from vmin (bottom) to vmax (top), with both numbers. */
+static void draw_bar(cairo_t *cr, const plot_grid *g, int W, int H)
+{
+    char buf[64];
     int bx = W - PLOT_MARGIN - PLOT_BAR_W + 14, by = PLOT_MARGIN + PLOT_TITLE_H + PLOT_PANEL_TITLE_H + PLOT_COL_LABEL_H;
     double bh = H - PLOT_MARGIN - by;
     if (bh > 200) bh = 200;
@@ -185,6 +186,25 @@ static void draw(cairo_t *cr, const plot_grid *g, int W, int H)
     snprintf(buf, sizeof buf, "%.3g", g->vmin);
     cairo_move_to(cr, bx - 12, by + bh + 11);
     cairo_show_text(cr, buf);
+}
+
+static void draw(cairo_t *cr, const plot_grid *g, int W, int H)
+{
+    char buf[256];
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_paint(cr);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
+    cairo_set_font_size(cr, 14);
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    fit_text(cr, g->title ? g->title : "", W - 2 * PLOT_MARGIN, buf, sizeof buf);
+    cairo_move_to(cr, PLOT_MARGIN, PLOT_MARGIN + 16);
+    cairo_show_text(cr, buf);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    for (int p = 0; p < g->panels; p++) {
+        draw_labels(cr, g, p);
+        draw_cells(cr, g, p);
+    }
+    draw_bar(cr, g, W, H);
 }
 
 int plot_write(const char *file, const plot_grid *g, char *err, size_t n)

@@ -10,6 +10,8 @@ from collections import namedtuple
 import numpy as np
 
 from . import _lib
+from ._request import (AblateExpert, Builder, RequestError, SkipLayers, Steer, Steps,  # noqa: F401 (re-exported)
+                       _number, _positions)
 
 
 class Error(Exception):
@@ -135,8 +137,8 @@ class _ModelHandle:
 
 
 class _TraceHandle:
-    """One nnt_trace with what its requests need kept alive: callbacks and tensors. Arrays viewing
-    its results hold it."""
+    """One nnt_trace of a session call, with what its requests need kept alive (callbacks).
+    Arrays viewing its results hold it."""
 
     def __init__(self, model):
         self.model = model  # _ModelHandle
@@ -165,36 +167,7 @@ class _OwnedTensor:
             self.lib.nnt_tensor_free(ctypes.byref(self.t))
 
 
-# ---- edit operations as data ----
-
-class AblateExpert(namedtuple("AblateExpert", "layer expert")):
-    """Zero expert `expert`'s weight wherever block `layer` routes to it."""
-
-
-class SkipLayers(namedtuple("SkipLayers", "start end")):
-    """Skip blocks start..end: block end's output is block start's input."""
-
-
-class Steer(namedtuple("Steer", "layers vector factor positions")):
-    """Add factor * vector ([hidden_size]) to layer_output of `layers` (an int, a (first, last)
-    pair or a list of blocks) at `positions` (None: all; negative counts from the end)."""
-
-    def __new__(cls, layers, vector, factor=1.0, positions=None):
-        return super().__new__(cls, layers, vector, factor, positions)
-
-
-class Steps(namedtuple("Steps", "first last")):
-    """In generate: the requests after it apply only at steps first..last (last None: every
-    later step; step 0 is the prompt)."""
-
-    def __new__(cls, first, last=None):
-        return super().__new__(cls, first, last)
-
-
-_EDIT_FORMS = ("(path, 'save'), (path, 'zero'), (path, 'scale', factor), (path, 'set', array), "
-               "(path, 'add', array[, factor]), (path, 'masked_fill', where_path, equals, fill), "
-               "(path, callable), AblateExpert, SkipLayers, Steer, Steps")
-
+# ---- edit operations (their request form: _request.py) ----
 
 def _callback(fn, trace):
     """Wraps a Python callable as an nnt_edit_fn: it receives a writable numpy view of the value
@@ -223,76 +196,49 @@ def _callback(fn, trace):
     return _lib.EDIT_FN(call)
 
 
-def _add_request(tr, edit):
-    """Adds one save or edit (any form of _EDIT_FORMS) to trace handle tr."""
-    lib, t, check = tr.lib, tr.t, tr.model.check
-    if isinstance(edit, str):
-        check(lib.nnt_trace_save(t, edit.encode()))
-        return
-    if isinstance(edit, AblateExpert):
-        check(lib.nnt_trace_ablate_expert(t, int(edit.layer), int(edit.expert)))
-        return
-    if isinstance(edit, SkipLayers):
-        check(lib.nnt_trace_skip_layers(t, int(edit.start), int(edit.end)))
-        return
-    if isinstance(edit, Steps):
-        check(lib.nnt_trace_steps(t, int(edit.first), -1 if edit.last is None else int(edit.last)))
-        return
-    if isinstance(edit, Steer):
-        _add_steer(tr, edit)
-        return
-    if not isinstance(edit, (tuple, list)) or len(edit) < 2 or not isinstance(edit[0], str):
-        raise Error(f"edit {edit!r}: expected one of {_EDIT_FORMS}")
-    path, op, args = edit[0], edit[1], tuple(edit[2:])
-    p = path.encode()
-    if callable(op):
-        if args:
-            raise Error(f"edit {edit!r}: a callable edit is (path, callable)")
-        fn = _callback(op, tr)
-        tr.keep.append(fn)
-        check(lib.nnt_trace_edit(t, p, fn, None))
-        return
-    forms = {"save": 0, "zero": 0, "scale": 1, "set": 1, "add": (1, 2), "masked_fill": 3}
-    want = forms.get(op)
-    if want is None or len(args) not in (want if isinstance(want, tuple) else (want,)):
-        raise Error(f"edit {edit!r}: expected one of {_EDIT_FORMS}")
-    if op == "save":
-        check(lib.nnt_trace_save(t, p))
-    elif op == "zero":
-        check(lib.nnt_trace_zero(t, p))
-    elif op == "scale":
-        check(lib.nnt_trace_scale(t, p, float(args[0])))
-    elif op == "masked_fill":
-        check(lib.nnt_trace_masked_fill(t, p, str(args[0]).encode(), int(args[1]), float(args[2])))
-    else:
-        tensor, array = _tensor_of(args[0], f"{op} {path}")
-        tr.keep.append(array)
-        if op == "set":
-            check(lib.nnt_trace_set(t, p, ctypes.byref(tensor)))
-        else:
-            factor = float(args[1]) if len(args) > 1 else 1.0
-            check(lib.nnt_trace_add(t, p, ctypes.byref(tensor), factor))
+class _ResultHandle:
+    """One nnt_result of a request run (its trace, tokens, grids) with what the run needed kept
+    alive: the callbacks. Arrays viewing its values hold it."""
+
+    def __init__(self, model):
+        self.model = model  # _ModelHandle
+        self.lib = model.lib
+        self.res = ctypes.c_void_p()
+        self.t = None
+        self.keep = []
+        self.callback_error = None
+
+    def __del__(self):
+        if getattr(self, "res", None):
+            self.lib.nnt_result_free(self.res)
+            self.res = ctypes.c_void_p()
 
 
-def _add_steer(tr, s):
-    layers = s.layers
-    if isinstance(layers, (int, np.integer)):
-        spans = [(int(layers), int(layers))]
-    elif isinstance(layers, tuple) and len(layers) == 2:
-        spans = [(int(layers[0]), int(layers[1]))]
-    else:
-        spans = [(int(x), int(x)) for x in layers]
-    tensor, array = _tensor_of(np.asarray(s.vector, dtype=np.float32), "steer vector")
-    tr.keep.append(array)
-    pos = None
-    n = 0
-    if s.positions is not None:
-        plist = [int(s.positions)] if np.isscalar(s.positions) else [int(p) for p in s.positions]
-        pos = (ctypes.c_int32 * len(plist))(*plist)
-        n = len(plist)
-        tr.keep.append(pos)
-    for first, last in spans:
-        tr.model.check(tr.lib.nnt_trace_steer(tr.t, first, last, pos, n, ctypes.byref(tensor), float(s.factor)))
+def _parse_request(h, builder):
+    """The request builder made, parsed by libnnt (a ctypes pointer the caller frees with
+    nnt_request_free)."""
+    try:
+        doc, tensors = builder.encode()
+    except ValueError as e:
+        raise Error(f"request: {e}") from None
+    buf = ctypes.create_string_buffer(tensors) if tensors else None
+    src = _lib.RequestSource(ctypes.sizeof(_lib.RequestSource), doc, len(doc),
+                             ctypes.cast(buf, ctypes.c_void_p) if buf else None, len(tensors) if tensors else 0,
+                             None, b"request")
+    req = ctypes.c_void_p()
+    h.check(h.lib.nnt_request_parse(h.rt, ctypes.byref(src), ctypes.byref(req)))
+    return req
+
+
+def _callbacks(res, builder):
+    """The callbacks array of builder's "callback" edits (kept alive by res)."""
+    n = len(builder.callbacks)
+    arr = (_lib.RequestCallback * max(1, n))()
+    for i, fn in enumerate(builder.callbacks):
+        arr[i].fn = fn
+        arr[i].user = None
+    res.keep.extend([arr, builder.callbacks])
+    return arr, n
 
 
 # ---- results ----
@@ -332,6 +278,12 @@ class Generation(namedtuple("Generation", "tokens values text")):
             out.append(self.values[f"{base}@{k}"])
             k += 1
         return out
+
+
+class PatchResult(namedtuple("PatchResult", "grid blocks positions clean_metric corrupt_metric forwards")):
+    """What Model.patch returns: grid [blocks, positions] float64 (the metric with that block's value
+    at that position patched in), the blocks and positions of its rows and columns, the unpatched
+    clean and corrupted metrics, and the forwards run."""
 
 
 SupportRow = namedtuple("SupportRow", "host block value served layout axes dtype writable reason")
@@ -537,41 +489,33 @@ class Model:
             raise Error(f"a text prompt needs the model's tokenizer: {self._tokenizer_error}")
         return self.tokenizer
 
-    def _batch(self, prompts, add_special=True):
-        """ids and mask [batch, seq] int32, rows left-padded with id 0 and mask 0."""
-        if isinstance(prompts, np.ndarray) and prompts.dtype.kind in "iu":
-            rows = [list(map(int, r)) for r in (prompts.reshape(1, -1) if prompts.ndim == 1 else prompts)]
-        elif isinstance(prompts, (str, bytes)):
-            rows = [self._need_tokenizer().encode(prompts, add_special)]
-        elif isinstance(prompts, (list, tuple)) and prompts and all(isinstance(p, (int, np.integer)) for p in prompts):
-            rows = [[int(p) for p in prompts]]
-        elif isinstance(prompts, (list, tuple)) and prompts:
-            rows = []
-            for p in prompts:
-                if isinstance(p, (str, bytes)):
-                    rows.append(self._need_tokenizer().encode(p, add_special))
-                else:
-                    rows.append([int(x) for x in p])
-        else:
-            raise Error("prompts: expected a str, a list of str, a list of token ids or a list of such lists")
-        for i, r in enumerate(rows):
-            if not r:
-                raise Error(f"prompts: row {i} has no tokens")
-        seq = max(len(r) for r in rows)
-        ids = np.zeros((len(rows), seq), np.int32)
-        mask = np.zeros((len(rows), seq), np.int32)
-        for i, r in enumerate(rows):
-            ids[i, seq - len(r):] = r
-            mask[i, seq - len(r):] = 1
-        return ids, mask
+    # ---- runs: each is a request (docs/requests.md) libnnt parses, checks and runs ----
 
-    # ---- runs ----
+    def _builder(self, method, prompts, save=(), edits=(), add_special=True):
+        b = Builder(method)
+        try:
+            if prompts is not None:
+                b.rows(prompts, add_special)
+            b.edits(list(edits))
+            b.saves([] if save is None else save)
+        except RequestError as e:
+            raise Error(str(e)) from None
+        return b
 
-    def _new_trace(self, requests):
-        tr = _TraceHandle(self._h)
-        for r in requests:
-            _add_request(tr, r)
-        return tr
+    def _run(self, builder):
+        """Runs builder's request: a _ResultHandle holding the nnt_result."""
+        res = _ResultHandle(self._h)
+        builder.callbacks = [_callback(fn, res) for fn in builder.raw_callbacks]
+        req = _parse_request(self._h, builder)
+        try:
+            cbs, n = _callbacks(res, builder)
+            opts = _lib.RunOpts(ctypes.sizeof(_lib.RunOpts), cbs, n, None, 0, None)
+            st = self.lib.nnt_request_run(self._h.m, req, ctypes.byref(opts), ctypes.byref(res.res))
+        finally:
+            self.lib.nnt_request_free(req)
+        self._check_callback(res, st, "generate" if builder.doc["method"] == "generate" else "forward")
+        res.t = self.lib.nnt_result_trace(res.res)
+        return res
 
     def _check_callback(self, tr, status, context):
         if status == _lib.NNT_OK:
@@ -630,13 +574,8 @@ class Model:
         a slice or a list of ints, negative from the end) keeps only those sequence positions of
         values that have a seq (or query) axis. output="torch" gives torch tensors over the same
         memory (DLPack). Errors raise nnt.Error with nnt's message."""
-        ids, mask = self._batch(prompts, add_special)
-        save = [save] if isinstance(save, str) else list(save)
-        tr = self._new_trace(list(edits) + save)
-        st = self.lib.nnt_trace_run(tr.t, ids.ctypes.data_as(_lib._I32P), mask.ctypes.data_as(_lib._I32P),
-                                    ids.shape[0], ids.shape[1])
-        self._check_callback(tr, st, "forward")
-        return self._values(tr, positions, output)
+        res = self._run(self._builder("trace", prompts, save, edits, add_special))
+        return self._values(res, positions, output)
 
     def steer(self, prompts, layers, vector, factor=1.0, positions=None, save=(), edits=(), **kw):
         """trace() with factor * vector added to layer_output of `layers` (int, (first, last) or a
@@ -662,23 +601,90 @@ class Model:
         return _as_array(out.t, out)
 
     def lens(self, prompts, edits=(), positions=None, probs=True, add_special=True):
-        """The logit lens (nnterp's project_on_vocab on every block's layer_output), as `nnt lens`
-        computes it: float32 [layers, batch, seq, vocab_size] probabilities (softmax over the
-        vocabulary), or the lens logits with probs=False. positions keeps those positions."""
-        vals = self.trace(prompts, save=["layers.*.layer_output"], edits=edits, add_special=add_special)
+        """The logit lens (nnterp's project_on_vocab on every block's layer_output), run by libnnt
+        as `nnt lens` runs it: float32 [layers, batch, columns, vocab_size] probabilities (softmax
+        over the vocabulary). Column j of row r is the row's j-th chosen position counted from its
+        first real token (left padding is never a column; a row with fewer columns than the
+        longest has zeros past its own). positions: None (every token), an int, a list of ints
+        (negative from a row's end) or a slice of the longest row's positions. probs=False gives the
+        lens logits instead (libnnt's projection of the saved outputs, same columns)."""
+        b = self._builder("lens", prompts, None, edits, add_special)
+        pos = self._lens_positions(b, positions)
+        if not probs:
+            return self._lens_logits(prompts, edits, pos, add_special)
+        b.section("lens", positions=pos, probs=True)
+        res = self._run(b)
+        lr = self.lib.nnt_result_lens(res.res).contents
+        B, L, W, V = lr.batch, lr.layers, lr.width, lr.vocab
+        grid = np.ctypeslib.as_array(lr.probs, shape=(B * L * W * V,)).reshape(B, L, W, V)
+        return np.ascontiguousarray(grid.transpose(1, 0, 2, 3))
+
+    def _lens_positions(self, b, positions):
+        """The lens' positions as the request lists them (None: every position)."""
+        if positions is None:
+            return None
+        if isinstance(positions, slice):
+            longest = max(len(r.get("tokens", ())) or len(self._need_tokenizer().encode(r["text"], b.doc["add_special"]))
+                          for r in b.doc["rows"])
+            return list(range(longest))[positions]
+        try:
+            return _positions(positions, "positions")
+        except RequestError as e:
+            raise Error(str(e)) from None
+
+    def _lens_logits(self, prompts, edits, positions, add_special):
+        """probs=False: every block's output at the lens' columns through libnnt's projection."""
+        vals = self.trace(prompts, save=["layers.*.layer_output", "attention_mask"], edits=edits, add_special=add_special)
+        mask = vals["attention_mask"]
+        cols = []
+        for r in range(mask.shape[0]):
+            real = np.flatnonzero(mask[r])
+            n = len(real)
+            pick = range(n) if positions is None else [p if p >= 0 else n + p for p in positions if -n <= p < n]
+            cols.append([int(real[p]) for p in pick])
+        W = max(len(c) for c in cols)
         out = None
         for layer in range(self.num_layers):
             x = vals[f"layers.{layer}.layer_output"]
-            if positions is not None:
-                x = x[:, positions] if isinstance(positions, (int, np.integer, slice)) else np.take(x, list(positions), 1)
-            lg = self.project_on_vocab(x)
-            if probs:
-                e = np.exp(lg - lg.max(axis=-1, keepdims=True))
-                lg = (e / e.sum(axis=-1, dtype=np.float64, keepdims=True)).astype(np.float32)
+            sel = np.zeros((x.shape[0], W) + x.shape[2:], x.dtype)
+            for r, c in enumerate(cols):
+                sel[r, :len(c)] = x[r, c]
+            lg = self.project_on_vocab(sel)
             if out is None:
-                out = np.empty((self.num_layers,) + lg.shape, np.float32)
+                out = np.zeros((self.num_layers,) + lg.shape, np.float32)
             out[layer] = lg
+            for r, c in enumerate(cols):
+                out[layer, r, len(c):] = 0
         return out
+
+    def patch(self, clean, corrupt, metric, value="layers.*.layer_output", positions=None, batch=16, add_special=True):
+        """Activation patching, run by libnnt as `nnt patch` runs it: for every block serving
+        `value` ("layers.*.VALUE", or "layers.N.VALUE") and every position (None: all; a list of
+        ints, negative from the end), the clean prompt's value at that block and position written
+        into the corrupted prompt's forward, `batch` patched rows per forward, and the metric
+        ("logit-diff:A,B" or "prob:T") read at the last position. clean and corrupt: a str (text)
+        or a list of token ids, of the same length. Returns a PatchResult: grid [blocks, positions]
+        float64, blocks, positions, clean_metric, corrupt_metric, forwards."""
+        b = Builder("patch")
+        try:
+            rows = b.rows([clean, corrupt], add_special)
+            del b.doc["rows"]
+            b.section("patch", clean=rows[0], corrupt=rows[1], metric=str(metric), value=str(value),
+                      positions=_positions(positions, "positions"), batch=_number(batch, "batch"))
+        except RequestError as e:
+            raise Error(str(e)) from None
+        res = self._run(b)
+        p = self.lib.nnt_result_patch(res.res).contents
+        NB, P = p.n_blocks, p.n_positions
+        return PatchResult(np.ctypeslib.as_array(p.grid, shape=(NB * P,)).reshape(NB, P).copy(),
+                           np.ctypeslib.as_array(p.blocks, shape=(NB,)).copy(),
+                           np.ctypeslib.as_array(p.positions, shape=(P,)).copy(),
+                           float(p.clean_metric), float(p.corrupt_metric), int(p.forwards))
+
+    def session(self, batch, capacity):
+        """A session of `batch` rows and up to `capacity` tokens per row (nnt_session_new): its
+        forward() calls continue one another through the key/value caches and recurrent states."""
+        return Session(self, batch, capacity)
 
     def generate(self, prompts, max_new_tokens, save=(), edits=(), temperature=0.0, top_k=0, top_p=1.0, seed=0,
                  stop_ids=(), ignore_eos=False, output="numpy", add_special=True):
@@ -686,23 +692,26 @@ class Model:
         applied at every step (Steps(first, last) limits the ones after it) and `save`d values
         kept at every step (a ("path", "save") among the edits follows the Steps before it). A row stops at the tokenizer's eos token unless ignore_eos, and at any of
         stop_ids. Returns a Generation (tokens, values, text)."""
-        ids, mask = self._batch(prompts, add_special)
         save = [save] if isinstance(save, str) else list(save)
         edits = list(edits)
         if save and any(isinstance(e, Steps) for e in edits):
             edits.append(Steps(0, None))  # `save` is kept at every step; ("path", "save") in edits follows Steps
-        tr = self._new_trace(edits + save)
-        stops = []
-        if self.tokenizer is not None and not ignore_eos and self.tokenizer.eos_id is not None:
-            stops.append(self.tokenizer.eos_id)
-        stops += [int(s) for s in stop_ids]
-        stop_arr = (ctypes.c_int32 * max(1, len(stops)))(*stops)
-        opts = _lib.GenerateOpts(int(max_new_tokens), float(temperature), int(top_k), float(top_p), int(seed),
-                                 stop_arr if stops else None, len(stops))
-        out = np.zeros((ids.shape[0], max(0, int(max_new_tokens))), np.int32)
-        st = self.lib.nnt_generate(self._h.m, tr.t, ids.ctypes.data_as(_lib._I32P), mask.ctypes.data_as(_lib._I32P),
-                                   ids.shape[0], ids.shape[1], ctypes.byref(opts), out.ctypes.data_as(_lib._I32P))
-        self._check_callback(tr, st, "generate")
+        b = self._builder("generate", prompts, (), edits + save, add_special)
+        try:
+            b.section("generate", max_new_tokens=_number(max_new_tokens, "max_new_tokens"),
+                      temperature=_number(temperature, "temperature"), top_k=_number(top_k, "top_k"),
+                      top_p=_number(top_p, "top_p"), seed=str(int(seed)) if isinstance(seed, (int, np.integer)) else seed,
+                      stop_ids=[_number(x, "stop_ids") for x in stop_ids], ignore_eos=bool(ignore_eos))
+        except RequestError as e:
+            raise Error(str(e)) from None
+        res = self._run(b)
+        n, stop_p, n_stop = ctypes.c_int(), ctypes.POINTER(ctypes.c_int32)(), ctypes.c_int()
+        tok = self.lib.nnt_result_tokens(res.res, ctypes.byref(n), ctypes.byref(stop_p), ctypes.byref(n_stop))
+        rows = self.lib.nnt_result_batch(res.res).contents.batch
+        out = np.ctypeslib.as_array(tok, shape=(rows * n.value,)).reshape(rows, n.value).copy() if n.value else \
+            np.zeros((rows, 0), np.int32)
+        stops = [int(stop_p[i]) for i in range(n_stop.value)]
+        tr = res
         text = None
         if self.tokenizer is not None:
             text = []
@@ -712,3 +721,51 @@ class Model:
                     n -= 1
                 text.append(self.tokenizer.decode(row[:n]))
         return Generation(out, self._values(tr, None, output), text)
+
+
+class Session:
+    """A batch's caches carried from call to call (nnt_session_new / nnt_session_forward): the first
+    forward is the prompt (rows may differ in length: left-padded), each later one continues every
+    row with the same number of new tokens. Each call's saves and edits are a request of its own;
+    forward returns that call's Values."""
+
+    def __init__(self, model, batch, capacity):
+        self.model = model
+        self.lib = model.lib
+        self._h = model._h
+        self.s = ctypes.c_void_p()
+        self._h.check(self.lib.nnt_session_new(self._h.m, _number(batch, "batch"), _number(capacity, "capacity"),
+                                               ctypes.byref(self.s)), "session")
+
+    def __del__(self):
+        if getattr(self, "s", None):
+            self.lib.nnt_session_free(self.s)
+            self.s = ctypes.c_void_p()
+
+    @property
+    def length(self):
+        """Tokens per row the session holds so far."""
+        return int(self.lib.nnt_session_length(self.s))
+
+    def forward(self, prompts, save=(), edits=(), output="numpy", add_special=True):
+        """Runs the next tokens of every row: prompts as Model.trace takes them (the first call's
+        text gets the tokenizer's special tokens unless add_special is False; a later call's rows
+        are usually one token id each). Returns the call's Values."""
+        m = self.model
+        b = m._builder("trace", prompts, save, edits, add_special and self.length == 0)
+        tr = _TraceHandle(self._h)
+        b.callbacks = [_callback(fn, tr) for fn in b.raw_callbacks]
+        req = _parse_request(self._h, b)
+        batch = _lib.Batch()
+        try:
+            cbs, n = _callbacks(tr, b)
+            self._h.check(self.lib.nnt_request_batch(req, self._h.m, ctypes.byref(batch)))
+            self._h.check(self.lib.nnt_request_apply(req, tr.t, cbs, n))
+            mask = batch.mask if self.length == 0 else None
+            st = self.lib.nnt_session_forward(self.s, tr.t, batch.ids, mask, batch.seq)
+            m._check_callback(tr, st, "forward")
+        finally:
+            self.lib.nnt_batch_free(ctypes.byref(batch))
+            self.lib.nnt_request_free(req)
+        return m._values(tr, None, output)
+

@@ -111,12 +111,82 @@ class GenerateOpts(ctypes.Structure):
     ]
 
 
+class RequestSource(ctypes.Structure):
+    """struct nnt_request_source: a request document and the safetensors bytes beside it."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("json", ctypes.c_char_p),
+        ("json_len", ctypes.c_size_t),
+        ("tensors", ctypes.c_void_p),
+        ("tensors_len", ctypes.c_size_t),
+        ("base_dir", ctypes.c_char_p),
+        ("name", ctypes.c_char_p),
+    ]
+
+
+class Batch(ctypes.Structure):
+    """struct nnt_batch: left-padded rows."""
+    _fields_ = [
+        ("batch", ctypes.c_int),
+        ("seq", ctypes.c_int),
+        ("ids", ctypes.POINTER(ctypes.c_int32)),
+        ("mask", ctypes.POINTER(ctypes.c_int32)),
+        ("lens", ctypes.POINTER(ctypes.c_int)),
+    ]
+
+
+class LensResult(ctypes.Structure):
+    """struct nnt_lens_result."""
+    _fields_ = [
+        ("batch", ctypes.c_int),
+        ("layers", ctypes.c_int),
+        ("width", ctypes.c_int),
+        ("vocab", ctypes.c_int64),
+        ("positions", ctypes.POINTER(ctypes.c_int32)),
+        ("top", ctypes.POINTER(ctypes.c_int32)),
+        ("top_prob", ctypes.POINTER(ctypes.c_float)),
+        ("probs", ctypes.POINTER(ctypes.c_float)),
+    ]
+
+
+class PatchResult(ctypes.Structure):
+    """struct nnt_patch_result."""
+    _fields_ = [
+        ("n_blocks", ctypes.c_int),
+        ("n_positions", ctypes.c_int),
+        ("blocks", ctypes.POINTER(ctypes.c_int)),
+        ("positions", ctypes.POINTER(ctypes.c_int)),
+        ("grid", ctypes.POINTER(ctypes.c_double)),
+        ("clean_metric", ctypes.c_double),
+        ("corrupt_metric", ctypes.c_double),
+        ("forwards", ctypes.c_int),
+    ]
+
+
 # nnt_edit_fn: status (void *user, const char *path, int layer, nnt_tensor *value, nnt_error *err)
 EDIT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
                            ctypes.POINTER(Tensor), ctypes.POINTER(ErrorRecord))
 
 _P = ctypes.c_void_p
 _I32P = ctypes.POINTER(ctypes.c_int32)
+
+
+class RequestCallback(ctypes.Structure):
+    """struct nnt_request_callback: what a {"op": "callback"} edit calls."""
+    _fields_ = [("fn", EDIT_FN), ("user", ctypes.c_void_p)]
+
+
+class RunOpts(ctypes.Structure):
+    """struct nnt_run_opts."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("callbacks", ctypes.POINTER(RequestCallback)),
+        ("n_callbacks", ctypes.c_int),
+        ("extra_saves", ctypes.POINTER(ctypes.c_char_p)),
+        ("n_extra_saves", ctypes.c_int),
+        ("pipeline", ctypes.c_void_p),
+    ]
+
 
 # name: (restype, argtypes)
 _SIGNATURES = {
@@ -160,6 +230,23 @@ _SIGNATURES = {
                                     ctypes.POINTER(GenerateOpts), _I32P]),
     "nnt_project_on_vocab": (ctypes.c_int, [_P, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor)]),
     "nnt_tensor_free": (None, [ctypes.POINTER(Tensor)]),
+    "nnt_request_parse": (ctypes.c_int, [_P, ctypes.POINTER(RequestSource), ctypes.POINTER(_P)]),
+    "nnt_request_free": (None, [_P]),
+    "nnt_request_apply": (ctypes.c_int, [_P, _P, ctypes.POINTER(RequestCallback), ctypes.c_int]),
+    "nnt_request_batch": (ctypes.c_int, [_P, _P, ctypes.POINTER(Batch)]),
+    "nnt_batch_free": (None, [ctypes.POINTER(Batch)]),
+    "nnt_request_run": (ctypes.c_int, [_P, _P, ctypes.POINTER(RunOpts), ctypes.POINTER(_P)]),
+    "nnt_result_free": (None, [_P]),
+    "nnt_result_trace": (_P, [_P]),
+    "nnt_result_batch": (ctypes.POINTER(Batch), [_P]),
+    "nnt_result_tokens": (_I32P, [_P, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(_I32P),
+                                  ctypes.POINTER(ctypes.c_int)]),
+    "nnt_result_lens": (ctypes.POINTER(LensResult), [_P]),
+    "nnt_result_patch": (ctypes.POINTER(PatchResult), [_P]),
+    "nnt_session_new": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_P)]),
+    "nnt_session_free": (None, [_P]),
+    "nnt_session_length": (ctypes.c_int, [_P]),
+    "nnt_session_forward": (ctypes.c_int, [_P, _P, _I32P, _I32P, ctypes.c_int]),
     "nnt_tokenizer_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P)]),
     "nnt_tokenizer_free": (None, [_P]),
     "nnt_tokenizer_last_error": (ctypes.c_char_p, [_P]),

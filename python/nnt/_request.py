@@ -1,0 +1,223 @@
+"""_request.py - the request documents (docs/requests.md) the package hands libnnt: Python's prompts,
+saves and edits made into one JSON document, numpy arrays into the safetensors bytes that travel
+beside it, and callables into the callbacks its "callback" edits name. libnnt checks everything
+(types, ranges, paths, shapes), so a Python call obeys the same rules as the nnt command."""
+
+import json
+import struct
+from collections import namedtuple
+
+import numpy as np
+
+FORMAT = 1  # NNT_REQUEST_FORMAT
+
+# numpy dtypes and their safetensors names
+_ST_DTYPE = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.float64): "F64",
+             np.dtype(np.int64): "I64", np.dtype(np.int32): "I32", np.dtype(np.int16): "I16",
+             np.dtype(np.int8): "I8", np.dtype(np.uint8): "U8", np.dtype(np.bool_): "BOOL"}
+
+
+class AblateExpert(namedtuple("AblateExpert", "layer expert")):
+    """Zero expert `expert`'s weight wherever block `layer` routes to it."""
+
+
+class SkipLayers(namedtuple("SkipLayers", "start end")):
+    """Skip blocks start..end: block end's output is block start's input."""
+
+
+class Steer(namedtuple("Steer", "layers vector factor positions")):
+    """Add factor * vector ([hidden_size]) to layer_output of `layers` (an int, a (first, last)
+    pair or a list of blocks) at `positions` (None: all; negative counts from the end)."""
+
+    def __new__(cls, layers, vector, factor=1.0, positions=None):
+        return super().__new__(cls, layers, vector, factor, positions)
+
+
+class Steps(namedtuple("Steps", "first last")):
+    """In generate: the requests after it apply only at steps first..last (last None: every
+    later step; step 0 is the prompt)."""
+
+    def __new__(cls, first, last=None):
+        return super().__new__(cls, first, last)
+
+
+EDIT_FORMS = ("(path, 'save'), (path, 'zero'), (path, 'scale', factor), (path, 'set', array), "
+              "(path, 'add', array[, factor]), (path, 'masked_fill', where_path, equals, fill), "
+              "(path, callable), AblateExpert, SkipLayers, Steer, Steps, or a request edit as a dict "
+              "({'op': 'set', 'path': ..., 'tensor': array, 'rows': [...], 'positions': [...]}, "
+              "docs/requests.md)")
+
+
+class RequestError(Exception):
+    """An argument the package cannot put into a request (raised as nnt.Error by the caller)."""
+
+
+def safetensors_bytes(arrays):
+    """arrays {key: numpy array} as one safetensors buffer (8-byte little-endian header length,
+    the JSON header, the data of each tensor in order, row-major)."""
+    header, blobs, offset = {}, [], 0
+    for key, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        if a.dtype not in _ST_DTYPE:
+            raise RequestError(f"tensor {key}: numpy dtype {a.dtype} has no safetensors equivalent")
+        raw = a.tobytes()
+        header[key] = {"dtype": _ST_DTYPE[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+
+
+def _number(x, what):
+    """A JSON number from x as given: ints stay ints (however large: libnnt checks the range) and
+    floats stay floats (libnnt refuses a float where an integer belongs)."""
+    if isinstance(x, (bool, np.bool_)):
+        raise RequestError(f"{what}: {x!r} is a boolean, not a number")
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        if not np.isfinite(x):
+            raise RequestError(f"{what}: {x!r} is not a finite number")
+        return float(x)
+    raise RequestError(f"{what}: {x!r} is not a number")
+
+
+def _positions(p, what):
+    if p is None:
+        return None
+    items = [p] if isinstance(p, (int, np.integer, str)) else list(p)
+    return [x if isinstance(x, str) else _number(x, what) for x in items]
+
+
+class Builder:
+    """Collects one request: rows, saves, edits, the tensors they carry and the callbacks."""
+
+    def __init__(self, method="trace"):
+        self.doc = {"nnt_request": FORMAT, "method": method}
+        self.tensors = {}
+        self.raw_callbacks = []  # the Python callables "callback" edits name, by index
+        self.callbacks = []      # their C wrappers, made by the caller for a run
+
+    def tensor(self, array, what):
+        a = np.asarray(array)
+        if a.dtype.kind in "fiub" and a.dtype not in _ST_DTYPE:
+            a = a.astype(np.float32)
+        key = f"t{len(self.tensors)}"
+        if a.dtype not in _ST_DTYPE:
+            raise RequestError(f"{what}: numpy dtype {a.dtype} has no nnt equivalent")
+        self.tensors[key] = a
+        return {"key": key}
+
+    def rows(self, prompts, add_special=True):
+        """prompts: a str (one row of text), a list of str, a list of ints (one row of ids), a list
+        of lists of ints or a 2-D int array (rows of ids)."""
+        if isinstance(prompts, np.ndarray):
+            prompts = prompts.reshape(1, -1).tolist() if prompts.ndim == 1 else prompts.tolist()
+        if isinstance(prompts, (str, bytes)):
+            prompts = [prompts]
+        elif isinstance(prompts, (list, tuple)) and prompts and all(
+                isinstance(p, (int, float, np.integer, np.floating)) and not isinstance(p, bool) for p in prompts):
+            prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)) or not prompts:
+            raise RequestError("prompts: expected a str, a list of str, a list of token ids or a list of such lists")
+        rows = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, bytes):
+                p = p.decode("utf-8", "surrogateescape")
+            if isinstance(p, str):
+                rows.append({"text": p})
+            elif isinstance(p, (list, tuple, np.ndarray)):
+                rows.append({"tokens": [_number(x, f"prompts[{i}]") for x in (p.tolist() if isinstance(p, np.ndarray) else p)]})
+            else:
+                raise RequestError(f"prompts[{i}]: expected a str or a list of token ids, got {type(p).__name__}")
+        self.doc["rows"] = rows
+        self.doc["add_special"] = bool(add_special)
+        return rows
+
+    def saves(self, save):
+        self.doc["saves"] = [save] if isinstance(save, str) else [str(s) for s in save]
+
+    def edits(self, edits):
+        out = self.doc.setdefault("edits", [])
+        for e in edits:
+            out.extend(self._edit(e))
+
+    def _edit(self, e):
+        if isinstance(e, str):
+            return [{"op": "save", "path": e}]
+        if isinstance(e, dict):
+            d = dict(e)
+            if "tensor" in d and not isinstance(d["tensor"], dict):
+                d["tensor"] = self.tensor(d["tensor"], f"edit {d.get('op')} {d.get('path')}")
+            if callable(d.get("callback")):
+                d["callback"] = self._callback(d["callback"])
+            return [d]
+        if isinstance(e, AblateExpert):
+            return [{"op": "ablate_expert", "layer": _number(e.layer, "AblateExpert.layer"),
+                     "expert": _number(e.expert, "AblateExpert.expert")}]
+        if isinstance(e, SkipLayers):
+            return [{"op": "skip_layers", "start": _number(e.start, "SkipLayers.start"),
+                     "end": _number(e.end, "SkipLayers.end")}]
+        if isinstance(e, Steps):
+            d = {"op": "steps", "from": _number(e.first, "Steps.first")}
+            if e.last is not None:
+                d["to"] = _number(e.last, "Steps.last")
+            return [d]
+        if isinstance(e, Steer):
+            return self._steer(e)
+        return [self._tuple_edit(e)]
+
+    def _callback(self, fn):
+        self.raw_callbacks.append(fn)
+        return len(self.raw_callbacks) - 1
+
+    def _steer(self, s):
+        layers = s.layers
+        if isinstance(layers, (int, np.integer)):
+            spans = [(layers, layers)]
+        elif isinstance(layers, tuple) and len(layers) == 2:
+            spans = [layers]
+        else:
+            spans = [(x, x) for x in layers]
+        t = self.tensor(np.asarray(s.vector, dtype=np.float32), "steer vector")
+        out = []
+        for first, last in spans:
+            d = {"op": "steer", "first": _number(first, "Steer.layers"), "last": _number(last, "Steer.layers"),
+                 "tensor": t, "factor": _number(s.factor, "Steer.factor")}
+            pos = _positions(s.positions, "Steer.positions")
+            if pos is not None:
+                d["positions"] = pos
+            out.append(d)
+        return out
+
+    def _tuple_edit(self, e):
+        if not isinstance(e, (tuple, list)) or len(e) < 2 or not isinstance(e[0], str):
+            raise RequestError(f"edit {e!r}: expected one of {EDIT_FORMS}")
+        path, op, args = e[0], e[1], tuple(e[2:])
+        if callable(op):
+            if args:
+                raise RequestError(f"edit {e!r}: a callable edit is (path, callable)")
+            return {"op": "callback", "path": path, "callback": self._callback(op)}
+        forms = {"save": (0,), "zero": (0,), "scale": (1,), "set": (1,), "add": (1, 2), "masked_fill": (3,)}
+        if op not in forms or len(args) not in forms[op]:
+            raise RequestError(f"edit {e!r}: expected one of {EDIT_FORMS}")
+        d = {"op": op, "path": path}
+        if op == "scale":
+            d["factor"] = _number(args[0], f"edit {path} scale")
+        elif op == "masked_fill":
+            d.update(where=str(args[0]), equals=_number(args[1], f"edit {path} equals"),
+                     fill=_number(args[2], f"edit {path} fill"))
+        elif op in ("set", "add"):
+            d["tensor"] = self.tensor(args[0], f"{op} {path}")
+            if len(args) > 1:
+                d["factor"] = _number(args[1], f"edit {path} factor")
+        return d
+
+    def section(self, name, **fields):
+        self.doc[name] = {k: v for k, v in fields.items() if v is not None}
+
+    def encode(self):
+        """(json bytes, safetensors bytes or None)."""
+        return (json.dumps(self.doc, separators=(",", ":")).encode(),
+                safetensors_bytes(self.tensors) if self.tensors else None)
