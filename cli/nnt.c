@@ -54,7 +54,7 @@ static const char USAGE[] =
     "           --ignore-eos; --stop-id ID (repeatable) stops rows at ID too\n"
     "  tokenize --model DIR \"text\"        each token of the text: its id, a tab, its text (quoted, escaped);\n"
     "           --ids prints only the ids, on one line; special tokens are added as the tokenizer adds\n"
-    "           them (a BOS where the release adds one) unless --no-special; reads only the tokenizer\n"
+    "           them (a BOS where the release adds one) unless --no-special; reads no weights\n"
     "  info     --model DIR                what the checkpoint stores (bytes per encoding, from the file\n"
     "           headers), then what loading it holds: bytes read in place, allocated, on the device\n"
     "  plugins                             loaded plugins and the backend of each family\n"
@@ -877,13 +877,13 @@ static int encode_text(nnt_tokenizer *tok, const opts *o, const row_arg *a, int 
 /* Loads the model folder's tokenizer, then reads every row. A folder without a tokenizer is an
  * error only when a row is text; otherwise token text is simply not shown. Returns 0, 1 (error,
  * printed) or 2 (usage error, printed). */
-static int read_input(const opts *o, input *in)
+static int read_input(nnt_runtime *rt, const opts *o, input *in)
 {
     memset(in, 0, sizeof *in);
     if (o->n_rows == 0)
         return usage_error("%s needs at least one row: --tokens \"ID ...\", --prompt \"text\" or --prompt-file FILE", o->cmd);
     nnt_tokenizer *tok = NULL;
-    nnt_status st = nnt_tokenizer_load(o->model, &tok);
+    nnt_status st = nnt_runtime_tokenizer(rt, o->model, &tok);
     if (st != NNT_OK) {
         if (o->n_text_rows) {
             fprintf(stderr, "nnt: error: --prompt needs the model's tokenizer: %s\n", nnt_tokenizer_last_error(tok));
@@ -2063,11 +2063,20 @@ out:
     return rc;
 }
 
-/* nnt tokenize: needs only the tokenizer (no runtime, no plugins, no weights). */
+/* nnt tokenize: needs the tokenizer and the family plugin serving the folder's config.json
+ * (its tokenizer hints), not the weights. */
 static int cmd_tokenize(const opts *o)
 {
+    nnt_runtime *rt = NULL;
+    if (nnt_runtime_open(o->config, &rt) != NNT_OK) {
+        int rc = fail(rt, "cannot start");
+        nnt_runtime_close(rt);
+        return rc;
+    }
     nnt_tokenizer *tok = NULL;
-    if (nnt_tokenizer_load(o->model, &tok) != NNT_OK) {
+    nnt_status st = nnt_runtime_tokenizer(rt, o->model, &tok);
+    nnt_runtime_close(rt); /* the tokenizer keeps nothing of the runtime */
+    if (st != NNT_OK) {
         fprintf(stderr, "nnt: error: %s\n", nnt_tokenizer_last_error(tok));
         nnt_tokenizer_free(tok);
         return 1;
@@ -2219,7 +2228,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(o.cmd, "info") == 0 && (rc = info_before_load(rt, o.model)) != 0) goto done;
     /* the rows (and the tokenizer) before the weights: a prompt that cannot be read fails fast */
-    if (runs && (rc = read_input(&o, &in)) != 0) goto done;
+    if (runs && (rc = read_input(rt, &o, &in)) != 0) goto done;
     /* over several ranks: each loads only its stage's weights */
     int first = 0, end = 0;
     if (d && (rc = dist_split(d, rt, o.model, &first, &end)) != 0) goto done;

@@ -161,6 +161,8 @@ _SIGNATURES = {
     "nnt_project_on_vocab": (ctypes.c_int, [_P, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor)]),
     "nnt_tensor_free": (None, [ctypes.POINTER(Tensor)]),
     "nnt_tokenizer_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "nnt_runtime_tokenizer": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "nnt_model_tokenizer": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
     "nnt_tokenizer_free": (None, [_P]),
     "nnt_tokenizer_last_error": (ctypes.c_char_p, [_P]),
     "nnt_tokenizer_kind": (ctypes.c_char_p, [_P]),
