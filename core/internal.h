@@ -170,9 +170,6 @@ nnt_status nnt_ck_check_files(const nnt_checkpoint *ck, nnt_error *err);
 /* The checkpoint's file bytes on disk, the stored bytes of the tensors bound so far, and the
  * bytes of the buffers it made. */
 void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes);
-/* core->tensor_kv_heads (nnt_family.h). */
-nnt_status nnt_ck_tensor_kv_heads(const nnt_checkpoint *ck, const char *k_name, const char *v_name, int64_t heads,
-                                  int64_t dk, int64_t dv, int64_t in, nnt_tensor *k, nnt_tensor *v, nnt_error *err);
 
 /* ---- encoded weights (quant.c) ---- */
 /* Turns the stored view t of tensor `name` into an encoded weight when it is one: F8_E4M3 (its

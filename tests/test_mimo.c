@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "nnt/nnt_family_kit.h"
 #include "test_util.h"
 
 static const char *const FP32 = "mimo_v2_flash/fp32";
@@ -334,9 +335,22 @@ static void ph_free(ph_block *pb)
     nnt_tensor_free(&pb->vs);
 }
 
-/* The loader recognises the layout from the key scales' shape on the full blocks only, and
- * what it hands the kernels decodes to exactly the per-head reading of every k_proj and v_proj
- * row; the plain reading of the same files differs (so the comparison can tell them apart). */
+/* A backend for the family kit's weight binding here: a prepared weight is the host view given. */
+static nnt_status host_prepare(void *ctx, const nnt_tensor *host, nnt_tensor *out, nnt_error *err)
+{
+    (void)ctx, (void)err;
+    *out = *host;
+    return NNT_OK;
+}
+
+static void host_release(void *ctx, nnt_tensor *w) { (void)ctx, (void)w; }
+
+static const nnt_backend_ops HOST_OPS = {.prepare_weight = host_prepare, .release_weight = host_release};
+
+/* The family kit (fam_weight_kv_heads, on the core's routine table) recognises the layout from
+ * the key scales' shape on the full blocks only, and what it hands the kernels decodes to
+ * exactly the per-head reading of every k_proj and v_proj row; the plain reading of the same
+ * files differs (so the comparison can tell them apart). */
 static void test_fp8_per_head_loader(void)
 {
     nnt_runtime *rt = t_runtime();
@@ -344,6 +358,9 @@ static void test_fp8_per_head_loader(void)
     nnt_checkpoint *ck = NULL;
     nnt_error err = {0};
     CU_ASSERT_EQUAL_FATAL(nnt_checkpoint_open(t_fixture(FP8_PER_HEAD, dir, sizeof dir), &ck, &err), NNT_OK);
+    nnt_core_api api;
+    nnt_core_api_init(&api);
+    fam_env env = {.core = &api, .be = &HOST_OPS, .precision = NNT_PRECISION_F32};
     float want[PH_IN], got[PH_IN];
     for (int layer = 0; layer < 4; layer++) {
         int full = layer == 0 || layer == 3, heads = full ? 2 : 4;
@@ -354,7 +371,7 @@ static void test_fp8_per_head_loader(void)
         snprintf(kn, sizeof kn, "model.layers.%d.self_attn.k_proj.weight", layer);
         snprintf(vn, sizeof vn, "model.layers.%d.self_attn.v_proj.weight", layer);
         nnt_tensor k, v;
-        nnt_status st = nnt_ck_tensor_kv_heads(ck, kn, vn, heads, PH_DK, PH_DV, PH_IN, &k, &v, &err);
+        nnt_status st = fam_weight_kv_heads(&env, ck, kn, vn, heads, PH_DK, PH_DV, PH_IN, &k, &v, &err);
         if (st != NNT_OK) fprintf(stderr, "\n  block %d: %s\n", layer, err.msg);
         CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
         /* a re-laid grid has row blocks of gcd(16, 24, 16) = 8 rows; a plain one keeps 16 */
@@ -379,6 +396,16 @@ static void test_fp8_per_head_loader(void)
         if (full) CU_ASSERT(plain_differs >= heads * (PH_B - PH_DK % PH_B));
         ph_free(&pb);
     }
+    /* the re-laid grids are the kit's: 2 per full block, kept by env until it is released */
+    CU_ASSERT(env.prepared != NULL && env.prepared->n_buf == 4 && env.prepared->n == 8);
+    fam_env_release(&env);
+    /* the core's slot of ABI 3.x says the routine moved and the plugin must be rebuilt */
+    nnt_tensor k, v;
+    CU_ASSERT_EQUAL(api.tensor_kv_heads(ck, "model.layers.0.self_attn.k_proj.weight",
+                                        "model.layers.0.self_attn.v_proj.weight", 2, PH_DK, PH_DV, PH_IN, &k, &v, &err),
+                    NNT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "moved into the family kit in ABI 3.4"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "must be rebuilt"));
     nnt_checkpoint_close(ck);
     nnt_runtime_close(rt);
 }
@@ -475,6 +502,36 @@ static void test_fp8_per_head_plain_copy_differs(void)
         nnt_tensor_free(&ref);
     }
     nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* Drops block 0's v_proj scales. */
+static int drop_v_scales(void *user, char *name, size_t n, const nnt_tensor *in, nnt_tensor *out, int *owned)
+{
+    (void)user, (void)n, (void)owned;
+    *out = *in;
+    return strcmp(name, "model.layers.0.self_attn.v_proj.weight_scale_inv") != 0;
+}
+
+/* k_proj's scales per key/value head but v_proj without its scales: the load is refused, naming
+ * both tensors and what v_proj needs (2 heads x 16 rows; 1 scale row a head over 5 column blocks). */
+static void test_fp8_per_head_v_scales_missing(void)
+{
+    char dir[768], fx[512], src[768], dst[800];
+    t_checkpoint_dir("mimo_no_v_scales", FP8_PER_HEAD, dir, sizeof dir);
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture(FP8_PER_HEAD, fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    CU_ASSERT_EQUAL_FATAL(t_rewrite_weights(src, dst, drop_v_scales, NULL, 0, NULL, NULL), 0);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    CU_ASSERT_EQUAL(nnt_model_load(rt, dir, &m), NNT_ERR_NOT_FOUND);
+    const char *msg = nnt_last_error(rt);
+    const char *want = "'model.layers.0.self_attn.k_proj.weight' holds its scales per key/value head, so "
+                       "'model.layers.0.self_attn.v_proj.weight' must be F8_E4M3 [32, 72] with [2, 5] scales: ";
+    if (!strstr(msg, want) || !strstr(msg, "has no companion")) fprintf(stderr, "\n  %s\n", msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "has no companion"));
     nnt_model_free(m);
     nnt_runtime_close(rt);
 }
@@ -842,6 +899,8 @@ int register_tests(void)
                      test_fp8_per_head_values_by_hand) ||
         !CU_add_test(s, "per-head key/value scales: a plain-grid copy lands far from the reference",
                      test_fp8_per_head_plain_copy_differs) ||
+        !CU_add_test(s, "per-head key/value scales: v_proj without its scales is refused, both named",
+                     test_fp8_per_head_v_scales_missing) ||
         !CU_add_test(s, "MiMo-V2.5 release layout (fused chunked qkv_proj, MXFP4 experts) matches transformers",
                      test_v25_values) ||
         !CU_add_test(s, "MiMo-V2.5: the chunked qkv_proj read as one plain block is refused", test_v25_plain_order_refused) ||

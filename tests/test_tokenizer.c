@@ -105,27 +105,12 @@ static int ids_equal(const int32_t *got, int64_t n, const cJSON *want, int64_t *
     return !e && i == n;
 }
 
-/* Runs every case of one fixture; returns the number of mismatches. */
-static int run_fixture(const char *file)
+/* Runs every case of fixture `fx` (file: its name, for messages) on tok; returns the number of
+ * mismatches. */
+static int check_cases(const char *file, const cJSON *fx, nnt_tokenizer *tok)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tokenizer/%s.json", NNT_TEST_FIXTURES, file);
-    size_t len;
-    char *text = slurp(path, &len);
-    cJSON *fx = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(fx);
-    char dir[1024];
-    if (fixture_folder(fx, file, dir, sizeof dir) != 0) {
-        cJSON_Delete(fx);
-        CU_FAIL("the fixture's tokenizer folder is not there");
-        return 1;
-    }
-    nnt_tokenizer *tok = NULL;
-    nnt_status st = nnt_tokenizer_load(dir, &tok);
-    if (st) fprintf(stderr, "\n  %s: %s\n", file, nnt_tokenizer_last_error(tok));
-    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
     int bad = 0, cases = 0;
+    nnt_status st;
     for (const cJSON *c = cJSON_GetObjectItem(fx, "cases")->child; c; c = c->next, cases++) {
         const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
         char *raw;
@@ -161,15 +146,83 @@ static int run_fixture(const char *file)
     }
     if (bad) fprintf(stderr, "\n  %s: %d mismatches over %d cases\n", file, bad, cases);
     CU_ASSERT(cases > 0);
+    return bad;
+}
+
+/* How run_fixture loads the fixture's folder. */
+typedef enum fixture_load {
+    LOAD_PLAIN,  /* nnt_tokenizer_load: the files alone */
+    LOAD_FAMILY, /* nnt_runtime_tokenizer on a copy of the folder with a config.json naming `arch`:
+                  * the hints of the family plugin serving it (the runtime closed before encoding) */
+    LOAD_HINTS,  /* nnt_tokenizer_load_hinted with `hints` */
+} fixture_load;
+
+/* A scratch folder holding links to dir's tokenizer files and a config.json naming architecture
+ * arch (the folder a release ships, its weights left out); returns out. */
+static const char *folder_with_config(const char *dir, const char *name, const char *arch, char *out, size_t n)
+{
+    snprintf(out, n, "%s/%s", t_tmpdir(), name);
+    mkdir(out, 0755);
+    const char *files[3] = {"tiktoken.model", "tokenizer.json", "tokenizer_config.json"};
+    char from[2048], to[2048];
+    for (int i = 0; i < 3; i++) {
+        snprintf(from, sizeof from, "%s/%s", dir, files[i]);
+        snprintf(to, sizeof to, "%s/%s", out, files[i]);
+        unlink(to);
+        if (access(from, R_OK) == 0) CU_ASSERT_FATAL(symlink(from, to) == 0);
+    }
+    char config[256];
+    snprintf(config, sizeof config, "{\"architectures\": [\"%s\"]}", arch);
+    snprintf(to, sizeof to, "%s/config.json", out);
+    CU_ASSERT_FATAL(t_write_file(to, config) == 0);
+    return out;
+}
+
+/* Runs every case of one fixture on its folder's tokenizer, loaded as `how` says (arch and hints
+ * for LOAD_FAMILY and LOAD_HINTS); returns the number of mismatches. */
+static int run_fixture_as(const char *file, fixture_load how, const char *arch, const nnt_tokenizer_hints *hints)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer/%s.json", NNT_TEST_FIXTURES, file);
+    size_t len;
+    char *text = slurp(path, &len);
+    cJSON *fx = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fx);
+    char dir[1024], with_config[1200];
+    if (fixture_folder(fx, file, dir, sizeof dir) != 0) {
+        cJSON_Delete(fx);
+        CU_FAIL("the fixture's tokenizer folder is not there");
+        return 1;
+    }
+    nnt_tokenizer *tok = NULL;
+    nnt_status st;
+    if (how == LOAD_FAMILY) {
+        nnt_runtime *rt = t_runtime();
+        st = nnt_runtime_tokenizer(rt, folder_with_config(dir, "tok_family", arch, with_config, sizeof with_config), &tok);
+        nnt_runtime_close(rt);
+    } else {
+        st = how == LOAD_HINTS ? nnt_tokenizer_load_hinted(dir, hints, &tok) : nnt_tokenizer_load(dir, &tok);
+    }
+    if (st) fprintf(stderr, "\n  %s: %s\n", file, nnt_tokenizer_last_error(tok));
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    int bad = check_cases(file, fx, tok);
     nnt_tokenizer_free(tok);
     cJSON_Delete(fx);
     return bad;
 }
 
+static int run_fixture(const char *file) { return run_fixture_as(file, LOAD_PLAIN, NULL, NULL); }
+
 /* The main references: DeepSeek-V4's tokenizer.json; Qwen3.6's ranks with Kimi-Linear's
- * pattern (its && classes rewritten) and chunking; Qwen's ranks with a pat_str. */
+ * pattern (its && classes rewritten), specials and chunking, which the kimi_linear plugin
+ * supplies (its tokenizer hints) to a folder whose config.json names KimiLinearForCausalLM;
+ * Qwen's ranks with a pat_str. */
 static void test_deepseek_v4(void) { CU_ASSERT_EQUAL(run_fixture("deepseek_v4"), 0); }
-static void test_kimi_tiktoken(void) { CU_ASSERT_EQUAL(run_fixture("kimi_qwen3_6"), 0); }
+static void test_kimi_tiktoken(void)
+{
+    CU_ASSERT_EQUAL(run_fixture_as("kimi_qwen3_6", LOAD_FAMILY, "KimiLinearForCausalLM", NULL), 0);
+}
 static void test_qwen_tiktoken(void) { CU_ASSERT_EQUAL(run_fixture("qwen"), 0); }
 /* DeepSeek-V4's vocabulary under other components: TemplateProcessing and added-token flags;
  * ByteLevel's own regex and prefix space after Digits; every Split behaviour; NFKD, Lowercase,
@@ -492,7 +545,8 @@ static void test_errors(void)
     CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1\n!!! 2\n") == 0);
     expect_load_error(dir, NNT_ERR_FORMAT, "line 3", "base64");
     CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1\n") == 0);
-    expect_load_error(dir, NNT_ERR_UNSUPPORTED, "pat_str", "tokenization_kimi");
+    expect_load_error(dir, NNT_ERR_UNSUPPORTED, "without a split pattern: the folder's tokenizer_config.json gives no "
+                      "\"pat_str\"", "a family plugin can: load the tokenizer through nnt_runtime_tokenizer");
     /* a rank far past the file's lines (the fuzzer's 2^30, which once overflowed the table's
      * growth) is refused; the bound for 2 lines is 1024 + 2 x 2 + 2 = 1030, and 1029 still loads
      * (up to the missing pattern) */
@@ -544,6 +598,156 @@ static void test_errors(void)
     nnt_tokenizer_free(tok);
 }
 
+/* ---- tokenizer hints (nnt_tokenizer_hints) ---- */
+
+/* The Kimi-Linear folder without its family: its files give no split pattern, so the plain load
+ * and a runtime load of the folder without a config.json (no family to ask) both refuse it,
+ * saying a family plugin can supply one. */
+static void test_kimi_without_hints(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/kimi_qwen3_6", NNT_TEST_TOKENIZER_VOCAB);
+    expect_load_error(dir, NNT_ERR_UNSUPPORTED, "kimi_qwen3_6/tiktoken.model: a tiktoken vocabulary without a split pattern",
+                      "no family plugin supplied one");
+    nnt_runtime *rt = t_runtime();
+    nnt_tokenizer *tok = NULL;
+    CU_ASSERT_EQUAL(nnt_runtime_tokenizer(rt, dir, &tok), NNT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_tokenizer_last_error(tok), "no family plugin supplied one"));
+    nnt_tokenizer_free(tok);
+    nnt_runtime_close(rt);
+}
+
+/* The same folder with hints given by hand, the values of moonshotai's tokenization_kimi.py in
+ * the Kimi-Linear release (its pat_str, 256 reserved special tokens, 400000-code-point pieces,
+ * runs of at most 25000), gives every reference id. */
+static void test_kimi_hints_by_hand(void)
+{
+    nnt_tokenizer_hints hints = {
+        .struct_size = sizeof hints,
+        .split_pattern =
+            "[\\p{Han}]+"
+            "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+"
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+            "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*"
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+            "|\\p{N}{1,3}"
+            "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+            "|\\s*[\\r\\n]+"
+            "|\\s+(?!\\S)"
+            "|\\s+",
+        .reserved_special_tokens = 256,
+        .piece_chars = 400000,
+        .piece_run = 25000,
+    };
+    CU_ASSERT_EQUAL(run_fixture_as("kimi_qwen3_6", LOAD_HINTS, NULL, &hints), 0);
+}
+
+/* Loads dir with hints (asserting success) and checks the ids of text. */
+static void expect_hinted_ids(const char *dir, const nnt_tokenizer_hints *hints, const char *text, const int32_t *want,
+                              int64_t n)
+{
+    nnt_tokenizer *tok = NULL;
+    nnt_status st = nnt_tokenizer_load_hinted(dir, hints, &tok);
+    if (st) fprintf(stderr, "\n  %s\n", nnt_tokenizer_last_error(tok));
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    int32_t *ids;
+    int64_t m;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_encode(tok, text, strlen(text), 0, &ids, &m), NNT_OK);
+    if (m != n) fprintf(stderr, "\n  '%s': %lld ids, want %lld\n", text, (long long)m, (long long)n);
+    CU_ASSERT_EQUAL(m, n);
+    for (int64_t i = 0; i < n && i < m; i++) CU_ASSERT_EQUAL(ids[i], want[i]);
+    free(ids);
+    nnt_tokenizer_free(tok);
+}
+
+static void expect_hints_refused(const char *dir, const nnt_tokenizer_hints *hints, const char *needle)
+{
+    nnt_tokenizer *tok = NULL;
+    CU_ASSERT_EQUAL(nnt_tokenizer_load_hinted(dir, hints, &tok), NNT_ERR_INVALID_ARGUMENT);
+    if (!strstr(nnt_tokenizer_last_error(tok), needle))
+        fprintf(stderr, "\n  expected '%s' in: %s\n", needle, nnt_tokenizer_last_error(tok));
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_tokenizer_last_error(tok), needle));
+    nnt_tokenizer_free(tok);
+}
+
+/* Each hint on a small folder, ids computed by hand. The ranks: a 0, b 1, ab 2, ' ' 3; the
+ * pattern "[a-z]+| " makes "ab" one word that merges to 2. */
+static void test_hints(void)
+{
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/tik_hints", t_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+    CU_ASSERT_FATAL(t_write_file(path, "YQ== 0\nYg== 1\nYWI= 2\nIA== 3\n") == 0);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    unlink(path);
+    nnt_tokenizer_hints h = {.struct_size = sizeof h, .split_pattern = "[a-z]+| ", .reserved_special_tokens = 2};
+    expect_hinted_ids(dir, &h, "ab", (const int32_t[]){2}, 1);
+    /* the reserved tokens take ids 4 and 5 (after the 4 ranks), named <|reserved_token_ID|>, special */
+    nnt_tokenizer *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_load_hinted(dir, &h, &tok), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_tokenizer_vocab_size(tok), 6);
+    CU_ASSERT_EQUAL(nnt_tokenizer_token_id(tok, "<|reserved_token_5|>"), 5);
+    CU_ASSERT(nnt_tokenizer_is_special(tok, 4));
+    nnt_tokenizer_free(tok);
+    expect_hinted_ids(dir, &h, "ab<|reserved_token_4|>b", (const int32_t[]){2, 4, 1}, 3);
+    /* piece_chars 3: "abab" is encoded as "aba" (ab + a) and "b", not ab + ab */
+    expect_hinted_ids(dir, &h, "abab", (const int32_t[]){2, 2}, 2);
+    h.piece_chars = 3;
+    expect_hinted_ids(dir, &h, "abab", (const int32_t[]){2, 0, 1}, 3);
+    /* piece_run 1 alone: no run of letters longer than 1, so "ab" is a + b; a space ends a run */
+    h.piece_chars = 0;
+    h.piece_run = 1;
+    expect_hinted_ids(dir, &h, "ab a", (const int32_t[]){0, 1, 3, 0}, 4);
+    h.piece_run = 2;
+    expect_hinted_ids(dir, &h, "ab a", (const int32_t[]){2, 3, 0}, 3);
+    /* the tokenizer keeps no pointer into the hints: their pattern overwritten and freed after
+     * loading, the tokenizer still splits with the one it was given */
+    char *pattern = nnt_strdup("[a-z]+| ");
+    nnt_tokenizer_hints owned = {.struct_size = sizeof owned, .split_pattern = pattern};
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_load_hinted(dir, &owned, &tok), NNT_OK);
+    memset(pattern, 'x', strlen(pattern));
+    free(pattern);
+    int32_t *ids;
+    int64_t m;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_encode(tok, "ab", 2, 0, &ids, &m), NNT_OK);
+    CU_ASSERT(m == 1 && ids[0] == 2);
+    free(ids);
+    nnt_tokenizer_free(tok);
+    /* added_tokens_decoder names a reserved id (5 here) and bos_token finds it */
+    CU_ASSERT_FATAL(t_write_file(path, "{\"bos_token\": \"<s>\", \"added_tokens_decoder\": {\"5\": {\"content\": \"<s>\"}}}") ==
+                    0);
+    h = (nnt_tokenizer_hints){.struct_size = sizeof h, .split_pattern = "[a-z]+| ", .reserved_special_tokens = 2};
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_load_hinted(dir, &h, &tok), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_tokenizer_bos_id(tok), 5);
+    CU_ASSERT_EQUAL(nnt_tokenizer_token_id(tok, "<|reserved_token_4|>"), 4);
+    CU_ASSERT_EQUAL(nnt_tokenizer_token_id(tok, "<|reserved_token_5|>"), -1);
+    nnt_tokenizer_free(tok);
+    /* a pat_str wins over the hints: single letters, and only the listed special token (id 4) */
+    CU_ASSERT_FATAL(t_write_file(path, "{\"pat_str\": \"[a-z]\", \"added_tokens_decoder\": {\"4\": {\"content\": \"<x>\"}}}") ==
+                    0);
+    expect_hinted_ids(dir, &h, "ab<x>", (const int32_t[]){0, 1, 4}, 3);
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_load_hinted(dir, &h, &tok), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_tokenizer_vocab_size(tok), 5);
+    CU_ASSERT_EQUAL(nnt_tokenizer_token_id(tok, "<|reserved_token_4|>"), -1);
+    nnt_tokenizer_free(tok);
+    /* the cuts apply to a tokenizer.json too: "abc" merges whole to abc (5), cut after 2
+     * characters to ab (3) + c (2) */
+    write_tokenizer("json_hints",
+                    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5},"
+                    "\"merges\":[\"b c\",\"a b\",[\"a\",\"bc\"]]}}",
+                    dir, sizeof dir);
+    nnt_tokenizer_hints cut = {.struct_size = sizeof cut, .piece_chars = 2};
+    expect_hinted_ids(dir, &cut, "abc", (const int32_t[]){3, 2}, 2);
+    /* bad hints name their field */
+    nnt_tokenizer_hints bad = {.struct_size = sizeof bad, .reserved_special_tokens = -1};
+    expect_hints_refused(dir, &bad, "tokenizer hints: reserved_special_tokens is -1; expected 0 or more");
+    bad = (nnt_tokenizer_hints){.struct_size = sizeof bad, .piece_run = -5};
+    expect_hints_refused(dir, &bad, "tokenizer hints: piece_run is -5");
+    bad = (nnt_tokenizer_hints){.struct_size = 0};
+    expect_hints_refused(dir, &bad, "tokenizer hints: struct_size is 0");
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("tokenizer", NULL, NULL);
@@ -564,7 +768,10 @@ int register_tests(void)
         !CU_add_test(s, "merge order", test_merge_order) ||
         !CU_add_test(s, "batches and decode errors", test_tiny_batch) ||
         !CU_add_test(s, "special tokens and token bytes", test_special_lookup) ||
-        !CU_add_test(s, "load errors name file and field", test_errors))
+        !CU_add_test(s, "load errors name file and field", test_errors) ||
+        !CU_add_test(s, "Kimi-Linear tiktoken without its family: no split pattern", test_kimi_without_hints) ||
+        !CU_add_test(s, "Kimi-Linear tiktoken with hints by hand vs tiktoken", test_kimi_hints_by_hand) ||
+        !CU_add_test(s, "tokenizer hints: pattern, reserved tokens, cuts, precedence, errors", test_hints))
         return -1;
     return 0;
 }

@@ -1,15 +1,17 @@
 /* bench_tokenize.c - nnt's tokenizer encode throughput on one text file.
  *
  *   bench_tokenize --tokenizer DIR --text FILE [--repeats N] [--warmup N] [--add-special]
- *                  [--ids-out FILE]
+ *                  [--ids-out FILE] [--config INI]
  *
- * Loads the tokenizer of model folder DIR (nnt_tokenizer_load), reads FILE whole, and encodes
- * it as one text: --warmup untimed calls (default 1), then --repeats timed calls (default 5),
- * each nnt_tokenizer_encode(tok, text, len, flags, ...) on one thread with the ids freed after
- * the clock stops. Prints one JSON object on stdout:
+ * Loads the tokenizer of model folder DIR as a checkpoint's (nnt_runtime_tokenizer: with the
+ * hints of the family plugin its config.json names, in a runtime opened with --config INI or
+ * else this libnnt's default configuration), reads FILE whole, and encodes it as one text:
+ * --warmup untimed calls (default 1), then --repeats timed calls (default 5), each
+ * nnt_tokenizer_encode(tok, text, len, flags, ...) on one thread with the ids freed after the
+ * clock stops. Prints one JSON object on stdout:
  *   bytes, tokens, id_sum (sum of the ids), id_hash (FNV-1a 64 over the ids, each taken as a
  *   32-bit unsigned value: h = (h ^ id) * 0x100000001b3 from 0xcbf29ce484222325, in hex),
- *   load_s, first_call_s (the first call, warm-up or not: the word cache starts empty),
+ *   load_s (nnt_runtime_tokenizer, the runtime's opening left out), first_call_s (the first call, warm-up or not: the word cache starts empty),
  *   runs_s and runs_cpu_s (wall and process CPU seconds of each timed call), best_s,
  *   median_s, best_bytes_per_s, median_bytes_per_s, and same_ids_every_run (every call, the
  *   warm-up included, gave the same count and hash: the word cache must not change the ids).
@@ -23,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "nnt/nnt.h"
 #include "nnt/nnt_tokenizer.h"
 
 static double now_s(clockid_t clock)
@@ -91,13 +94,13 @@ static void json_str(const char *s)
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_tokenize --tokenizer DIR --text FILE [--repeats N] [--warmup N] "
-                    "[--add-special] [--ids-out FILE]\n");
+                    "[--add-special] [--ids-out FILE] [--config INI]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *text_path = NULL, *ids_out = NULL;
+    const char *dir = NULL, *text_path = NULL, *ids_out = NULL, *config = NULL;
     int repeats = 5, warmup = 1, flags = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -105,6 +108,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--tokenizer") && more) dir = argv[++i];
         else if (!strcmp(a, "--text") && more) text_path = argv[++i];
         else if (!strcmp(a, "--ids-out") && more) ids_out = argv[++i];
+        else if (!strcmp(a, "--config") && more) config = argv[++i];
         else if (!strcmp(a, "--repeats") && more) repeats = atoi(argv[++i]);
         else if (!strcmp(a, "--warmup") && more) warmup = atoi(argv[++i]);
         else if (!strcmp(a, "--add-special")) flags |= NNT_TOKENIZE_ADD_SPECIAL;
@@ -119,10 +123,18 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    nnt_runtime *rt = NULL;
+    if (nnt_runtime_open(config, &rt) != NNT_OK) {
+        fprintf(stderr, "bench_tokenize: cannot start nnt: %s\n", nnt_last_error(rt));
+        nnt_runtime_close(rt);
+        free(text);
+        return 1;
+    }
     nnt_tokenizer *tok = NULL;
     double t0 = now_s(CLOCK_MONOTONIC);
-    nnt_status st = nnt_tokenizer_load(dir, &tok);
+    nnt_status st = nnt_runtime_tokenizer(rt, dir, &tok);
     double load_s = now_s(CLOCK_MONOTONIC) - t0;
+    nnt_runtime_close(rt); /* the tokenizer keeps nothing of the runtime */
     if (st != NNT_OK) {
         fprintf(stderr, "bench_tokenize: %s\n", nnt_tokenizer_last_error(tok));
         nnt_tokenizer_free(tok);

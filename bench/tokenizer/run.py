@@ -16,7 +16,9 @@ timed one by one on each side (--long-repeats), since the mixed text holds them 
 percent of its bytes.
 
 The folders are the ones the tests use (tests/fixtures/tokenizer/vocabularies.tar.xz, unpacked
-here into BUILD/tokenizer-bench/vocab). nnt's ids must equal the reference's ids on the whole
+here into BUILD/tokenizer-bench/vocab). nnt loads each as a checkpoint's tokenizer: the Kimi
+folder gets a config.json naming KimiLinearForCausalLM, so that the kimi_linear plugin gives its
+split pattern, specials and chunking (its tokenizer hints). nnt's ids must equal the reference's ids on the whole
 text; a difference is printed (first differing position and the text there), marked in the
 report, and makes the script exit with status 1. The target (issue 12): nnt at least as fast
 as the faster of the two references on the same text.
@@ -61,6 +63,11 @@ BENCHES = [
     ("kimi_qwen3_6", "tiktoken-kimi", "tiktoken"),
     ("qwen", "tiktoken", "tiktoken"),
 ]
+
+
+# config.json architectures written into a folder, for the family plugin whose tokenizer hints
+# the folder needs (bench_tokenize loads through nnt_runtime_tokenizer)
+ARCHITECTURES = {"kimi_qwen3_6": "KimiLinearForCausalLM"}
 
 
 def log(msg: str) -> None:
@@ -277,6 +284,11 @@ def unpack_vocab(dest: Path) -> None:
         else:
             tar.extractall(dest)
     stamp.write_text(mtime)
+
+
+def write_configs(vocab: Path) -> None:
+    for folder, arch in ARCHITECTURES.items():
+        (vocab / folder / "config.json").write_text(json.dumps({"architectures": [arch]}) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -553,6 +565,7 @@ def main() -> int:
     exe = build(build_dir, not args.no_build)
     work = build_dir / "tokenizer-bench"
     unpack_vocab(work / "vocab")
+    write_configs(work / "vocab")
     text_path = work / "mixed.txt"
     text_meta = make_text(text_path, args.bytes)
     text = text_path.read_bytes()

@@ -1,8 +1,8 @@
 /* quant.c - encoded weights in the checkpoint's own bytes: FP8 e4m3 with block scales and FP4
  * e2m1 packed two per byte with group scales are recognised by their scale companions and
- * handed out as views of the mapped file (nnt_tensor.scale), never widened; MiMo-V2-Flash's
- * per-head key/value scale grids are re-laid into plain grids; and a reference decoder turns
- * any weight encoding into float32 rows (tests and tools; kernels decode on their own).
+ * handed out as views of the mapped file (nnt_tensor.scale), never widened; and a reference
+ * decoder turns any weight encoding into float32 rows (tests and tools; kernels decode on their
+ * own).
  *
  * Formats: FP8 e4m3fn and the 128x128 blocks of the DeepSeek-V3 report (a scale multiplies its
  * block); FP4 e2m1 with E8M0 scales per 32 inputs from the OCP Microscaling Formats v1.0, the low
@@ -177,125 +177,6 @@ nnt_status nnt_quant_view(const nnt_checkpoint *ck, const char *file, const char
         return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has shape %s, but config.json implies %s", file, name,
                            nnt_shape_str(t, got, sizeof got), nnt_dims_str(ndim, shape, want, sizeof want));
     }
-    return NNT_OK;
-}
-
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
-nnt_status nnt_ck_tensor_kv_heads(const nnt_checkpoint *ck_const, const char *k_name, const char *v_name,
-                                  int64_t heads, int64_t dk, int64_t dv, int64_t in, nnt_tensor *k, nnt_tensor *v,
-                                  nnt_error *err)
-{
-    nnt_checkpoint *ck = (nnt_checkpoint *)ck_const;
-    int64_t ks[2] = {heads * dk, in}, vs[2] = {heads * dv, in};
-    if (heads <= 0 || dk <= 0 || dv <= 0 || in <= 0)
-        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "key/value heads: heads %lld of %lld and %lld rows, %lld inputs",
-                           (long long)heads, (long long)dk, (long long)dv, (long long)in);
-    nnt_tensor kt, vt, kst, vst;
-    const char *file = NULL;
-    char ksn[512], vsn[512];
-    const char *kscale = nnt_ck_scale_name(ck, k_name, ksn, sizeof ksn);
-    const char *vscale = nnt_ck_scale_name(ck, v_name, vsn, sizeof vsn);
-    int64_t br, bc;
-    nnt_status st = fp8_block(ck, &br, &bc, err);
-    if (st != NNT_OK) return st;
-    int per_head = 0;
-    nnt_status lk = nnt_ck_lookup(ck, k_name, &kt, &file, err);
-    if (lk == NNT_OK && kt.dtype == NNT_F8_E4M3 && kscale) lk = nnt_ck_lookup(ck, kscale, &kst, NULL, err);
-    else if (lk == NNT_OK) lk = NNT_ERR_NOT_FOUND; /* not the per-head layout */
-    if (lk != NNT_OK && lk != NNT_ERR_NOT_FOUND) return lk;
-    if (lk == NNT_OK && kst.ndim == 2) {
-        int64_t kb = ceil_div(dk, br);
-        per_head = kst.shape[0] == heads * kb && heads * kb != ceil_div(heads * dk, br);
-    }
-    if (!per_head) {
-        if ((st = nnt_ck_tensor(ck, k_name, 2, ks, k, err)) != NNT_OK) return st;
-        return nnt_ck_tensor(ck, v_name, 2, vs, v, err);
-    }
-    /* per-head fused layout: head h's rows [dk key rows; dv value rows] padded to fb blocks,
-     * the first kb of them in the key scales, the other vb in the value scales */
-    int64_t kb = ceil_div(dk, br), fb = ceil_div(dk + dv, br), vb = fb - kb, sc = ceil_div(in, bc);
-    if (!nnt_shape_equal(kt.ndim, kt.shape, 2, ks)) {
-        char got[96], want[96];
-        return nnt_err_set(err, NNT_ERR_SHAPE, "%s: tensor '%s' has shape %s, but config.json implies %s", file, k_name,
-                           nnt_shape_str(&kt, got, sizeof got), nnt_dims_str(2, ks, want, sizeof want));
-    }
-    if (kst.shape[1] != sc || (st = scale_dtype_check(file, kscale, &kst, err)) != NNT_OK)
-        return st != NNT_OK ? st
-                            : nnt_err_set(err, NNT_ERR_SHAPE, "%s: scale tensor '%s' has %lld columns; %lld inputs in blocks of %lld need %lld",
-                                          file, kscale, (long long)kst.shape[1], (long long)in, (long long)bc, (long long)sc);
-    const char *vfile = NULL;
-    if ((lk = nnt_ck_lookup(ck, v_name, &vt, &vfile, err)) == NNT_ERR_NOT_FOUND)
-        return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: the checkpoint has no tensor '%s'", ck->dir, v_name);
-    if (lk != NNT_OK) return lk;
-    if (vt.dtype != NNT_F8_E4M3 || !nnt_shape_equal(vt.ndim, vt.shape, 2, vs)) {
-        char got[96], want[96];
-        return nnt_err_set(err, NNT_ERR_SHAPE,
-                           "%s: '%s' holds its scales per key/value head, so '%s' must be F8_E4M3 %s too; it is %s %s",
-                           file, k_name, v_name, nnt_dims_str(2, vs, want, sizeof want), nnt_dtype_name(vt.dtype),
-                           nnt_shape_str(&vt, got, sizeof got));
-    }
-    if (vb > 0 && (!vscale || (lk = nnt_ck_lookup(ck, vscale, &vst, NULL, err)) == NNT_ERR_NOT_FOUND))
-        return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: FP8 tensor '%s' has no companion '%s' holding its block scales",
-                           vfile, v_name, vsn);
-    if (vb > 0 && lk != NNT_OK) return lk;
-    if (vb > 0) {
-        if ((st = scale_dtype_check(vfile, vscale, &vst, err)) != NNT_OK) return st;
-        if (vst.ndim != 2 || vst.shape[0] != heads * vb || vst.shape[1] != sc) {
-            char got[96];
-            return nnt_err_set(err, NNT_ERR_SHAPE,
-                               "%s: '%s' holds its scales per key/value head (%lld blocks of %lld rows a head over %lld key "
-                               "and %lld value rows), so '%s' needs [%lld, %lld] scales; it has %s",
-                               vfile, k_name, (long long)fb, (long long)br, (long long)dk, (long long)dv, vscale,
-                               (long long)(heads * vb), (long long)sc, nnt_shape_str(&vst, got, sizeof got));
-        }
-    }
-    /* re-lay both grids with row blocks of g rows, g dividing the block and both head widths, so
-     * each g-row group sits in one block of its head's fused rows */
-    int64_t g = gcd64(br, gcd64(dk, dv));
-    int64_t krows = heads * dk / g, vrows = heads * dv / g;
-    float *kg = malloc((size_t)(krows * sc) * sizeof *kg), *vg = malloc((size_t)(vrows * sc) * sizeof *vg);
-    if (!kg || !vg) {
-        free(kg);
-        free(vg);
-        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the scales of '%s'", k_name);
-    }
-    for (int64_t i = 0; i < krows + vrows; i++) {
-        int is_v = i >= krows;
-        int64_t row = (is_v ? i - krows : i) * g, width = is_v ? dv : dk;
-        int64_t h = row / width, fused = (is_v ? dk : 0) + row % width, b = fused / br;
-        const nnt_tensor *src = b < kb ? &kst : &vst;
-        int64_t srow = b < kb ? h * kb + b : h * vb + (b - kb);
-        float *dst = is_v ? vg + (i - krows) * sc : kg + i * sc;
-        for (int64_t c = 0; c < sc; c++) dst[c] = nnt_scale_get(src->dtype, src->data, srow * sc + c);
-    }
-    st = nnt_ck_own(ck, kg, (size_t)(krows * sc) * sizeof *kg, err);
-    if (st != NNT_OK) {
-        free(kg);
-        free(vg);
-        return st;
-    }
-    if ((st = nnt_ck_own(ck, vg, (size_t)(vrows * sc) * sizeof *vg, err)) != NNT_OK) {
-        free(vg);
-        return st;
-    }
-    kt.scale = kg;
-    vt.scale = vg;
-    kt.scale_dtype = vt.scale_dtype = NNT_F32;
-    kt.block_rows = vt.block_rows = (int32_t)g;
-    kt.block_cols = vt.block_cols = (int32_t)bc;
-    nnt_ck_mark_bound(ck, k_name);
-    nnt_ck_mark_bound(ck, v_name);
-    *k = kt;
-    *v = vt;
     return NNT_OK;
 }
 

@@ -24,6 +24,20 @@ static nnt_status api_cfg_int(const nnt_checkpoint *ck, const char *key, int64_t
     return st;
 }
 
+/* The slot tensor_kv_heads keeps for the layout of ABI 3.x: the routine moved into the family
+ * kit (fam_weight_kv_heads) in ABI 3.4, so a plugin that still calls it is told to rebuild. */
+static nnt_status api_tensor_kv_heads_moved(const nnt_checkpoint *ck, const char *k_name, const char *v_name,
+                                            int64_t heads, int64_t k_head_dim, int64_t v_head_dim, int64_t in,
+                                            nnt_tensor *k, nnt_tensor *v, nnt_error *err)
+{
+    (void)heads, (void)k_head_dim, (void)v_head_dim, (void)in, (void)k, (void)v;
+    return nnt_err_set(err, NNT_ERR_UNSUPPORTED,
+                       "%s: '%s' and '%s': the core's tensor_kv_heads routine moved into the family kit in ABI 3.4 "
+                       "(fam_weight_kv_heads); this plugin calls the old routine and must be rebuilt against the "
+                       "ABI 3.4 headers and family kit",
+                       ck ? nnt_cfg_path(ck) : "tensor_kv_heads", k_name ? k_name : "?", v_name ? v_name : "?");
+}
+
 void nnt_core_api_init(nnt_core_api *api)
 {
     *api = (nnt_core_api){
@@ -45,6 +59,6 @@ void nnt_core_api_init(nnt_core_api *api)
         .arena_mark = nnt_run_mark,
         .arena_release = nnt_run_release,
         .tree_node = nnt_tree_node,
-        .tensor_kv_heads = nnt_ck_tensor_kv_heads,
+        .tensor_kv_heads = api_tensor_kv_heads_moved,
     };
 }

@@ -289,7 +289,10 @@ typedef enum tok_format { TOK_FORMAT_JSON, TOK_FORMAT_TIKTOKEN } tok_format;
 
 struct nnt_tokenizer {
     nnt_error err;
-    nnt_tokenizer_hints hints; /* the family's, as nnt_tokenizer_load_hinted was given them (zero: none) */
+    /* the family's, as nnt_tokenizer_load_hinted was given them (zero: none); split_pattern is
+     * cleared once the loader has compiled it, so the tokenizer keeps no pointer into the
+     * caller's hints (it may outlive them, and the plugin that holds them) */
+    nnt_tokenizer_hints hints;
     tok_format format;
     char *dir;
     tok_bpe bpe;
@@ -299,7 +302,6 @@ struct nnt_tokenizer {
     tok_pretok pre;
     /* tiktoken: the split pattern; pieces between matches are dropped, as tiktoken does */
     pcre2_code *tik_re;
-    int kimi_chunks; /* Kimi's encode: 400000-character chunks, runs of <= 25000 */
     /* added tokens (tokenizer.json) or special tokens (tiktoken) */
     tok_added *added;
     int32_t n_added;

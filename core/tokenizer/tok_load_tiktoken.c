@@ -1,11 +1,13 @@
 /* tok_load_tiktoken.c - reads a tiktoken vocabulary (tiktoken.model: one token per line, its
  * bytes in base64 and its rank, which is also its id) and the split pattern and special tokens
- * that go with it. A tiktoken file holds neither; they live in the release's tokenization code:
- *   - Kimi-Linear (moonshotai, tokenization_kimi.py): the pattern below, 256 special tokens with
- *     the ids right after the vocabulary, named by tokenizer_config.json's added_tokens_decoder
- *     or "<|reserved_token_ID|>", and an encode that cuts the text first (see tokenizer.c);
- *   - otherwise tokenizer_config.json must carry the pattern as "pat_str" (nnt's convention for
- *     other tiktoken folders), with added_tokens_decoder giving the special tokens. */
+ * that go with it. A tiktoken file holds neither; a release keeps them in its tokenization code,
+ * so they come from:
+ *   - tokenizer_config.json's "pat_str" (nnt's convention for tiktoken folders), with
+ *     added_tokens_decoder giving the special tokens; else
+ *   - the hints of the family plugin serving the checkpoint (tok->hints, nnt_tokenizer_hints):
+ *     its split_pattern, and its reserved_special_tokens ids right after the ranks (or, when it
+ *     reserves none, added_tokens_decoder's tokens).
+ * A folder with neither has no split pattern, and is refused. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,21 +15,6 @@
 #include "tok_internal.h"
 
 #define MAX_TIKTOKEN_FILE (1024u << 20)
-#define KIMI_SPECIAL_TOKENS 256
-
-/* Kimi-Linear's split pattern, as tokenization_kimi.py writes it (Rust regex syntax; the class
- * intersections are rewritten for PCRE2 by tok_regex_compile). */
-static const char KIMI_PATTERN[] =
-    "[\\p{Han}]+"
-    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+"
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*"
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    "|\\p{N}{1,3}"
-    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-    "|\\s*[\\r\\n]+"
-    "|\\s+(?!\\S)"
-    "|\\s+";
 
 static int b64_value(unsigned char ch)
 {
@@ -164,13 +151,74 @@ static const char *decoder_content(const cJSON *atd, int32_t id, int *special)
     return cJSON_IsString(c) ? c->valuestring : NULL;
 }
 
-static int mentions_kimi(const cJSON *cfg)
+/* The special tokens tokenizer_config.json's added_tokens_decoder lists, at the ids it gives. */
+static nnt_status add_listed_specials(nnt_tokenizer *tok, const cJSON *atd, const char *cfg_path)
 {
-    const cJSON *am = cJSON_GetObjectItemCaseSensitive(cfg, "auto_map");
-    const cJSON *at = am ? cJSON_GetObjectItemCaseSensitive(am, "AutoTokenizer") : NULL;
-    for (const cJSON *e = cJSON_IsArray(at) ? at->child : at; e; e = cJSON_IsArray(at) ? e->next : NULL)
-        if (cJSON_IsString(e) && strstr(e->valuestring, "tokenization_kimi")) return 1;
-    return 0;
+    nnt_status st = NNT_OK;
+    for (const cJSON *e = cJSON_IsObject(atd) ? atd->child : NULL; e && !st; e = e->next) {
+        char *endp;
+        long id = strtol(e->string, &endp, 10);
+        int special;
+        const char *content = decoder_content(atd, (int32_t)id, &special);
+        if (*endp || id < 0 || id >= INT32_MAX || !content)
+            st = nnt_err_set(&tok->err, NNT_ERR_FORMAT,
+                             "%s: added_tokens_decoder['%.40s']: expected an integer id and a \"content\" string",
+                             cfg_path, e->string);
+        else if (id >= tok_id_reach(tok))
+            st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: added_tokens_decoder['%.40s']: id %ld is " TOK_ID_REACH_WHY,
+                             cfg_path, e->string, id, (long long)tok_id_reach(tok), (long long)tok->id_entries);
+        else
+            st = add_special(tok, (int32_t)id, content, special);
+    }
+    return st;
+}
+
+/* The hints' reserved_special_tokens: `count` special tokens with the ids from n_base on, named
+ * by added_tokens_decoder where it names them, else "<|reserved_token_ID|>". */
+static nnt_status add_reserved_specials(nnt_tokenizer *tok, const cJSON *atd, int32_t n_base, int32_t count)
+{
+    nnt_status st = NNT_OK;
+    for (int32_t id = n_base; id < n_base + count && !st; id++) {
+        int special = 1;
+        const char *content = cJSON_IsObject(atd) ? decoder_content(atd, id, &special) : NULL;
+        char name[48];
+        if (!content) {
+            snprintf(name, sizeof name, "<|reserved_token_%d|>", id);
+            content = name;
+        }
+        st = add_special(tok, id, content, 1);
+    }
+    return st;
+}
+
+/* The split pattern and special tokens: pat_str, else the hints (see the top of the file). */
+static nnt_status add_pattern_and_specials(nnt_tokenizer *tok, const char *path, const cJSON *cfg,
+                                           const char *cfg_path)
+{
+    const cJSON *pat = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "pat_str") : NULL;
+    const cJSON *atd = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder") : NULL;
+    const char *pattern = cJSON_IsString(pat) ? pat->valuestring : tok->hints.split_pattern;
+    if (!pattern)
+        return nnt_err_set(&tok->err, NNT_ERR_UNSUPPORTED,
+                           "%s: a tiktoken vocabulary without a split pattern: the folder's tokenizer_config.json gives "
+                           "no \"pat_str\", and no family plugin supplied one (a family plugin can: load the tokenizer "
+                           "through nnt_runtime_tokenizer, or a loaded model's nnt_model_tokenizer, on a folder whose "
+                           "config.json names an architecture the plugin serves)",
+                           path);
+    int32_t n_base = tok->bpe.vocab.n;
+    int32_t reserved = cJSON_IsString(pat) ? 0 : tok->hints.reserved_special_tokens;
+    if (reserved > INT32_MAX - 1 - n_base)
+        return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT,
+                           "%s: the family's %d reserved special tokens after %d ranks pass the largest id (2^31 - 1)",
+                           path, (int)reserved, (int)n_base);
+    /* the special tokens count among the entries that bound the ids */
+    tok->id_entries += reserved ? reserved : (cJSON_IsObject(atd) ? cJSON_GetArraySize(atd) : 0);
+    tok->tik_re = tok_regex_compile(pattern, strlen(pattern),
+                                    cJSON_IsString(pat) ? "tokenizer_config.json: pat_str"
+                                                        : "the family's split pattern (nnt_tokenizer_hints.split_pattern)",
+                                    &tok->err);
+    if (!tok->tik_re) return tok->err.status;
+    return reserved ? add_reserved_specials(tok, atd, n_base, reserved) : add_listed_specials(tok, atd, cfg_path);
 }
 
 nnt_status tok_load_tiktoken(nnt_tokenizer *tok, const char *path)
@@ -182,54 +230,7 @@ nnt_status tok_load_tiktoken(nnt_tokenizer *tok, const char *path)
     st = tok_read_config(tok, &cfg);
     if (st) return st;
     char *cfg_path = nnt_path_join(tok->dir, "tokenizer_config.json");
-    char *code_path = nnt_path_join(tok->dir, "tokenization_kimi.py");
-    const cJSON *pat = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "pat_str") : NULL;
-    const cJSON *atd = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder") : NULL;
-    int kimi = !cJSON_IsString(pat) && ((cfg && mentions_kimi(cfg)) || (code_path && nnt_file_exists(code_path)));
-    int32_t n_base = tok->bpe.vocab.n;
-    /* the special tokens count among the entries that bound the ids */
-    tok->id_entries += cJSON_IsString(pat) ? (cJSON_IsObject(atd) ? cJSON_GetArraySize(atd) : 0)
-                                           : (kimi ? KIMI_SPECIAL_TOKENS : 0);
-    if (cJSON_IsString(pat)) {
-        tok->tik_re = tok_regex_compile(pat->valuestring, strlen(pat->valuestring), "tokenizer_config.json: pat_str",
-                                        &tok->err);
-        if (!tok->tik_re) st = tok->err.status;
-        for (const cJSON *e = cJSON_IsObject(atd) ? atd->child : NULL; e && !st; e = e->next) {
-            char *endp;
-            long id = strtol(e->string, &endp, 10);
-            int special;
-            const char *content = decoder_content(atd, (int32_t)id, &special);
-            if (*endp || id < 0 || id >= INT32_MAX || !content)
-                st = nnt_err_set(&tok->err, NNT_ERR_FORMAT,
-                                 "%s: added_tokens_decoder['%.40s']: expected an integer id and a \"content\" string",
-                                 cfg_path ? cfg_path : "tokenizer_config.json", e->string);
-            else if (id >= tok_id_reach(tok))
-                st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: added_tokens_decoder['%.40s']: id %ld is " TOK_ID_REACH_WHY,
-                                 cfg_path ? cfg_path : "tokenizer_config.json", e->string, id,
-                                 (long long)tok_id_reach(tok), (long long)tok->id_entries);
-            else
-                st = add_special(tok, (int32_t)id, content, special);
-        }
-    } else if (kimi) {
-        tok->tik_re = tok_regex_compile(KIMI_PATTERN, sizeof KIMI_PATTERN - 1, "Kimi's split pattern", &tok->err);
-        if (!tok->tik_re) st = tok->err.status;
-        tok->kimi_chunks = 1;
-        for (int32_t id = n_base; id < n_base + KIMI_SPECIAL_TOKENS && !st; id++) {
-            int special = 1;
-            const char *content = cJSON_IsObject(atd) ? decoder_content(atd, id, &special) : NULL;
-            char name[48];
-            if (!content) {
-                snprintf(name, sizeof name, "<|reserved_token_%d|>", id);
-                content = name;
-            }
-            st = add_special(tok, id, content, 1);
-        }
-    } else {
-        st = nnt_err_set(&tok->err, NNT_ERR_UNSUPPORTED,
-                         "%s: a tiktoken vocabulary without a split pattern: tokenizer_config.json in the folder has no "
-                         "\"pat_str\" and the folder is not Kimi's (its auto_map names no tokenization_kimi)",
-                         path);
-    }
+    st = add_pattern_and_specials(tok, path, cfg, cfg_path ? cfg_path : "tokenizer_config.json");
     if (!st) { /* the names tokenizer_config.json gives may be special tokens: look them up again */
         const char *keys[3] = {"bos_token", "eos_token", "pad_token"};
         int32_t *ids[3] = {&tok->bos_id, &tok->eos_id, &tok->pad_id};
@@ -240,7 +241,6 @@ nnt_status tok_load_tiktoken(nnt_tokenizer *tok, const char *path)
         }
     }
     free(cfg_path);
-    free(code_path);
     cJSON_Delete(cfg);
     return st;
 }

@@ -3,8 +3,8 @@
  * differences matter and are rewritten before compiling:
  *   - \s there is Unicode's White_Space property; PCRE2's \s (with UCP) leaves out U+0085, so
  *     \s and \S become explicit classes;
- *   - Rust's classes may intersect, [X&&[Y]] (Kimi-Linear's pattern keeps Han out of its letter
- *     classes that way); PCRE2 has no intersection, so it becomes (?:(?=[Y])[X]): a lookahead
+ *   - Rust's classes may intersect, [X&&[Y]] (a pattern can keep Han out of its letter classes
+ *     that way); PCRE2 has no intersection, so it becomes (?:(?=[Y])[X]): a lookahead
  *     on the same character, which matches exactly the characters in both.
  *   - \w there is letters, marks, decimal digits and connector punctuation; PCRE2's leaves out
  *     the marks, so \w and \W become explicit classes too;

@@ -7,30 +7,35 @@
 
 #include "tok_internal.h"
 
-/* Kimi-Linear's encode (tokenization_kimi.py) cuts a text into pieces of at most this many
- * characters, then each piece so that no run of white space or of other characters is longer
- * than the second bound; tiktoken encodes each cut on its own. */
-#define KIMI_MAX_CHARS 400000
-#define KIMI_MAX_RUN 25000
+/* The caller's hints in tok->hints: the fields this library knows (a shorter, older struct:
+ * those it has), checked. */
+static nnt_status take_hints(nnt_tokenizer *tok, const nnt_tokenizer_hints *hints)
+{
+    if (hints) {
+        if (hints->struct_size < sizeof(uint32_t))
+            return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT,
+                               "tokenizer hints: struct_size is %u; expected sizeof(nnt_tokenizer_hints)",
+                               (unsigned)hints->struct_size);
+        memcpy(&tok->hints, hints, hints->struct_size < sizeof tok->hints ? hints->struct_size : sizeof tok->hints);
+    }
+    tok->hints.struct_size = sizeof tok->hints;
+    const char *names[3] = {"reserved_special_tokens", "piece_chars", "piece_run"};
+    int64_t values[3] = {tok->hints.reserved_special_tokens, tok->hints.piece_chars, tok->hints.piece_run};
+    for (int i = 0; i < 3; i++)
+        if (values[i] < 0)
+            return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "tokenizer hints: %s is %lld; expected 0 or more",
+                               names[i], (long long)values[i]);
+    return NNT_OK;
+}
 
 nnt_status nnt_tokenizer_load(const char *dir, nnt_tokenizer **out)
 {
     return nnt_tokenizer_load_hinted(dir, NULL, out);
 }
 
-nnt_status nnt_tokenizer_load_hinted(const char *dir, const nnt_tokenizer_hints *hints, nnt_tokenizer **out)
+/* Reads the folder's files into tok (its hints taken already). */
+static nnt_status load_folder(nnt_tokenizer *tok, const char *dir)
 {
-    if (!out) return NNT_ERR_INVALID_ARGUMENT;
-    nnt_tokenizer *tok = calloc(1, sizeof *tok);
-    *out = tok;
-    if (!tok) return NNT_ERR_OUT_OF_MEMORY;
-    /* the fields of the caller's struct that this library knows (a shorter, older struct: its own) */
-    if (hints)
-        memcpy(&tok->hints, hints, hints->struct_size < sizeof tok->hints ? hints->struct_size : sizeof tok->hints);
-    tok->hints.struct_size = sizeof tok->hints;
-    tok->bos_id = tok->eos_id = tok->pad_id = -1;
-    tok_bytelevel_init(&tok->bl);
-    if (!dir) return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "tokenizer: no folder given");
     tok->dir = nnt_strdup(dir);
     if (!tok->dir || tok_matcher_init(&tok->m) != 0)
         return nnt_err_set(&tok->err, NNT_ERR_OUT_OF_MEMORY, "tokenizer: no memory");
@@ -70,6 +75,21 @@ nnt_status nnt_tokenizer_load_hinted(const char *dir, const nnt_tokenizer_hints 
                                  "or the added tokens",
                                  dir, v->p[i]);
     }
+    return st;
+}
+
+nnt_status nnt_tokenizer_load_hinted(const char *dir, const nnt_tokenizer_hints *hints, nnt_tokenizer **out)
+{
+    if (!out) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_tokenizer *tok = calloc(1, sizeof *tok);
+    *out = tok;
+    if (!tok) return NNT_ERR_OUT_OF_MEMORY;
+    tok->bos_id = tok->eos_id = tok->pad_id = -1;
+    tok_bytelevel_init(&tok->bl);
+    if (!dir) return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "tokenizer: no folder given");
+    nnt_status st = take_hints(tok, hints);
+    if (!st) st = load_folder(tok, dir);
+    tok->hints.split_pattern = NULL; /* compiled or unused: the caller's string is not read again */
     return st;
 }
 
@@ -182,7 +202,7 @@ static int encode_json(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out
 
 /* tiktoken: special tokens split the text; the pattern's matches are the words (text between
  * matches is dropped, as tiktoken drops it). */
-static int encode_tiktoken_piece(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out)
+static int encode_tiktoken(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out)
 {
     tok->segs.n = 0;
     if (tok_trie_split(&tok->trie_raw, tok->added, s, n, &tok->segs) != 0) return -2;
@@ -204,23 +224,28 @@ static int encode_tiktoken_piece(nnt_tokenizer *tok, const char *s, size_t n, to
     return 0;
 }
 
-static int encode_tiktoken(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out)
+typedef int (*encode_fn)(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out);
+
+/* The cuts of the hints (piece_chars, piece_run): the text in pieces of at most piece_chars
+ * characters, each piece cut where a run of white space (Python's str.isspace) or of other
+ * characters would pass piece_run; `encode` runs on each cut on its own. No cut that is 0. */
+static int encode_cut(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out, encode_fn encode)
 {
-    if (!tok->kimi_chunks) return encode_tiktoken_piece(tok, s, n, out);
+    int64_t max_chars = tok->hints.piece_chars, max_run = tok->hints.piece_run;
+    if (max_chars <= 0 && max_run <= 0) return encode(tok, s, n, out);
     const uint8_t *u = (const uint8_t *)s;
     size_t chunk = 0;
     while (chunk < n) {
-        /* the next KIMI_MAX_CHARS characters */
-        size_t end = chunk;
-        for (long c = 0; c < KIMI_MAX_CHARS && end < n; c++) {
+        size_t end = chunk; /* the next max_chars characters */
+        if (max_chars <= 0) end = n;
+        for (int64_t c = 0; c < max_chars && end < n; c++) {
             int l = nnt_utf8_len(u + end, n - end);
             end += (size_t)(l > 0 ? l : 1);
         }
-        /* cut where a run of space or of non-space characters would pass KIMI_MAX_RUN */
         size_t slice = chunk, p = chunk;
-        long run = 0;
+        int64_t run = 0;
         int run_space = -1;
-        while (p < end) {
+        while (max_run > 0 && p < end) {
             int l = nnt_utf8_len(u + p, end - p);
             if (l <= 0) l = 1;
             int sp = tok_is_py_space(tok_utf8_decode(u + p, l));
@@ -228,15 +253,15 @@ static int encode_tiktoken(nnt_tokenizer *tok, const char *s, size_t n, tok_ids 
             if (sp != run_space) {
                 run = 1;
                 run_space = sp;
-            } else if (++run > KIMI_MAX_RUN) {
-                int r = encode_tiktoken_piece(tok, s + slice, p - slice, out);
+            } else if (++run > max_run) {
+                int r = encode(tok, s + slice, p - slice, out);
                 if (r) return r;
                 slice = p;
                 run = 1;
             }
             p += (size_t)l;
         }
-        int r = encode_tiktoken_piece(tok, s + slice, end - slice, out);
+        int r = encode(tok, s + slice, end - slice, out);
         if (r) return r;
         chunk = end;
     }
@@ -266,7 +291,7 @@ nnt_status nnt_tokenizer_encode(nnt_tokenizer *tok, const char *text, size_t len
     int r = 0;
     if (add && tok->add_bos && tok_ids_put(&out, tok->bos_id) != 0) r = -2;
     if (!r && add && tok_ids_put_n(&out, tok->prefix.p, tok->prefix.n) != 0) r = -2;
-    if (!r) r = tok->format == TOK_FORMAT_JSON ? encode_json(tok, s, len, &out) : encode_tiktoken(tok, s, len, &out);
+    if (!r) r = encode_cut(tok, s, len, &out, tok->format == TOK_FORMAT_JSON ? encode_json : encode_tiktoken);
     if (!r && add && tok_ids_put_n(&out, tok->suffix.p, tok->suffix.n) != 0) r = -2;
     if (r) {
         free(out.p);

@@ -8,6 +8,8 @@
 
 #include <nnt/nnt_family_kit.h>
 
+#include "fam_internal.h"
+
 static void unserved_v(nnt_value_info *out, int off_page, const char *fmt, va_list ap)
 {
     memset(out, 0, sizeof *out);
@@ -74,8 +76,7 @@ static fam_prepared *held(const fam_env *env)
     return e->prepared;
 }
 
-/* Hands host buffer b to env (freed at release); frees it and fails when the list cannot grow. */
-static nnt_status keep_buffer(const fam_env *env, void *b, nnt_error *err)
+nnt_status fam_keep_buffer(const fam_env *env, void *b, nnt_error *err)
 {
     fam_prepared *p = held(env);
     if (p && p->n_buf == p->cap_buf) {
@@ -128,17 +129,6 @@ nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *
     return fam_prepare(env, &host, out, err);
 }
 
-nnt_status fam_weight_kv_heads(const fam_env *env, const nnt_checkpoint *ck, const char *k_name, const char *v_name,
-                               int64_t heads, int64_t dk, int64_t dv, int64_t in, nnt_tensor *k, nnt_tensor *v,
-                               nnt_error *err)
-{
-    nnt_tensor hk, hv;
-    nnt_status st = env->core->tensor_kv_heads(ck, k_name, v_name, heads, dk, dv, in, &hk, &hv, err);
-    if (st == NNT_OK) st = fam_prepare(env, &hk, k, err);
-    if (st == NNT_OK) st = fam_prepare(env, &hv, v, err);
-    return st;
-}
-
 nnt_status fam_rows(const fam_env *env, const nnt_tensor *w, int64_t index, int64_t r0, int64_t nr, const char *what,
                     nnt_tensor *out, nnt_error *err)
 {
@@ -189,7 +179,7 @@ nnt_status fam_vector_f32(const fam_env *env, const nnt_checkpoint *ck, const ch
         }
     }
     *out = v;
-    return keep_buffer(env, v, err);
+    return fam_keep_buffer(env, v, err);
 }
 
 nnt_status fam_alloc(const fam_env *env, nnt_run *run, nnt_dtype dt, nnt_tensor *out, nnt_error *err, nnt_shape shape)

@@ -92,6 +92,33 @@ static const nnt_rename_rule RENAMES[] = {
 static const char *const KIND_NAMES[] = {"linear_attention", "full_attention"};
 static const char *const MLP_NAMES[] = {"dense", "sparse"};
 
+/* What the release's tiktoken folder leaves to its tokenization code, moonshotai's
+ * tokenization_kimi.py (TikTokenTokenizer) in the Kimi-Linear release:
+ *  - its split pattern, pat_str, in Rust regex syntax (class intersections such as
+ *    [\p{Lo}&&[^\p{Han}]] included, which the core rewrites for PCRE2);
+ *  - num_reserved_special_tokens = 256 special tokens with the ids right after the ranks,
+ *    named by tokenizer_config.json's added_tokens_decoder or "<|reserved_token_ID|>";
+ *  - encode's cuts: TIKTOKEN_MAX_ENCODE_CHARS = 400000 code points a piece, and
+ *    MAX_NO_WHITESPACES_CHARS = 25000, the longest run of white space or of other characters
+ *    (str.isspace) left in one piece. */
+static const nnt_tokenizer_hints TOKENIZER = {
+    .struct_size = sizeof(nnt_tokenizer_hints),
+    .split_pattern =
+        "[\\p{Han}]+"
+        "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+"
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+        "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*"
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+        "|\\p{N}{1,3}"
+        "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+        "|\\s*[\\r\\n]+"
+        "|\\s+(?!\\S)"
+        "|\\s+",
+    .reserved_special_tokens = 256,
+    .piece_chars = 400000,
+    .piece_run = 25000,
+};
+
 #define CK(x)                                                                                                          \
     do {                                                                                                               \
         nnt_status st_ = (x);                                                                                          \
@@ -884,4 +911,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .cache_new = kl_cache_new,
     .cache_free = kl_cache_free,
     .ops_needed = NNT_OPS_DECODER | NNT_OPS_RECURRENT,
+    .tokenizer = &TOKENIZER,
 };

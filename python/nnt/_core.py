@@ -290,12 +290,27 @@ SupportRow = namedtuple("SupportRow", "host block value served layout axes dtype
 
 
 class Tokenizer:
-    """The tokenizer a checkpoint folder ships (nnt_tokenizer.h): tokenizer.json or tiktoken.model."""
+    """The tokenizer a checkpoint folder ships (nnt_tokenizer.h): tokenizer.json or tiktoken.model,
+    with what the family plugin serving the folder's config.json adds to it (its tokenizer hints:
+    nnt_runtime_tokenizer, through a runtime opened from `config`, an INI path; None: as the
+    nnt command finds it). A Model's tokenizer is the one the model keeps (nnt_model_tokenizer)."""
 
-    def __init__(self, directory, library=None, _lib_handle=None):
+    def __init__(self, directory, library=None, config=None, _lib_handle=None):
         self.lib = _lib_handle or _lib.load(library)
         self.tok = ctypes.c_void_p()
-        st = self.lib.nnt_tokenizer_load(os.fsencode(directory), ctypes.byref(self.tok))
+        self._model = None  # the _ModelHandle owning the tokenizer, or None: this object frees it
+        rt = ctypes.c_void_p()
+        st = self.lib.nnt_runtime_open(os.fsencode(config) if config else None, ctypes.byref(rt))
+        if st != _lib.NNT_OK:
+            msg = self.lib.nnt_last_error(rt) if rt else None
+            msg = msg.decode("utf-8", "replace") if msg else _lib.status_name(self.lib, st)
+            if rt:
+                self.lib.nnt_runtime_close(rt)
+            raise Error("cannot start nnt: " + msg, _lib.status_name(self.lib, st), st)
+        try:  # the tokenizer keeps nothing of the runtime
+            st = self.lib.nnt_runtime_tokenizer(rt, os.fsencode(directory), ctypes.byref(self.tok))
+        finally:
+            self.lib.nnt_runtime_close(rt)
         if st != _lib.NNT_OK:
             msg = self.lib.nnt_tokenizer_last_error(self.tok) if self.tok else None
             msg = msg.decode("utf-8", "replace") if msg else _lib.status_name(self.lib, st)
@@ -304,10 +319,21 @@ class Tokenizer:
                 self.tok = ctypes.c_void_p()
             raise Error(msg, _lib.status_name(self.lib, st), st)
 
+    @classmethod
+    def _of_model(cls, model):
+        """The tokenizer model (a _ModelHandle) keeps; the model frees it, and stays alive while
+        this object does."""
+        self = cls.__new__(cls)
+        self.lib = model.lib
+        self.tok = ctypes.c_void_p()
+        self._model = model
+        model.check(self.lib.nnt_model_tokenizer(model.m, ctypes.byref(self.tok)))
+        return self
+
     def __del__(self):
-        if getattr(self, "tok", None):
+        if getattr(self, "tok", None) and getattr(self, "_model", None) is None:
             self.lib.nnt_tokenizer_free(self.tok)
-            self.tok = ctypes.c_void_p()
+        self.tok = ctypes.c_void_p()
 
     def _error(self, st):
         msg = self.lib.nnt_tokenizer_last_error(self.tok)
@@ -412,7 +438,7 @@ class Model:
         while lib.nnt_model_note(self._h.m, len(self.notes), ctypes.byref(text)):
             self.notes.append(text.value.decode())
         try:
-            self.tokenizer = Tokenizer(self.path, _lib_handle=lib)
+            self.tokenizer = Tokenizer._of_model(self._h)
             self._tokenizer_error = None
         except Error as e:
             self.tokenizer = None

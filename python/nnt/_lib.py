@@ -248,6 +248,8 @@ _SIGNATURES = {
     "nnt_session_length": (ctypes.c_int, [_P]),
     "nnt_session_forward": (ctypes.c_int, [_P, _P, _I32P, _I32P, ctypes.c_int]),
     "nnt_tokenizer_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "nnt_runtime_tokenizer": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "nnt_model_tokenizer": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
     "nnt_tokenizer_free": (None, [_P]),
     "nnt_tokenizer_last_error": (ctypes.c_char_p, [_P]),
     "nnt_tokenizer_kind": (ctypes.c_char_p, [_P]),

@@ -163,15 +163,11 @@ typedef struct nnt_core_api {
                      const char *cls, const char *detail, int module, int layer);
 
     /* ---- since ABI 2.0 ---- */
-    /* The key and value projections of one attention block, k [heads * k_head_dim, in] and
-     * v [heads * v_head_dim, in], as `tensor` returns them - except for FP8 checkpoints
-     * quantised per key/value head over each head's fused rows [k_head_dim key rows; v_head_dim
-     * value rows] padded to whole blocks, where a block can hold a head's last key rows and
-     * its first value rows (MiMo-V2-Flash's full-attention blocks). That layout is recognised
-     * from the shapes alone: the key scales have heads * ceil(k_head_dim / B) rows, which is
-     * not the plain grid's ceil(heads * k_head_dim / B). Its scales are then re-laid into
-     * plain grids of finer row blocks (the weights stay mapped), owned by the checkpoint.
-     * Source: sglang-jax pull request 969, which found this layout in the released weights. */
+    /* A slot kept so that the table's layout stays that of ABI 3.x: until ABI 3.4 it read one
+     * attention block's key and value projections, FP8 checkpoints quantised per key/value head
+     * included. That routine moved into the family kit in ABI 3.4 (fam_weight_kv_heads, built on
+     * `tensor`); the core's entry now fails NNT_ERR_UNSUPPORTED with a message saying the plugin
+     * calling it must be rebuilt against the 3.4 headers and kit. New plugins never call it. */
     nnt_status (*tensor_kv_heads)(const nnt_checkpoint *ck, const char *k_name, const char *v_name, int64_t heads,
                                   int64_t k_head_dim, int64_t v_head_dim, int64_t in, nnt_tensor *k, nnt_tensor *v,
                                   nnt_error *err);

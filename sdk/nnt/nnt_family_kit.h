@@ -153,9 +153,18 @@ nnt_status fam_rows(const fam_env *env, const nnt_tensor *w, int64_t index, int6
  * until fam_env_release. Errors: the backend's, NNT_ERR_OUT_OF_MEMORY. */
 nnt_status fam_prepare(const fam_env *env, const nnt_tensor *host, nnt_tensor *out, nnt_error *err);
 /* The key and value projections of an attention block as `heads` key/value heads of widths dk
- * and dv over `in` inputs (the core's tensor_kv_heads: it also reads fused per-head key/value
- * layouts and their scale grids), prepared: *k [heads * dk, in], *v [heads * dv, in], both
- * registered with env. Errors: as fam_weight. */
+ * and dv over `in` inputs, read with the core's `tensor` and prepared: *k [heads * dk, in] and
+ * *v [heads * dv, in], both registered with env. Also reads FP8 checkpoints quantised per
+ * key/value head over each head's fused rows [dk key rows; dv value rows] padded to whole
+ * B-row blocks (MiMo-V2-Flash's full-attention blocks), recognised from the shapes alone: the
+ * key scales have heads * ceil(dk / B) rows, not the plain grid's ceil(heads * dk / B). Their
+ * grids are then re-laid into plain F32 grids of gcd(B, dk, dv)-row blocks, host buffers env
+ * owns (freed by fam_env_release); the weights stay mapped. Source: sglang-jax pull request 969,
+ * which found this layout in the released weights (since ABI 3.4 in the kit; before, the core's
+ * tensor_kv_heads did it). Errors: as fam_weight; NNT_ERR_INVALID_ARGUMENT (a count below 1);
+ * NNT_ERR_SHAPE naming v_proj when k_proj's scales are per head and v_proj's are not;
+ * NNT_ERR_UNSUPPORTED for a per-head layout whose value scales have another count of rows a
+ * head than ceil(dv / B). */
 nnt_status fam_weight_kv_heads(const fam_env *env, const nnt_checkpoint *ck, const char *k_name, const char *v_name,
                                int64_t heads, int64_t dk, int64_t dv, int64_t in, nnt_tensor *k, nnt_tensor *v,
                                nnt_error *err);

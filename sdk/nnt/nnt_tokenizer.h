@@ -14,9 +14,11 @@
  *                   (see core/tokenizer/tok_regex.c) that keeps \s, \w and script names meaning what
  *                   the references' engines make them mean.
  *   tiktoken.model  base64 token bytes and their rank, one per line (the rank is the id), with
- *                   the split pattern and special tokens of the release's tokenization code
- *                   (Kimi-Linear's tokenization_kimi.py), or a "pat_str" string in
- *                   tokenizer_config.json.
+ *                   the split pattern of a "pat_str" string in tokenizer_config.json and the
+ *                   special tokens of its added_tokens_decoder, or else the split pattern and
+ *                   special tokens the family plugin serving the checkpoint gives for the
+ *                   release's tokenization code (nnt_tokenizer_hints, passed by
+ *                   nnt_runtime_tokenizer).
  * tokenizer_config.json, when present, gives bos_token, eos_token, pad_token and add_bos_token.
  *
  * Text is UTF-8. A byte sequence that is not valid UTF-8 is encoded as if each maximal invalid
@@ -53,9 +55,11 @@ typedef struct nnt_tokenizer_hints {
      * after the ranks, named by tokenizer_config.json's added_tokens_decoder where it names
      * them, else "<|reserved_token_ID|>". */
     int32_t reserved_special_tokens;
-    /* Encode cuts a text into pieces of at most piece_chars characters, then cuts each piece so
-     * that no run of white space, or of other characters, is longer than piece_run; each cut is
-     * encoded on its own. 0: the text is encoded whole. */
+    /* Encode (of either format) cuts a text into pieces of at most piece_chars characters, then
+     * cuts each piece so that no run of white space (as Python's str.isspace counts it), or of
+     * other characters, is longer than piece_run; each cut is encoded on its own. Characters
+     * are code points. 0: no such cut (both 0: the text is encoded whole). Negative values are
+     * refused. */
     int64_t piece_chars;
     int64_t piece_run;
 } nnt_tokenizer_hints;
@@ -82,12 +86,15 @@ enum {
  * Errors: NNT_ERR_NOT_FOUND (the folder has no tokenizer file), NNT_ERR_IO (unreadable file),
  * NNT_ERR_FORMAT (malformed JSON or tiktoken line: the message names the file and the field or
  * line), NNT_ERR_UNSUPPORTED (a model type, normalizer, pre-tokenizer, post-processor or
- * decoder this build does not implement, named; a tiktoken folder whose split pattern is
- * unknown), NNT_ERR_OUT_OF_MEMORY. */
+ * decoder this build does not implement, named; a tiktoken folder with no "pat_str", whose
+ * split pattern only a family plugin's hints can give: see nnt_tokenizer_load_hinted),
+ * NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_tokenizer_load(const char *dir, nnt_tokenizer **out);
 /* nnt_tokenizer_load with the hints of the family that serves the folder's checkpoint (see
  * nnt_tokenizer_hints; NULL: none), for what the files leave out. nnt_runtime_tokenizer (nnt.h)
- * finds the family from config.json and passes its hints. Errors: those of nnt_tokenizer_load. */
+ * finds the family from config.json and passes its hints. The tokenizer keeps no pointer into
+ * `hints`: it may outlive them. Errors: those of nnt_tokenizer_load, NNT_ERR_INVALID_ARGUMENT
+ * (a struct_size below 4, a negative count; the message names the field). */
 nnt_status nnt_tokenizer_load_hinted(const char *dir, const nnt_tokenizer_hints *hints, nnt_tokenizer **out);
 void nnt_tokenizer_free(nnt_tokenizer *tok);
 /* The message of the latest failure ("" when none). Owned by the tokenizer. */
