@@ -28,7 +28,7 @@ const char CLI_USAGE[] =
     "           --ignore-eos; --stop-id ID (repeatable) stops rows at ID too\n"
     "  tokenize --model DIR \"text\"        each token of the text: its id, a tab, its text (quoted, escaped);\n"
     "           --ids prints only the ids, on one line; special tokens are added as the tokenizer adds\n"
-    "           them (a BOS where the release adds one) unless --no-special; reads only the tokenizer\n"
+    "           them (a BOS where the release adds one) unless --no-special; reads no weights\n"
     "  info     --model DIR                what the checkpoint stores (bytes per encoding, from the file\n"
     "           headers), then what loading it holds: bytes read in place, allocated, on the device\n"
     "  plugins                             loaded plugins and the backend of each family\n"
