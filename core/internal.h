@@ -465,12 +465,14 @@ void nnt_trace_drop_last_request(nnt_trace *t);
 int nnt_trace_request_count(const nnt_trace *t);
 /* Removes the requests added since `first` (after a document's entry failed). */
 void nnt_trace_drop_since(nnt_trace *t, int first);
-/* Names the requests' field in their document ("request.json: edits[2]", copied): the checks
+/* Names the requests' field in their document ("request.json: edits[2]", copied; whole: the
+ * label names the value path itself, as an entry of "saves" does, and no sub-field such as
+ * ".path" is added to it): the checks
  * made when a run starts then name it, e.g. "request.json: edits[2].positions[0]: position -7
  * names no token of this forward (before every row's first token): ...", "request.json:
  * edits[0].tensor: set '...': the tensor has shape ...". Requests without a label keep the C
  * API's messages. */
-nnt_status nnt_trace_label_since(nnt_trace *t, int first, const char *label);
+nnt_status nnt_trace_label_since(nnt_trace *t, int first, const char *label, int whole);
 /* Restricts the requests to batch rows rows [n] (each >= 0, each once; copied) of their value's
  * leading batch axis; checked when a run starts (a value laid out [batch ...], every row in the
  * batch: NNT_ERR_INDEX naming "rows[k]"). A save keeps those rows, [n, ...] in the order given,

@@ -40,6 +40,7 @@ typedef struct request {
     int *rows;           /* batch rows the request applies to (nnt_trace_limit_rows); NULL: every row */
     int n_rows;
     char *label;         /* the request's field in a request document, for messages; NULL: none */
+    int label_whole;     /* the label names the path itself (an entry of "saves"): no sub-field follows it */
     int step_from, step_to; /* the session steps it applies at; step_to < 0: no end */
     int n_slice;            /* SAVE: items of its [...] slice (0: the whole value) */
     struct slice_item {
@@ -596,7 +597,7 @@ void nnt_trace_drop_since(nnt_trace *t, int first)
     free_cells(t);
 }
 
-nnt_status nnt_trace_label_since(nnt_trace *t, int first, const char *label)
+nnt_status nnt_trace_label_since(nnt_trace *t, int first, const char *label, int whole)
 {
     if (!t || !label) return NNT_ERR_INVALID_ARGUMENT;
     for (int i = first < 0 ? 0 : first; i < t->n_reqs; i++) {
@@ -604,6 +605,7 @@ nnt_status nnt_trace_label_since(nnt_trace *t, int first, const char *label)
         if (!copy) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
         free(t->reqs[i].label);
         t->reqs[i].label = copy;
+        t->reqs[i].label_whole = whole;
     }
     return NNT_OK;
 }
@@ -1061,7 +1063,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
                 st = slice_resolve(r, path, vi.ndim, shape, vi.axes, ax, rt_err(t));
             }
             if (st != NNT_OK) {
-                if (r->label && field) nnt_err_prefix(rt_err(t), "%s%s", r->label, field);
+                if (r->label && field) nnt_err_prefix(rt_err(t), "%s%s", r->label, r->label_whole ? "" : field);
                 return st;
             }
             cell *c = cell_at(t, l, r->path.slot);
