@@ -682,7 +682,7 @@ static nnt_status try_doc(const bad_doc *d)
         T_OK(rt, nnt_request_batch(r, m, &b));
         st = nnt_trace_run(t, b.ids, b.mask, b.batch, b.seq);
     }
-    if (st == NNT_OK && d->at == AT_APPLY) CU_ASSERT_EQUAL(nnt_trace_request_count(t), 0);
+    if (st != NNT_OK && d->at == AT_APPLY) CU_ASSERT_EQUAL(nnt_trace_request_count(t), 0); /* nothing left behind */
     nnt_batch_free(&b);
     nnt_trace_free(t);
     nnt_request_free(r);
@@ -750,13 +750,382 @@ static void test_limits(void)
     CU_ASSERT_PTR_NULL(r);
 }
 
+/* ---- edits restricted to rows and positions ---- */
+
+static const int32_t R6[3][6] = {{235, 244, 202, 156, 148, 193}, {80, 192, 183, 124, 97, 63}, {169, 247, 160, 3, 95, 102}};
+
+/* "{"tokens": [...]}" of R6[r]. */
+static const char *row_json(int r, char *buf, size_t n)
+{
+    snprintf(buf, n, "{\"tokens\": [%d, %d, %d, %d, %d, %d]}", R6[r][0], R6[r][1], R6[r][2], R6[r][3], R6[r][4], R6[r][5]);
+    return buf;
+}
+
+/* Runs a document (its rows as a batch) and returns the trace; callbacks as given. */
+static nnt_trace *run_doc(const char *json, const nnt_request_callback *cbs, int n_cbs)
+{
+    nnt_request *r = NULL;
+    nnt_status st = parse(json, &r);
+    if (st != NNT_OK) fprintf(stderr, "\n  %s\n  %s\n", json, nnt_last_error(rt));
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    nnt_trace *t;
+    nnt_batch b;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_request_apply(r, t, cbs, n_cbs));
+    T_OK(rt, nnt_request_batch(r, m, &b));
+    T_OK(rt, nnt_trace_run(t, b.ids, b.mask, b.batch, b.seq));
+    nnt_batch_free(&b);
+    nnt_request_free(r);
+    return t;
+}
+
+/* A tensor of shape [d0, d1, d2] (ndim of them) with entries from a fixed formula. */
+static nnt_tensor made_tensor(int ndim, int64_t d0, int64_t d1, int64_t d2, double seed)
+{
+    nnt_tensor x;
+    int64_t shape[3] = {d0, d1, d2};
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&x, NNT_F32, ndim, shape) == NNT_OK);
+    for (int64_t i = 0; i < nnt_tensor_numel(&x); i++) ((float *)x.data)[i] = (float)sin(seed + 0.37 * (double)i);
+    return x;
+}
+
+/* rowset.safetensors: x [6, 64] (one row of layer_output), x1 [1, 6, 64] (the same as a whole
+ * one-row value), y2 [2, 6, 64] (one per row of two) and y0, y1 [1, 6, 64] (its rows). */
+static void write_row_tensors(void)
+{
+    nnt_tensor t[5] = {made_tensor(2, 6, 64, 0, 1.0), made_tensor(3, 1, 6, 64, 1.0), made_tensor(3, 2, 6, 64, 2.0),
+                       made_tensor(3, 1, 6, 64, 2.0), made_tensor(3, 1, 6, 64, 2.0 + 0.37 * 384)};
+    const char *keys[5] = {"x", "x1", "y2", "y0", "y1"};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/rowset.safetensors", req_dir);
+    T_OK(rt, nnt_safetensors_write(rt, path, 5, keys, t));
+    for (int i = 0; i < 5; i++) nnt_tensor_free(&t[i]);
+}
+
+static int callback_rows; /* the leading extent of the last value cb_negate_rows saw */
+static nnt_status cb_negate_rows(void *user, const char *path, int layer, nnt_tensor *v, nnt_error *err)
+{
+    callback_rows = (int)v->shape[0];
+    return cb_negate(NULL, path, layer, v, err);
+}
+
+/* A batch of three rows where edit (with `restricted`, naming rows) applies gives each row what
+ * a forward of that row alone gives: with `alone[r]` (an edit, or "" for none) on row r. */
+static void check_rows_case(const char *restricted, const char *const alone[3], const char *what)
+{
+    nnt_request_callback cbs[] = {{cb_negate_rows, NULL}};
+    char doc[8192], rows[3][128];
+    snprintf(doc, sizeof doc, R1 "\"rows\": [%s, %s, %s], \"edits\": [%s], \"saves\": [\"layers.2.layer_output\", \"logits\"]}",
+             row_json(0, rows[0], 128), row_json(1, rows[1], 128), row_json(2, rows[2], 128), restricted);
+    nnt_trace *batched = run_doc(doc, cbs, 1);
+    snprintf(doc, sizeof doc, R1 "\"rows\": [%s, %s, %s], \"saves\": [\"layers.2.layer_output\"]}", rows[0], rows[1], rows[2]);
+    nnt_trace *plain = run_doc(doc, cbs, 1);
+    int edited_rows = 0;
+    for (int r = 0; r < 3; r++) {
+        snprintf(doc, sizeof doc, R1 "\"rows\": [%s], \"edits\": [%s], \"saves\": [\"layers.2.layer_output\", \"logits\"]}",
+                 rows[r], alone[r]);
+        nnt_trace *single = run_doc(doc, cbs, 1);
+        char w[160];
+        snprintf(w, sizeof w, "%s, row %d", what, r);
+        same_tensor(nnt_trace_get(single, "layers.2.layer_output"), nnt_trace_get(batched, "layers.2.layer_output"), r, w, "layers.2.layer_output");
+        same_tensor(nnt_trace_get(single, "logits"), nnt_trace_get(batched, "logits"), r, w, "logits");
+        /* the edit did change the rows it names (so the comparison above can fail) */
+        const nnt_tensor *a = nnt_trace_get(batched, "layers.2.layer_output"), *b = nnt_trace_get(plain, "layers.2.layer_output");
+        int64_t per = nnt_tensor_numel(a) / 3;
+        double diff = 0;
+        for (int64_t j = 0; j < per; j++) diff = fmax(diff, fabs(nnt_tensor_get_f64(a, r * per + j) - nnt_tensor_get_f64(b, r * per + j)));
+        edited_rows += diff > 1e-3;
+        CU_ASSERT_EQUAL(diff > 1e-3, alone[r][0] != '\0');
+        nnt_trace_free(single);
+    }
+    CU_ASSERT(edited_rows > 0);
+    nnt_trace_free(plain);
+    nnt_trace_free(batched);
+}
+
+static void test_rows(void)
+{
+    write_row_tensors();
+    /* the expert row 1 routes its first token to in block 1, for a masked fill that touches it */
+    char doc[1024], rowbuf[128], fill[512], fill1[512];
+    snprintf(doc, sizeof doc, R1 "\"rows\": [%s], \"saves\": [\"layers.1.mlp.expert_indices\"]}", row_json(1, rowbuf, 128));
+    nnt_trace *probe = run_doc(doc, NULL, 0);
+    int e = (int)nnt_tensor_get_f64(nnt_trace_get(probe, "layers.1.mlp.expert_indices"), 0);
+    nnt_trace_free(probe);
+    snprintf(fill1, sizeof fill1, "{\"op\": \"masked_fill\", \"path\": \"layers.1.mlp.expert_weights\", \"where\": "
+             "\"layers.1.mlp.expert_indices\", \"equals\": %d, \"fill\": 0}", e);
+    snprintf(fill, sizeof fill, "%.*s, \"rows\": [1]}", (int)strlen(fill1) - 1, fill1);
+    const struct {
+        const char *restricted, *alone;
+    } one[] = {
+        {"{\"op\": \"scale\", \"path\": \"layers.0.layer_output\", \"factor\": 0.5, \"rows\": [1]}",
+         "{\"op\": \"scale\", \"path\": \"layers.0.layer_output\", \"factor\": 0.5}"},
+        {"{\"op\": \"zero\", \"path\": \"layers.1.self_attn.attention_output\", \"rows\": [1]}",
+         "{\"op\": \"zero\", \"path\": \"layers.1.self_attn.attention_output\"}"},
+        {"{\"op\": \"add\", \"path\": \"layers.0.layer_output\", \"tensor\": {\"key\": \"v\"}, \"factor\": 3, \"rows\": [1]}",
+         "{\"op\": \"add\", \"path\": \"layers.0.layer_output\", \"tensor\": {\"key\": \"v\"}, \"factor\": 3}"},
+        {"{\"op\": \"set\", \"path\": \"layers.1.mlp.mlp_output\", \"tensor\": {\"file\": \"rowset.safetensors\", \"key\": \"x\"}, \"rows\": [1]}",
+         "{\"op\": \"set\", \"path\": \"layers.1.mlp.mlp_output\", \"tensor\": {\"file\": \"rowset.safetensors\", \"key\": \"x1\"}}"},
+        {"{\"op\": \"steer\", \"first\": 1, \"tensor\": {\"key\": \"v\"}, \"factor\": 2, \"positions\": [0, -1], \"rows\": [1]}",
+         "{\"op\": \"steer\", \"first\": 1, \"tensor\": {\"key\": \"v\"}, \"factor\": 2, \"positions\": [0, -1]}"},
+        {"{\"op\": \"callback\", \"path\": \"layers.1.mlp.mlp_output\", \"callback\": 0, \"rows\": [1]}",
+         "{\"op\": \"callback\", \"path\": \"layers.1.mlp.mlp_output\", \"callback\": 0}"},
+        {fill, fill1},
+    };
+    for (size_t i = 0; i < sizeof one / sizeof *one; i++) {
+        const char *alone[3] = {"", one[i].alone, ""};
+        char what[64];
+        snprintf(what, sizeof what, "rows [1], case %zu", i);
+        check_rows_case(one[i].restricted, alone, what);
+        if (strstr(one[i].restricted, "callback")) CU_ASSERT_EQUAL(callback_rows, 1); /* the alone run saw its 1 row */
+    }
+    /* one tensor per row: rows [0, 2] of a set get entries 0 and 1 of y2 */
+    const char *alone[3] = {"{\"op\": \"set\", \"path\": \"layers.1.mlp.mlp_output\", \"tensor\": {\"file\": \"rowset.safetensors\", \"key\": \"y0\"}}", "",
+                            "{\"op\": \"set\", \"path\": \"layers.1.mlp.mlp_output\", \"tensor\": {\"file\": \"rowset.safetensors\", \"key\": \"y1\"}}"};
+    check_rows_case("{\"op\": \"set\", \"path\": \"layers.1.mlp.mlp_output\", \"tensor\": {\"file\": \"rowset.safetensors\", \"key\": \"y2\"}, "
+                    "\"rows\": [0, 2]}", alone, "rows [0, 2], one tensor each");
+    /* a callback restricted to rows sees them only, [len(rows), ...] */
+    char rows[3][128];
+    snprintf(doc, sizeof doc, R1 "\"rows\": [%s, %s, %s], \"edits\": [{\"op\": \"callback\", \"path\": \"layers.0.layer_output\", "
+             "\"callback\": 0, \"rows\": [2, 0]}]}", row_json(0, rows[0], 128), row_json(1, rows[1], 128), row_json(2, rows[2], 128));
+    nnt_request_callback cbs[] = {{cb_negate_rows, NULL}};
+    nnt_trace_free(run_doc(doc, cbs, 1));
+    CU_ASSERT_EQUAL(callback_rows, 2);
+    /* a save of rows keeps them, in the order given */
+    snprintf(doc, sizeof doc, R1 "\"rows\": [%s, %s, %s], \"edits\": [{\"op\": \"save\", \"path\": \"layers.1.layer_output[:, -1]\", "
+             "\"rows\": [2, 0]}], \"saves\": [\"layers.1.layer_output\"]}", rows[0], rows[1], rows[2]);
+    nnt_trace *t = run_doc(doc, NULL, 0);
+    const nnt_tensor *part = nnt_trace_get(t, "layers.1.layer_output"), *whole = nnt_trace_get(t, "layers.1.layer_output#1");
+    CU_ASSERT_FATAL(part && whole && part->ndim == 2 && part->shape[0] == 2 && part->shape[1] == 64);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 64; j++)
+            CU_ASSERT_EQUAL(nnt_tensor_get_f64(part, k * 64 + j), nnt_tensor_get_f64(whole, ((k ? 0 : 2) * 6 + 5) * 64 + j));
+    nnt_trace_free(t);
+}
+
+/* The patching sweep's own edit (cli/patch.c): row `row` of the value gets the clean run's value
+ * at token `pos` (the rows unpadded, so a token's position is its index). */
+typedef struct patch_cell {
+    const nnt_tensor *clean; /* [1, seq, hidden] */
+    int row, pos[2], n;
+} patch_cell;
+static nnt_status cb_patch(void *user, const char *path, int layer, nnt_tensor *v, nnt_error *err)
+{
+    const patch_cell *c = user;
+    int64_t T = v->shape[1], H = v->shape[2];
+    for (int k = 0; k < c->n; k++)
+        memcpy((float *)v->data + ((int64_t)c->row * T + c->pos[k]) * H, (const float *)c->clean->data + c->pos[k] * H,
+               (size_t)H * sizeof(float));
+    return NNT_OK;
+}
+
+/* Activation patching as one batch of per-row, per-position sets: each row's logits equal the
+ * corrupted prompt run alone with the clean value written in by the sweep's callback. */
+static void test_patch_rows(void)
+{
+    char doc[4096], clean[128], corrupt[128];
+    row_json(0, clean, sizeof clean);
+    row_json(1, corrupt, sizeof corrupt);
+    snprintf(doc, sizeof doc, R1 "\"rows\": [%s], \"saves\": [\"layers.1.layer_output\"]}", clean);
+    nnt_trace *ct = run_doc(doc, NULL, 0);
+    const nnt_tensor *cv = nnt_trace_get(ct, "layers.1.layer_output");
+    CU_ASSERT_FATAL(cv && cv->shape[1] == 6 && cv->shape[2] == 64);
+    /* the clean value at tokens 1 and 4, alone and as a [2, 64] pair */
+    nnt_tensor p1 = {.dtype = NNT_F32, .ndim = 1, .shape = {64}, .data = (float *)cv->data + 64};
+    nnt_tensor p4 = {.dtype = NNT_F32, .ndim = 1, .shape = {64}, .data = (float *)cv->data + 4 * 64};
+    float pair[128];
+    memcpy(pair, p1.data, sizeof pair / 2);
+    memcpy(pair + 64, p4.data, sizeof pair / 2);
+    nnt_tensor p14 = {.dtype = NNT_F32, .ndim = 2, .shape = {2, 64}, .data = pair};
+    const char *keys[] = {"p1", "p4", "p14"};
+    nnt_tensor ts[] = {p1, p4, p14};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/patch.safetensors", req_dir);
+    T_OK(rt, nnt_safetensors_write(rt, path, 3, keys, ts));
+    /* row 0: token 1; row 1: tokens 1 and 4 (one entry each); row 2: token 4 named from the end */
+    snprintf(doc, sizeof doc, R1 "\"rows\": [%s, %s, %s], \"edits\": ["
+             "{\"op\": \"set\", \"path\": \"layers.1.layer_output\", \"tensor\": {\"file\": \"patch.safetensors\", \"key\": \"p1\"}, \"rows\": [0], \"positions\": [1]},"
+             "{\"op\": \"set\", \"path\": \"layers.1.layer_output\", \"tensor\": {\"file\": \"patch.safetensors\", \"key\": \"p14\"}, \"rows\": [1], \"positions\": [1, 4]},"
+             "{\"op\": \"set\", \"path\": \"layers.1.layer_output\", \"tensor\": {\"file\": \"patch.safetensors\", \"key\": \"p4\"}, \"rows\": [2], \"positions\": [-2]}],"
+             "\"saves\": [\"logits[:, -1]\"]}", corrupt, corrupt, corrupt);
+    nnt_trace *batched = run_doc(doc, NULL, 0);
+    const patch_cell cells[3] = {{cv, 0, {1}, 1}, {cv, 0, {1, 4}, 2}, {cv, 0, {4}, 1}};
+    nnt_trace *plain;
+    T_OK(rt, nnt_trace_new(m, &plain));
+    T_OK(rt, nnt_trace_save(plain, "logits[:, -1]"));
+    T_OK(rt, nnt_trace_run(plain, R6[1], NULL, 1, 6));
+    for (int r = 0; r < 3; r++) {
+        nnt_trace *alone;
+        T_OK(rt, nnt_trace_new(m, &alone));
+        T_OK(rt, nnt_trace_edit(alone, "layers.1.layer_output", cb_patch, (void *)&cells[r]));
+        T_OK(rt, nnt_trace_save(alone, "logits[:, -1]"));
+        T_OK(rt, nnt_trace_run(alone, R6[1], NULL, 1, 6));
+        char what[64];
+        snprintf(what, sizeof what, "patched row %d", r);
+        same_tensor(nnt_trace_get(alone, "logits"), nnt_trace_get(batched, "logits"), r, what, "logits");
+        /* the patch moved the logits (the clean and corrupted prompts differ at those tokens) */
+        double diff = 0;
+        for (int j = 0; j < 256; j++)
+            diff = fmax(diff, fabs(nnt_tensor_get_f64(nnt_trace_get(alone, "logits"), j) - nnt_tensor_get_f64(nnt_trace_get(plain, "logits"), j)));
+        CU_ASSERT(diff > 1e-4);
+        nnt_trace_free(alone);
+    }
+    nnt_trace_free(plain);
+    nnt_trace_free(batched);
+    nnt_trace_free(ct);
+}
+
+/* Tensors of every kind and dtype written back (attachment and inline) and parsed to equal
+ * requests; inline values exact in their dtype; what the writer refuses. */
+static void test_round_trip(void)
+{
+    const char *doc = R1 "\"rows\": [{\"file\": \"prompt.txt\"}, {\"text\": \"a\\nb \\u00e9\"}, {\"tokens\": [3, 4]}], \"add_special\": false, "
+        "\"saves\": [\"layers.*.layer_output[:, -1]\"], \"edits\": ["
+        "{\"op\": \"set\", \"path\": \"a\", \"tensor\": {\"dtype\": \"F32\", \"shape\": [2, 2], \"data\": [0.1, -2, 3.5e-8, 1e30]}},"
+        "{\"op\": \"set\", \"path\": \"b\", \"tensor\": {\"dtype\": \"F16\", \"shape\": [2], \"data\": [0.1, -65504]}, \"positions\": [\"generated\", -3]},"
+        "{\"op\": \"add\", \"path\": \"c\", \"tensor\": {\"dtype\": \"BF16\", \"shape\": [1], \"data\": [0.1]}, \"rows\": [2, 0]},"
+        "{\"op\": \"add\", \"path\": \"d\", \"tensor\": {\"dtype\": \"F64\", \"shape\": [], \"data\": [0.1]}, \"factor\": -0.75},"
+        "{\"op\": \"set\", \"path\": \"e\", \"tensor\": {\"dtype\": \"I32\", \"shape\": [3], \"data\": [-2147483648, 0, 2147483647]}},"
+        "{\"op\": \"set\", \"path\": \"f\", \"tensor\": {\"dtype\": \"I64\", \"shape\": [2], \"data\": [9007199254740992, -9007199254740992]}},"
+        "{\"op\": \"set\", \"path\": \"g\", \"tensor\": {\"dtype\": \"F32\", \"shape\": [0, 3], \"data\": []}},"
+        "{\"op\": \"steer\", \"first\": 1, \"last\": 2, \"tensor\": {\"file\": \"v.safetensors\"}, \"positions\": [\"prompt\", 0]},"
+        "{\"op\": \"add\", \"path\": \"h\", \"tensor\": {\"key\": \"v\"}},"
+        "{\"op\": \"masked_fill\", \"path\": \"i\", \"where\": \"j\", \"equals\": -9007199254740992, \"fill\": 1e6},"
+        "{\"op\": \"ablate_expert\", \"layer\": 2147483647, \"expert\": 0}, {\"op\": \"skip_layers\", \"start\": 0, \"end\": 2},"
+        "{\"op\": \"callback\", \"path\": \"k\", \"callback\": 3, \"rows\": [1]}, {\"op\": \"zero\", \"path\": \"l\"},"
+        /* doubles whose last bit a 15-digit printer loses, and a negative zero */
+        "{\"op\": \"add\", \"path\": \"m\", \"factor\": 0.30000000000000004, "
+        "\"tensor\": {\"dtype\": \"F64\", \"shape\": [3], \"data\": [0.30000000000000004, -0, 9007199254740991.5]}}]}";
+    nnt_request *r = NULL;
+    T_OK(rt, parse(doc, &r));
+    check_round_trip(r, "every tensor kind");
+    /* the nearest F16 and BF16 to 0.1 (0x2e66, 0x3dcd), hand-computed */
+    CU_ASSERT_EQUAL(nnt_tensor_get_f64(&r->edits[1].tensor.t, 0), 0.0999755859375);
+    CU_ASSERT_EQUAL(nnt_tensor_get_f64(&r->edits[2].tensor.t, 0), 0.10009765625);
+    CU_ASSERT_EQUAL(nnt_tensor_get_f64(&r->edits[5].tensor.t, 0), 9007199254740992.0);
+    CU_ASSERT_EQUAL(r->edits[7].n_positions, 2); /* a steer's own list is kept as given */
+    char *json;
+    size_t len;
+    T_OK(rt, nnt_request_write(r, &json, &len, NULL, NULL));
+    CU_ASSERT_PTR_NOT_NULL(strstr(json, "{\"text\":\"The people of the United States shall have a new birth of freedom.\\n\"}"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"positions\":[\"generated\",-3]"));
+    free(json);
+    /* a different request is not equal */
+    nnt_request *other = NULL;
+    T_OK(rt, parse(EDIT("{\"op\": \"scale\", \"path\": \"logits\", \"factor\": 0.5}"), &other));
+    nnt_request *other2 = NULL;
+    T_OK(rt, parse(EDIT("{\"op\": \"scale\", \"path\": \"logits\", \"factor\": 0.25}"), &other2));
+    CU_ASSERT(!nnt_request_equal(other, other2) && !nnt_request_equal(r, other) && nnt_request_equal(other, other));
+    nnt_request_free(other);
+    nnt_request_free(other2);
+    nnt_request_free(r);
+    /* a tensor JSON cannot write (NaN) goes in the attachment, not inline */
+    float nan_data[2] = {1, NAN};
+    nnt_tensor nan_t = {.dtype = NNT_F32, .ndim = 1, .shape = {2}, .data = nan_data};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/nan.safetensors", req_dir);
+    const char *key = "n";
+    T_OK(rt, nnt_safetensors_write(rt, path, 1, &key, &nan_t));
+    T_OK(rt, parse(EDIT("{\"op\": \"set\", \"path\": \"logits\", \"tensor\": {\"file\": \"nan.safetensors\"}}"), &r));
+    CU_ASSERT_EQUAL(nnt_request_write(r, &json, &len, NULL, NULL), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NULL(json);
+    void *att;
+    size_t att_len;
+    T_OK(rt, nnt_request_write(r, &json, &len, &att, &att_len));
+    nnt_request_source src = {.struct_size = sizeof src, .json = json, .json_len = len, .tensors = att, .tensors_len = att_len};
+    nnt_request *back;
+    T_OK(rt, nnt_request_parse(rt, &src, &back));
+    CU_ASSERT(nnt_request_equal(r, back) && isnan(((float *)back->edits[0].tensor.t.data)[1]));
+    nnt_request_free(back);
+    nnt_request_free(r);
+    free(json);
+    free(att);
+    /* a seed above 2^53 is written as a string, defaults written out */
+    T_OK(rt, parse(R1 "\"method\": \"generate\", \"generate\": {\"max_new_tokens\": 1, \"seed\": \"18446744073709551615\"}}", &r));
+    T_OK(rt, nnt_request_write(r, &json, &len, NULL, NULL));
+    CU_ASSERT_STRING_EQUAL(json, "{\"nnt_request\":1,\"method\":\"generate\",\"add_special\":true,\"rows\":[],\"saves\":[],"
+                                 "\"edits\":[],\"generate\":{\"max_new_tokens\":1,\"temperature\":0,\"top_k\":0,\"top_p\":1,"
+                                 "\"seed\":\"18446744073709551615\",\"stop_ids\":[],\"ignore_eos\":false}}");
+    free(json);
+    nnt_request_free(r);
+    CU_ASSERT_EQUAL(nnt_request_write(NULL, &json, &len, NULL, NULL), NNT_ERR_INVALID_ARGUMENT);
+}
+
+/* Left padding by hand: rows {1, 2, 3}, {4}, {5, 6}. */
+static void test_batch_from_rows(void)
+{
+    const int32_t a[] = {1, 2, 3}, b[] = {4}, c[] = {5, 6};
+    const int32_t *rows[] = {a, b, c};
+    const int lens[] = {3, 1, 2};
+    nnt_batch out;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_batch_from_rows(rows, lens, 3, &out, &err), NNT_OK);
+    const int32_t ids[] = {1, 2, 3, 0, 0, 4, 0, 5, 6}, mask[] = {1, 1, 1, 0, 0, 1, 0, 1, 1};
+    CU_ASSERT(out.batch == 3 && out.seq == 3);
+    CU_ASSERT(memcmp(out.ids, ids, sizeof ids) == 0 && memcmp(out.mask, mask, sizeof mask) == 0);
+    CU_ASSERT(out.lens[0] == 3 && out.lens[1] == 1 && out.lens[2] == 2);
+    nnt_batch_free(&out);
+    const int bad[] = {3, 0, 2};
+    CU_ASSERT_EQUAL(nnt_batch_from_rows(rows, bad, 3, &out, &err), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "row 1 has no token"));
+    CU_ASSERT_EQUAL(nnt_batch_from_rows(rows, lens, 0, &out, &err), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NULL(out.ids);
+}
+
+/* Metric words, and their values on hand-computed logits. */
+static void test_metric(void)
+{
+    nnt_metric mt;
+    nnt_error err = {0};
+    CU_ASSERT(nnt_metric_parse("logit-diff:3,5", &mt, &err) == NNT_OK && mt.kind == NNT_METRIC_LOGIT_DIFF && mt.a == 3 && mt.b == 5);
+    CU_ASSERT(nnt_metric_parse("prob:2147483647", &mt, &err) == NNT_OK && mt.kind == NNT_METRIC_PROB && mt.a == 2147483647);
+    const char *bad[] = {"logit-diff:3", "logit-diff:a,b", "prob:-1", "prob:2147483648", "prob:7 ", "kl", "", "prob:"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CU_ASSERT_EQUAL(nnt_metric_parse(bad[i], &mt, &err), NNT_ERR_INVALID_ARGUMENT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "expected logit-diff:A,B"));
+    }
+    float x[6] = {1, 2, 3, 0.5f, -1, 2};
+    nnt_tensor lg = {.dtype = NNT_F32, .ndim = 2, .shape = {2, 3}, .data = x};
+    CU_ASSERT(nnt_metric_parse("logit-diff:2,0", &mt, NULL) == NNT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(nnt_metric_eval(&mt, &lg, 1), 1.5, 1e-12);
+    CU_ASSERT(nnt_metric_parse("prob:1", &mt, NULL) == NNT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(nnt_metric_eval(&mt, &lg, 0), 0.24472847105479764, 1e-12); /* e^2 / (e + e^2 + e^3) */
+}
+
+/* nnt_request_read: messages name the file, relative files resolve against its folder. */
+static void test_read(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/read.json", req_dir);
+    const char *doc = R1 "\"rows\": [{\"file\": \"prompt.txt\"}], \"edits\": [{\"op\": \"steer\", \"first\": 0, \"tensor\": {\"file\": \"v.safetensors\"}}]}";
+    CU_ASSERT_FATAL(t_write_file(path, doc) == 0);
+    nnt_request *a = NULL, *b = NULL;
+    T_OK(rt, nnt_request_read(rt, path, &a));
+    T_OK(rt, parse(doc, &b));
+    CU_ASSERT(nnt_request_equal(a, b));
+    nnt_request_free(a);
+    nnt_request_free(b);
+    CU_ASSERT_FATAL(t_write_file(path, EDIT("{\"op\": \"zero\"}")) == 0);
+    T_FAILS(rt, nnt_request_read(rt, path, &a), NNT_ERR_FORMAT, "read.json: edits[0].path: missing");
+    CU_ASSERT_PTR_NULL(a);
+    snprintf(path, sizeof path, "%s/absent.json", req_dir);
+    T_FAILS(rt, nnt_request_read(rt, path, &a), NNT_ERR_IO, "absent.json: cannot open");
+    T_FAILS(rt, nnt_request_read(rt, req_dir, &a), NNT_ERR_IO, "not a regular file");
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("request", setup, teardown);
     if (!s) return -1;
     if (!CU_add_test(s, "docs/requests.md examples == the C API", test_examples) ||
         !CU_add_test(s, "malformed documents name their field", test_malformed) ||
-        !CU_add_test(s, "limits: nesting, size, counts, the attachment", test_limits))
+        !CU_add_test(s, "limits: nesting, size, counts, the attachment", test_limits) ||
+        !CU_add_test(s, "per-row edits in one batch == single-row forwards", test_rows) ||
+        !CU_add_test(s, "a set at (row, position) == the patching sweep's edit", test_patch_rows) ||
+        !CU_add_test(s, "write then parse: equal requests, every tensor kind", test_round_trip) ||
+        !CU_add_test(s, "nnt_batch_from_rows pads on the left", test_batch_from_rows) ||
+        !CU_add_test(s, "metrics: words and values", test_metric) ||
+        !CU_add_test(s, "nnt_request_read", test_read))
         return -1;
     return 0;
 }

@@ -29,11 +29,29 @@ static void put(writer *w, cJSON *obj, const char *key, cJSON *item)
     }
 }
 
+/* A JSON number that reads back as exactly x (finite): integers up to 2^53 in digits, other
+ * values in the fewest significant digits (15 to 17) that give x again. cJSON's own printer
+ * treats two doubles within an epsilon as one and may drop the last bit, so the text is made
+ * here and handed to cJSON as is. */
+static cJSON *number(double x)
+{
+    char buf[40];
+    if (x == floor(x) && fabs(x) <= REQ_EXACT_MAX) {
+        snprintf(buf, sizeof buf, "%.0f", x); /* -0 stays "-0": a tensor's bytes keep their sign */
+    } else {
+        for (int digits = 15; digits <= 17; digits++) {
+            snprintf(buf, sizeof buf, "%.*g", digits, x);
+            if (strtod(buf, NULL) == x) break;
+        }
+    }
+    return cJSON_CreateRaw(buf);
+}
+
 static cJSON *int_array(const int *v, int n)
 {
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; a && i < n; i++)
-        if (!cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]))) {
+        if (!cJSON_AddItemToArray(a, number(v[i]))) {
             cJSON_Delete(a);
             return NULL;
         }
@@ -47,7 +65,7 @@ static cJSON *positions(const int *v, int n)
     if (a && n == 0 && !cJSON_AddItemToArray(a, cJSON_CreateString("all"))) a = (cJSON_Delete(a), NULL);
     for (int i = 0; a && i < n; i++) {
         const char *word = req_position_word(v[i]);
-        if (!cJSON_AddItemToArray(a, word ? cJSON_CreateString(word) : cJSON_CreateNumber(v[i]))) a = (cJSON_Delete(a), NULL);
+        if (!cJSON_AddItemToArray(a, word ? cJSON_CreateString(word) : number(v[i]))) a = (cJSON_Delete(a), NULL);
     }
     return a;
 }
@@ -66,13 +84,13 @@ static cJSON *inline_tensor(writer *w, const nnt_tensor *t)
 {
     cJSON *o = cJSON_CreateObject(), *shape = cJSON_CreateArray(), *data = cJSON_CreateArray();
     put(w, o, "dtype", cJSON_CreateString(nnt_dtype_name(t->dtype)));
-    for (int d = 0; shape && d < t->ndim; d++) put(w, shape, NULL, cJSON_CreateNumber((double)t->shape[d]));
+    for (int d = 0; shape && d < t->ndim; d++) put(w, shape, NULL, number((double)t->shape[d]));
     put(w, o, "shape", shape);
     int64_t n = nnt_tensor_numel(t);
     for (int64_t i = 0; data && i < n && w->st == NNT_OK; i++) {
         double x = nnt_tensor_get_f64(t, i);
         if (!isfinite(x)) w->st = NNT_ERR_INVALID_ARGUMENT; /* such a tensor travels in an attachment */
-        else put(w, data, NULL, cJSON_CreateNumber(x));
+        else put(w, data, NULL, number(x));
     }
     put(w, o, "data", data);
     return o;
@@ -109,8 +127,8 @@ static cJSON *edit_json(writer *w, const req_edit *e, int i)
     if (e->path) put(w, o, "path", cJSON_CreateString(e->path));
     if (op == REQ_OP_MASKED_FILL) {
         put(w, o, "where", cJSON_CreateString(e->where));
-        put(w, o, "equals", cJSON_CreateNumber((double)e->equals));
-        put(w, o, "fill", cJSON_CreateNumber(e->fill));
+        put(w, o, "equals", number((double)e->equals));
+        put(w, o, "fill", number(e->fill));
     }
     static const char *const numbers[REQ_OP_COUNT][2] = {
         [REQ_OP_ABLATE_EXPERT] = {"layer", "expert"},
@@ -118,11 +136,11 @@ static cJSON *edit_json(writer *w, const req_edit *e, int i)
         [REQ_OP_STEER] = {"first", "last"},
         [REQ_OP_STEPS] = {"from", "to"},
     };
-    if (numbers[op][0]) put(w, o, numbers[op][0], cJSON_CreateNumber(e->a));
-    if (numbers[op][1] && e->b >= 0) put(w, o, numbers[op][1], cJSON_CreateNumber(e->b));
+    if (numbers[op][0]) put(w, o, numbers[op][0], number(e->a));
+    if (numbers[op][1] && e->b >= 0) put(w, o, numbers[op][1], number(e->b));
     if (e->has_tensor) put(w, o, "tensor", tensor_json(w, &e->tensor, i));
-    if (op == REQ_OP_SCALE || op == REQ_OP_ADD || op == REQ_OP_STEER) put(w, o, "factor", cJSON_CreateNumber(e->factor));
-    if (op == REQ_OP_CALLBACK) put(w, o, "callback", cJSON_CreateNumber(e->callback));
+    if (op == REQ_OP_SCALE || op == REQ_OP_ADD || op == REQ_OP_STEER) put(w, o, "factor", number(e->factor));
+    if (op == REQ_OP_CALLBACK) put(w, o, "callback", number(e->callback));
     if (op == REQ_OP_STEER || e->has_positions) put(w, o, "positions", positions(e->positions, e->n_positions));
     if (e->n_rows) put(w, o, "rows", int_array(e->rows, e->n_rows));
     return o;
@@ -136,11 +154,11 @@ static void method_json(writer *w, const nnt_request *r, cJSON *root)
         const nnt_generate_opts *g = &r->gen;
         char seed[24];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)g->seed);
-        put(w, o, "max_new_tokens", cJSON_CreateNumber(g->max_new_tokens));
-        put(w, o, "temperature", cJSON_CreateNumber(g->temperature));
-        put(w, o, "top_k", cJSON_CreateNumber(g->top_k));
-        put(w, o, "top_p", cJSON_CreateNumber(g->top_p));
-        put(w, o, "seed", g->seed > (uint64_t)REQ_EXACT_MAX ? cJSON_CreateString(seed) : cJSON_CreateNumber((double)g->seed));
+        put(w, o, "max_new_tokens", number(g->max_new_tokens));
+        put(w, o, "temperature", number(g->temperature));
+        put(w, o, "top_k", number(g->top_k));
+        put(w, o, "top_p", number(g->top_p));
+        put(w, o, "seed", g->seed > (uint64_t)REQ_EXACT_MAX ? cJSON_CreateString(seed) : number((double)g->seed));
         put(w, o, "stop_ids", int_array((const int *)g->stop_ids, g->n_stop_ids));
         put(w, o, "ignore_eos", cJSON_CreateBool(r->ignore_eos));
         put(w, root, "generate", o);
@@ -154,7 +172,7 @@ static void method_json(writer *w, const nnt_request *r, cJSON *root)
         put(w, o, "metric", cJSON_CreateString(r->patch.metric));
         put(w, o, "value", cJSON_CreateString(r->patch.value));
         put(w, o, "positions", positions(r->patch.positions, r->patch.n_positions));
-        put(w, o, "batch", cJSON_CreateNumber(r->patch.batch));
+        put(w, o, "batch", number(r->patch.batch));
         put(w, root, "patch", o);
     } else {
         cJSON_Delete(o);
@@ -164,7 +182,7 @@ static void method_json(writer *w, const nnt_request *r, cJSON *root)
 static cJSON *request_json(writer *w, const nnt_request *r)
 {
     cJSON *root = cJSON_CreateObject();
-    put(w, root, "nnt_request", cJSON_CreateNumber(NNT_REQUEST_FORMAT));
+    put(w, root, "nnt_request", number(NNT_REQUEST_FORMAT));
     put(w, root, "method", cJSON_CreateString(nnt_method_name(r->method)));
     put(w, root, "add_special", cJSON_CreateBool(r->add_special));
     if (r->method != NNT_METHOD_PATCH) {
