@@ -52,6 +52,7 @@ static const char *path_field(const req_edit *e, nnt_status st, const char *msg)
 static nnt_status check_number(const applier *a, const char *entry, const char *sub, int v, int n, const char *what)
 {
     if (v < n) return NNT_OK;
+    if (n <= 0) return refuse(a, NNT_ERR_INDEX, entry, sub, "%s %d is out of range; the model has no %ss", what, v, what);
     return refuse(a, NNT_ERR_INDEX, entry, sub, "%s %d is out of range; the model has %ss 0..%d", what, v, what, n - 1);
 }
 

@@ -21,7 +21,7 @@ nnt_status req_fail(const req_ctx *c, nnt_status st, const char *field, const ch
 
 const char *req_field(char *buf, const char *parent, const char *key)
 {
-    snprintf(buf, REQ_FIELD_MAX, "%s%s%s", parent, *parent ? "." : "", key);
+    snprintf(buf, REQ_FIELD_MAX, "%s%s%s", parent, *parent ? "." : "", *key ? key : "\"\""); /* an empty name shows as "" */
     return buf;
 }
 

@@ -172,6 +172,11 @@ static nnt_status from_inline(const req_ctx *c, const cJSON *v, const char *fiel
     if (!data) return req_fail(c, NNT_ERR_FORMAT, f, "missing (expected an array of numbers)");
     if (!cJSON_IsArray(data)) return req_fail(c, NNT_ERR_FORMAT, f, "expected an array of numbers, got %s", req_got(data, got, sizeof got));
     int64_t count = cJSON_GetArraySize(data);
+    if (numel < 0) {
+        char sh[96];
+        return req_fail(c, NNT_ERR_FORMAT, req_field(fi, field, "shape"), "%s holds more entries than a tensor can",
+                        nnt_dims_str(ndim, shape, sh, sizeof sh));
+    }
     if (count != numel) {
         char sh[96];
         return req_fail(c, NNT_ERR_FORMAT, f, "%lld number%s, but shape %s holds %lld", (long long)count, count == 1 ? "" : "s",
