@@ -93,6 +93,10 @@ typedef struct nnt_st_file {
  * 2^53, sizes equal to numel * dtype size, names unique, and the entries tiling the data section
  * (no overlap, no gap, no byte after the last). Errors name the file and the tensor. */
 nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err);
+/* nnt_st_open's checks on safetensors bytes held in memory [size] (not copied: they must outlive
+ * *out, whose data points into them); messages name `name`. The file fields stay empty (fd -1,
+ * no map, no guard) and nnt_st_check always passes. Errors: NNT_ERR_FORMAT, NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_st_open_memory(const char *name, const void *bytes, size_t size, nnt_st_file **out, nnt_error *err);
 void nnt_st_close(nnt_st_file *f);
 /* NNT_ERR_IO naming the file when a read of its mapping raised SIGBUS (caught by the handler
  * of nnt_protect_mapped_files), or when its size or modification time differ from those at
@@ -114,6 +118,10 @@ const nnt_st_entry *nnt_st_find(const nnt_st_file *f, const char *name);
 nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
                         const nnt_tensor *const *tensors, const char *metadata_json,
                         nnt_error *err);
+/* The bytes nnt_st_write would write, in one new buffer *out (*len bytes; the caller frees it).
+ * Errors: NNT_ERR_INVALID_ARGUMENT (a device tensor, a key given twice), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_st_serialize(int n, const char *const *keys, const nnt_tensor *const *tensors, const char *metadata_json,
+                            void **out, size_t *len, nnt_error *err);
 
 /* ---- checkpoints (checkpoint.c) ---- */
 struct nnt_checkpoint {
@@ -447,6 +455,38 @@ nnt_status nnt_trace_save_every_step(nnt_trace *t, const char *path);
 int nnt_trace_take_last_result(nnt_trace *t, nnt_tensor *out);
 /* Removes the most recent request (one generation added for its own reading). */
 void nnt_trace_drop_last_request(nnt_trace *t);
+/* Requests of a request document (core/request/request_apply.c). One C API call adds one or
+ * more requests (a steer one per block, a masked fill a kept mask and the fill); `first` is
+ * nnt_trace_request_count before the call, and each function below applies to the requests
+ * added since. */
+int nnt_trace_request_count(const nnt_trace *t);
+/* Removes the requests added since `first` (after a document's entry failed). */
+void nnt_trace_drop_since(nnt_trace *t, int first);
+/* Names the requests' field in their document ("request.json: edits[2]", copied; whole: the
+ * label names the value path itself, as an entry of "saves" does, and no sub-field such as
+ * ".path" is added to it): the checks
+ * made when a run starts then name it, e.g. "request.json: edits[2].positions[0]: position -7
+ * names no token of this forward (before every row's first token): ...", "request.json:
+ * edits[0].tensor: set '...': the tensor has shape ...". Requests without a label keep the C
+ * API's messages. */
+nnt_status nnt_trace_label_since(nnt_trace *t, int first, const char *label, int whole);
+/* Restricts the requests to batch rows rows [n] (each >= 0, each once; copied) of their value's
+ * leading batch axis; checked when a run starts (a value laid out [batch ...], every row in the
+ * batch: NNT_ERR_INDEX naming "rows[k]"). A save keeps those rows, [n, ...] in the order given,
+ * before its slice; scale, zero, masked fill and steer edit only them; a callback sees them only,
+ * [n, ...]; a set or add writes them with a tensor of the value's axes after the batch axis
+ * (the same for every row; an add also takes trailing axes of it) or [n, ...] of those (row
+ * rows[k] gets entry k). Kept masks (REQ_KEEP) are not restricted; skip_layers refuses rows.
+ * Errors: NNT_ERR_INVALID_ARGUMENT (n < 1, a negative or repeated row), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_trace_limit_rows(nnt_trace *t, int first, const int *rows, int n);
+/* Makes the requests (sets and adds only) write at token positions [n] of each chosen row
+ * (nnt.h's "token positions", words included; copied) rather than the whole value: the value
+ * must be laid out [batch seq ...], and the tensor holds the axes after [batch, seq] (written
+ * at every token a position names; an add also takes trailing axes of them) or [n, ...] of those
+ * (entry k at the tokens positions[k] names), entries applied in list order. Positions that no
+ * row has are refused when a run starts, like steer's. Errors: NNT_ERR_INVALID_ARGUMENT (n < 1,
+ * a request other than set or add), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_trace_limit_positions(nnt_trace *t, int first, const int *positions, int n);
 
 /* ---- module tree (tree.c) ---- */
 nnt_tree *nnt_tree_new(void);

@@ -1,4 +1,5 @@
-/* safetensors.c - reading (memory-mapped, validated) and writing of safetensors files.
+/* safetensors.c - reading (memory-mapped, validated) and writing of safetensors files, and the
+ * same format held in memory (a request's attachment of tensors).
  * Format: 8-byte little-endian header length N, N bytes of JSON mapping tensor names to
  * {dtype, shape, data_offsets}, then the data section the offsets index. */
 #include <cjson/cJSON.h>
@@ -130,6 +131,10 @@ static int cmp_name(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+static nnt_status parse_entries(nnt_st_file *f, const cJSON *root, nnt_error *err);
+static nnt_status names_unique(const nnt_st_file *f, nnt_error *err);
+static nnt_status entries_tile(const nnt_st_file *f, nnt_error *err);
+
 static nnt_status parse_entry(const char *path, const cJSON *item, nnt_st_entry *e,
                               uint64_t data_size, nnt_error *err)
 {
@@ -200,148 +205,123 @@ static nnt_status parse_entry(const char *path, const cJSON *item, nnt_st_entry 
     return NNT_OK;
 }
 
-nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
+/* The header of the safetensors bytes [size] f holds (its map, or a caller's buffer), checked
+ * as nnt_st_open documents; fills f's data, data_size and entries. Messages name f->path. */
+static nnt_status parse_bytes(nnt_st_file *f, const uint8_t *bytes, size_t size, nnt_error *err)
 {
-    *out = NULL;
-    int fd;
-    struct stat st;
-    nnt_status opened = nnt_open_regular(path, &fd, &st, err);
-    if (opened != NNT_OK) return opened;
-    size_t size = (size_t)st.st_size;
-    if (size < 8) {
-        close(fd);
-        return nnt_err_set(err, NNT_ERR_FORMAT,
-                           "%s: truncated: %zu bytes, shorter than the 8-byte header length", path, size);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* kept open to check the mapped file for changes */
-
-    const uint8_t *bytes = map;
+    const char *path = f->path ? f->path : "safetensors";
+    if (size < 8)
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the 8-byte header length", path,
+                           size);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i];
     nnt_status status = NNT_OK;
     cJSON *root = NULL;
-    nnt_st_file *f = calloc(1, sizeof *f);
-    if (!f) {
-        munmap(map, size);
-        close(fd);
-        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    }
-    f->path = nnt_strdup(path);
-    f->map = map;
-    f->map_size = size;
-    f->fd = fd;
-    f->mtime = st.st_mtim;
-    f->guard = f->path ? nnt_guard_register(map, size, f->path) : -1;
-    if (hlen > size - 8) {
-        status = nnt_err_set(err, NNT_ERR_FORMAT,
-                             "%s: header length %llu runs past the end of the file (%zu bytes)", path,
-                             (unsigned long long)hlen, size);
-        goto fail;
-    }
-    if (hlen > MAX_HEADER_BYTES) {
-        status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit",
-                             path, (unsigned long long)hlen, MAX_HEADER_BYTES);
-        goto fail;
-    }
+    if (hlen > size - 8)
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes)",
+                           path, (unsigned long long)hlen, size);
+    if (hlen > MAX_HEADER_BYTES)
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", path,
+                           (unsigned long long)hlen, MAX_HEADER_BYTES);
     /* the header is UTF-8 JSON text: valid UTF-8, and no control byte (JSON escapes those
      * inside strings; outside them only whitespace may stand) */
     size_t valid = nnt_utf8_valid_prefix((const char *)bytes + 8, (size_t)hlen);
-    if (valid < hlen) {
-        status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header byte %zu is not valid UTF-8 (the header is UTF-8 JSON)",
-                             path, valid);
-        goto fail;
-    }
+    if (valid < hlen)
+        return nnt_err_set(err, NNT_ERR_FORMAT, "%s: header byte %zu is not valid UTF-8 (the header is UTF-8 JSON)",
+                           path, valid);
     for (size_t i = 0; i < hlen; i++) {
         uint8_t c = bytes[8 + i];
-        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-            status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: header byte %zu is the control byte 0x%02x (not JSON text)",
-                                 path, i, (unsigned)c);
-            goto fail;
-        }
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+            return nnt_err_set(err, NNT_ERR_FORMAT, "%s: header byte %zu is the control byte 0x%02x (not JSON text)",
+                               path, i, (unsigned)c);
     }
     /* the header is one JSON object; the format lets JSON whitespace pad it (its writers pad
      * with spaces to a multiple of 8 bytes), and nothing else may stand before or after it */
     const char *htext = (const char *)bytes + 8;
     size_t lead = 0;
     while (lead < hlen && is_json_space(htext[lead])) lead++;
-    if (lead == hlen || htext[lead] != '{') {
-        status = nnt_err_set(err, NNT_ERR_FORMAT,
-                             "%s: malformed header JSON (expected an object; header byte %zu is not '{')", path,
-                             lead);
-        goto fail;
-    }
+    if (lead == hlen || htext[lead] != '{')
+        return nnt_err_set(err, NNT_ERR_FORMAT,
+                           "%s: malformed header JSON (expected an object; header byte %zu is not '{')", path, lead);
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts(htext + lead, (size_t)hlen - lead, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
         long off = (root || !end) ? 0 : (long)(end - htext);
-        status = nnt_err_set(err, NNT_ERR_FORMAT,
-                             "%s: malformed header JSON (expected an object; parse stopped near header byte %ld)",
-                             path, off);
-        goto fail;
+        cJSON_Delete(root);
+        return nnt_err_set(err, NNT_ERR_FORMAT,
+                           "%s: malformed header JSON (expected an object; parse stopped near header byte %ld)", path,
+                           off);
     }
     for (size_t i = (size_t)(end - htext); i < hlen; i++)
         if (!is_json_space(htext[i])) {
-            status = nnt_err_set(err, NNT_ERR_FORMAT,
-                                 "%s: header byte %zu (0x%02x) follows the header's JSON object; only JSON "
-                                 "whitespace may pad the header",
-                                 path, i, (unsigned)(uint8_t)htext[i]);
-            goto fail;
+            cJSON_Delete(root);
+            return nnt_err_set(err, NNT_ERR_FORMAT,
+                               "%s: header byte %zu (0x%02x) follows the header's JSON object; only JSON "
+                               "whitespace may pad the header",
+                               path, i, (unsigned)(uint8_t)htext[i]);
         }
     f->data = bytes + 8 + hlen;
     f->data_size = size - 8 - hlen;
+    status = parse_entries(f, root, err);
+    /* every number passed as a whole one; now its spelling */
+    if (status == NNT_OK) status = integer_notation(path, htext + lead, (size_t)(end - htext) - lead, err);
+    if (status == NNT_OK) status = names_unique(f, err);
+    if (status == NNT_OK) status = entries_tile(f, err);
+    cJSON_Delete(root);
+    return status;
+}
+
+/* The entries of the header object root (and its __metadata__) into f->entries. */
+static nnt_status parse_entries(nnt_st_file *f, const cJSON *root, nnt_error *err)
+{
+    const char *path = f->path ? f->path : "safetensors";
     int n = cJSON_GetArraySize(root);
     f->entries = calloc((size_t)(n ? n : 1), sizeof *f->entries);
-    if (!f->entries) {
-        status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-        goto fail;
-    }
+    if (!f->entries) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     int n_meta = 0;
     for (const cJSON *item = root->child; item; item = item->next) {
+        nnt_status status;
         if (item->string && strcmp(item->string, "__metadata__") == 0) {
             status = check_metadata(path, item, ++n_meta, err);
-            if (status != NNT_OK) goto fail;
+            if (status != NNT_OK) return status;
             continue;
         }
         status = parse_entry(path, item, &f->entries[f->n_entries], f->data_size, err);
-        if (status != NNT_OK) goto fail;
+        if (status != NNT_OK) return status;
         f->n_entries++;
     }
-    /* every number passed as a whole one; now its spelling */
-    if ((status = integer_notation(path, htext + lead, (size_t)(end - htext) - lead, err)) != NNT_OK) goto fail;
-    /* a name given twice (JSON allows it; the format does not) */
-    if (f->n_entries > 1) {
-        const char **names = malloc((size_t)f->n_entries * sizeof *names);
-        if (!names) {
-            status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-            goto fail;
-        }
-        for (int i = 0; i < f->n_entries; i++) names[i] = f->entries[i].name;
-        qsort(names, (size_t)f->n_entries, sizeof *names, cmp_name);
-        for (int i = 1; i < f->n_entries; i++)
-            if (strcmp(names[i], names[i - 1]) == 0) {
-                status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' is named twice in the header", path, names[i]);
-                free(names);
-                goto fail;
-            }
-        free(names);
-    }
-    /* the tensors tile the data section, as the format requires: sorted by offset, each begins
-     * where the previous one ends (no overlap, no unused gap; an empty tensor sits at the offset
-     * where it stands), and the last ends at the end of the file */
+    return NNT_OK;
+}
+
+/* A name given twice (JSON allows it; the format does not). */
+static nnt_status names_unique(const nnt_st_file *f, nnt_error *err)
+{
+    if (f->n_entries < 2) return NNT_OK;
+    const char **names = malloc((size_t)f->n_entries * sizeof *names);
+    if (!names) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    for (int i = 0; i < f->n_entries; i++) names[i] = f->entries[i].name;
+    qsort(names, (size_t)f->n_entries, sizeof *names, cmp_name);
+    nnt_status status = NNT_OK;
+    for (int i = 1; i < f->n_entries && status == NNT_OK; i++)
+        if (strcmp(names[i], names[i - 1]) == 0)
+            status = nnt_err_set(err, NNT_ERR_FORMAT, "%s: tensor '%s' is named twice in the header",
+                                 f->path ? f->path : "safetensors", names[i]);
+    free(names);
+    return status;
+}
+
+/* The tensors tile the data section, as the format requires: sorted by offset, each begins
+ * where the previous one ends (no overlap, no unused gap; an empty tensor sits at the offset
+ * where it stands), and the last ends at the end of the file. */
+static nnt_status entries_tile(const nnt_st_file *f, nnt_error *err)
+{
+    const char *path = f->path ? f->path : "safetensors";
     uint64_t reach = 0;
     const char *last = NULL; /* the tensor ending at reach (an entry's name, owned by f) */
+    nnt_status status = NNT_OK;
     if (f->n_entries > 0) {
         nnt_st_entry *sorted = malloc((size_t)f->n_entries * sizeof *sorted);
-        if (!sorted) {
-            status = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-            goto fail;
-        }
+        if (!sorted) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         memcpy(sorted, f->entries, (size_t)f->n_entries * sizeof *sorted);
         qsort(sorted, (size_t)f->n_entries, sizeof *sorted, cmp_begin);
         int prev = -1; /* the last tensor with bytes, whose end is reach */
@@ -365,27 +345,77 @@ nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
             }
         }
         free(sorted);
-        if (status != NNT_OK) goto fail;
+        if (status != NNT_OK) return status;
     }
-    if (reach != f->data_size) {
-        status = nnt_err_set(err, NNT_ERR_FORMAT,
-                             "%s: the data section holds %llu bytes but its tensors end at byte %llu%s%s%s; the "
-                             "format allows no bytes after the last tensor",
-                             path, (unsigned long long)f->data_size, (unsigned long long)reach,
-                             last ? " (tensor '" : "", last ? last : "", last ? "')" : "");
-        goto fail;
+    if (reach != f->data_size)
+        return nnt_err_set(err, NNT_ERR_FORMAT,
+                           "%s: the data section holds %llu bytes but its tensors end at byte %llu%s%s%s; the "
+                           "format allows no bytes after the last tensor",
+                           path, (unsigned long long)f->data_size, (unsigned long long)reach, last ? " (tensor '" : "",
+                           last ? last : "", last ? "')" : "");
+    return NNT_OK;
+}
+
+nnt_status nnt_st_open(const char *path, nnt_st_file **out, nnt_error *err)
+{
+    *out = NULL;
+    int fd;
+    struct stat st;
+    nnt_status opened = nnt_open_regular(path, &fd, &st, err);
+    if (opened != NNT_OK) return opened;
+    size_t size = (size_t)st.st_size;
+    if (size < 8) {
+        close(fd);
+        return nnt_err_set(err, NNT_ERR_FORMAT,
+                           "%s: truncated: %zu bytes, shorter than the 8-byte header length", path, size);
     }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* kept open to check the mapped file for changes */
+    nnt_st_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        munmap(map, size);
+        close(fd);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    f->path = nnt_strdup(path);
+    f->map = map;
+    f->map_size = size;
+    f->fd = fd;
+    f->mtime = st.st_mtim;
+    f->guard = f->path ? nnt_guard_register(map, size, f->path) : -1;
+    nnt_status status = f->path ? parse_bytes(f, map, size, err) : nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     /* the file as validated must be the file now (a truncation while the header was read
      * faults, with the guard installed, into zero bytes the checks above may have taken) */
-    if ((status = nnt_st_check(f, err)) != NNT_OK) goto fail;
-    cJSON_Delete(root);
+    if (status == NNT_OK) status = nnt_st_check(f, err);
+    if (status != NNT_OK) {
+        if (nnt_guard_faulted(f->guard, NULL)) status = nnt_st_check(f, err); /* the fault explains the error */
+        nnt_st_close(f);
+        return status;
+    }
     *out = f;
     return NNT_OK;
-fail:
-    if (nnt_guard_faulted(f->guard, NULL)) status = nnt_st_check(f, err); /* the fault explains the error */
-    cJSON_Delete(root);
-    nnt_st_close(f);
-    return status;
+}
+
+nnt_status nnt_st_open_memory(const char *name, const void *bytes, size_t size, nnt_st_file **out, nnt_error *err)
+{
+    *out = NULL;
+    nnt_st_file *f = calloc(1, sizeof *f);
+    if (!f) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    f->fd = -1;
+    f->guard = -1;
+    f->path = nnt_strdup(name ? name : "safetensors");
+    nnt_status status = f->path ? parse_bytes(f, bytes, size, err) : nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (status != NNT_OK) {
+        nnt_st_close(f);
+        return status;
+    }
+    *out = f;
+    return NNT_OK;
 }
 
 void nnt_st_close(nnt_st_file *f)
@@ -403,6 +433,7 @@ void nnt_st_close(nnt_st_file *f)
 nnt_status nnt_st_check(const nnt_st_file *f, nnt_error *err)
 {
     uint64_t at = 0;
+    if (f->fd < 0) return NNT_OK; /* bytes in memory (nnt_st_open_memory): nothing can change under them */
     if (nnt_guard_faulted(f->guard, &at))
         return nnt_err_set(err, NNT_ERR_IO,
                            "%s: reading the mapped file failed at byte %llu (SIGBUS): it was truncated, or could not "
@@ -446,9 +477,11 @@ static int write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
-nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
-                        const nnt_tensor *const *tensors, const char *metadata_json,
-                        nnt_error *err)
+/* The header of n host tensors under keys (unique) with optional metadata, as the bytes that
+ * precede the data: the 8-byte length and the JSON padded with spaces to a multiple of 8.
+ * *out (malloc'd, *len bytes) is the caller's. Messages name `name`. */
+static nnt_status st_header(const char *name, int n, const char *const *keys, const nnt_tensor *const *tensors,
+                            const char *metadata_json, uint8_t **out, size_t *len, nnt_error *err)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
@@ -461,7 +494,7 @@ nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
         const nnt_tensor *t = tensors[i];
         if (t->device) {
             cJSON_Delete(root);
-            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not in host memory", path, keys[i]);
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not in host memory", name, keys[i]);
         }
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "dtype", nnt_dtype_name(t->dtype));
@@ -475,15 +508,62 @@ nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
         if (cJSON_GetObjectItemCaseSensitive(root, keys[i])) {
             cJSON_Delete(e);
             cJSON_Delete(root);
-            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "%s: key '%s' appears twice", path, keys[i]);
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "%s: key '%s' appears twice", name, keys[i]);
         }
         cJSON_AddItemToObject(root, keys[i], e);
     }
     char *header = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!header) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    size_t hlen = strlen(header);
-    size_t padded = (hlen + 7) & ~(size_t)7;
+    size_t hlen = strlen(header), padded = (hlen + 7) & ~(size_t)7;
+    *out = malloc(8 + padded);
+    if (!*out) {
+        free(header);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    for (int i = 0; i < 8; i++) (*out)[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(*out + 8, header, hlen);
+    memset(*out + 8 + hlen, ' ', padded - hlen);
+    *len = 8 + padded;
+    free(header);
+    return NNT_OK;
+}
+
+nnt_status nnt_st_serialize(int n, const char *const *keys, const nnt_tensor *const *tensors, const char *metadata_json,
+                            void **out, size_t *out_len, nnt_error *err)
+{
+    *out = NULL;
+    *out_len = 0;
+    uint8_t *head;
+    size_t hlen, total;
+    nnt_status st = st_header("safetensors", n, keys, tensors, metadata_json, &head, &hlen, err);
+    if (st != NNT_OK) return st;
+    total = hlen;
+    for (int i = 0; i < n; i++) total += nnt_tensor_nbytes(tensors[i]);
+    uint8_t *buf = realloc(head, total ? total : 1);
+    if (!buf) {
+        free(head);
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for %zu bytes of safetensors", total);
+    }
+    size_t at = hlen;
+    for (int i = 0; i < n; i++) {
+        size_t bytes = nnt_tensor_nbytes(tensors[i]);
+        if (bytes) memcpy(buf + at, tensors[i]->data, bytes);
+        at += bytes;
+    }
+    *out = buf;
+    *out_len = total;
+    return NNT_OK;
+}
+
+nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
+                        const nnt_tensor *const *tensors, const char *metadata_json,
+                        nnt_error *err)
+{
+    uint8_t *header;
+    size_t hbytes;
+    nnt_status hst = st_header(path, n, keys, tensors, metadata_json, &header, &hbytes, err);
+    if (hst != NNT_OK) return hst;
 
     /* the file written is the one the path names: through a symbolic link, and never a device
      * or other special file, which a rename would replace */
@@ -531,10 +611,7 @@ nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
         free(target);
         return st;
     }
-    uint8_t len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    int bad = write_all(fd, len8, 8) || write_all(fd, header, hlen);
-    for (size_t i = hlen; i < padded && !bad; i++) bad = write_all(fd, " ", 1);
+    int bad = write_all(fd, header, hbytes);
     for (int i = 0; i < n && !bad; i++) bad = write_all(fd, tensors[i]->data, nnt_tensor_nbytes(tensors[i]));
     free(header);
     int sync_failed = bad ? 1 : fsync(fd) != 0;

@@ -33,8 +33,14 @@ typedef struct request {
     int64_t equals;
     nnt_value_id where_slot; /* MASKED_FILL: the value whose entries are compared; COPY_FROM: the source */
     int where_layer;     /* COPY_FROM: the source's block */
-    int *positions;      /* STEER: sequence positions (negative: from the end), NULL for all */
+    int *positions;      /* STEER: sequence positions (negative: from the end), NULL for all;
+                          * SET / ADD with by_position: the tokens written (nnt_trace_limit_positions) */
     int n_positions;
+    int by_position;     /* SET / ADD: written at `positions` of each row, not as a whole value */
+    int *rows;           /* batch rows the request applies to (nnt_trace_limit_rows); NULL: every row */
+    int n_rows;
+    char *label;         /* the request's field in a request document, for messages; NULL: none */
+    int label_whole;     /* the label names the path itself (an entry of "saves"): no sub-field follows it */
     int step_from, step_to; /* the session steps it applies at; step_to < 0: no end */
     int n_slice;            /* SAVE: items of its [...] slice (0: the whole value) */
     struct slice_item {
@@ -165,6 +171,8 @@ void nnt_trace_free(nnt_trace *t)
     for (int i = 0; i < t->n_reqs; i++) {
         free(t->reqs[i].text);
         free(t->reqs[i].positions);
+        free(t->reqs[i].rows);
+        free(t->reqs[i].label);
         nnt_tensor_free(&t->reqs[i].param);
     }
     free(t->reqs);
@@ -475,6 +483,8 @@ static void pop_request(nnt_trace *t)
     request *r = &t->reqs[--t->n_reqs];
     free(r->text);
     free(r->positions);
+    free(r->rows);
+    free(r->label);
     nnt_tensor_free(&r->param);
 }
 
@@ -573,6 +583,90 @@ void nnt_trace_drop_last_request(nnt_trace *t)
         pop_request(t);
         free_cells(t);
     }
+}
+
+int nnt_trace_request_count(const nnt_trace *t)
+{
+    return t ? t->n_reqs : 0;
+}
+
+void nnt_trace_drop_since(nnt_trace *t, int first)
+{
+    if (!t) return;
+    while (t->n_reqs > first && t->n_reqs > 0) pop_request(t);
+    free_cells(t);
+}
+
+nnt_status nnt_trace_label_since(nnt_trace *t, int first, const char *label, int whole)
+{
+    if (!t || !label) return NNT_ERR_INVALID_ARGUMENT;
+    for (int i = first < 0 ? 0 : first; i < t->n_reqs; i++) {
+        char *copy = nnt_strdup(label);
+        if (!copy) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
+        free(t->reqs[i].label);
+        t->reqs[i].label = copy;
+        t->reqs[i].label_whole = whole;
+    }
+    return NNT_OK;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* A copy of list [n] for a request (sorted when `sorted`, to find a repeat). */
+static int *copy_list(const int *list, int n, int sorted)
+{
+    int *c = malloc((size_t)n * sizeof *c);
+    if (c) memcpy(c, list, (size_t)n * sizeof *c);
+    if (c && sorted) qsort(c, (size_t)n, sizeof *c, cmp_int);
+    return c;
+}
+
+nnt_status nnt_trace_limit_rows(nnt_trace *t, int first, const int *rows, int n)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_error *err = rt_err(t);
+    if (n < 1 || !rows) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "rows: at least one batch row is needed");
+    int *sorted = copy_list(rows, n, 1);
+    if (!sorted) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    nnt_status st = NNT_OK;
+    for (int k = 0; k < n && st == NNT_OK; k++)
+        if (sorted[k] < 0 || (k && sorted[k] == sorted[k - 1]))
+            st = nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "rows: row %d %s", sorted[k],
+                             sorted[k] < 0 ? "is negative" : "is named twice");
+    free(sorted);
+    for (int i = first < 0 ? 0 : first; st == NNT_OK && i < t->n_reqs; i++) {
+        request *r = &t->reqs[i];
+        if (r->kind == REQ_KEEP) continue; /* a mask or source kept whole for a later edit */
+        if (r->kind == REQ_COPY_FROM)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "'%s': skip_layers applies to every row", r->text);
+        free(r->rows);
+        if (!(r->rows = copy_list(rows, n, 0))) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        r->n_rows = n;
+    }
+    free_cells(t);
+    return st;
+}
+
+nnt_status nnt_trace_limit_positions(nnt_trace *t, int first, const int *positions, int n)
+{
+    if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_error *err = rt_err(t);
+    if (n < 1 || !positions) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions: at least one is needed");
+    for (int i = first < 0 ? 0 : first; i < t->n_reqs; i++) {
+        request *r = &t->reqs[i];
+        if (r->kind != REQ_SET && r->kind != REQ_ADD)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "'%s': only set and add take token positions", r->text);
+        free(r->positions);
+        if (!(r->positions = copy_list(positions, n, 0))) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        r->n_positions = n;
+        r->by_position = 1;
+    }
+    free_cells(t);
+    return NNT_OK;
 }
 
 nnt_status nnt_trace_ablate_expert(nnt_trace *t, int layer, int expert)
@@ -720,35 +814,51 @@ static int position_reached(int q, const int *lens, int B, int from, int to)
     return 0;
 }
 
+/* The message of position k of request r that names no token of the run (see below). */
+static nnt_status position_unreached(const request *r, int k, int longest, int from, int to, int n_steps,
+                                     nnt_error *err)
+{
+    int q = r->positions[k];
+    char word[32], where[320];
+    if (q == NNT_POS_PROMPT || q == NNT_POS_GENERATED)
+        snprintf(word, sizeof word, "'%s'", q == NNT_POS_PROMPT ? "prompt" : "generated");
+    else
+        snprintf(word, sizeof word, "%d", q);
+    /* a request of a request document names its field; the C API's names the call */
+    if (r->label)
+        snprintf(where, sizeof where, "%s.positions[%d]: position", r->label, k);
+    else
+        snprintf(where, sizeof where, "%s %s: position", r->kind == REQ_STEER ? "steer" : r->kind == REQ_SET ? "set" : "add",
+                 r->text);
+    const char *why = !r->label ? "" /* the C API's message as it was */
+                      : q == NNT_POS_GENERATED            ? ""
+                      : q >= 0                            ? " (past every row's last token)"
+                                                          : " (before every row's first token)";
+    if (n_steps == 1)
+        return nnt_err_set(err, NNT_ERR_INDEX,
+                           "%s %s names no token of this forward%s: its longest row has %d tokens (positions 0..%d, or "
+                           "-%d..-1 from the row's end)%s",
+                           where, word, why, longest, longest - 1, longest,
+                           q == NNT_POS_GENERATED ? "; a single forward has no generated token" : "");
+    return nnt_err_set(err, NNT_ERR_INDEX,
+                       "%s %s names no token processed at steps %d..%d%s: the longest prompt has %d tokens (positions "
+                       "0..%d) and step s >= 1 feeds the row's token (prompt length + s - 1), up to position %d at "
+                       "step %d",
+                       where, word, from, to, why, longest, longest - 1, longest + n_steps - 2, n_steps - 1);
+}
+
 nnt_status nnt_trace_check_positions(nnt_trace *t, const int *lens, int B, int n_steps, nnt_error *err)
 {
     int longest = 0;
     for (int b = 0; b < B; b++) longest = lens[b] > longest ? lens[b] : longest;
     for (int i = 0; i < t->n_reqs; i++) {
         const request *r = &t->reqs[i];
-        if (r->kind != REQ_STEER) continue;
+        if (r->kind != REQ_STEER && !r->by_position) continue;
         int from = r->step_from, to = r->step_to < 0 || r->step_to >= n_steps ? n_steps - 1 : r->step_to;
         if (from > to) continue; /* applies at no step of this run */
-        for (int k = 0; k < r->n_positions; k++) {
-            int q = r->positions[k];
-            if (position_reached(q, lens, B, from, to)) continue;
-            char word[32];
-            if (q == NNT_POS_PROMPT || q == NNT_POS_GENERATED)
-                snprintf(word, sizeof word, "'%s'", q == NNT_POS_PROMPT ? "prompt" : "generated");
-            else
-                snprintf(word, sizeof word, "%d", q);
-            if (n_steps == 1)
-                return nnt_err_set(err, NNT_ERR_INDEX,
-                                   "steer %s: position %s names no token of this forward: its longest row has %d "
-                                   "tokens (positions 0..%d, or -%d..-1 from the row's end)%s",
-                                   r->text, word, longest, longest - 1, longest,
-                                   q == NNT_POS_GENERATED ? "; a single forward has no generated token" : "");
-            return nnt_err_set(err, NNT_ERR_INDEX,
-                               "steer %s: position %s names no token processed at steps %d..%d: the longest prompt "
-                               "has %d tokens (positions 0..%d) and step s >= 1 feeds the row's token (prompt "
-                               "length + s - 1), up to position %d at step %d",
-                               r->text, word, from, to, longest, longest - 1, longest + n_steps - 2, n_steps - 1);
-        }
+        for (int k = 0; k < r->n_positions; k++)
+            if (!position_reached(r->positions[k], lens, B, from, to))
+                return position_unreached(r, k, longest, from, to, n_steps, err);
     }
     return NNT_OK;
 }
@@ -771,18 +881,101 @@ static cell *cell_at(nnt_trace *t, int layer, nnt_value_id slot)
     return &t->cells[idx];
 }
 
-/* Checks the shape of a SET / ADD tensor, or of a masked fill's mask, against the value. */
-static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const nnt_value_info *vi)
+/* 1 when shape [nd] equals [n_sel] + unit[und] (n_sel < 0: unit alone). */
+static int shape_is(int nd, const int64_t *shape, int64_t n_sel, int und, const int64_t *unit)
+{
+    if (n_sel >= 0) return nd == und + 1 && shape[0] == n_sel && nnt_shape_equal(nd - 1, shape + 1, und, unit);
+    return nnt_shape_equal(nd, shape, und, unit);
+}
+
+/* 1 when shape [nd] is trailing axes of unit [und] (the C API's broadcast of an add). */
+static int shape_trails(int nd, const int64_t *shape, int und, const int64_t *unit)
+{
+    int ok = nd <= und;
+    for (int i = 0; ok && i < nd; i++) ok = shape[nd - 1 - i] == unit[und - 1 - i];
+    return ok;
+}
+
+/* The tensor of a SET / ADD restricted to rows or token positions: the value's axes after the
+ * batch axis (rows) or after [batch, seq] (positions) - the unit one row or token holds - or
+ * [n, ...unit] for one unit per listed row (or position); an add also takes trailing axes of
+ * the unit, broadcast as nnt_trace_add broadcasts. */
+static nnt_status check_limited_param(nnt_trace *t, const request *r, const char *path, const nnt_value_info *vi)
+{
+    int skip = r->by_position ? 2 : 1;
+    int64_t n_sel = r->by_position ? r->n_positions : r->n_rows;
+    const nnt_tensor *p = &r->param;
+    if (vi->ndim < skip) return NNT_OK; /* refused by check_layout */
+    const int64_t *unit = vi->shape + skip;
+    int und = vi->ndim - skip;
+    if (shape_is(p->ndim, p->shape, -1, und, unit) || shape_is(p->ndim, p->shape, n_sel, und, unit) ||
+        (r->kind == REQ_ADD && shape_trails(p->ndim, p->shape, und, unit)))
+        return NNT_OK;
+    char got[96], want[96], value[96];
+    return nnt_err_set(rt_err(t), NNT_ERR_SHAPE,
+                       "%s '%s' at given %s: the tensor has shape %s; it must be %s (what one %s of %s %s holds%s) or "
+                       "[%lld, ...] (one for each of the %lld %s given)",
+                       r->kind == REQ_SET ? "set" : "add", r->text, r->by_position ? "positions" : "rows",
+                       nnt_shape_str(p, got, sizeof got), nnt_dims_str(und, unit, want, sizeof want),
+                       r->by_position ? "token" : "row", path, nnt_dims_str(vi->ndim, vi->shape, value, sizeof value),
+                       r->kind == REQ_ADD ? ", or its trailing axes" : "", (long long)n_sel, (long long)n_sel,
+                       r->by_position ? "positions" : "rows");
+}
+
+/* Checks a request restricted to rows or positions against the value and the call: the value
+ * is laid out [batch ...] (rows) or [batch seq ...] (positions), and every row is in the batch. */
+static nnt_status check_layout(nnt_trace *t, const request *r, const char *path, const nnt_value_info *vi,
+                               const nnt_call_dims *dims, const char **field)
+{
+    nnt_error *err = rt_err(t);
+    const char *axes = vi->axes ? vi->axes : "";
+    int has_batch = strncmp(axes, "[batch ", 7) == 0 || strcmp(axes, "[batch]") == 0;
+    int has_seq = strncmp(axes, "[batch seq ", 11) == 0 || strcmp(axes, "[batch seq]") == 0;
+    if (r->n_rows && (!has_batch || vi->ndim < 1 || vi->shape[0] != dims->batch)) {
+        *field = ".rows";
+        return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': %s is laid out %s, without a batch axis to choose rows of", r->text,
+                           path, axes);
+    }
+    if (r->by_position && (!has_seq || vi->ndim < 2 || vi->shape[1] != dims->seq)) {
+        *field = ".positions";
+        return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': %s is laid out %s, without a token axis after the batch axis",
+                           r->text, path, axes);
+    }
+    for (int k = 0; k < r->n_rows; k++)
+        if (r->rows[k] >= dims->batch) {
+            char f[48];
+            snprintf(f, sizeof f, ".rows[%d]", k);
+            *field = NULL; /* named in the message itself */
+            return nnt_err_set(err, NNT_ERR_INDEX, "%s%s: row %d is outside the batch of this call (rows 0..%d)",
+                               r->label ? r->label : "", r->label ? f : f + 1, r->rows[k], dims->batch - 1);
+        }
+    if ((r->kind == REQ_SET || r->kind == REQ_ADD) && (r->n_rows || r->by_position)) {
+        *field = ".tensor";
+        return check_limited_param(t, r, path, vi);
+    }
+    return NNT_OK;
+}
+
+/* Checks the shape of a SET / ADD tensor, or of a masked fill's mask, against the value; *field
+ * names the part of a request document's entry at fault (".tensor", ".where", ...). */
+static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const nnt_value_info *vi, const char **field)
 {
     nnt_error *err = rt_err(t);
     char want[96], got[96], path[160];
     nnt_path_format(r->path.slot, layer, path, sizeof path);
-    if (r->kind == REQ_SET) {
+    *field = ".tensor";
+    int limited = r->n_rows || r->by_position;
+    if (limited) {
+        nnt_status st = check_layout(t, r, path, vi, &t->dims, field);
+        if (st != NNT_OK) return st;
+        *field = ".tensor";
+    }
+    if (r->kind == REQ_SET && !limited) {
         if (!nnt_shape_equal(r->param.ndim, r->param.shape, vi->ndim, vi->shape))
             return nnt_err_set(err, NNT_ERR_SHAPE, "set '%s': the tensor has shape %s, the value %s is %s",
                                r->text, nnt_shape_str(&r->param, got, sizeof got), path,
                                nnt_dims_str(vi->ndim, vi->shape, want, sizeof want));
-    } else if (r->kind == REQ_ADD) {
+    } else if (r->kind == REQ_ADD && !limited) {
         int ok = r->param.ndim <= vi->ndim;
         for (int i = 0; ok && i < r->param.ndim; i++)
             ok = r->param.shape[r->param.ndim - 1 - i] == vi->shape[vi->ndim - 1 - i];
@@ -792,6 +985,7 @@ static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const 
                                r->text, nnt_shape_str(&r->param, got, sizeof got), path,
                                nnt_dims_str(vi->ndim, vi->shape, want, sizeof want));
     }
+    *field = "";
     if (r->kind == REQ_COPY_FROM) {
         nnt_value_info si;
         nnt_status st = nnt_model_slot_info(t->m, r->where_layer, r->where_slot, &t->dims, &si, err);
@@ -800,15 +994,17 @@ static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const 
             return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': the source has shape %s, the value %s", r->text,
                                nnt_dims_str(si.ndim, si.shape, got, sizeof got), nnt_dims_str(vi->ndim, vi->shape, want, sizeof want));
     }
+    *field = ".tensor";
     if ((r->kind == REQ_SET || r->kind == REQ_ADD) &&
         (!nnt_dtype_is_float(r->param.dtype)) != (!nnt_dtype_is_float(vi->dtype)))
         return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': the tensor has dtype %s, the value %s is %s",
                            r->text, nnt_dtype_name(r->param.dtype), path, nnt_dtype_name(vi->dtype));
     if ((r->kind == REQ_SCALE || r->kind == REQ_ADD || r->kind == REQ_MASKED_FILL || r->kind == REQ_STEER) &&
         !nnt_dtype_is_float(vi->dtype))
-        return nnt_err_set(err, NNT_ERR_SHAPE, "'%s': %s holds %s; scale, add and fill need a float value",
+        return *field = ".path", nnt_err_set(err, NNT_ERR_SHAPE, "'%s': %s holds %s; scale, add and fill need a float value",
                            r->text, path, nnt_dtype_name(vi->dtype));
     if (r->kind == REQ_MASKED_FILL) {
+        *field = ".where";
         nnt_value_info wi;
         nnt_status st = nnt_model_slot_info(t->m, layer, r->where_slot, &t->dims, &wi, err);
         if (st != NNT_OK) return st;
@@ -862,14 +1058,22 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             nnt_status st = nnt_model_slot_info(t->m, l, r->path.slot, dims, &vi, rt_err(t));
             if (st != NNT_OK) return st;
             if (!vi.served) continue; /* a "*" request skips blocks that lack the value */
-            st = check_shapes(t, r, l, &vi);
+            const char *field = "";
+            st = check_shapes(t, r, l, &vi, &field);
             if (st == NNT_OK && r->n_slice) {
                 axis_sel ax[NNT_MAX_DIMS];
                 char path[160];
+                int64_t shape[NNT_MAX_DIMS];
+                memcpy(shape, vi.shape, sizeof shape);
+                if (r->n_rows && vi.ndim > 0) shape[0] = r->n_rows; /* the slice applies to the rows kept */
                 nnt_path_format(r->path.slot, l, path, sizeof path);
-                st = slice_resolve(r, path, vi.ndim, vi.shape, vi.axes, ax, rt_err(t));
+                field = ".path";
+                st = slice_resolve(r, path, vi.ndim, shape, vi.axes, ax, rt_err(t));
             }
-            if (st != NNT_OK) return st;
+            if (st != NNT_OK) {
+                if (r->label && field) nnt_err_prefix(rt_err(t), "%s%s", r->label, r->label_whole ? "" : field);
+                return st;
+            }
             cell *c = cell_at(t, l, r->path.slot);
             if (cell_push(c, i) != NNT_OK) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
             c->dtype = vi.dtype;
@@ -922,6 +1126,37 @@ static nnt_status host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst
     return be->ops.download(be->be_ctx, dst->data, src->data, bytes, run->err);
 }
 
+/* What save request rq keeps of value (host or device) under key `path`: the value, its rows
+ * (nnt_trace_limit_rows), then its slice; a device value passes through host memory once. */
+static nnt_status rows_gather(nnt_run *run, const request *r, const nnt_tensor *v, nnt_tensor *out);
+
+static nnt_status save_copy(nnt_run *run, const request *rq, const char *path, const nnt_tensor *value, nnt_tensor *out)
+{
+    if (!rq->n_slice && !rq->n_rows) return host_copy(run, value, out);
+    nnt_tensor tmp = {0}, rows = {0};
+    const nnt_tensor *src = value;
+    nnt_status st = NNT_OK;
+    if (value->device) {
+        st = host_copy(run, value, &tmp);
+        src = &tmp;
+    }
+    if (st == NNT_OK && rq->n_rows) {
+        st = rows_gather(run, rq, src, &rows);
+        src = &rows;
+    }
+    if (st == NNT_OK && !rq->n_slice) { /* the rows alone: handed over as they are */
+        *out = rows;
+        rows = (nnt_tensor){0};
+    } else if (st == NNT_OK) {
+        axis_sel ax[NNT_MAX_DIMS];
+        st = slice_resolve(rq, path, src->ndim, src->shape, NULL, ax, run->err);
+        if (st == NNT_OK) st = slice_copy(src, ax, out, run->err);
+    }
+    nnt_tensor_free(&rows);
+    nnt_tensor_free(&tmp);
+    return st;
+}
+
 static nnt_status push_result(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *value)
 {
     nnt_trace *t = run->trace;
@@ -954,31 +1189,12 @@ static nnt_status push_result(nnt_run *run, nnt_value_id slot, int layer, nnt_te
     res->layer = layer;
     res->step = run->step;
     const request *rq = &t->reqs[run->current_request];
-    if (!value) {
-        res->none = 1;
-    } else if (!rq->n_slice) {
-        nnt_status st = host_copy(run, value, &res->t);
-        if (st != NNT_OK) {
-            free(res->path);
-            return st;
-        }
-    } else { /* only the slice is kept (a device value passes through host memory once) */
-        nnt_tensor tmp = {0};
-        const nnt_tensor *src = value;
-        axis_sel ax[NNT_MAX_DIMS];
-        nnt_status st = NNT_OK;
-        if (value->device) {
-            st = host_copy(run, value, &tmp);
-            src = &tmp;
-        }
-        if (st == NNT_OK) st = slice_resolve(rq, path, src->ndim, src->shape, NULL, ax, run->err);
-        if (st == NNT_OK) st = slice_copy(src, ax, &res->t, run->err);
-        nnt_tensor_free(&tmp);
-        if (st != NNT_OK) {
-            free(res->path);
-            return st;
-        }
+    nnt_status st = value ? save_copy(run, rq, path, value, &res->t) : NNT_OK;
+    if (st != NNT_OK) {
+        free(res->path);
+        return st;
     }
+    res->none = value == NULL;
     t->n_results++;
     return NNT_OK;
 }
@@ -1016,70 +1232,226 @@ static void store_f(nnt_tensor *v, int64_t i, double x)
         ((uint16_t *)v->data)[i] = nnt_f32_to_f16((float)x);
 }
 
-/* Whether a list of positions (nnt.h, "token positions"; n == 0: every token) chooses the token
- * at position p of a row whose newest token so far is end - 1, in a call at session step `step`. */
+/* Whether position q of a list (nnt.h, "token positions") names the token at position p of a row
+ * whose newest token so far is end - 1, in a call at session step `step`. */
+static int position_names(int q, int step, int p, int end)
+{
+    if (q == NNT_POS_ALL || (q == NNT_POS_PROMPT && step == 0) || (q == NNT_POS_GENERATED && step > 0)) return 1;
+    if (q == NNT_POS_PROMPT || q == NNT_POS_GENERATED) return 0;
+    return q >= 0 ? q == p : (int64_t)end + q == p;
+}
+
+/* Whether a list of positions (n == 0: every token) chooses that token. */
 static int position_chosen(const int *list, int n, int step, int p, int end)
 {
     if (n == 0) return 1;
-    for (int i = 0; i < n; i++) {
-        int q = list[i];
-        if (q == NNT_POS_ALL || (q == NNT_POS_PROMPT && step == 0) || (q == NNT_POS_GENERATED && step > 0)) return 1;
-        if (q == NNT_POS_PROMPT || q == NNT_POS_GENERATED) continue;
-        if (q >= 0 ? q == p : (int64_t)end + q == p) return 1;
-    }
+    for (int i = 0; i < n; i++)
+        if (position_names(list[i], step, p, end)) return 1;
     return 0;
+}
+
+/* The rows request r edits, k = 0 .. n_sel - 1: row_of(r, k), every row of a batch of B when r
+ * names none. */
+static int64_t rows_chosen(const request *r, int64_t B)
+{
+    return r->n_rows ? r->n_rows : B;
+}
+static int64_t row_of(const request *r, int64_t k)
+{
+    return r->n_rows ? r->rows[k] : k;
+}
+
+/* A host copy [n_rows, ...] of request r's rows of host value v (the rows in r's order). */
+static nnt_status rows_gather(nnt_run *run, const request *r, const nnt_tensor *v, nnt_tensor *out)
+{
+    int64_t shape[NNT_MAX_DIMS];
+    memcpy(shape, v->shape, sizeof shape);
+    shape[0] = r->n_rows;
+    if (nnt_tensor_alloc(out, v->dtype, v->ndim, shape) != NNT_OK)
+        return nnt_err_set(run->err, NNT_ERR_OUT_OF_MEMORY, "no memory for the rows of a value");
+    size_t row = v->shape[0] ? nnt_tensor_nbytes(v) / (size_t)v->shape[0] : 0;
+    for (int k = 0; k < r->n_rows; k++)
+        memcpy((char *)out->data + (size_t)k * row, (const char *)v->data + (size_t)r->rows[k] * row, row);
+    return NNT_OK;
+}
+
+/* Writes part [n_rows, ...] (rows_gather's) back into host value v. */
+static void rows_scatter(const request *r, const nnt_tensor *part, nnt_tensor *v)
+{
+    size_t row = v->shape[0] ? nnt_tensor_nbytes(v) / (size_t)v->shape[0] : 0;
+    for (int k = 0; k < r->n_rows; k++)
+        memcpy((char *)v->data + (size_t)r->rows[k] * row, (const char *)part->data + (size_t)k * row, row);
+}
+
+/* The edit callback of r, on the rows r chooses: a callback of a request limited to rows sees
+ * those rows only, [n_rows, ...] in the order given. */
+static nnt_status apply_callback(nnt_run *run, const request *r, const char *path, int layer, nnt_tensor *v)
+{
+    nnt_tensor part = {0}, *target = v;
+    if (r->n_rows) {
+        nnt_status st = rows_gather(run, r, v, &part);
+        if (st != NNT_OK) return st;
+        target = &part;
+    }
+    nnt_error cb;
+    nnt_err_clear(&cb);
+    nnt_status st = r->fn(r->user, path, layer, target, &cb);
+    if (st != NNT_OK) {
+        nnt_tensor_free(&part);
+        return nnt_err_set(run->err, NNT_ERR_CALLBACK, "edit callback on %s failed (%s): %s", path, nnt_status_str(st),
+                           cb.msg[0] ? cb.msg : "no message");
+    }
+    if (r->n_rows) rows_scatter(r, &part, v);
+    nnt_tensor_free(&part);
+    return NNT_OK;
+}
+
+/* SET (add 0) or ADD (add 1) on the rows r chooses, whole: the tensor is one row's unit
+ * (broadcast: an add may give trailing axes of it) or one unit per listed row. */
+static void apply_rows_write(const request *r, nnt_tensor *v, int add)
+{
+    int64_t B = v->shape[0], per_row = B ? nnt_tensor_numel(v) / B : 0, pn = nnt_tensor_numel(&r->param);
+    int each = r->param.ndim == v->ndim; /* [n_rows, ...unit] */
+    for (int64_t k = 0; k < rows_chosen(r, B) && pn > 0; k++) {
+        int64_t base = row_of(r, k) * per_row;
+        for (int64_t j = 0; j < per_row; j++) {
+            double x = nnt_tensor_get_f64(&r->param, each ? k * per_row + j : j % pn);
+            store_f(v, base + j, add ? nnt_tensor_get_f64(v, base + j) + r->factor * x : x);
+        }
+    }
+}
+
+/* SET / ADD at token positions of the chosen rows (value [batch, seq, ...] of the call): each
+ * listed position writes the unit at every token it names, one unit for all or one per position. */
+static nnt_status apply_position_write(nnt_run *run, const request *r, const char *path, nnt_tensor *v, int add)
+{
+    const nnt_forward_args *a = run->args;
+    int64_t B = v->shape[0], T = v->ndim > 1 ? v->shape[1] : 0, n = nnt_tensor_numel(v);
+    if (!a || B != a->batch || T != a->seq)
+        return nnt_err_set(run->err, NNT_ERR_INTERNAL, "%s at positions: the value is not [batch, seq, ...] of the call",
+                           path);
+    int64_t inner = n / (B * T), pn = nnt_tensor_numel(&r->param);
+    int each = r->param.ndim == v->ndim - 1; /* [n_positions, ...unit] */
+    for (int64_t k = 0; k < rows_chosen(r, B) && pn > 0; k++) {
+        int64_t b = row_of(r, k);
+        const int32_t *real = a->attention_mask + b * (a->past + T) + a->past;
+        int end = 0; /* the row's tokens so far, this call's included */
+        for (int64_t s = 0; s < T; s++)
+            if (real[s]) end = a->positions[b * T + s] + 1;
+        for (int64_t s = 0; s < T; s++)
+            for (int q = 0; real[s] && q < r->n_positions; q++) {
+                if (!position_names(r->positions[q], a->step, a->positions[b * T + s], end)) continue;
+                for (int64_t j = 0; j < inner; j++) {
+                    int64_t i = (b * T + s) * inner + j;
+                    double x = nnt_tensor_get_f64(&r->param, each ? q * inner + j : j % pn);
+                    store_f(v, i, add ? nnt_tensor_get_f64(v, i) + r->factor * x : x);
+                }
+            }
+    }
+    return NNT_OK;
+}
+
+/* SCALE or ZERO of the rows r chooses. */
+static void apply_rows_scale(const request *r, nnt_tensor *v, int zero)
+{
+    int64_t B = v->shape[0], per_row = B ? nnt_tensor_numel(v) / B : 0;
+    size_t row_bytes = B ? nnt_tensor_nbytes(v) / (size_t)B : 0;
+    for (int64_t k = 0; k < rows_chosen(r, B); k++) {
+        int64_t b = row_of(r, k);
+        if (zero) {
+            memset((char *)v->data + (size_t)b * row_bytes, 0, row_bytes);
+            continue;
+        }
+        for (int64_t j = 0; j < per_row; j++) store_f(v, b * per_row + j, nnt_tensor_get_f64(v, b * per_row + j) * r->factor);
+    }
+}
+
+/* value[i...] := fill where the kept mask equals r->equals, on the rows r chooses (the mask's
+ * shape is a prefix of the value's, its leading axis the batch). */
+static nnt_status apply_masked_fill(nnt_run *run, const request *r, const char *path, int layer, nnt_tensor *v)
+{
+    kept *k = find_keep(run->trace, r->where_slot, layer, 0);
+    if (!k || !k->valid) {
+        char wpath[160];
+        nnt_path_format(r->where_slot, layer, wpath, sizeof wpath);
+        return nnt_err_set(run->err, NNT_ERR_STATE,
+                           "masked fill of %s: the mask %s is not emitted before it in this family's forward", path,
+                           wpath);
+    }
+    int64_t n = nnt_tensor_numel(v), mn = nnt_tensor_numel(&k->t);
+    int64_t inner = mn ? n / mn : 0;
+    int64_t B = r->n_rows && k->t.ndim > 0 ? k->t.shape[0] : 1, per_row = B ? mn / B : 0;
+    for (int64_t q = 0; q < (r->n_rows ? r->n_rows : 1); q++) {
+        int64_t lo = r->n_rows ? r->rows[q] * per_row : 0, hi = r->n_rows ? lo + per_row : mn;
+        for (int64_t i = lo; i < hi; i++) {
+            if ((int64_t)nnt_tensor_get_f64(&k->t, i) != r->equals) continue;
+            for (int64_t j = 0; j < inner; j++) store_f(v, i * inner + j, r->fill);
+        }
+    }
+    return NNT_OK;
+}
+
+/* STEER: value [batch, seq, ..., hidden] += factor * vector at the chosen tokens of the chosen
+ * rows, every stream; a token's position is its index among its row's real tokens. */
+static nnt_status apply_steer(nnt_run *run, const request *r, const char *path, nnt_tensor *v)
+{
+    const nnt_forward_args *a = run->args;
+    int64_t n = nnt_tensor_numel(v), B = v->shape[0], T = v->shape[1], H = nnt_tensor_numel(&r->param);
+    int64_t inner = n / (B * T);
+    if (!a || B != a->batch || T != a->seq)
+        return nnt_err_set(run->err, NNT_ERR_INTERNAL, "steer %s: the value is not [batch, seq, ...] of the call", path);
+    for (int64_t k = 0; k < rows_chosen(r, B); k++) {
+        int64_t b = row_of(r, k);
+        const int32_t *real = a->attention_mask + b * (a->past + T) + a->past;
+        int end = 0; /* the row's tokens so far, this call's included */
+        for (int64_t s = 0; s < T; s++)
+            if (real[s]) end = a->positions[b * T + s] + 1;
+        for (int64_t s = 0; s < T; s++) {
+            if (!real[s] || !position_chosen(r->positions, r->n_positions, a->step, a->positions[b * T + s], end))
+                continue;
+            for (int64_t j = 0; j < inner; j++)
+                store_f(v, (b * T + s) * inner + j,
+                        nnt_tensor_get_f64(v, (b * T + s) * inner + j) + (double)r->factor * nnt_tensor_get_f64(&r->param, j % H));
+        }
+    }
+    return NNT_OK;
 }
 
 /* Applies one edit to a host tensor. */
 static nnt_status apply_edit(nnt_run *run, const request *r, int layer, nnt_tensor *v)
 {
-    nnt_trace *t = run->trace;
     int64_t n = nnt_tensor_numel(v);
     char path[160];
     nnt_path_format(r->path.slot, layer, path, sizeof path);
+    int limited = r->n_rows > 0;
     switch (r->kind) {
-    case REQ_EDIT_FN: {
-        nnt_error cb;
-        nnt_err_clear(&cb);
-        nnt_status st = r->fn(r->user, path, layer, v, &cb);
-        if (st != NNT_OK)
-            return nnt_err_set(run->err, NNT_ERR_CALLBACK, "edit callback on %s failed (%s): %s", path,
-                               nnt_status_str(st), cb.msg[0] ? cb.msg : "no message");
-        return NNT_OK;
-    }
+    case REQ_EDIT_FN: return apply_callback(run, r, path, layer, v);
     case REQ_SET:
-        return nnt_convert(r->param.data, r->param.dtype, v->data, v->dtype, n, run->err);
-    case REQ_ADD: {
-        int64_t pn = nnt_tensor_numel(&r->param);
-        for (int64_t i = 0; i < n; i++)
+    case REQ_ADD:
+        if (r->by_position) return apply_position_write(run, r, path, v, r->kind == REQ_ADD);
+        if (limited) {
+            apply_rows_write(r, v, r->kind == REQ_ADD);
+            return NNT_OK;
+        }
+        if (r->kind == REQ_SET) return nnt_convert(r->param.data, r->param.dtype, v->data, v->dtype, n, run->err);
+        for (int64_t i = 0, pn = nnt_tensor_numel(&r->param); i < n; i++) /* broadcast over the leading axes */
             store_f(v, i, nnt_tensor_get_f64(v, i) + (double)r->factor * nnt_tensor_get_f64(&r->param, i % pn));
         return NNT_OK;
-    }
     case REQ_SCALE:
-        for (int64_t i = 0; i < n; i++) store_f(v, i, nnt_tensor_get_f64(v, i) * r->factor);
-        return NNT_OK;
     case REQ_ZERO:
-        memset(v->data, 0, nnt_tensor_nbytes(v));
-        return NNT_OK;
-    case REQ_MASKED_FILL: {
-        kept *k = find_keep(t, r->where_slot, layer, 0);
-        if (!k || !k->valid) {
-            char wpath[160];
-            nnt_path_format(r->where_slot, layer, wpath, sizeof wpath);
-            return nnt_err_set(run->err, NNT_ERR_STATE,
-                               "masked fill of %s: the mask %s is not emitted before it in this family's forward",
-                               path, wpath);
+        if (!limited && r->kind == REQ_ZERO) {
+            memset(v->data, 0, nnt_tensor_nbytes(v));
+            return NNT_OK;
         }
-        int64_t mn = nnt_tensor_numel(&k->t);
-        int64_t inner = mn ? n / mn : 0;
-        for (int64_t i = 0; i < mn; i++) {
-            if ((int64_t)nnt_tensor_get_f64(&k->t, i) != r->equals) continue;
-            for (int64_t j = 0; j < inner; j++) store_f(v, i * inner + j, r->fill);
+        if (!limited) {
+            for (int64_t i = 0; i < n; i++) store_f(v, i, nnt_tensor_get_f64(v, i) * r->factor);
+            return NNT_OK;
         }
+        apply_rows_scale(r, v, r->kind == REQ_ZERO);
         return NNT_OK;
-    }
+    case REQ_MASKED_FILL: return apply_masked_fill(run, r, path, layer, v);
     case REQ_COPY_FROM: {
-        kept *k = find_keep(t, r->where_slot, r->where_layer, 0);
+        kept *k = find_keep(run->trace, r->where_slot, r->where_layer, 0);
         if (!k || !k->valid || nnt_tensor_numel(&k->t) != n) {
             char wpath[160];
             nnt_path_format(r->where_slot, r->where_layer, wpath, sizeof wpath);
@@ -1087,28 +1459,7 @@ static nnt_status apply_edit(nnt_run *run, const request *r, int layer, nnt_tens
         }
         return nnt_convert(k->t.data, k->t.dtype, v->data, v->dtype, n, run->err);
     }
-    case REQ_STEER: {
-        /* value [batch, seq, ..., hidden]: add at the chosen tokens, every stream; a token's
-         * position is its index among its row's real tokens (the call's positions) */
-        const nnt_forward_args *a = run->args;
-        int64_t B = v->shape[0], T = v->shape[1], H = nnt_tensor_numel(&r->param), inner = n / (B * T);
-        if (!a || B != a->batch || T != a->seq)
-            return nnt_err_set(run->err, NNT_ERR_INTERNAL, "steer %s: the value is not [batch, seq, ...] of the call", path);
-        for (int64_t b = 0; b < B; b++) {
-            const int32_t *real = a->attention_mask + b * (a->past + T) + a->past;
-            int end = 0; /* the row's tokens so far, this call's included */
-            for (int64_t s = 0; s < T; s++)
-                if (real[s]) end = a->positions[b * T + s] + 1;
-            for (int64_t s = 0; s < T; s++) {
-                if (!real[s] || !position_chosen(r->positions, r->n_positions, a->step, a->positions[b * T + s], end))
-                    continue;
-                for (int64_t j = 0; j < inner; j++)
-                    store_f(v, (b * T + s) * inner + j,
-                            nnt_tensor_get_f64(v, (b * T + s) * inner + j) + (double)r->factor * nnt_tensor_get_f64(&r->param, j % H));
-            }
-        }
-        return NNT_OK;
-    }
+    case REQ_STEER: return apply_steer(run, r, path, v);
     default: return NNT_OK;
     }
 }
@@ -1180,6 +1531,7 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *
             target = &host;
         }
         st = apply_edit(run, r, layer, target);
+        if (st != NNT_OK && r->label) nnt_err_prefix(run->err, "%s", r->label);
         dirty = 1;
     }
     if (st == NNT_OK && on_device && dirty)

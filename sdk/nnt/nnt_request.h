@@ -6,10 +6,13 @@
  * the Python package and the ranks of a run over several processes all reach libnnt through it.
  *
  * Errors name the JSON path of the field at fault and what was expected, e.g.
- *   "request.json: edits[2].factor: expected a finite number, got \"two\""
- *   "request.json: edits[0].path: 'layers.9.layer_output': block 9 is out of range (0..1)"
+ *   "request.json: edits[2].factor: expected a finite number with |F| <= 1e6, got \"two\""
+ *   "request.json: edits[0].path: path 'layers.9.layer_output': block 9 is out of range; ..."
+ *   "request.json: edits[2].positions[0]: position -7 names no token of this forward (before
+ *    every row's first token): ..."
  * A document is checked in two steps: nnt_request_parse checks everything that needs no model
- * (types, unknown fields, ranges, tensor data, sizes and nesting); nnt_request_apply and
+ * (types, unknown and repeated fields, ranges, tensor data, sizes and nesting; the files it names
+ * are read then); nnt_request_apply and
  * nnt_request_batch check it against a model (paths, blocks, served and writable values, tensor
  * shapes against the value, token ids against the vocabulary), each error still naming the
  * field. Positions that no row has are refused when the run starts, naming the field too.
@@ -65,13 +68,15 @@ typedef struct nnt_request_source {
 } nnt_request_source;
 
 /* Parses and checks a document (see above). *out receives a request freed with
- * nnt_request_free; it owns copies of everything it needs (the tensors of files and attachments
- * are read now). Errors (nnt_last_error(rt) names the field): NNT_ERR_FORMAT (not JSON, not an
- * object, nested deeper than 64 levels or larger than 256 MiB, a field of the wrong type, an
- * unknown field, a tensor whose data do not match its dtype and shape), NNT_ERR_INVALID_ARGUMENT
- * (a value out of range), NNT_ERR_UNSUPPORTED (another format version), NNT_ERR_IO (a file that
- * cannot be read), NNT_ERR_NOT_FOUND (a tensor key absent from its file or the attachment),
- * NNT_ERR_OUT_OF_MEMORY. */
+ * nnt_request_free (NULL on failure); it owns copies of everything it needs (the tensors of files
+ * and attachments, and the text of prompt files, are read now). Errors (nnt_last_error(rt) names
+ * the document and the field): NNT_ERR_FORMAT (not UTF-8 JSON, not an object, nested deeper than
+ * 64 levels, larger than 256 MiB, a list over 65536 entries, a field of the wrong type, an unknown
+ * field or one given twice, a tensor whose data do not match its dtype and shape, attachment
+ * bytes that are not safetensors), NNT_ERR_INVALID_ARGUMENT (a value out of range; a NULL
+ * argument), NNT_ERR_UNSUPPORTED (another format version; a tensor of a dtype other than F32,
+ * F16, BF16, F64, I32, I64), NNT_ERR_IO (a file that cannot be read), NNT_ERR_NOT_FOUND (a tensor
+ * key absent from its file or the attachment), NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_request_parse(nnt_runtime *rt, const nnt_request_source *src, nnt_request **out);
 /* nnt_request_parse of the document in `file` (relative "file" fields resolve against its
  * folder; messages name the file). */
@@ -85,8 +90,10 @@ nnt_method nnt_request_method(const nnt_request *r);
  * tensors is not NULL, every tensor the request holds as one safetensors buffer in *tensors
  * (*tensors_len bytes) that the JSON names by key, so that the pair parses back to an equal
  * request anywhere (another process needs none of the files). With tensors NULL, tensors are
- * written inline ({"dtype", "shape", "data"}). The buffers are the caller's (free()). Errors:
- * NNT_ERR_INVALID_ARGUMENT, NNT_ERR_OUT_OF_MEMORY. */
+ * written inline ({"dtype", "shape", "data"}). Numbers are written so that they read back exact.
+ * The buffers are the caller's (free()). Errors (no message: a request has no runtime):
+ * NNT_ERR_INVALID_ARGUMENT (NULL r or json; tensors without tensors_len; inline, a tensor holding
+ * an infinity or a NaN; a document that would exceed 256 MiB), NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_request_write(const nnt_request *r, char **json, size_t *json_len, void **tensors, size_t *tensors_len);
 
 /* The edit callbacks of {"op": "callback", "callback": i} entries: entry i of the array given to
@@ -99,9 +106,15 @@ typedef struct nnt_request_callback {
 
 /* Adds the request's saves and edits to trace t, in the document's order (its "edits", then its
  * "saves"), each checked as the C API checks it (nnt_trace_save, nnt_trace_set, ...), with the
- * error prefixed by the field's JSON path. callbacks [n_callbacks] serve "callback" entries (an
- * index outside it is an error naming the field). Errors: those of the trace requests;
- * NNT_ERR_INVALID_ARGUMENT for a callback index out of range. */
+ * error prefixed by the document and the field's JSON path ("request.json: edits[0].path: ...").
+ * The edits start at every step (nnt_trace_steps(t, 0, -1); a "steps" entry restricts those after
+ * it) and the saves apply at every step; t is left at every step. An edit's "rows" and a set's or
+ * add's "positions" restrict it as docs/requests.md says, and every request added carries its
+ * field, so that the checks of a run's start (shapes, rows, positions, slices) name it too.
+ * callbacks [n_callbacks] serve "callback" entries (the function sees [len(rows), ...] for an
+ * entry with rows). On failure t holds the requests it held before. Errors: those of the trace
+ * requests; NNT_ERR_INDEX (a block or expert the model lacks), NNT_ERR_INVALID_ARGUMENT (a
+ * callback index out of range or without a function). */
 nnt_status nnt_request_apply(const nnt_request *r, nnt_trace *t, const nnt_request_callback *callbacks, int n_callbacks);
 
 /* A batch of rows, left-padded: ids and mask [batch, seq] I32 (padding: id 0, mask 0) and each
@@ -118,11 +131,12 @@ void nnt_batch_free(nnt_batch *b);
 nnt_status nnt_batch_from_rows(const int32_t *const *rows, const int *lens, int n, nnt_batch *out, nnt_error *err);
 
 /* The request's rows ("rows"; for a patch request, its clean and corrupt prompts, in that order)
- * as a batch for model m: text encoded with the tokenizer of m's folder (special tokens as
- * "add_special" says), prompt files read, every id checked against m's vocabulary. Errors name
- * the row's field: NNT_ERR_NOT_FOUND (text without a tokenizer in the folder), NNT_ERR_FORMAT (a
- * row that encodes to no token), NNT_ERR_INVALID_ARGUMENT (an id outside the vocabulary; a
- * method that needs rows and has none), NNT_ERR_IO. */
+ * as a batch for model m: text (and the text of prompt files, read by the parse) encoded with the
+ * tokenizer of m's folder (nnt_model_tokenizer; special tokens as "add_special" says), every id
+ * checked against m's vocabulary. *out is the caller's (nnt_batch_free). Errors name the row's
+ * field ("request.json: rows[1].tokens[3]: ..."): NNT_ERR_NOT_FOUND (text without a tokenizer in
+ * the folder), NNT_ERR_FORMAT (a row that encodes to no token), NNT_ERR_INVALID_ARGUMENT (an id
+ * outside the vocabulary; a request without rows), those of loading the tokenizer. */
 nnt_status nnt_request_batch(const nnt_request *r, nnt_model *m, nnt_batch *out);
 
 /* The method's settings, as the document gave them with the defaults filled in. Each returns
@@ -131,8 +145,9 @@ typedef struct nnt_generate_opts nnt_generate_opts;
 /* generate: max_new_tokens, sampling, stop ids ("stop_ids", plus the tokenizer's eos unless
  * "ignore_eos": the eos is added by nnt_request_run, which knows the model). */
 const nnt_generate_opts *nnt_request_generate_opts(const nnt_request *r, int *ignore_eos);
-/* lens: the positions ("positions"; *n 0: every position) and whether the whole distribution is
- * kept ("probs", default false; the nnt command sets it for --out). */
+/* lens: the positions ("positions"; *n 0: every position, the list holding "all" or "prompt";
+ * integers otherwise, negative ones counting from a row's last token) and whether the whole
+ * distribution is kept ("probs", default false; the nnt command sets it for --out). */
 const int *nnt_request_lens_positions(const nnt_request *r, int *n, int *keep_probs);
 /* patch: its settings ("patch": {"value", "metric", "positions", "batch"}); the clean and corrupt
  * prompts are the batch's rows 0 and 1 (nnt_request_batch). metric is checked by the parse

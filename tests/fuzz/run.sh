@@ -3,14 +3,15 @@
 #
 #   tests/fuzz/run.sh TARGET|all SECONDS
 #
-# TARGET: safetensors, index, ini, path, config, cli or tokenizer; all runs each in turn.
+# TARGET: safetensors, index, ini, path, config, cli, tokenizer or request; all runs each in turn.
 # The build folder is $NNT_FUZZ_BUILD (default build-fuzz at the top of the repository); when it
 # has not been configured yet it is configured with clang (-DNNT_FUZZ=ON), and the harnesses
 # are (re)built before running. Results go to $NNT_FUZZ_RESULTS (default BUILD/fuzz-results):
 # per target a corpus folder that grows from run to run, log.txt (libFuzzer's output), and any
 # crash-*, leak-*, timeout-* or oom-* input that reproduces a failure
 # (BUILD/fuzz/fuzz_TARGET FILE runs it again; those of earlier runs are moved to earlier/). The seeds are the files under
-# tests/fuzz/corpus/TARGET plus fixtures of tests/fixtures and examples/. Before fuzzing, each
+# tests/fuzz/corpus/TARGET plus fixtures of tests/fixtures and examples/ (and, for request, the
+# examples of docs/requests.md). Before fuzzing, each
 # file of tests/fuzz/crashes/TARGET (inputs that once failed) is run through the harness.
 #
 # NNT_FUZZ_KEEP_GOING=1 keeps fuzzing past failures (libFuzzer's -fork=1 with -ignore_crashes,
@@ -23,7 +24,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-targets=(safetensors index ini path config cli tokenizer)
+targets=(safetensors index ini path config cli tokenizer request)
 
 usage() {
   echo "usage: tests/fuzz/run.sh TARGET|all SECONDS   (TARGET: ${targets[*]})" >&2
@@ -72,6 +73,12 @@ fixture_seeds() {
       for f in "$root"/tests/fixtures/tokenizer/deepseek_v4_{bytelevel,norms,split,template,whitespace}.json; do
         { cat "$f"; printf '%s' "$sep$sep"; printf 'Hello  world 123\t\xe4\xb8\xad\xe6\x96\x87 <|end|>'; } > "$dir/$(basename "$f" .json)"
       done ;;
+    request)
+      # every ```json example of the specification, one file each
+      awk -v dir="$dir" '/^```json$/ { n++; f = sprintf("%s/example-%02d.json", dir, n); on = 1; next }
+                         /^```$/ { on = 0; next } on { print > f }' "$root/docs/requests.md"
+      # the first example again with the steering vector as its attachment
+      { cat "$dir/example-01.json"; printf '%s' "$sep"; cat "$root/tests/fixtures/steering/v.safetensors"; } > "$dir/attached" ;;
   esac
 }
 
@@ -79,6 +86,7 @@ fixture_seeds() {
 max_len() {
   case "$1" in
     tokenizer) echo 131072 ;;
+    request) echo 16384 ;;
     safetensors) echo 16384 ;;
     *) echo 8192 ;;
   esac
