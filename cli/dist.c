@@ -181,7 +181,7 @@ int dist_start(nnt_runtime *rt, int held_stderr, dist **out)
 int dist_split(dist *d, nnt_runtime *rt, const char *dir, int *first, int *end)
 {
     /* the blocks and their bytes from config.json and the safetensors headers, before any load */
-    nnt_plan_opts po = {.ranks = 1, .device = NNT_PLAN_CPU, .batch = 1};
+    nnt_plan_opts po = {.ranks = 1, .device = NNT_PLAN_CPU, .batch = 1, .runtime = rt};
     nnt_plan *p = NULL;
     nnt_error err = {0};
     if (nnt_plan_new(dir, &po, &p, &err) != NNT_OK) return local_fail(d, "stages", err.msg);
