@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "dv_internal.h"
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 static const char *const KIND_NAMES[] = {"sliding_attention", "compressed_sparse_attention",
                                          "heavily_compressed_attention"};
@@ -1174,7 +1175,7 @@ static nnt_status dv_costs(nnt_cost_args *args, nnt_error *err)
 }
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "deepseek_v4", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "deepseek_v4", NNT_VERSION_STRING,
                                       "DeepSeek-V4 (DeepseekV4ForCausalLM): hyper-connections, compressed sparse attention"),
     .architectures = ARCHS,
     .model_types = TYPES,

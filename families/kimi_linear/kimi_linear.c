@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include <nnt/nnt_family_kit.h>
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 enum { KDA = 0, MLA = 1 };
 enum { DENSE = 0, SPARSE = 1 };
@@ -922,7 +923,7 @@ static nnt_status kl_costs(nnt_cost_args *args, nnt_error *err)
 }
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "kimi_linear", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "kimi_linear", NNT_VERSION_STRING,
                                       "Kimi-Linear (KimiLinearForCausalLM): Kimi Delta Attention and latent attention"),
     .architectures = ARCHS,
     .model_types = TYPES,

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <nnt/nnt_family_kit.h>
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 enum { FULL = 0, SLIDING = 1 };
 enum { DENSE = 0, SPARSE = 1 };
@@ -706,7 +707,7 @@ static nnt_status mv_costs(nnt_cost_args *args, nnt_error *err)
 }
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "mimo_v2_flash", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "mimo_v2_flash", NNT_VERSION_STRING,
                                       "MiMo-V2-Flash (MiMoV2FlashForCausalLM) and MiMo-V2.5 / V2.6 (MiMoV2ForCausalLM)"),
     .architectures = ARCHS,
     .model_types = TYPES,

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <nnt/nnt_family_kit.h>
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 typedef struct mm_layer {
     nnt_tensor in_norm, post_norm; /* [H] */
@@ -456,7 +457,7 @@ static nnt_status mm_costs(nnt_cost_args *args, nnt_error *err)
 }
 
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "minimax_m2", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "minimax_m2", NNT_VERSION_STRING,
                                       "MiniMax-M2 / M2.1 / M2.5 / M2.7 (MiniMaxM2ForCausalLM)"),
     .architectures = ARCHS,
     .model_types = TYPES,

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "nnt_types.h"
+#include <nnt/nnt_version.h> /* generated: nnt_version.h.in */
 #include "nnt_tokenizer.h"
 #include "nnt_request.h"
 #include "nnt_methods.h"
@@ -27,6 +28,24 @@ extern "C" {
 typedef struct nnt_runtime nnt_runtime;
 typedef struct nnt_model nnt_model;
 typedef struct nnt_trace nnt_trace;
+
+/* ---- versions ----
+ * What the running libnnt is, for a program or a binding (the Python package) compiled against
+ * headers that may be another version's. CHANGELOG.md gives each version's changes. */
+/* The version of the running libnnt, "MAJOR.MINOR.PATCH" (NNT_VERSION_STRING as it was built;
+ * a static string). Compare with the NNT_VERSION_* macros a program was compiled with: while
+ * MAJOR is 0 another MINOR is another API and ABI. */
+const char *nnt_version(void);
+/* The plugin ABI the running libnnt speaks, (NNT_ABI_MAJOR << 16) | NNT_ABI_MINOR as it was
+ * built: it loads plugins of the same major and a minor not newer (nnt_plugin.h). */
+uint32_t nnt_abi_version(void);
+/* sizeof the public struct named `name` in the running libnnt, in bytes: every complete struct of
+ * the user API (nnt_types.h, nnt.h, nnt_tokenizer.h, nnt_request.h, nnt_methods.h: "nnt_tensor",
+ * "nnt_model_info", "nnt_value_info", "nnt_call_dims", "nnt_generate_opts", "nnt_memory",
+ * "nnt_plan_opts", ...) and of the plugin ABI (nnt_plugin.h, nnt_family.h, nnt_backend.h,
+ * nnt_transport.h: "nnt_family_descriptor", "nnt_cost_args", ...), named by its typedef.
+ * 0 for a NULL or unknown name. A binding that mirrors a struct checks its mirror against it. */
+size_t nnt_struct_size(const char *name);
 
 /* ---- names ---- */
 const char *nnt_status_str(nnt_status status);
