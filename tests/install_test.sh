@@ -10,7 +10,9 @@
 #   (a) the installed nnt reads the installed INI and loads the installed plugins: `nnt plugins`
 #       prints <prefix>/share/nnt/nnt.ini and no path of the build tree, and traces the example (also
 #       over 2 ranks with mpirun, through the installed transport, when MPI was built);
-#   (b) bin/nnt finds lib/libnnt.so.0 by its RPATH ($ORIGIN), ldd reports nothing missing, and
+#   (b) bin/nnt finds lib/libnnt.so.<soversion> by its RPATH ($ORIGIN), ldd reports nothing
+#       missing, the soname is the one the project version gives (0.MINOR while the major is 0,
+#       CHANGELOG.md) and the library's nnt_version() is that version, and
 #       the installed text files (INI, nnt.pc, CMake package) name neither the build tree nor a
 #       fixed prefix;
 #   (c) pkg-config --cflags --libs nnt builds a program, and a consumer CMake project
@@ -24,7 +26,11 @@
 #       links with pkg-config's kitlibs; loaded by an INI next to the installed families on the
 #       cpu backend, the installed nnt traces tests/fixtures/qwen3_moe and its logits and block
 #       values match transformers' (reference.safetensors) within 1e-5 relative, checked by
-#       tests/install/compare_values.c. It runs before (d), on the prefix as installed;
+#       tests/install/compare_values.c; `nnt plan` of the fixture's folder (and of its config.json
+#       alone) gives the bytes its config.json gives by hand, from the family's own cost model
+#       (its descriptor's `costs`); and, when MPI was built, `mpirun -np 2` traces the fixture over
+#       2 ranks split by that model, with the values of one process (1e-6 relative). It runs
+#       before (d), on the prefix as installed;
 #   (f) an out-of-tree backend builds and loads: examples/third_party_backend (plain_c: plain C
 #       loops for the required and decoder ops only) configures against <prefix> alone; an INI
 #       puts the Qwen3-MoE family of (e) on it and minimax_m2 on cpu, `nnt plugins` shows that
@@ -80,10 +86,17 @@ step "(b) ldd bin/nnt"
 ldd "$prefix/bin/nnt" > ldd.txt
 cat ldd.txt
 if grep -q "not found" ldd.txt; then fail "bin/nnt misses a library"; fi
-lib=$(awk '$1 == "libnnt.so.0" { print $3 }' ldd.txt)
+# the soname from the project version in the build's CMakeCache.txt (CMAKE_PROJECT_VERSION)
+version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
+major=${version%%.*} rest=${version#*.}
+minor=${rest%%.*}
+if [ "$major" = 0 ]; then soname=libnnt.so.0.$minor; else soname=libnnt.so.$major; fi
+readelf -d "$prefix/lib/libnnt.so" | grep -qF "Library soname: [$soname]" ||
+  fail "the installed libnnt's soname is not $soname (project version $version): $(readelf -d "$prefix/lib/libnnt.so" | grep SONAME)"
+lib=$(awk -v so="$soname" '$1 == so { print $3 }' ldd.txt)
 # shellcheck disable=SC2015
-[ -n "$lib" ] && [ "$(realpath "$lib")" = "$(realpath "$prefix/lib/libnnt.so.0")" ] ||
-  fail "bin/nnt resolves libnnt.so.0 to '$lib', not $prefix/lib/libnnt.so.0"
+[ -n "$lib" ] && [ "$(realpath "$lib")" = "$(realpath "$prefix/lib/$soname")" ] ||
+  fail "bin/nnt resolves $soname to '$lib', not $prefix/lib/$soname"
 # shellcheck disable=SC2016
 readelf -d "$prefix/bin/nnt" | grep -E 'R(UN)?PATH' | grep -qF '$ORIGIN' || fail "bin/nnt has no \$ORIGIN RPATH"
 configured_prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt")
@@ -117,14 +130,39 @@ C
 "$cc" "${san_flags[@]}" pc_main.c -o pc_main $(pkg-config --cflags --libs nnt) -Wl,-rpath,"$(pkg-config --variable=libdir nnt)"
 ./pc_main > pc_main.txt || { cat pc_main.txt; fail "the pkg-config program failed"; }
 [ "$(realpath "$(cat pc_main.txt)")" = "$ini" ] || fail "the pkg-config program read $(cat pc_main.txt), not $ini"
+step "(c) the installed nnt_version.h and the library's nnt_version() and struct sizes"
+cat > ver_main.c <<'C'
+#include <stdio.h>
+#include <nnt/nnt.h>
+int main(void)
+{
+    int same = nnt_struct_size("nnt_plan_opts") == sizeof(nnt_plan_opts) &&
+               nnt_struct_size("nnt_tensor") == sizeof(nnt_tensor) && nnt_struct_size("no_such_struct") == 0 &&
+               nnt_abi_version() == (((uint32_t)NNT_ABI_MAJOR << 16) | NNT_ABI_MINOR);
+    printf("%s %s %d.%d.%d %s\n", NNT_VERSION_STRING, nnt_version(), NNT_VERSION_MAJOR, NNT_VERSION_MINOR,
+           NNT_VERSION_PATCH, same ? "sizes-agree" : "sizes-differ");
+    return 0;
+}
+C
+# shellcheck disable=SC2046
+"$cc" "${san_flags[@]}" ver_main.c -o ver_main $(pkg-config --cflags --libs nnt) -Wl,-rpath,"$(pkg-config --variable=libdir nnt)"
+./ver_main > ver_main.txt || { cat ver_main.txt; fail "the version program failed"; }
+[ "$(cat ver_main.txt)" = "$version $version $version sizes-agree" ] ||
+  fail "headers, library and project disagree on the version or the struct sizes: $(cat ver_main.txt) (project $version)"
+[ "$(pkg-config --modversion nnt)" = "$version" ] || fail "nnt.pc's version $(pkg-config --modversion nnt) is not $version"
 
 step "(c) find_package(nnt CONFIG) consumer"
 cflags=()
 [ "$sanitize" = "ON" ] && cflags=("-DCMAKE_C_FLAGS=-fsanitize=address,undefined"
                                   "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
                                   "-DCMAKE_MODULE_LINKER_FLAGS=-fsanitize=address,undefined")
+# another minor is refused while the major is 0 (the package's SameMinorVersion, CHANGELOG.md)
+if [ "$major" = 0 ] && [ "$minor" -gt 0 ] && "$cmake_cmd" -S "$src/tests/install/consumer" -B "$work/consumer-old" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DNNT_WANT_VERSION="0.$((minor - 1))" -DCMAKE_C_COMPILER="$cc" "${cflags[@]}" > consumer-old.log 2>&1; then
+  fail "find_package(nnt 0.$((minor - 1))) accepted the installed $version"
+fi
 "$cmake_cmd" -S "$src/tests/install/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_C_COMPILER="$cc" "${cflags[@]}" > consumer-configure.log 2>&1 ||
+  -DNNT_WANT_VERSION="$major.$minor" -DCMAKE_C_COMPILER="$cc" "${cflags[@]}" > consumer-configure.log 2>&1 ||
   { cat consumer-configure.log; fail "the consumer project does not configure"; }
 grep -F "nnt_DIR:PATH=" "$work/consumer/CMakeCache.txt" | grep -qF "$prefix/lib/cmake/nnt" ||
   fail "the consumer found nnt elsewhere than $prefix: $(grep -F nnt_DIR "$work/consumer/CMakeCache.txt")"
@@ -187,6 +225,35 @@ for k in "${q3keys[@]}"; do q3save+=(--save "$k"); done
 ./compare_values "$work/q3-values.safetensors" "$q3fix/reference.safetensors" 1e-5 "${q3keys[@]}" > q3-compare.txt 2>&1 ||
   { cat q3-compare.txt; fail "the Qwen3-MoE values differ from transformers'"; }
 cat q3-compare.txt
+step "(e) nnt plan of the Qwen3-MoE folder from the family's own cost model"
+"$prefix/bin/nnt" plan --config "$work/q3.ini" --model "$q3fix" --ranks 2 --context 10 --batch 3 > q3-plan.txt 2>&1 ||
+  { cat q3-plan.txt; fail "nnt plan of the Qwen3-MoE fixture failed"; }
+cat q3-plan.txt
+# by hand from its config.json (test_plan.c spells it out): 112640 bytes a block, embedding 24576,
+# final norm and lm_head 24768; caches 3 rows x 2 heads x (16 + 16) x 10 tokens x 4 bytes a block
+grep -qF "weights: exact, from the safetensors headers (1 file): 274.62 kB" q3-plan.txt &&
+  grep -qF "caches: 10 tokens x 3 rows, float32: 15.36 kB in all (the qwen3_moe family's cost model)" q3-plan.txt &&
+  grep -qE "^0 +0-0 +137.22 kB +7.68 kB " q3-plan.txt && grep -qE "^1 +1-1 +137.41 kB +7.68 kB " q3-plan.txt ||
+  fail "nnt plan of the Qwen3-MoE fixture does not give its hand-computed bytes"
+mkdir -p "$work/q3-config-only"
+cp "$q3fix/config.json" "$work/q3-config-only/"
+"$prefix/bin/nnt" plan --config "$work/q3.ini" --model "$work/q3-config-only" --ranks 2 > q3-plan-config.txt 2>&1 ||
+  { cat q3-plan-config.txt; fail "nnt plan of the Qwen3-MoE config.json alone failed"; }
+grep -qF "weights: computed from config.json's dimensions and quantization by the qwen3_moe family's cost model (no safetensors present): 274.62 kB" \
+  q3-plan-config.txt || { cat q3-plan-config.txt; fail "the Qwen3-MoE cost model's weights differ from its headers'"; }
+if [ -f "$prefix/lib/nnt/transports/mpi.so" ] && command -v mpirun > /dev/null; then
+  step "(e) mpirun -np 2: the Qwen3-MoE fixture over 2 ranks, split by its cost model, equals one process"
+  cp q3.ini q3-dist.ini
+  printf '\n[distributed]\ntransport = %s\ntimeout = 600\n' "$prefix/lib/nnt/transports/mpi.so" >> q3-dist.ini
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}:fast_unwind_on_malloc=0" \
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 mpirun --oversubscribe -np 2 \
+    "$prefix/bin/nnt" trace --config "$work/q3-dist.ini" --model "$q3fix" --tokens "$(cat "$q3fix/tokens.txt")" "${q3save[@]}" \
+    --out "$work/q3-values2.safetensors" > q3-trace2.txt 2>&1 ||
+    { cat q3-trace2.txt; fail "the installed nnt cannot trace the Qwen3-MoE fixture over 2 ranks"; }
+  ./compare_values "$work/q3-values2.safetensors" "$work/q3-values.safetensors" 1e-6 "${q3keys[@]}" > q3-compare2.txt 2>&1 ||
+    { cat q3-compare2.txt; fail "the Qwen3-MoE values over 2 ranks differ from one process's"; }
+  cat q3-compare2.txt
+fi
 
 # (f) an out-of-tree backend (examples/third_party_backend: plain_c, the decoder ops only)
 step "(f) examples/third_party_backend with find_package(nnt CONFIG)"

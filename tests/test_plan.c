@@ -1,21 +1,39 @@
 /* test_plan.c - pipeline plans (nnt_plan_*): per-block weight bytes against an independent
  * count of the fixtures' safetensors headers (fixtures/plan/expected_weights.tsv, written by
  * make_plan_expected.py with Python's json module), the split against brute force, caches and
- * config-computed weights against hand computations on the released configurations, and the
- * errors. */
+ * config-computed weights (the families' cost models, through the build runtime) against hand
+ * computations on the released configurations, the out-of-tree Qwen3-MoE family planned from
+ * its own descriptor, plans without a cost model (no runtime, no family, a family without
+ * `costs`), and the errors. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "test_util.h"
+
+/* The build runtime: its families' cost models plan the released configurations. */
+static nnt_runtime *g_rt;
+
+static int open_runtime(void)
+{
+    return nnt_runtime_open(t_ini(), &g_rt) == NNT_OK ? 0 : -1;
+}
+
+static int close_runtime(void)
+{
+    nnt_runtime_close(g_rt);
+    g_rt = NULL;
+    return 0;
+}
 
 static nnt_plan *plan_of(const char *rel, int ranks, int64_t context, int64_t batch, int from_config)
 {
     char dir[600];
     t_fixture(rel, dir, sizeof dir);
     nnt_plan_opts o = {.ranks = ranks, .device = NNT_PLAN_CPU, .memory_bytes = 256000000000ULL, .context = context,
-                       .batch = batch, .from_config = from_config};
+                       .batch = batch, .from_config = from_config, .runtime = g_rt};
     nnt_plan *p = NULL;
     nnt_error err = {0};
     nnt_status st = nnt_plan_new(dir, &o, &p, &err);
@@ -304,7 +322,7 @@ static void test_index_without_shards(void)
         snprintf(to, sizeof to, "%s/%s", dir, files[i]);
         CU_ASSERT_EQUAL_FATAL(t_copy_file(t_fixture(rel, from, sizeof from), to), 0);
     }
-    nnt_plan_opts o = {.ranks = 2, .context = 8, .batch = 1};
+    nnt_plan_opts o = {.ranks = 2, .context = 8, .batch = 1, .runtime = g_rt};
     nnt_plan *p = NULL;
     nnt_error err = {0};
     CU_ASSERT_EQUAL_FATAL(nnt_plan_new(dir, &o, &p, &err), NNT_OK);
@@ -334,15 +352,21 @@ static void test_index_without_shards(void)
     nnt_plan_free(p);
 }
 
-static void expect_error(const char *dir, int ranks, int64_t batch, nnt_status want, const char *msg)
+static void expect_error_with(nnt_runtime *rt, const char *dir, int ranks, int64_t batch, int from_config,
+                              nnt_status want, const char *msg)
 {
-    nnt_plan_opts o = {.ranks = ranks, .context = 8, .batch = batch};
+    nnt_plan_opts o = {.ranks = ranks, .context = 8, .batch = batch, .from_config = from_config, .runtime = rt};
     nnt_plan *p = (nnt_plan *)&o; /* must be reset to NULL */
     nnt_error err = {0};
     CU_ASSERT_EQUAL(nnt_plan_new(dir, &o, &p, &err), want);
     CU_ASSERT_PTR_NULL(p);
     if (!strstr(err.msg, msg)) fprintf(stderr, "message '%s' lacks '%s'\n", err.msg, msg);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, msg));
+}
+
+static void expect_error(const char *dir, int ranks, int64_t batch, nnt_status want, const char *msg)
+{
+    expect_error_with(g_rt, dir, ranks, batch, 0, want, msg);
 }
 
 static void test_errors(void)
@@ -355,21 +379,197 @@ static void test_errors(void)
     snprintf(tmp, sizeof tmp, "%s/plan_empty", t_tmpdir());
     mkdir(tmp, 0755);
     expect_error(tmp, 1, 1, NNT_ERR_IO, "plan_empty/config.json: cannot open");
-    expect_error(t_fixture("qwen3_moe", dir, sizeof dir), 1, 1, NNT_ERR_UNSUPPORTED,
-                 "architectures[0] is 'Qwen3MoeForCausalLM'");
     snprintf(tmp, sizeof tmp, "%s/plan_bad", t_tmpdir());
     mkdir(tmp, 0755);
     char cfg[700];
     snprintf(cfg, sizeof cfg, "%s/config.json", tmp);
     CU_ASSERT_EQUAL_FATAL(t_write_file(cfg, "{\"architectures\": [\"MiniMaxM2ForCausalLM\"], \"num_hidden_layers\": 2}"), 0);
-    expect_error(tmp, 1, 1, NNT_ERR_CONFIG, "hidden_size");
+    expect_error(tmp, 1, 1, NNT_ERR_CONFIG, "hidden_size"); /* the MiniMax-M2 family's cost model */
+    /* without a runtime the same folder has neither shards nor a cost model */
+    expect_error_with(NULL, tmp, 1, 1, 0, NNT_ERR_UNSUPPORTED, "plan_bad: no safetensors files");
+    expect_error_with(NULL, tmp, 1, 1, 0, NNT_ERR_UNSUPPORTED, "no runtime was given");
+    /* the weights asked from config.json need a cost model even where the headers are */
+    expect_error_with(NULL, t_fixture("minimax_m2/bf16", dir, sizeof dir), 1, 1, 1, NNT_ERR_UNSUPPORTED,
+                      "the weights were asked from config.json (from_config), but no runtime was given");
     nnt_plan *p = NULL;
     CU_ASSERT_EQUAL(nnt_plan_new(NULL, NULL, &p, NULL), NNT_ERR_INVALID_ARGUMENT);
 }
 
+/* A runtime of the build's families and kernels plus the test plugin `name` (build/tests/
+ * plugins-ok/NAME.so) by a file = line, written as <scratch>/<ini>. */
+static nnt_runtime *runtime_with(const char *name, const char *ini)
+{
+    char path[700], text[2048];
+    snprintf(path, sizeof path, "%s/%s", t_tmpdir(), ini);
+    snprintf(text, sizeof text, "[plugins]\ndir = %s/families\ndir = %s/kernels\nfile = %s-ok/%s.so\n", NNT_TEST_BUILD_DIR,
+             NNT_TEST_BUILD_DIR, NNT_TEST_PLUGIN_DIR, name);
+    CU_ASSERT_EQUAL_FATAL(t_write_file(path, text), 0);
+    nnt_runtime *rt = NULL;
+    nnt_status st = nnt_runtime_open(path, &rt);
+    if (st != NNT_OK) fprintf(stderr, "%s: %s\n", path, nnt_last_error(rt));
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    return rt;
+}
+
+static nnt_plan *plan_with(nnt_runtime *rt, const char *dir, int ranks, int64_t context, int64_t batch, int from_config)
+{
+    nnt_plan_opts o = {.ranks = ranks, .memory_bytes = 256000000000ULL, .context = context, .batch = batch,
+                       .from_config = from_config, .runtime = rt};
+    nnt_plan *p = NULL;
+    nnt_error err = {0};
+    nnt_status st = nnt_plan_new(dir, &o, &p, &err);
+    if (st != NNT_OK) fprintf(stderr, "%s: %s\n", dir, err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    return p;
+}
+
+/* What nnt_plan_print writes, in a buffer the caller frees. */
+static char *printed(const nnt_plan *p, const char *dir)
+{
+    char out[700];
+    snprintf(out, sizeof out, "%s/plan_printed.txt", t_tmpdir());
+    FILE *f = fopen(out, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_EQUAL(nnt_plan_print(p, dir, f), NNT_OK);
+    fclose(f);
+    char *text = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_read_file(out, 1 << 20, &text, NULL, NULL), NNT_OK);
+    return text;
+}
+
+/* Qwen3-MoE (examples/third_party_family/qwen3_moe.c, loaded by file =) plans its folder from
+ * its own descriptor's cost model. By hand from tests/fixtures/qwen3_moe/config.json (dtype
+ * float32: 4 bytes an element; hidden 48, 4 query heads and 2 key/value heads of head_dim 16,
+ * 8 experts of moe_intermediate_size 16, vocab 128, 2 blocks, untied):
+ *   q_proj [64, 48] 3072, k_proj and v_proj [32, 48] 1536 each, o_proj [48, 64] 3072,
+ *   q_norm and k_norm [16] each 32, two layer norms [48] 96, router [8, 48] 384,
+ *   experts 8 x 3 x 16 x 48 = 18432: 28160 elements, 112640 bytes a block;
+ *   embedding [128, 48] 24576 bytes; final norm 192 and lm_head 24576: 24768 bytes;
+ *   caches of T = 10 tokens x B = 3 rows: 3 x 2 heads x (16 + 16) x 10 x 4 = 7680 bytes a block.
+ * The fixture's headers (every tensor F32) give the same weights. */
+static void test_qwen3_moe_costs(void)
+{
+    char dir[600];
+    t_fixture("qwen3_moe", dir, sizeof dir);
+    nnt_runtime *rt = runtime_with("qwen3_moe", "plan_qwen3.ini");
+    for (int from_config = 1; from_config >= 0; from_config--) {
+        nnt_plan *p = plan_with(rt, dir, 2, 10, 3, from_config);
+        nnt_plan_summary s;
+        nnt_plan_get_summary(p, &s);
+        CU_ASSERT_EQUAL(s.exact, !from_config);
+        CU_ASSERT_EQUAL(s.caches_known, 1);
+        CU_ASSERT_STRING_EQUAL(s.costs_from, "family");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(s.family);
+        CU_ASSERT_STRING_EQUAL(s.family, "qwen3_moe");
+        CU_ASSERT_EQUAL(s.n_blocks, 2);
+        for (int b = 0; b < 2; b++) {
+            CU_ASSERT_EQUAL(block_weight(p, b), 112640);
+            CU_ASSERT_EQUAL(block_cache(p, b), 7680);
+        }
+        CU_ASSERT_EQUAL(s.first_bytes, 24576);
+        CU_ASSERT_EQUAL(s.last_bytes, 24768);
+        check_cover(p);
+        nnt_plan_stage st;
+        CU_ASSERT_FATAL(nnt_plan_get_stage(p, 1, &st));
+        CU_ASSERT_EQUAL(st.first_block, 1);
+        CU_ASSERT_EQUAL(st.weight_bytes, 112640 + 24768);
+        CU_ASSERT_EQUAL(st.cache_bytes, 7680);
+        char *text = printed(p, dir);
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, "caches: 10 tokens x 3 rows, float32: 15.36 kB in all (the qwen3_moe family's cost model)"));
+        free(text);
+        nnt_plan_free(p);
+    }
+    nnt_runtime_close(rt);
+}
+
+/* Without a cost model the weights come from the headers and the caches are not known: no
+ * runtime; a runtime where no family serves the architecture (the build runtime and Qwen3-MoE);
+ * a family whose descriptor ends before `costs` (old_minor, an older minor's), on a folder whose
+ * model.safetensors is the MiniMax-M2 fp32 fixture's (its bytes from expected_weights.tsv).
+ * Without the shards as well, the plan is an error naming the folder and what is missing. */
+static void headers_only(const nnt_plan *p, const char *dir, const char *why)
+{
+    nnt_plan_summary s;
+    nnt_plan_get_summary(p, &s);
+    CU_ASSERT_EQUAL(s.exact, 1);
+    CU_ASSERT_EQUAL(s.caches_known, 0);
+    CU_ASSERT_STRING_EQUAL(s.costs_from, "headers");
+    for (int b = 0; b < s.n_blocks; b++) CU_ASSERT_EQUAL(block_cache(p, b), 0);
+    char *text = printed(p, dir);
+    char want[300];
+    snprintf(want, sizeof want, "caches: not known - %s", why);
+    if (!strstr(text, want)) fprintf(stderr, "printout lacks '%s':\n%s", want, text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "not known      "));            /* the caches column */
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "every rank's weights fit (the caches are not known)"));
+    free(text);
+}
+
+/* Bytes of (fixture, kind, index) in fixtures/plan/expected_weights.tsv. */
+static uint64_t expected_bytes(const char *fx, const char *kind, int index)
+{
+    char path[600], line[512];
+    t_fixture("plan/expected_weights.tsv", path, sizeof path);
+    FILE *f = fopen(path, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    unsigned long long got = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        char a[128], k[16];
+        int i;
+        if (sscanf(line, "%127s %15s %d %llu", a, k, &i, &got) == 4 && !strcmp(a, fx) && !strcmp(k, kind) && i == index)
+            found = 1;
+    }
+    fclose(f);
+    CU_ASSERT_FATAL(found);
+    return got;
+}
+
+static void test_without_cost_model(void)
+{
+    char dir[600], q3[600];
+    t_fixture("minimax_m2/bf16", dir, sizeof dir);
+    nnt_plan *p = plan_with(NULL, dir, 2, 16, 1, 0);
+    headers_only(p, dir, "no runtime was given, so no family plugin's cost model");
+    for (int b = 0; b < 3; b++) CU_ASSERT_EQUAL(block_weight(p, b), expected_bytes("minimax_m2/bf16", "block", b));
+    nnt_plan_free(p);
+    t_fixture("qwen3_moe", q3, sizeof q3);
+    p = plan_with(g_rt, q3, 1, 16, 1, 0);
+    headers_only(p, q3, "no loaded family plugin serves Qwen3MoeForCausalLM");
+    CU_ASSERT_EQUAL(block_weight(p, 0), 112640); /* as by hand above */
+    nnt_plan_free(p);
+
+    char ck[700], path[800], fx[600];
+    snprintf(ck, sizeof ck, "%s/plan_old_minor", t_tmpdir());
+    mkdir(ck, 0755);
+    snprintf(path, sizeof path, "%s/config.json", ck);
+    CU_ASSERT_EQUAL_FATAL(t_write_file(path, "{\"architectures\": [\"OldMinorForCausalLM\"], \"model_type\": \"old_minor\", "
+                                             "\"num_hidden_layers\": 3}\n"), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", ck);
+    unlink(path);
+    CU_ASSERT_EQUAL_FATAL(symlink(t_fixture("minimax_m2/fp32/model.safetensors", fx, sizeof fx), path), 0);
+    nnt_runtime *rt = runtime_with("old_minor", "plan_old_minor.ini");
+    p = plan_with(rt, ck, 3, 16, 1, 0);
+    headers_only(p, ck, "the family plugin 'old_minor' has no cost model");
+    nnt_plan_summary s;
+    nnt_plan_get_summary(p, &s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s.family);
+    CU_ASSERT_STRING_EQUAL(s.family, "old_minor");
+    for (int b = 0; b < 3; b++) CU_ASSERT_EQUAL(block_weight(p, b), expected_bytes("minimax_m2/fp32", "block", b));
+    CU_ASSERT_EQUAL(s.first_bytes, expected_bytes("minimax_m2/fp32", "first", 0));
+    CU_ASSERT_EQUAL(s.last_bytes, expected_bytes("minimax_m2/fp32", "last", 0));
+    nnt_plan_free(p);
+    expect_error_with(rt, ck, 1, 1, 1, NNT_ERR_UNSUPPORTED, "but the family plugin 'old_minor' has no cost model");
+    unlink(path); /* config.json alone: nothing gives the weights */
+    expect_error_with(rt, ck, 1, 1, 0, NNT_ERR_UNSUPPORTED, "plan_old_minor: no safetensors files");
+    expect_error_with(rt, ck, 1, 1, 0, NNT_ERR_UNSUPPORTED,
+                      "no cost model to compute them from config.json: the family plugin 'old_minor' has no cost model");
+    nnt_runtime_close(rt);
+}
+
 int register_tests(void)
 {
-    CU_pSuite s = CU_add_suite("plan", NULL, NULL);
+    CU_pSuite s = CU_add_suite("plan", open_runtime, close_runtime);
     if (!s) return -1;
     if (!CU_add_test(s, "per-block weight bytes equal the headers' tensors (independent count)", test_weights_from_headers) ||
         !CU_add_test(s, "the split minimises the largest stage (brute force)", test_split_optimal) ||
@@ -378,6 +578,8 @@ int register_tests(void)
         !CU_add_test(s, "weights computed from config.json by hand", test_config_weights_by_hand) ||
         !CU_add_test(s, "weights computed from config.json against the fixtures' headers", test_config_against_headers) ||
         !CU_add_test(s, "config.json and index without shards", test_index_without_shards) ||
+        !CU_add_test(s, "Qwen3-MoE from its own descriptor's cost model, by hand", test_qwen3_moe_costs) ||
+        !CU_add_test(s, "without a cost model: headers only, caches not known", test_without_cost_model) ||
         !CU_add_test(s, "errors", test_errors))
         return -1;
     return 0;

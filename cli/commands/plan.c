@@ -12,7 +12,7 @@ static int plan_usage(const char *fmt, const char *arg)
 {
     fprintf(stderr, "nnt plan: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nusage: nnt plan --model DIR --ranks N [--device cpu|cuda] [--memory GB] [--context T] [--batch B]\n");
+    fprintf(stderr, "\nusage: nnt plan --model DIR --ranks N [--device cpu|cuda] [--memory GB] [--context T] [--batch B] [--config FILE]\n");
     return 2;
 }
 
@@ -29,7 +29,7 @@ static int plan_int(const char *text, long long lo, long long hi, long long *out
 
 int cmd_plan(int argc, char **argv)
 {
-    const char *model = NULL;
+    const char *model = NULL, *config = NULL;
     nnt_plan_opts o = {.ranks = 0, .device = NNT_PLAN_CPU, .context = 4096, .batch = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -38,6 +38,8 @@ int cmd_plan(int argc, char **argv)
         long long n = 0;
         if (!strcmp(a, "--model")) {
             model = v;
+        } else if (!strcmp(a, "--config")) { /* the runtime whose families give the cost models */
+            config = v;
         } else if (!strcmp(a, "--ranks")) {
             if (!plan_int(v, 1, 1 << 20, &n)) return plan_usage("--ranks '%s': expected a whole number from 1", v);
             o.ranks = (int)n;
@@ -66,11 +68,19 @@ int cmd_plan(int argc, char **argv)
     if (!o.ranks) return plan_usage("%s", "needs --ranks N");
     nnt_error err = {0};
     nnt_plan *p = NULL;
-    if (nnt_plan_new(model, &o, &p, &err) != NNT_OK) {
-        fprintf(stderr, "nnt plan: %s\n", err.msg);
+    if (nnt_runtime_open(config, &o.runtime) != NNT_OK) {
+        fprintf(stderr, "nnt plan: cannot start: %s\n", nnt_last_error(o.runtime));
+        nnt_runtime_close(o.runtime);
         return 1;
     }
-    nnt_plan_print(p, model, stdout);
+    int rc = 0;
+    if (nnt_plan_new(model, &o, &p, &err) != NNT_OK) {
+        fprintf(stderr, "nnt plan: %s\n", err.msg);
+        rc = 1;
+    } else {
+        nnt_plan_print(p, model, stdout);
+    }
     nnt_plan_free(p);
-    return 0;
+    nnt_runtime_close(o.runtime);
+    return rc;
 }

@@ -387,6 +387,29 @@ static void q3_cache_free(void *model, void *cache)
     fam_layer_caches_free(&m->env, cache);
 }
 
+/* The planner's byte model (nnt_cost_args, ABI 3.4) from config.json alone, with the kit's cost
+ * helpers: per block q, k, v and o projections, q_norm and k_norm [head_dim], two layer norms,
+ * the router [experts, hidden] as the checkpoint stores it and the experts; a key/value cache of
+ * every token. `nnt plan` and a run over several ranks (mpirun) split the blocks by these. */
+static nnt_status q3_costs(nnt_cost_args *args, nnt_error *err)
+{
+    q3_model m = {0};
+    m.env.core = args->core;
+    fam_encoding e;
+    CK(read_config(&m, args->ckpt, err));
+    CK(fam_cost_blocks(args, m.layers, err));
+    CK(fam_cost_encoding(args, &e, err));
+    int64_t H = m.hidden, D = m.head_dim, E = m.experts;
+    uint64_t w = fam_cost_attention(&e, H, m.heads, m.kv_heads, D, D) + fam_cost_vector(&e, 2 * D) +
+                 fam_cost_vector(&e, 2 * H) + fam_cost_vector(&e, E * H) + fam_cost_experts(&e, E, m.moe_inter, H);
+    for (int l = 0; l < args->n_blocks; l++) {
+        args->weight_bytes[l] = w;
+        args->cache_bytes[l] = fam_cost_kv_cache(args->batch, m.kv_heads, D, D, args->context);
+    }
+    fam_cost_readout(args, &e, m.vocab, H, m.tied);
+    return NNT_OK;
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "qwen3_moe", "0.1.0",
                                 "Qwen3-MoE (Qwen3MoeForCausalLM), an out-of-tree example family"),
@@ -403,4 +426,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .cache_new = q3_cache_new,
     .cache_free = q3_cache_free,
     .ops_needed = NNT_OPS_DECODER, /* the kit's decoder, attention and MoE helpers */
+    .costs = q3_costs,
 };

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "dv_internal.h"
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 static const char *const KIND_NAMES[] = {"sliding_attention", "compressed_sparse_attention",
                                          "heavily_compressed_attention"};
@@ -1113,8 +1114,68 @@ static nnt_status dv_build_tree(const void *model, nnt_tree *tree, nnt_error *er
     return NNT_OK;
 }
 
+/* Block l's weight and cache bytes for the planner. Attention: wq_a, q_norm, wq_b, wkv, kv_norm,
+ * the grouped output projections wo_a and wo_b, float32 sinks, two layer norms and the two
+ * hyper-connections' float32 mixing (fn [(2 + n) n, n H], base, scale). A compressed block adds
+ * its compressor (float32 ape [rate, coff x head_dim], wkv and wgate [coff x head_dim, H], norm;
+ * coff 2 where windows overlap, on compressed sparse blocks) and, when compressed sparse, the
+ * lightning indexer and its own compressor. The MLP: router as stored, the hash table
+ * [vocab, top_k] (int64) or the float32 selection bias, the experts and the shared expert.
+ * Caches (float32): the window's window - 1 keys and values of one head, and the compressors'
+ * raw key/value and gate rows of every token. */
+static void dv_block_costs(const dv_model *m, const fam_encoding *e, nnt_cost_args *args, int l, int kind, int hashed)
+{
+    int64_t D = m->hidden, H = m->heads, hd = m->head_dim, QL = m->q_lora, G = m->o_groups, OL = m->o_lora;
+    int64_t n = m->streams, E = m->experts, MI = m->moe_inter, ID = m->index_dim, IH = m->index_heads;
+    int64_t B = args->batch, T = args->context, mix = (2 + n) * n;
+    uint64_t w = fam_cost_matrix(e, QL, D) + fam_cost_vector(e, QL) + fam_cost_matrix(e, H * hd, QL) +
+                 fam_cost_matrix(e, hd, D) + fam_cost_vector(e, hd) + fam_cost_matrix(e, G * OL, H * hd / G) +
+                 fam_cost_matrix(e, D, G * OL) + fam_cost_f32(H) + fam_cost_vector(e, 2 * D);
+    w += 2 * (fam_cost_f32(mix * n * D) + fam_cost_f32(mix) + fam_cost_f32(3));
+    uint64_t c = fam_cost_kv_cache(B, 1, hd, hd, m->window > 1 ? m->window - 1 : 1);
+    if (kind != SLIDING) {
+        int64_t r = m->rate[kind], coff = kind == CSA ? 2 : 1;
+        w += fam_cost_f32(r * coff * hd) + 2 * fam_cost_vector(e, coff * hd * D) + fam_cost_vector(e, hd);
+        c += 2 * fam_cost_f32(B * T * coff * hd);
+        if (kind == CSA) {
+            w += fam_cost_f32(r * 2 * ID) + 2 * fam_cost_vector(e, 2 * ID * D) + fam_cost_vector(e, ID) +
+                 fam_cost_vector(e, IH * D) + fam_cost_matrix(e, IH * ID, QL);
+            c += 2 * fam_cost_f32(B * T * 2 * ID);
+        }
+    }
+    w += fam_cost_vector(e, E * D) + (hashed ? (uint64_t)((int64_t)m->vocab * m->top_k) * 8 : fam_cost_f32(E)) +
+         fam_cost_experts(e, E, MI, D) + (m->shared ? fam_cost_mlp(e, MI * m->shared, D) : 0);
+    args->weight_bytes[l] = w;
+    args->cache_bytes[l] = c;
+}
+
+/* The planner's byte model (nnt_cost_args) from config.json alone, block by block; the last
+ * stage also holds the hyper-connection head (hc_head_fn [n, n H], base [n], scale [1]). */
+static nnt_status dv_costs(nnt_cost_args *args, nnt_error *err)
+{
+    dv_model m = {0};
+    m.env.core = args->core;
+    fam_encoding e;
+    int *kinds = calloc(4097, sizeof *kinds), *hash = calloc(4097, sizeof *hash);
+    nnt_status st = kinds && hash ? read_config(&m, args->ckpt, kinds, hash, err)
+                                  : args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    free(m.inv_freq[0]); /* the rotary tables read_config makes, which costs do not need */
+    free(m.inv_freq[1]);
+    if (st == NNT_OK) st = fam_cost_blocks(args, m.layers, err);
+    if (st == NNT_OK) st = fam_cost_encoding(args, &e, err);
+    for (int l = 0; st == NNT_OK && l < args->n_blocks; l++) dv_block_costs(&m, &e, args, l, kinds[l], hash[l]);
+    if (st == NNT_OK) {
+        int64_t n = m.streams;
+        fam_cost_readout(args, &e, m.vocab, m.hidden, m.tied);
+        args->last_bytes += fam_cost_f32(n * n * m.hidden) + fam_cost_f32(n) + fam_cost_f32(1);
+    }
+    free(kinds);
+    free(hash);
+    return st;
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "deepseek_v4", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "deepseek_v4", NNT_VERSION_STRING,
                                       "DeepSeek-V4 (DeepseekV4ForCausalLM): hyper-connections, compressed sparse attention"),
     .architectures = ARCHS,
     .model_types = TYPES,
@@ -1129,4 +1190,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .cache_new = dv_cache_new,
     .cache_free = dv_cache_free,
     .ops_needed = NNT_OPS_DECODER | NNT_OPS_HYPER,
+    .costs = dv_costs,
 };

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include <nnt/nnt_family_kit.h>
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 enum { KDA = 0, MLA = 1 };
 enum { DENSE = 0, SPARSE = 1 };
@@ -895,8 +896,61 @@ static nnt_status kl_cache_new(void *model, int batch, int capacity, void **cach
     return NNT_OK;
 }
 
+/* Block l's weight and cache bytes for the planner. A latent-attention block: q_proj,
+ * kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj, cached as heads keys of nope + rope and
+ * values of v_head_dim for every token. A Kimi Delta Attention block: q, k, v [P, H], o_proj
+ * [H, P], b_proj [heads, H], the forget gate's and output gate's two low-rank factors, the three
+ * convolutions [P, kernel], A_log, dt_bias and o_norm, cached as the recurrent state [heads,
+ * head_dim, head_dim] and three convolution states of kernel - 1 inputs of P channels (float32).
+ * The MLP: a mixture (router as stored, float32 selection bias, experts, shared experts) or the
+ * dense MLP. */
+static void kl_block_costs(const kl_model *m, const fam_encoding *e, nnt_cost_args *args, int l, int kind, int mlp_kind)
+{
+    int64_t H = m->hidden, LH = m->lin_heads, LD = m->lin_dim, P = LH * LD, K = m->conv_w, E = m->experts;
+    int64_t nope = m->nope, rope = m->rope, vd = m->v_dim, lora = m->kv_lora, heads = m->heads, MI = m->moe_inter;
+    uint64_t w = fam_cost_vector(e, 2 * H), c;
+    if (kind == MLA) {
+        w += fam_cost_matrix(e, heads * (nope + rope), H) + fam_cost_matrix(e, lora + rope, H) + fam_cost_vector(e, lora) +
+             fam_cost_matrix(e, heads * (nope + vd), lora) + fam_cost_matrix(e, H, heads * vd);
+        c = fam_cost_kv_cache(args->batch, heads, nope + rope, vd, args->context);
+    } else {
+        w += 3 * fam_cost_matrix(e, P, H) + fam_cost_matrix(e, H, P) + fam_cost_matrix(e, LH, H) +
+             2 * (fam_cost_matrix(e, LD, H) + fam_cost_matrix(e, P, LD)) + fam_cost_vector(e, 3 * P * K) +
+             fam_cost_vector(e, LH) + fam_cost_vector(e, P) + fam_cost_vector(e, LD);
+        c = fam_cost_f32(args->batch * (3 * (K > 1 ? K - 1 : 1) * P + LH * LD * LD));
+    }
+    w += mlp_kind == SPARSE ? fam_cost_vector(e, E * H) + fam_cost_f32(E) + fam_cost_experts(e, E, MI, H) +
+                                  (m->shared ? fam_cost_mlp(e, MI * m->shared, H) : 0)
+                            : fam_cost_mlp(e, m->inter, H);
+    args->weight_bytes[l] = w;
+    args->cache_bytes[l] = c;
+}
+
+/* The planner's byte model (nnt_cost_args) from config.json alone, block by block. */
+static nnt_status kl_costs(nnt_cost_args *args, nnt_error *err)
+{
+    kl_model m = {0};
+    m.env.core = args->core;
+    fam_encoding e;
+    int *kinds = NULL, *mlp_kinds = NULL;
+    nnt_status st = read_config(&m, args->ckpt, err);
+    if (st == NNT_OK) st = fam_cost_blocks(args, m.layers, err);
+    if (st == NNT_OK) {
+        kinds = calloc((size_t)m.layers, sizeof *kinds);
+        mlp_kinds = calloc((size_t)m.layers, sizeof *mlp_kinds);
+        if (!kinds || !mlp_kinds) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    if (st == NNT_OK) st = read_layer_kinds(&m, args->ckpt, kinds, mlp_kinds, err);
+    if (st == NNT_OK) st = fam_cost_encoding(args, &e, err);
+    for (int l = 0; st == NNT_OK && l < args->n_blocks; l++) kl_block_costs(&m, &e, args, l, kinds[l], mlp_kinds[l]);
+    if (st == NNT_OK) fam_cost_readout(args, &e, m.vocab, m.hidden, m.tied);
+    free(kinds);
+    free(mlp_kinds);
+    return st;
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "kimi_linear", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "kimi_linear", NNT_VERSION_STRING,
                                       "Kimi-Linear (KimiLinearForCausalLM): Kimi Delta Attention and latent attention"),
     .architectures = ARCHS,
     .model_types = TYPES,
@@ -911,5 +965,6 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .cache_new = kl_cache_new,
     .cache_free = kl_cache_free,
     .ops_needed = NNT_OPS_DECODER | NNT_OPS_RECURRENT,
+    .costs = kl_costs,
     .tokenizer = &TOKENIZER,
 };

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <nnt/nnt_family_kit.h>
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 enum { FULL = 0, SLIDING = 1 };
 enum { DENSE = 0, SPARSE = 1 };
@@ -670,8 +671,43 @@ static void mv_cache_free(void *model, void *cache)
     fam_layer_caches_free(&m->env, cache);
 }
 
+/* Block l's weight and cache bytes for the planner: q, k and v projections as the checkpoint's
+ * linear weights (a fused qkv_proj holds the same elements), o_proj unquantised (the FP8
+ * releases keep it in bfloat16), two layer norms, the sinks of a block that has them; a
+ * mixture's float32 router and selection bias and its experts, or the dense MLP. A full block
+ * caches every token, a sliding one window - 1 (the query is the window's last). */
+static void mv_block_costs(const mv_model *m, const fam_encoding *e, nnt_cost_args *args, int l, int kind, int mlp_kind)
+{
+    int64_t H = m->hidden, Hq = m->heads[kind], Hkv = m->kv_heads[kind], Dq = m->qk_dim[kind], Dv = m->v_dim[kind];
+    int64_t E = m->experts;
+    uint64_t w = fam_cost_matrix(e, Hq * Dq, H) + fam_cost_matrix(e, Hkv * Dq, H) + fam_cost_matrix(e, Hkv * Dv, H) +
+                 fam_cost_vector(e, H * Hq * Dv) + fam_cost_vector(e, 2 * H) + (m->sinks_on[kind] ? fam_cost_vector(e, Hq) : 0);
+    w += mlp_kind == SPARSE ? fam_cost_f32(E * H) + fam_cost_f32(E) + fam_cost_experts(e, E, m->moe_inter, H)
+                            : fam_cost_mlp(e, m->inter, H);
+    args->weight_bytes[l] = w;
+    int64_t keep = kind == SLIDING ? (m->window > 1 ? m->window - 1 : 1) : args->context;
+    args->cache_bytes[l] = fam_cost_kv_cache(args->batch, Hkv, Dq, Dv, keep);
+}
+
+/* The planner's byte model (nnt_cost_args) from config.json alone, block by block. */
+static nnt_status mv_costs(nnt_cost_args *args, nnt_error *err)
+{
+    mv_model m = {0};
+    m.env.core = args->core;
+    int *kinds = NULL, *mlp_kinds = NULL;
+    fam_encoding e;
+    nnt_status st = read_config(&m, args->ckpt, &kinds, &mlp_kinds, err);
+    if (st == NNT_OK) st = fam_cost_blocks(args, m.layers, err);
+    if (st == NNT_OK) st = fam_cost_encoding(args, &e, err);
+    for (int l = 0; st == NNT_OK && l < args->n_blocks; l++) mv_block_costs(&m, &e, args, l, kinds[l], mlp_kinds[l]);
+    if (st == NNT_OK) fam_cost_readout(args, &e, m.vocab, m.hidden, m.tied);
+    free(kinds);
+    free(mlp_kinds);
+    return st;
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "mimo_v2_flash", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "mimo_v2_flash", NNT_VERSION_STRING,
                                       "MiMo-V2-Flash (MiMoV2FlashForCausalLM) and MiMo-V2.5 / V2.6 (MiMoV2ForCausalLM)"),
     .architectures = ARCHS,
     .model_types = TYPES,
@@ -687,4 +723,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .cache_free = mv_cache_free,
     .ops_needed = NNT_OPS_DECODER,
     .note = mv_note,
+    .costs = mv_costs,
 };

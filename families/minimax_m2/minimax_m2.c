@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <nnt/nnt_family_kit.h>
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 typedef struct mm_layer {
     nnt_tensor in_norm, post_norm; /* [H] */
@@ -433,8 +434,30 @@ static void mm_cache_free(void *model, void *cache)
     fam_layer_caches_free(&m->env, cache);
 }
 
+/* The planner's byte model (nnt_cost_args) from config.json alone: each block's q, k, v and o
+ * projections, q_norm and k_norm over the whole projections, two layer norms, the float32 router
+ * and selection bias, and the experts; a key/value cache of every token (full attention). */
+static nnt_status mm_costs(nnt_cost_args *args, nnt_error *err)
+{
+    mm_model m = {0};
+    m.env.core = args->core;
+    fam_encoding e;
+    CK(read_config(&m, args->ckpt, err));
+    CK(fam_cost_blocks(args, m.layers, err));
+    CK(fam_cost_encoding(args, &e, err));
+    int64_t H = m.hidden, D = m.head_dim, E = m.experts;
+    uint64_t w = fam_cost_attention(&e, H, m.heads, m.kv_heads, D, D) + fam_cost_vector(&e, (m.heads + m.kv_heads) * D) +
+                 fam_cost_vector(&e, 2 * H) + fam_cost_f32(E * H) + fam_cost_f32(E) + fam_cost_experts(&e, E, m.inter, H);
+    for (int l = 0; l < args->n_blocks; l++) {
+        args->weight_bytes[l] = w;
+        args->cache_bytes[l] = fam_cost_kv_cache(args->batch, m.kv_heads, D, D, args->context);
+    }
+    fam_cost_readout(args, &e, m.vocab, H, m.tied);
+    return NNT_OK;
+}
+
 NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "minimax_m2", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_family_descriptor, NNT_PLUGIN_FAMILY, "minimax_m2", NNT_VERSION_STRING,
                                       "MiniMax-M2 / M2.1 / M2.5 / M2.7 (MiniMaxM2ForCausalLM)"),
     .architectures = ARCHS,
     .model_types = TYPES,
@@ -449,4 +472,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .cache_new = mm_cache_new,
     .cache_free = mm_cache_free,
     .ops_needed = NNT_OPS_DECODER,
+    .costs = mm_costs,
 };

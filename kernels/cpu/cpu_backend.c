@@ -9,6 +9,7 @@
 
 #include "cpu_internal.h"
 #include "nnt/nnt_plugin.h"
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 #ifdef NNT_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -297,7 +298,7 @@ static const nnt_backend_ops cpu_ops = {
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "cpu", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "cpu", NNT_VERSION_STRING,
                                       "reference CPU kernels (weights decoded in registers per instruction set; oneDNN or OpenBLAS GEMM)"),
     .host_memory = 1,
     .create = cpu_create,

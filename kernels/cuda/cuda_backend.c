@@ -23,6 +23,7 @@
 
 #include "cuda_internal.h"
 #include "nnt/nnt_plugin.h"
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 #define STAGE_ALIGN 256
 #define FLAG_INTS 4
@@ -567,7 +568,7 @@ static const nnt_backend_ops cuda_ops = {
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "cuda", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_backend_descriptor, NNT_PLUGIN_BACKEND, "cuda", NNT_VERSION_STRING,
                                       "NVIDIA GPU kernels (weights kept in their encoding, cuBLAS GEMM, own CUDA kernels)"),
     .host_memory = 0,
     .create = cuda_create,

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include <nnt/nnt_transport.h>
+#include <nnt/nnt_version.h> /* the plugin reports nnt's version */
 
 enum { TAG_DATA = 1, TAG_FAIL = 2 };
 #define CHUNK ((size_t)1 << 30)
@@ -239,7 +240,7 @@ static void mpi_close(nnt_transport *t)
 }
 
 NNT_PLUGIN_EXPORT const nnt_transport_descriptor nnt_transport_plugin = {
-    .header = NNT_PLUGIN_HEADER(nnt_transport_descriptor, NNT_PLUGIN_TRANSPORT, "mpi", "0.1.0",
+    .header = NNT_PLUGIN_HEADER(nnt_transport_descriptor, NNT_PLUGIN_TRANSPORT, "mpi", NNT_VERSION_STRING,
                                 "Open MPI point-to-point messages between the ranks of an mpirun job"),
     .launched = mpi_launched,
     .open = mpi_open,

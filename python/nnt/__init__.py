@@ -12,7 +12,7 @@ Value paths are nnterp's names, as the nnt command takes them (README.md, "The c
 
 from ._core import (AblateExpert, Error, Generation, Model, ModelInfo, PatchResult, Session, SkipLayers, Steer,
                     Steps, SupportRow, Tokenizer, Values, to_torch)
-from ._lib import find_library
+from ._lib import PACKAGE_VERSION, find_library
 
 
 def load_library(path=None):
@@ -24,4 +24,5 @@ def load_library(path=None):
 
 __all__ = ["AblateExpert", "Error", "Generation", "Model", "ModelInfo", "PatchResult", "Session", "SkipLayers",
            "Steer", "Steps", "SupportRow", "Tokenizer", "Values", "find_library", "load_library", "to_torch"]
-__version__ = "0.1.0"
+# the project's one version number (CMakeLists.txt's project(), see nnt._lib), not a second copy
+__version__ = PACKAGE_VERSION

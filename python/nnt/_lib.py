@@ -10,13 +10,68 @@ Where libnnt comes from, first match wins:
   5. the system's library search (ctypes.util.find_library("nnt"), e.g. /usr/local/lib).
 libnnt itself then picks its INI as the CLI's does: the config argument, else $NNT_CONFIG, else
 the nnt.ini that belongs to that library (the build tree's, or <prefix>/share/nnt/nnt.ini).
+
+Versions. The package has no version number of its own: PACKAGE_VERSION is the project's one
+number, CMakeLists.txt's project(nnt VERSION ...) of the source tree the package lies in (python/
+of a checkout; pyproject.toml reads it from here when a wheel is built), else the version pip
+recorded when the package was installed. At load, the library must be a compatible version (the
+same major and minor while the major is 0, the same major from 1.0 on: the rule of libnnt's
+soname, CHANGELOG.md) and every ctypes mirror of a C struct below must have the size
+nnt_struct_size gives for it; otherwise the library is refused with an nnt.Error naming the
+struct, both sizes and both versions.
 """
 
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import sysconfig
+
+
+def _source_version():
+    """CMakeLists.txt's project(nnt VERSION X.Y.Z) of the nnt source tree this file lies in
+    (<repo>/python/nnt/_lib.py), or None outside one."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(os.path.dirname(os.path.dirname(here)), "CMakeLists.txt")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    m = re.search(r"^\s*project\(\s*nnt\s+VERSION\s+([0-9]+\.[0-9]+\.[0-9]+)", text, re.M)
+    return m.group(1) if m else None
+
+
+def _installed_version():
+    """The version pip recorded for an installed nnt package, or None."""
+    try:
+        from importlib import metadata
+        return metadata.version("nnt")
+    except Exception:  # not installed, or Python < 3.8
+        return None
+
+
+PACKAGE_VERSION = _source_version() or _installed_version()
+
+
+def _major_minor(version):
+    parts = str(version).split(".")
+    return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+
+
+def compatible_versions(package, library):
+    """True when a package of version `package` may drive a libnnt of version `library`: the
+    same major and minor while the major is 0 (a 0.x minor may change the API), the same major
+    from 1.0 on."""
+    (pa, pi), (la, li) = _major_minor(package), _major_minor(library)
+    return pa == la and (pa > 0 or pi == li)
+
+
+def soversion(version):
+    """The soname suffix of libnnt for a release: 0.MINOR while the major is 0, else MAJOR."""
+    major, minor = _major_minor(version)
+    return f"0.{minor}" if major == 0 else str(major)
 
 # ---- plain types (nnt_types.h) ----
 
@@ -188,9 +243,30 @@ class RunOpts(ctypes.Structure):
     ]
 
 
+# Every ctypes mirror of a C struct, by the struct's typedef name; each is checked against
+# nnt_struct_size when a library is loaded (a new mirror joins this table).
+STRUCT_MIRRORS = {
+    "nnt_tensor": Tensor,
+    "nnt_error": ErrorRecord,
+    "nnt_call_dims": CallDims,
+    "nnt_value_info": ValueInfo,
+    "nnt_model_info": ModelInfo,
+    "nnt_generate_opts": GenerateOpts,
+    "nnt_request_source": RequestSource,
+    "nnt_batch": Batch,
+    "nnt_lens_result": LensResult,
+    "nnt_patch_result": PatchResult,
+    "nnt_request_callback": RequestCallback,
+    "nnt_run_opts": RunOpts,
+}
+
+
 # name: (restype, argtypes)
 _SIGNATURES = {
     "nnt_status_str": (ctypes.c_char_p, [ctypes.c_int]),
+    "nnt_version": (ctypes.c_char_p, []),
+    "nnt_abi_version": (ctypes.c_uint32, []),
+    "nnt_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
     "nnt_runtime_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P)]),
     "nnt_runtime_close": (None, [_P]),
     "nnt_last_error": (ctypes.c_char_p, [_P]),
@@ -303,7 +379,8 @@ def _command_candidates():
     multiarch = sysconfig.get_config_var("MULTIARCH") or ""
     for libdir in ("lib", "lib64", os.path.join("lib", multiarch) if multiarch else None):
         if libdir:
-            out.append(os.path.join(prefix, libdir, "libnnt.so.0"))
+            if PACKAGE_VERSION:
+                out.append(os.path.join(prefix, libdir, "libnnt.so." + soversion(PACKAGE_VERSION)))
             out.append(os.path.join(prefix, libdir, "libnnt.so"))
     return out
 
@@ -333,14 +410,51 @@ def find_library(library=None):
                   "of a build tree or installation on PATH; looked at " + ", ".join(tried))
 
 
+def check_library(path, library_version, package_version, sizes):
+    """Raises nnt.Error unless the libnnt at `path`, of version `library_version`, fits this
+    package: versions compatible (compatible_versions; not checked when package_version is None,
+    a package outside a source tree and never installed) and every mirror the same size.
+    sizes: {struct name: (bytes in libnnt, bytes of the package's mirror)}."""
+    from ._core import Error
+
+    package = package_version or "unknown"
+    if package_version and not compatible_versions(package_version, library_version):
+        raise Error(f"libnnt {path} is version {library_version}, this nnt package is {package}: "
+                    f"they are not compatible (the same major and minor are needed while the major is 0); "
+                    f"use the libnnt of this package's build or installation")
+    for name, (in_library, in_package) in sizes.items():
+        if in_library != in_package:
+            what = "does not know the struct" if in_library == 0 else f"has {in_library} bytes"
+            raise Error(f"libnnt {path} (version {library_version}) {what} {name}, whose mirror in this nnt "
+                        f"package (version {package}) has {in_package} bytes: the library and the package "
+                        f"come from different versions of nnt's headers")
+
+
+def _check_versions(lib, path):
+    """check_library on an opened library, which must have nnt_version and nnt_struct_size."""
+    from ._core import Error
+
+    try:
+        version, struct_size = lib.nnt_version, lib.nnt_struct_size
+    except AttributeError:
+        raise Error(f"libnnt {path} has no nnt_version(): it predates nnt 0.2.0, and this nnt package is "
+                    f"version {PACKAGE_VERSION or 'unknown'}") from None
+    version.restype, version.argtypes = ctypes.c_char_p, []
+    struct_size.restype, struct_size.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
+    sizes = {name: (struct_size(name.encode()), ctypes.sizeof(mirror)) for name, mirror in STRUCT_MIRRORS.items()}
+    check_library(path, version().decode(), PACKAGE_VERSION, sizes)
+
+
 def load(library=None):
-    """Opens libnnt (once per file) and declares its functions; returns the ctypes.CDLL."""
+    """Opens libnnt (once per file), checks its version and struct sizes against this package
+    (check_library) and declares its functions; returns the ctypes.CDLL."""
     path = find_library(library)
     key = os.path.realpath(path) if os.path.sep in path else path
     lib = _LIBS.get(key)
     if lib is not None:
         return lib
     lib = ctypes.CDLL(path)
+    _check_versions(lib, path)
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype = restype

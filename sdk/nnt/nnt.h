@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "nnt_types.h"
+#include <nnt/nnt_version.h> /* generated: nnt_version.h.in */
 #include "nnt_tokenizer.h"
 #include "nnt_request.h"
 #include "nnt_methods.h"
@@ -27,6 +28,24 @@ extern "C" {
 typedef struct nnt_runtime nnt_runtime;
 typedef struct nnt_model nnt_model;
 typedef struct nnt_trace nnt_trace;
+
+/* ---- versions ----
+ * What the running libnnt is, for a program or a binding (the Python package) compiled against
+ * headers that may be another version's. CHANGELOG.md gives each version's changes. */
+/* The version of the running libnnt, "MAJOR.MINOR.PATCH" (NNT_VERSION_STRING as it was built;
+ * a static string). Compare with the NNT_VERSION_* macros a program was compiled with: while
+ * MAJOR is 0 another MINOR is another API and ABI. */
+const char *nnt_version(void);
+/* The plugin ABI the running libnnt speaks, (NNT_ABI_MAJOR << 16) | NNT_ABI_MINOR as it was
+ * built: it loads plugins of the same major and a minor not newer (nnt_plugin.h). */
+uint32_t nnt_abi_version(void);
+/* sizeof the public struct named `name` in the running libnnt, in bytes: every complete struct of
+ * the user API (nnt_types.h, nnt.h, nnt_tokenizer.h, nnt_request.h, nnt_methods.h: "nnt_tensor",
+ * "nnt_model_info", "nnt_value_info", "nnt_call_dims", "nnt_generate_opts", "nnt_memory",
+ * "nnt_plan_opts", ...) and of the plugin ABI (nnt_plugin.h, nnt_family.h, nnt_backend.h,
+ * nnt_transport.h: "nnt_family_descriptor", "nnt_cost_args", ...), named by its typedef.
+ * 0 for a NULL or unknown name. A binding that mirrors a struct checks its mirror against it. */
+size_t nnt_struct_size(const char *name);
 
 /* ---- names ---- */
 const char *nnt_status_str(nnt_status status);
@@ -494,21 +513,31 @@ nnt_status nnt_protect_mapped_files(void);
  * config.json and model.safetensors.index.json), so it works on a release's folder without its
  * weights. Bytes are bytes (1 GB = 1e9 bytes).
  *
+ * Where the bytes come from. The core reads num_hidden_layers (the block count) itself and knows
+ * no family: given a runtime (nnt_plan_opts.runtime), the plan asks the family plugin serving
+ * config.json (as nnt_model_load picks it) for its cost model, the descriptor's `costs` entry
+ * (nnt_family.h, ABI 3.4), which computes every block's weight and cache bytes and the readout's
+ * from config.json alone; the safetensors headers, when present, then replace its weights (an
+ * exact plan). Without a runtime, without a family serving the architecture, or with a family
+ * whose descriptor has no `costs` (an older minor's), the weights come from the headers alone
+ * and the caches are not known (nnt_plan_summary's caches_known 0, costs_from "headers";
+ * nnt_plan_print says why); a folder with neither shards nor a cost model cannot be planned.
+ *
  * Weights: with every safetensors file present, each block's bytes are exact - the sum of the
  * stored sizes (numel x dtype size, FP4 packed two per byte, scale companions included) of the
  * tensors whose name holds "layers.<block>." - and the embedding goes to the first stage; every
  * other tensor outside the blocks (final norm, lm_head, DeepSeek-V4's hc_head_*) to the last.
  * Tensors of multi-token-prediction modules (a name segment starting "mtp") and of blocks at or
  * past num_hidden_layers are not loaded by nnt and are counted apart (unused_bytes). Without the
- * shards the bytes are computed from config.json's dimensions per family, in the encoding
- * quantization_config gives: FP8 e4m3 one byte per weight with a float32 (ue8m0: one byte)
+ * shards the family's cost model computes the bytes from config.json's dimensions, in the
+ * encoding quantization_config gives (the family kit's fam_cost_* helpers, nnt_family_kit.h): FP8 e4m3 one byte per weight with a float32 (ue8m0: one byte)
  * scale per 128x128 block (weight_block_size), FP4 e2m1 routed experts (expert_dtype "fp4")
  * half a byte per weight with one E8M0 scale per 32, BF16 two bytes otherwise (norms, routers,
  * embedding and lm_head as the releases store them); then index_total_bytes is the index's
  * metadata.total_size when there is one.
  *
- * Caches: the bytes nnt's session of capacity `context` tokens per row and `batch` rows
- * allocates (float32): a full attention block T x key/value heads x (key + value head dims); a
+ * Caches (from the family's cost model; nnt's own families as follows): the bytes nnt's session
+ * of capacity `context` tokens per row and `batch` rows allocates (float32): a full attention block T x key/value heads x (key + value head dims); a
  * sliding block only window - 1 tokens whatever T; Kimi-Linear's delta-attention blocks their
  * recurrent state [heads, head_dim, head_dim] and three convolution states [kernel - 1,
  * heads x head_dim]; DeepSeek-V4's blocks their window's keys and values (window - 1 tokens of
@@ -525,9 +554,12 @@ typedef struct nnt_plan_opts {
     uint64_t memory_bytes; /* per rank; 0: 141e9 for cuda (an H200), the machine's physical memory for cpu */
     int64_t context;       /* tokens per row the caches hold (T), >= 0 */
     int64_t batch;         /* rows (B), >= 1 */
-    int from_config;       /* nonzero: compute the weights from config.json even when headers are present */
-    nnt_runtime *runtime;  /* the runtime whose family plugins give the costs (nnt_family_descriptor.costs);
-                            * NULL: weights from the safetensors headers only */
+    int from_config;       /* nonzero: compute the weights from config.json even when headers are present
+                            * (needs a runtime whose family has a cost model) */
+    /* ---- since 0.2.0 ---- */
+    nnt_runtime *runtime;  /* the runtime whose family plugins give the cost models (borrowed for
+                            * the call only: the plan keeps nothing of it); NULL: no cost model, the
+                            * weights from the safetensors headers alone and the caches unknown */
 } nnt_plan_opts;
 
 typedef struct nnt_plan_stage {
@@ -549,18 +581,29 @@ typedef struct nnt_plan_summary {
     uint64_t index_total_bytes;/* model.safetensors.index.json's metadata.total_size; 0 when absent */
     uint64_t memory_bytes;     /* per rank, after the defaults */
     uint64_t largest_stage;    /* the largest stage's weight_bytes: what the split minimised */
-    int all_fit;
+    int all_fit;               /* every stage's weights and caches fit (the weights alone when the
+                                * caches are not known) */
+    /* ---- since 0.2.0 ---- */
+    int caches_known;          /* 1: the caches come from the family's cost model; 0: not known
+                                * (cache_bytes read 0) */
+    const char *costs_from;    /* "family": the family plugin's cost model gave the caches (and the
+                                * weights when not exact); "headers": no cost model, the weights
+                                * from the safetensors headers alone (static string) */
+    const char *family;        /* the family plugin serving config.json, or NULL (owned by the plan) */
 } nnt_plan_summary;
 
 typedef struct nnt_plan nnt_plan;
 
-/* Plans checkpoint folder `dir` over opts->ranks stages. *out receives a plan freed with
+/* Plans checkpoint folder `dir` over opts->ranks stages, with the cost model of the family
+ * plugin of opts->runtime that serves the folder (see above). *out receives a plan freed with
  * nnt_plan_free. Errors (err->msg names the file, field or value; err may be NULL):
  * NNT_ERR_INVALID_ARGUMENT (NULL dir, opts or out; ranks < 1 or more ranks than blocks; batch
  * < 1; context < 0), NNT_ERR_IO (no config.json, a shard the index names is unreadable),
  * NNT_ERR_FORMAT (malformed JSON or safetensors header), NNT_ERR_CONFIG (a field missing or
- * out of range), NNT_ERR_UNSUPPORTED (an architecture nnt has no plan for). A plan whose ranks
- * do not fit is still returned (nnt_plan_summary's all_fit is 0). */
+ * out of range), NNT_ERR_UNSUPPORTED (the folder has no shards and there is no cost model - no
+ * runtime, no family serving the architecture, or a family without `costs` - naming the folder
+ * and what is missing; or from_config without a cost model), and the family's cost model's own
+ * errors. A plan whose ranks do not fit is still returned (nnt_plan_summary's all_fit is 0). */
 nnt_status nnt_plan_new(const char *dir, const nnt_plan_opts *opts, nnt_plan **out, nnt_error *err);
 void nnt_plan_free(nnt_plan *p);
 /* The plan's totals; the strings live as long as the plan. */
@@ -569,7 +612,8 @@ void nnt_plan_get_summary(const nnt_plan *p, nnt_plan_summary *out);
 int nnt_plan_block(const nnt_plan *p, int b, uint64_t *weight_bytes, uint64_t *cache_bytes);
 /* Stage r (0 .. ranks - 1). Returns 0 past the end. */
 int nnt_plan_get_stage(const nnt_plan *p, int r, nnt_plan_stage *out);
-/* Writes the plan as the `nnt plan` command prints it. */
+/* Writes the plan as the `nnt plan` command prints it: the weights' source, the caches (or
+ * "caches: not known - <why>" without a cost model), then one row per rank. */
 nnt_status nnt_plan_print(const nnt_plan *p, const char *dir, FILE *out);
 
 /* The split alone, for any per-block costs: block_bytes [n_blocks] (each >= 0), first_extra

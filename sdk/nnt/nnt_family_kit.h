@@ -4,8 +4,8 @@
  * What it holds: a per-model environment (fam_env) that owns every weight prepared on the
  * backend; weight binding from a checkpoint in its stored encoding (F32, BF16, F16, FP8/FP4 with
  * block scales); value-info helpers for `value_info`; softmax attention with rotary, sliding
- * window, sinks and key/value caches; a mixture of experts and a dense SwiGLU MLP; and Llama's
- * pre-norm decoder skeleton. Each building block emits its standard values through the core's
+ * window, sinks and key/value caches; a mixture of experts and a dense SwiGLU MLP; Llama's
+ * pre-norm decoder skeleton; and the byte model a family's `costs` entry adds up (fam_cost_*). Each building block emits its standard values through the core's
  * `emit` in the order nnterp's paths expect, so a family that uses them serves those values
  * without further code. minimax_m2 (families/minimax_m2/minimax_m2.c) is the shortest complete
  * family built on it; examples/third_party_family/ is one built outside the tree.
@@ -496,6 +496,68 @@ typedef struct fam_expert_names {
 nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int layer, int64_t E, int64_t I,
                             int64_t H, const char *fused_gate_up, const char *fused_down,
                             const fam_expert_names *names, int n, fam_expert *out, nnt_error *err);
+
+/* ======================================================================================== */
+/* ---- costs (for the family's `costs` entry, nnt_cost_args, since ABI 3.4) ----
+ * The planner's byte model from config.json alone: what each weight takes as the checkpoint
+ * stores it, and what a session's caches take. Every count below is in elements and every
+ * result in bytes (uint64_t); the arithmetic is int64_t, exact for the sizes config.json can
+ * hold (the core's cfg_int bounds each count by 2^31 - 1). A family's `costs` reads its own
+ * dimensions (its read_config, say), then adds up its tensors with these. */
+
+/* How a checkpoint stores its weights, read from config.json by fam_cost_encoding. */
+typedef struct fam_encoding {
+    int fp8;            /* quantization_config.quant_method "fp8": matrices stored F8_E4M3 (a byte a
+                         * weight) with one scale per block_rows x block_cols block */
+    int64_t block_rows; /* quantization_config.weight_block_size[0] (default 128) */
+    int64_t block_cols; /* quantization_config.weight_block_size[1] (default 128) */
+    int scale_bytes;    /* a block scale: 4 (float32), 1 (quantization_config.scale_fmt "ue8m0") */
+    int fp4_experts;    /* expert_dtype "fp4": routed experts' matrices FP4 e2m1 (half a byte a
+                         * weight) with one E8M0 byte per 32 inputs, whatever quant_method says */
+    int elem_bytes;     /* an element stored unquantised (norms, embedding, o_proj where the
+                         * release keeps it so): 2 (bfloat16), 4 when config.json's dtype (or
+                         * torch_dtype) is "float32" */
+} fam_encoding;
+
+/* Reads args->ckpt's config.json into *out: dtype / torch_dtype, quantization_config
+ * (quant_method, weight_block_size, scale_fmt) and expert_dtype; absent keys give BF16 without
+ * quantization. Errors (naming config.json and the key): those of cfg_string and cfg_int_list
+ * (a key of the wrong JSON type), NNT_ERR_UNSUPPORTED (a quant_method other than "fp8"),
+ * NNT_ERR_CONFIG (weight_block_size not two positive numbers). */
+nnt_status fam_cost_encoding(const nnt_cost_args *args, fam_encoding *out, nnt_error *err);
+/* Bytes of a matrix [rows, cols] stored as the checkpoint stores its linear weights: rows x
+ * cols bytes plus ceil(rows / block_rows) x ceil(cols / block_cols) scales when FP8, else
+ * rows x cols x elem_bytes. Source: DeepSeek-V3's FP8 block layout (weight_scale_inv per
+ * 128 x 128 block). */
+uint64_t fam_cost_matrix(const fam_encoding *e, int64_t rows, int64_t cols);
+/* A routed expert's matrix [rows, cols]: rows x cols / 2 bytes plus rows x ceil(cols / 32)
+ * E8M0 scale bytes when fp4_experts (OCP Microscaling: groups of 32), else fam_cost_matrix. */
+uint64_t fam_cost_expert_matrix(const fam_encoding *e, int64_t rows, int64_t cols);
+/* n elements stored unquantised: n x elem_bytes (a norm's gain, the embedding). */
+uint64_t fam_cost_vector(const fam_encoding *e, int64_t n);
+/* n float32 elements: 4 n (routers, biases and sinks that releases keep in float32). */
+uint64_t fam_cost_f32(int64_t n);
+/* The n routed experts of one block, each gate and up [I, H] and down [H, I]
+ * (fam_cost_expert_matrix). */
+uint64_t fam_cost_experts(const fam_encoding *e, int64_t n, int64_t I, int64_t H);
+/* A gated MLP of width I (a dense MLP, a shared expert): gate and up [I, H], down [H, I], stored
+ * as linear weights (fam_cost_matrix). */
+uint64_t fam_cost_mlp(const fam_encoding *e, int64_t I, int64_t H);
+/* Grouped-query attention's projections as linear weights: q_proj [Hq * Dqk, H], k_proj
+ * [Hkv * Dqk, H], v_proj [Hkv * Dv, H], o_proj [H, Hq * Dv] (no norms, no sinks). */
+uint64_t fam_cost_attention(const fam_encoding *e, int64_t H, int64_t Hq, int64_t Hkv, int64_t Dqk, int64_t Dv);
+/* What the kit's key/value cache of one block holds for `batch` rows: float32 keys and values of
+ * `heads` heads, widths dk and dv, for `keep` tokens (the session's capacity, or window - 1 for
+ * a sliding block): 4 x batch x heads x (dk + dv) x keep bytes (fam_kv_cache_init). */
+uint64_t fam_cost_kv_cache(int64_t batch, int64_t heads, int64_t dk, int64_t dv, int64_t keep);
+/* Sets args->first_bytes to the embedding [V, H] and args->last_bytes to the final norm [H] plus
+ * lm_head [V, H] (none when `tied`: the embedding serves), all stored unquantised
+ * (fam_cost_vector); a family with more readout adds it to last_bytes after the call. */
+void fam_cost_readout(nnt_cost_args *args, const fam_encoding *e, int64_t V, int64_t H, int tied);
+/* NNT_OK when the family's own count of blocks (`layers`, from its reading of config.json)
+ * equals args->n_blocks, whose arrays it fills; else NNT_ERR_CONFIG naming config.json and both
+ * counts. */
+nnt_status fam_cost_blocks(const nnt_cost_args *args, int64_t layers, nnt_error *err);
 
 #ifdef __cplusplus
 }

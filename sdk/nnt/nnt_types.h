@@ -18,28 +18,8 @@ extern "C" {
 /* ABI version shared by the core, family plugins and kernel backends. A plugin is accepted
  * when its major equals the core's and its minor is not newer than the core's; the core reads
  * an older minor's descriptor, op table and argument structs only up to their struct_size.
- * 3.0 gave the op table and the argument structs a leading struct_size (which moved every
- * field, hence the major), split the ops into required and optional ones and let a family
- * declare the ops it needs (nnt_family_descriptor.ops_needed). 3.1 renamed without moving a
- * byte: nnt_slot / NNT_SV_* became nnt_value_id / NNT_VALUE_* (one name, "value", for a
- * standard value), nnt_host / NNT_HOST_* (a value's module) became nnt_module / NNT_MODULE_*,
- * the core's routine table nnt_host_api became nnt_core_api (nnt_load_args.core, fam_env.core),
- * and the family kit's fam_served, fam_alloc and fam_view take an nnt_shape instead of a count
- * and variadic extents. Binaries built for 3.0 load unchanged (same layouts); their sources
- * need the new names (docs/plugin-guide.md lists them). The minor, not the major, moved
- * because the core checks binaries; the kit's version (fam_kit_abi) moved with it, so a plugin
- * compiled with 3.1 headers can tell a 3.0 libnnt_family.a apart. 3.2 appended
- * nnt_family_descriptor.note (a family's notes for its printout); a 3.0 or 3.1 family's shorter
- * descriptor loads as before, with no notes. 3.2 also appended pipeline stages to
- * nnt_forward_args (first_layer, end_layer, hidden_in, hidden_out: a call runs a contiguous
- * range of blocks and hands the residual stream over); the core runs a stage only on a family
- * built for 3.2 or later, and calls older ones with the whole model as before. 3.3 appended
- * nnt_load_args.first_layer / end_layer (a stage's load binds only its blocks' weights; an older
- * family ignores them and binds every block), and the transport plugin kind (nnt_transport.h).
- * 3.4 appended nnt_family_descriptor.costs (the planner's byte model of a family, from
- * config.json alone) and .tokenizer (what a checkpoint's tokenizer files leave to the family's
- * code); the routine table's tensor_kv_heads moved into the family kit (fam_weight_kv_heads) and
- * its slot answers NNT_ERR_UNSUPPORTED. CHANGELOG.md keeps this history. */
+ * CHANGELOG.md keeps the history of every version (3.4: the family descriptor's costs and
+ * tokenizer hints, tensor_kv_heads moved to the family kit). */
 #define NNT_ABI_MAJOR 3
 #define NNT_ABI_MINOR 4
 
