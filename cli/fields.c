@@ -9,6 +9,9 @@
 
 int cli_first_trailing_save(const cli_opts *o)
 {
+    /* after --steps, a save applies at the steps it names: in order among the edits */
+    for (int q = 0; q < o->n_reqs; q++)
+        if (o->reqs[q].kind == R_STEPS) return o->n_reqs;
     int k = o->n_reqs;
     while (k > 0 && o->reqs[k - 1].kind == R_SAVE) k--;
     return k;

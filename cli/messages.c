@@ -49,20 +49,39 @@ static size_t field_length(const char *msg)
     return msg[i] == ':' && msg[i + 1] == ' ' ? i : 0;
 }
 
+/* How the option behind field joins the rest of the message: its own words first
+ * ("--prompt-file F: cannot open", "--set: F: not a regular file", "--prompt row 0 encodes to no
+ * token", "--stop-id 300 is outside ..."), else "OPTION: rest". */
+static void print_translated(const cli_opts *o, const char *field, size_t fl, const char *option, const char *rest)
+{
+    int r = !strncmp(field, "rows[", 5), e = !strncmp(field, "edits[", 6);
+    const char *dot = memchr(field, '.', fl);
+    if (r && dot && !strncmp(dot, ".file", 5)) {
+        fprintf(stderr, "--prompt-file %s\n", rest); /* rest starts with the file's name */
+    } else if (e && dot && !strncmp(dot, ".tensor", 7)) {
+        char flag[32];
+        snprintf(flag, sizeof flag, "%.*s", (int)strcspn(option, " "), option);
+        fprintf(stderr, "%s: %s\n", flag, rest);
+    } else if ((r && !strncmp(rest, "encodes to no token", 19)) || !strncmp(field, "generate.stop_ids", 17)) {
+        fprintf(stderr, "%s %s\n", option, rest);
+    } else {
+        fprintf(stderr, "%s: %s\n", option, rest);
+    }
+    (void)o;
+}
+
 int cli_fail(const cli_opts *o, nnt_runtime *rt, const char *what)
 {
     const char *msg = nnt_last_error(rt);
     const char *doc = CLI_OPTIONS_NAME ": ";
-    int usage = 0;
     char option[1200];
     if (o && !strncmp(msg, doc, strlen(doc))) msg += strlen(doc); /* a request the options made */
     size_t fl = o ? field_length(msg) : 0;
-    if (fl) usage = !strncmp(msg, "lens", 4) || !strncmp(msg, "patch", 5);
-    if (fl && cli_field_option(o, msg, fl, option, sizeof option)) {
-        /* "rows[1].file: F: cannot open" reads "--prompt-file F (row 1): cannot open" */
-        fprintf(stderr, "nnt: error: %s%s%s: %s\n", what ? what : "", what ? ": " : "", option, msg + fl + 2);
-    } else {
-        fprintf(stderr, "nnt: error: %s%s%s\n", what ? what : "", what ? ": " : "", msg);
-    }
+    int usage = fl && (!strncmp(msg, "lens", 4) || !strncmp(msg, "patch", 5));
+    fprintf(stderr, "nnt: error: %s%s", what ? what : "", what ? ": " : "");
+    if (fl && cli_field_option(o, msg, fl, option, sizeof option))
+        print_translated(o, msg, fl, option, msg + fl + 2);
+    else
+        fprintf(stderr, "%s\n", msg);
     return usage ? 2 : 1;
 }

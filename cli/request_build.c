@@ -165,9 +165,14 @@ static int build(const cli_opts *o, cJSON **out)
     }
     cJSON_AddBoolToObject(doc, "add_special", !o->no_special);
     int first_save = cli_first_trailing_save(o);
-    cJSON *edits = cJSON_AddArrayToObject(doc, "edits"), *saves = cJSON_AddArrayToObject(doc, "saves");
-    for (int q = 0; q < first_save; q++) cJSON_AddItemToArray(edits, edit_json(&o->reqs[q]));
-    for (int q = first_save; q < o->n_reqs; q++) cJSON_AddItemToArray(saves, cJSON_CreateString(o->reqs[q].path));
+    if (first_save > 0) {
+        cJSON *edits = cJSON_AddArrayToObject(doc, "edits");
+        for (int q = 0; q < first_save; q++) cJSON_AddItemToArray(edits, edit_json(&o->reqs[q]));
+    }
+    if (first_save < o->n_reqs) {
+        cJSON *saves = cJSON_AddArrayToObject(doc, "saves");
+        for (int q = first_save; q < o->n_reqs; q++) cJSON_AddItemToArray(saves, cJSON_CreateString(o->reqs[q].path));
+    }
     return add_method(doc, o);
 }
 
@@ -192,7 +197,8 @@ int cli_request(const cli_opts *o, nnt_runtime *rt, nnt_request **out)
     free(json);
     if (st == NNT_OK) return 0;
     cli_fail(o, rt, NULL);
-    return 2; /* what the options say is wrong: a usage error */
+    /* what the options say is wrong is a usage error; a file they name that cannot be read is not */
+    return st == NNT_ERR_IO ? 1 : 2;
 }
 
 int cli_print_request(nnt_runtime *rt, const nnt_request *r)

@@ -36,8 +36,8 @@ nnt_status nnt_metric_parse(const char *text, nnt_metric *out, nnt_error *err)
         }
     }
     return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
-                       "metric '%.200s': expected logit-diff:A,B (logit[A] - logit[B]) or prob:T (token T's "
-                       "probability), with A, B and T token ids in 0..2147483647 written as digits",
+                       "expected logit-diff:A,B (logit[A] - logit[B]) or prob:T (token T's probability), with A, B "
+                       "and T token ids in 0..2147483647 written as digits; got '%.200s'",
                        text);
 }
 

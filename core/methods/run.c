@@ -115,7 +115,14 @@ static nnt_status stop_ids(nnt_model *m, const nnt_generate_opts *g, int ignore_
     if (!ignore_eos && nnt_model_tokenizer(m, &tok) == NNT_OK && nnt_tokenizer_eos_id(tok) >= 0)
         res->stops[res->n_stops++] = nnt_tokenizer_eos_id(tok);
     nnt_err_clear(&m->rt->err); /* a folder without a tokenizer has no eos: no stop token */
-    for (int k = 0; k < g->n_stop_ids; k++) res->stops[res->n_stops++] = g->stop_ids[k];
+    int64_t V = m->info.vocab_size;
+    for (int k = 0; k < g->n_stop_ids; k++) {
+        if (g->stop_ids[k] < 0 || g->stop_ids[k] >= V)
+            return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT,
+                               "generate.stop_ids[%d]: %d is outside the model's vocabulary (vocab_size %lld)", k,
+                               g->stop_ids[k], (long long)V);
+        res->stops[res->n_stops++] = g->stop_ids[k];
+    }
     return NNT_OK;
 }
 

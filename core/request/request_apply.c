@@ -45,6 +45,7 @@ static const char *path_field(const req_edit *e, nnt_status st, const char *msg)
         if (msg[0] == '\'' && strncmp(msg + 1, e->where, n) == 0 && msg[n + 1] == '\'') return ".where";
     }
     if (e->op == REQ_OP_CALLBACK && st == NNT_ERR_INVALID_ARGUMENT) return ".callback";
+    if (e->op == REQ_OP_SKIP_LAYERS || e->op == REQ_OP_ABLATE_EXPERT || e->op == REQ_OP_STEPS) return ""; /* no path */
     return e->op == REQ_OP_STEER ? (e->has_tensor && st != NNT_ERR_INDEX ? ".tensor" : "") : ".path";
 }
 

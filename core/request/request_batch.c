@@ -45,6 +45,24 @@ nnt_status nnt_batch_from_rows(const int32_t *const *rows, const int *lens, int 
     return NNT_OK;
 }
 
+/* A token's text for a message: its bytes, quoted, with what is not printable ASCII as \xNN. */
+static void token_text(const nnt_tokenizer *tok, int32_t id, char *out, size_t n)
+{
+    size_t len = 0, k = 0;
+    const char *b = nnt_tokenizer_token_bytes(tok, id, &len);
+    if (!b) {
+        snprintf(out, n, "?");
+        return;
+    }
+    k += (size_t)snprintf(out + k, n - k, "\"");
+    for (size_t i = 0; i < len && k + 6 < n; i++) {
+        unsigned char ch = (unsigned char)b[i];
+        k += (size_t)(ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\' ? snprintf(out + k, n - k, "%c", ch)
+                                                                          : snprintf(out + k, n - k, "\\x%02x", ch));
+    }
+    snprintf(out + k, n - k, "\"");
+}
+
 /* The ids of one row of text (or of a prompt file), encoded with the model's tokenizer. */
 static nnt_status encode_row(const nnt_request *r, const req_row *row, nnt_model *m, int32_t **ids, int *n)
 {
@@ -70,10 +88,12 @@ static nnt_status encode_row(const nnt_request *r, const req_row *row, nnt_model
     int64_t V = m->info.vocab_size;
     for (int64_t i = 0; i < count; i++)
         if ((*ids)[i] < 0 || (*ids)[i] >= V) {
+            char text[64];
+            token_text(tok, (*ids)[i], text, sizeof text);
             st = nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
-                             "%s: %s.%s: the tokenizer gives id %d at token %lld, outside the model's vocabulary "
-                             "(vocab_size %lld): the tokenizer does not belong to this checkpoint",
-                             r->name, row->field, field, (*ids)[i], (long long)i, (long long)V);
+                             "%s: %s.%s: the tokenizer gives token id %d (%s) at position %lld, outside the model's "
+                             "vocabulary (vocab_size %lld): the tokenizer does not belong to this checkpoint",
+                             r->name, row->field, field, (*ids)[i], text, (long long)i, (long long)V);
             free(*ids);
             *ids = NULL;
             return st;
@@ -89,8 +109,9 @@ static nnt_status token_row(const nnt_request *r, const req_row *row, nnt_model 
     for (int i = 0; i < row->n_tokens; i++)
         if (row->tokens[i] >= V)
             return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT,
-                               "%s: %s.tokens[%d]: id %d is outside the model's vocabulary (vocab_size %lld)", r->name,
-                               row->field, i, row->tokens[i], (long long)V);
+                               "%s: %s.tokens[%d]: token id %d at row %d, position %d is outside the model's vocabulary "
+                               "(vocab_size %lld)",
+                               r->name, row->field, i, row->tokens[i], (int)(row - r->rows), i, (long long)V);
     *ids = malloc((size_t)row->n_tokens * sizeof **ids);
     if (!*ids) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "%s: %s: no memory", r->name, row->field);
     memcpy(*ids, row->tokens, (size_t)row->n_tokens * sizeof **ids);

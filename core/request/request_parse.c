@@ -197,7 +197,7 @@ static nnt_status parse_lens(const req_ctx *c, const cJSON *l, nnt_request *r)
         if (q == NNT_POS_GENERATED) {
             char f[REQ_FIELD_MAX];
             return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_index(f, "lens.positions", k),
-                            "\"generated\" names tokens after the prompt; a lens runs one forward over the prompt");
+                            "'generated' names tokens after the prompt; a lens runs one forward over the prompt");
         }
         every |= q == NNT_POS_ALL || q == NNT_POS_PROMPT;
     }
@@ -235,11 +235,15 @@ static nnt_status parse_patch(const req_ctx *c, const cJSON *p, nnt_request *r)
     if (st == NNT_OK && !r->patch_value && !(r->patch_value = nnt_strdup("layers.*.layer_output")))
         st = req_fail(c, NNT_ERR_OUT_OF_MEMORY, "patch.value", "no memory");
     if (st == NNT_OK) st = req_int(c, p, "patch", "batch", 0, 1, 4096, &batch);
+    /* positions as everywhere (negative from the end, the words); nnt_patch resolves them */
     const cJSON *pos = req_member(p, "positions");
-    int all = cJSON_IsArray(pos) && cJSON_GetArraySize(pos) == 1 && cJSON_IsString(pos->child) &&
-              strcmp(pos->child->valuestring, "all") == 0;
-    if (st == NNT_OK && pos && !all)
-        st = req_int_list(c, pos, "patch.positions", 0, REQ_INT_MAX, 1, &r->patch_positions, &r->patch.n_positions);
+    if (st == NNT_OK && pos) st = req_positions(c, pos, "patch.positions", &r->patch_positions, &r->patch.n_positions);
+    for (int k = 0; st == NNT_OK && k < r->patch.n_positions; k++)
+        if (r->patch_positions[k] == NNT_POS_GENERATED) {
+            char f[REQ_FIELD_MAX];
+            return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_index(f, "patch.positions", k),
+                            "'generated' names tokens after the prompt; patch runs forwards over the prompts only");
+        }
     r->patch = (nnt_request_patch_opts){.value = r->patch_value, .metric = r->patch_metric,
                                         .positions = r->patch_positions, .n_positions = r->patch.n_positions,
                                         .batch = (int)batch};

@@ -764,8 +764,9 @@ nnt_status nnt_positions_read(const char *text, int *out, int max, int *n, nnt_e
         char item[32];
         if (len == 0 || len >= sizeof item)
             return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
-                               "%s entry; expected integers and the words prompt, generated, all",
-                               len ? "an overlong" : "an empty");
+                               "'%.*s' is neither an integer in -2147483645..2147483647 nor one of prompt, "
+                               "generated, all (%s entry)",
+                               len ? 24 : 0, p, len ? "an overlong" : "an empty");
         memcpy(item, p, len);
         item[len] = '\0';
         int v;
@@ -832,19 +833,19 @@ static nnt_status position_unreached(const request *r, int k, int longest, int f
                  r->text);
     const char *why = !r->label ? "" /* the C API's message as it was */
                       : q == NNT_POS_GENERATED            ? ""
-                      : q >= 0                            ? " (past every row's last token)"
-                                                          : " (before every row's first token)";
+                      : q >= 0                            ? "; it is past every row's last token"
+                                                          : "; it is before every row's first token";
     if (n_steps == 1)
         return nnt_err_set(err, NNT_ERR_INDEX,
-                           "%s %s names no token of this forward%s: its longest row has %d tokens (positions 0..%d, or "
-                           "-%d..-1 from the row's end)%s",
-                           where, word, why, longest, longest - 1, longest,
-                           q == NNT_POS_GENERATED ? "; a single forward has no generated token" : "");
+                           "%s %s names no token of this forward: its longest row has %d tokens (positions 0..%d, or "
+                           "-%d..-1 from the row's end)%s%s",
+                           where, word, longest, longest - 1, longest,
+                           q == NNT_POS_GENERATED ? "; a single forward has no generated token" : "", why);
     return nnt_err_set(err, NNT_ERR_INDEX,
-                       "%s %s names no token processed at steps %d..%d%s: the longest prompt has %d tokens (positions "
+                       "%s %s names no token processed at steps %d..%d: the longest prompt has %d tokens (positions "
                        "0..%d) and step s >= 1 feeds the row's token (prompt length + s - 1), up to position %d at "
-                       "step %d",
-                       where, word, from, to, why, longest, longest - 1, longest + n_steps - 2, n_steps - 1);
+                       "step %d%s",
+                       where, word, from, to, longest, longest - 1, longest + n_steps - 2, n_steps - 1, why);
 }
 
 nnt_status nnt_trace_check_positions(nnt_trace *t, const int *lens, int B, int n_steps, nnt_error *err)

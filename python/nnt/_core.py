@@ -539,7 +539,7 @@ class Model:
             st = self.lib.nnt_request_run(self._h.m, req, ctypes.byref(opts), ctypes.byref(res.res))
         finally:
             self.lib.nnt_request_free(req)
-        self._check_callback(res, st, "generate" if builder.doc["method"] == "generate" else "forward")
+        self._check_callback(res, st, None)  # libnnt's message names the request's field at fault
         res.t = self.lib.nnt_result_trace(res.res)
         return res
 
@@ -643,7 +643,7 @@ class Model:
         lr = self.lib.nnt_result_lens(res.res).contents
         B, L, W, V = lr.batch, lr.layers, lr.width, lr.vocab
         grid = np.ctypeslib.as_array(lr.probs, shape=(B * L * W * V,)).reshape(B, L, W, V)
-        return np.ascontiguousarray(grid.transpose(1, 0, 2, 3))
+        return grid.transpose(1, 0, 2, 3).copy()  # a copy: the result's memory goes with `res`
 
     def _lens_positions(self, b, positions):
         """The lens' positions as the request lists them (None: every position)."""

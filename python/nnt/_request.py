@@ -136,12 +136,16 @@ class Builder:
         return rows
 
     def saves(self, save):
-        self.doc["saves"] = [save] if isinstance(save, str) else [str(s) for s in save]
+        saves = [save] if isinstance(save, str) else [str(s) for s in save]
+        if saves:
+            self.doc["saves"] = saves
 
     def edits(self, edits):
-        out = self.doc.setdefault("edits", [])
+        out = []
         for e in edits:
             out.extend(self._edit(e))
+        if out:
+            self.doc.setdefault("edits", []).extend(out)
 
     def _edit(self, e):
         if isinstance(e, str):
