@@ -77,8 +77,10 @@ fixture_seeds() {
       # every ```json example of the specification, one file each
       awk -v dir="$dir" '/^```json$/ { n++; f = sprintf("%s/example-%02d.json", dir, n); on = 1; next }
                          /^```$/ { on = 0; next } on { print > f }' "$root/docs/requests.md"
-      # the first example again with the steering vector as its attachment
-      { cat "$dir/example-01.json"; printf '%s' "$sep"; cat "$root/tests/fixtures/steering/v.safetensors"; } > "$dir/attached" ;;
+      # each again with the steering vector as its attachment (the examples' {"key": "v"})
+      for f in "$dir"/example-*.json; do
+        { cat "$f"; printf '%s' "$sep"; cat "$root/tests/fixtures/steering/v.safetensors"; } > "${f%.json}-attached"
+      done ;;
   esac
 }
 
