@@ -449,6 +449,50 @@ static void check_patch_example(const nnt_request *r, const counterpart *c, cons
     CU_ASSERT_PTR_NULL(nnt_request_lens_positions(r, NULL, NULL));
 }
 
+/* The lens and patch examples run whole (nnt_request_run) against the methods called on the
+ * counterpart's batch and requests (nnt_lens, nnt_patch): the same cells. */
+static void run_lens_method(const nnt_request *r, const counterpart *c, const nnt_batch *b)
+{
+    nnt_result *res = NULL;
+    T_OK(rt, nnt_request_run(m, r, NULL, &res));
+    const nnt_lens_result *got = nnt_result_lens(res);
+    CU_ASSERT_FATAL(got != NULL);
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    c->requests(t);
+    const int pos[2] = {0, -1};
+    nnt_lens_result want;
+    T_OK(rt, nnt_lens(m, t, b, pos, 2, 0, NULL, &want));
+    size_t cells = (size_t)want.batch * want.layers * want.width;
+    CU_ASSERT(got->batch == want.batch && got->layers == want.layers && got->width == want.width && cells > 0);
+    CU_ASSERT(memcmp(got->positions, want.positions, sizeof(int32_t) * (size_t)want.batch * want.width) == 0);
+    CU_ASSERT(memcmp(got->top, want.top, sizeof(int32_t) * cells) == 0);
+    CU_ASSERT(memcmp(got->top_prob, want.top_prob, sizeof(float) * cells) == 0);
+    CU_ASSERT(got->probs == NULL); /* "probs" left false */
+    nnt_lens_result_free(&want);
+    nnt_trace_free(t);
+    nnt_result_free(res);
+}
+
+static void run_patch_method(const nnt_request *r, const nnt_batch *b)
+{
+    nnt_result *res = NULL;
+    T_OK(rt, nnt_request_run(m, r, NULL, &res));
+    const nnt_patch_result *got = nnt_result_patch(res);
+    CU_ASSERT_FATAL(got != NULL);
+    const int pos[2] = {0, 3};
+    nnt_patch_spec s = {.struct_size = sizeof s, .value = "layers.*.layer_output", .clean = b->ids,
+                        .corrupt = b->ids + b->seq, .seq = b->seq, .positions = pos, .n_positions = 2, .rows = 8,
+                        .metric = {.kind = NNT_METRIC_LOGIT_DIFF, .a = 42, .b = 17}};
+    nnt_patch_result want;
+    T_OK(rt, nnt_patch(m, &s, &want));
+    CU_ASSERT(got->n_blocks == want.n_blocks && got->n_positions == want.n_positions && want.n_blocks > 0);
+    CU_ASSERT(memcmp(got->grid, want.grid, sizeof(double) * (size_t)want.n_blocks * want.n_positions) == 0);
+    CU_ASSERT(got->clean_metric == want.clean_metric && got->corrupt_metric == want.corrupt_metric);
+    nnt_patch_result_free(&want);
+    nnt_result_free(res);
+}
+
 static void test_examples(void)
 {
     char **ex;
@@ -469,7 +513,11 @@ static void test_examples(void)
         c_batch(c, &b);
         if (c->method == NNT_METHOD_TRACE || c->method == NNT_METHOD_LENS) run_trace_example(r, c, &b, what);
         if (c->method == NNT_METHOD_GENERATE) run_generate_example(r, c, &b, what);
-        if (c->method == NNT_METHOD_PATCH) check_patch_example(r, c, &b);
+        if (c->method == NNT_METHOD_PATCH) {
+            check_patch_example(r, c, &b);
+            run_patch_method(r, &b);
+        }
+        if (c->method == NNT_METHOD_LENS) run_lens_method(r, c, &b);
         if (c->method == NNT_METHOD_LENS) {
             int np = -1, probs = -1;
             const int *pos = nnt_request_lens_positions(r, &np, &probs);
