@@ -182,6 +182,9 @@ void print_token(const nnt_tokenizer *tok, int32_t id);
 char *axis_token(const nnt_tokenizer *tok, int32_t id);
 /* One line for a saved value: key, shape, dtype, min/mean/max of the finite entries. */
 void describe_value(const char *key, const nnt_tensor *t);
+/* Every saved value of t but `hidden` (may be NULL), a describe_value line each, `header` before
+ * the first. Returns how many values t holds that are not None (what --out writes). */
+int print_saved(const nnt_trace *t, const char *header, const char *hidden);
 /* cells [rows][cols] in columns as wide as their widest cell, each line led by labels[r]. */
 void print_table(char **cells, int rows, int cols, const char *const *labels);
 /* The k most probable entries of p [V] in decreasing order (k <= 8); returns how many. */

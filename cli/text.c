@@ -254,3 +254,19 @@ const int32_t *batch_row(const nnt_batch *b, int r, int *n)
     *n = b->lens[r];
     return b->ids + (size_t)r * b->seq + (b->seq - b->lens[r]);
 }
+
+int print_saved(const nnt_trace *t, const char *header, const char *hidden)
+{
+    int shown = 0, kept = 0;
+    for (int i = 0; i < nnt_trace_result_count(t); i++) {
+        const char *key;
+        const nnt_tensor *v;
+        nnt_trace_result(t, i, &key, &v);
+        kept += v != NULL;
+        if (hidden && !strcmp(key, hidden)) continue;
+        if (!shown++) fputs(header, stdout);
+        describe_value(key, v);
+    }
+    return kept;
+}
+

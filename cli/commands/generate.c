@@ -53,17 +53,8 @@ int cmd_generate(cli_run *c)
         const nnt_batch *b = nnt_result_batch(res);
         const nnt_trace *t = nnt_result_trace(res);
         print_prompt_tokens(c->o, b, c->tok);
-        int shown = 0, written = 0;
-        for (int i = 0; i < nnt_trace_result_count(t); i++) {
-            const char *key;
-            const nnt_tensor *v;
-            nnt_trace_result(t, i, &key, &v);
-            written += v != NULL;
-            if (!shown++)
-                printf("saved values (\"path@k\": the k-th time the request saved it, one per step; \"#r\": saved by "
-                       "the r-th later request of the same value):\n");
-            describe_value(key, v);
-        }
+        int written = print_saved(t, "saved values (\"path@k\": the k-th time the request saved it, one per step; "
+                                     "\"#r\": saved by the r-th later request of the same value):\n", NULL);
         if (c->o->out && (rc = cli_write_out(c->o, c->rt, res)) == 0) printf("wrote %d values to %s\n", written, c->o->out);
         int N = 0, n_stops = 0;
         const int32_t *stops = NULL, *tokens = nnt_result_tokens(res, &N, &stops, &n_stops);

@@ -37,18 +37,10 @@ static void extra_saves(const cli_opts *o, extra *x)
 /* Prints every saved value but `hidden`; writes --out. Returns 0, 1 or 2. */
 static int report(cli_run *c, const nnt_result *res, const char *hidden)
 {
-    const nnt_trace *t = nnt_result_trace(res);
     const nnt_batch *b = nnt_result_batch(res);
-    int shown = 0, written = 0;
-    for (int i = 0; i < nnt_trace_result_count(t); i++) {
-        const char *key;
-        const nnt_tensor *v;
-        nnt_trace_result(t, i, &key, &v);
-        written += v != NULL;
-        if (hidden && !strcmp(key, hidden)) continue;
-        if (!shown++) printf("saved values (%d rows, %d positions):\n", b->batch, b->seq);
-        describe_value(key, v);
-    }
+    char header[96];
+    snprintf(header, sizeof header, "saved values (%d rows, %d positions):\n", b->batch, b->seq);
+    int written = print_saved(nnt_result_trace(res), header, hidden);
     if (!c->o->out) return 0;
     int rc = cli_write_out(c->o, c->rt, res);
     if (!rc) printf("wrote %d values to %s\n", written, c->o->out);
