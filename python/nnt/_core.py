@@ -707,9 +707,10 @@ class Model:
                            np.ctypeslib.as_array(p.positions, shape=(P,)).copy(),
                            float(p.clean_metric), float(p.corrupt_metric), int(p.forwards))
 
-    def session(self, batch, capacity):
-        """A session of `batch` rows and up to `capacity` tokens per row (nnt_session_new): its
-        forward() calls continue one another through the key/value caches and recurrent states."""
+    def session(self, batch, capacity=2048):
+        """A session of `batch` rows and up to `capacity` tokens per row (nnt_session_new; the caches
+        are allocated for capacity tokens up front): its forward() calls continue one another
+        through the key/value caches and recurrent states."""
         return Session(self, batch, capacity)
 
     def generate(self, prompts, max_new_tokens, save=(), edits=(), temperature=0.0, top_k=0, top_p=1.0, seed=0,
