@@ -1164,6 +1164,38 @@ static void test_read(void)
     T_FAILS(rt, nnt_request_read(rt, req_dir, &a), NNT_ERR_IO, "not a regular file");
 }
 
+/* A prompt file with bytes outside UTF-8 gives the ids the tokenizer gives those raw bytes (it
+ * reads each maximal invalid run as U+FFFD, and so does the request), and a NUL is refused. */
+static void test_prompt_bytes(void)
+{
+    static const char raw[] = "The \xff people \xe2\x82 of\xc0\xaf the.\n";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bytes.txt", req_dir);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f && fwrite(raw, 1, sizeof raw - 1, f) == sizeof raw - 1 && fclose(f) == 0);
+    nnt_request *r = NULL;
+    T_OK(rt, parse(R1 "\"rows\": [{\"file\": \"bytes.txt\"}]}", &r));
+    nnt_batch b;
+    T_OK(rt, nnt_request_batch(r, m, &b));
+    nnt_tokenizer *tok = NULL;
+    CU_ASSERT_FATAL(nnt_tokenizer_load(model_dir, &tok) == NNT_OK);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    CU_ASSERT_FATAL(nnt_tokenizer_encode(tok, raw, sizeof raw - 1, NNT_TOKENIZE_ADD_SPECIAL, &ids, &n) == NNT_OK);
+    CU_ASSERT_FATAL(b.batch == 1 && b.lens[0] == n && n > 5);
+    CU_ASSERT(memcmp(b.ids, ids, sizeof *ids * (size_t)n) == 0);
+    free(ids);
+    nnt_tokenizer_free(tok);
+    nnt_batch_free(&b);
+    nnt_request_free(r);
+    f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f && fwrite("a\0b", 1, 3, f) == 3 && fclose(f) == 0);
+    r = NULL;
+    T_FAILS(rt, parse(R1 "\"rows\": [{\"file\": \"bytes.txt\"}]}", &r), NNT_ERR_FORMAT,
+            "request.json: rows[0].file: bytes.txt: byte 1 is NUL");
+    nnt_request_free(r);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("request", setup, teardown);
@@ -1176,7 +1208,8 @@ int register_tests(void)
         !CU_add_test(s, "write then parse: equal requests, every tensor kind", test_round_trip) ||
         !CU_add_test(s, "nnt_batch_from_rows pads on the left", test_batch_from_rows) ||
         !CU_add_test(s, "metrics: words and values", test_metric) ||
-        !CU_add_test(s, "nnt_request_read", test_read))
+        !CU_add_test(s, "nnt_request_read", test_read) ||
+        !CU_add_test(s, "prompt files: bytes outside UTF-8 as the tokenizer reads them", test_prompt_bytes))
         return -1;
     return 0;
 }

@@ -23,8 +23,33 @@ static nnt_status list_member(const req_ctx *c, const cJSON *obj, const char *ke
     return NNT_OK;
 }
 
-/* A prompt file's text, read whole (its last newline kept); UTF-8 without NUL, so that it can
- * stand in a document as a string. */
+/* text [n] with every maximal invalid UTF-8 subpart replaced by U+FFFD, as the tokenizer encodes
+ * it (nnt_tokenizer.h), into a new buffer *out (*out_n bytes). */
+static nnt_status utf8_repaired(const char *text, size_t n, char **out, size_t *out_n)
+{
+    char *r = malloc(3 * n + 1), *w = r;
+    if (!r) return NNT_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < n;) {
+        int l = nnt_utf8_len((const uint8_t *)text + i, n - i);
+        if (l > 0) {
+            memcpy(w, text + i, (size_t)l);
+            w += l;
+            i += (size_t)l;
+        } else {
+            memcpy(w, "\xEF\xBF\xBD", 3);
+            w += 3;
+            i += (size_t)-l;
+        }
+    }
+    *w = '\0';
+    *out = r;
+    *out_n = (size_t)(w - r);
+    return NNT_OK;
+}
+
+/* A prompt file's text, read whole (its last newline kept). Bytes that are not UTF-8 are read as
+ * U+FFFD, which is how the tokenizer encodes them, so that the text can stand in a document as a
+ * string with the same tokens; a NUL byte cannot. */
 static nnt_status read_prompt(const req_ctx *c, const char *field, req_row *row)
 {
     char *path = row->file[0] != '/' && c->base_dir ? nnt_path_join(c->base_dir, row->file) : nnt_strdup(row->file);
@@ -33,13 +58,19 @@ static nnt_status read_prompt(const req_ctx *c, const char *field, req_row *row)
     nnt_status st = nnt_read_file(path, REQ_MAX_PROMPT, &row->text, &row->text_len, &e);
     free(path);
     if (st != NNT_OK) return req_fail(c, st, field, "%s", e.msg);
-    size_t valid = nnt_utf8_valid_prefix(row->text, row->text_len);
-    if (valid < row->text_len)
-        return req_fail(c, NNT_ERR_FORMAT, field, "%s: byte %zu is not valid UTF-8 (a row of text is UTF-8)", row->file, valid);
     const char *nul = memchr(row->text, '\0', row->text_len);
     if (nul)
         return req_fail(c, NNT_ERR_FORMAT, field, "%s: byte %zu is NUL, which a row of text cannot hold", row->file,
                         (size_t)(nul - row->text));
+    if (nnt_utf8_valid_prefix(row->text, row->text_len) < row->text_len) {
+        char *fixed = NULL;
+        size_t n = 0;
+        if (utf8_repaired(row->text, row->text_len, &fixed, &n) != NNT_OK)
+            return req_fail(c, NNT_ERR_OUT_OF_MEMORY, field, "no memory");
+        free(row->text);
+        row->text = fixed;
+        row->text_len = n;
+    }
     return NNT_OK;
 }
 
