@@ -459,8 +459,9 @@ void fam_load_blocks(const nnt_load_args *args, int layers, int *first, int *end
 nnt_status fam_bind_readout_stage(const fam_env *env, const nnt_load_args *args, int64_t V, int64_t H, int tied,
                                   int layers, fam_decoder *d, int *first, int *end, nnt_error *err);
 
-/* One row of a family's tensor-name table, the way llama.cpp's llama-arch.cpp lists each
- * architecture's tensors: which member of the family's block struct a checkpoint tensor binds
+/* One row of a family's tensor-name table for binding alone (the architecture table below,
+ * fam_arch, supersedes it: its rows also drive the module tree and the costs), the way
+ * llama.cpp's llama-arch.cpp lists each architecture's tensors: which member of the family's block struct a checkpoint tensor binds
  * to, the tensor's name as a printf pattern taking the block index (one %d), and its shape as
  * indices into a sizes array the family fills at load (so one table serves every block and
  * every configuration). E.g., with sizes[MY_Q] = heads * head_dim and sizes[MY_H] = hidden:
