@@ -12,8 +12,9 @@
 
 /* Sizes of the fixture's config.json: hidden 64, vocabulary 256, 4 heads and 2 key/value heads
  * of 32, 8 experts of width 48; W a kernel width the table's text detail prints. */
-enum { S_H, S_V, S_Q, S_KV, S_E, S_I, S_W, S_N };
-static const int64_t SIZES[S_N] = {[S_H] = 64, [S_V] = 256, [S_Q] = 128, [S_KV] = 64, [S_E] = 8, [S_I] = 48, [S_W] = 4};
+enum { S_H, S_V, S_Q, S_KV, S_E, S_I, S_W, S_2, S_N };
+static const int64_t SIZES[S_N] = {[S_H] = 64, [S_V] = 256, [S_Q] = 128, [S_KV] = 64, [S_E] = 8, [S_I] = 48, [S_W] = 4,
+                                   [S_2] = 2};
 enum { T_A = 1, T_NOATTN = 2, T_TIED = 4 };
 
 typedef struct toy_block {
@@ -222,6 +223,19 @@ static void test_bind_blocks(void)
     toy_model mw = {0};
     CU_ASSERT_EQUAL(fam_arch_bind(&k.env, &a, &self, k.ck, -1, &mw, &k.err), NNT_OK);
     CU_ASSERT(mw.norm.data == stored(&k, "model.norm.weight", 0, 0).data && mw.norm.shape[0] == 64);
+    /* a vector bound in the table's shape: the bias's 8 values as [2, 4] */
+    fam_module rows[TOY_N];
+    memcpy(rows, TOY_MODULES, sizeof rows);
+    rows[10].tensors[1].ndim = 2;
+    rows[10].tensors[1].size[0] = S_2;
+    rows[10].tensors[1].size[1] = S_W;
+    fam_arch two = toy_arch(rows);
+    toy_block c;
+    memset(&c, 0, sizeof c);
+    CU_ASSERT_EQUAL_FATAL(fam_arch_bind(&k.env, &two, &self, k.ck, 2, &c, &k.err), NNT_OK);
+    CU_ASSERT(c.bias.ndim == 2 && c.bias.shape[0] == 2 && c.bias.shape[1] == 4 && c.bias.data == c.bias_host);
+    CU_ASSERT(memcmp(c.bias_host, stored(&k, "model.layers.%d.block_sparse_moe.e_score_correction_bias", 2, 0).data,
+                     8 * sizeof(float)) == 0);
     kit_close(&k);
 }
 
@@ -256,7 +270,7 @@ static void test_bind_errors(void)
     rows[6].tensors[0].size[0] = S_KV;
     expect_bind_fails(&k, rows, NNT_ERR_SHAPE, "has shape [128, 64], but config.json implies [64, 64]");
     memcpy(rows, TOY_MODULES, sizeof rows);
-    static char longname[300];
+    char longname[300] = {0};
     memset(longname, 'x', sizeof longname - 1);
     rows[13].tensors[0].name[0] = longname;
     expect_bind_fails(&k, rows, NNT_ERR_INTERNAL, "is over 255 bytes");
@@ -480,7 +494,7 @@ static void test_check(void)
     r[9].block = 1;
     expect_check_fails(r, "row 9 ('block_sparse_moe'): the block row takes no traits or module");
     r[6].tensors[0].size[0] = S_N;
-    expect_check_fails(r, "row 6 ('q_proj'): tensor 0's axis 0 is size 7; the table has 7 sizes");
+    expect_check_fails(r, "row 6 ('q_proj'): tensor 0's axis 0 is size 8; the table has 8 sizes");
     r[13].tensors[0].store = FAM_STORE_LINEAR;
     expect_check_fails(r, "row 13 ('input_layernorm'): tensor 0 is a linear weight of 1 axis");
     memset(&r[1].tensors[0], 0, sizeof r[1].tensors[0]);

@@ -272,6 +272,7 @@ static int visit_find(void *ctx, int i)
 int fam_arch_value_info(const fam_arch *a, const void *self, int layer, nnt_value_id id, nnt_value_info *out)
 {
     nnt_module m = fam_value_module(id);
+    if (!a || !a->modules || !a->describe) return 0;
     if (m == NNT_MODULE_MODEL || m == NNT_MODULE_LAYER || m >= NNT_MODULE_COUNT) return 0;
     const char *absent = NULL;
     int rows = 0;
@@ -489,8 +490,14 @@ static nnt_status bind_tensor(bind_walk *c, const fam_tensor *t, int depth)
     if (!found && t->name[1]) return missing(c, t, depth);
     char *at = (char *)c->block + t->field;
     switch (t->bind) {
-    case FAM_BIND_VECTOR:
-        return fam_bind_vector(c->env, c->ck, name, n, (float **)((char *)c->block + t->host), (nnt_tensor *)at, c->err);
+    case FAM_BIND_VECTOR: { /* fam_bind_vector, prepared in the table's shape */
+        float **host = (float **)((char *)c->block + t->host);
+        st = fam_vector_f32(c->env, c->ck, name, n, host, c->err);
+        if (st != NNT_OK) return st;
+        nnt_tensor v = {.dtype = NNT_F32, .ndim = t->ndim, .data = *host};
+        memcpy(v.shape, s, sizeof v.shape);
+        return fam_prepare(c->env, &v, (nnt_tensor *)at, c->err);
+    }
     case FAM_BIND_HOST: return fam_vector_f32(c->env, c->ck, name, n, (float **)at, c->err);
     default: return fam_weight(c->env, c->ck, name, t->ndim, s, (nnt_tensor *)at, c->err);
     }

@@ -602,9 +602,10 @@ typedef enum fam_store {
  * fam_arch_bind is given (offsetof(the family's block struct, member)). */
 typedef enum fam_bind_kind {
     FAM_BIND_WEIGHT = 0, /* fam_weight into the nnt_tensor at `field`, its shape checked */
-    FAM_BIND_VECTOR,     /* fam_bind_vector: the values as host F32 at the float * at `host`, prepared
-                          * on the backend into the nnt_tensor at `field`; any shape holding the
-                          * shape's element count */
+    FAM_BIND_VECTOR,     /* as fam_bind_vector: the values as host F32 at the float * at `host`,
+                          * prepared on the backend in the table's shape into the nnt_tensor at
+                          * `field`; the checkpoint's tensor may have any shape holding as many
+                          * elements (hyper-connection and position-bias matrices included) */
     FAM_BIND_HOST,       /* fam_vector_f32: host F32 at the float * at `field` (sinks); any shape
                           * holding the element count */
     FAM_BIND_EXPERTS,    /* fam_bind_experts: E fam_expert the kit allocates (owned by the env, freed
