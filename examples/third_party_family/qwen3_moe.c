@@ -30,7 +30,7 @@ typedef struct q3_layer {
     nnt_tensor in_norm, post_norm;            /* [H] */
     nnt_tensor q_proj, k_proj, v_proj, o_proj; /* [Hq*D, H], [Hkv*D, H], [Hkv*D, H], [H, Hq*D] */
     nnt_tensor q_norm, k_norm;                /* [D] each */
-    fam_moe moe;
+    fam_moe moe;                              /* router and experts bound from Q3_ARCH */
 } q3_layer;
 
 typedef struct q3_model {
@@ -40,8 +40,7 @@ typedef struct q3_model {
     int tied;
     fam_decoder dec;
     q3_layer *l;
-    fam_expert *expert_pool; /* [layers * experts] */
-    float *inv_freq;         /* [head_dim / 2] */
+    float *inv_freq; /* [head_dim / 2] */
 } q3_model;
 
 static const char *const ARCHS[] = {"Qwen3MoeForCausalLM", NULL};
@@ -117,34 +116,102 @@ static nnt_status read_config(q3_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
-/* Each block's tensors as a table (the kit's fam_bind_names binds it); shapes index these
- * sizes: H hidden, D head_dim, Q query heads * D, KV key/value heads * D, E experts. */
-enum { Q3_H, Q3_D, Q3_Q, Q3_KV, Q3_E, Q3_SIZES };
-static const fam_tensor_name Q3_NAMES[] = {
-    {offsetof(q3_layer, in_norm), "model.layers.%d.input_layernorm.weight", 1, {Q3_H}},
-    {offsetof(q3_layer, post_norm), "model.layers.%d.post_attention_layernorm.weight", 1, {Q3_H}},
-    {offsetof(q3_layer, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {Q3_Q, Q3_H}},
-    {offsetof(q3_layer, k_proj), "model.layers.%d.self_attn.k_proj.weight", 2, {Q3_KV, Q3_H}},
-    {offsetof(q3_layer, v_proj), "model.layers.%d.self_attn.v_proj.weight", 2, {Q3_KV, Q3_H}},
-    {offsetof(q3_layer, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {Q3_H, Q3_Q}},
-    {offsetof(q3_layer, q_norm), "model.layers.%d.self_attn.q_norm.weight", 1, {Q3_D}},
-    {offsetof(q3_layer, k_norm), "model.layers.%d.self_attn.k_norm.weight", 1, {Q3_D}},
-    {offsetof(q3_layer, moe.router), "model.layers.%d.mlp.gate.weight", 2, {Q3_E, Q3_H}},
+/* The architecture in one table (the kit's fam_arch): the module tree print(model) shows and
+ * under each module its checkpoint tensors - the q3_layer member each binds to, its shape as
+ * indices into the sizes q3_describe gives, and how the checkpoint stores it. fam_arch_bind
+ * binds a block from it, fam_arch_tree builds `nnt print`'s tree, fam_arch_costs adds up the
+ * planner's weight bytes and fam_arch_value_info answers for linear_attn. Sizes: H hidden, V
+ * vocabulary, D head_dim, Q query heads * D, KV key/value heads * D, E experts, I an expert's
+ * width. The embedding, final norm and lm_head are bound by fam_bind_readout (FAM_BIND_NONE). */
+enum { Q3_H, Q3_V, Q3_D, Q3_Q, Q3_KV, Q3_E, Q3_I, Q3_SIZES };
+enum { Q3_TIED = 1u << 0 }; /* traits: tie_word_embeddings */
+
+#define Q3_LINEAR(member, pattern, rows, cols)                                                                         \
+    {.name = {pattern}, .store = FAM_STORE_LINEAR, .field = offsetof(q3_layer, member), .ndim = 2, .size = {rows, cols}}
+#define Q3_GAIN(member, pattern, width)                                                                                \
+    {.name = {pattern}, .store = FAM_STORE_PLAIN, .field = offsetof(q3_layer, member), .ndim = 1, .size = {width}}
+
+/* the hub's one tensor per expert, or transformers' fused 3-D tensors */
+static const fam_expert_layout Q3_EXPERTS = {
+    .fused_gate_up = "model.layers.%d.mlp.experts.gate_up_proj",
+    .fused_down = "model.layers.%d.mlp.experts.down_proj",
+    .per_expert = {{.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+                    .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+                    .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"}},
 };
 
+static const fam_module Q3_MODULES[] = {
+    {.depth = 0, .native = "model", .cls = "Qwen3MoeForCausalLM"},
+    {.depth = 1, .native = "lm_head", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {{.name = {"lm_head.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
+                  .size = {Q3_V, Q3_H}, .unless = Q3_TIED}}},
+    {.depth = 1, .native = "embed_tokens", .cls = "Embedding", .detail = FAM_DETAIL_EMBEDDING,
+     .tensors = {{.name = {"model.embed_tokens.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
+                  .size = {Q3_V, Q3_H}, .first_stage = 1}}},
+    {.depth = 1, .native = "layers", .cls = "ModuleList"},
+    {.depth = 2, .native = "layers", .cls = "Qwen3MoeDecoderLayer", .block = 1},
+    {.depth = 3, .native = "self_attn", .cls = "Qwen3MoeAttention", .module = NNT_MODULE_SELF_ATTN},
+    {.depth = 4, .native = "q_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {Q3_LINEAR(q_proj, "model.layers.%d.self_attn.q_proj.weight", Q3_Q, Q3_H)}},
+    {.depth = 4, .native = "k_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {Q3_LINEAR(k_proj, "model.layers.%d.self_attn.k_proj.weight", Q3_KV, Q3_H)}},
+    {.depth = 4, .native = "v_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {Q3_LINEAR(v_proj, "model.layers.%d.self_attn.v_proj.weight", Q3_KV, Q3_H)}},
+    {.depth = 4, .native = "o_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {Q3_LINEAR(o_proj, "model.layers.%d.self_attn.o_proj.weight", Q3_H, Q3_Q)}},
+    /* per-head RMSNorms: one [head_dim] gain shared by the heads */
+    {.depth = 4, .native = "q_norm", .cls = "Qwen3MoeRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {Q3_GAIN(q_norm, "model.layers.%d.self_attn.q_norm.weight", Q3_D)}},
+    {.depth = 4, .native = "k_norm", .cls = "Qwen3MoeRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {Q3_GAIN(k_norm, "model.layers.%d.self_attn.k_norm.weight", Q3_D)}},
+    {.depth = 3, .native = "mlp", .cls = "Qwen3MoeSparseMoeBlock", .module = NNT_MODULE_MLP},
+    {.depth = 4, .native = "gate", .cls = "Qwen3MoeTopKRouter",
+     .tensors = {{.name = {"model.layers.%d.mlp.gate.weight"}, .store = FAM_STORE_PLAIN,
+                  .field = offsetof(q3_layer, moe.router), .ndim = 2, .size = {Q3_E, Q3_H}}}},
+    {.depth = 4, .native = "experts", .cls = "Qwen3MoeExperts",
+     .tensors = {{.store = FAM_STORE_EXPERTS, .bind = FAM_BIND_EXPERTS, .field = offsetof(q3_layer, moe.experts),
+                  .ndim = 3, .size = {Q3_E, Q3_I, Q3_H}, .experts = &Q3_EXPERTS}}},
+    {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
+    {.depth = 3, .native = "input_layernorm", .cls = "Qwen3MoeRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {Q3_GAIN(in_norm, "model.layers.%d.input_layernorm.weight", Q3_H)}},
+    {.depth = 3, .native = "post_attention_layernorm", .cls = "Qwen3MoeRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {Q3_GAIN(post_norm, "model.layers.%d.post_attention_layernorm.weight", Q3_H)}},
+    {.depth = 1, .native = "norm", .cls = "Qwen3MoeRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {{.name = {"model.norm.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 1,
+                  .size = {Q3_H}}}},
+};
+
+/* Every block alike: the sizes from config.json and the tied-embedding trait. */
+static void q3_describe(const void *self, int layer, fam_block_facts *out)
+{
+    const q3_model *m = self;
+    (void)layer;
+    out->traits = m->tied ? Q3_TIED : 0;
+    out->eps = m->eps;
+    out->size[Q3_H] = m->hidden;
+    out->size[Q3_V] = m->vocab;
+    out->size[Q3_D] = m->head_dim;
+    out->size[Q3_Q] = (int64_t)m->heads * m->head_dim;
+    out->size[Q3_KV] = (int64_t)m->kv_heads * m->head_dim;
+    out->size[Q3_E] = m->experts;
+    out->size[Q3_I] = m->moe_inter;
+}
+
+static const fam_arch Q3_ARCH = {
+    .modules = Q3_MODULES,
+    .n_modules = (int)(sizeof Q3_MODULES / sizeof Q3_MODULES[0]),
+    .n_sizes = Q3_SIZES,
+    .renames = RENAMES,
+    .off_page = {[NNT_MODULE_LINEAR_ATTN] = "every Qwen3-MoE block uses softmax attention; none has a linear-attention "
+                                            "mixer"},
+    .describe = q3_describe,
+};
+
+/* A block's tensors from Q3_ARCH, then the routing the table does not hold. */
 static nnt_status bind_layer(q3_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
 {
-    const fam_env *env = &m->env;
     q3_layer *ly = &m->l[L];
-    int64_t H = m->hidden, D = m->head_dim, Q = (int64_t)m->heads * D, KV = (int64_t)m->kv_heads * D;
-    const int64_t sizes[Q3_SIZES] = {[Q3_H] = H, [Q3_D] = D, [Q3_Q] = Q, [Q3_KV] = KV, [Q3_E] = m->experts};
-    CK(fam_bind_names(env, ck, L, Q3_NAMES, (int)(sizeof Q3_NAMES / sizeof Q3_NAMES[0]), sizes, ly, err));
-    static const fam_expert_names spelling = {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-                                              .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
-                                              .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"};
-    ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
-    CK(fam_bind_experts(env, ck, L, m->experts, m->moe_inter, H, "model.layers.%d.mlp.experts.gate_up_proj",
-                        "model.layers.%d.mlp.experts.down_proj", &spelling, 1, ly->moe.experts, err));
+    CK(fam_arch_bind(&m->env, &Q3_ARCH, m, ck, L, ly, err));
     ly->moe.num_experts = m->experts;
     ly->moe.top_k = m->top_k;
     ly->moe.intermediate = m->moe_inter;
@@ -224,9 +291,8 @@ static void q3_unload(void *model)
 {
     q3_model *m = model;
     if (!m) return;
-    fam_env_release(&m->env);
+    fam_env_release(&m->env); /* weights and the experts' arrays */
     free(m->l);
-    free(m->expert_pool);
     free(m->inv_freq);
     free(m);
 }
@@ -244,9 +310,8 @@ static nnt_status q3_load(const nnt_load_args *args, void **out, nnt_error *err)
     nnt_status st = read_config(m, ck, err);
     if (st == NNT_OK) {
         m->l = calloc((size_t)m->layers, sizeof *m->l);
-        m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
         m->inv_freq = calloc((size_t)(m->head_dim / 2 + 1), sizeof *m->inv_freq);
-        if (!m->l || !m->expert_pool || !m->inv_freq) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        if (!m->l || !m->inv_freq) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     if (st == NNT_OK) {
         fam_rope_inv_freq(m->inv_freq, m->head_dim, m->theta);
@@ -288,6 +353,7 @@ static nnt_status q3_value_info(const void *model, int layer, nnt_value_id id, c
     const q3_model *m = model;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden, E = m->experts, K = m->top_k;
     if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
+    if (fam_arch_value_info(&Q3_ARCH, m, layer, id, out)) return NNT_OK; /* linear_attn: no such module */
     switch (id) {
     case NNT_VALUE_MLP_OUTPUT:
     case NNT_VALUE_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); return NNT_OK;
@@ -305,53 +371,21 @@ static nnt_status q3_value_info(const void *model, int layer, nnt_value_id id, c
         return NNT_OK;
     default: break;
     }
-    if (id >= NNT_VALUE_ATTN_QUERIES && id <= NNT_VALUE_ATTN_HEAD_OUTPUTS) {
+    if (fam_value_module(id) == NNT_MODULE_SELF_ATTN) {
         fam_attn a;
         attn_shape(m, layer >= 0 ? &m->l[layer] : NULL, &a);
         fam_attention_info(&a, m->hidden, id, d, out);
-        return NNT_OK;
-    }
-    if (id >= NNT_VALUE_LIN_OUTPUT && id <= NNT_VALUE_LIN_STATE_OUTPUT) {
-        fam_off_page(out, "every Qwen3-MoE block uses softmax attention; none has a linear-attention mixer");
         return NNT_OK;
     }
     fam_unserved(out, "not a Qwen3-MoE value");
     return NNT_OK;
 }
 
+/* `nnt print`'s module tree, from Q3_ARCH. */
 static nnt_status q3_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const q3_model *m = model;
-    const nnt_core_api *h = m->env.core;
-    char d[160];
-    int64_t H = m->hidden, Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
-    int root = h->tree_node(tree, -1, "model", NULL, "Qwen3MoeForCausalLM", NULL, NNT_MODULE_MODEL, -1);
-    if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
-    snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
-    h->tree_node(tree, root, "embed_tokens", NULL, "Embedding", d, -1, -1);
-    int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
-    for (int L = 0; L < m->layers; L++) {
-        int ly = h->tree_node(tree, layers, "layers", NULL, "Qwen3MoeDecoderLayer", NULL, NNT_MODULE_LAYER, L);
-        int at = h->tree_node(tree, ly, "self_attn", NULL, "Qwen3MoeAttention", NULL, NNT_MODULE_SELF_ATTN, L);
-        h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
-        h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
-        h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
-        h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, H), -1, L);
-        h->tree_node(tree, at, "q_norm", NULL, "Qwen3MoeRMSNorm", fam_norm_detail(d, sizeof d, m->head_dim, m->eps), -1, L);
-        h->tree_node(tree, at, "k_norm", NULL, "Qwen3MoeRMSNorm", fam_norm_detail(d, sizeof d, m->head_dim, m->eps), -1, L);
-        int mlp = h->tree_node(tree, ly, "mlp", NULL, "Qwen3MoeSparseMoeBlock", NULL, NNT_MODULE_MLP, L);
-        h->tree_node(tree, mlp, "gate", "router", "Qwen3MoeTopKRouter", NULL, -1, L);
-        int ex = h->tree_node(tree, mlp, "experts", NULL, "Qwen3MoeExperts", NULL, -1, L);
-        h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
-        h->tree_node(tree, ly, "input_layernorm", NULL, "Qwen3MoeRMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, L);
-        if (h->tree_node(tree, ly, "post_attention_layernorm", NULL, "Qwen3MoeRMSNorm",
-                         fam_norm_detail(d, sizeof d, H, m->eps), -1, L) < 0)
-            return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    }
-    if (h->tree_node(tree, root, "norm", NULL, "Qwen3MoeRMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, -1) < 0)
-        return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    return NNT_OK;
+    return fam_arch_tree(m->env.core, &Q3_ARCH, m, m->layers, tree, err);
 }
 
 static nnt_status q3_forward(void *model, nnt_run *run, const nnt_forward_args *args, nnt_error *err)
@@ -387,10 +421,10 @@ static void q3_cache_free(void *model, void *cache)
     fam_layer_caches_free(&m->env, cache);
 }
 
-/* The planner's byte model (nnt_cost_args, ABI 3.4) from config.json alone, with the kit's cost
- * helpers: per block q, k, v and o projections, q_norm and k_norm [head_dim], two layer norms,
- * the router [experts, hidden] as the checkpoint stores it and the experts; a key/value cache of
- * every token. `nnt plan` and a run over several ranks (mpirun) split the blocks by these. */
+/* The planner's byte model (nnt_cost_args, ABI 3.4) from config.json alone: the weights of every
+ * tensor Q3_ARCH lists as the checkpoint's encoding stores them (fam_arch_costs), and a
+ * key/value cache of every token. `nnt plan` and a run over several ranks (mpirun) split the
+ * blocks by these. */
 static nnt_status q3_costs(nnt_cost_args *args, nnt_error *err)
 {
     q3_model m = {0};
@@ -399,14 +433,9 @@ static nnt_status q3_costs(nnt_cost_args *args, nnt_error *err)
     CK(read_config(&m, args->ckpt, err));
     CK(fam_cost_blocks(args, m.layers, err));
     CK(fam_cost_encoding(args, &e, err));
-    int64_t H = m.hidden, D = m.head_dim, E = m.experts;
-    uint64_t w = fam_cost_attention(&e, H, m.heads, m.kv_heads, D, D) + fam_cost_vector(&e, 2 * D) +
-                 fam_cost_vector(&e, 2 * H) + fam_cost_vector(&e, E * H) + fam_cost_experts(&e, E, m.moe_inter, H);
-    for (int l = 0; l < args->n_blocks; l++) {
-        args->weight_bytes[l] = w;
-        args->cache_bytes[l] = fam_cost_kv_cache(args->batch, m.kv_heads, D, D, args->context);
-    }
-    fam_cost_readout(args, &e, m.vocab, H, m.tied);
+    CK(fam_arch_costs(args, &Q3_ARCH, &m, &e, err));
+    for (int l = 0; l < args->n_blocks; l++)
+        args->cache_bytes[l] = fam_cost_kv_cache(args->batch, m.kv_heads, m.head_dim, m.head_dim, args->context);
     return NNT_OK;
 }
 

@@ -23,8 +23,8 @@ typedef struct mm_layer {
     nnt_tensor in_norm, post_norm; /* [H] */
     nnt_tensor q_proj, k_proj, v_proj, o_proj;
     nnt_tensor q_norm, k_norm; /* [Hq*D], [Hkv*D] */
-    fam_moe moe;
-    float *bias_host; /* owned F32 copy of e_score_correction_bias */
+    fam_moe moe;      /* router, selection bias and experts bound from MM_ARCH */
+    float *bias_host; /* F32 host copy of e_score_correction_bias (owned by the env) */
 } mm_layer;
 
 typedef struct mm_model {
@@ -39,7 +39,6 @@ typedef struct mm_model {
     /* weights */
     fam_decoder dec; /* embedding, norms, lm_head and the block callbacks */
     mm_layer *l;
-    fam_expert *expert_pool; /* layers * experts */
     float *inv_freq;
 } mm_model;
 
@@ -131,60 +130,112 @@ static nnt_status read_config(mm_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
-/* The per-block tensors every release spells alike (the table the kit's fam_bind_names binds);
- * their shapes index these sizes: H hidden, Q query heads * head_dim, KV key/value heads *
- * head_dim. The router, its bias and the experts have several spellings (below). */
-enum { MM_H, MM_Q, MM_KV, MM_SIZES };
-static const fam_tensor_name MM_NAMES[] = {
-    {offsetof(mm_layer, in_norm), "model.layers.%d.input_layernorm.weight", 1, {MM_H}},
-    {offsetof(mm_layer, post_norm), "model.layers.%d.post_attention_layernorm.weight", 1, {MM_H}},
-    {offsetof(mm_layer, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MM_Q, MM_H}},
-    {offsetof(mm_layer, k_proj), "model.layers.%d.self_attn.k_proj.weight", 2, {MM_KV, MM_H}},
-    {offsetof(mm_layer, v_proj), "model.layers.%d.self_attn.v_proj.weight", 2, {MM_KV, MM_H}},
-    {offsetof(mm_layer, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {MM_H, MM_Q}},
-    {offsetof(mm_layer, q_norm), "model.layers.%d.self_attn.q_norm.weight", 1, {MM_Q}},
-    {offsetof(mm_layer, k_norm), "model.layers.%d.self_attn.k_norm.weight", 1, {MM_KV}},
+/* The architecture, declared once (the kit's fam_arch): the module tree print(model) shows and,
+ * under each module, its checkpoint tensors - where each binds in mm_layer, its shape as indices
+ * into the sizes mm_describe gives, how the checkpoint stores it, and its spellings (the hub's
+ * names under block_sparse_moe, transformers' under mlp). fam_arch_bind binds a block from it,
+ * fam_arch_tree builds the printout, fam_arch_costs adds up the planner's weight bytes and
+ * fam_arch_value_info serves the modules' values. Sizes: H hidden, V vocabulary, Q query heads *
+ * head_dim, KV key/value heads * head_dim, E experts, I an expert's width. The embedding, final
+ * norm and lm_head are bound by fam_bind_readout_stage (FAM_BIND_NONE here). */
+enum { MM_H, MM_V, MM_Q, MM_KV, MM_E, MM_I, MM_SIZES };
+enum { MM_TIED = 1u << 0 }; /* traits: tie_word_embeddings (lm_head is the embedding) */
+
+#define MM_LINEAR(member, pattern, rows, cols)                                                                         \
+    {.name = {pattern}, .store = FAM_STORE_LINEAR, .field = offsetof(mm_layer, member), .ndim = 2, .size = {rows, cols}}
+#define MM_GAIN(member, pattern, width)                                                                                \
+    {.name = {pattern}, .store = FAM_STORE_PLAIN, .field = offsetof(mm_layer, member), .ndim = 1, .size = {width}}
+
+/* one tensor per expert (the hub's w1/w3/w2, or gate/up/down), or transformers' fused 3-D tensors */
+static const fam_expert_layout MM_EXPERTS = {
+    .fused_gate_up = "model.layers.%d.mlp.experts.gate_up_proj",
+    .fused_down = "model.layers.%d.mlp.experts.down_proj",
+    .per_expert = {{.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+                    .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
+                    .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
+                   {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+                    .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+                    .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"}},
 };
 
+static const fam_module MM_MODULES[] = {
+    {.depth = 0, .native = "model", .cls = "MiniMaxM2ForCausalLM"},
+    {.depth = 1, .native = "lm_head", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {{.name = {"lm_head.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
+                  .size = {MM_V, MM_H}, .unless = MM_TIED}}},
+    {.depth = 1, .native = "embed_tokens", .cls = "Embedding", .detail = FAM_DETAIL_EMBEDDING,
+     .tensors = {{.name = {"model.embed_tokens.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
+                  .size = {MM_V, MM_H}, .first_stage = 1}}},
+    {.depth = 1, .native = "layers", .cls = "ModuleList"},
+    {.depth = 2, .native = "layers", .cls = "MiniMaxM2DecoderLayer", .block = 1},
+    {.depth = 3, .native = "self_attn", .cls = "MiniMaxM2Attention", .module = NNT_MODULE_SELF_ATTN},
+    {.depth = 4, .native = "q_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {MM_LINEAR(q_proj, "model.layers.%d.self_attn.q_proj.weight", MM_Q, MM_H)}},
+    {.depth = 4, .native = "k_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {MM_LINEAR(k_proj, "model.layers.%d.self_attn.k_proj.weight", MM_KV, MM_H)}},
+    {.depth = 4, .native = "v_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {MM_LINEAR(v_proj, "model.layers.%d.self_attn.v_proj.weight", MM_KV, MM_H)}},
+    {.depth = 4, .native = "o_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {MM_LINEAR(o_proj, "model.layers.%d.self_attn.o_proj.weight", MM_H, MM_Q)}},
+    /* one RMSNorm over each whole projection, all heads together */
+    {.depth = 4, .native = "q_norm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {MM_GAIN(q_norm, "model.layers.%d.self_attn.q_norm.weight", MM_Q)}},
+    {.depth = 4, .native = "k_norm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {MM_GAIN(k_norm, "model.layers.%d.self_attn.k_norm.weight", MM_KV)}},
+    {.depth = 3, .native = "block_sparse_moe", .cls = "MiniMaxM2SparseMoeBlock", .module = NNT_MODULE_MLP},
+    /* the router (float32 in the releases) and its optional selection bias, in any of three places */
+    {.depth = 4, .native = "gate", .cls = "MiniMaxM2TopKRouter",
+     .tensors = {{.name = {"model.layers.%d.block_sparse_moe.gate.weight", "model.layers.%d.mlp.gate.weight"},
+                  .store = FAM_STORE_F32, .field = offsetof(mm_layer, moe.router), .ndim = 2, .size = {MM_E, MM_H}},
+                 {.name = {"model.layers.%d.block_sparse_moe.e_score_correction_bias",
+                           "model.layers.%d.mlp.e_score_correction_bias",
+                           "model.layers.%d.mlp.gate.e_score_correction_bias"},
+                  .store = FAM_STORE_F32, .bind = FAM_BIND_VECTOR, .field = offsetof(mm_layer, moe.bias),
+                  .host = offsetof(mm_layer, bias_host), .ndim = 1, .size = {MM_E}, .optional = 1}}},
+    {.depth = 4, .native = "experts", .cls = "MiniMaxM2Experts",
+     .tensors = {{.store = FAM_STORE_EXPERTS, .bind = FAM_BIND_EXPERTS, .field = offsetof(mm_layer, moe.experts),
+                  .ndim = 3, .size = {MM_E, MM_I, MM_H}, .experts = &MM_EXPERTS}}},
+    {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
+    {.depth = 3, .native = "input_layernorm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {MM_GAIN(in_norm, "model.layers.%d.input_layernorm.weight", MM_H)}},
+    {.depth = 3, .native = "post_attention_layernorm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {MM_GAIN(post_norm, "model.layers.%d.post_attention_layernorm.weight", MM_H)}},
+    {.depth = 1, .native = "norm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {{.name = {"model.norm.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 1,
+                  .size = {MM_H}}}},
+};
+
+/* Every block alike: the sizes from config.json, the tied-embedding trait. */
+static void mm_describe(const void *self, int layer, fam_block_facts *out)
+{
+    const mm_model *m = self;
+    (void)layer;
+    out->traits = m->tied ? MM_TIED : 0;
+    out->eps = m->eps;
+    out->size[MM_H] = m->hidden;
+    out->size[MM_V] = m->vocab;
+    out->size[MM_Q] = (int64_t)m->heads * m->head_dim;
+    out->size[MM_KV] = (int64_t)m->kv_heads * m->head_dim;
+    out->size[MM_E] = m->experts;
+    out->size[MM_I] = m->inter;
+}
+
+static const fam_arch MM_ARCH = {
+    .modules = MM_MODULES,
+    .n_modules = (int)(sizeof MM_MODULES / sizeof MM_MODULES[0]),
+    .n_sizes = MM_SIZES,
+    .renames = RENAMES,
+    .off_page = {[NNT_MODULE_LINEAR_ATTN] = "every MiniMax-M2 block mixes tokens with softmax attention (self_attn); no "
+                                            "block has a linear-attention mixer or a recurrent state"},
+    .describe = mm_describe,
+};
+
+/* A block's tensors from MM_ARCH, then the routing the table does not hold: sigmoid scores, the
+ * selection bias for the choice only, top-k renormalised to one, no scaling, no shared expert. */
 static nnt_status bind_layer(mm_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
 {
-    const fam_env *env = &m->env;
     mm_layer *ly = &m->l[L];
-    int64_t H = m->hidden, Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
-    int64_t E = m->experts, I = m->inter;
-    const int64_t sizes[MM_SIZES] = {[MM_H] = H, [MM_Q] = Q, [MM_KV] = KV};
-    CK(fam_bind_names(env, ck, L, MM_NAMES, (int)(sizeof MM_NAMES / sizeof MM_NAMES[0]), sizes, ly, err));
-    /* router and selection bias: hub names under block_sparse_moe, transformers' under mlp */
-    char gate_hub[192], gate_hf[192];
-    snprintf(gate_hub, sizeof gate_hub, "model.layers.%d.block_sparse_moe.gate.weight", L);
-    snprintf(gate_hf, sizeof gate_hf, "model.layers.%d.mlp.gate.weight", L);
-    const char *gates[] = {gate_hub, gate_hf};
-    const char *gate = fam_first_present(env, ck, gates, 2);
-    if (!gate)
-        return env->core->set_error(err, NNT_ERR_NOT_FOUND, "%s: block %d has no router: neither '%s' nor '%s' is in the checkpoint",
-                                    env->core->cfg_path(ck), L, gate_hub, gate_hf);
-    int64_t rs[2] = {E, H};
-    CK(fam_weight(env, ck, gate, 2, rs, &ly->moe.router, err));
-    char b1[192], b2[192], b3[192];
-    snprintf(b1, sizeof b1, "model.layers.%d.block_sparse_moe.e_score_correction_bias", L);
-    snprintf(b2, sizeof b2, "model.layers.%d.mlp.e_score_correction_bias", L);
-    snprintf(b3, sizeof b3, "model.layers.%d.mlp.gate.e_score_correction_bias", L);
-    const char *biases[] = {b1, b2, b3};
-    const char *bias = fam_first_present(env, ck, biases, 3);
-    if (bias) CK(fam_bind_vector(env, ck, bias, E, &ly->bias_host, &ly->moe.bias, err));
-    /* experts: one tensor per expert (the hub's w1/w3/w2, or gate/up/down), or transformers'
-     * fused 3-D tensors */
-    static const fam_expert_names spellings[] = {
-        {.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
-         .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
-         .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
-        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
-    };
-    ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
-    CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",
-                        "model.layers.%d.mlp.experts.down_proj", spellings, 2, ly->moe.experts, err));
+    CK(fam_arch_bind(&m->env, &MM_ARCH, m, ck, L, ly, err));
     ly->moe.num_experts = m->experts;
     ly->moe.top_k = m->top_k;
     ly->moe.intermediate = m->inter;
@@ -264,9 +315,8 @@ static void mm_unload(void *model)
 {
     mm_model *m = model;
     if (!m) return;
-    fam_env_release(&m->env); /* weights and router biases */
+    fam_env_release(&m->env); /* weights, router biases and the experts' arrays */
     free(m->l);
-    free(m->expert_pool);
     free(m->inv_freq);
     free(m);
 }
@@ -280,9 +330,8 @@ static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
     nnt_status st = read_config(m, ck, err);
     if (st == NNT_OK) {
         m->l = calloc((size_t)m->layers, sizeof *m->l);
-        m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
         m->inv_freq = calloc((size_t)(m->rotary_dim / 2 + 1), sizeof *m->inv_freq);
-        if (!m->l || !m->expert_pool || !m->inv_freq) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        if (!m->l || !m->inv_freq) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     if (st == NNT_OK) {
         fam_rope_inv_freq(m->inv_freq, m->rotary_dim, m->theta);
@@ -329,6 +378,7 @@ static nnt_status mm_value_info(const void *model, int layer, nnt_value_id id, c
     const mm_model *m = model;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
     if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
+    if (fam_arch_value_info(&MM_ARCH, m, layer, id, out)) return NNT_OK; /* linear_attn: no such module */
     switch (id) {
     case NNT_VALUE_MLP_OUTPUT:
     case NNT_VALUE_ROUTED_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); return NNT_OK;
@@ -346,57 +396,21 @@ static nnt_status mm_value_info(const void *model, int layer, nnt_value_id id, c
         return NNT_OK;
     default: break;
     }
-    nnt_module module = NNT_MODULE_MODEL;
-    if (id >= NNT_VALUE_ATTN_QUERIES && id <= NNT_VALUE_ATTN_HEAD_OUTPUTS) module = NNT_MODULE_SELF_ATTN;
-    if (id >= NNT_VALUE_LIN_OUTPUT && id <= NNT_VALUE_LIN_STATE_OUTPUT) module = NNT_MODULE_LINEAR_ATTN;
-    if (module == NNT_MODULE_SELF_ATTN) {
+    if (fam_value_module(id) == NNT_MODULE_SELF_ATTN) {
         fam_attn a;
         attn_shape(m, layer >= 0 ? &m->l[layer] : NULL, &a);
         fam_attention_info(&a, m->hidden, id, d, out);
-        return NNT_OK;
-    }
-    if (module == NNT_MODULE_LINEAR_ATTN) {
-        fam_off_page(out, "every MiniMax-M2 block mixes tokens with softmax attention (self_attn); no block has a "
-                          "linear-attention mixer or a recurrent state");
         return NNT_OK;
     }
     fam_unserved(out, "not a MiniMax-M2 value");
     return NNT_OK;
 }
 
+/* `nnt print`'s module tree, from MM_ARCH. */
 static nnt_status mm_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const mm_model *m = model;
-    const nnt_core_api *h = m->env.core;
-    char d[160];
-    int64_t H = m->hidden, Q = (int64_t)m->heads * m->head_dim, KV = (int64_t)m->kv_heads * m->head_dim;
-    int root = h->tree_node(tree, -1, "model", NULL, "MiniMaxM2ForCausalLM", NULL, NNT_MODULE_MODEL, -1);
-    if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
-    snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
-    h->tree_node(tree, root, "embed_tokens", NULL, "Embedding", d, -1, -1);
-    int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
-    for (int L = 0; L < m->layers; L++) {
-        int ly = h->tree_node(tree, layers, "layers", NULL, "MiniMaxM2DecoderLayer", NULL, NNT_MODULE_LAYER, L);
-        int at = h->tree_node(tree, ly, "self_attn", NULL, "MiniMaxM2Attention", NULL, NNT_MODULE_SELF_ATTN, L);
-        h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
-        h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
-        h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, KV), -1, L);
-        h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, H), -1, L);
-        h->tree_node(tree, at, "q_norm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, Q, m->eps), -1, L);
-        h->tree_node(tree, at, "k_norm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, KV, m->eps), -1, L);
-        int mlp = h->tree_node(tree, ly, "block_sparse_moe", "mlp", "MiniMaxM2SparseMoeBlock", NULL, NNT_MODULE_MLP, L);
-        h->tree_node(tree, mlp, "gate", "router", "MiniMaxM2TopKRouter", NULL, -1, L);
-        int ex = h->tree_node(tree, mlp, "experts", NULL, "MiniMaxM2Experts", NULL, -1, L);
-        h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
-        h->tree_node(tree, ly, "input_layernorm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, L);
-        if (h->tree_node(tree, ly, "post_attention_layernorm", NULL, "MiniMaxM2RMSNorm",
-                         fam_norm_detail(d, sizeof d, H, m->eps), -1, L) < 0)
-            return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    }
-    if (h->tree_node(tree, root, "norm", NULL, "MiniMaxM2RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, -1) < 0)
-        return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    return NNT_OK;
+    return fam_arch_tree(m->env.core, &MM_ARCH, m, m->layers, tree, err);
 }
 
 static nnt_status mm_forward(void *model, nnt_run *run, const nnt_forward_args *args, nnt_error *err)
@@ -434,9 +448,9 @@ static void mm_cache_free(void *model, void *cache)
     fam_layer_caches_free(&m->env, cache);
 }
 
-/* The planner's byte model (nnt_cost_args) from config.json alone: each block's q, k, v and o
- * projections, q_norm and k_norm over the whole projections, two layer norms, the float32 router
- * and selection bias, and the experts; a key/value cache of every token (full attention). */
+/* The planner's byte model (nnt_cost_args) from config.json alone: the weights of every tensor
+ * MM_ARCH lists, as the checkpoint's encoding stores them (fam_arch_costs), and a key/value
+ * cache of every token (full attention). */
 static nnt_status mm_costs(nnt_cost_args *args, nnt_error *err)
 {
     mm_model m = {0};
@@ -445,14 +459,9 @@ static nnt_status mm_costs(nnt_cost_args *args, nnt_error *err)
     CK(read_config(&m, args->ckpt, err));
     CK(fam_cost_blocks(args, m.layers, err));
     CK(fam_cost_encoding(args, &e, err));
-    int64_t H = m.hidden, D = m.head_dim, E = m.experts;
-    uint64_t w = fam_cost_attention(&e, H, m.heads, m.kv_heads, D, D) + fam_cost_vector(&e, (m.heads + m.kv_heads) * D) +
-                 fam_cost_vector(&e, 2 * H) + fam_cost_f32(E * H) + fam_cost_f32(E) + fam_cost_experts(&e, E, m.inter, H);
-    for (int l = 0; l < args->n_blocks; l++) {
-        args->weight_bytes[l] = w;
-        args->cache_bytes[l] = fam_cost_kv_cache(args->batch, m.kv_heads, D, D, args->context);
-    }
-    fam_cost_readout(args, &e, m.vocab, H, m.tied);
+    CK(fam_arch_costs(args, &MM_ARCH, &m, &e, err));
+    for (int l = 0; l < args->n_blocks; l++)
+        args->cache_bytes[l] = fam_cost_kv_cache(args->batch, m.kv_heads, m.head_dim, m.head_dim, args->context);
     return NNT_OK;
 }
 

@@ -5,9 +5,11 @@
  * backend; weight binding from a checkpoint in its stored encoding (F32, BF16, F16, FP8/FP4 with
  * block scales); value-info helpers for `value_info`; softmax attention with rotary, sliding
  * window, sinks and key/value caches; a mixture of experts and a dense SwiGLU MLP; Llama's
- * pre-norm decoder skeleton; and the byte model a family's `costs` entry adds up (fam_cost_*). Each building block emits its standard values through the core's
- * `emit` in the order nnterp's paths expect, so a family that uses them serves those values
- * without further code. minimax_m2 (families/minimax_m2/minimax_m2.c) is the shortest complete
+ * pre-norm decoder skeleton; the byte model a family's `costs` entry adds up (fam_cost_*); and
+ * the architecture table (fam_arch), one static declaration of a family's modules and tensors
+ * from which its binding, module tree, costs and module-level value serving are read. Each
+ * building block emits its standard values through the core's `emit` in the order nnterp's
+ * paths expect, so a family that uses them serves those values without further code. minimax_m2 (families/minimax_m2/minimax_m2.c) is the shortest complete
  * family built on it; examples/third_party_family/ is one built outside the tree.
  *
  * Linking. The kit is a static library, libnnt_family.a, compiled as position-independent code
@@ -457,8 +459,9 @@ void fam_load_blocks(const nnt_load_args *args, int layers, int *first, int *end
 nnt_status fam_bind_readout_stage(const fam_env *env, const nnt_load_args *args, int64_t V, int64_t H, int tied,
                                   int layers, fam_decoder *d, int *first, int *end, nnt_error *err);
 
-/* One row of a family's tensor-name table, the way llama.cpp's llama-arch.cpp lists each
- * architecture's tensors: which member of the family's block struct a checkpoint tensor binds
+/* One row of a family's tensor-name table for binding alone (the architecture table below,
+ * fam_arch, supersedes it: its rows also drive the module tree and the costs), the way
+ * llama.cpp's llama-arch.cpp lists each architecture's tensors: which member of the family's block struct a checkpoint tensor binds
  * to, the tensor's name as a printf pattern taking the block index (one %d), and its shape as
  * indices into a sizes array the family fills at load (so one table serves every block and
  * every configuration). E.g., with sizes[MY_Q] = heads * head_dim and sizes[MY_H] = hidden:
@@ -558,6 +561,196 @@ void fam_cost_readout(nnt_cost_args *args, const fam_encoding *e, int64_t V, int
  * equals args->n_blocks, whose arrays it fills; else NNT_ERR_CONFIG naming config.json and both
  * counts. */
 nnt_status fam_cost_blocks(const nnt_cost_args *args, int64_t layers, nnt_error *err);
+
+/* ======================================================================================== */
+/* ---- the architecture table: a family described once (families/common/fam_arch.c) ----
+ * A family declares its architecture in one static table, as llama.cpp's llama-arch.cpp lists
+ * each architecture's tensors (LLM_TENSOR_INFOS) and llm.c declares its activations in one
+ * struct: the module tree print(model) shows and, under each module, the checkpoint tensors it
+ * holds. Every consumer reads that one declaration:
+ *   fam_arch_bind        binds a block's tensors in `load`;
+ *   fam_arch_tree        builds the module tree in `build_tree` (`nnt print`);
+ *   fam_arch_costs       adds up each block's and the readout's weight bytes in `costs`;
+ *   fam_arch_value_info  answers, in `value_info`, for the values of a module a block lacks.
+ * What differs from block to block and from checkpoint to checkpoint is not in the table: the
+ * family's `describe` callback gives each block's sizes (the table names them by index into
+ * that vector) and its traits, bits the family defines (a dense or a mixture MLP, full,
+ * sliding or linear attention, a model-wide choice such as tied embeddings), by which rows say
+ * which blocks have them. The table is the family's, static and read-only; the kit keeps
+ * nothing of it between calls. */
+
+#define FAM_SPELLINGS 4      /* spellings one tensor may have in the checkpoints */
+#define FAM_MODULE_TENSORS 4 /* tensors one module row holds */
+#define FAM_MAX_SIZES 32     /* entries of a block's size vector */
+#define FAM_MAX_DEPTH 16     /* depth of the module tree, the root at 0 */
+
+/* How a checkpoint stores a tensor: the bytes fam_arch_costs counts for it in the encoding
+ * config.json gives (fam_encoding), and nothing else (fam_weight reads any float dtype). */
+typedef enum fam_store {
+    FAM_STORE_LINEAR = 0, /* a linear weight [.., rows, cols], quantised as quantization_config says:
+                           * fam_cost_matrix(rows, cols) for each matrix of the leading axes */
+    FAM_STORE_PLAIN,      /* unquantised (norm gains, the embedding, what a release keeps in
+                           * bfloat16): fam_cost_vector of its element count */
+    FAM_STORE_F32,        /* float32 whatever the encoding (routers, biases, sinks a release keeps
+                           * so): fam_cost_f32 of its element count */
+    FAM_STORE_I64,        /* 64-bit integers (a hash-routing table): 8 bytes an element */
+    FAM_STORE_EXPERTS     /* routed experts, shape [E, I, H]: fam_cost_experts(E, I, H), FP4
+                           * when config.json's expert_dtype says so */
+} fam_store;
+
+/* What fam_arch_bind does with a tensor; `field` and `host` are byte offsets into the struct
+ * fam_arch_bind is given (offsetof(the family's block struct, member)). */
+typedef enum fam_bind_kind {
+    FAM_BIND_WEIGHT = 0, /* fam_weight into the nnt_tensor at `field`, its shape checked */
+    FAM_BIND_VECTOR,     /* as fam_bind_vector: the values as host F32 at the float * at `host`,
+                          * prepared on the backend in the table's shape into the nnt_tensor at
+                          * `field`; the checkpoint's tensor may have any shape holding as many
+                          * elements (hyper-connection and position-bias matrices included) */
+    FAM_BIND_HOST,       /* fam_vector_f32: host F32 at the float * at `field` (sinks); any shape
+                          * holding the element count */
+    FAM_BIND_EXPERTS,    /* fam_bind_experts: E fam_expert the kit allocates (owned by the env, freed
+                          * by fam_env_release), their address stored in the fam_expert * at `field` */
+    FAM_BIND_NONE        /* not bound by fam_arch_bind: the family binds it (a layout the kit does
+                          * not read, e.g. per-head FP8 scales), or fam_bind_readout_stage does; it
+                          * still counts in the costs and gives the printout's detail */
+} fam_bind_kind;
+
+/* The text inside a leaf module's parentheses in the printout. */
+typedef enum fam_detail {
+    FAM_DETAIL_NONE = 0,  /* none: "Class()" */
+    FAM_DETAIL_LINEAR,    /* "in_features=IN, out_features=OUT, bias=False" from the module's first
+                           * tensor [.., OUT-rows.., IN]: IN its last extent, OUT the product of
+                           * the others (a fused [chunks, rows, IN] projection prints chunks * rows) */
+    FAM_DETAIL_NORM,      /* "(W,), eps=E": W the first extent of the module's first tensor, E the
+                           * row's eps, or the block's (fam_block_facts.eps) when that is 0 */
+    FAM_DETAIL_EMBEDDING, /* "V, H" from the module's first tensor [V, H] */
+    FAM_DETAIL_TEXT       /* the row's `text`, a printf pattern of up to NNT_MAX_DIMS %lld
+                           * conversions fed sizes[dims[0]], sizes[dims[1]], ... in order */
+} fam_detail;
+
+/* The spellings of a block's routed experts, for a FAM_STORE_EXPERTS tensor: transformers'
+ * fused 3-D tensors, tried first, then per-expert names (fam_bind_experts). */
+typedef struct fam_expert_layout {
+    const char *fused_gate_up, *fused_down;      /* patterns taking the block ([E, 2I, H], [E, H, I]),
+                                                  * or NULL for per-expert names only */
+    fam_expert_names per_expert[FAM_SPELLINGS]; /* patterns taking (block, expert); entries after the
+                                                  * last are left zero */
+} fam_expert_layout;
+
+/* One checkpoint tensor of a module. A tensor row is in use when name[0] or experts is set; the
+ * first unused row ends the module's list. */
+typedef struct fam_tensor {
+    const char *name[FAM_SPELLINGS]; /* printf patterns taking the block index (one %d; none
+                                      * outside the blocks), most preferred first: the first the
+                                      * checkpoint holds is bound; NULL after the last */
+    fam_store store;
+    fam_bind_kind bind;
+    size_t field;            /* offset of the member it binds to (see fam_bind_kind) */
+    size_t host;             /* FAM_BIND_VECTOR: offset of the float * for the host copy */
+    int ndim;                /* 1..NNT_MAX_DIMS */
+    int size[NNT_MAX_DIMS];  /* extent i is the block's sizes[size[i]] */
+    uint32_t when, unless;   /* the tensor exists on blocks having every trait of `when` and none of
+                              * `unless` (and only where its module exists); 0, 0: everywhere */
+    int optional;            /* 1: a checkpoint may lack it (bound only when present); the costs
+                              * count it as present */
+    int first_stage;         /* outside the blocks: held by the stage of block 0 (the embedding)
+                              * rather than the last stage (final norm, lm_head, other readout) */
+    const fam_expert_layout *experts; /* FAM_STORE_EXPERTS: the spellings (name[] unused) */
+} fam_tensor;
+
+/* One module of the tree, in print(model)'s order, depth-first: a row's parent is the nearest
+ * row above it one level less deep. */
+typedef struct fam_module {
+    int depth;              /* 0 for the root (the first row, and only it); a child is one deeper */
+    const char *native;     /* the attribute name in the checkpoint's module tree; the standard name
+                             * comes from the arch's renames (the RENAME rules the descriptor gives
+                             * the core), so the printout and the paths agree */
+    const char *cls;        /* the class print(model) shows; NULL only at the root, whose class is
+                             * then the describe callback's root_class */
+    int module;             /* the nnt_module whose values print inside this module:
+                             * NNT_MODULE_SELF_ATTN, _LINEAR_ATTN or _MLP; 0 for none (the root
+                             * always hosts the model's values, the block row the block's) */
+    int block;              /* 1 for the decoder block (exactly one row): it and the rows under it
+                             * are repeated for every block, under the blocks' ModuleList */
+    uint32_t when, unless;  /* the module exists on blocks having every trait of `when` and none of
+                             * `unless`; rows outside the blocks read the model's traits. 0 on the
+                             * block row */
+    const char *absent;     /* why this module's values are not served on a block lacking it (its
+                             * `module` set), in words `nnt support` shows; NULL: value_info says */
+    fam_detail detail;
+    const char *text;       /* FAM_DETAIL_TEXT's pattern */
+    int dims[NNT_MAX_DIMS]; /* FAM_DETAIL_TEXT's size indices */
+    double eps;             /* FAM_DETAIL_NORM: an epsilon of the module's own; 0 for the block's */
+    fam_tensor tensors[FAM_MODULE_TENSORS];
+} fam_module;
+
+/* What the family's describe callback says of one block (or, for layer -1, of the model outside
+ * the blocks). The kit zeroes it before the call. */
+typedef struct fam_block_facts {
+    uint32_t traits;            /* the family's trait bits of this block (model-wide ones included) */
+    double eps;                 /* the norms' epsilon the printout shows */
+    const char *root_class;     /* layer -1: the root's class when the root row gives none (static,
+                                 * or owned by the model) */
+    int64_t size[FAM_MAX_SIZES]; /* the sizes the rows index (elements) */
+} fam_block_facts;
+
+/* A family's architecture: its module rows, how many sizes they index, the RENAME rules, the
+ * modules no block has, and the callback describing each block. Static and const. */
+typedef struct fam_arch {
+    const fam_module *modules;
+    int n_modules;
+    int n_sizes;                            /* rows index sizes[0..n_sizes), n_sizes <= FAM_MAX_SIZES */
+    const nnt_rename_rule *renames;         /* ended by a NULL native; NULL: none */
+    const char *off_page[NNT_MODULE_COUNT]; /* for a module no block of the architecture has (e.g.
+                                             * [NNT_MODULE_LINEAR_ATTN] in a softmax-only model):
+                                             * why, its values then left off the page */
+    /* Fills *out for block `layer` (0..L-1), or for the model outside the blocks (-1). `self` is
+     * what the kit's caller passed: the loaded model, or what `costs` read from config.json.
+     * Must not fail (the family checked its config before). */
+    void (*describe)(const void *self, int layer, fam_block_facts *out);
+} fam_arch;
+
+/* The module a standard value belongs to (the order of nnt_value_id's groups), or
+ * NNT_MODULE_COUNT for an id outside the enum. */
+nnt_module fam_value_module(nnt_value_id id);
+/* NNT_OK when the table is well formed: the root first and alone at depth 0, depths growing by
+ * at most one, one block row below the root with no traits, classes and native names set, size
+ * indices below n_sizes, tensors of 1..NNT_MAX_DIMS axes (a linear weight 2 or more, experts
+ * 3), details whose first tensor they read. Else NNT_ERR_INTERNAL naming the row and the fault.
+ * fam_arch_bind, fam_arch_tree and fam_arch_costs check it first. */
+nnt_status fam_arch_check(const nnt_core_api *core, const fam_arch *a, nnt_error *err);
+/* Binds into `block` the tensors of block `layer` that its traits give it (every tensor of the
+ * block row and the rows under it whose bind is not FAM_BIND_NONE), in table order; `layer` -1
+ * binds the tensors outside the blocks into `block` (then the family's struct for them). The
+ * names take `layer`; each tensor's shape comes from describe's sizes. `self` is passed to
+ * describe. Every weight and host vector is registered with env.
+ * Errors: fam_arch_check's; NNT_ERR_NOT_FOUND for a required tensor none of whose spellings the
+ * checkpoint holds (a tensor with one spelling: the core's message naming it; several: a message
+ * naming the block, the module and every spelling); then those of fam_weight, fam_bind_vector,
+ * fam_vector_f32 and fam_bind_experts; NNT_ERR_INTERNAL for a name over 255 bytes;
+ * NNT_ERR_OUT_OF_MEMORY. On an error the tensors bound so far stay registered with env. */
+nnt_status fam_arch_bind(const fam_env *env, const fam_arch *a, const void *self, const nnt_checkpoint *ck,
+                         int layer, void *block, nnt_error *err);
+/* Builds the module tree of a model of `layers` blocks through core->tree_node, for the family's
+ * `build_tree`: every row that exists (outside the blocks by describe(-1)'s traits, in block L by
+ * describe(L)'s), the block row and its rows once per block with layer L, the standard name from
+ * the renames, the detail as the row says. Errors: fam_arch_check's; NNT_ERR_INTERNAL when the
+ * root has no class; NNT_ERR_OUT_OF_MEMORY when tree_node fails. */
+nnt_status fam_arch_tree(const nnt_core_api *core, const fam_arch *a, const void *self, int layers, nnt_tree *tree,
+                         nnt_error *err);
+/* Fills args->weight_bytes[b] for every block b < args->n_blocks with the sum of the stored bytes
+ * (fam_store, in encoding *e) of the tensors block b has, and args->first_bytes and
+ * args->last_bytes with those of the tensors outside the blocks (first_stage ones to the first);
+ * an optional tensor counts as present. cache_bytes are left to the family. Errors:
+ * fam_arch_check's (with args->core). */
+nnt_status fam_arch_costs(nnt_cost_args *args, const fam_arch *a, const void *self, const fam_encoding *e,
+                          nnt_error *err);
+/* For the family's `value_info`: answers (returns 1, *out filled) when value `id`'s module is one
+ * no block has (a->off_page: off the page with that reason), or one block `layer` lacks while
+ * the table has a row for it with an `absent` reason (not served, that reason). Returns 0 and
+ * leaves *out alone otherwise: the module exists on the block (the family gives the shape or its
+ * own reason), `id` is a model or block value, or the table says nothing. */
+int fam_arch_value_info(const fam_arch *a, const void *self, int layer, nnt_value_id id, nnt_value_info *out);
 
 #ifdef __cplusplus
 }
