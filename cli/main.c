@@ -1,4 +1,4 @@
-/* main.c - the nnt command: the table of commands, and what every command runs with - the
+/* main.c - the nnt command's main: what every command of the table (command_table.c) runs with - the
  * options, a runtime, under mpirun the run's pipeline (one stage per rank), the request a
  * command runs, the model (a stage of it under mpirun) and its tokenizer. */
 #include <stdlib.h>
@@ -6,34 +6,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-
-static int cmd_help(cli_run *c)
-{
-    fputs(CLI_USAGE, stdout);
-    return 0;
-}
-
-static const cli_command COMMANDS[] = {
-    {"trace", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RANKS | CMD_RUNTIME, NNT_METHOD_TRACE, cmd_trace},
-    {"lens", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RANKS | CMD_RUNTIME, NNT_METHOD_LENS, cmd_lens},
-    {"patch", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RUNTIME, NNT_METHOD_PATCH, cmd_patch},
-    {"generate", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RANKS | CMD_RUNTIME, NNT_METHOD_GENERATE, cmd_generate},
-    {"print", CMD_MODEL | CMD_LOADS | CMD_RUNTIME, NNT_METHOD_COUNT, cmd_print},
-    {"support", CMD_MODEL | CMD_LOADS | CMD_RUNTIME, NNT_METHOD_COUNT, cmd_support},
-    {"info", CMD_MODEL | CMD_RUNTIME, NNT_METHOD_COUNT, cmd_info},
-    {"tokenize", CMD_MODEL | CMD_RUNTIME, NNT_METHOD_COUNT, cmd_tokenize},
-    {"plugins", CMD_RUNTIME, NNT_METHOD_COUNT, cmd_plugins},
-    {"help", 0, NNT_METHOD_COUNT, cmd_help},
-    {"--help", 0, NNT_METHOD_COUNT, cmd_help},
-    {"-h", 0, NNT_METHOD_COUNT, cmd_help},
-};
-
-const cli_command *cli_command_find(const char *name)
-{
-    for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
-        if (!strcmp(name, COMMANDS[i].name)) return &COMMANDS[i];
-    return NULL;
-}
 
 /* The request: rank 0 (or the one process) makes it from the options or --request; under
  * mpirun every other rank receives rank 0's. Returns 0, 1 or 2 (printed). */
