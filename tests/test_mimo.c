@@ -135,6 +135,23 @@ static void test_v25_unknown_layout_refused(void)
     nnt_runtime_close(rt);
 }
 
+/* A block whose attention kind has sinks (here the full blocks, by add_full_attention_sink_bias)
+ * while the checkpoint holds neither spelling of them: the load is refused, the block, its kind
+ * and both spellings named. */
+static void test_v25_sinks_missing(void)
+{
+    char dir[768];
+    v25_copy("mimo_v25_full_sinks", "\"add_full_attention_sink_bias\": false", "\"add_full_attention_sink_bias\": true",
+             dir, sizeof dir);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_FAILS(rt, nnt_model_load(rt, dir, &m), NNT_ERR_NOT_FOUND,
+            "block 0 (full_attention) needs its sinks: neither 'model.layers.0.self_attn.sinks' nor "
+            "'model.layers.0.self_attn.attention_sink_bias' is in the checkpoint");
+    CU_ASSERT_PTR_NULL(m);
+    nnt_runtime_close(rt);
+}
+
 /* The printout's notes (nnt_family_descriptor.note): on MiMoV2ForCausalLM, which of nnt's values
  * MAX's selected-layer hidden states are (MAX doc, MiMoV2Config.target_layer_ids: "the layers whose
  * outputs (post-residual, before the final norm) are returned") and what moe_router_dtype does;
@@ -905,6 +922,7 @@ int register_tests(void)
                      test_v25_values) ||
         !CU_add_test(s, "MiMo-V2.5: the chunked qkv_proj read as one plain block is refused", test_v25_plain_order_refused) ||
         !CU_add_test(s, "MiMo-V2.5: an unknown attention_projection_layout is refused", test_v25_unknown_layout_refused) ||
+        !CU_add_test(s, "MiMo-V2.5: sinks the config asks for but the checkpoint lacks are named", test_v25_sinks_missing) ||
         !CU_add_test(s, "MiMo-V2.5: the printout's notes (MAX's hidden states, moe_router_dtype)", test_v25_notes) ||
         !CU_add_test(s, "MiMo-V2.5: layer_output is transformers' output_hidden_states, before the final norm",
                      test_v25_hidden_states) ||
