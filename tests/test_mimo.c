@@ -257,6 +257,46 @@ static void test_v25_hidden_states(void)
     nnt_runtime_close(rt);
 }
 
+/* The weights of one block of the fixture, from its safetensors headers or (from_config) from
+ * config.json through the family's cost model. */
+static void v25_block_bytes(nnt_runtime *rt, int from_config, uint64_t *w)
+{
+    char dir[512];
+    nnt_plan_opts o = {.ranks = 1, .device = NNT_PLAN_CPU, .context = 16, .batch = 1, .from_config = from_config,
+                       .runtime = rt};
+    nnt_plan *p = NULL;
+    nnt_error err = {0};
+    nnt_status st = nnt_plan_new(t_fixture(V25, dir, sizeof dir), &o, &p, &err);
+    if (st != NNT_OK) fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    for (int b = 0; b < 4; b++) CU_ASSERT(nnt_plan_block(p, b, &w[b], NULL));
+    nnt_plan_free(p);
+}
+
+/* config.json's count of the release layout against the headers' bytes. Block 0 (full attention,
+ * dense MLP) stores every tensor as config.json says, so the two agree: its fused qkv_proj [176,
+ * 64] is 2 chunks of 88 rows, each in ceil(88 / 16) x 4 float32 tiles (11264 + 2 x 24 x 4 bytes =
+ * 11456, not the 11440 of separate [96], [48] and [32]-row grids). On the mixture blocks
+ * config.json names neither the MXFP4 experts (quantization_config.store_dtype, no expert_dtype)
+ * nor the bf16 router, so it counts 8 experts x 3 FP8 matrices [32, 64] with 2 x 4 tiles (3 x
+ * (2048 + 32) bytes) where the file holds 3 x (1024 + 64), and the router [8, 64] in float32
+ * (2048) where the file holds bf16 (1024): 8 x (6240 - 3264) + 1024 = 24832 bytes more, block 3's
+ * qkv_proj counted per chunk as block 0's. */
+static void test_v25_costs_against_headers(void)
+{
+    nnt_runtime *rt = t_runtime();
+    uint64_t h[4], c[4];
+    v25_block_bytes(rt, 0, h);
+    v25_block_bytes(rt, 1, c);
+    CU_ASSERT_EQUAL(c[0], h[0]);
+    for (int b = 1; b < 4; b++) {
+        if (c[b] != h[b] + 24832) fprintf(stderr, "\n  block %d: headers %llu, config.json %llu\n", b,
+                                          (unsigned long long)h[b], (unsigned long long)c[b]);
+        CU_ASSERT_EQUAL(c[b], h[b] + 24832);
+    }
+    nnt_runtime_close(rt);
+}
+
 /* moe_router_dtype: another string is refused naming config.json, the key and the accepted
  * values; "float32" loads and is reported; JSON null reads as absent (no router note). */
 static void test_v25_router_dtype(void)
@@ -927,6 +967,8 @@ int register_tests(void)
         !CU_add_test(s, "MiMo-V2.5: layer_output is transformers' output_hidden_states, before the final norm",
                      test_v25_hidden_states) ||
         !CU_add_test(s, "MiMo-V2.5: moe_router_dtype is checked and reported", test_v25_router_dtype) ||
+        !CU_add_test(s, "MiMo-V2.5: config.json's byte count against the headers (qkv_proj per chunk)",
+                     test_v25_costs_against_headers) ||
         !CU_add_test(s, "block kinds and per-block key/value heads", test_block_kinds) ||
         !CU_add_test(s, "attention_values are v_proj times attention_value_scale", test_value_scale) ||
         !CU_add_test(s, "sink share: sliding rows below one, rebuilt with the sink column", test_sink_share) ||
