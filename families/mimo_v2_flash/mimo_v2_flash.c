@@ -155,6 +155,76 @@ static nnt_status read_release(mv_model *m, const nnt_checkpoint *ck, nnt_error 
     return NNT_OK;
 }
 
+/* Each attention kind's rotary: partial_rotary_factor and rope_theta from rope_parameters.<kind>,
+ * else the hub's keys; only the default rotary. */
+static nnt_status read_rotary(mv_model *m, const nnt_checkpoint *ck, nnt_error *err)
+{
+    const nnt_core_api *h = m->env.core;
+    for (int k = 0; k < 2; k++) {
+        char key[96];
+        double f = 0.334;
+        snprintf(key, sizeof key, "rope_parameters.%s.partial_rotary_factor", KIND_NAMES[k]);
+        if (h->cfg_has(ck, key))
+            CK(h->cfg_float(ck, key, 0.334, 0, &f, err));
+        else
+            CK(h->cfg_float(ck, "partial_rotary_factor", 0.334, 0, &f, err));
+        if (!(f >= 0.0 && f <= 1.0)) /* also before the cast: a huge factor would overflow it */
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: partial_rotary_factor is %g; expected the rotary share of a "
+                                "head, in [0, 1]", h->cfg_path(ck), f);
+        m->rot_dim[k] = (int)(m->qk_dim[k] * f);
+        snprintf(key, sizeof key, "rope_parameters.%s.rope_theta", KIND_NAMES[k]);
+        const char *hub = k == FULL ? "rope_theta" : "swa_rope_theta";
+        if (h->cfg_has(ck, key))
+            CK(h->cfg_float(ck, key, 0, 1, &m->theta[k], err));
+        else
+            CK(h->cfg_float(ck, hub, k == FULL ? 5000000.0 : 10000.0, 0, &m->theta[k], err));
+        snprintf(key, sizeof key, "rope_parameters.%s.rope_type", KIND_NAMES[k]);
+        const char *rt = "default";
+        CK(h->cfg_string(ck, key, "default", 0, &rt, err));
+        if (strcmp(rt, "default") != 0)
+            return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: %s is '%s'; only 'default' rotary is supported",
+                                h->cfg_path(ck), key, rt);
+    }
+    return NNT_OK;
+}
+
+/* moe_router_dtype (MiMo-V2.5 configs): vLLM computes the router logits in it, SGLang and MAX
+ * in float32 whatever it says; nnt scores in float32 like transformers' router (the reference
+ * of every fixture) and reads the router weight as stored. Checked, then reported in a note. */
+static nnt_status read_router_dtype(mv_model *m, const nnt_checkpoint *ck, nnt_error *err)
+{
+    const nnt_core_api *h = m->env.core;
+    m->router_dtype = NULL;
+    if (h->cfg_has(ck, "moe_router_dtype")) {
+        CK(h->cfg_string(ck, "moe_router_dtype", NULL, 1, &m->router_dtype, err));
+        if (strcmp(m->router_dtype, "float32") != 0 && strcmp(m->router_dtype, "bfloat16") != 0 &&
+            strcmp(m->router_dtype, "float16") != 0)
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: moe_router_dtype is '%s'; expected 'float32', 'bfloat16' or "
+                                "'float16' (or the key absent)", h->cfg_path(ck), m->router_dtype);
+    }
+    return NNT_OK;
+}
+
+/* What config.json's sizes break of the model's rules, in words, or NULL when nothing. */
+static const char *config_fault(const mv_model *m)
+{
+    const char *bad = NULL;
+    if (m->hidden <= 0 || m->layers <= 0 || m->vocab <= 0) bad = "hidden_size, num_hidden_layers and vocab_size must be positive";
+    for (int k = 0; k < 2 && !bad; k++) {
+        if (m->heads[k] <= 0 || m->kv_heads[k] <= 0 || m->heads[k] % m->kv_heads[k])
+            bad = "attention heads must be a positive multiple of the key/value heads (full and sliding)";
+        else if (m->qk_dim[k] <= 0 || m->v_dim[k] <= 0)
+            bad = "head_dim and v_head_dim must be positive";
+        else if (m->rot_dim[k] < 0 || m->rot_dim[k] > m->qk_dim[k] || m->rot_dim[k] % 2)
+            bad = "int(head_dim * partial_rotary_factor) must be even and at most head_dim";
+    }
+    if (!bad && (m->experts <= 0 || m->top_k <= 0 || m->top_k > m->experts)) bad = "num_experts_per_tok must be between 1 and n_routed_experts";
+    if (!bad && (m->n_group < 1 || m->experts % m->n_group || m->topk_group < 1 || m->topk_group > m->n_group))
+        bad = "n_group must divide n_routed_experts and topk_group must be between 1 and n_group";
+    if (!bad && m->window < 1) bad = "the sliding window must hold at least the query";
+    return bad;
+}
+
 /* Reads config.json into m, the blocks' kinds into m->kind and m->mlp_kind (allocated here, owned by
  * m: freed by mv_unload, or by the caller of a bare read as mv_costs is, also after an error). */
 static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, nnt_error *err)
@@ -196,31 +266,7 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, nnt_error *
     } else {
         CK(cfg_i(m, ck, "sliding_window", 129, 0, &m->window, err));
     }
-    for (int k = 0; k < 2; k++) {
-        char key[96];
-        double f = 0.334;
-        snprintf(key, sizeof key, "rope_parameters.%s.partial_rotary_factor", KIND_NAMES[k]);
-        if (h->cfg_has(ck, key))
-            CK(h->cfg_float(ck, key, 0.334, 0, &f, err));
-        else
-            CK(h->cfg_float(ck, "partial_rotary_factor", 0.334, 0, &f, err));
-        if (!(f >= 0.0 && f <= 1.0)) /* also before the cast: a huge factor would overflow it */
-            return h->set_error(err, NNT_ERR_CONFIG, "%s: partial_rotary_factor is %g; expected the rotary share of a "
-                                "head, in [0, 1]", h->cfg_path(ck), f);
-        m->rot_dim[k] = (int)(m->qk_dim[k] * f);
-        snprintf(key, sizeof key, "rope_parameters.%s.rope_theta", KIND_NAMES[k]);
-        const char *hub = k == FULL ? "rope_theta" : "swa_rope_theta";
-        if (h->cfg_has(ck, key))
-            CK(h->cfg_float(ck, key, 0, 1, &m->theta[k], err));
-        else
-            CK(h->cfg_float(ck, hub, k == FULL ? 5000000.0 : 10000.0, 0, &m->theta[k], err));
-        snprintf(key, sizeof key, "rope_parameters.%s.rope_type", KIND_NAMES[k]);
-        const char *rt = "default";
-        CK(h->cfg_string(ck, key, "default", 0, &rt, err));
-        if (strcmp(rt, "default") != 0)
-            return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: %s is '%s'; only 'default' rotary is supported",
-                                h->cfg_path(ck), key, rt);
-    }
+    CK(read_rotary(m, ck, err));
     const char *s = NULL;
     CK(h->cfg_string(ck, "hidden_act", "silu", 0, &s, err));
     if (strcmp(s, "silu") != 0)
@@ -234,32 +280,9 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, nnt_error *
         return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: n_shared_experts is %d; MiMo-V2-Flash has no shared expert",
                             h->cfg_path(ck), shared);
     CK(read_release(m, ck, err));
-    /* moe_router_dtype (MiMo-V2.5 configs): vLLM computes the router logits in it, SGLang and MAX
-     * in float32 whatever it says; nnt scores in float32 like transformers' router (the reference
-     * of every fixture) and reads the router weight as stored. Checked, then reported in a note. */
-    m->router_dtype = NULL;
-    if (h->cfg_has(ck, "moe_router_dtype")) {
-        CK(h->cfg_string(ck, "moe_router_dtype", NULL, 1, &m->router_dtype, err));
-        if (strcmp(m->router_dtype, "float32") != 0 && strcmp(m->router_dtype, "bfloat16") != 0 &&
-            strcmp(m->router_dtype, "float16") != 0)
-            return h->set_error(err, NNT_ERR_CONFIG, "%s: moe_router_dtype is '%s'; expected 'float32', 'bfloat16' or "
-                                "'float16' (or the key absent)", h->cfg_path(ck), m->router_dtype);
-    }
+    CK(read_router_dtype(m, ck, err));
 
-    const char *bad = NULL;
-    if (m->hidden <= 0 || m->layers <= 0 || m->vocab <= 0) bad = "hidden_size, num_hidden_layers and vocab_size must be positive";
-    for (int k = 0; k < 2 && !bad; k++) {
-        if (m->heads[k] <= 0 || m->kv_heads[k] <= 0 || m->heads[k] % m->kv_heads[k])
-            bad = "attention heads must be a positive multiple of the key/value heads (full and sliding)";
-        else if (m->qk_dim[k] <= 0 || m->v_dim[k] <= 0)
-            bad = "head_dim and v_head_dim must be positive";
-        else if (m->rot_dim[k] < 0 || m->rot_dim[k] > m->qk_dim[k] || m->rot_dim[k] % 2)
-            bad = "int(head_dim * partial_rotary_factor) must be even and at most head_dim";
-    }
-    if (!bad && (m->experts <= 0 || m->top_k <= 0 || m->top_k > m->experts)) bad = "num_experts_per_tok must be between 1 and n_routed_experts";
-    if (!bad && (m->n_group < 1 || m->experts % m->n_group || m->topk_group < 1 || m->topk_group > m->n_group))
-        bad = "n_group must divide n_routed_experts and topk_group must be between 1 and n_group";
-    if (!bad && m->window < 1) bad = "the sliding window must hold at least the query";
+    const char *bad = config_fault(m);
     if (bad) return h->set_error(err, NNT_ERR_CONFIG, "%s: %s", h->cfg_path(ck), bad);
 
     m->kind = calloc((size_t)m->layers, sizeof *m->kind);
