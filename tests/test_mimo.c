@@ -135,6 +135,23 @@ static void test_v25_unknown_layout_refused(void)
     nnt_runtime_close(rt);
 }
 
+/* A block whose attention kind has sinks (here the full blocks, by add_full_attention_sink_bias)
+ * while the checkpoint holds neither spelling of them: the load is refused, the block, its kind
+ * and both spellings named. */
+static void test_v25_sinks_missing(void)
+{
+    char dir[768];
+    v25_copy("mimo_v25_full_sinks", "\"add_full_attention_sink_bias\": false", "\"add_full_attention_sink_bias\": true",
+             dir, sizeof dir);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_FAILS(rt, nnt_model_load(rt, dir, &m), NNT_ERR_NOT_FOUND,
+            "block 0 (full_attention) needs its sinks: neither 'model.layers.0.self_attn.sinks' nor "
+            "'model.layers.0.self_attn.attention_sink_bias' is in the checkpoint");
+    CU_ASSERT_PTR_NULL(m);
+    nnt_runtime_close(rt);
+}
+
 /* The printout's notes (nnt_family_descriptor.note): on MiMoV2ForCausalLM, which of nnt's values
  * MAX's selected-layer hidden states are (MAX doc, MiMoV2Config.target_layer_ids: "the layers whose
  * outputs (post-residual, before the final norm) are returned") and what moe_router_dtype does;
@@ -237,6 +254,46 @@ static void test_v25_hidden_states(void)
     }
     nnt_trace_free(t);
     nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* The weights of one block of the fixture, from its safetensors headers or (from_config) from
+ * config.json through the family's cost model. */
+static void v25_block_bytes(nnt_runtime *rt, int from_config, uint64_t *w)
+{
+    char dir[512];
+    nnt_plan_opts o = {.ranks = 1, .device = NNT_PLAN_CPU, .context = 16, .batch = 1, .from_config = from_config,
+                       .runtime = rt};
+    nnt_plan *p = NULL;
+    nnt_error err = {0};
+    nnt_status st = nnt_plan_new(t_fixture(V25, dir, sizeof dir), &o, &p, &err);
+    if (st != NNT_OK) fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    for (int b = 0; b < 4; b++) CU_ASSERT(nnt_plan_block(p, b, &w[b], NULL));
+    nnt_plan_free(p);
+}
+
+/* config.json's count of the release layout against the headers' bytes. Block 0 (full attention,
+ * dense MLP) stores every tensor as config.json says, so the two agree: its fused qkv_proj [176,
+ * 64] is 2 chunks of 88 rows, each in ceil(88 / 16) x 4 float32 tiles (11264 + 2 x 24 x 4 bytes =
+ * 11456, not the 11440 of separate [96], [48] and [32]-row grids). On the mixture blocks
+ * config.json names neither the MXFP4 experts (quantization_config.store_dtype, no expert_dtype)
+ * nor the bf16 router, so it counts 8 experts x 3 FP8 matrices [32, 64] with 2 x 4 tiles (3 x
+ * (2048 + 32) bytes) where the file holds 3 x (1024 + 64), and the router [8, 64] in float32
+ * (2048) where the file holds bf16 (1024): 8 x (6240 - 3264) + 1024 = 24832 bytes more, block 3's
+ * qkv_proj counted per chunk as block 0's. */
+static void test_v25_costs_against_headers(void)
+{
+    nnt_runtime *rt = t_runtime();
+    uint64_t h[4], c[4];
+    v25_block_bytes(rt, 0, h);
+    v25_block_bytes(rt, 1, c);
+    CU_ASSERT_EQUAL(c[0], h[0]);
+    for (int b = 1; b < 4; b++) {
+        if (c[b] != h[b] + 24832) fprintf(stderr, "\n  block %d: headers %llu, config.json %llu\n", b,
+                                          (unsigned long long)h[b], (unsigned long long)c[b]);
+        CU_ASSERT_EQUAL(c[b], h[b] + 24832);
+    }
     nnt_runtime_close(rt);
 }
 
@@ -905,10 +962,13 @@ int register_tests(void)
                      test_v25_values) ||
         !CU_add_test(s, "MiMo-V2.5: the chunked qkv_proj read as one plain block is refused", test_v25_plain_order_refused) ||
         !CU_add_test(s, "MiMo-V2.5: an unknown attention_projection_layout is refused", test_v25_unknown_layout_refused) ||
+        !CU_add_test(s, "MiMo-V2.5: sinks the config asks for but the checkpoint lacks are named", test_v25_sinks_missing) ||
         !CU_add_test(s, "MiMo-V2.5: the printout's notes (MAX's hidden states, moe_router_dtype)", test_v25_notes) ||
         !CU_add_test(s, "MiMo-V2.5: layer_output is transformers' output_hidden_states, before the final norm",
                      test_v25_hidden_states) ||
         !CU_add_test(s, "MiMo-V2.5: moe_router_dtype is checked and reported", test_v25_router_dtype) ||
+        !CU_add_test(s, "MiMo-V2.5: config.json's byte count against the headers (qkv_proj per chunk)",
+                     test_v25_costs_against_headers) ||
         !CU_add_test(s, "block kinds and per-block key/value heads", test_block_kinds) ||
         !CU_add_test(s, "attention_values are v_proj times attention_value_scale", test_value_scale) ||
         !CU_add_test(s, "sink share: sliding rows below one, rebuilt with the sink column", test_sink_share) ||

@@ -16,7 +16,9 @@
  * conversion_metadata.qkv_layout says "global_q_k_v" (one chunk); its MXFP4 experts and bf16 router
  * are read as stored, the router scored in float32 whatever moe_router_dtype says (checked, and
  * reported in the printout's notes with MAX's selected-layer hidden states). Facts and sources:
- * docs/mimo-v2.5-layout.md. Sources:
+ * docs/mimo-v2.5-layout.md. Both are declared once, in the kit's architecture table (MV_ARCH),
+ * from which the binding, the printout's module tree, the planner's weight bytes and the
+ * linear-attention answers are read. Sources:
  * src/transformers/models/mimo_v2_flash/modeling_mimo_v2_flash.py (and its
  * convert_mimo_v2_flash_weights_to_hf.py for the hub's spellings); vllm and sglang's
  * models/mimo_v2_flash.py; the XiaomiMiMo/MiMo-V2-Flash model card. Values:
@@ -32,8 +34,9 @@
 enum { FULL = 0, SLIDING = 1 };
 enum { DENSE = 0, SPARSE = 1 };
 
+/* One block's weights: what MV_ARCH binds (fam_arch_bind), the key and value projections and the
+ * qkv_proj chunk views the family binds itself, and the attention and mixture built on them. */
 typedef struct mv_layer {
-    int kind, mlp_kind;
     nnt_tensor in_norm, post_norm;
     nnt_tensor q_proj, k_proj, v_proj, o_proj;
     nnt_tensor qkv;    /* fused releases: qkv_proj [chunks, q + k + v rows, hidden] */
@@ -41,8 +44,8 @@ typedef struct mv_layer {
     float *sinks; /* [heads] host F32, or NULL */
     fam_attn attn;
     fam_expert dense;
-    fam_moe moe;
-    float *bias_host;
+    fam_moe moe;      /* router, selection bias and experts bound from MV_ARCH */
+    float *bias_host; /* F32 host copy of e_score_correction_bias (owned by the env), or NULL */
 } mv_layer;
 
 typedef struct mv_model {
@@ -54,6 +57,7 @@ typedef struct mv_model {
     double theta[2], eps, v_scale, scaling_factor;
     int sinks_on[2];
     int tied;
+    int *kind, *mlp_kind; /* [layers]: FULL or SLIDING, DENSE or SPARSE (layer_types, mlp_layer_types) */
     int release;   /* index into ARCHS of the architecture loaded */
     int qkv_chunks; /* fused qkv_proj chunks a block (MiMoV2ForCausalLM), 0 for separate q/k/v */
     const char *router_dtype; /* config.json moe_router_dtype (the checkpoint's string, read during load
@@ -63,7 +67,6 @@ typedef struct mv_model {
     float *inv_freq[2];
     fam_decoder dec;
     mv_layer *l;
-    fam_expert *expert_pool;
 } mv_model;
 
 static const char *const ARCHS[] = {"MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM", NULL};
@@ -152,7 +155,79 @@ static nnt_status read_release(mv_model *m, const nnt_checkpoint *ck, nnt_error 
     return NNT_OK;
 }
 
-static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds, int **mlp_kinds, nnt_error *err)
+/* Each attention kind's rotary: partial_rotary_factor and rope_theta from rope_parameters.<kind>,
+ * else the hub's keys; only the default rotary. */
+static nnt_status read_rotary(mv_model *m, const nnt_checkpoint *ck, nnt_error *err)
+{
+    const nnt_core_api *h = m->env.core;
+    for (int k = 0; k < 2; k++) {
+        char key[96];
+        double f = 0.334;
+        snprintf(key, sizeof key, "rope_parameters.%s.partial_rotary_factor", KIND_NAMES[k]);
+        if (h->cfg_has(ck, key))
+            CK(h->cfg_float(ck, key, 0.334, 0, &f, err));
+        else
+            CK(h->cfg_float(ck, "partial_rotary_factor", 0.334, 0, &f, err));
+        if (!(f >= 0.0 && f <= 1.0)) /* also before the cast: a huge factor would overflow it */
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: partial_rotary_factor is %g; expected the rotary share of a "
+                                "head, in [0, 1]", h->cfg_path(ck), f);
+        m->rot_dim[k] = (int)(m->qk_dim[k] * f);
+        snprintf(key, sizeof key, "rope_parameters.%s.rope_theta", KIND_NAMES[k]);
+        const char *hub = k == FULL ? "rope_theta" : "swa_rope_theta";
+        if (h->cfg_has(ck, key))
+            CK(h->cfg_float(ck, key, 0, 1, &m->theta[k], err));
+        else
+            CK(h->cfg_float(ck, hub, k == FULL ? 5000000.0 : 10000.0, 0, &m->theta[k], err));
+        snprintf(key, sizeof key, "rope_parameters.%s.rope_type", KIND_NAMES[k]);
+        const char *rt = "default";
+        CK(h->cfg_string(ck, key, "default", 0, &rt, err));
+        if (strcmp(rt, "default") != 0)
+            return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: %s is '%s'; only 'default' rotary is supported",
+                                h->cfg_path(ck), key, rt);
+    }
+    return NNT_OK;
+}
+
+/* moe_router_dtype (MiMo-V2.5 configs): vLLM computes the router logits in it, SGLang and MAX
+ * in float32 whatever it says; nnt scores in float32 like transformers' router (the reference
+ * of every fixture) and reads the router weight as stored. Checked, then reported in a note. */
+static nnt_status read_router_dtype(mv_model *m, const nnt_checkpoint *ck, nnt_error *err)
+{
+    const nnt_core_api *h = m->env.core;
+    m->router_dtype = NULL;
+    if (h->cfg_has(ck, "moe_router_dtype")) {
+        CK(h->cfg_string(ck, "moe_router_dtype", NULL, 1, &m->router_dtype, err));
+        if (strcmp(m->router_dtype, "float32") != 0 && strcmp(m->router_dtype, "bfloat16") != 0 &&
+            strcmp(m->router_dtype, "float16") != 0)
+            return h->set_error(err, NNT_ERR_CONFIG, "%s: moe_router_dtype is '%s'; expected 'float32', 'bfloat16' or "
+                                "'float16' (or the key absent)", h->cfg_path(ck), m->router_dtype);
+    }
+    return NNT_OK;
+}
+
+/* What config.json's sizes break of the model's rules, in words, or NULL when nothing. */
+static const char *config_fault(const mv_model *m)
+{
+    const char *bad = NULL;
+    if (m->hidden <= 0 || m->layers <= 0 || m->vocab <= 0) bad = "hidden_size, num_hidden_layers and vocab_size must be positive";
+    for (int k = 0; k < 2 && !bad; k++) {
+        if (m->heads[k] <= 0 || m->kv_heads[k] <= 0 || m->heads[k] % m->kv_heads[k])
+            bad = "attention heads must be a positive multiple of the key/value heads (full and sliding)";
+        else if (m->qk_dim[k] <= 0 || m->v_dim[k] <= 0)
+            bad = "head_dim and v_head_dim must be positive";
+        else if (m->rot_dim[k] < 0 || m->rot_dim[k] > m->qk_dim[k] || m->rot_dim[k] % 2)
+            bad = "int(head_dim * partial_rotary_factor) must be even and at most head_dim";
+    }
+    if (!bad && (m->experts <= 0 || m->top_k <= 0 || m->top_k > m->experts)) bad = "num_experts_per_tok must be between 1 and n_routed_experts";
+    if (!bad && (m->n_group < 1 || m->experts % m->n_group || m->topk_group < 1 || m->topk_group > m->n_group))
+        bad = "n_group must divide n_routed_experts and topk_group must be between 1 and n_group";
+    if (!bad && m->window < 1) bad = "the sliding window must hold at least the query";
+    return bad;
+}
+
+/* Reads config.json into m, the blocks' kinds into m->kind and m->mlp_kind (allocated here, owned by
+ * m: freed by mv_unload, or by the caller of a bare read as mv_costs is, also after an error). */
+static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, nnt_error *err)
 {
     const nnt_core_api *h = m->env.core;
     CK(cfg_i(m, ck, "hidden_size", 0, 1, &m->hidden, err));
@@ -191,31 +266,7 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds
     } else {
         CK(cfg_i(m, ck, "sliding_window", 129, 0, &m->window, err));
     }
-    for (int k = 0; k < 2; k++) {
-        char key[96];
-        double f = 0.334;
-        snprintf(key, sizeof key, "rope_parameters.%s.partial_rotary_factor", KIND_NAMES[k]);
-        if (h->cfg_has(ck, key))
-            CK(h->cfg_float(ck, key, 0.334, 0, &f, err));
-        else
-            CK(h->cfg_float(ck, "partial_rotary_factor", 0.334, 0, &f, err));
-        if (!(f >= 0.0 && f <= 1.0)) /* also before the cast: a huge factor would overflow it */
-            return h->set_error(err, NNT_ERR_CONFIG, "%s: partial_rotary_factor is %g; expected the rotary share of a "
-                                "head, in [0, 1]", h->cfg_path(ck), f);
-        m->rot_dim[k] = (int)(m->qk_dim[k] * f);
-        snprintf(key, sizeof key, "rope_parameters.%s.rope_theta", KIND_NAMES[k]);
-        const char *hub = k == FULL ? "rope_theta" : "swa_rope_theta";
-        if (h->cfg_has(ck, key))
-            CK(h->cfg_float(ck, key, 0, 1, &m->theta[k], err));
-        else
-            CK(h->cfg_float(ck, hub, k == FULL ? 5000000.0 : 10000.0, 0, &m->theta[k], err));
-        snprintf(key, sizeof key, "rope_parameters.%s.rope_type", KIND_NAMES[k]);
-        const char *rt = "default";
-        CK(h->cfg_string(ck, key, "default", 0, &rt, err));
-        if (strcmp(rt, "default") != 0)
-            return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: %s is '%s'; only 'default' rotary is supported",
-                                h->cfg_path(ck), key, rt);
-    }
+    CK(read_rotary(m, ck, err));
     const char *s = NULL;
     CK(h->cfg_string(ck, "hidden_act", "silu", 0, &s, err));
     if (strcmp(s, "silu") != 0)
@@ -229,144 +280,206 @@ static nnt_status read_config(mv_model *m, const nnt_checkpoint *ck, int **kinds
         return h->set_error(err, NNT_ERR_UNSUPPORTED, "%s: n_shared_experts is %d; MiMo-V2-Flash has no shared expert",
                             h->cfg_path(ck), shared);
     CK(read_release(m, ck, err));
-    /* moe_router_dtype (MiMo-V2.5 configs): vLLM computes the router logits in it, SGLang and MAX
-     * in float32 whatever it says; nnt scores in float32 like transformers' router (the reference
-     * of every fixture) and reads the router weight as stored. Checked, then reported in a note. */
-    m->router_dtype = NULL;
-    if (h->cfg_has(ck, "moe_router_dtype")) {
-        CK(h->cfg_string(ck, "moe_router_dtype", NULL, 1, &m->router_dtype, err));
-        if (strcmp(m->router_dtype, "float32") != 0 && strcmp(m->router_dtype, "bfloat16") != 0 &&
-            strcmp(m->router_dtype, "float16") != 0)
-            return h->set_error(err, NNT_ERR_CONFIG, "%s: moe_router_dtype is '%s'; expected 'float32', 'bfloat16' or "
-                                "'float16' (or the key absent)", h->cfg_path(ck), m->router_dtype);
-    }
+    CK(read_router_dtype(m, ck, err));
 
-    const char *bad = NULL;
-    if (m->hidden <= 0 || m->layers <= 0 || m->vocab <= 0) bad = "hidden_size, num_hidden_layers and vocab_size must be positive";
-    for (int k = 0; k < 2 && !bad; k++) {
-        if (m->heads[k] <= 0 || m->kv_heads[k] <= 0 || m->heads[k] % m->kv_heads[k])
-            bad = "attention heads must be a positive multiple of the key/value heads (full and sliding)";
-        else if (m->qk_dim[k] <= 0 || m->v_dim[k] <= 0)
-            bad = "head_dim and v_head_dim must be positive";
-        else if (m->rot_dim[k] < 0 || m->rot_dim[k] > m->qk_dim[k] || m->rot_dim[k] % 2)
-            bad = "int(head_dim * partial_rotary_factor) must be even and at most head_dim";
-    }
-    if (!bad && (m->experts <= 0 || m->top_k <= 0 || m->top_k > m->experts)) bad = "num_experts_per_tok must be between 1 and n_routed_experts";
-    if (!bad && (m->n_group < 1 || m->experts % m->n_group || m->topk_group < 1 || m->topk_group > m->n_group))
-        bad = "n_group must divide n_routed_experts and topk_group must be between 1 and n_group";
-    if (!bad && m->window < 1) bad = "the sliding window must hold at least the query";
+    const char *bad = config_fault(m);
     if (bad) return h->set_error(err, NNT_ERR_CONFIG, "%s: %s", h->cfg_path(ck), bad);
 
-    *kinds = calloc((size_t)m->layers, sizeof **kinds);
-    *mlp_kinds = calloc((size_t)m->layers, sizeof **mlp_kinds);
-    if (!*kinds || !*mlp_kinds) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    CK(read_kinds(m, ck, "layer_types", "hybrid_layer_pattern", KIND_NAMES, *kinds, 0, err));
-    CK(read_kinds(m, ck, "mlp_layer_types", "moe_layer_freq", MLP_NAMES, *mlp_kinds, 1, err));
+    m->kind = calloc((size_t)m->layers, sizeof *m->kind);
+    m->mlp_kind = calloc((size_t)m->layers, sizeof *m->mlp_kind);
+    if (!m->kind || !m->mlp_kind) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    CK(read_kinds(m, ck, "layer_types", "hybrid_layer_pattern", KIND_NAMES, m->kind, 0, err));
+    CK(read_kinds(m, ck, "mlp_layer_types", "moe_layer_freq", MLP_NAMES, m->mlp_kind, 1, err));
     return NNT_OK;
 }
 
-/* Each block's tensors with one spelling, as tables (the kit's fam_bind_names binds them): the
- * norms and the query and output projections of every block, and the dense MLP of a dense
- * block. Shapes index these sizes: H hidden, Q query heads * qk head_dim, O query heads *
- * v head_dim, I the dense MLP's width (all of the block's attention kind). The key and value
- * projections (per-head FP8 scales), the sinks and the router's bias have their own code. */
-enum { MV_H, MV_Q, MV_O, MV_I, MV_SIZES };
-static const fam_tensor_name MV_NAMES[] = {
-    {offsetof(mv_layer, in_norm), "model.layers.%d.input_layernorm.weight", 1, {MV_H}},
-    {offsetof(mv_layer, post_norm), "model.layers.%d.post_attention_layernorm.weight", 1, {MV_H}},
-    {offsetof(mv_layer, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {MV_H, MV_O}},
-};
-/* q_proj where the release keeps query, key and value projections apart */
-static const fam_tensor_name MV_Q_NAMES[] = {
-    {offsetof(mv_layer, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MV_Q, MV_H}},
-};
-static const fam_tensor_name MV_DENSE_NAMES[] = {
-    {offsetof(mv_layer, dense.gate), "model.layers.%d.mlp.gate_proj.weight", 2, {MV_I, MV_H}},
-    {offsetof(mv_layer, dense.up), "model.layers.%d.mlp.up_proj.weight", 2, {MV_I, MV_H}},
-    {offsetof(mv_layer, dense.down), "model.layers.%d.mlp.down_proj.weight", 2, {MV_H, MV_I}},
+/* The architecture, declared once (the kit's fam_arch): the module tree print(model) shows and,
+ * under each module, its checkpoint tensors - where each binds in mv_layer, its shape as indices
+ * into the sizes mv_describe gives block by block (a sliding block has its own heads and widths),
+ * how the checkpoint stores it, and its spellings (the hub's and transformers'). fam_arch_bind
+ * binds a block from it, fam_arch_tree builds the printout, fam_arch_costs adds up the planner's
+ * weight bytes and fam_arch_value_info answers for the linear-attention values no block has.
+ * Family-bound (FAM_BIND_NONE) but listed and costed here: k_proj and v_proj (fam_weight_kv_heads
+ * reads FP8 scales held per key/value head), and the embedding, final norm and lm_head
+ * (fam_bind_readout_stage). The sinks are optional to the kit only so that bind_layer, not the
+ * kit, words the error when a block that needs them has neither spelling. Sizes (elements, of
+ * the block's attention kind): H hidden, V vocabulary, Q query heads x head_dim, K key/value
+ * heads x head_dim, VR key/value heads x v_head_dim, O query heads x v_head_dim, HQ query heads,
+ * I the dense MLP's width, E experts, EI an expert's width, C the fused qkv_proj's chunks and R
+ * one chunk's rows (Q + K + VR) / C, each chunk quantised on its own (docs/mimo-v2.5-layout.md). */
+enum { MV_H, MV_V, MV_Q, MV_K, MV_VR, MV_O, MV_HQ, MV_I, MV_E, MV_EI, MV_C, MV_R, MV_SIZES };
+/* traits: tie_word_embeddings; one fused qkv_proj a block (MiMoV2ForCausalLM's layout); a mixture
+ * MLP (mlp_layer_types 'sparse'); sinks on the block's attention kind */
+enum { MV_TIED = 1u << 0, MV_FUSED = 1u << 1, MV_SPARSE = 1u << 2, MV_SINKS = 1u << 3 };
+
+/* names the table lists and the family's own code formats too: the sinks' two spellings
+ * (transformers', the hub's), the key and value projections */
+#define MV_SINKS_NAME "model.layers.%d.self_attn.sinks"
+#define MV_SINK_BIAS_NAME "model.layers.%d.self_attn.attention_sink_bias"
+#define MV_K_NAME "model.layers.%d.self_attn.k_proj.weight"
+#define MV_V_NAME "model.layers.%d.self_attn.v_proj.weight"
+
+#define MV_LINEAR(member, pattern, rows, cols)                                                                         \
+    {.name = {pattern}, .store = FAM_STORE_LINEAR, .field = offsetof(mv_layer, member), .ndim = 2, .size = {rows, cols}}
+#define MV_GAIN(member, pattern)                                                                                       \
+    {.name = {pattern}, .store = FAM_STORE_PLAIN, .field = offsetof(mv_layer, member), .ndim = 1, .size = {MV_H}}
+
+/* transformers' fused 3-D tensors, else one tensor per expert (the hub's) */
+static const fam_expert_layout MV_EXPERTS = {
+    .fused_gate_up = "model.layers.%d.mlp.experts.gate_up_proj",
+    .fused_down = "model.layers.%d.mlp.experts.down_proj",
+    .per_expert = {{.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+                    .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+                    .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"}},
 };
 
-static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int kind, int mlp_kind, nnt_error *err)
+static const fam_module MV_MODULES[] = {
+    {.depth = 0, .native = "model"}, /* its class: the release's architecture (mv_describe) */
+    {.depth = 1, .native = "lm_head", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {{.name = {"lm_head.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
+                  .size = {MV_V, MV_H}, .unless = MV_TIED}}},
+    {.depth = 1, .native = "embed_tokens", .cls = "Embedding", .detail = FAM_DETAIL_EMBEDDING,
+     .tensors = {{.name = {"model.embed_tokens.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
+                  .size = {MV_V, MV_H}, .first_stage = 1}}},
+    {.depth = 1, .native = "layers", .cls = "ModuleList"},
+    {.depth = 2, .native = "layers", .cls = "MiMoV2FlashDecoderLayer", .block = 1},
+    /* the sinks: one logit a query head, unquantised, on the blocks whose kind has them */
+    {.depth = 3, .native = "self_attn", .cls = "MiMoV2FlashAttention", .module = NNT_MODULE_SELF_ATTN,
+     .tensors = {{.name = {MV_SINKS_NAME, MV_SINK_BIAS_NAME}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_HOST,
+                  .field = offsetof(mv_layer, sinks), .ndim = 1, .size = {MV_HQ}, .when = MV_SINKS, .optional = 1}}},
+    /* MiMoV2ForCausalLM: C chunks [q_r; k_r; v_r] (bind_kv makes the chunk views) */
+    {.depth = 4, .native = "qkv_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR, .when = MV_FUSED,
+     .tensors = {{.name = {"model.layers.%d.self_attn.qkv_proj.weight"}, .store = FAM_STORE_LINEAR,
+                  .field = offsetof(mv_layer, qkv), .ndim = 3, .size = {MV_C, MV_R, MV_H}}}},
+    {.depth = 4, .native = "q_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR, .unless = MV_FUSED,
+     .tensors = {MV_LINEAR(q_proj, "model.layers.%d.self_attn.q_proj.weight", MV_Q, MV_H)}},
+    {.depth = 4, .native = "k_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR, .unless = MV_FUSED,
+     .tensors = {{.name = {MV_K_NAME}, .store = FAM_STORE_LINEAR, .bind = FAM_BIND_NONE,
+                  .ndim = 2, .size = {MV_K, MV_H}}}},
+    {.depth = 4, .native = "v_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR, .unless = MV_FUSED,
+     .tensors = {{.name = {MV_V_NAME}, .store = FAM_STORE_LINEAR, .bind = FAM_BIND_NONE,
+                  .ndim = 2, .size = {MV_VR, MV_H}}}},
+    /* the FP8 releases keep o_proj in bfloat16 (quantization_config.ignored_layers) */
+    {.depth = 4, .native = "o_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {{.name = {"model.layers.%d.self_attn.o_proj.weight"}, .store = FAM_STORE_PLAIN,
+                  .field = offsetof(mv_layer, o_proj), .ndim = 2, .size = {MV_H, MV_O}}}},
+    {.depth = 3, .native = "mlp", .cls = "MiMoV2FlashMLP", .module = NNT_MODULE_MLP, .unless = MV_SPARSE},
+    {.depth = 4, .native = "gate_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {MV_LINEAR(dense.gate, "model.layers.%d.mlp.gate_proj.weight", MV_I, MV_H)}},
+    {.depth = 4, .native = "up_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {MV_LINEAR(dense.up, "model.layers.%d.mlp.up_proj.weight", MV_I, MV_H)}},
+    {.depth = 4, .native = "down_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {MV_LINEAR(dense.down, "model.layers.%d.mlp.down_proj.weight", MV_H, MV_I)}},
+    {.depth = 4, .native = "act_fn", .cls = "SiLUActivation"},
+    {.depth = 3, .native = "mlp", .cls = "MiMoV2FlashMoE", .module = NNT_MODULE_MLP, .when = MV_SPARSE},
+    {.depth = 4, .native = "experts", .cls = "MiMoV2FlashExperts",
+     .tensors = {{.store = FAM_STORE_EXPERTS, .bind = FAM_BIND_EXPERTS, .field = offsetof(mv_layer, moe.experts),
+                  .ndim = 3, .size = {MV_E, MV_EI, MV_H}, .experts = &MV_EXPERTS}}},
+    {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
+    /* the router (float32 in the FP8 release, bf16 in MiMo-V2.5's) and its optional selection bias */
+    {.depth = 4, .native = "gate", .cls = "MiMoV2FlashTopkRouter",
+     .tensors = {{.name = {"model.layers.%d.mlp.gate.weight"}, .store = FAM_STORE_F32,
+                  .field = offsetof(mv_layer, moe.router), .ndim = 2, .size = {MV_E, MV_H}},
+                 {.name = {"model.layers.%d.mlp.gate.e_score_correction_bias", "model.layers.%d.mlp.e_score_correction_bias"},
+                  .store = FAM_STORE_F32, .bind = FAM_BIND_VECTOR, .field = offsetof(mv_layer, moe.bias),
+                  .host = offsetof(mv_layer, bias_host), .ndim = 1, .size = {MV_E}, .optional = 1}}},
+    {.depth = 3, .native = "input_layernorm", .cls = "MiMoV2FlashRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {MV_GAIN(in_norm, "model.layers.%d.input_layernorm.weight")}},
+    {.depth = 3, .native = "post_attention_layernorm", .cls = "MiMoV2FlashRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {MV_GAIN(post_norm, "model.layers.%d.post_attention_layernorm.weight")}},
+    {.depth = 1, .native = "norm", .cls = "MiMoV2FlashRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {{.name = {"model.norm.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 1,
+                  .size = {MV_H}}}},
+};
+
+/* Block `layer`'s sizes and traits from its kinds (layer -1: the model's, and the root's class). */
+static void mv_describe(const void *self, int layer, fam_block_facts *out)
+{
+    const mv_model *m = self;
+    out->traits = (m->tied ? MV_TIED : 0u) | (m->qkv_chunks ? MV_FUSED : 0u);
+    out->eps = m->eps;
+    out->root_class = ARCHS[m->release];
+    out->size[MV_H] = m->hidden;
+    out->size[MV_V] = m->vocab;
+    out->size[MV_I] = m->inter;
+    out->size[MV_E] = m->experts;
+    out->size[MV_EI] = m->moe_inter;
+    if (layer < 0) return;
+    int k = m->kind[layer];
+    int64_t Hq = m->heads[k], Hkv = m->kv_heads[k], C = m->qkv_chunks;
+    out->traits |= (m->mlp_kind[layer] == SPARSE ? MV_SPARSE : 0u) | (m->sinks_on[k] ? MV_SINKS : 0u);
+    out->size[MV_Q] = Hq * m->qk_dim[k];
+    out->size[MV_K] = Hkv * m->qk_dim[k];
+    out->size[MV_VR] = Hkv * m->v_dim[k];
+    out->size[MV_O] = Hq * m->v_dim[k];
+    out->size[MV_HQ] = Hq;
+    out->size[MV_C] = C;
+    out->size[MV_R] = C ? (out->size[MV_Q] + out->size[MV_K] + out->size[MV_VR]) / C : 0;
+}
+
+static const fam_arch MV_ARCH = {
+    .modules = MV_MODULES,
+    .n_modules = (int)(sizeof MV_MODULES / sizeof MV_MODULES[0]),
+    .n_sizes = MV_SIZES,
+    .renames = RENAMES,
+    .off_page = {[NNT_MODULE_LINEAR_ATTN] = "every MiMo-V2-Flash block mixes tokens with softmax attention (self_attn), "
+                                            "full or sliding; none has a linear-attention mixer or a recurrent state"},
+    .describe = mv_describe,
+};
+
+/* The projections MV_ARCH leaves to the family: a fused release's chunk views of qkv_proj (chunk
+ * r holds query heads, then key heads, then value heads r of C), else k_proj and v_proj, whose
+ * FP8 scales a release may hold per key/value head over the head's fused key and value rows
+ * (the kit recognises that grid from its shape). */
+static nnt_status bind_kv(mv_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    const nnt_core_api *h = env->core;
     mv_layer *ly = &m->l[L];
-    ly->kind = kind;
-    ly->mlp_kind = mlp_kind;
+    int kind = m->kind[L];
     int64_t H = m->hidden, Hq = m->heads[kind], Hkv = m->kv_heads[kind], Dq = m->qk_dim[kind], Dv = m->v_dim[kind];
-    const int64_t sizes[MV_SIZES] = {[MV_H] = H, [MV_Q] = Hq * Dq, [MV_O] = Hq * Dv, [MV_I] = m->inter};
-    CK(fam_bind_names(env, ck, L, MV_NAMES, (int)(sizeof MV_NAMES / sizeof MV_NAMES[0]), sizes, ly, err));
     if (m->qkv_chunks) {
-        /* one fused qkv_proj: chunk r holds query heads, then key heads, then value heads r of C */
-        int64_t C = m->qkv_chunks, rows = (Hq * Dq + Hkv * Dq + Hkv * Dv) / C, shp[3] = {C, rows, H};
-        char n[192];
-        snprintf(n, sizeof n, "model.layers.%d.self_attn.qkv_proj.weight", L);
-        CK(fam_weight(env, ck, n, 3, shp, &ly->qkv, err));
+        int64_t C = m->qkv_chunks, rows = (Hq * Dq + Hkv * Dq + Hkv * Dv) / C;
         ly->chunk = calloc((size_t)C, sizeof *ly->chunk);
-        if (!ly->chunk) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        if (!ly->chunk) return env->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         for (int64_t r = 0; r < C; r++) CK(fam_rows(env, &ly->qkv, r, 0, rows, "qkv_proj", &ly->chunk[r], err));
-    } else {
-        CK(fam_bind_names(env, ck, L, MV_Q_NAMES, (int)(sizeof MV_Q_NAMES / sizeof MV_Q_NAMES[0]), sizes, ly, err));
-        /* FP8 releases may hold k_proj's and v_proj's scales per key/value head over the head's
-         * fused key and value rows; the core recognises that grid from its shape */
-        char kn[192], vn[192];
-        snprintf(kn, sizeof kn, "model.layers.%d.self_attn.k_proj.weight", L);
-        snprintf(vn, sizeof vn, "model.layers.%d.self_attn.v_proj.weight", L);
-        CK(fam_weight_kv_heads(env, ck, kn, vn, Hkv, Dq, Dv, H, &ly->k_proj, &ly->v_proj, err));
+        return NNT_OK;
     }
-    if (m->sinks_on[kind]) {
-        char a[192], b[192];
-        snprintf(a, sizeof a, "model.layers.%d.self_attn.sinks", L);
-        snprintf(b, sizeof b, "model.layers.%d.self_attn.attention_sink_bias", L);
-        const char *names[] = {a, b};
-        const char *found = fam_first_present(env, ck, names, 2);
-        if (!found)
-            return h->set_error(err, NNT_ERR_NOT_FOUND, "%s: block %d (%s) needs its sinks: neither '%s' nor '%s' is in the checkpoint",
-                                h->cfg_path(ck), L, KIND_NAMES[kind], a, b);
-        CK(fam_vector_f32(env, ck, found, Hq, &ly->sinks, err));
-    }
-    fam_attn *a = &ly->attn;
-    a->num_heads = (int)Hq;
-    a->num_kv_heads = (int)Hkv;
-    a->qk_head_dim = (int)Dq;
-    a->v_head_dim = (int)Dv;
+    char kn[192], vn[192];
+    snprintf(kn, sizeof kn, MV_K_NAME, L);
+    snprintf(vn, sizeof vn, MV_V_NAME, L);
+    return fam_weight_kv_heads(env, ck, kn, vn, Hkv, Dq, Dv, H, &ly->k_proj, &ly->v_proj, err);
+}
+
+/* Block L's attention shape (also for value_info and the caches). */
+static void attn_shape(const mv_model *m, int L, fam_attn *a)
+{
+    const mv_layer *ly = &m->l[L];
+    int kind = m->kind[L];
+    a->num_heads = m->heads[kind];
+    a->num_kv_heads = m->kv_heads[kind];
+    a->qk_head_dim = m->qk_dim[kind];
+    a->v_head_dim = m->v_dim[kind];
     a->rot_start = 0;
     a->rot_dim = m->rot_dim[kind];
     a->rope_style = NNT_ROPE_NEOX;
     a->inv_freq = m->inv_freq[kind];
     a->rope_mscale = 1.0f;
-    a->scale = 1.0f / sqrtf((float)Dq);
+    a->scale = 1.0f / sqrtf((float)m->qk_dim[kind]);
     a->window = kind == SLIDING ? m->window : 0;
     a->sinks = ly->sinks;
     a->o_proj = ly->o_proj;
-    if (mlp_kind == DENSE)
-        return fam_bind_names(env, ck, L, MV_DENSE_NAMES, (int)(sizeof MV_DENSE_NAMES / sizeof MV_DENSE_NAMES[0]), sizes,
-                              ly, err);
-    int64_t E = m->experts, I = m->moe_inter;
-    char n[192];
-    int64_t rs[2] = {E, H};
-    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", L);
-    CK(fam_weight(env, ck, n, 2, rs, &ly->moe.router, err));
-    char b1[192], b2[192];
-    snprintf(b1, sizeof b1, "model.layers.%d.mlp.gate.e_score_correction_bias", L);
-    snprintf(b2, sizeof b2, "model.layers.%d.mlp.e_score_correction_bias", L);
-    const char *biases[] = {b1, b2};
-    const char *bias = fam_first_present(env, ck, biases, 2);
-    if (bias) CK(fam_bind_vector(env, ck, bias, E, &ly->bias_host, &ly->moe.bias, err));
-    static const fam_expert_names spellings[] = {
-        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
-    };
-    ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
-    CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",
-                        "model.layers.%d.mlp.experts.down_proj", spellings, 1, ly->moe.experts, err));
-    ly->moe.num_experts = m->experts;
-    ly->moe.top_k = m->top_k;
-    ly->moe.intermediate = m->moe_inter;
-    /* transformers' MiMo-V2-Flash router multiplies in float32 (modeling_mimo_v2_flash.py) */
-    ly->moe.router_f32 = 1;
-    ly->moe.route = (nnt_route_params){
+}
+
+/* DeepSeek-V3's routing as MiMo-V2-Flash configures it: sigmoid scores, the selection bias for the
+ * choice only, n_group / topk_group, renormalised weights times routed_scaling_factor, no shared
+ * expert; transformers' router multiplies in float32 (modeling_mimo_v2_flash.py). */
+static void route_params(const mv_model *m, fam_moe *moe)
+{
+    moe->num_experts = m->experts;
+    moe->top_k = m->top_k;
+    moe->intermediate = m->moe_inter;
+    moe->router_f32 = 1;
+    moe->route = (nnt_route_params){
         .struct_size = sizeof(nnt_route_params),
         .score_fn = NNT_SCORE_SIGMOID,
         .top_k = m->top_k,
@@ -377,8 +490,28 @@ static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, int k
         .scaling_factor = (float)m->scaling_factor,
         .indices_given = 0,
     };
-    ly->moe.swiglu_limit = 0.0f;
-    ly->moe.has_shared = 0;
+    moe->swiglu_limit = 0.0f;
+    moe->has_shared = 0;
+}
+
+/* A block's tensors from MV_ARCH, the projections it leaves to the family, then the attention and
+ * the routing the table does not hold. */
+static nnt_status bind_layer(mv_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
+{
+    const nnt_core_api *h = m->env.core;
+    mv_layer *ly = &m->l[L];
+    int kind = m->kind[L];
+    CK(fam_arch_bind(&m->env, &MV_ARCH, m, ck, L, ly, err));
+    if (m->sinks_on[kind] && !ly->sinks) {
+        char a[192], b[192];
+        snprintf(a, sizeof a, MV_SINKS_NAME, L);
+        snprintf(b, sizeof b, MV_SINK_BIAS_NAME, L);
+        return h->set_error(err, NNT_ERR_NOT_FOUND, "%s: block %d (%s) needs its sinks: neither '%s' nor '%s' is in the checkpoint",
+                            h->cfg_path(ck), L, KIND_NAMES[kind], a, b);
+    }
+    CK(bind_kv(m, ck, L, err));
+    attn_shape(m, L, &ly->attn);
+    if (m->mlp_kind[L] == SPARSE) route_params(m, &ly->moe);
     return NNT_OK;
 }
 
@@ -428,7 +561,7 @@ static nnt_status mv_mlp(void *self, nnt_run *run, int L, const nnt_forward_args
     mv_model *m = self;
     nnt_call_dims dims = {args->batch, args->seq, args->past};
     const mv_layer *ly = &m->l[L];
-    if (ly->mlp_kind == DENSE) return fam_mlp_forward(&m->env, run, L, &ly->dense, 0.0f, &dims, xn, out, 1, err);
+    if (m->mlp_kind[L] == DENSE) return fam_mlp_forward(&m->env, run, L, &ly->dense, 0.0f, &dims, xn, out, 1, err);
     return fam_moe_forward(&m->env, run, L, &ly->moe, &dims, args->input_ids, xn, out, err);
 }
 
@@ -439,7 +572,8 @@ static void mv_unload(void *model)
     fam_env_release(&m->env); /* weights, sinks and router biases */
     for (int L = 0; m->l && L < m->layers; L++) free(m->l[L].chunk);
     free(m->l);
-    free(m->expert_pool);
+    free(m->kind);
+    free(m->mlp_kind);
     free(m->inv_freq[0]);
     free(m->inv_freq[1]);
     free(m);
@@ -481,13 +615,11 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
      * bfloat16 before its softmax (modeling_mimo_v2_flash.py, eager attention with sinks) */
     m->env.bf16_style = NNT_TENSOR_BF16_SHIFTED;
     const nnt_checkpoint *ck = args->ckpt;
-    int *kinds = NULL, *mlp_kinds = NULL;
-    nnt_status st = read_config(m, ck, &kinds, &mlp_kinds, err);
+    nnt_status st = read_config(m, ck, err);
     if (st == NNT_OK) {
         m->l = calloc((size_t)m->layers, sizeof *m->l);
-        m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
         for (int k = 0; k < 2; k++) m->inv_freq[k] = calloc((size_t)m->rot_dim[k] / 2 + 1, sizeof(float));
-        if (!m->l || !m->expert_pool || !m->inv_freq[0] || !m->inv_freq[1])
+        if (!m->l || !m->inv_freq[0] || !m->inv_freq[1])
             st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
     if (st == NNT_OK) {
@@ -496,16 +628,7 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
     if (st == NNT_OK) /* a stage's load binds its blocks only */
         st = fam_bind_readout_stage(&m->env, args, m->vocab, m->hidden, m->tied, m->layers, &m->dec, &m->first_block,
                                     &m->end_block, err);
-    for (int L = 0; st == NNT_OK && L < m->layers; L++) {
-        if (L >= m->first_block && L < m->end_block) {
-            st = bind_layer(m, ck, L, kinds[L], mlp_kinds[L], err);
-        } else { /* another stage's block: its kind only (the tree and the value shapes read it) */
-            m->l[L].kind = kinds[L];
-            m->l[L].mlp_kind = mlp_kinds[L];
-        }
-    }
-    free(kinds);
-    free(mlp_kinds);
+    for (int L = m->first_block; st == NNT_OK && L < m->end_block; L++) st = bind_layer(m, ck, L, err);
     if (st != NNT_OK) {
         mv_unload(m);
         return st;
@@ -542,21 +665,18 @@ static nnt_status mv_value_info(const void *model, int layer, nnt_value_id id, c
 {
     const mv_model *m = model;
     if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
+    if (fam_arch_value_info(&MV_ARCH, m, layer, id, out)) return NNT_OK; /* linear_attn: no such module */
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
-    if (id >= NNT_VALUE_ATTN_QUERIES && id <= NNT_VALUE_ATTN_HEAD_OUTPUTS) {
-        /* a continued call's keys: the cache (a sliding block keeps window - 1 tokens) and the call's */
-        const fam_attn *a = &m->l[layer].attn;
-        int64_t keys = d ? (a->window ? fam_kv_cached_len(a->window - 1, d) : d->past + d->seq) : 0;
-        fam_attention_info_keys(a, m->hidden, id, d, keys, out);
+    if (fam_value_module(id) == NNT_MODULE_SELF_ATTN) {
+        /* a continued call's keys: the cache (a sliding block keeps window - 1 tokens) and the call's;
+         * the shape from config.json, so also on another stage's block */
+        fam_attn a;
+        attn_shape(m, layer, &a);
+        int64_t keys = d ? (a.window ? fam_kv_cached_len(a.window - 1, d) : d->past + d->seq) : 0;
+        fam_attention_info_keys(&a, m->hidden, id, d, keys, out);
         return NNT_OK;
     }
-    if (id >= NNT_VALUE_LIN_OUTPUT && id <= NNT_VALUE_LIN_STATE_OUTPUT) {
-        fam_off_page(out, "every MiMo-V2-Flash block mixes tokens with softmax attention (self_attn), full or sliding; "
-                          "none has a linear-attention mixer or a recurrent state");
-        return NNT_OK;
-    }
-    const mv_layer *ly = &m->l[layer];
-    if (ly->mlp_kind == DENSE) {
+    if (m->mlp_kind[layer] == DENSE) {
         switch (id) {
         case NNT_VALUE_MLP_ACTIVATION:
         case NNT_VALUE_MLP_NEURONS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->inter)); return NNT_OK;
@@ -587,53 +707,11 @@ static nnt_status mv_value_info(const void *model, int layer, nnt_value_id id, c
     }
 }
 
+/* `nnt print`'s module tree, from MV_ARCH. */
 static nnt_status mv_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const mv_model *m = model;
-    const nnt_core_api *h = m->env.core;
-    char d[160];
-    int64_t H = m->hidden;
-    int root = h->tree_node(tree, -1, "model", NULL, ARCHS[m->release], NULL, NNT_MODULE_MODEL, -1);
-    if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
-    snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
-    h->tree_node(tree, root, "embed_tokens", NULL, "Embedding", d, -1, -1);
-    int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
-    for (int L = 0; L < m->layers; L++) {
-        const mv_layer *ly = &m->l[L];
-        const fam_attn *a = &ly->attn;
-        int64_t Q = (int64_t)a->num_heads * a->qk_head_dim, K = (int64_t)a->num_kv_heads * a->qk_head_dim;
-        int64_t V = (int64_t)a->num_kv_heads * a->v_head_dim, O = (int64_t)a->num_heads * a->v_head_dim;
-        int lay = h->tree_node(tree, layers, "layers", NULL, "MiMoV2FlashDecoderLayer", NULL, NNT_MODULE_LAYER, L);
-        int at = h->tree_node(tree, lay, "self_attn", NULL, "MiMoV2FlashAttention", NULL, NNT_MODULE_SELF_ATTN, L);
-        if (m->qkv_chunks) {
-            h->tree_node(tree, at, "qkv_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q + K + V), -1, L);
-        } else {
-            h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
-            h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, K), -1, L);
-            h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, V), -1, L);
-        }
-        h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, O, H), -1, L);
-        if (ly->mlp_kind == DENSE) {
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMLP", NULL, NNT_MODULE_MLP, L);
-            h->tree_node(tree, mlp, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
-            h->tree_node(tree, mlp, "up_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
-            h->tree_node(tree, mlp, "down_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, m->inter, H), -1, L);
-            h->tree_node(tree, mlp, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
-        } else {
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "MiMoV2FlashMoE", NULL, NNT_MODULE_MLP, L);
-            int ex = h->tree_node(tree, mlp, "experts", NULL, "MiMoV2FlashExperts", NULL, -1, L);
-            h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
-            h->tree_node(tree, mlp, "gate", "router", "MiMoV2FlashTopkRouter", NULL, -1, L);
-        }
-        h->tree_node(tree, lay, "input_layernorm", NULL, "MiMoV2FlashRMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, L);
-        if (h->tree_node(tree, lay, "post_attention_layernorm", NULL, "MiMoV2FlashRMSNorm",
-                         fam_norm_detail(d, sizeof d, H, m->eps), -1, L) < 0)
-            return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    }
-    if (h->tree_node(tree, root, "norm", NULL, "MiMoV2FlashRMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, -1) < 0)
-        return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    return NNT_OK;
+    return fam_arch_tree(m->env.core, &MV_ARCH, m, m->layers, tree, err);
 }
 
 static nnt_status mv_forward(void *model, nnt_run *run, const nnt_forward_args *args, nnt_error *err)
@@ -671,38 +749,26 @@ static void mv_cache_free(void *model, void *cache)
     fam_layer_caches_free(&m->env, cache);
 }
 
-/* Block l's weight and cache bytes for the planner: q, k and v projections as the checkpoint's
- * linear weights (a fused qkv_proj holds the same elements), o_proj unquantised (the FP8
- * releases keep it in bfloat16), two layer norms, the sinks of a block that has them; a
- * mixture's float32 router and selection bias and its experts, or the dense MLP. A full block
- * caches every token, a sliding one window - 1 (the query is the window's last). */
-static void mv_block_costs(const mv_model *m, const fam_encoding *e, nnt_cost_args *args, int l, int kind, int mlp_kind)
-{
-    int64_t H = m->hidden, Hq = m->heads[kind], Hkv = m->kv_heads[kind], Dq = m->qk_dim[kind], Dv = m->v_dim[kind];
-    int64_t E = m->experts;
-    uint64_t w = fam_cost_matrix(e, Hq * Dq, H) + fam_cost_matrix(e, Hkv * Dq, H) + fam_cost_matrix(e, Hkv * Dv, H) +
-                 fam_cost_vector(e, H * Hq * Dv) + fam_cost_vector(e, 2 * H) + (m->sinks_on[kind] ? fam_cost_vector(e, Hq) : 0);
-    w += mlp_kind == SPARSE ? fam_cost_f32(E * H) + fam_cost_f32(E) + fam_cost_experts(e, E, m->moe_inter, H)
-                            : fam_cost_mlp(e, m->inter, H);
-    args->weight_bytes[l] = w;
-    int64_t keep = kind == SLIDING ? (m->window > 1 ? m->window - 1 : 1) : args->context;
-    args->cache_bytes[l] = fam_cost_kv_cache(args->batch, Hkv, Dq, Dv, keep);
-}
-
-/* The planner's byte model (nnt_cost_args) from config.json alone, block by block. */
+/* The planner's byte model (nnt_cost_args) from config.json alone: the weights of every tensor
+ * MV_ARCH lists, as the checkpoint's encoding stores them (fam_arch_costs), and each block's
+ * key/value cache: a full block caches every token, a sliding one window - 1 (the query is the
+ * window's last). */
 static nnt_status mv_costs(nnt_cost_args *args, nnt_error *err)
 {
     mv_model m = {0};
     m.env.core = args->core;
-    int *kinds = NULL, *mlp_kinds = NULL;
     fam_encoding e;
-    nnt_status st = read_config(&m, args->ckpt, &kinds, &mlp_kinds, err);
+    nnt_status st = read_config(&m, args->ckpt, err);
     if (st == NNT_OK) st = fam_cost_blocks(args, m.layers, err);
     if (st == NNT_OK) st = fam_cost_encoding(args, &e, err);
-    for (int l = 0; st == NNT_OK && l < args->n_blocks; l++) mv_block_costs(&m, &e, args, l, kinds[l], mlp_kinds[l]);
-    if (st == NNT_OK) fam_cost_readout(args, &e, m.vocab, m.hidden, m.tied);
-    free(kinds);
-    free(mlp_kinds);
+    if (st == NNT_OK) st = fam_arch_costs(args, &MV_ARCH, &m, &e, err);
+    for (int l = 0; st == NNT_OK && l < args->n_blocks; l++) {
+        int k = m.kind[l];
+        int64_t keep = k == SLIDING ? (m.window > 1 ? m.window - 1 : 1) : args->context;
+        args->cache_bytes[l] = fam_cost_kv_cache(args->batch, m.kv_heads[k], m.qk_dim[k], m.v_dim[k], keep);
+    }
+    free(m.kind);
+    free(m.mlp_kind);
     return st;
 }
 
