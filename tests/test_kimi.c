@@ -1,7 +1,8 @@
 /* test_kimi.c - the Kimi-Linear family against transformers' torch kernels (the checkpoint as
  * save_pretrained writes it, and the same weights in the original release's layout and config
  * spelling), the page's identities, the recurrence rebuilt from the served values, left-padding
- * invariance, and edits that change the recurrence from the edited token on. Tolerances as in
+ * invariance, edits that change the recurrence from the edited token on, and the other tensor
+ * spellings the family binds (packed convolutions, forget_gate.*, mlp.*). Tolerances as in
  * test_util.h (T_TOL). */
 #include <math.h>
 #include <stdlib.h>
@@ -352,12 +353,110 @@ static void test_bf16_precision(void)
     t_bf16_close(&c);
 }
 
+/* ---- the other spellings ---- */
+
+/* fp32/'s tensors moved into the other spellings KL_ARCH and the convolution binding accept: the
+ * three convolutions packed into one conv1d.weight [3P, 1, W] ([q | k | v] along its rows), the
+ * forget gate's tensors under self_attn.forget_gate (A_log as [heads, 1]), every MLP tensor under
+ * mlp and the experts as gate_proj / up_proj / down_proj. P = 32, W = 4. */
+enum { RS_P = 32, RS_W = 4, RS_LAYERS = 5 };
+typedef struct respell_ctx {
+    float conv[RS_LAYERS][3 * RS_P * RS_W];
+} respell_ctx;
+
+static int respell(void *user, char *name, size_t n, const nnt_tensor *in, nnt_tensor *out, int *owned)
+{
+    respell_ctx *c = user;
+    static const char *const gate_leaves[] = {"f_a_proj.weight", "f_b_proj.weight", "dt_bias", "A_log"};
+    static const char *const expert_leaves[] = {"", "gate_proj", "down_proj", "up_proj"}; /* w1, w2, w3 */
+    char rest[200];
+    int layer = -1, expert, w;
+    (void)owned;
+    if (sscanf(name, "model.layers.%d.%199s", &layer, rest) != 2) return 1;
+    int in_attn = strncmp(rest, "self_attn.", 10) == 0;
+    if (in_attn && rest[10] && strchr("qkv", rest[10]) && strcmp(rest + 11, "_conv1d.weight") == 0) {
+        int part = (int)(strchr("qkv", rest[10]) - "qkv");
+        memcpy(c->conv[layer] + part * RS_P * RS_W, in->data, sizeof(float) * RS_P * RS_W);
+        return 0;
+    }
+    for (int i = 0; i < 4; i++)
+        if (in_attn && strcmp(rest + 10, gate_leaves[i]) == 0) {
+            snprintf(name, n, "model.layers.%d.self_attn.forget_gate.%s", layer, gate_leaves[i]);
+            if (i == 3) *out = (nnt_tensor){.dtype = in->dtype, .ndim = 2, .shape = {in->shape[2], 1}, .data = in->data};
+            return 1;
+        }
+    if (sscanf(rest, "block_sparse_moe.experts.%d.w%d.weight", &expert, &w) == 2 && w >= 1 && w <= 3)
+        snprintf(name, n, "model.layers.%d.mlp.experts.%d.%s.weight", layer, expert, expert_leaves[w]);
+    else if (strncmp(rest, "block_sparse_moe.", 17) == 0)
+        snprintf(name, n, "model.layers.%d.mlp.%s", layer, rest + 17);
+    return 1;
+}
+
+/* What nnt_model_print writes for m, in *text (malloc'ed); 0 on success. */
+static int print_text(nnt_runtime *rt, nnt_model *m, const char *file, char **text)
+{
+    char path[768];
+    snprintf(path, sizeof path, "%s/%s", t_tmpdir(), file);
+    FILE *f = fopen(path, "w+");
+    if (!f) return -1;
+    T_OK(rt, nnt_model_print(m, f));
+    long len = ftell(f);
+    rewind(f);
+    *text = calloc((size_t)len + 1, 1);
+    size_t got = *text ? fread(*text, 1, (size_t)len, f) : 0;
+    fclose(f);
+    return got == (size_t)len ? 0 : -1;
+}
+
+/* The respelled checkpoint binds (packed convolutions, forget_gate.*, mlp.*), gives every
+ * reference value of transformers' run of fp32/ and prints the same module tree. */
+static void test_other_spellings(void)
+{
+    char dir[768], fx[512], src[768], dst[800];
+    t_checkpoint_dir("kimi_respelled", FP32, dir, sizeof dir);
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture(FP32, fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    respell_ctx *c = calloc(1, sizeof *c);
+    CU_ASSERT_FATAL(c != NULL);
+    /* the first pass gathers the convolutions, the second writes them packed beside the rest */
+    CU_ASSERT_EQUAL_FATAL(t_rewrite_weights(src, dst, respell, c, 0, NULL, NULL), 0);
+    char names[4][64];
+    const char *keys[4];
+    nnt_tensor packed[4];
+    for (int i = 0; i < 4; i++) {
+        int l = KDA_BLOCKS[i];
+        snprintf(names[i], sizeof names[i], "model.layers.%d.self_attn.conv1d.weight", l);
+        keys[i] = names[i];
+        packed[i] = (nnt_tensor){.dtype = NNT_F32, .ndim = 3, .shape = {3 * RS_P, 1, RS_W}, .data = c->conv[l]};
+    }
+    CU_ASSERT_EQUAL_FATAL(t_rewrite_weights(src, dst, respell, c, 4, keys, packed), 0);
+
+    fixture f;
+    open_fixture(&f, FP32);
+    nnt_model *m = NULL;
+    T_OK(f.rt, nnt_model_load(f.rt, dir, &m));
+    nnt_trace *t = t_run_reference(f.rt, m, &f.r);
+    CU_ASSERT_EQUAL(t_check_reference(&f.r, t), 5 + 5 * 6 + 4 * 9 + 8 + 3 + 4 * 7);
+    nnt_trace_free(t);
+    char *want = NULL, *got = NULL;
+    CU_ASSERT_EQUAL(print_text(f.rt, f.m, "kimi_print_fp32.txt", &want), 0);
+    CU_ASSERT_EQUAL(print_text(f.rt, m, "kimi_print_respelled.txt", &got), 0);
+    CU_ASSERT(want && got && strlen(want) > 1000 && strcmp(want, got) == 0);
+    free(want);
+    free(got);
+    nnt_model_free(m);
+    close_fixture(&f);
+    free(c);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("kimi_linear", NULL, NULL);
     if (!s) return -1;
     if (!CU_add_test(s, "fp32 fixture matches transformers on every value", test_fp32_values) ||
         !CU_add_test(s, "the release's layout and config spelling give the same values", test_hub_values) ||
+        !CU_add_test(s, "packed convolutions, forget_gate.* and mlp.* spellings give the same values and tree",
+                     test_other_spellings) ||
         !CU_add_test(s, "routed + shared == mlp_output; weights sum to the scaling factor", test_moe_identities) ||
         !CU_add_test(s, "the recurrence rebuilt from served values; state and states", test_recurrence_rebuilt) ||
         !CU_add_test(s, "left padding never reaches the convolution or the state", test_left_padding) ||

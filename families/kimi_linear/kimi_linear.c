@@ -16,7 +16,9 @@
  * routed_scaling_factor, and shared experts. Sources: Kimi Linear tech report (arXiv:2510.26692);
  * src/transformers/models/kimi_linear/modeling_kimi_linear.py; vllm/model_executor/models/
  * kimi_linear.py (the release's names); flash-linear-attention's fla/ops/kda/naive.py. Values:
- * docs/plugin-guide.md. */
+ * docs/plugin-guide.md. The modules and tensors are declared once, in KL_ARCH (the kit's
+ * architecture table): binding, the printout, the planner's weight bytes and the reasons for the
+ * mixer a block lacks are read from it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,14 +30,15 @@
 enum { KDA = 0, MLA = 1 };
 enum { DENSE = 0, SPARSE = 1 };
 
+/* A block's weights, bound from KL_ARCH (fam_arch_bind) but for the convolutions (bind_conv). */
 typedef struct kda_w {
     nnt_tensor q_proj, k_proj, v_proj;     /* [P, H] */
     nnt_tensor conv_q, conv_k, conv_v;     /* [P, W] views */
     nnt_tensor f_a, f_b;                   /* [hd, H], [P, hd] */
     nnt_tensor b_proj, g_a, g_b;           /* [heads, H], [hd, H], [P, hd] */
     nnt_tensor o_norm, o_proj;             /* [hd], [H, P] */
-    float *dt_bias, *a_log;                /* host F32 [P], [heads] */
-    nnt_tensor dt_bias_t, a_log_t;
+    float *dt_bias, *a_log;                /* host F32 [P], [heads] (owned by the env) */
+    nnt_tensor dt_bias_t, a_log_t;         /* the same on the backend, [P] and [heads] */
 } kda_w;
 
 typedef struct mla_w {
@@ -44,13 +47,13 @@ typedef struct mla_w {
 } mla_w;
 
 typedef struct kl_layer {
-    int kind, mlp_kind;
+    int kind, mlp_kind; /* KDA or MLA; DENSE or SPARSE (read_layer_kinds) */
     nnt_tensor in_norm, post_norm;
     kda_w kda;
     mla_w mla;
     fam_expert dense;
-    fam_moe moe;
-    float *bias_host;
+    fam_moe moe;       /* router, selection bias, experts (the env's array) and shared experts */
+    float *bias_host;  /* F32 host copy of e_score_correction_bias (owned by the env) */
 } kl_layer;
 
 typedef struct kl_model {
@@ -63,8 +66,7 @@ typedef struct kl_model {
     double eps, scaling_factor;
     int tied;
     fam_decoder dec;
-    kl_layer *l;
-    fam_expert *expert_pool;
+    kl_layer *l; /* [layers]: every block's kinds; the weights of the bound blocks only */
 } kl_model;
 
 /* Generation state: the latent blocks' key/value caches, and per KDA block the convolution's
@@ -143,7 +145,10 @@ static const char *first_key(const kl_model *m, const nnt_checkpoint *ck, const 
     return keys[0];
 }
 
-static nnt_status read_layer_kinds(kl_model *m, const nnt_checkpoint *ck, int *kinds, int *mlp_kinds, nnt_error *err)
+/* Each block's mixer (KDA or MLA) and MLP (DENSE or SPARSE) into m->l[0..layers), from
+ * config.json: layer_types or the hub's 1-indexed lists, and mlp_layer_types or
+ * first_k_dense_replace and moe_layer_freq. Errors: NNT_ERR_CONFIG naming config.json and the key. */
+static nnt_status read_layer_kinds(kl_model *m, const nnt_checkpoint *ck, nnt_error *err)
 {
     const nnt_core_api *h = m->env.core;
     int64_t v[4096];
@@ -153,9 +158,9 @@ static nnt_status read_layer_kinds(kl_model *m, const nnt_checkpoint *ck, int *k
         if (n < m->layers)
             return h->set_error(err, NNT_ERR_CONFIG, "%s: 'layer_types' has %d entries, num_hidden_layers is %d",
                                 h->cfg_path(ck), n, m->layers);
-        for (int i = 0; i < m->layers; i++) kinds[i] = (int)v[i];
+        for (int i = 0; i < m->layers; i++) m->l[i].kind = (int)v[i];
     } else if (h->cfg_has(ck, "linear_attn_config.full_attn_layers") && h->cfg_has(ck, "linear_attn_config.kda_layers")) {
-        for (int i = 0; i < m->layers; i++) kinds[i] = -1;
+        for (int i = 0; i < m->layers; i++) m->l[i].kind = -1;
         const char *lists[2] = {"linear_attn_config.kda_layers", "linear_attn_config.full_attn_layers"};
         for (int k = 0; k < 2; k++) {
             CK(h->cfg_int_list(ck, lists[k], NULL, 0, v, 4096, &n, err));
@@ -163,29 +168,29 @@ static nnt_status read_layer_kinds(kl_model *m, const nnt_checkpoint *ck, int *k
                 if (v[i] < 1 || v[i] > m->layers)
                     return h->set_error(err, NNT_ERR_CONFIG, "%s: %s holds %lld; the lists count blocks from 1 to %d",
                                         h->cfg_path(ck), lists[k], (long long)v[i], m->layers);
-                kinds[v[i] - 1] = k == 0 ? KDA : MLA; /* 1-indexed in the checkpoint */
+                m->l[v[i] - 1].kind = k == 0 ? KDA : MLA; /* 1-indexed in the checkpoint */
             }
         }
         for (int i = 0; i < m->layers; i++)
-            if (kinds[i] < 0)
+            if (m->l[i].kind < 0)
                 return h->set_error(err, NNT_ERR_CONFIG, "%s: block %d (1-indexed %d) is in neither kda_layers nor full_attn_layers",
                                     h->cfg_path(ck), i, i + 1);
     } else {
         /* transformers' default schedule */
-        for (int i = 0; i < m->layers; i++) kinds[i] = (i && i % 4 == 0) ? MLA : KDA;
+        for (int i = 0; i < m->layers; i++) m->l[i].kind = (i && i % 4 == 0) ? MLA : KDA;
     }
     if (h->cfg_has(ck, "mlp_layer_types")) {
         CK(h->cfg_int_list(ck, "mlp_layer_types", MLP_NAMES, 2, v, 4096, &n, err));
         if (n < m->layers)
             return h->set_error(err, NNT_ERR_CONFIG, "%s: 'mlp_layer_types' has %d entries, num_hidden_layers is %d",
                                 h->cfg_path(ck), n, m->layers);
-        for (int i = 0; i < m->layers; i++) mlp_kinds[i] = (int)v[i];
+        for (int i = 0; i < m->layers; i++) m->l[i].mlp_kind = (int)v[i];
     } else {
         int dense = 1, freq = 1;
         CK(cfg_i(m, ck, "first_k_dense_replace", 1, 0, &dense, err));
         CK(cfg_i(m, ck, "moe_layer_freq", 1, 0, &freq, err));
         if (freq < 1) freq = 1;
-        for (int i = 0; i < m->layers; i++) mlp_kinds[i] = (i >= dense && i % freq == 0) ? SPARSE : DENSE;
+        for (int i = 0; i < m->layers; i++) m->l[i].mlp_kind = (i >= dense && i % freq == 0) ? SPARSE : DENSE;
     }
     return NNT_OK;
 }
@@ -251,177 +256,244 @@ static nnt_status read_config(kl_model *m, const nnt_checkpoint *ck, nnt_error *
     return NNT_OK;
 }
 
-/* The tensors of a Kimi Delta Attention block with one spelling, as tables (the kit's
- * fam_bind_names binds them into a kda_w): the input projections, then the beta, output-gate,
- * output-norm and output projections. The convolutions and the forget gate have two spellings
- * each (code below). Shapes index these sizes: H hidden, HEADS linear-attention heads, D head
- * width, P = HEADS * D. */
-enum { KDA_H, KDA_HEADS, KDA_D, KDA_P, KDA_SIZES };
-static const fam_tensor_name KDA_IN_NAMES[] = {
-    {offsetof(kda_w, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {KDA_P, KDA_H}},
-    {offsetof(kda_w, k_proj), "model.layers.%d.self_attn.k_proj.weight", 2, {KDA_P, KDA_H}},
-    {offsetof(kda_w, v_proj), "model.layers.%d.self_attn.v_proj.weight", 2, {KDA_P, KDA_H}},
-};
-static const fam_tensor_name KDA_OUT_NAMES[] = {
-    {offsetof(kda_w, b_proj), "model.layers.%d.self_attn.b_proj.weight", 2, {KDA_HEADS, KDA_H}},
-    {offsetof(kda_w, g_a), "model.layers.%d.self_attn.g_a_proj.weight", 2, {KDA_D, KDA_H}},
-    {offsetof(kda_w, g_b), "model.layers.%d.self_attn.g_b_proj.weight", 2, {KDA_P, KDA_D}},
-    {offsetof(kda_w, o_norm), "model.layers.%d.self_attn.o_norm.weight", 1, {KDA_D}},
-    {offsetof(kda_w, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {KDA_H, KDA_P}},
-};
-/* The tensors of a latent-attention (MLA) block, bound into an mla_w. Shapes index: H hidden, Q
- * heads * (nope + rope), KV_A kv_lora_rank + rope, LORA kv_lora_rank, KV_B heads * (nope +
- * v_head_dim), O heads * v_head_dim. */
-enum { MLA_H, MLA_Q, MLA_KV_A, MLA_LORA, MLA_KV_B, MLA_O, MLA_SIZES };
-static const fam_tensor_name MLA_NAMES[] = {
-    {offsetof(mla_w, q_proj), "model.layers.%d.self_attn.q_proj.weight", 2, {MLA_Q, MLA_H}},
-    {offsetof(mla_w, kv_a), "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", 2, {MLA_KV_A, MLA_H}},
-    {offsetof(mla_w, kv_a_norm), "model.layers.%d.self_attn.kv_a_layernorm.weight", 1, {MLA_LORA}},
-    {offsetof(mla_w, kv_b), "model.layers.%d.self_attn.kv_b_proj.weight", 2, {MLA_KV_B, MLA_LORA}},
-    {offsetof(mla_w, o_proj), "model.layers.%d.self_attn.o_proj.weight", 2, {MLA_H, MLA_O}},
+/* The architecture, declared once (the kit's fam_arch): the module tree print(model) shows and,
+ * under each module, its checkpoint tensors - where each binds in kl_layer, its shape as indices
+ * into the sizes kl_describe gives, how the release stores it, and its spellings, the release's
+ * (hub) names first, then transformers'. fam_arch_bind binds a block from it, fam_arch_tree builds
+ * the printout, fam_arch_costs adds up the planner's weight bytes and fam_arch_value_info answers
+ * for the mixer a block lacks. Bound elsewhere (FAM_BIND_NONE here, still printed and costed): the
+ * embedding, final norm and lm_head (fam_bind_readout_stage), and the convolutions, which a
+ * checkpoint holds either as one packed [3P, 1, W] tensor (transformers) or as three [P, 1, W]
+ * ones (the release), chosen by which exist: bind_conv.
+ * Sizes: H hidden, V vocabulary; Kimi Delta Attention: HEADS heads of width D, P = HEADS * D,
+ * P3 = 3 P, W the kernel, W1 = W - 1 its padding; latent attention: Q heads * (nope + rope), KV_A
+ * kv_lora_rank + rope, LORA kv_lora_rank, KV_B heads * (nope + v_head_dim), O heads * v_head_dim;
+ * MLPs: I the dense MLP's width, E experts of width MI, S = MI * num_shared_experts. */
+enum { KL_H, KL_V, KL_HEADS, KL_D, KL_P, KL_P3, KL_W, KL_W1, KL_Q, KL_KV_A, KL_LORA, KL_KV_B, KL_O, KL_I, KL_E, KL_MI,
+       KL_S, KL_SIZES };
+/* traits: a Kimi Delta Attention block (else latent attention), a mixture MLP (else dense), shared
+ * experts in the mixture, and tie_word_embeddings (model-wide: lm_head is the embedding) */
+enum { KL_KDA = 1u << 0, KL_SPARSE = 1u << 1, KL_SHARED = 1u << 2, KL_TIED = 1u << 3 };
+
+/* a linear weight [rows, cols] and a norm's gain [width], bound into kl_layer's `member`, under
+ * the spellings that follow */
+#define KL_LINEAR(member, rows, cols, ...)                                                                             \
+    {.name = {__VA_ARGS__}, .store = FAM_STORE_LINEAR, .field = offsetof(kl_layer, member), .ndim = 2,                \
+     .size = {rows, cols}}
+#define KL_GAIN(member, width, ...)                                                                                    \
+    {.name = {__VA_ARGS__}, .store = FAM_STORE_PLAIN, .field = offsetof(kl_layer, member), .ndim = 1, .size = {width}}
+/* a leaf Linear module holding one linear weight */
+#define KL_LINEAR_ROW(d, native_name, member, rows, cols, ...)                                                         \
+    {.depth = d, .native = native_name, .cls = "Linear", .detail = FAM_DETAIL_LINEAR,                                  \
+     .tensors = {KL_LINEAR(member, rows, cols, __VA_ARGS__)}}
+#define KL_NORM_ROW(d, native_name, member, width, ...)                                                                \
+    {.depth = d, .native = native_name, .cls = "KimiLinearRMSNorm", .detail = FAM_DETAIL_NORM,                         \
+     .tensors = {KL_GAIN(member, width, __VA_ARGS__)}}
+/* a KDA tensor under self_attn, or (transformers) under self_attn.forget_gate */
+#define KL_FG(leaf) "model.layers.%d.self_attn." leaf, "model.layers.%d.self_attn.forget_gate." leaf
+/* a shared expert's projection under block_sparse_moe (the release), or mlp (transformers) */
+#define KL_SHARED_NAMES(proj)                                                                                          \
+    "model.layers.%d.block_sparse_moe.shared_experts." proj ".weight",                                                 \
+        "model.layers.%d.mlp.shared_experts." proj ".weight"
+
+/* one tensor per expert (the release's w1/w3/w2, or gate/up/down), or transformers' fused 3-D ones */
+static const fam_expert_layout KL_EXPERTS = {
+    .fused_gate_up = "model.layers.%d.mlp.experts.gate_up_proj",
+    .fused_down = "model.layers.%d.mlp.experts.down_proj",
+    .per_expert = {{.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+                    .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
+                    .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
+                   {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+                    .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+                    .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"}},
 };
 
-/* Binds `name` as F32 host data of n values whatever its shape (A_log is [1, 1, H, 1] on the
- * hub and [H, 1] in transformers). */
-static nnt_status bind_kda(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *w, nnt_error *err)
+static const fam_module KL_MODULES[] = {
+    {.depth = 0, .native = "model", .cls = "KimiLinearForCausalLM"},
+    {.depth = 1, .native = "lm_head", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
+     .tensors = {{.name = {"lm_head.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
+                  .size = {KL_V, KL_H}, .unless = KL_TIED}}},
+    {.depth = 1, .native = "embed_tokens", .cls = "Embedding", .detail = FAM_DETAIL_EMBEDDING,
+     .tensors = {{.name = {"model.embed_tokens.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
+                  .size = {KL_V, KL_H}, .first_stage = 1}}},
+    {.depth = 1, .native = "layers", .cls = "ModuleList"},
+    {.depth = 2, .native = "layers", .cls = "KimiLinearDecoderLayer", .block = 1},
+    /* Kimi Delta Attention (nnterp's linear_attn; transformers names it self_attn too) */
+    {.depth = 3, .native = "self_attn", .cls = "KimiLinearDeltaAttention", .module = NNT_MODULE_LINEAR_ATTN,
+     .when = KL_KDA,
+     .absent = "this block runs latent attention (self_attn): it has no linear_attn mixer and no recurrent state"},
+    KL_LINEAR_ROW(4, "q_proj", kda.q_proj, KL_P, KL_H, "model.layers.%d.self_attn.q_proj.weight"),
+    KL_LINEAR_ROW(4, "k_proj", kda.k_proj, KL_P, KL_H, "model.layers.%d.self_attn.k_proj.weight"),
+    KL_LINEAR_ROW(4, "v_proj", kda.v_proj, KL_P, KL_H, "model.layers.%d.self_attn.v_proj.weight"),
+    /* q, k and v's depthwise convolutions, costed as one [3P, W] (bind_conv binds either layout) */
+    {.depth = 4, .native = "conv1d", .cls = "Conv1d", .detail = FAM_DETAIL_TEXT,
+     .text = "%lld, %lld, kernel_size=(%lld,), stride=(1,), padding=(%lld,), groups=%lld, bias=False",
+     .dims = {KL_P3, KL_P3, KL_W, KL_W1, KL_P3},
+     .tensors = {{.name = {"model.layers.%d.self_attn.conv1d.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE,
+                  .ndim = 2, .size = {KL_P3, KL_W}}}},
+    /* the forget gate's per-channel bias and per-head log decay rates, any shape of that count
+     * (A_log is [1, 1, heads, 1] in the release, [heads, 1] in transformers) */
+    {.depth = 4, .native = "forget_gate", .cls = "KimiLinearForgetGate",
+     .tensors = {{.name = {KL_FG("dt_bias")}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_VECTOR,
+                  .field = offsetof(kl_layer, kda.dt_bias_t), .host = offsetof(kl_layer, kda.dt_bias), .ndim = 1,
+                  .size = {KL_P}},
+                 {.name = {KL_FG("A_log")}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_VECTOR,
+                  .field = offsetof(kl_layer, kda.a_log_t), .host = offsetof(kl_layer, kda.a_log), .ndim = 1,
+                  .size = {KL_HEADS}}}},
+    KL_LINEAR_ROW(5, "f_a_proj", kda.f_a, KL_D, KL_H, KL_FG("f_a_proj.weight")),
+    KL_LINEAR_ROW(5, "f_b_proj", kda.f_b, KL_P, KL_D, KL_FG("f_b_proj.weight")),
+    KL_LINEAR_ROW(4, "b_proj", kda.b_proj, KL_HEADS, KL_H, "model.layers.%d.self_attn.b_proj.weight"),
+    KL_LINEAR_ROW(4, "g_a_proj", kda.g_a, KL_D, KL_H, "model.layers.%d.self_attn.g_a_proj.weight"),
+    KL_LINEAR_ROW(4, "g_b_proj", kda.g_b, KL_P, KL_D, "model.layers.%d.self_attn.g_b_proj.weight"),
+    {.depth = 4, .native = "o_norm", .cls = "KimiLinearRMSNormGated",
+     .tensors = {KL_GAIN(kda.o_norm, KL_D, "model.layers.%d.self_attn.o_norm.weight")}},
+    KL_LINEAR_ROW(4, "o_proj", kda.o_proj, KL_H, KL_P, "model.layers.%d.self_attn.o_proj.weight"),
+    /* latent attention without rotary */
+    {.depth = 3, .native = "self_attn", .cls = "KimiLinearAttention", .module = NNT_MODULE_SELF_ATTN, .unless = KL_KDA,
+     .absent = "this block mixes tokens with Kimi Delta Attention, served as linear_attn; it has no self_attn (no "
+               "softmax pattern, queries or keys of that kind)"},
+    KL_LINEAR_ROW(4, "q_proj", mla.q_proj, KL_Q, KL_H, "model.layers.%d.self_attn.q_proj.weight"),
+    KL_LINEAR_ROW(4, "kv_a_proj_with_mqa", mla.kv_a, KL_KV_A, KL_H,
+                  "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight"),
+    /* the latent's norm keeps the default epsilon whatever rms_norm_eps says */
+    {.depth = 4, .native = "kv_a_layernorm", .cls = "KimiLinearRMSNorm", .detail = FAM_DETAIL_NORM, .eps = 1e-6,
+     .tensors = {KL_GAIN(mla.kv_a_norm, KL_LORA, "model.layers.%d.self_attn.kv_a_layernorm.weight")}},
+    KL_LINEAR_ROW(4, "kv_b_proj", mla.kv_b, KL_KV_B, KL_LORA, "model.layers.%d.self_attn.kv_b_proj.weight"),
+    KL_LINEAR_ROW(4, "o_proj", mla.o_proj, KL_H, KL_O, "model.layers.%d.self_attn.o_proj.weight"),
+    /* the dense MLP: under mlp in the release, under block_sparse_moe in transformers 5.24 */
+    {.depth = 3, .native = "mlp", .cls = "KimiLinearMLP", .module = NNT_MODULE_MLP, .unless = KL_SPARSE},
+    KL_LINEAR_ROW(4, "gate_proj", dense.gate, KL_I, KL_H, "model.layers.%d.mlp.gate_proj.weight",
+                  "model.layers.%d.block_sparse_moe.gate_proj.weight"),
+    KL_LINEAR_ROW(4, "up_proj", dense.up, KL_I, KL_H, "model.layers.%d.mlp.up_proj.weight",
+                  "model.layers.%d.block_sparse_moe.up_proj.weight"),
+    KL_LINEAR_ROW(4, "down_proj", dense.down, KL_H, KL_I, "model.layers.%d.mlp.down_proj.weight",
+                  "model.layers.%d.block_sparse_moe.down_proj.weight"),
+    {.depth = 4, .native = "act_fn", .cls = "SiLUActivation"},
+    /* the mixture: under block_sparse_moe in the release, under mlp in transformers */
+    {.depth = 3, .native = "mlp", .cls = "KimiLinearMoE", .module = NNT_MODULE_MLP, .when = KL_SPARSE},
+    {.depth = 4, .native = "experts", .cls = "KimiLinearExperts",
+     .tensors = {{.store = FAM_STORE_EXPERTS, .bind = FAM_BIND_EXPERTS, .field = offsetof(kl_layer, moe.experts),
+                  .ndim = 3, .size = {KL_E, KL_MI, KL_H}, .experts = &KL_EXPERTS}}},
+    {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
+    /* the router as the release stores it, and its optional float32 selection bias */
+    {.depth = 4, .native = "gate", .cls = "KimiLinearTopkRouter",
+     .tensors = {{.name = {"model.layers.%d.block_sparse_moe.gate.weight", "model.layers.%d.mlp.gate.weight"},
+                  .store = FAM_STORE_PLAIN, .field = offsetof(kl_layer, moe.router), .ndim = 2, .size = {KL_E, KL_H}},
+                 {.name = {"model.layers.%d.block_sparse_moe.gate.e_score_correction_bias",
+                           "model.layers.%d.mlp.gate.e_score_correction_bias"},
+                  .store = FAM_STORE_F32, .bind = FAM_BIND_VECTOR, .field = offsetof(kl_layer, moe.bias),
+                  .host = offsetof(kl_layer, bias_host), .ndim = 1, .size = {KL_E}, .optional = 1}}},
+    {.depth = 4, .native = "shared_experts", .cls = "KimiLinearMLP", .when = KL_SHARED},
+    KL_LINEAR_ROW(5, "gate_proj", moe.shared.gate, KL_S, KL_H, KL_SHARED_NAMES("gate_proj")),
+    KL_LINEAR_ROW(5, "up_proj", moe.shared.up, KL_S, KL_H, KL_SHARED_NAMES("up_proj")),
+    KL_LINEAR_ROW(5, "down_proj", moe.shared.down, KL_H, KL_S, KL_SHARED_NAMES("down_proj")),
+    {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
+    KL_NORM_ROW(3, "input_layernorm", in_norm, KL_H, "model.layers.%d.input_layernorm.weight"),
+    KL_NORM_ROW(3, "post_attention_layernorm", post_norm, KL_H, "model.layers.%d.post_attention_layernorm.weight"),
+    {.depth = 1, .native = "norm", .cls = "KimiLinearRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {{.name = {"model.norm.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 1,
+                  .size = {KL_H}}}},
+};
+
+/* Block `layer`'s traits (its mixer and MLP, shared experts, tied embeddings) and the sizes, all
+ * from config.json; layer -1: the model-wide traits. `self` is a kl_model whose l[] holds every
+ * block's kinds (load's, or costs'). */
+static void kl_describe(const void *self, int layer, fam_block_facts *out)
 {
-    const fam_env *env = &m->env;
-    const nnt_core_api *h = env->core;
-    int64_t H = m->hidden, Hh = m->lin_heads, D = m->lin_dim, P = Hh * D, W = m->conv_w;
-    char n[192], alt[192];
-#define WT(field, nd, ...)                                                                                             \
-    do {                                                                                                               \
-        int64_t shp[] = {__VA_ARGS__};                                                                                 \
-        CK(fam_weight(env, ck, n, nd, shp, &w->field, err));                                                           \
-    } while (0)
-#define NAME(fmt) snprintf(n, sizeof n, fmt, L)
-    const int64_t sizes[KDA_SIZES] = {[KDA_H] = H, [KDA_HEADS] = Hh, [KDA_D] = D, [KDA_P] = P};
-    CK(fam_bind_names(env, ck, L, KDA_IN_NAMES, (int)(sizeof KDA_IN_NAMES / sizeof KDA_IN_NAMES[0]), sizes, w, err));
-    /* the hub's three convolutions, or transformers' one packed [q | k | v] */
-    NAME("model.layers.%d.self_attn.conv1d.weight");
-    if (h->has_tensor(ck, n)) {
-        nnt_tensor packed;
-        WT(conv_q, 3, 3 * P, 1, W);
-        packed = w->conv_q;
-        packed.ndim = 2;
-        packed.shape[0] = 3 * P;
-        packed.shape[1] = W;
-        w->conv_q = w->conv_k = w->conv_v = packed;
-        w->conv_q.shape[0] = w->conv_k.shape[0] = w->conv_v.shape[0] = P;
-        w->conv_k.data = (char *)packed.data + nnt_dtype_span(packed.dtype, P * W);
-        w->conv_v.data = (char *)packed.data + nnt_dtype_span(packed.dtype, 2 * P * W);
-    } else {
-        NAME("model.layers.%d.self_attn.q_conv1d.weight");
-        WT(conv_q, 3, P, 1, W);
-        NAME("model.layers.%d.self_attn.k_conv1d.weight");
-        WT(conv_k, 3, P, 1, W);
-        NAME("model.layers.%d.self_attn.v_conv1d.weight");
-        WT(conv_v, 3, P, 1, W);
-        nnt_tensor *cv[3] = {&w->conv_q, &w->conv_k, &w->conv_v};
-        for (int i = 0; i < 3; i++) {
-            cv[i]->ndim = 2;
-            cv[i]->shape[1] = W;
-        }
+    const kl_model *m = self;
+    int64_t P = (int64_t)m->lin_heads * m->lin_dim;
+    out->traits = m->tied ? KL_TIED : 0;
+    if (layer >= 0) {
+        const kl_layer *ly = &m->l[layer];
+        out->traits |= (ly->kind == KDA ? KL_KDA : 0) | (ly->mlp_kind == SPARSE ? KL_SPARSE : 0) |
+                       (m->shared > 0 ? KL_SHARED : 0);
     }
-    /* forget gate: hub names under self_attn, transformers' under self_attn.forget_gate */
-    snprintf(alt, sizeof alt, "model.layers.%d.self_attn.forget_gate.f_a_proj.weight", L);
-    const char *fg = h->has_tensor(ck, alt) ? "self_attn.forget_gate" : "self_attn";
-    snprintf(n, sizeof n, "model.layers.%d.%s.f_a_proj.weight", L, fg);
-    WT(f_a, 2, D, H);
-    snprintf(n, sizeof n, "model.layers.%d.%s.f_b_proj.weight", L, fg);
-    WT(f_b, 2, P, D);
-    snprintf(n, sizeof n, "model.layers.%d.%s.dt_bias", L, fg);
-    CK(fam_bind_vector(&m->env, ck, n, P, &w->dt_bias, &w->dt_bias_t, err));
-    snprintf(n, sizeof n, "model.layers.%d.%s.A_log", L, fg);
-    CK(fam_bind_vector(&m->env, ck, n, Hh, &w->a_log, &w->a_log_t, err));
-    return fam_bind_names(env, ck, L, KDA_OUT_NAMES, (int)(sizeof KDA_OUT_NAMES / sizeof KDA_OUT_NAMES[0]), sizes, w,
-                          err);
+    out->eps = m->eps;
+    out->size[KL_H] = m->hidden;
+    out->size[KL_V] = m->vocab;
+    out->size[KL_HEADS] = m->lin_heads;
+    out->size[KL_D] = m->lin_dim;
+    out->size[KL_P] = P;
+    out->size[KL_P3] = 3 * P;
+    out->size[KL_W] = m->conv_w;
+    out->size[KL_W1] = m->conv_w - 1;
+    out->size[KL_Q] = (int64_t)m->heads * (m->nope + m->rope);
+    out->size[KL_KV_A] = (int64_t)m->kv_lora + m->rope;
+    out->size[KL_LORA] = m->kv_lora;
+    out->size[KL_KV_B] = (int64_t)m->heads * (m->nope + m->v_dim);
+    out->size[KL_O] = (int64_t)m->heads * m->v_dim;
+    out->size[KL_I] = m->inter;
+    out->size[KL_E] = m->experts;
+    out->size[KL_MI] = m->moe_inter;
+    out->size[KL_S] = (int64_t)m->moe_inter * m->shared;
 }
 
-static nnt_status bind_mla(kl_model *m, const nnt_checkpoint *ck, int L, mla_w *w, nnt_error *err)
+static const fam_arch KL_ARCH = {
+    .modules = KL_MODULES,
+    .n_modules = (int)(sizeof KL_MODULES / sizeof KL_MODULES[0]),
+    .n_sizes = KL_SIZES,
+    .renames = RENAMES,
+    .describe = kl_describe,
+};
+
+/* The convolutions of KDA block L, [P, W] views of q, k and v: transformers' one packed
+ * [3P, 1, W] tensor ([q | k | v] along its rows) when the checkpoint holds it, else the release's
+ * three [P, 1, W] ones. Errors: as fam_weight (a missing split tensor is named). */
+static nnt_status bind_conv(kl_model *m, const nnt_checkpoint *ck, int L, kda_w *w, nnt_error *err)
 {
     const fam_env *env = &m->env;
-    int64_t H = m->hidden, Hn = m->heads, qk = m->nope + m->rope;
-    const int64_t sizes[MLA_SIZES] = {[MLA_H] = H,
-                                      [MLA_Q] = Hn * qk,
-                                      [MLA_KV_A] = (int64_t)m->kv_lora + m->rope,
-                                      [MLA_LORA] = m->kv_lora,
-                                      [MLA_KV_B] = Hn * (m->nope + m->v_dim),
-                                      [MLA_O] = Hn * m->v_dim};
-    CK(fam_bind_names(env, ck, L, MLA_NAMES, (int)(sizeof MLA_NAMES / sizeof MLA_NAMES[0]), sizes, w, err));
-    fam_attn *a = &w->attn;
-    memset(a, 0, sizeof *a);
-    a->num_heads = (int)Hn;
-    a->num_kv_heads = (int)Hn; /* keys and values for every head */
-    a->qk_head_dim = (int)qk;
-    a->v_head_dim = m->v_dim;
-    a->rot_dim = 0; /* no rotary anywhere */
-    a->scale = 1.0f / sqrtf((float)qk);
-    a->o_proj = w->o_proj;
+    int64_t P = (int64_t)m->lin_heads * m->lin_dim, W = m->conv_w;
+    char n[192];
+    snprintf(n, sizeof n, "model.layers.%d.self_attn.conv1d.weight", L);
+    if (env->core->has_tensor(ck, n)) {
+        nnt_tensor packed;
+        CK(fam_weight(env, ck, n, 3, (int64_t[]){3 * P, 1, W}, &packed, err));
+        packed.ndim = 2;
+        packed.shape[1] = W;
+        packed.shape[0] = P;
+        w->conv_q = w->conv_k = w->conv_v = packed;
+        w->conv_k.data = (char *)packed.data + nnt_dtype_span(packed.dtype, P * W);
+        w->conv_v.data = (char *)packed.data + nnt_dtype_span(packed.dtype, 2 * P * W);
+        return NNT_OK;
+    }
+    static const char *const split[3] = {"model.layers.%d.self_attn.q_conv1d.weight",
+                                         "model.layers.%d.self_attn.k_conv1d.weight",
+                                         "model.layers.%d.self_attn.v_conv1d.weight"};
+    nnt_tensor *cv[3] = {&w->conv_q, &w->conv_k, &w->conv_v};
+    for (int i = 0; i < 3; i++) {
+        snprintf(n, sizeof n, split[i], L);
+        CK(fam_weight(env, ck, n, 3, (int64_t[]){P, 1, W}, cv[i], err));
+        cv[i]->ndim = 2;
+        cv[i]->shape[1] = W;
+    }
     return NNT_OK;
 }
 
-static nnt_status bind_mlp(kl_model *m, const nnt_checkpoint *ck, int L, kl_layer *ly, nnt_error *err)
+/* The latent attention's shape, the same on every MLA block: every head its own keys and values
+ * (qk_head_dim wide, of which the rope part is shared), no rotary, softmax scale qk_head_dim^-0.5. */
+static void mla_shape(const kl_model *m, const nnt_tensor *o_proj, fam_attn *a)
 {
-    const fam_env *env = &m->env;
-    const nnt_core_api *h = env->core;
-    int64_t H = m->hidden;
-    char n[192];
-    if (ly->mlp_kind == DENSE) {
-        /* the release keeps the dense MLP under mlp; transformers 5.24 writes it under
-         * block_sparse_moe */
-        int64_t I = m->inter;
-        fam_expert *w = &ly->dense;
-        snprintf(n, sizeof n, "model.layers.%d.mlp.gate_proj.weight", L);
-        const char *pre = h->has_tensor(ck, n) ? "mlp" : "block_sparse_moe";
-        snprintf(n, sizeof n, "model.layers.%d.%s.gate_proj.weight", L, pre);
-        WT(gate, 2, I, H);
-        snprintf(n, sizeof n, "model.layers.%d.%s.up_proj.weight", L, pre);
-        WT(up, 2, I, H);
-        snprintf(n, sizeof n, "model.layers.%d.%s.down_proj.weight", L, pre);
-        WT(down, 2, H, I);
-        return NNT_OK;
-    }
-    /* hub spelling under block_sparse_moe, transformers' under mlp */
-    snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.gate.weight", L);
-    const char *pre = h->has_tensor(ck, n) ? "block_sparse_moe" : "mlp";
-    int64_t E = m->experts, I = m->moe_inter, S = (int64_t)m->moe_inter * m->shared;
-    int64_t rs[2] = {E, H};
-    snprintf(n, sizeof n, "model.layers.%d.%s.gate.weight", L, pre);
-    CK(fam_weight(env, ck, n, 2, rs, &ly->moe.router, err));
-    snprintf(n, sizeof n, "model.layers.%d.%s.gate.e_score_correction_bias", L, pre);
-    if (h->has_tensor(ck, n)) {
-        CK(fam_bind_vector(&m->env, ck, n, E, &ly->bias_host, &ly->moe.bias, err));
-    }
-    static const fam_expert_names spellings[] = {
-        {.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
-         .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
-         .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
-        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
-    };
-    ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
-    CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj",
-                        "model.layers.%d.mlp.experts.down_proj", spellings, 2, ly->moe.experts, err));
-    if (m->shared > 0) {
-        fam_expert *w = &ly->moe.shared;
-        snprintf(n, sizeof n, "model.layers.%d.%s.shared_experts.gate_proj.weight", L, pre);
-        WT(gate, 2, S, H);
-        snprintf(n, sizeof n, "model.layers.%d.%s.shared_experts.up_proj.weight", L, pre);
-        WT(up, 2, S, H);
-        snprintf(n, sizeof n, "model.layers.%d.%s.shared_experts.down_proj.weight", L, pre);
-        WT(down, 2, H, S);
-        ly->moe.has_shared = 1;
-    }
-#undef WT
-#undef NAME
-    ly->moe.num_experts = m->experts;
-    ly->moe.top_k = m->top_k;
-    ly->moe.intermediate = m->moe_inter;
-    /* transformers' Kimi-Linear router multiplies in float32 (modeling_kimi_linear.py) */
-    ly->moe.router_f32 = 1;
-    ly->moe.route = (nnt_route_params){
+    memset(a, 0, sizeof *a);
+    a->num_heads = m->heads;
+    a->num_kv_heads = m->heads;
+    a->qk_head_dim = m->nope + m->rope;
+    a->v_head_dim = m->v_dim;
+    a->rot_dim = 0;
+    a->scale = 1.0f / sqrtf((float)(m->nope + m->rope));
+    if (o_proj) a->o_proj = *o_proj;
+}
+
+/* The mixture's routing, which the table does not hold: sigmoid scores, the selection bias for the
+ * choice only, group-limited top-k, renormalised weights times routed_scaling_factor, the shared
+ * experts when config.json has them. */
+static void moe_route(const kl_model *m, fam_moe *moe)
+{
+    moe->num_experts = m->experts;
+    moe->top_k = m->top_k;
+    moe->intermediate = m->moe_inter;
+    moe->has_shared = m->shared > 0;
+    moe->router_f32 = 1; /* transformers' Kimi-Linear router multiplies in float32 (modeling_kimi_linear.py) */
+    moe->route = (nnt_route_params){
         .struct_size = sizeof(nnt_route_params),
         .score_fn = NNT_SCORE_SIGMOID,
         .top_k = m->top_k,
@@ -432,6 +504,18 @@ static nnt_status bind_mlp(kl_model *m, const nnt_checkpoint *ck, int L, kl_laye
         .scaling_factor = (float)m->scaling_factor,
         .indices_given = 0,
     };
+}
+
+/* Block L's weights: the table's tensors, then what it leaves to the family. */
+static nnt_status bind_layer(kl_model *m, const nnt_checkpoint *ck, int L, nnt_error *err)
+{
+    kl_layer *ly = &m->l[L];
+    CK(fam_arch_bind(&m->env, &KL_ARCH, m, ck, L, ly, err));
+    if (ly->kind == KDA)
+        CK(bind_conv(m, ck, L, &ly->kda, err));
+    else
+        mla_shape(m, &ly->mla.o_proj, &ly->mla.attn);
+    if (ly->mlp_kind == SPARSE) moe_route(m, &ly->moe);
     return NNT_OK;
 }
 
@@ -608,9 +692,8 @@ static void kl_unload(void *model)
 {
     kl_model *m = model;
     if (!m) return;
-    fam_env_release(&m->env); /* weights and parameter vectors */
+    fam_env_release(&m->env); /* weights, parameter vectors and the experts' arrays */
     free(m->l);
-    free(m->expert_pool);
     free(m);
 }
 
@@ -620,35 +703,16 @@ static nnt_status kl_load(const nnt_load_args *args, void **out, nnt_error *err)
     if (!m) return args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     fam_env_init(&m->env, args);
     const nnt_checkpoint *ck = args->ckpt;
-    int *kinds = NULL, *mlp_kinds = NULL;
     nnt_status st = read_config(m, ck, err);
     if (st == NNT_OK) {
         m->l = calloc((size_t)m->layers, sizeof *m->l);
-        m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
-        kinds = calloc((size_t)m->layers, sizeof *kinds);
-        mlp_kinds = calloc((size_t)m->layers, sizeof *mlp_kinds);
-        if (!m->l || !m->expert_pool || !kinds || !mlp_kinds) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        if (!m->l) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
-    if (st == NNT_OK) st = read_layer_kinds(m, ck, kinds, mlp_kinds, err);
+    if (st == NNT_OK) st = read_layer_kinds(m, ck, err); /* every block's, another stage's included */
     if (st == NNT_OK) /* a stage's load binds its blocks only */
         st = fam_bind_readout_stage(&m->env, args, m->vocab, m->hidden, m->tied, m->layers, &m->dec, &m->first_block,
                                     &m->end_block, err);
-    for (int L = 0; st == NNT_OK && L < m->layers; L++) {
-        kl_layer *ly = &m->l[L];
-        ly->kind = kinds[L];
-        ly->mlp_kind = mlp_kinds[L];
-        if (L < m->first_block || L >= m->end_block) continue; /* another stage's block: its kinds only */
-        int64_t H = m->hidden;
-        char n[160];
-        snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", L);
-        st = fam_weight(&m->env, ck, n, 1, &H, &ly->in_norm, err);
-        snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", L);
-        if (st == NNT_OK) st = fam_weight(&m->env, ck, n, 1, &H, &ly->post_norm, err);
-        if (st == NNT_OK) st = ly->kind == KDA ? bind_kda(m, ck, L, &ly->kda, err) : bind_mla(m, ck, L, &ly->mla, err);
-        if (st == NNT_OK) st = bind_mlp(m, ck, L, ly, err);
-    }
-    free(kinds);
-    free(mlp_kinds);
+    for (int L = m->first_block; st == NNT_OK && L < m->end_block; L++) st = bind_layer(m, ck, L, err);
     if (st != NNT_OK) {
         kl_unload(m);
         return st;
@@ -679,45 +743,34 @@ static void kl_info(const void *model, nnt_model_info *out)
     out->num_streams = 1;
 }
 
-static nnt_status kl_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d,
-                                nnt_value_info *out)
+/* The shapes of a KDA block's linear_attn values. */
+static void kda_value_info(const kl_model *m, nnt_value_id id, const nnt_call_dims *d, nnt_value_info *out)
 {
-    const kl_model *m = model;
-    if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
-    const kl_layer *ly = &m->l[layer];
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden, Hh = m->lin_heads, D = m->lin_dim;
-    if (id >= NNT_VALUE_ATTN_QUERIES && id <= NNT_VALUE_ATTN_HEAD_OUTPUTS) {
-        if (ly->kind == KDA)
-            fam_unserved(out, "this block mixes tokens with Kimi Delta Attention, served as linear_attn; it has no self_attn "
-                              "(no softmax pattern, queries or keys of that kind)");
-        else
-            fam_attention_info(&ly->mla.attn, m->hidden, id, d, out);
-        return NNT_OK;
+    switch (id) {
+    case NNT_VALUE_LIN_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); break;
+    case NNT_VALUE_LIN_STATE: fam_served(out, d, NNT_F32, 0, NNT_SHAPE(B, Hh, D, D)); break;
+    case NNT_VALUE_LIN_STATES: fam_served(out, d, NNT_F32, 0, NNT_SHAPE(B, T, Hh, D, D)); break;
+    case NNT_VALUE_LIN_QUERIES:
+    case NNT_VALUE_LIN_KEYS:
+    case NNT_VALUE_LIN_VALUES:
+    case NNT_VALUE_LIN_DECAYS:
+    case NNT_VALUE_LIN_HEAD_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, Hh, D)); break;
+    case NNT_VALUE_LIN_BETAS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, Hh)); break;
+    case NNT_VALUE_LIN_STATE_INPUT:
+        fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, Hh, D, D));
+        out->may_be_none = 1;
+        break;
+    case NNT_VALUE_LIN_STATE_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, Hh, D, D)); break;
+    default: break;
     }
-    if (id >= NNT_VALUE_LIN_OUTPUT && id <= NNT_VALUE_LIN_STATE_OUTPUT) {
-        if (ly->kind == MLA) {
-            fam_unserved(out, "this block runs latent attention (self_attn): it has no linear_attn mixer and no recurrent state");
-            return NNT_OK;
-        }
-        switch (id) {
-        case NNT_VALUE_LIN_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, H)); break;
-        case NNT_VALUE_LIN_STATE: fam_served(out, d, NNT_F32, 0, NNT_SHAPE(B, Hh, D, D)); break;
-        case NNT_VALUE_LIN_STATES: fam_served(out, d, NNT_F32, 0, NNT_SHAPE(B, T, Hh, D, D)); break;
-        case NNT_VALUE_LIN_QUERIES:
-        case NNT_VALUE_LIN_KEYS:
-        case NNT_VALUE_LIN_VALUES:
-        case NNT_VALUE_LIN_DECAYS:
-        case NNT_VALUE_LIN_HEAD_OUTPUTS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, Hh, D)); break;
-        case NNT_VALUE_LIN_BETAS: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, Hh)); break;
-        case NNT_VALUE_LIN_STATE_INPUT:
-            fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, Hh, D, D));
-            out->may_be_none = 1;
-            break;
-        case NNT_VALUE_LIN_STATE_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, Hh, D, D)); break;
-        default: break;
-        }
-        return NNT_OK;
-    }
+}
+
+/* The mlp values of a dense or a mixture block, and why the other kind's are not served. */
+static void mlp_value_info(const kl_model *m, const kl_layer *ly, nnt_value_id id, const nnt_call_dims *d,
+                           nnt_value_info *out)
+{
+    int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
     if (ly->mlp_kind == DENSE) {
         switch (id) {
         case NNT_VALUE_MLP_ACTIVATION:
@@ -728,7 +781,7 @@ static nnt_status kl_value_info(const void *model, int layer, nnt_value_id id, c
                               "shared expert");
             break;
         }
-        return NNT_OK;
+        return;
     }
     switch (id) {
     case NNT_VALUE_MLP_OUTPUT:
@@ -746,79 +799,35 @@ static nnt_status kl_value_info(const void *model, int layer, nnt_value_id id, c
         break;
     default: fam_unserved(out, "not a Kimi-Linear value"); break;
     }
+}
+
+/* The model's and the skeleton's values (fam_decoder_info), the mixer a block lacks (KL_ARCH's
+ * reasons), then the block's own mixer and MLP. */
+static nnt_status kl_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d,
+                                nnt_value_info *out)
+{
+    const kl_model *m = model;
+    if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
+    if (fam_arch_value_info(&KL_ARCH, m, layer, id, out)) return NNT_OK;
+    const kl_layer *ly = &m->l[layer];
+    switch (fam_value_module(id)) {
+    case NNT_MODULE_SELF_ATTN: {
+        fam_attn a;
+        mla_shape(m, NULL, &a);
+        fam_attention_info(&a, m->hidden, id, d, out);
+        break;
+    }
+    case NNT_MODULE_LINEAR_ATTN: kda_value_info(m, id, d, out); break;
+    default: mlp_value_info(m, ly, id, d, out); break;
+    }
     return NNT_OK;
 }
 
+/* `nnt print`'s module tree, from KL_ARCH. */
 static nnt_status kl_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const kl_model *m = model;
-    const nnt_core_api *h = m->env.core;
-    char d[200];
-    int64_t H = m->hidden, Hh = m->lin_heads, D = m->lin_dim, P = Hh * D;
-    int root = h->tree_node(tree, -1, "model", NULL, "KimiLinearForCausalLM", NULL, NNT_MODULE_MODEL, -1);
-    if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
-    snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
-    h->tree_node(tree, root, "embed_tokens", NULL, "Embedding", d, -1, -1);
-    int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
-    for (int L = 0; L < m->layers; L++) {
-        const kl_layer *ly = &m->l[L];
-        int lay = h->tree_node(tree, layers, "layers", NULL, "KimiLinearDecoderLayer", NULL, NNT_MODULE_LAYER, L);
-        if (ly->kind == KDA) {
-            int at = h->tree_node(tree, lay, "self_attn", "linear_attn", "KimiLinearDeltaAttention", NULL, NNT_MODULE_LINEAR_ATTN, L);
-            h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, P), -1, L);
-            h->tree_node(tree, at, "k_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, P), -1, L);
-            h->tree_node(tree, at, "v_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, P), -1, L);
-            snprintf(d, sizeof d, "%lld, %lld, kernel_size=(%d,), stride=(1,), padding=(%d,), groups=%lld, bias=False",
-                     (long long)(3 * P), (long long)(3 * P), m->conv_w, m->conv_w - 1, (long long)(3 * P));
-            h->tree_node(tree, at, "conv1d", NULL, "Conv1d", d, -1, L);
-            int fg = h->tree_node(tree, at, "forget_gate", NULL, "KimiLinearForgetGate", NULL, -1, L);
-            h->tree_node(tree, fg, "f_a_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, D), -1, L);
-            h->tree_node(tree, fg, "f_b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, D, P), -1, L);
-            h->tree_node(tree, at, "b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Hh), -1, L);
-            h->tree_node(tree, at, "g_a_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, D), -1, L);
-            h->tree_node(tree, at, "g_b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, D, P), -1, L);
-            h->tree_node(tree, at, "o_norm", NULL, "KimiLinearRMSNormGated", NULL, -1, L);
-            h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, P, H), -1, L);
-        } else {
-            int64_t Hn = m->heads, qk = m->nope + m->rope;
-            int at = h->tree_node(tree, lay, "self_attn", NULL, "KimiLinearAttention", NULL, NNT_MODULE_SELF_ATTN, L);
-            h->tree_node(tree, at, "q_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Hn * qk), -1, L);
-            h->tree_node(tree, at, "kv_a_proj_with_mqa", NULL, "Linear",
-                         fam_linear_detail(d, sizeof d, H, (int64_t)m->kv_lora + m->rope), -1, L);
-            h->tree_node(tree, at, "kv_a_layernorm", NULL, "KimiLinearRMSNorm", fam_norm_detail(d, sizeof d, m->kv_lora, 1e-6), -1, L);
-            h->tree_node(tree, at, "kv_b_proj", NULL, "Linear",
-                         fam_linear_detail(d, sizeof d, m->kv_lora, Hn * (m->nope + m->v_dim)), -1, L);
-            h->tree_node(tree, at, "o_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Hn * m->v_dim, H), -1, L);
-        }
-        if (ly->mlp_kind == DENSE) {
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "KimiLinearMLP", NULL, NNT_MODULE_MLP, L);
-            h->tree_node(tree, mlp, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
-            h->tree_node(tree, mlp, "up_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->inter), -1, L);
-            h->tree_node(tree, mlp, "down_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, m->inter, H), -1, L);
-            h->tree_node(tree, mlp, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
-        } else {
-            int64_t S = (int64_t)m->moe_inter * m->shared;
-            int mlp = h->tree_node(tree, lay, "mlp", NULL, "KimiLinearMoE", NULL, NNT_MODULE_MLP, L);
-            int ex = h->tree_node(tree, mlp, "experts", NULL, "KimiLinearExperts", NULL, -1, L);
-            h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
-            h->tree_node(tree, mlp, "gate", "router", "KimiLinearTopkRouter", NULL, -1, L);
-            if (m->shared > 0) {
-                int sh = h->tree_node(tree, mlp, "shared_experts", NULL, "KimiLinearMLP", NULL, -1, L);
-                h->tree_node(tree, sh, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, S), -1, L);
-                h->tree_node(tree, sh, "up_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, S), -1, L);
-                h->tree_node(tree, sh, "down_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, S, H), -1, L);
-                h->tree_node(tree, sh, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
-            }
-        }
-        h->tree_node(tree, lay, "input_layernorm", NULL, "KimiLinearRMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, L);
-        if (h->tree_node(tree, lay, "post_attention_layernorm", NULL, "KimiLinearRMSNorm",
-                         fam_norm_detail(d, sizeof d, H, m->eps), -1, L) < 0)
-            return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    }
-    if (h->tree_node(tree, root, "norm", NULL, "KimiLinearRMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, -1) < 0)
-        return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    return NNT_OK;
+    return fam_arch_tree(m->env.core, &KL_ARCH, m, m->layers, tree, err);
 }
 
 static nnt_status kl_forward(void *model, nnt_run *run, const nnt_forward_args *args, nnt_error *err)
@@ -896,56 +905,36 @@ static nnt_status kl_cache_new(void *model, int batch, int capacity, void **cach
     return NNT_OK;
 }
 
-/* Block l's weight and cache bytes for the planner. A latent-attention block: q_proj,
- * kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj, cached as heads keys of nope + rope and
- * values of v_head_dim for every token. A Kimi Delta Attention block: q, k, v [P, H], o_proj
- * [H, P], b_proj [heads, H], the forget gate's and output gate's two low-rank factors, the three
- * convolutions [P, kernel], A_log, dt_bias and o_norm, cached as the recurrent state [heads,
- * head_dim, head_dim] and three convolution states of kernel - 1 inputs of P channels (float32).
- * The MLP: a mixture (router as stored, float32 selection bias, experts, shared experts) or the
- * dense MLP. */
-static void kl_block_costs(const kl_model *m, const fam_encoding *e, nnt_cost_args *args, int l, int kind, int mlp_kind)
+/* What a session keeps for block l, for the planner: a latent-attention block caches keys of
+ * nope + rope and values of v_head_dim for each of its heads and every token; a Kimi Delta
+ * Attention block its recurrent state [heads, head_dim, head_dim] and three convolution states
+ * of kernel - 1 inputs of P channels, all float32 (kl_cache_new). */
+static uint64_t kl_cache_bytes(const kl_model *m, const nnt_cost_args *args, int l)
 {
-    int64_t H = m->hidden, LH = m->lin_heads, LD = m->lin_dim, P = LH * LD, K = m->conv_w, E = m->experts;
-    int64_t nope = m->nope, rope = m->rope, vd = m->v_dim, lora = m->kv_lora, heads = m->heads, MI = m->moe_inter;
-    uint64_t w = fam_cost_vector(e, 2 * H), c;
-    if (kind == MLA) {
-        w += fam_cost_matrix(e, heads * (nope + rope), H) + fam_cost_matrix(e, lora + rope, H) + fam_cost_vector(e, lora) +
-             fam_cost_matrix(e, heads * (nope + vd), lora) + fam_cost_matrix(e, H, heads * vd);
-        c = fam_cost_kv_cache(args->batch, heads, nope + rope, vd, args->context);
-    } else {
-        w += 3 * fam_cost_matrix(e, P, H) + fam_cost_matrix(e, H, P) + fam_cost_matrix(e, LH, H) +
-             2 * (fam_cost_matrix(e, LD, H) + fam_cost_matrix(e, P, LD)) + fam_cost_vector(e, 3 * P * K) +
-             fam_cost_vector(e, LH) + fam_cost_vector(e, P) + fam_cost_vector(e, LD);
-        c = fam_cost_f32(args->batch * (3 * (K > 1 ? K - 1 : 1) * P + LH * LD * LD));
-    }
-    w += mlp_kind == SPARSE ? fam_cost_vector(e, E * H) + fam_cost_f32(E) + fam_cost_experts(e, E, MI, H) +
-                                  (m->shared ? fam_cost_mlp(e, MI * m->shared, H) : 0)
-                            : fam_cost_mlp(e, m->inter, H);
-    args->weight_bytes[l] = w;
-    args->cache_bytes[l] = c;
+    int64_t LH = m->lin_heads, LD = m->lin_dim, P = LH * LD, K = m->conv_w;
+    if (m->l[l].kind == MLA) return fam_cost_kv_cache(args->batch, m->heads, (int64_t)m->nope + m->rope, m->v_dim, args->context);
+    return fam_cost_f32(args->batch * (3 * (K > 1 ? K - 1 : 1) * P + LH * LD * LD));
 }
 
-/* The planner's byte model (nnt_cost_args) from config.json alone, block by block. */
+/* The planner's byte model (nnt_cost_args) from config.json alone: the weights of every tensor
+ * KL_ARCH lists for each block's kinds, as the encoding config.json gives stores them
+ * (fam_arch_costs), and each block's caches. */
 static nnt_status kl_costs(nnt_cost_args *args, nnt_error *err)
 {
     kl_model m = {0};
     m.env.core = args->core;
     fam_encoding e;
-    int *kinds = NULL, *mlp_kinds = NULL;
     nnt_status st = read_config(&m, args->ckpt, err);
     if (st == NNT_OK) st = fam_cost_blocks(args, m.layers, err);
     if (st == NNT_OK) {
-        kinds = calloc((size_t)m.layers, sizeof *kinds);
-        mlp_kinds = calloc((size_t)m.layers, sizeof *mlp_kinds);
-        if (!kinds || !mlp_kinds) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        m.l = calloc((size_t)m.layers, sizeof *m.l);
+        if (!m.l) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
-    if (st == NNT_OK) st = read_layer_kinds(&m, args->ckpt, kinds, mlp_kinds, err);
+    if (st == NNT_OK) st = read_layer_kinds(&m, args->ckpt, err);
     if (st == NNT_OK) st = fam_cost_encoding(args, &e, err);
-    for (int l = 0; st == NNT_OK && l < args->n_blocks; l++) kl_block_costs(&m, &e, args, l, kinds[l], mlp_kinds[l]);
-    if (st == NNT_OK) fam_cost_readout(args, &e, m.vocab, m.hidden, m.tied);
-    free(kinds);
-    free(mlp_kinds);
+    if (st == NNT_OK) st = fam_arch_costs(args, &KL_ARCH, &m, &e, err);
+    for (int l = 0; st == NNT_OK && l < args->n_blocks; l++) args->cache_bytes[l] = kl_cache_bytes(&m, args, l);
+    free(m.l);
     return st;
 }
 
