@@ -387,6 +387,48 @@ static void test_tree(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "no memory for the module tree"));
 }
 
+/* A class that depends on the block: the router of blocks with trait A (0 and 2) shows alt_cls,
+ * and its standard name comes from the rename rule of that class; block 1 keeps cls. */
+static void test_tree_alt_class(void)
+{
+    static const nnt_rename_rule renames[] = {
+        {"block_sparse_moe", "mlp", NULL},
+        {"gate", "router", "ToyRouter"},
+        {"gate", "hash_router", "ToyHashRouter"},
+        {NULL, NULL, NULL},
+    };
+    nnt_core_api api;
+    nnt_core_api_init(&api);
+    api.tree_node = rec_tree_node;
+    fam_module rows[TOY_N];
+    memcpy(rows, TOY_MODULES, sizeof rows);
+    rows[10].alt_cls = "ToyHashRouter";
+    rows[10].alt_when = T_A;
+    fam_arch a = toy_arch(rows);
+    a.renames = renames;
+    recorder r = {.fail_at = -1};
+    toy_self self = {0};
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(fam_arch_tree(&api, &a, &self, 3, (nnt_tree *)(void *)&r, &err), NNT_OK);
+    static const char *const want_cls[3] = {"ToyHashRouter", "ToyRouter", "ToyHashRouter"};
+    static const char *const want_std[3] = {"hash_router", "router", "hash_router"};
+    int seen = 0;
+    for (int i = 0; i < r.count; i++) {
+        if (strcmp(r.n[i].native, "gate") != 0) continue;
+        CU_ASSERT_FATAL(seen < 3);
+        CU_ASSERT_EQUAL(r.n[i].layer, seen);
+        CU_ASSERT_STRING_EQUAL(r.n[i].cls, want_cls[seen]);
+        CU_ASSERT_STRING_EQUAL(r.n[i].standard, want_std[seen]);
+        seen++;
+    }
+    CU_ASSERT_EQUAL(seen, 3);
+    /* the other rows are the plain table's: as many nodes */
+    recorder plain = {.fail_at = -1};
+    fam_arch b = toy_arch(TOY_MODULES);
+    CU_ASSERT_EQUAL_FATAL(fam_arch_tree(&api, &b, &self, 3, (nnt_tree *)(void *)&plain, &err), NNT_OK);
+    CU_ASSERT_EQUAL(r.count, plain.count);
+}
+
 /* ---- costs ---- */
 
 static void costs_of(const fam_encoding *e, int tied, uint64_t *w, uint64_t *first, uint64_t *last)
@@ -511,6 +553,10 @@ static void test_check(void)
     expect_check_fails(r, "row 8 ('conv'): detail size 40 is outside the sizes");
     r[6].tensors[0].bind = FAM_BIND_EXPERTS;
     expect_check_fails(r, "row 6 ('q_proj'): tensor 0 is bound as experts but not stored as experts");
+    r[10].alt_cls = "ToyHashRouter";
+    expect_check_fails(r, "row 10 ('gate'): an alternative class and the traits that select it go together");
+    r[10].alt_when = T_A;
+    expect_check_fails(r, "row 10 ('gate'): an alternative class and the traits that select it go together");
 }
 
 int register_tests(void)
@@ -521,6 +567,7 @@ int register_tests(void)
         !CU_add_test(s, "binding by spellings and traits: the checkpoint's own tensors", test_bind_blocks) ||
         !CU_add_test(s, "binding errors name the block, the module and every spelling", test_bind_errors) ||
         !CU_add_test(s, "the module tree, against one written by hand", test_tree) ||
+        !CU_add_test(s, "a class that depends on the block's traits", test_tree_alt_class) ||
         !CU_add_test(s, "costs: bf16, FP8 and FP4 experts, by hand", test_costs) ||
         !CU_add_test(s, "values of a module a block lacks, and of one no block has", test_value_info) ||
         !CU_add_test(s, "malformed tables are refused, naming the row", test_check))

@@ -3,7 +3,8 @@
  * compression boundaries, on transformers' save_pretrained checkpoint and on the release's native
  * FP8/FP4 layout; the lightning indexer's selection; the hyper-connection block formula and the
  * stream-mean identity from the page; the lens on one stream; the SwiGLU clamp; hash routing's
- * independence from the hidden state; ablation; refused inputs. */
+ * independence from the hidden state; ablation; refused inputs; the same weights under
+ * transformers' module names. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +405,126 @@ static void test_refusals(void)
     nnt_runtime_close(rt);
 }
 
+/* ---- transformers' module names ----
+ * fp32/ holds save_pretrained's names (the release's, under "model."). The same tensors under the
+ * attribute paths of transformers' modeling_deepseek_v4.py (written out here by hand) must load
+ * to the same model: every value of the 13-token reference. */
+static const char *const HF_NAMES[][2] = {
+    {"attn.attn_sink", "self_attn.sinks"},
+    {"attn.norm.weight", "self_attn.kv_norm.weight"},
+    {"attn.q_norm.weight", "self_attn.q_a_norm.weight"},
+    {"attn.wq_a.weight", "self_attn.q_a_proj.weight"},
+    {"attn.wq_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn.wkv.weight", "self_attn.kv_proj.weight"},
+    {"attn.wo_a.weight", "self_attn.o_a_proj.weight"},
+    {"attn.wo_b.weight", "self_attn.o_b_proj.weight"},
+    {"attn.compressor.ape", "self_attn.compressor.position_bias"},
+    {"attn.compressor.norm.weight", "self_attn.compressor.kv_norm.weight"},
+    {"attn.compressor.wkv.weight", "self_attn.compressor.kv_proj.weight"},
+    {"attn.compressor.wgate.weight", "self_attn.compressor.gate_proj.weight"},
+    {"attn.indexer.compressor.ape", "self_attn.compressor.indexer.position_bias"},
+    {"attn.indexer.compressor.norm.weight", "self_attn.compressor.indexer.kv_norm.weight"},
+    {"attn.indexer.compressor.wkv.weight", "self_attn.compressor.indexer.kv_proj.weight"},
+    {"attn.indexer.compressor.wgate.weight", "self_attn.compressor.indexer.gate_proj.weight"},
+    {"attn.indexer.wq_b.weight", "self_attn.compressor.indexer.q_b_proj.weight"},
+    {"attn.indexer.weights_proj.weight", "self_attn.compressor.indexer.scorer.weights_proj.weight"},
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn.gate.weight", "mlp.gate.weight"},
+    {"ffn.gate.bias", "mlp.gate.e_score_correction_bias"},
+    {"ffn.gate.tid2eid", "mlp.gate.tid2eid"},
+    {"ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+    {"ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
+    {"hc_attn_fn", "attn_hc.fn"},
+    {"hc_attn_base", "attn_hc.base"},
+    {"hc_attn_scale", "attn_hc.scale"},
+    {"hc_ffn_fn", "ffn_hc.fn"},
+    {"hc_ffn_base", "ffn_hc.base"},
+    {"hc_ffn_scale", "ffn_hc.scale"},
+};
+
+typedef struct hf_rename {
+    int renamed, unmapped;
+    const char *drop; /* a transformers name left out, or NULL */
+} hf_rename;
+
+/* A block tensor's transformers name from its save_pretrained name; 0 when the map lacks it. */
+static int hf_block_name(const char *rest, int L, char *name, size_t n)
+{
+    static const char *const proj[4] = {NULL, "gate_proj", "down_proj", "up_proj"}; /* w1, w2, w3 */
+    int e, w, used = 0;
+    if (sscanf(rest, "ffn.experts.%d.w%d.weight%n", &e, &w, &used) == 2 && rest[used] == '\0' && w >= 1 && w <= 3) {
+        snprintf(name, n, "model.layers.%d.mlp.experts.%d.%s.weight", L, e, proj[w]);
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof HF_NAMES / sizeof HF_NAMES[0]; i++)
+        if (strcmp(rest, HF_NAMES[i][0]) == 0) {
+            snprintf(name, n, "model.layers.%d.%s", L, HF_NAMES[i][1]);
+            return 1;
+        }
+    return 0;
+}
+
+static int to_hf(void *user, char *name, size_t n, const nnt_tensor *in, nnt_tensor *out, int *owned)
+{
+    hf_rename *c = user;
+    (void)in, (void)out, (void)owned;
+    int L, used = 0;
+    char from[256];
+    snprintf(from, sizeof from, "%s", name);
+    if (sscanf(from, "model.layers.%d.%n", &L, &used) == 1 && used > 0) {
+        if (!hf_block_name(from + used, L, name, n)) c->unmapped++;
+    } else if (strcmp(from, "head.weight") == 0) {
+        snprintf(name, n, "lm_head.weight");
+    } else {
+        return c->drop ? strcmp(name, c->drop) != 0 : 1; /* embed_tokens, norm, hc_head: transformers' already */
+    }
+    c->renamed++;
+    return c->drop ? strcmp(name, c->drop) != 0 : 1;
+}
+
+/* A scratch copy of fp32/ under transformers' names, less `drop`. */
+static const char *hf_checkpoint(const char *dir_name, const char *drop, char *dir, size_t n)
+{
+    char src[700], dst[700], fx[512];
+    t_checkpoint_dir(dir_name, "deepseek_v4/fp32", dir, n);
+    snprintf(src, sizeof src, "%s/model.safetensors", t_fixture("deepseek_v4/fp32", fx, sizeof fx));
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    hf_rename c = {.drop = drop};
+    CU_ASSERT_EQUAL_FATAL(t_rewrite_weights(src, dst, to_hf, &c, 0, NULL, NULL), 0);
+    CU_ASSERT_EQUAL(c.unmapped, 0);
+    CU_ASSERT(c.renamed > 100); /* 5 blocks of some 30 tensors and their 8 experts' 24 */
+    return dir;
+}
+
+static void test_transformers_names(void)
+{
+    char dir[600];
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, hf_checkpoint("dv4_hf_names", NULL, dir, sizeof dir), &m));
+    CU_ASSERT_FATAL(m != NULL);
+    t_ref r;
+    open_ref(&r, rt, "deepseek_v4/fp32", 13);
+    nnt_trace *t = t_run_reference(rt, m, &r);
+    CU_ASSERT(t_check_reference(&r, t) >= 10);
+    nnt_trace_free(t);
+    check_selection(rt, m, &r);
+    nnt_model_free(m);
+    /* a tensor missing under every spelling: the message names the block, the module and each */
+    m = NULL;
+    T_FAILS(rt, nnt_model_load(rt, hf_checkpoint("dv4_hf_no_kv_norm", "model.layers.1.self_attn.kv_norm.weight", dir,
+                                                 sizeof dir),
+                               &m),
+            NNT_ERR_NOT_FOUND,
+            "block 1 lacks a tensor of self_attn.kv_norm: the checkpoint holds none of 'layers.1.attn.kv_norm.weight', "
+            "'model.layers.1.attn.kv_norm.weight', 'model.layers.1.attn.norm.weight', "
+            "'model.layers.1.self_attn.kv_norm.weight'");
+    CU_ASSERT_PTR_NULL(m);
+    nnt_runtime_close(rt);
+}
+
 /* ---- precision = bf16 ----
  * bf16/ holds fp32/'s weights as transformers' bfloat16 model holds them (rounded to bfloat16; what
  * transformers keeps in float32 unchanged: the hyper-connection parameters, every norm's gain, the
@@ -487,6 +608,8 @@ int register_tests(void)
         !CU_add_test(s, "the SwiGLU clamp is active in the fixture", test_clamp_active) ||
         !CU_add_test(s, "hash routing ignores the hidden state; ablation", test_hash_routing) ||
         !CU_add_test(s, "refused inputs and unserved values", test_refusals) ||
+        !CU_add_test(s, "transformers' module names load the same model; a missing tensor names its spellings",
+                     test_transformers_names) ||
         !CU_add_test(s, "bf16 weights: the default precision matches transformers' float32 run",
                      test_bf16_weights_values) ||
         !CU_add_test(s, "precision = bf16 is as close to transformers-bf16 as transformers-bf16 is to fp32",

@@ -120,6 +120,8 @@ static nnt_status check_row(const nnt_core_api *core, const fam_arch *a, int i, 
         return bad_row(core, err, a, i, "module %d hosts no values (self_attn, linear_attn or mlp expected)", r->module);
     if (r->block && (r->when || r->unless || r->module || r->depth == 0))
         return bad_row(core, err, a, i, "the block row takes no traits or module and sits below the root");
+    if ((r->alt_cls != NULL) != (r->alt_when != 0))
+        return bad_row(core, err, a, i, "an alternative class and the traits that select it go together");
     nnt_status st = check_detail(core, a, i, err);
     int ended = 0;
     for (int k = 0; k < FAM_MODULE_TENSORS && st == NNT_OK; k++) {
@@ -311,10 +313,18 @@ typedef struct tree_walk {
     nnt_error *err;
 } tree_walk;
 
-static const char *standard_name(const fam_arch *a, const fam_module *r)
+/* The class row r shows on the block f describes: alt_cls where the block has alt_when, else cls
+ * (the root: describe's root_class, or NULL). */
+static const char *row_class(const fam_module *r, const fam_block_facts *f)
+{
+    if (r->alt_cls && has_traits(f->traits, r->alt_when, 0)) return r->alt_cls;
+    return r->cls ? r->cls : f->root_class;
+}
+
+static const char *standard_name(const fam_arch *a, const fam_module *r, const char *cls)
 {
     for (const nnt_rename_rule *q = a->renames; q && q->native; q++)
-        if (strcmp(q->native, r->native) == 0 && (!q->module_class || strcmp(q->module_class, r->cls) == 0))
+        if (strcmp(q->native, r->native) == 0 && (!q->module_class || strcmp(q->module_class, cls) == 0))
             return q->standard;
     return NULL;
 }
@@ -363,7 +373,7 @@ static int visit_tree(void *ctx, int i)
         tree_blocks(c, i);
         return c->st == NNT_OK ? WALK_SKIP : WALK_STOP;
     }
-    const char *cls = r->cls ? r->cls : c->f.root_class;
+    const char *cls = row_class(r, &c->f);
     if (!cls) {
         c->st = c->core->set_error(c->err, NNT_ERR_INTERNAL, "architecture table: the root has no class");
         return WALK_STOP;
@@ -371,7 +381,7 @@ static int visit_tree(void *ctx, int i)
     char d[256];
     int module = r->depth == 0 ? NNT_MODULE_MODEL : r->block ? NNT_MODULE_LAYER : r->module ? r->module : -1;
     int parent = r->depth ? c->parent[r->depth - 1] : -1;
-    int id = c->core->tree_node(c->tree, parent, r->native, standard_name(c->a, r), cls,
+    int id = c->core->tree_node(c->tree, parent, r->native, standard_name(c->a, r, cls), cls,
                                 detail_text(r, &c->f, d, sizeof d), module, c->layer);
     if (id < 0) {
         c->st = c->core->set_error(c->err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");

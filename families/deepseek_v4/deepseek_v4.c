@@ -16,8 +16,10 @@
  * lm_head. Sources: src/transformers/models/deepseek_v4/modeling_deepseek_v4.py; the release's
  * inference/model.py (deepseek-ai/DeepSeek-V4-Flash on the Hugging Face hub);
  * vllm/model_executor/models/deepseek_v4.py. Values: docs/plugin-guide.md. Weights under
- * transformers' names or the
- * release's native names (FP8 with E8M0 block scales, FP4 experts). */
+ * transformers' names or the release's native names (FP8 with E8M0 block scales, FP4 experts),
+ * declared once with the module tree in dv_arch.c (DV_ARCH), from which loading, `nnt print`
+ * and the planner's weight bytes are read; this file holds the configuration, the forward, the
+ * value shapes and the lifecycle. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +34,6 @@ static const char *const MLP_NAMES[] = {"hash_moe", "moe"};
 
 static const char *const ARCHS[] = {"DeepseekV4ForCausalLM", NULL};
 static const char *const TYPES[] = {"deepseek_v4", NULL};
-static const nnt_rename_rule RENAMES[] = {
-    {"attn", "self_attn", NULL},
-    {"ffn", "mlp", NULL},
-    {"gate", "router", NULL},
-    {NULL, NULL, NULL},
-};
 
 #define CK(x)                                                                                                          \
     do {                                                                                                               \
@@ -243,240 +239,25 @@ static nnt_status read_config(dv_model *m, const nnt_checkpoint *ck, int *kinds,
     return read_rope(m, ck, err);
 }
 
-/* Picks the spelling of one weight of block L the checkpoint uses: the release's native name
- * ("layers.L.attn.wq_a.weight"), the same under "model." (what transformers' save_pretrained
- * writes, where the attention's kv_norm is spelled plain "norm"), or transformers' module name. */
-static const char *pick(const dv_model *m, const nnt_checkpoint *ck, char *buf, size_t n, int L, const char *native,
-                        const char *hf)
+/* config.json into *m, and each block's kind and routing into m->l (calloc'ed [layers], what the
+ * architecture table's describe reads), for load and costs alike. On an error m->l and the
+ * rotary tables may be set: the caller frees them. Errors: read_config's, NNT_ERR_OUT_OF_MEMORY. */
+static nnt_status read_model(dv_model *m, const nnt_checkpoint *ck, nnt_error *err)
 {
     const nnt_core_api *h = m->env.core;
-    char nat[200];
-    snprintf(nat, sizeof nat, native, L);
-    snprintf(buf, n, "%s", nat);
-    if (h->has_tensor(ck, buf)) return buf;
-    snprintf(buf, n, "model.%s", nat);
-    if (h->has_tensor(ck, buf)) return buf;
-    const char *kv = strstr(nat, ".attn.kv_norm.");
-    if (kv) {
-        snprintf(buf, n, "model.%.*s.attn.norm.%s", (int)(kv - nat), nat, kv + strlen(".attn.kv_norm."));
-        if (h->has_tensor(ck, buf)) return buf;
+    int *kinds = calloc(4097, sizeof *kinds), *hash = calloc(4097, sizeof *hash);
+    nnt_status st = kinds && hash ? read_config(m, ck, kinds, hash, err) : h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (st == NNT_OK) {
+        m->l = calloc((size_t)m->layers, sizeof *m->l);
+        if (!m->l) st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
-    snprintf(buf, n, hf, L);
-    return buf;
-}
-
-static nnt_status bind_hc(const dv_model *m, const nnt_checkpoint *ck, int L, const char *native, const char *hf, int outs,
-                          hc_w *w, nnt_error *err)
-{
-    char a[192], b[200];
-    const char *parts[3] = {"fn", "base", "scale"};
-    const char *hfparts[3] = {"fn", "base", "scale"};
-    int64_t counts[3] = {(int64_t)outs * m->streams * m->hidden, outs, outs == m->streams ? 1 : 3};
-    float **hosts[3] = {&w->fn, &w->base, &w->scale};
-    nnt_tensor *ts[3] = {&w->fn_t, &w->base_t, &w->scale_t};
-    for (int i = 0; i < 3; i++) {
-        const char *name = a;
-        snprintf(a, sizeof a, native, L, parts[i]);
-        if (!m->env.core->has_tensor(ck, a)) { /* save_pretrained's spelling, then transformers' */
-            snprintf(b, sizeof b, "model.%s", a);
-            if (m->env.core->has_tensor(ck, b))
-                name = b;
-            else
-                snprintf(a, sizeof a, hf, L, hfparts[i]);
-        }
-        CK(fam_bind_vector(&m->env, ck, name, counts[i], hosts[i], ts[i], err));
+    for (int L = 0; st == NNT_OK && L < m->layers; L++) {
+        m->l[L].kind = kinds[L];
+        m->l[L].hash = hash[L];
     }
-    w->fn_t.ndim = 2;
-    w->fn_t.shape[0] = outs;
-    w->fn_t.shape[1] = (int64_t)m->streams * m->hidden;
-    return NNT_OK;
-}
-
-static nnt_status bind_comp(const dv_model *m, const nnt_checkpoint *ck, int L, int indexer, int rate, int overlap,
-                            comp_w *c, nnt_error *err)
-{
-    const fam_env *env = &m->env;
-    char n[224];
-    int D = indexer ? m->index_dim : m->head_dim, coff = overlap ? 2 : 1;
-    int64_t H = m->hidden, w2[2] = {(int64_t)coff * D, H}, n1[1] = {D};
-    const char *nat = indexer ? "layers.%d.attn.indexer.compressor." : "layers.%d.attn.compressor.";
-    const char *hf = indexer ? "model.layers.%d.self_attn.compressor.indexer." : "model.layers.%d.self_attn.compressor.";
-    char fn[128], fh[128];
-    c->rate = rate;
-    c->overlap = overlap;
-    c->dim = D;
-#define CW(field, natpart, hfpart, nd, shp)                                                                            \
-    do {                                                                                                               \
-        snprintf(fn, sizeof fn, "%s%s", nat, natpart);                                                                 \
-        snprintf(fh, sizeof fh, "%s%s", hf, hfpart);                                                                   \
-        CK(fam_weight(env, ck, pick(m, ck, n, sizeof n, L, fn, fh), nd, shp, &c->field, err));                        \
-    } while (0)
-    CW(wkv, "wkv.weight", "kv_proj.weight", 2, w2);
-    CW(wgate, "wgate.weight", "gate_proj.weight", 2, w2);
-    CW(norm, "norm.weight", "kv_norm.weight", 1, n1);
-#undef CW
-    snprintf(fn, sizeof fn, "%sape", nat);
-    snprintf(fh, sizeof fh, "%sposition_bias", hf);
-    CK(fam_bind_vector(&m->env, ck, pick(m, ck, n, sizeof n, L, fn, fh), (int64_t)rate * coff * D, &c->ape, &c->ape_t, err));
-    c->ape_t.ndim = 2;
-    c->ape_t.shape[0] = rate;
-    c->ape_t.shape[1] = (int64_t)coff * D;
-    return NNT_OK;
-}
-
-/* Each block's tensors as tables, in the manner of llama.cpp's llama-arch.cpp: the member of
- * dv_layer a tensor binds to, its name in the release (native, under "layers.%d.") and in
- * transformers (hf), both printf patterns taking the block, and its shape as indices into the
- * sizes bind_layer fills: H hidden, D head_dim, QL q_lora_rank, QB heads * D, OA o_groups *
- * o_lora_rank, OA_IN heads * D / o_groups, IQ index heads * index head_dim, IH index heads,
- * E routed experts, I an expert's width. pick() chooses the spelling the checkpoint uses. */
-typedef struct dv_name {
-    size_t field;
-    const char *native, *hf;
-    int ndim;
-    int size[2];
-} dv_name;
-enum { DV_H, DV_D, DV_QL, DV_QB, DV_OA, DV_OA_IN, DV_IQ, DV_IH, DV_E, DV_I, DV_SIZES };
-static const dv_name DV_ATTN_NAMES[] = {
-    {offsetof(dv_layer, attn_norm), "layers.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", 1, {DV_H}},
-    {offsetof(dv_layer, ffn_norm), "layers.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", 1, {DV_H}},
-    {offsetof(dv_layer, wq_a), "layers.%d.attn.wq_a.weight", "model.layers.%d.self_attn.q_a_proj.weight", 2, {DV_QL, DV_H}},
-    {offsetof(dv_layer, q_norm), "layers.%d.attn.q_norm.weight", "model.layers.%d.self_attn.q_a_norm.weight", 1, {DV_QL}},
-    {offsetof(dv_layer, wq_b), "layers.%d.attn.wq_b.weight", "model.layers.%d.self_attn.q_b_proj.weight", 2, {DV_QB, DV_QL}},
-    {offsetof(dv_layer, wkv), "layers.%d.attn.wkv.weight", "model.layers.%d.self_attn.kv_proj.weight", 2, {DV_D, DV_H}},
-    {offsetof(dv_layer, kv_norm), "layers.%d.attn.kv_norm.weight", "model.layers.%d.self_attn.kv_norm.weight", 1, {DV_D}},
-    {offsetof(dv_layer, wo_a), "layers.%d.attn.wo_a.weight", "model.layers.%d.self_attn.o_a_proj.weight", 2, {DV_OA, DV_OA_IN}},
-    {offsetof(dv_layer, wo_b), "layers.%d.attn.wo_b.weight", "model.layers.%d.self_attn.o_b_proj.weight", 2, {DV_H, DV_OA}},
-};
-static const dv_name DV_INDEXER_NAMES[] = {
-    {offsetof(dv_layer, iq_b), "layers.%d.attn.indexer.wq_b.weight",
-     "model.layers.%d.self_attn.compressor.indexer.q_b_proj.weight", 2, {DV_IQ, DV_QL}},
-    {offsetof(dv_layer, iweights), "layers.%d.attn.indexer.weights_proj.weight",
-     "model.layers.%d.self_attn.compressor.indexer.scorer.weights_proj.weight", 2, {DV_IH, DV_H}},
-};
-static const dv_name DV_ROUTER_NAMES[] = {
-    {offsetof(dv_layer, moe.router), "layers.%d.ffn.gate.weight", "model.layers.%d.mlp.gate.weight", 2, {DV_E, DV_H}},
-};
-static const dv_name DV_SHARED_NAMES[] = {
-    {offsetof(dv_layer, moe.shared.gate), "layers.%d.ffn.shared_experts.w1.weight",
-     "model.layers.%d.mlp.shared_experts.gate_proj.weight", 2, {DV_I, DV_H}},
-    {offsetof(dv_layer, moe.shared.up), "layers.%d.ffn.shared_experts.w3.weight",
-     "model.layers.%d.mlp.shared_experts.up_proj.weight", 2, {DV_I, DV_H}},
-    {offsetof(dv_layer, moe.shared.down), "layers.%d.ffn.shared_experts.w2.weight",
-     "model.layers.%d.mlp.shared_experts.down_proj.weight", 2, {DV_H, DV_I}},
-};
-
-/* Binds rows names[0..n) of block L into *ly under the spelling pick() finds, each of shape
- * sizes[size[0]], ... Errors: as fam_weight. */
-static nnt_status bind_names(const dv_model *m, const nnt_checkpoint *ck, int L, const dv_name *names, int n,
-                             const int64_t *sizes, dv_layer *ly, nnt_error *err)
-{
-    char buf[224];
-    for (int i = 0; i < n; i++) {
-        int64_t shape[2];
-        for (int d = 0; d < names[i].ndim; d++) shape[d] = sizes[names[i].size[d]];
-        CK(fam_weight(&m->env, ck, pick(m, ck, buf, sizeof buf, L, names[i].native, names[i].hf), names[i].ndim, shape,
-                      (nnt_tensor *)((char *)ly + names[i].field), err));
-    }
-    return NNT_OK;
-}
-
-static nnt_status bind_layer(dv_model *m, const nnt_checkpoint *ck, int L, int kind, int hash, nnt_error *err)
-{
-    const fam_env *env = &m->env;
-    const nnt_core_api *h = env->core;
-    dv_layer *ly = &m->l[L];
-    ly->kind = kind;
-    ly->hash = hash;
-    int64_t H = m->hidden, D = m->head_dim, Q = m->q_lora, Hh = m->heads, G = m->o_groups, OL = m->o_lora;
-    char n[224];
-    int64_t E = m->experts, I = m->moe_inter, K = m->top_k;
-    const int64_t sizes[DV_SIZES] = {[DV_H] = H,
-                                     [DV_D] = D,
-                                     [DV_QL] = Q,
-                                     [DV_QB] = Hh * D,
-                                     [DV_OA] = G * OL,
-                                     [DV_OA_IN] = Hh * D / G,
-                                     [DV_IQ] = (int64_t)m->index_heads * m->index_dim,
-                                     [DV_IH] = m->index_heads,
-                                     [DV_E] = E,
-                                     [DV_I] = I};
-    CK(bind_names(m, ck, L, DV_ATTN_NAMES, (int)(sizeof DV_ATTN_NAMES / sizeof DV_ATTN_NAMES[0]), sizes, ly, err));
-    nnt_tensor tmp;
-    CK(fam_vector_f32(env, ck, pick(m, ck, n, sizeof n, L, "layers.%d.attn.attn_sink", "model.layers.%d.self_attn.sinks"), Hh,
-                      &ly->sinks, err));
-    (void)tmp;
-    int outs = (2 + m->streams) * m->streams;
-    CK(bind_hc(m, ck, L, "layers.%d.hc_attn_%s", "model.layers.%d.attn_hc.%s", outs, &ly->hc_attn, err));
-    CK(bind_hc(m, ck, L, "layers.%d.hc_ffn_%s", "model.layers.%d.ffn_hc.%s", outs, &ly->hc_ffn, err));
-    if (kind != SLIDING) CK(bind_comp(m, ck, L, 0, m->rate[kind], kind == CSA, &ly->comp, err));
-    if (kind == CSA) {
-        CK(bind_comp(m, ck, L, 1, m->rate[CSA], 1, &ly->icomp, err));
-        CK(bind_names(m, ck, L, DV_INDEXER_NAMES, (int)(sizeof DV_INDEXER_NAMES / sizeof DV_INDEXER_NAMES[0]), sizes, ly,
-                      err));
-    }
-    /* the mixture */
-    CK(bind_names(m, ck, L, DV_ROUTER_NAMES, (int)(sizeof DV_ROUTER_NAMES / sizeof DV_ROUTER_NAMES[0]), sizes, ly, err));
-    if (hash) {
-        const char *tn = pick(m, ck, n, sizeof n, L, "layers.%d.ffn.gate.tid2eid", "model.layers.%d.mlp.gate.tid2eid");
-        int64_t ts[2] = {m->vocab, K};
-        nnt_tensor t;
-        CK(h->tensor(ck, tn, 2, ts, &t, err));
-        if (t.dtype != NNT_I64 && t.dtype != NNT_I32)
-            return h->set_error(err, NNT_ERR_SHAPE, "%s: '%s' has dtype %s; the hash table must hold integers", h->cfg_path(ck),
-                                tn, t.dtype == NNT_F32 ? "F32" : "a float type");
-        ly->tid2eid = malloc((size_t)(m->vocab * K) * sizeof(int32_t));
-        if (!ly->tid2eid) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-        for (int64_t i = 0; i < m->vocab * K; i++) {
-            int64_t e = t.dtype == NNT_I64 ? ((const int64_t *)t.data)[i] : ((const int32_t *)t.data)[i];
-            if (e < 0 || e >= E)
-                return h->set_error(err, NNT_ERR_SHAPE, "%s: '%s' routes token %lld to expert %lld; experts are 0..%lld",
-                                    h->cfg_path(ck), tn, (long long)(i / K), (long long)e, (long long)(E - 1));
-            ly->tid2eid[i] = (int32_t)e;
-        }
-        ly->moe.tid2eid = ly->tid2eid;
-        ly->moe.vocab = m->vocab;
-    } else {
-        const char *bn = pick(m, ck, n, sizeof n, L, "layers.%d.ffn.gate.bias", "model.layers.%d.mlp.gate.e_score_correction_bias");
-        if (h->has_tensor(ck, bn)) CK(fam_bind_vector(&m->env, ck, bn, E, &ly->bias_host, &ly->moe.bias, err));
-    }
-    static const fam_expert_names spellings[] = {
-        {.gate = "layers.%d.ffn.experts.%d.w1.weight",
-         .up = "layers.%d.ffn.experts.%d.w3.weight",
-         .down = "layers.%d.ffn.experts.%d.w2.weight"},
-        {.gate = "model.layers.%d.ffn.experts.%d.w1.weight",
-         .up = "model.layers.%d.ffn.experts.%d.w3.weight",
-         .down = "model.layers.%d.ffn.experts.%d.w2.weight"},
-        {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-         .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
-         .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"},
-    };
-    ly->moe.experts = m->expert_pool + (size_t)L * m->experts;
-    CK(fam_bind_experts(env, ck, L, E, I, H, "model.layers.%d.mlp.experts.gate_up_proj", "model.layers.%d.mlp.experts.down_proj",
-                        spellings, 3, ly->moe.experts, err));
-    if (m->shared) {
-        CK(bind_names(m, ck, L, DV_SHARED_NAMES, (int)(sizeof DV_SHARED_NAMES / sizeof DV_SHARED_NAMES[0]), sizes, ly, err));
-        ly->moe.has_shared = 1;
-    }
-    ly->moe.num_experts = m->experts;
-    ly->moe.top_k = m->top_k;
-    ly->moe.intermediate = m->moe_inter;
-    ly->moe.swiglu_limit = (float)m->limit; /* routed and shared experts alike */
-    /* transformers' DeepSeek-V4 router scores in the model's dtype (modeling_deepseek_v4.py,
-     * DeepseekV4TopKRouter and DeepseekV4HashRouter) */
-    ly->moe.route_bf16 = 1;
-    ly->moe.route = (nnt_route_params){
-        .struct_size = sizeof(nnt_route_params),
-        .score_fn = m->score_fn,
-        .top_k = m->top_k,
-        .n_group = 1,
-        .topk_group = 1,
-        .renormalize = m->norm_topk,
-        .renorm_eps = 1e-20f,
-        .scaling_factor = (float)m->scaling,
-        .indices_given = 0,
-    };
-    return NNT_OK;
+    free(kinds);
+    free(hash);
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -881,7 +662,6 @@ static void dv_unload(void *model)
     if (m->l)
         for (int L = 0; L < m->layers; L++) free(m->l[L].tid2eid);
     free(m->l);
-    free(m->expert_pool);
     free(m->inv_freq[0]);
     free(m->inv_freq[1]);
     free(m);
@@ -895,59 +675,14 @@ static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
     /* in bfloat16, transformers' DeepSeek-V4 multiplies its float32 norm gains and its rotation
      * in float32 and casts once (modeling_deepseek_v4.py, DeepseekV4RMSNorm, apply_rotary_pos_emb) */
     m->env.bf16_style = NNT_TENSOR_BF16_ONCE;
-    const nnt_checkpoint *ck = args->ckpt;
-    int *kinds = calloc(4097, sizeof *kinds), *hash = calloc(4097, sizeof *hash);
-    nnt_status st = kinds && hash ? read_config(m, ck, kinds, hash, err) : args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    nnt_status st = read_model(m, args->ckpt, err);
+    /* a stage's load binds its blocks only (another stage's keep their kind: the tree and the
+     * value shapes read it), and the readout parts that stage holds */
     if (st == NNT_OK) {
-        m->l = calloc((size_t)m->layers, sizeof *m->l);
-        m->expert_pool = calloc((size_t)m->layers * (size_t)m->experts, sizeof *m->expert_pool);
-        if (!m->l || !m->expert_pool) st = args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        fam_load_blocks(args, m->layers, &m->first_block, &m->end_block);
+        st = dv_bind_readout(m, args, err);
     }
-    char n[128];
-    /* a stage's load binds its blocks only: the embedding on the first stage (and on the last
-     * when it serves as lm_head), the readout and the hyper-connection head on the last */
-    int first = 0, end = 0;
-    if (st == NNT_OK) fam_load_blocks(args, m->layers, &first, &end);
-    m->first_block = first;
-    m->end_block = end;
-    if (st == NNT_OK) {
-        int64_t es[2] = {m->vocab, m->hidden}, hs[1] = {m->hidden};
-        const char *e = args->core->has_tensor(ck, "embed.weight") ? "embed.weight" : "model.embed_tokens.weight";
-        const char *hd = args->core->has_tensor(ck, "head.weight") ? "head.weight" : "lm_head.weight";
-        int readout = end == m->layers, lm_is_embed = m->tied && !args->core->has_tensor(ck, hd);
-        if (first == 0 || (readout && lm_is_embed)) st = fam_weight(&m->env, ck, e, 2, es, &m->embed, err);
-        if (st == NNT_OK && readout)
-            st = fam_weight(&m->env, ck, args->core->has_tensor(ck, "norm.weight") ? "norm.weight" : "model.norm.weight", 1, hs,
-                            &m->final_norm, err);
-        if (st == NNT_OK && readout) {
-            if (lm_is_embed)
-                m->lm_head = m->embed;
-            else
-                st = fam_weight(&m->env, ck, hd, 2, es, &m->lm_head, err);
-        }
-        if (st == NNT_OK && readout) {
-            int native = args->core->has_tensor(ck, "hc_head_fn");
-            const char *parts[3][2] = {{"hc_head_fn", "model.hc_head.hc_fn"}, {"hc_head_base", "model.hc_head.hc_base"},
-                                       {"hc_head_scale", "model.hc_head.hc_scale"}};
-            int64_t counts[3] = {(int64_t)m->streams * m->streams * m->hidden, m->streams, 1};
-            float **hosts[3] = {&m->hc_head.fn, &m->hc_head.base, &m->hc_head.scale};
-            nnt_tensor *ts[3] = {&m->hc_head.fn_t, &m->hc_head.base_t, &m->hc_head.scale_t};
-            for (int i = 0; i < 3 && st == NNT_OK; i++) {
-                snprintf(n, sizeof n, "%s", parts[i][native ? 0 : 1]);
-                st = fam_bind_vector(&m->env, ck, n, counts[i], hosts[i], ts[i], err);
-            }
-        }
-    }
-    for (int L = 0; st == NNT_OK && L < m->layers; L++) {
-        if (L >= first && L < end) {
-            st = bind_layer(m, ck, L, kinds[L], hash[L], err);
-        } else { /* another stage's block: its kind only (the tree and the value shapes read it) */
-            m->l[L].kind = kinds[L];
-            m->l[L].hash = hash[L];
-        }
-    }
-    free(kinds);
-    free(hash);
+    for (int L = m->first_block; st == NNT_OK && L < m->end_block; L++) st = dv_bind_block(m, args->ckpt, L, err);
     if (st != NNT_OK) {
         dv_unload(m);
         return st;
@@ -987,7 +722,8 @@ static nnt_status dv_value_info(const void *model, int layer, nnt_value_id id, c
     const dv_layer *ly = layer >= 0 ? &m->l[layer] : NULL;
     int64_t C = ly && ly->kind != SLIDING && d ? (d->past + d->seq) / m->rate[ly->kind] : 0;
     /* a continued call sees the window's last window - 1 cached keys, then its own tokens */
-    int64_t S = d ? fam_kv_cached_len(m->window > 1 ? m->window - 1 : 1, d) + C : 0;
+    int64_t S = d ? fam_kv_cached_len(dv_window_keep(m), d) + C : 0;
+    if (fam_arch_value_info(&DV_ARCH, m, layer, id, out)) return NNT_OK; /* linear_attn: no such module */
     switch (id) {
     case NNT_VALUE_LOGITS:
     case NNT_VALUE_LM_HEAD_OUTPUT: fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)m->vocab)); return NNT_OK;
@@ -1036,141 +772,39 @@ static nnt_status dv_value_info(const void *model, int layer, nnt_value_id id, c
         fam_unserved(out, "every DeepSeek-V4 MLP is a mixture: each routed expert's activations exist only for its tokens "
                           "and the shared expert's are not the block's, so no single [batch seq intermediate_size] tensor exists");
         return NNT_OK;
-    default:
-        fam_off_page(out, "DeepSeek-V4 mixes tokens with softmax attention (self_attn) on every block; it has no "
-                          "linear-attention mixer or recurrent state");
-        return NNT_OK;
+    default: fam_unserved(out, "not a DeepSeek-V4 value"); return NNT_OK;
     }
 }
 
+/* `nnt print`'s module tree, from DV_ARCH. */
 static nnt_status dv_build_tree(const void *model, nnt_tree *tree, nnt_error *err)
 {
     const dv_model *m = model;
-    const nnt_core_api *h = m->env.core;
-    char d[200];
-    int64_t H = m->hidden, D = m->head_dim, Q = m->q_lora, Hh = m->heads, G = m->o_groups, OL = m->o_lora, I = m->moe_inter;
-    int root = h->tree_node(tree, -1, "model", NULL, "DeepseekV4ForCausalLM", NULL, NNT_MODULE_MODEL, -1);
-    if (root < 0) return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    h->tree_node(tree, root, "lm_head", NULL, "Linear", fam_linear_detail(d, sizeof d, H, m->vocab), -1, -1);
-    snprintf(d, sizeof d, "%d, %d", m->vocab, m->hidden);
-    h->tree_node(tree, root, "embed_tokens", NULL, "Embedding", d, -1, -1);
-    int layers = h->tree_node(tree, root, "layers", NULL, "ModuleList", NULL, -1, -1);
-    for (int L = 0; L < m->layers; L++) {
-        const dv_layer *ly = &m->l[L];
-        int lay = h->tree_node(tree, layers, "layers", NULL, "DeepseekV4DecoderLayer", NULL, NNT_MODULE_LAYER, L);
-        int at = h->tree_node(tree, lay, "self_attn", NULL, "DeepseekV4Attention", NULL, NNT_MODULE_SELF_ATTN, L);
-        h->tree_node(tree, at, "q_a_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, Q), -1, L);
-        h->tree_node(tree, at, "q_a_norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, Q, m->eps), -1, L);
-        h->tree_node(tree, at, "q_b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, Hh * D), -1, L);
-        h->tree_node(tree, at, "q_b_norm", NULL, "DeepseekV4UnweightedRMSNorm", NULL, -1, L);
-        h->tree_node(tree, at, "kv_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, D), -1, L);
-        h->tree_node(tree, at, "kv_norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, D, m->eps), -1, L);
-        h->tree_node(tree, at, "o_a_proj", NULL, "DeepseekV4GroupedLinear", fam_linear_detail(d, sizeof d, Hh * D / G, G * OL), -1, L);
-        h->tree_node(tree, at, "o_b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, G * OL, H), -1, L);
-        if (ly->kind != SLIDING) {
-            int coff = ly->kind == CSA ? 2 : 1;
-            int cp = h->tree_node(tree, at, "compressor", NULL, ly->kind == CSA ? "DeepseekV4CSACompressor" : "DeepseekV4HCACompressor",
-                                  NULL, -1, L);
-            h->tree_node(tree, cp, "kv_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, coff * D), -1, L);
-            h->tree_node(tree, cp, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, coff * D), -1, L);
-            h->tree_node(tree, cp, "kv_norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, D, m->eps), -1, L);
-            h->tree_node(tree, cp, "rotary_emb", NULL, "DeepseekV4RotaryEmbedding", NULL, -1, L);
-            if (ly->kind == CSA) {
-                int64_t dI = m->index_dim, nI = m->index_heads;
-                int ix = h->tree_node(tree, cp, "indexer", NULL, "DeepseekV4Indexer", NULL, -1, L);
-                h->tree_node(tree, ix, "kv_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, 2 * dI), -1, L);
-                h->tree_node(tree, ix, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, 2 * dI), -1, L);
-                h->tree_node(tree, ix, "kv_norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, dI, m->eps), -1, L);
-                h->tree_node(tree, ix, "q_b_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, Q, nI * dI), -1, L);
-                h->tree_node(tree, ix, "rotary_emb", NULL, "DeepseekV4RotaryEmbedding", NULL, -1, L);
-                int sc = h->tree_node(tree, ix, "scorer", NULL, "DeepseekV4IndexerScorer", NULL, -1, L);
-                h->tree_node(tree, sc, "weights_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, nI), -1, L);
-            }
-        }
-        int mlp = h->tree_node(tree, lay, "mlp", NULL, "DeepseekV4SparseMoeBlock", NULL, NNT_MODULE_MLP, L);
-        int rt = h->tree_node(tree, mlp, "gate", "router", ly->hash ? "DeepseekV4HashRouter" : "DeepseekV4TopKRouter", NULL, -1, L);
-        h->tree_node(tree, rt, "score_fn", NULL, "SqrtSoftplusActivation", NULL, -1, L);
-        int ex = h->tree_node(tree, mlp, "experts", NULL, "DeepseekV4Experts", NULL, -1, L);
-        h->tree_node(tree, ex, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
-        if (m->shared) {
-            int sh = h->tree_node(tree, mlp, "shared_experts", NULL, "DeepseekV4MLP", NULL, -1, L);
-            h->tree_node(tree, sh, "gate_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, I), -1, L);
-            h->tree_node(tree, sh, "up_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, H, I), -1, L);
-            h->tree_node(tree, sh, "down_proj", NULL, "Linear", fam_linear_detail(d, sizeof d, I, H), -1, L);
-            h->tree_node(tree, sh, "act_fn", NULL, "SiLUActivation", NULL, -1, L);
-        }
-        h->tree_node(tree, lay, "input_layernorm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, L);
-        h->tree_node(tree, lay, "post_attention_layernorm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, L);
-        int ah = h->tree_node(tree, lay, "attn_hc", NULL, "DeepseekV4HyperConnection", NULL, -1, L);
-        h->tree_node(tree, ah, "input_norm", NULL, "DeepseekV4UnweightedRMSNorm", NULL, -1, L);
-        int fh = h->tree_node(tree, lay, "ffn_hc", NULL, "DeepseekV4HyperConnection", NULL, -1, L);
-        if (h->tree_node(tree, fh, "input_norm", NULL, "DeepseekV4UnweightedRMSNorm", NULL, -1, L) < 0)
-            return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    }
-    int hh = h->tree_node(tree, root, "hc_head", NULL, "DeepseekV4HyperHead", NULL, -1, -1);
-    h->tree_node(tree, hh, "input_norm", NULL, "DeepseekV4UnweightedRMSNorm", NULL, -1, -1);
-    if (h->tree_node(tree, root, "norm", NULL, "DeepseekV4RMSNorm", fam_norm_detail(d, sizeof d, H, m->eps), -1, -1) < 0)
-        return h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the module tree");
-    return NNT_OK;
+    return fam_arch_tree(m->env.core, &DV_ARCH, m, m->layers, tree, err);
 }
 
-/* Block l's weight and cache bytes for the planner. Attention: wq_a, q_norm, wq_b, wkv, kv_norm,
- * the grouped output projections wo_a and wo_b, float32 sinks, two layer norms and the two
- * hyper-connections' float32 mixing (fn [(2 + n) n, n H], base, scale). A compressed block adds
- * its compressor (float32 ape [rate, coff x head_dim], wkv and wgate [coff x head_dim, H], norm;
- * coff 2 where windows overlap, on compressed sparse blocks) and, when compressed sparse, the
- * lightning indexer and its own compressor. The MLP: router as stored, the hash table
- * [vocab, top_k] (int64) or the float32 selection bias, the experts and the shared expert.
- * Caches (float32): the window's window - 1 keys and values of one head, and the compressors'
- * raw key/value and gate rows of every token. */
-static void dv_block_costs(const dv_model *m, const fam_encoding *e, nnt_cost_args *args, int l, int kind, int hashed)
-{
-    int64_t D = m->hidden, H = m->heads, hd = m->head_dim, QL = m->q_lora, G = m->o_groups, OL = m->o_lora;
-    int64_t n = m->streams, E = m->experts, MI = m->moe_inter, ID = m->index_dim, IH = m->index_heads;
-    int64_t B = args->batch, T = args->context, mix = (2 + n) * n;
-    uint64_t w = fam_cost_matrix(e, QL, D) + fam_cost_vector(e, QL) + fam_cost_matrix(e, H * hd, QL) +
-                 fam_cost_matrix(e, hd, D) + fam_cost_vector(e, hd) + fam_cost_matrix(e, G * OL, H * hd / G) +
-                 fam_cost_matrix(e, D, G * OL) + fam_cost_f32(H) + fam_cost_vector(e, 2 * D);
-    w += 2 * (fam_cost_f32(mix * n * D) + fam_cost_f32(mix) + fam_cost_f32(3));
-    uint64_t c = fam_cost_kv_cache(B, 1, hd, hd, m->window > 1 ? m->window - 1 : 1);
-    if (kind != SLIDING) {
-        int64_t r = m->rate[kind], coff = kind == CSA ? 2 : 1;
-        w += fam_cost_f32(r * coff * hd) + 2 * fam_cost_vector(e, coff * hd * D) + fam_cost_vector(e, hd);
-        c += 2 * fam_cost_f32(B * T * coff * hd);
-        if (kind == CSA) {
-            w += fam_cost_f32(r * 2 * ID) + 2 * fam_cost_vector(e, 2 * ID * D) + fam_cost_vector(e, ID) +
-                 fam_cost_vector(e, IH * D) + fam_cost_matrix(e, IH * ID, QL);
-            c += 2 * fam_cost_f32(B * T * 2 * ID);
-        }
-    }
-    w += fam_cost_vector(e, E * D) + (hashed ? (uint64_t)((int64_t)m->vocab * m->top_k) * 8 : fam_cost_f32(E)) +
-         fam_cost_experts(e, E, MI, D) + (m->shared ? fam_cost_mlp(e, MI * m->shared, D) : 0);
-    args->weight_bytes[l] = w;
-    args->cache_bytes[l] = c;
-}
-
-/* The planner's byte model (nnt_cost_args) from config.json alone, block by block; the last
- * stage also holds the hyper-connection head (hc_head_fn [n, n H], base [n], scale [1]). */
+/* The planner's byte model (nnt_cost_args) from config.json alone: the weights of every tensor
+ * DV_ARCH lists, as the checkpoint's encoding stores them (fam_arch_costs; the last stage's
+ * readout includes hc_head), and each block's generation cache (dv_cache_bytes: the window and
+ * its compressors' rows of every token). */
 static nnt_status dv_costs(nnt_cost_args *args, nnt_error *err)
 {
     dv_model m = {0};
     m.env.core = args->core;
     fam_encoding e;
-    int *kinds = calloc(4097, sizeof *kinds), *hash = calloc(4097, sizeof *hash);
-    nnt_status st = kinds && hash ? read_config(&m, args->ckpt, kinds, hash, err)
-                                  : args->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    free(m.inv_freq[0]); /* the rotary tables read_config makes, which costs do not need */
-    free(m.inv_freq[1]);
+    nnt_status st = read_model(&m, args->ckpt, err);
     if (st == NNT_OK) st = fam_cost_blocks(args, m.layers, err);
     if (st == NNT_OK) st = fam_cost_encoding(args, &e, err);
-    for (int l = 0; st == NNT_OK && l < args->n_blocks; l++) dv_block_costs(&m, &e, args, l, kinds[l], hash[l]);
-    if (st == NNT_OK) {
-        int64_t n = m.streams;
-        fam_cost_readout(args, &e, m.vocab, m.hidden, m.tied);
-        args->last_bytes += fam_cost_f32(n * n * m.hidden) + fam_cost_f32(n) + fam_cost_f32(1);
+    if (st == NNT_OK) st = fam_arch_costs(args, &DV_ARCH, &m, &e, err);
+    for (int l = 0; st == NNT_OK && l < args->n_blocks; l++) {
+        comp_w c, ic;
+        dv_comp_shape(&m, m.l[l].kind, 0, &c);
+        dv_comp_shape(&m, m.l[l].kind, 1, &ic);
+        args->cache_bytes[l] = dv_cache_bytes(&m, args->batch, args->context, dv_comp_width(&c), dv_comp_width(&ic));
     }
-    free(kinds);
-    free(hash);
+    free(m.l);
+    free(m.inv_freq[0]); /* the rotary tables read_config makes, which costs do not need */
+    free(m.inv_freq[1]);
     return st;
 }
 
@@ -1179,7 +813,7 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
                                       "DeepSeek-V4 (DeepseekV4ForCausalLM): hyper-connections, compressed sparse attention"),
     .architectures = ARCHS,
     .model_types = TYPES,
-    .renames = RENAMES,
+    .renames = DV_RENAMES,
     .load = dv_load,
     .unload = dv_unload,
     .info = dv_info,

@@ -1,9 +1,9 @@
 /* dv_cache.c - DeepSeek-V4's generation cache: per block, the sliding window's keys (window - 1
  * tokens, the query is the window's last) and the raw rows of each compressor for every position
- * so far. Compressed entries are rebuilt from those rows at each call, so an entry that closes
- * during generation is exactly the one a full forward would pool (as in the release's
- * inference/model.py, deepseek-ai/DeepSeek-V4-Flash: positions are absolute, a compressor fires
- * when its window fills). */
+ * so far, and the bytes it takes (the planner's cache costs). Compressed entries are rebuilt
+ * from those rows at each call, so an entry that closes during generation is exactly the one a
+ * full forward would pool (as in the release's inference/model.py, deepseek-ai/DeepSeek-V4-Flash:
+ * positions are absolute, a compressor fires when its window fills). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,17 +56,14 @@ nnt_status dv_cache_new(void *model, int batch, int capacity, void **cache, nnt_
     c->layers = m->layers;
     c->batch = batch;
     c->capacity = capacity;
-    int keep = m->window > 1 ? m->window - 1 : 1;
     nnt_status st = NNT_OK;
     for (int L = m->first_block; L < m->end_block && st == NNT_OK; L++) { /* a stage's blocks only */
         const dv_layer *ly = &m->l[L];
-        st = fam_kv_cache_init(&m->env, &c->l[L].win, batch, 1, m->head_dim, m->head_dim, keep, err);
+        st = fam_kv_cache_init(&m->env, &c->l[L].win, batch, 1, m->head_dim, m->head_dim, dv_window_keep(m), err);
         if (st == NNT_OK && ly->comp.rate)
-            st = comp_cache_init(&m->env, &c->l[L].comp, batch, capacity, (int64_t)(ly->comp.overlap ? 2 : 1) * ly->comp.dim,
-                                 err);
+            st = comp_cache_init(&m->env, &c->l[L].comp, batch, capacity, dv_comp_width(&ly->comp), err);
         if (st == NNT_OK && ly->icomp.rate)
-            st = comp_cache_init(&m->env, &c->l[L].icomp, batch, capacity,
-                                 (int64_t)(ly->icomp.overlap ? 2 : 1) * ly->icomp.dim, err);
+            st = comp_cache_init(&m->env, &c->l[L].icomp, batch, capacity, dv_comp_width(&ly->icomp), err);
     }
     if (st != NNT_OK) {
         dv_cache_free(m, c);
@@ -74,6 +71,12 @@ nnt_status dv_cache_new(void *model, int batch, int capacity, void **cache, nnt_
     }
     *cache = c;
     return NNT_OK;
+}
+
+uint64_t dv_cache_bytes(const dv_model *m, int64_t batch, int64_t capacity, int64_t comp_width, int64_t index_width)
+{
+    return fam_cost_kv_cache(batch, 1, m->head_dim, m->head_dim, dv_window_keep(m)) +
+           2 * fam_cost_f32(batch * capacity * comp_width) + 2 * fam_cost_f32(batch * capacity * index_width);
 }
 
 nnt_status dv_comp_rows(const fam_env *env, nnt_run *run, dv_comp_cache *c, int capacity, const nnt_tensor *kv,

@@ -682,6 +682,12 @@ typedef struct fam_module {
     int dims[NNT_MAX_DIMS]; /* FAM_DETAIL_TEXT's size indices */
     double eps;             /* FAM_DETAIL_NORM: an epsilon of the module's own; 0 for the block's */
     fam_tensor tensors[FAM_MODULE_TENSORS];
+    /* A class that depends on the block (e.g. a compressor whose class follows the attention kind,
+     * a router whose class says whether it hashes): on a block having every trait of alt_when the
+     * printout shows alt_cls instead of cls, and the renames are matched against it. NULL: cls on
+     * every block; alt_when must then be 0, and it must not be 0 when alt_cls is set. */
+    const char *alt_cls;
+    uint32_t alt_when;
 } fam_module;
 
 /* What the family's describe callback says of one block (or, for layer -1, of the model outside
@@ -716,7 +722,8 @@ nnt_module fam_value_module(nnt_value_id id);
 /* NNT_OK when the table is well formed: the root first and alone at depth 0, depths growing by
  * at most one, one block row below the root with no traits, classes and native names set, size
  * indices below n_sizes, tensors of 1..NNT_MAX_DIMS axes (a linear weight 2 or more, experts
- * 3), details whose first tensor they read. Else NNT_ERR_INTERNAL naming the row and the fault.
+ * 3), details whose first tensor they read, an alternative class with its traits (alt_cls and
+ * alt_when set together). Else NNT_ERR_INTERNAL naming the row and the fault.
  * fam_arch_bind, fam_arch_tree and fam_arch_costs check it first. */
 nnt_status fam_arch_check(const nnt_core_api *core, const fam_arch *a, nnt_error *err);
 /* Binds into `block` the tensors of block `layer` that its traits give it (every tensor of the
@@ -733,8 +740,9 @@ nnt_status fam_arch_bind(const fam_env *env, const fam_arch *a, const void *self
                          int layer, void *block, nnt_error *err);
 /* Builds the module tree of a model of `layers` blocks through core->tree_node, for the family's
  * `build_tree`: every row that exists (outside the blocks by describe(-1)'s traits, in block L by
- * describe(L)'s), the block row and its rows once per block with layer L, the standard name from
- * the renames, the detail as the row says. Errors: fam_arch_check's; NNT_ERR_INTERNAL when the
+ * describe(L)'s), the block row and its rows once per block with layer L, the class (alt_cls on
+ * a block having alt_when), the standard name from the renames for that class, the detail as
+ * the row says. Errors: fam_arch_check's; NNT_ERR_INTERNAL when the
  * root has no class; NNT_ERR_OUT_OF_MEMORY when tree_node fails. */
 nnt_status fam_arch_tree(const nnt_core_api *core, const fam_arch *a, const void *self, int layers, nnt_tree *tree,
                          nnt_error *err);
