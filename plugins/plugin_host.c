@@ -100,8 +100,13 @@ static const struct {
 #undef OP
 _Static_assert(sizeof OPS / sizeof OPS[0] == NNT_OP_COUNT, "OPS lists every nnt_op");
 _Static_assert(NNT_OP_COUNT <= 64, "ops_needed is one 64-bit set");
-_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, indexer_scores) + sizeof(void (*)(void)),
-               "indexer_scores is the table's last op; append new ones to OPS and nnt_op");
+_Static_assert(offsetof(nnt_backend_ops, linear_backward) == offsetof(nnt_backend_ops, indexer_scores) + sizeof(void (*)(void)),
+               "indexer_scores is the last nnt_op; append new forward ops to OPS and nnt_op");
+/* The backward entries (ABI 3.5) follow the forward ops; they are not nnt_op capabilities (a
+ * missing one is refused by name when a gradient needs it), and a table shorter than them
+ * reads them as NULL like any other entry past struct_size. */
+_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, copy_cols_backward) + sizeof(void (*)(void)),
+               "copy_cols_backward is the table's last entry");
 
 /* Op `op` of a table copied by check_backend (NULL when absent). */
 static const void *op_fn(const nnt_backend_ops *t, int op)

@@ -338,6 +338,109 @@ typedef struct nnt_backend_ops {
     nnt_status (*indexer_scores)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w,
                                  float scale, nnt_tensor *out, nnt_error *err);
 
+    /* ---- backward (optional; gradients) ----
+     * Vector-Jacobian products of the decoder ops (ABI 3.5), for a core that records a forward's
+     * op calls and replays them backwards. Each `<op>_backward` takes the forward's inputs as
+     * they were when the forward ran (and its output where said), the gradient of the forward's
+     * output(s), and ADDS the gradient of each activation input into that input's gradient:
+     * dx += dL/dx. A NULL gradient output means that gradient is not wanted (its work is
+     * skipped). Every gradient is F32, shaped as the tensor it is the gradient of, in the
+     * backend's memory; gradients may not alias the forward's tensors. Weights (linear's w,
+     * norm gains, sinks, router biases, tables) never get one. The bfloat16 flags
+     * (NNT_TENSOR_BF16_PRODUCTS / _VALUES / _ONCE / _SHIFTED) are ignored here: gradients are
+     * float32 throughout, the derivative of the float32 forward. Errors: NNT_ERR_SHAPE naming the
+     * tensors whose shapes disagree with the forward's, NNT_ERR_INVALID_ARGUMENT for indices
+     * out of range, NNT_ERR_UNSUPPORTED for an unreadable weight encoding.
+     * Not listed, needing none: embedding (its input is token ids, its table a weight); add,
+     * copy, fill, scale (the core accumulates gradients with `accumulate`). A backend that
+     * leaves these NULL cannot serve gradient requests; the core refuses them, naming the op. */
+    /* dx[M, K] += dy[M, N] . w[N, K]: the transpose of linear, w read in its stored encoding
+     * (every encoding linear reads) and decoded as it is read, never widened as a whole. */
+    nnt_status (*linear_backward)(void *ctx, const nnt_tensor *dy, const nnt_tensor *w, nnt_tensor *dx,
+                                  nnt_error *err);
+    /* rms_norm's: x[M, D] the forward's input, w[D] or NULL its gain, dy[M, D], dx[M, D]. With
+     * r = 1 / sqrt(mean(x^2) + eps) per row and u = w * dy:
+     * dx += r u - x r^3 mean(u x). Source: Zhang & Sennrich 2019 (RMSNorm), its gradient. */
+    nnt_status (*rms_norm_backward)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, float eps,
+                                    const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
+    /* y += factor * x elementwise (F32, same element count; y may not alias x): how the core
+     * sums the gradients a tensor receives from each of its readers. */
+    nnt_status (*accumulate)(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y, nnt_error *err);
+    /* dx[A, B, C, D] += dy[A, C, B, D] with axes 1 and 2 swapped back. */
+    nnt_status (*swap12_backward)(void *ctx, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
+    /* rope's, in place on dx[B, H, T, D], with rope's own arguments: REPLACES the gradient of
+     * the rotated output by the gradient of the input (rope works in place, so the two share
+     * the tensor): each rotated pair is turned by -angle and multiplied by mscale (the
+     * transpose of the rotation), every nnt_rope_style as rope; unrotated dims are unchanged. */
+    nnt_status (*rope_backward)(void *ctx, nnt_tensor *dx, const int32_t *pos, const float *inv_freq,
+                                int rot_start, int rot_dim, nnt_rope_style style, float mscale,
+                                nnt_error *err);
+    /* attn_scores': q[B, Hq, T, D], k[B, Hkv, S, D], scale and mask as the forward; ds[B, Hq, T,
+     * S]; dq += scale ds . k and dk += scale ds^T . q, query head h against key head
+     * h / (Hq / Hkv) (dk sums its group's heads). Entries the mask hides give nothing (their ds
+     * is not read). dq or dk may be NULL. */
+    nnt_status (*attn_scores_backward)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
+                                       const nnt_attn_mask *mask, const nnt_tensor *ds, nnt_tensor *dq,
+                                       nnt_tensor *dk, nnt_error *err);
+    /* softmax's, from its OUTPUT p[B, H, T, S]: ds += p * (dp - sum_s dp p), row by row (the
+     * softmax Jacobian diag(p) - p p^T applied to dp; e.g. Goodfellow et al. 2016, Deep
+     * Learning, 6.2.2.3). With sinks the sink column shares the normalisation, so p already
+     * holds it (a row sums to 1 - p_sink); the sink has no gradient output and its dp is 0,
+     * so the sum runs over the S kept columns and the formula is the same: `sinks` is taken
+     * for the forward's signature and not needed. Rows the forward made all zeros get 0. */
+    nnt_status (*softmax_backward)(void *ctx, const nnt_tensor *p, const float *sinks, const nnt_tensor *dp,
+                                   nnt_tensor *ds, nnt_error *err);
+    /* attn_mix's: p[B, Hq, T, S], v[B, Hkv, S, Dv], dout[B, T, Hq, Dv]; dp[B, Hq, T, S] +=
+     * dout . v^T, dv[B, Hkv, S, Dv] += p^T . dout summed over the query heads of each value
+     * head (h / (Hq / Hkv)). dp or dv may be NULL. */
+    nnt_status (*attn_mix_backward)(void *ctx, const nnt_tensor *p, const nnt_tensor *v, const nnt_tensor *dout,
+                                    nnt_tensor *dp, nnt_tensor *dv, nnt_error *err);
+    /* swiglu's, all [M, I]: gate, up, limit and act as the forward; dout the gradient of out.
+     * With gate: dgate += (dout clamp(up) + dact) silu'(min(gate, L)), dup += dout act, where
+     * dact (may be NULL) is the gradient the act OUTPUT received from its other readers (read,
+     * not written) and act (may be NULL) is not read (silu is recomputed from gate). Without
+     * gate (act was the forward's input): dact += dout clamp(up), dup += dout act; dgate is
+     * unused. Clamps as torch's clamp / clamp_max backward: the gradient passes where the input
+     * is inside or exactly at the bound (gate <= L; -L <= up <= L) and is 0 past it.
+     * silu'(x) = sigmoid(x) (1 + x (1 - sigmoid(x))). Source: Shazeer 2020. */
+    nnt_status (*swiglu_backward)(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, float limit,
+                                  const nnt_tensor *act, const nnt_tensor *dout, nnt_tensor *dgate,
+                                  nnt_tensor *dup, nnt_tensor *dact, nnt_error *err);
+    /* route's: logits[M, E], bias and p as the forward, idx[M, K] the forward's choice (I32),
+     * dw[M, K] the gradient of the weights; dlogits[M, E] += the gradient through the chosen
+     * experts' weights w_k = f s(idx_k) / (sum_j s(idx_j) + eps) (renormalised) or f s(idx_k),
+     * through the score function s (sigmoid, softmax over all E, sqrt-softplus as the forward
+     * computes them). The choice (bias, groups, top-k, or indices_given) has no gradient: bias
+     * only chooses, so it is not read. Repeated experts in idx are summed. Sources: as route. */
+    nnt_status (*route_backward)(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias,
+                                 const nnt_route_params *p, const nnt_tensor *idx, const nnt_tensor *dw,
+                                 nnt_tensor *dlogits, nnt_error *err);
+    /* gather_rows': dsrc[rows[i], :] += ddst[i, :] for i < n (rows repeat: their sums add);
+     * ddst [n, H], dsrc [M, H]; rows host memory. */
+    nnt_status (*gather_rows_backward)(void *ctx, const nnt_tensor *ddst, const int32_t *rows, int n,
+                                       nnt_tensor *dsrc, nnt_error *err);
+    /* scatter_add_rows': src [n, H] and rows, scale (host, NULL: 1.0) as the forward, ddst [M,
+     * H]; dsrc[i, :] += scale[i] ddst[rows[i], :]; dscale (F32 [n], backend memory, may be
+     * NULL) dscale[i] += src[i, :] . ddst[rows[i], :]. dsrc may be NULL. */
+    nnt_status (*scatter_add_rows_backward)(void *ctx, const nnt_tensor *src, const int32_t *rows,
+                                            const float *scale, int n, const nnt_tensor *ddst,
+                                            nnt_tensor *dsrc, nnt_tensor *dscale, nnt_error *err);
+    /* scatter_rows': as scatter_add_rows_backward, except that where rows repeat only the last
+     * write of a row survived the forward, so the earlier i get nothing. That the rows of dst
+     * the forward overwrote had their old gradient cut (ddst rows zeroed for the tensor dst was
+     * before the call) is the core's job, after this call. */
+    nnt_status (*scatter_rows_backward)(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale,
+                                        int n, const nnt_tensor *ddst, nnt_tensor *dsrc, nnt_tensor *dscale,
+                                        nnt_error *err);
+    /* sum_axis1's: dx[M, K, H] += dy[M, H] for every k. */
+    nnt_status (*sum_axis1_backward)(void *ctx, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
+    /* copy_cols': dsrc[m, src_col + j] += ddst[m, dst_col + j] for j < ncols, the column ranges
+     * of the forward's copy_cols(src, src_col, dst, dst_col, ncols). dsrc may be ddst only when
+     * the ranges do not overlap (else NNT_ERR_INVALID_ARGUMENT). As for scatter_rows, zeroing
+     * the overwritten columns of ddst afterwards is the core's job. */
+    nnt_status (*copy_cols_backward)(void *ctx, const nnt_tensor *ddst, int64_t dst_col, nnt_tensor *dsrc,
+                                     int64_t src_col, int64_t ncols, nnt_error *err);
+
 } nnt_backend_ops;
 
 /* The smallest op table the core accepts: struct_size and the required ops. */
