@@ -53,19 +53,6 @@ nnt_status cpu_rope(void *ctx, nnt_tensor *x, const int32_t *pos, const float *i
     return NNT_OK;
 }
 
-static int visible(const nnt_attn_mask *m, int64_t b, int64_t t, int64_t s, int64_t T, int64_t S)
-{
-    if (!m) return 1;
-    if (m->query_valid && !m->query_valid[b * T + t]) return 0;
-    if (m->key_valid && !m->key_valid[b * S + s]) return 0;
-    int32_t qp = m->q_pos ? m->q_pos[b * T + t] : (int32_t)t;
-    int32_t kp = m->k_pos ? m->k_pos[b * S + s] : (int32_t)s;
-    if (m->causal && kp > qp) return 0;
-    if (m->window > 0 && qp - kp >= m->window && !(m->key_no_window && m->key_no_window[s])) return 0;
-    if (m->allow && !m->allow[(b * T + t) * S + s]) return 0;
-    return 1;
-}
-
 /* q [B, Hq, T, D], k [B, Hkv, S, D] -> s [B, Hq, T, S] = scale * q . k^T, -inf where hidden */
 nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
                            const nnt_attn_mask *mask, nnt_tensor *s, nnt_error *err)
@@ -94,7 +81,7 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
                     for (int64_t t = 0; t < T; t++) {
                         float *row = sd + ((b * Hq + h) * T + t) * S;
                         for (int64_t j = 0; j < S; j++)
-                            row[j] = mask && !visible(mask, b, t, j, T, S) ? -INFINITY
+                            row[j] = mask && !cpu_visible(mask, b, t, j, T, S) ? -INFINITY
                                      : r16                                  ? cpu_r16(cpu_r16(row[j]) * scale)
                                                                             : row[j] * scale;
                     }
@@ -115,7 +102,7 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
                 for (int64_t t = 0; t < T; t++) {
                     float *row = sd + ((b * Hq + h) * T + t) * S;
                     for (int64_t j = 0; j < S; j++)
-                        row[j] = mask && !visible(mask, b, t, j, T, S) ? -INFINITY
+                        row[j] = mask && !cpu_visible(mask, b, t, j, T, S) ? -INFINITY
                                  : r16                                  ? cpu_r16(cpu_r16(row[j]) * scale)
                                                                         : row[j];
                 }
@@ -132,7 +119,7 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
                             (int)D, kh, (int)D, 0.0f, sh, (int)S);
                 for (int64_t t = 0; t < T; t++)
                     for (int64_t j = 0; j < S; j++) {
-                        if (mask && !visible(mask, b, t, j, T, S))
+                        if (mask && !cpu_visible(mask, b, t, j, T, S))
                             sh[t * S + j] = -INFINITY;
                         else if (r16)
                             sh[t * S + j] = cpu_r16(cpu_r16(sh[t * S + j]) * scale);
@@ -141,7 +128,7 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
             }
             for (int64_t t = 0; t < T; t++)
                 for (int64_t j = 0; j < S; j++) {
-                    if (!visible(mask, b, t, j, T, S)) {
+                    if (!cpu_visible(mask, b, t, j, T, S)) {
                         sh[t * S + j] = -INFINITY;
                         continue;
                     }

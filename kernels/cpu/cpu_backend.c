@@ -295,6 +295,21 @@ static const nnt_backend_ops cpu_ops = {
     .compress = cpu_compress,
     .indexer_scores = cpu_indexer_scores,
     .weight_bytes = cpu_weight_bytes,
+    .linear_backward = cpu_linear_backward,
+    .rms_norm_backward = cpu_rms_norm_backward,
+    .accumulate = cpu_accumulate,
+    .swap12_backward = cpu_swap12_backward,
+    .rope_backward = cpu_rope_backward,
+    .attn_scores_backward = cpu_attn_scores_backward,
+    .softmax_backward = cpu_softmax_backward,
+    .attn_mix_backward = cpu_attn_mix_backward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .route_backward = cpu_route_backward,
+    .gather_rows_backward = cpu_gather_rows_backward,
+    .scatter_add_rows_backward = cpu_scatter_add_rows_backward,
+    .scatter_rows_backward = cpu_scatter_rows_backward,
+    .sum_axis1_backward = cpu_sum_axis1_backward,
+    .copy_cols_backward = cpu_copy_cols_backward,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

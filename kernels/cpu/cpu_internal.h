@@ -47,6 +47,21 @@ static inline float cpu_r16(float f)
     return f;
 }
 
+/* 1 when key s is visible to query t of row b under mask m (NULL: all visible); T queries and S
+ * keys per row. The rules are nnt_attn_mask's. */
+static inline int cpu_visible(const nnt_attn_mask *m, int64_t b, int64_t t, int64_t s, int64_t T, int64_t S)
+{
+    if (!m) return 1;
+    if (m->query_valid && !m->query_valid[b * T + t]) return 0;
+    if (m->key_valid && !m->key_valid[b * S + s]) return 0;
+    int32_t qp = m->q_pos ? m->q_pos[b * T + t] : (int32_t)t;
+    int32_t kp = m->k_pos ? m->k_pos[b * S + s] : (int32_t)s;
+    if (m->causal && kp > qp) return 0;
+    if (m->window > 0 && qp - kp >= m->window && !(m->key_no_window && m->key_no_window[s])) return 0;
+    if (m->allow && !m->allow[(b * T + t) * S + s]) return 0;
+    return 1;
+}
+
 /* Rounds every element of t to bfloat16 when t is flagged (the ops whose rounding is only
  * that of their result). */
 void cpu_round_result(cpu_ctx *c, nnt_tensor *t);
@@ -134,5 +149,38 @@ nnt_status cpu_compress(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate,
                         int overlap, const int32_t *first, const int32_t *count, nnt_tensor *out, nnt_error *err);
 nnt_status cpu_indexer_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w, float scale,
                               nnt_tensor *out, nnt_error *err);
+
+/* cpu_backward.c: the backward ops of the dense and feed-forward kernels */
+nnt_status cpu_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor *w, nnt_tensor *dx, nnt_error *err);
+nnt_status cpu_rms_norm_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, float eps, const nnt_tensor *dy,
+                                 nnt_tensor *dx, nnt_error *err);
+nnt_status cpu_accumulate(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y, nnt_error *err);
+nnt_status cpu_swap12_backward(void *ctx, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
+nnt_status cpu_swiglu_backward(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, float limit,
+                               const nnt_tensor *act, const nnt_tensor *dout, nnt_tensor *dgate, nnt_tensor *dup,
+                               nnt_tensor *dact, nnt_error *err);
+nnt_status cpu_copy_cols_backward(void *ctx, const nnt_tensor *ddst, int64_t dst_col, nnt_tensor *dsrc,
+                                  int64_t src_col, int64_t ncols, nnt_error *err);
+/* cpu_backward_attention.c */
+nnt_status cpu_rope_backward(void *ctx, nnt_tensor *dx, const int32_t *pos, const float *inv_freq, int rot_start,
+                             int rot_dim, nnt_rope_style style, float mscale, nnt_error *err);
+nnt_status cpu_attn_scores_backward(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
+                                    const nnt_attn_mask *mask, const nnt_tensor *ds, nnt_tensor *dq, nnt_tensor *dk,
+                                    nnt_error *err);
+nnt_status cpu_softmax_backward(void *ctx, const nnt_tensor *p, const float *sinks, const nnt_tensor *dp,
+                                nnt_tensor *ds, nnt_error *err);
+nnt_status cpu_attn_mix_backward(void *ctx, const nnt_tensor *p, const nnt_tensor *v, const nnt_tensor *dout,
+                                 nnt_tensor *dp, nnt_tensor *dv, nnt_error *err);
+/* cpu_backward_moe.c */
+nnt_status cpu_route_backward(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias, const nnt_route_params *p,
+                              const nnt_tensor *idx, const nnt_tensor *dw, nnt_tensor *dlogits, nnt_error *err);
+nnt_status cpu_gather_rows_backward(void *ctx, const nnt_tensor *ddst, const int32_t *rows, int n, nnt_tensor *dsrc,
+                                    nnt_error *err);
+nnt_status cpu_scatter_add_rows_backward(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale,
+                                         int n, const nnt_tensor *ddst, nnt_tensor *dsrc, nnt_tensor *dscale,
+                                         nnt_error *err);
+nnt_status cpu_scatter_rows_backward(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
+                                     const nnt_tensor *ddst, nnt_tensor *dsrc, nnt_tensor *dscale, nnt_error *err);
+nnt_status cpu_sum_axis1_backward(void *ctx, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
 
 #endif
