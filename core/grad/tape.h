@@ -1,0 +1,162 @@
+/* tape.h - the gradient tape: an op table that sits between a family and its backend during a
+ * forward that a gradient was asked of, runs every op on the backend and records what the
+ * backward needs; then a reverse pass over the record that turns a cotangent on marked values
+ * into the gradients at other marked values. Families write no backward code: the backward of
+ * each op is the backend's (the `*_backward` entries of nnt_backend_ops).
+ *
+ * How gradients find their way: the reverse pass keeps one gradient per byte of activation
+ * memory (a shadow of every region the recorded ops touched), not one per tensor. Walking the
+ * record backwards, an op reads the gradient of the memory it wrote, clears it (what was there
+ * before the op no longer reached anything through that memory), and adds its inputs' share to
+ * the gradient of the memory it read. Views, ops that work in place, outputs that alias inputs and
+ * an arena that hands the same bytes to several tensors in turn are then all correct by
+ * construction; each op only has to keep (copy) the input values its backward reads, since the
+ * memory holding them is reused later in the forward. This is reverse-mode differentiation over
+ * memory locations, as source-transformation tools do it for overwritten variables (Griewank and
+ * Walther, "Evaluating Derivatives", 2008, chapter 4).
+ *
+ * What the tape cannot see it cannot differentiate: values computed on the host from a
+ * download, or written into backend memory by upload, are constants to it (an upload clears the
+ * gradient of the memory it wrote). Ops without a backward entry in the backend, and ops the
+ * tape does not yet record, fail the forward with an error naming the op. Weights never get a
+ * gradient. Internal to libnnt. */
+#ifndef NNT_TAPE_H
+#define NNT_TAPE_H
+
+#include "../internal.h" /* core/internal.h, also when a test includes this header */
+
+typedef struct nnt_tape nnt_tape;
+
+/* A new, empty tape over backend (be, be_ctx), which must outlive it. The backend must have the
+ * backward entries the recorded ops need (checked when each op is recorded).
+ * Errors: NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_tape_new(const nnt_backend_ops *be, void *be_ctx, nnt_tape **out, nnt_error *err);
+/* Frees the record, the kept inputs and the gradient memory; NULL is fine. */
+void nnt_tape_free(nnt_tape *tp);
+
+/* The recording op table and its context: hand these to the code whose ops are to be recorded
+ * in place of the backend's. Memory ops and ops that have no gradient pass straight through. */
+const nnt_backend_ops *nnt_tape_ops(const nnt_tape *tp);
+void *nnt_tape_ctx(nnt_tape *tp);
+
+/* Records a mark: tensor t (F32, in the backend's memory) holds the value `tag` stands for at
+ * this point of the forward. A later nnt_tape_backward can seed a cotangent there and read the
+ * gradient there. Tags are the caller's (e.g. an index into its list of requested values); a
+ * tag may be marked several times (each mark is its own point).
+ * Errors: NNT_ERR_INVALID_ARGUMENT (t not F32), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_tape_mark(nnt_tape *tp, int tag, const nnt_tensor *t, nnt_error *err);
+
+/* Records that the forward overwrote t's memory with values that do not depend on anything
+ * recorded (e.g. an edit setting a value from the caller's data): its gradient is cleared there. */
+nnt_status nnt_tape_constant(nnt_tape *tp, const nnt_tensor *t, nnt_error *err);
+
+/* A cotangent dL/dV on the value marked `tag`: F32 host memory of the mark's element count,
+ * added to the gradient when the reverse pass reaches each mark of the tag (every mark of the
+ * tag, when there are several: the caller marks a value once when it seeds it). */
+typedef struct nnt_tape_seed {
+    int tag;
+    const float *cotangent;
+} nnt_tape_seed;
+
+/* A gradient wanted at the value marked `tag`: on return *grad is a new host F32 tensor of the
+ * mark's shape (the caller frees it with nnt_tensor_free) holding dL/dV there, the sum of every
+ * seed's contribution. With several marks of the tag, the last mark of the forward answers. */
+typedef struct nnt_tape_grad {
+    int tag;
+    nnt_tensor *grad;
+} nnt_tape_grad;
+
+/* Runs the reverse pass over everything recorded, from the seeds to the wanted gradients. The
+ * record is kept (a second backward with other seeds gives its own answers).
+ * Errors: NNT_ERR_INVALID_ARGUMENT (a tag never marked, seeded or wanted), NNT_ERR_OUT_OF_MEMORY,
+ * the backend's status from a backward entry. */
+nnt_status nnt_tape_backward(nnt_tape *tp, const nnt_tape_seed *seeds, int n_seeds, nnt_tape_grad *grads,
+                             int n_grads, nnt_error *err);
+
+/* Bytes of the inputs the tape keeps for the backward, in the backend's memory (the gradient
+ * memory a backward adds, about the activations' size, is freed when it returns). */
+size_t nnt_tape_kept_bytes(const nnt_tape *tp);
+
+/* ---- shared between tape.c (recording) and tape_backward.c (the reverse pass) ---- */
+
+typedef enum tape_kind {
+    TAPE_MARK = 0,
+    TAPE_CONSTANT, /* out[0] overwritten by a constant (fill, upload, embedding, set edits) */
+    TAPE_LINEAR,
+    TAPE_RMS_NORM,
+    TAPE_ADD,
+    TAPE_SWAP12,
+    TAPE_COPY,
+    TAPE_SCALE,
+    TAPE_ROPE,
+    TAPE_ATTN_SCORES,
+    TAPE_SOFTMAX,
+    TAPE_ATTN_MIX,
+    TAPE_SWIGLU,
+    TAPE_ROUTE,
+    TAPE_GATHER_ROWS,
+    TAPE_SCATTER_ADD_ROWS,
+    TAPE_SCATTER_ROWS,
+    TAPE_SUM_AXIS1,
+    TAPE_COPY_COLS
+} tape_kind;
+
+/* One recorded op. in[] and out[] describe the tensors as the op saw them (their memory is the
+ * forward's, reused later); keep[] are copies of the inputs the backward reads, owned by the
+ * tape (backend memory); host[] copies of host arrays (positions, masks, rows, scales). */
+typedef struct tape_entry {
+    tape_kind kind;
+    int tag;                  /* TAPE_MARK */
+    nnt_tensor in[3], out[2]; /* unused slots have data NULL */
+    nnt_tensor keep[3];
+    void *host[7];
+    float f;                  /* eps, scale, limit, factor, mscale */
+    int64_t i[3];             /* rot_start, rot_dim, style; n rows; src_col, dst_col, ncols */
+    nnt_attn_mask mask;       /* TAPE_ATTN_SCORES: pointers into host[] */
+    nnt_route_params route;   /* TAPE_ROUTE */
+} tape_entry;
+
+struct nnt_tape {
+    const nnt_backend_ops *be; /* the backend the tape records over */
+    void *be_ctx;
+    nnt_backend_ops ops;       /* the recording table (ctx: the tape) */
+    tape_entry *e;
+    int n, cap;
+    size_t kept_bytes;
+    /* the gradient memory of a backward: one region per stretch of touched memory */
+    struct tape_region *regions;
+    int n_regions;
+};
+
+/* The new entry of kind k at the end of the record (zeroed), or NULL without memory. */
+tape_entry *nnt_tape_push(nnt_tape *tp, tape_kind k, nnt_error *err);
+/* Frees what entry e owns. */
+void nnt_tape_entry_clear(const nnt_tape *tp, tape_entry *e);
+/* Fills tp->ops: the recording wrappers (tape_ops.c). */
+void nnt_tape_ops_init(nnt_tape *tp);
+/* The refusal of an op whose backward entry `entry` the backend lacks (NNT_ERR_UNSUPPORTED). */
+nnt_status nnt_tape_no_backward(nnt_error *err, const char *op, const char *entry);
+/* The MoE and feed-forward wrappers, and the refusals of the ops not recorded (tape_ops_moe.c). */
+void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be);
+/* ---- the reverse pass's helpers (tape_backward.c), for tape_backward_ops.c ---- */
+/* The gradient of t: t's shape at t's place in the gradient memory (F32, no rounding flags);
+ * data NULL when t lies in no region (nothing recorded touched it). */
+nnt_tensor nnt_tape_adj(const nnt_tape *tp, const nnt_tensor *t);
+/* Clears gradient g (data NULL: nothing to do). */
+nnt_status nnt_tape_zero(const nnt_tape *tp, const nnt_tensor *g, nnt_error *err);
+/* The gradient of output `out` of entry e as its backward reads it, in *dy: the gradient memory
+ * itself (*cleared 0: the caller clears it after the backward), or, when out overlaps one of e's
+ * inputs, a copy in *tmp (backend memory the caller frees) with the original already cleared
+ * (*cleared 1). */
+nnt_status nnt_tape_output_gradient(nnt_tape *tp, const tape_entry *e, const nnt_tensor *out, nnt_tensor *dy,
+                                    void **tmp, int *cleared, nnt_error *err);
+/* The reverse step of entry e, neither a mark nor a constant (tape_backward_ops.c). */
+nnt_status nnt_tape_backward_entry(nnt_tape *tp, const tape_entry *e, nnt_error *err);
+/* Frees the gradient memory of the last backward (tape_backward.c). */
+void nnt_tape_regions_free(nnt_tape *tp);
+/* Keeps a copy of t (backend memory, owned by the tape) in *kept. */
+nnt_status nnt_tape_keep(nnt_tape *tp, const nnt_tensor *t, nnt_tensor *kept, nnt_error *err);
+/* Keeps a host copy of n bytes at p (NULL when p is NULL or n is 0) in *kept. */
+nnt_status nnt_tape_keep_host(const void *p, size_t n, void **kept, nnt_error *err);
+
+#endif /* NNT_TAPE_H */

@@ -1,0 +1,221 @@
+/* tape_ops_moe.c - the gradient tape's entries for the feed-forward and mixture-of-experts ops
+ * (SwiGLU, the router, row gathers and scatters, the sum over slots, column copies), and the
+ * refusals of the ops it does not record yet (the recurrent mixers, hyper-connections and
+ * compressed attention). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grad/tape.h"
+
+#define TP ((nnt_tape *)ctx)
+#define REAL TP->be_ctx
+
+static nnt_status t_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, float limit, nnt_tensor *act,
+                           nnt_tensor *out, nnt_error *err)
+{
+    if (!TP->be->swiglu_backward) return nnt_tape_no_backward(err, "swiglu", "swiglu_backward");
+    tape_entry *e = nnt_tape_push(TP, TAPE_SWIGLU, err);
+    if (!e) return NNT_ERR_OUT_OF_MEMORY;
+    e->f = limit;
+    e->in[1] = *up;
+    e->out[1] = *out;
+    nnt_status st;
+    if (gate) { /* act (when given) is a second output */
+        e->in[0] = *gate;
+        if (act) e->out[0] = *act;
+        st = nnt_tape_keep(TP, gate, &e->keep[0], err);
+    } else { /* act is the input */
+        e->in[2] = *act;
+        st = nnt_tape_keep(TP, act, &e->keep[2], err);
+    }
+    if (st == NNT_OK) st = nnt_tape_keep(TP, up, &e->keep[1], err);
+    return st == NNT_OK ? TP->be->swiglu(REAL, gate, up, limit, act, out, err) : st;
+}
+
+static nnt_status t_route(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias, const nnt_route_params *p,
+                          nnt_tensor *idx, nnt_tensor *w, nnt_error *err)
+{
+    if (!TP->be->route_backward) return nnt_tape_no_backward(err, "route", "route_backward");
+    tape_entry *e = nnt_tape_push(TP, TAPE_ROUTE, err);
+    if (!e) return NNT_ERR_OUT_OF_MEMORY;
+    e->in[0] = *logits;
+    if (bias) e->in[1] = *bias;
+    e->out[0] = *idx;
+    e->out[1] = *w;
+    e->route = *p;
+    nnt_status st = nnt_tape_keep(TP, logits, &e->keep[0], err);
+    if (st == NNT_OK) st = TP->be->route(REAL, logits, bias, p, idx, w, err);
+    return st == NNT_OK ? nnt_tape_keep(TP, idx, &e->keep[1], err) : st; /* the choice made */
+}
+
+static nnt_status t_gather_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, int n, nnt_tensor *dst,
+                                nnt_error *err)
+{
+    if (!TP->be->gather_rows_backward) return nnt_tape_no_backward(err, "gather_rows", "gather_rows_backward");
+    tape_entry *e = nnt_tape_push(TP, TAPE_GATHER_ROWS, err);
+    if (!e) return NNT_ERR_OUT_OF_MEMORY;
+    e->in[0] = *src;
+    e->out[0] = *dst;
+    e->i[0] = n;
+    nnt_status st = nnt_tape_keep_host(rows, (size_t)n * sizeof *rows, &e->host[0], err);
+    return st == NNT_OK ? TP->be->gather_rows(REAL, src, rows, n, dst, err) : st;
+}
+
+/* scatter_add_rows and scatter_rows: the row scales are host values, constants to the tape. */
+static nnt_status scatter(void *ctx, tape_kind kind, const nnt_tensor *src, const int32_t *rows, const float *scale,
+                          int n, nnt_tensor *dst, nnt_error *err)
+{
+    const char *op = kind == TAPE_SCATTER_ROWS ? "scatter_rows" : "scatter_add_rows";
+    if (kind == TAPE_SCATTER_ROWS && !TP->be->scatter_rows_backward)
+        return nnt_tape_no_backward(err, op, "scatter_rows_backward");
+    if (kind == TAPE_SCATTER_ADD_ROWS && !TP->be->scatter_add_rows_backward)
+        return nnt_tape_no_backward(err, op, "scatter_add_rows_backward");
+    tape_entry *e = nnt_tape_push(TP, kind, err);
+    if (!e) return NNT_ERR_OUT_OF_MEMORY;
+    e->in[0] = *src;
+    e->out[0] = *dst;
+    e->i[0] = n;
+    nnt_status st = nnt_tape_keep_host(rows, (size_t)n * sizeof *rows, &e->host[0], err);
+    if (st == NNT_OK) st = nnt_tape_keep_host(scale, (size_t)n * sizeof *scale, &e->host[1], err);
+    if (st != NNT_OK) return st;
+    return kind == TAPE_SCATTER_ROWS ? TP->be->scatter_rows(REAL, src, rows, scale, n, dst, err)
+                                     : TP->be->scatter_add_rows(REAL, src, rows, scale, n, dst, err);
+}
+
+static nnt_status t_scatter_add_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
+                                     nnt_tensor *dst, nnt_error *err)
+{
+    return scatter(ctx, TAPE_SCATTER_ADD_ROWS, src, rows, scale, n, dst, err);
+}
+
+static nnt_status t_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
+                                 nnt_tensor *dst, nnt_error *err)
+{
+    return scatter(ctx, TAPE_SCATTER_ROWS, src, rows, scale, n, dst, err);
+}
+
+static nnt_status t_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
+{
+    if (!TP->be->sum_axis1_backward) return nnt_tape_no_backward(err, "sum_axis1", "sum_axis1_backward");
+    tape_entry *e = nnt_tape_push(TP, TAPE_SUM_AXIS1, err);
+    if (!e) return NNT_ERR_OUT_OF_MEMORY;
+    e->in[0] = *x;
+    e->out[0] = *y;
+    return TP->be->sum_axis1(REAL, x, y, err);
+}
+
+static nnt_status t_copy_cols(void *ctx, const nnt_tensor *src, int64_t src_col, nnt_tensor *dst, int64_t dst_col,
+                              int64_t ncols, nnt_error *err)
+{
+    if (!TP->be->copy_cols_backward) return nnt_tape_no_backward(err, "copy_cols", "copy_cols_backward");
+    tape_entry *e = nnt_tape_push(TP, TAPE_COPY_COLS, err);
+    if (!e) return NNT_ERR_OUT_OF_MEMORY;
+    e->in[0] = *src;
+    e->out[0] = *dst;
+    e->i[0] = src_col;
+    e->i[1] = dst_col;
+    e->i[2] = ncols;
+    return TP->be->copy_cols(REAL, src, src_col, dst, dst_col, ncols, err);
+}
+
+/* ---- not recorded yet: each refuses by name ---- */
+
+static nnt_status not_yet(nnt_error *err, const char *op)
+{
+    return nnt_err_set(err, NNT_ERR_UNSUPPORTED, "a gradient cannot pass through %s: the tape does not record it yet",
+                       op);
+}
+
+static nnt_status r_conv1d_causal(void *c, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *s, int a,
+                                  nnt_tensor *y, nnt_tensor *so, nnt_error *err)
+{
+    (void)c, (void)x, (void)w, (void)s, (void)a, (void)y, (void)so;
+    return not_yet(err, "conv1d_causal");
+}
+static nnt_status r_kda_gate(void *c, const nnt_tensor *a, const nnt_tensor *d, const nnt_tensor *l, nnt_tensor *g,
+                             nnt_error *err)
+{
+    (void)c, (void)a, (void)d, (void)l, (void)g;
+    return not_yet(err, "kda_gate");
+}
+static nnt_status r_sigmoid(void *c, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
+{
+    (void)c, (void)x, (void)y;
+    return not_yet(err, "sigmoid");
+}
+static nnt_status r_delta_rule(void *c, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
+                               const nnt_tensor *g, const nnt_tensor *b, const uint8_t *tv, const nnt_tensor *si,
+                               int l2, float sc, nnt_tensor *o, nnt_tensor *so, nnt_tensor *ss, nnt_error *err)
+{
+    (void)c, (void)q, (void)k, (void)v, (void)g, (void)b, (void)tv, (void)si, (void)l2, (void)sc, (void)o, (void)so,
+        (void)ss;
+    return not_yet(err, "delta_rule");
+}
+static nnt_status r_rms_norm_gated(void *c, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *g, float e,
+                                   nnt_tensor *y, nnt_error *err)
+{
+    (void)c, (void)x, (void)w, (void)g, (void)e, (void)y;
+    return not_yet(err, "rms_norm_gated");
+}
+static nnt_status r_zero_rows(void *c, nnt_tensor *x, const uint8_t *v, nnt_error *err)
+{
+    (void)c, (void)x, (void)v;
+    return not_yet(err, "zero_rows");
+}
+static nnt_status r_hyper_connection(void *c, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                                     const nnt_tensor *sc, float re, float he, int it, nnt_tensor *post,
+                                     nnt_tensor *comb, nnt_tensor *col, nnt_error *err)
+{
+    (void)c, (void)x, (void)fn, (void)base, (void)sc, (void)re, (void)he, (void)it, (void)post, (void)comb, (void)col;
+    return not_yet(err, "hyper_connection");
+}
+static nnt_status r_hyper_mix(void *c, const nnt_tensor *x, const nnt_tensor *a, const nnt_tensor *post,
+                              const nnt_tensor *comb, nnt_tensor *out, nnt_error *err)
+{
+    (void)c, (void)x, (void)a, (void)post, (void)comb, (void)out;
+    return not_yet(err, "hyper_mix");
+}
+static nnt_status r_hyper_head(void *c, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                               const nnt_tensor *sc, float re, float he, nnt_tensor *y, nnt_error *err)
+{
+    (void)c, (void)x, (void)fn, (void)base, (void)sc, (void)re, (void)he, (void)y;
+    return not_yet(err, "hyper_head");
+}
+static nnt_status r_compress(void *c, const nnt_tensor *kv, const nnt_tensor *g, const nnt_tensor *ape, int rate,
+                             int ov, const int32_t *first, const int32_t *count, nnt_tensor *out, nnt_error *err)
+{
+    (void)c, (void)kv, (void)g, (void)ape, (void)rate, (void)ov, (void)first, (void)count, (void)out;
+    return not_yet(err, "compress");
+}
+static nnt_status r_indexer_scores(void *c, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w, float s,
+                                   nnt_tensor *out, nnt_error *err)
+{
+    (void)c, (void)q, (void)k, (void)w, (void)s, (void)out;
+    return not_yet(err, "indexer_scores");
+}
+
+void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be)
+{
+#define WRAP(name) o->name = be->name ? t_##name : NULL
+#define REFUSE(name) o->name = be->name ? r_##name : NULL
+    WRAP(swiglu);
+    WRAP(route);
+    WRAP(gather_rows);
+    WRAP(scatter_add_rows);
+    WRAP(scatter_rows);
+    WRAP(sum_axis1);
+    WRAP(copy_cols);
+    REFUSE(conv1d_causal);
+    REFUSE(kda_gate);
+    REFUSE(sigmoid);
+    REFUSE(delta_rule);
+    REFUSE(rms_norm_gated);
+    REFUSE(zero_rows);
+    REFUSE(hyper_connection);
+    REFUSE(hyper_mix);
+    REFUSE(hyper_head);
+    REFUSE(compress);
+    REFUSE(indexer_scores);
+#undef WRAP
+#undef REFUSE
+}

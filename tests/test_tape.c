@@ -1,0 +1,370 @@
+/* test_tape.c - the gradient tape over the cpu backend: a small decoder block (RMS norms, grouped
+ * attention with rotary and a causal mask, a softmax router, SwiGLU) written as op calls the way a
+ * family writes them, with memory reused and ops in place, recorded once; the gradient at its
+ * input from cotangents on its output and on the routing weights is compared with central finite
+ * differences of the same block run without the tape; the same for the row and column moves of
+ * the MoE combine. Also: a seed read back at its own mark,
+ * linearity in the seeds, and the refusals (an op the tape does not record, a backend without a
+ * backward entry). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/grad/tape.h"
+#include "test_util.h"
+
+enum { T = 6, D = 8, HQ = 2, HKV = 1, DH = 4, I = 10, E = 4, K = 2 };
+
+static nnt_runtime *rt;
+static const nnt_backend_ops *cpu;
+static void *cctx;
+
+static int setup(void)
+{
+    if (nnt_runtime_open(t_ini(), &rt) != NNT_OK) return -1;
+    for (int i = 0; i < rt->plugins.n; i++) {
+        nnt_plugin *p = rt->plugins.items[i];
+        if (p->kind == NNT_PLUGIN_BACKEND && strcmp(p->backend->header.name, "cpu") == 0 && p->be_ctx) {
+            cpu = p->backend->ops;
+            cctx = p->be_ctx;
+        }
+    }
+    return cpu ? 0 : -1;
+}
+
+static int teardown(void)
+{
+    nnt_runtime_close(rt);
+    return 0;
+}
+
+static unsigned rng = 2024u;
+static float urand(void) /* uniform in [-1, 1) */
+{
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+/* The block's weights (host F32: the cpu backend reads host memory). */
+typedef struct block {
+    float g1[D], g2[D], wq[HQ * DH * D], wk[HKV * DH * D], wv[HKV * DH * D], wo[D * HQ * DH], wr[E * D];
+    float wg[I * D], wu[I * D], wd[D * I], inv_freq[DH / 2];
+    int32_t pos[T];
+} block;
+
+static nnt_tensor mat(float *p, int64_t r, int64_t c)
+{
+    return (nnt_tensor){.dtype = NNT_F32, .ndim = 2, .shape = {r, c}, .data = p};
+}
+
+static nnt_tensor view4(const nnt_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    nnt_tensor v = *t;
+    v.ndim = 4;
+    v.shape[0] = a, v.shape[1] = b, v.shape[2] = c, v.shape[3] = d;
+    return v;
+}
+
+static void make_block(block *b)
+{
+    float *all[] = {b->g1, b->g2, b->wq, b->wk, b->wv, b->wo, b->wr, b->wg, b->wu, b->wd};
+    size_t n[] = {D, D, HQ * DH * D, HKV * DH * D, HKV * DH * D, D * HQ * DH, E * D, I * D, I * D, D * I};
+    for (int k = 0; k < 10; k++)
+        for (size_t i = 0; i < n[k]; i++) all[k][i] = k < 2 ? 1.0f + 0.3f * urand() : 0.5f * urand();
+    for (int i = 0; i < DH / 2; i++) b->inv_freq[i] = powf(100.0f, -2.0f * (float)i / DH);
+    for (int t = 0; t < T; t++) b->pos[t] = t;
+}
+
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        if ((st = (x)) != NNT_OK) return st;                                                                           \
+    } while (0)
+
+/* The attention half: x [T, D] -> a [T, D] (buffers from the pool, q's memory free afterwards). */
+static nnt_status attention(const nnt_backend_ops *o, void *c, block *b, float *pool, const nnt_tensor *x,
+                            nnt_tensor *a, nnt_error *err)
+{
+    nnt_status st;
+    nnt_tensor h = mat(pool, T, D), q = mat(pool + 64, T, HQ * DH), k = mat(pool + 128, T, HKV * DH),
+               v = mat(pool + 160, T, HKV * DH), qh = mat(pool + 192, 1, 1), kh = mat(pool + 256, 1, 1),
+               vh = mat(pool + 288, 1, 1), s = mat(pool + 320, 1, 1), oo = mat(pool + 400, T, HQ * DH);
+    nnt_tensor g1 = {.dtype = NNT_F32, .ndim = 1, .shape = {D}, .data = b->g1};
+    nnt_tensor wq = mat(b->wq, HQ * DH, D), wk = mat(b->wk, HKV * DH, D), wv = mat(b->wv, HKV * DH, D),
+               wo = mat(b->wo, D, HQ * DH);
+    qh = view4(&qh, 1, HQ, T, DH), kh = view4(&kh, 1, HKV, T, DH), vh = view4(&vh, 1, HKV, T, DH);
+    s = view4(&s, 1, HQ, T, T);
+    TRY(o->rms_norm(c, x, &g1, 1e-6f, &h, err));
+    TRY(o->linear(c, &h, &wq, &q, err));
+    TRY(o->linear(c, &h, &wk, &k, err));
+    TRY(o->linear(c, &h, &wv, &v, err));
+    nnt_tensor q4 = view4(&q, 1, T, HQ, DH), k4 = view4(&k, 1, T, HKV, DH), v4 = view4(&v, 1, T, HKV, DH);
+    TRY(o->swap12(c, &q4, &qh, err));
+    TRY(o->swap12(c, &k4, &kh, err));
+    TRY(o->swap12(c, &v4, &vh, err));
+    TRY(o->rope(c, &qh, b->pos, b->inv_freq, 0, DH, NNT_ROPE_NEOX, 1.0f, err));
+    TRY(o->rope(c, &kh, b->pos, b->inv_freq, 0, DH, NNT_ROPE_NEOX, 1.0f, err));
+    nnt_attn_mask m = {.struct_size = sizeof m, .q_pos = b->pos, .k_pos = b->pos, .causal = 1};
+    TRY(o->attn_scores(c, &qh, &kh, 0.5f, &m, &s, err));
+    TRY(o->softmax(c, &s, NULL, &s, err)); /* in place */
+    nnt_tensor o4 = view4(&oo, 1, T, HQ, DH);
+    TRY(o->attn_mix(c, &s, &vh, &o4, err));
+    return o->linear(c, &oo, &wo, a, err);
+}
+
+/* The whole block from x_in [T, D]: out [T, D] and the routing weights w [T, K] downloaded to the
+ * host. With a tape (o, c its table), the input, the routing weights, the activation and the
+ * output are marked with tags 0, 1, 2, 3. */
+static nnt_status run_block(const nnt_backend_ops *o, void *c, nnt_tape *tp, block *b, float *pool,
+                            const float *x_in, float *out_h, float *w_h, nnt_error *err)
+{
+    nnt_status st;
+    nnt_tensor x = mat(pool + 608, T, D), a = mat(pool + 704, T, D);
+    TRY(o->upload(c, x.data, x_in, sizeof(float) * T * D, err));
+    if (tp) TRY(nnt_tape_mark(tp, 0, &x, err));
+    TRY(attention(o, c, b, pool, &x, &a, err));
+    TRY(o->add(c, &x, &a, &x, err)); /* the residual, in place */
+    nnt_tensor h2 = mat(pool + 64, T, D); /* q's memory again */
+    nnt_tensor g2 = {.dtype = NNT_F32, .ndim = 1, .shape = {D}, .data = b->g2};
+    TRY(o->rms_norm(c, &x, &g2, 1e-6f, &h2, err));
+    nnt_tensor wr = mat(b->wr, E, D), lg = mat(pool + 800, T, E), w = mat(pool + 832, T, K);
+    nnt_tensor idx = {.dtype = NNT_I32, .ndim = 2, .shape = {T, K}, .data = pool + 848};
+    nnt_route_params rp = {.struct_size = sizeof rp, .score_fn = NNT_SCORE_SOFTMAX, .top_k = K, .renormalize = 1,
+                           .scaling_factor = 1.5f};
+    TRY(o->linear(c, &h2, &wr, &lg, err));
+    TRY(o->route(c, &lg, NULL, &rp, &idx, &w, err));
+    if (tp) TRY(nnt_tape_mark(tp, 1, &w, err));
+    nnt_tensor wg = mat(b->wg, I, D), wu = mat(b->wu, I, D), wd = mat(b->wd, D, I);
+    nnt_tensor gg = mat(pool + 896, T, I), uu = mat(pool + 1008, T, I), act = mat(pool + 1072, T, I),
+               neu = mat(pool + 1136, T, I), mm = mat(pool + 192, T, D); /* mm: qh's memory */
+    TRY(o->linear(c, &h2, &wg, &gg, err));
+    TRY(o->linear(c, &h2, &wu, &uu, err));
+    TRY(o->swiglu(c, &gg, &uu, 0.0f, &act, &neu, err));
+    if (tp) TRY(nnt_tape_mark(tp, 2, &act, err));
+    TRY(o->linear(c, &neu, &wd, &mm, err));
+    TRY(o->add(c, &x, &mm, &a, err)); /* out in a's memory */
+    if (tp) TRY(nnt_tape_mark(tp, 3, &a, err));
+    TRY(o->download(c, out_h, a.data, sizeof(float) * T * D, err));
+    return o->download(c, w_h, w.data, sizeof(float) * T * K, err);
+}
+
+static float *pool_new(void)
+{
+    float *p = aligned_alloc(64, 1280 * sizeof *p); /* 64-byte aligned, as the run's arena hands out */
+    CU_ASSERT_FATAL(p != NULL);
+    memset(p, 0, 1280 * sizeof *p);
+    return p;
+}
+
+/* L = sum(c_out . out) + sum(c_w . w) of the block without a tape. */
+static double loss(block *b, const float *x, const float *c_out, const float *c_w)
+{
+    float out[T * D], w[T * K], *pool = pool_new();
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(run_block(cpu, cctx, NULL, b, pool, x, out, w, &err), NNT_OK);
+    free(pool);
+    double L = 0.0;
+    for (int i = 0; i < T * D; i++) L += (double)c_out[i] * out[i];
+    for (int i = 0; i < T * K; i++) L += (double)c_w[i] * w[i];
+    return L;
+}
+
+/* Records the block on x and runs the backward from seeds (c_out, c_w); the gradient at tag `want`. */
+static void tape_grad(block *b, const float *x, const float *c_out, const float *c_w, int want, nnt_tensor *g)
+{
+    nnt_tape *tp;
+    nnt_error err = {0};
+    float out[T * D], w[T * K], *pool = pool_new();
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_new(cpu, cctx, &tp, &err), NNT_OK);
+    nnt_status st = run_block(nnt_tape_ops(tp), nnt_tape_ctx(tp), tp, b, pool, x, out, w, &err);
+    if (st != NNT_OK) fprintf(stderr, "record: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    nnt_tape_seed seeds[2] = {{.tag = 3, .cotangent = c_out}, {.tag = 1, .cotangent = c_w}};
+    nnt_tape_grad grad = {.tag = want, .grad = g};
+    st = nnt_tape_backward(tp, seeds, c_w ? 2 : 1, &grad, 1, &err);
+    if (st != NNT_OK) fprintf(stderr, "backward: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    nnt_tape_free(tp);
+    free(pool);
+}
+
+static void fill_rand(float *p, int n, float s)
+{
+    for (int i = 0; i < n; i++) p[i] = s * urand();
+}
+
+static void test_block_against_differences(void)
+{
+    block b;
+    make_block(&b);
+    float x[T * D], c_out[T * D], c_w[T * K];
+    fill_rand(x, T * D, 1.0f);
+    fill_rand(c_out, T * D, 1.0f);
+    fill_rand(c_w, T * K, 1.0f);
+    nnt_tensor g;
+    tape_grad(&b, x, c_out, c_w, 0, &g);
+    CU_ASSERT_EQUAL(g.ndim, 2);
+    CU_ASSERT_EQUAL(g.shape[0] * g.shape[1], T * D);
+    const float *gp = g.data;
+    double amax = 0.0, worst = 0.0;
+    for (int i = 0; i < T * D; i++) amax = fmax(amax, fabs(gp[i]));
+    const float h = 2e-3f;
+    for (int i = 0; i < T * D; i++) {
+        float xp[T * D], xm[T * D];
+        memcpy(xp, x, sizeof x);
+        memcpy(xm, x, sizeof x);
+        xp[i] += h, xm[i] -= h;
+        double fd = (loss(&b, xp, c_out, c_w) - loss(&b, xm, c_out, c_w)) / (2.0 * h);
+        worst = fmax(worst, fabs(fd - gp[i]));
+    }
+    /* float32 forwards: central differences at h = 2e-3 carry about 1e-4 of rounding */
+    if (getenv("NNT_TAPE_VERBOSE") || worst > 3e-3 * amax) fprintf(stderr, "tape vs differences: worst %.3g, largest %.3g\n", worst, amax);
+    CU_ASSERT(amax > 0.1);
+    CU_ASSERT(worst <= 3e-3 * amax);
+    nnt_tensor_free(&g);
+}
+
+static void test_seed_and_linearity(void)
+{
+    block b;
+    make_block(&b);
+    float x[T * D], c1[T * D], c2[T * D], c12[T * D];
+    fill_rand(x, T * D, 1.0f);
+    fill_rand(c1, T * D, 1.0f);
+    fill_rand(c2, T * D, 1.0f);
+    for (int i = 0; i < T * D; i++) c12[i] = c1[i] + c2[i];
+    nnt_tensor at_out, g1, g2, g12;
+    tape_grad(&b, x, c1, NULL, 3, &at_out); /* a seed read back at its own mark */
+    CU_ASSERT_EQUAL(memcmp(at_out.data, c1, sizeof c1), 0);
+    tape_grad(&b, x, c1, NULL, 0, &g1);
+    tape_grad(&b, x, c2, NULL, 0, &g2);
+    tape_grad(&b, x, c12, NULL, 0, &g12);
+    const float *a = g1.data, *bb = g2.data, *s = g12.data;
+    double worst = 0.0, amax = 0.0;
+    for (int i = 0; i < T * D; i++) {
+        worst = fmax(worst, fabs((double)a[i] + bb[i] - s[i]));
+        amax = fmax(amax, fabs(s[i]));
+    }
+    CU_ASSERT(amax > 0.1);
+    CU_ASSERT(worst <= 1e-5 * amax);
+    nnt_tensor_free(&at_out);
+    nnt_tensor_free(&g1);
+    nnt_tensor_free(&g2);
+    nnt_tensor_free(&g12);
+}
+
+/* Row and column moves as the family kit's MoE combine writes them: gather, scatter-add with row
+ * scales, scatter into slots, the sum over slots, column copies (one within a tensor, its
+ * columns overlapping); out [T, D] from x [T, D], marked 0 (x) and 3 (out). */
+static nnt_status run_moves(const nnt_backend_ops *o, void *c, nnt_tape *tp, const float *wt, float *pool,
+                            const float *x_in, float *out_h, nnt_error *err)
+{
+    nnt_status st;
+    static const int32_t rows[4] = {1, 3, 3, 5}, slots[4] = {2, 7, 6, 11};
+    static const float scale[4] = {0.5f, 1.0f, 2.0f, -1.0f};
+    nnt_tensor x = mat(pool, T, D), xe = mat(pool + 64, 4, D), ye = mat(pool + 112, 4, D), r = mat(pool + 160, T, D),
+               ps = mat(pool + 208, T * K, D), sm = mat(pool + 304, T, D), y = mat(pool + 352, T, D),
+               w = mat((float *)wt, D, D);
+    TRY(o->upload(c, x.data, x_in, sizeof(float) * T * D, err));
+    if (tp) TRY(nnt_tape_mark(tp, 0, &x, err));
+    TRY(o->gather_rows(c, &x, rows, 4, &xe, err));
+    TRY(o->linear(c, &xe, &w, &ye, err));
+    TRY(o->fill(c, &r, 0.0f, err));
+    TRY(o->scatter_add_rows(c, &ye, rows, scale, 4, &r, err));
+    TRY(o->fill(c, &ps, 0.0f, err));
+    TRY(o->scatter_rows(c, &ye, slots, scale, 4, &ps, err));
+    nnt_tensor ps3 = ps;
+    ps3.ndim = 3, ps3.shape[0] = T, ps3.shape[1] = K, ps3.shape[2] = D;
+    TRY(o->sum_axis1(c, &ps3, &sm, err));
+    TRY(o->fill(c, &y, 0.0f, err));
+    TRY(o->copy_cols(c, &x, 2, &y, 0, 5, err));
+    TRY(o->copy_cols(c, &y, 0, &y, 2, 4, err)); /* within y, overlapping */
+    TRY(o->add(c, &r, &sm, &r, err));
+    TRY(o->add(c, &r, &y, &r, err));
+    if (tp) TRY(nnt_tape_mark(tp, 3, &r, err));
+    return o->download(c, out_h, r.data, sizeof(float) * T * D, err);
+}
+
+static double moves_loss(const float *wt, const float *x, const float *cot)
+{
+    float out[T * D], *pool = pool_new();
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(run_moves(cpu, cctx, NULL, wt, pool, x, out, &err), NNT_OK);
+    free(pool);
+    double L = 0.0;
+    for (int i = 0; i < T * D; i++) L += (double)cot[i] * out[i];
+    return L;
+}
+
+static void test_moves_against_differences(void)
+{
+    float wt[D * D], x[T * D], cot[T * D], out[T * D], *pool = pool_new();
+    fill_rand(wt, D * D, 0.5f);
+    fill_rand(x, T * D, 1.0f);
+    fill_rand(cot, T * D, 1.0f);
+    nnt_tape *tp;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_new(cpu, cctx, &tp, &err), NNT_OK);
+    nnt_status st = run_moves(nnt_tape_ops(tp), nnt_tape_ctx(tp), tp, wt, pool, x, out, &err);
+    if (st != NNT_OK) fprintf(stderr, "record: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    nnt_tensor g;
+    nnt_tape_seed seed = {.tag = 3, .cotangent = cot};
+    nnt_tape_grad want = {.tag = 0, .grad = &g};
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_backward(tp, &seed, 1, &want, 1, &err), NNT_OK);
+    const float *gp = g.data;
+    double worst = 0.0, amax = 0.0;
+    const float h = 1e-2f; /* the map is linear in x: differences are exact up to rounding */
+    for (int i = 0; i < T * D; i++) {
+        float xp[T * D], xm[T * D];
+        memcpy(xp, x, sizeof x);
+        memcpy(xm, x, sizeof x);
+        xp[i] += h, xm[i] -= h;
+        double fd = (moves_loss(wt, xp, cot) - moves_loss(wt, xm, cot)) / (2.0 * h);
+        worst = fmax(worst, fabs(fd - gp[i]));
+        amax = fmax(amax, fabs(gp[i]));
+    }
+    if (getenv("NNT_TAPE_VERBOSE") || worst > 1e-3 * amax)
+        fprintf(stderr, "moves vs differences: worst %.3g, largest %.3g\n", worst, amax);
+    CU_ASSERT(amax > 0.1);
+    CU_ASSERT(worst <= 1e-3 * amax);
+    nnt_tensor_free(&g);
+    nnt_tape_free(tp);
+    free(pool);
+}
+
+static void test_refusals(void)
+{
+    nnt_tape *tp;
+    nnt_error err = {0};
+    float buf[8] = {0};
+    nnt_tensor t = mat(buf, 2, 4);
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_new(cpu, cctx, &tp, &err), NNT_OK);
+    const nnt_backend_ops *o = nnt_tape_ops(tp);
+    CU_ASSERT_EQUAL(o->sigmoid(nnt_tape_ctx(tp), &t, &t, &err), NNT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "sigmoid"));
+    nnt_tape_free(tp);
+
+    nnt_backend_ops lacking = *cpu; /* a backend with no backward for linear */
+    lacking.linear_backward = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_new(&lacking, cctx, &tp, &err), NNT_OK);
+    nnt_tensor w = mat(buf, 4, 4), y = mat(buf + 4, 1, 4), x = mat(buf, 1, 4);
+    CU_ASSERT_EQUAL(nnt_tape_ops(tp)->linear(nnt_tape_ctx(tp), &x, &w, &y, &err), NNT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "linear_backward"));
+    nnt_tape_grad g = {.tag = 9, .grad = &t};
+    CU_ASSERT_EQUAL(nnt_tape_backward(tp, NULL, 0, &g, 1, &err), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "mark 9"));
+    nnt_tape_free(tp);
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("tape", setup, teardown);
+    if (!s) return -1;
+    if (!CU_add_test(s, "a decoder block's input gradient equals central differences", test_block_against_differences) ||
+        !CU_add_test(s, "row and column moves' input gradient equals central differences",
+                     test_moves_against_differences) ||
+        !CU_add_test(s, "a seed reads back at its mark; gradients are linear in the seeds", test_seed_and_linearity) ||
+        !CU_add_test(s, "ops not recorded and missing backward entries are refused by name", test_refusals))
+        return -1;
+    return 0;
+}
