@@ -272,6 +272,7 @@ static void test_linear(void)
         uint32_t flags;
     } cases[] = {
         {"F32 3x7x5", NNT_F32, 0, 3, 7, 5, 0, 0, 0},
+        {"F32 11x7x5 (many rows: one sgemm)", NNT_F32, 0, 11, 7, 5, 0, 0, 0},
         {"BF16 3x7x5", NNT_BF16, 0, 3, 7, 5, 0, 0, 0},
         {"BF16 3x7x5, bf16 products flagged", NNT_BF16, 0, 3, 7, 5, 0, 0, NNT_TENSOR_BF16_PRODUCTS},
         {"F16 11x9x13", NNT_F16, 0, 11, 9, 13, 0, 0, 0},
@@ -315,39 +316,42 @@ static void test_linear(void)
     }
 }
 
-/* A weight of several decoded panels (N > the rows of one 4 MiB panel at K = 1024), FP8 and
- * BF16: dx += dy . w against the double-precision product (exactly what finite differences of
- * this linear map give), and a mismatched shape refused. */
+/* A weight of several decoded panels (N > the rows of one 4 MiB panel at K = 1024; more than
+ * CPU_FEW_ROWS rows of dy), and the few-row path on the same weight, FP8 and BF16: dx += dy . w
+ * against the double-precision product (exactly what finite differences of this linear map
+ * give), and a mismatched shape refused. */
 static void test_linear_panels(void)
 {
-    const int64_t M = 3, N = 1100, K = 1024;
-    nnt_dtype dts[2] = {NNT_F8_E4M3, NNT_BF16};
-    for (int di = 0; di < 2; di++) {
-        test_weight w = weight_make(dts[di], NNT_F32, N, K, 128, 128);
-        nnt_tensor dy = mk(2, M, N, 0, 0);
-        fill(&dy, 1.0f);
-        float *before;
-        nnt_tensor dx = grad_like(&(nnt_tensor){.dtype = NNT_F32, .ndim = 2, .shape = {M, K}}, &before);
-        nnt_error err = {0};
-        CU_ASSERT_EQUAL_FATAL(ops->linear_backward(bctx, &dy, &w.t, &dx, &err), NNT_OK);
-        double *wd = decoded(&w.t), *ref = calloc((size_t)(M * K), sizeof *ref);
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < N; n++)
-                for (int64_t k = 0; k < K; k++) ref[m * K + k] += (double)fl(&dy)[m * N + n] * wd[n * K + k];
-        double e = grad_err(dx.data, before, ref, M * K);
-        if (!(e <= T_BWD)) fprintf(stderr, "\n  linear panels dtype %d: %.3g\n", (int)dts[di], e);
-        CU_ASSERT(e <= T_BWD);
-        nnt_tensor bad = mk(2, M, K + 1, 0, 0);
-        CU_ASSERT_EQUAL(ops->linear_backward(bctx, &dy, &w.t, &bad, &err), NNT_ERR_SHAPE);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "dx"));
-        nnt_tensor_free(&bad);
-        free(wd);
-        free(ref);
-        free(before);
-        nnt_tensor_free(&dx);
-        nnt_tensor_free(&dy);
-        free(w.codes);
-        free(w.grid);
+    for (int64_t M = 2; M <= 9; M += 7) {
+        const int64_t N = 1100, K = 1024;
+        nnt_dtype dts[2] = {NNT_F8_E4M3, NNT_BF16};
+        for (int di = 0; di < 2; di++) {
+            test_weight w = weight_make(dts[di], NNT_F32, N, K, 128, 128);
+            nnt_tensor dy = mk(2, M, N, 0, 0);
+            fill(&dy, 1.0f);
+            float *before;
+            nnt_tensor dx = grad_like(&(nnt_tensor){.dtype = NNT_F32, .ndim = 2, .shape = {M, K}}, &before);
+            nnt_error err = {0};
+            CU_ASSERT_EQUAL_FATAL(ops->linear_backward(bctx, &dy, &w.t, &dx, &err), NNT_OK);
+            double *wd = decoded(&w.t), *ref = calloc((size_t)(M * K), sizeof *ref);
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++)
+                    for (int64_t k = 0; k < K; k++) ref[m * K + k] += (double)fl(&dy)[m * N + n] * wd[n * K + k];
+            double e = grad_err(dx.data, before, ref, M * K);
+            if (!(e <= T_BWD)) fprintf(stderr, "\n  linear panels dtype %d: %.3g\n", (int)dts[di], e);
+            CU_ASSERT(e <= T_BWD);
+            nnt_tensor bad = mk(2, M, K + 1, 0, 0);
+            CU_ASSERT_EQUAL(ops->linear_backward(bctx, &dy, &w.t, &bad, &err), NNT_ERR_SHAPE);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "dx"));
+            nnt_tensor_free(&bad);
+            free(wd);
+            free(ref);
+            free(before);
+            nnt_tensor_free(&dx);
+            nnt_tensor_free(&dy);
+            free(w.codes);
+            free(w.grid);
+        }
     }
 }
 

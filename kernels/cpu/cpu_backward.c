@@ -19,11 +19,54 @@ static nnt_status need_f32(const char *op, const char *arg, const nnt_tensor *t,
     return NNT_OK;
 }
 
+/* dx [M, K] += dy [M, N] . w for M <= CPU_FEW_ROWS (decoding, experts with few tokens): each
+ * thread streams its own block of weight rows, FEW_STEP rows at a time decoded into a small
+ * buffer that stays in cache, adds them into its own partial dx, and the partials are summed
+ * into dx at the end. The weight is read once; nothing of its size is written. */
+#define FEW_STEP 8
+static nnt_status few_rows(cpu_ctx *c, const float *g, int64_t M, const cpu_weight *w, float *d, nnt_error *err)
+{
+    int64_t N = w->rows, K = w->cols, chunk = (N + c->threads - 1) / c->threads;
+    chunk = (chunk + FEW_STEP - 1) / FEW_STEP * FEW_STEP;
+    int threads = (int)((N + chunk - 1) / chunk);
+    nnt_status st;
+    float *p;
+    for (int t = 0; t < threads; t++)
+        if ((st = cpu_panel(c, t, (size_t)((M + FEW_STEP) * K), &p, err)) != NNT_OK) return st;
+    float **panel = c->panel;
+    const cpu_kernels *k = c->k;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; t++) {
+        float *part = panel[t], *rowbuf = panel[t] + M * K;
+        memset(part, 0, (size_t)(M * K) * sizeof *part);
+        int64_t n1 = (t + 1) * chunk < N ? (t + 1) * chunk : N;
+        for (int64_t n = t * chunk; n < n1; n += FEW_STEP) {
+            int64_t nr = n1 - n < FEW_STEP ? n1 - n : FEW_STEP;
+            k->decode(w, n, n + nr, rowbuf, K);
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t r = 0; r < nr; r++) {
+                    float a = g[m * N + n + r], *out = part + m * K;
+                    const float *row = rowbuf + r * K;
+                    if (a != 0.0f)
+                        for (int64_t i = 0; i < K; i++) out[i] += a * row[i];
+                }
+        }
+    }
+    int64_t total = M * K;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (total * threads > 65536)
+    for (int64_t i = 0; i < total; i++) {
+        float acc = 0.0f;
+        for (int t = 0; t < threads; t++) acc += panel[t][i];
+        d[i] += acc;
+    }
+    return NNT_OK;
+}
+
 /* dy [M, N] F32, w [N, K] any weight encoding, dx [M, K] F32: dx += dy . w.
- * An F32 weight goes to one sgemm as it is. Any other is decoded a panel of rows at a time
- * (the team decoding each panel's rows, at most BWD_PANEL_BYTES of float32: never the whole
- * weight) and each panel multiplied into dx by one sgemm with beta = 1, as cpu_gemm.c does for
- * the forward's panels. */
+ * Few rows of dy: few_rows (any encoding). More: an F32 weight goes to one sgemm as it is; any
+ * other is decoded a panel of rows at a time (the team decoding each panel's rows, at most
+ * BWD_PANEL_BYTES of float32: never the whole weight), each panel multiplied into dx by one
+ * sgemm with beta = 1, as cpu_gemm.c does for the forward's panels. */
 nnt_status cpu_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor *w, nnt_tensor *dx, nnt_error *err)
 {
     cpu_ctx *c = ctx;
@@ -44,6 +87,7 @@ nnt_status cpu_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor
     if (M == 0 || N == 0 || K == 0) return NNT_OK;
     const float *g = dy->data;
     float *d = dx->data;
+    if (M <= CPU_FEW_ROWS) return few_rows(c, g, M, &wv, d, err);
     if (w->dtype == NNT_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, g, (int)N,
                     (const float *)w->data, (int)K, 1.0f, d, (int)K);

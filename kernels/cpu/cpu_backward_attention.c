@@ -5,6 +5,9 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "cpu_internal.h"
 
@@ -43,23 +46,28 @@ nnt_status cpu_rope_backward(void *ctx, nnt_tensor *dx, const int32_t *pos, cons
     return NNT_OK;
 }
 
-/* ds [B, Hq, T, S] masked (hidden entries 0) and times scale, into m (same shape) */
-static void masked_scores(const cpu_ctx *c, const float *ds, const nnt_attn_mask *mask, float scale, int64_t B,
-                          int64_t H, int64_t T, int64_t S, float *m)
+/* Head h of row b of ds [B, Hq, T, S], masked (hidden entries 0) and times scale, into m [T, S] */
+static void masked_head(const float *ds, const nnt_attn_mask *mask, float scale, int64_t b, int64_t h, int64_t Hq,
+                        int64_t T, int64_t S, float *m)
 {
-#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t t = 0; t < T; t++) {
-                const float *g = ds + ((b * H + h) * T + t) * S;
-                float *o = m + ((b * H + h) * T + t) * S;
-                for (int64_t s = 0; s < S; s++) o[s] = cpu_visible(mask, b, t, s, T, S) ? g[s] * scale : 0.0f;
-            }
+    const float *g = ds + (b * Hq + h) * T * S;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t s = 0; s < S; s++) m[t * S + s] = cpu_visible(mask, b, t, s, T, S) ? g[t * S + s] * scale : 0.0f;
+}
+
+static int thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 /* q [B, Hq, T, D], k [B, Hkv, S, D], ds [B, Hq, T, S]; dq += scale ds . k, dk += scale ds^T . q
- * (each key head over its group of query heads), hidden entries left out. One single-threaded
- * sgemm per head inside the parallel loops (OpenBLAS runs it on the calling thread there). */
+ * (each key head over its group of query heads), hidden entries left out. Each thread masks one
+ * head's [T, S] block into its own panel and runs a single-threaded sgemm on it (OpenBLAS runs
+ * it on the calling thread inside a parallel region). */
 nnt_status cpu_attn_scores_backward(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
                                     const nnt_attn_mask *mask, const nnt_tensor *ds, nnt_tensor *dq, nnt_tensor *dk,
                                     nnt_error *err)
@@ -73,36 +81,40 @@ nnt_status cpu_attn_scores_backward(void *ctx, const nnt_tensor *q, const nnt_te
     if (k->shape[0] != B || k->shape[3] != D || Hkv == 0 || Hq % Hkv || ds->shape[0] != B || ds->shape[1] != Hq ||
         ds->shape[2] != T || ds->shape[3] != S)
         return cpu_error(err, NNT_ERR_SHAPE, "cpu attn_scores_backward: q, k and ds shapes disagree");
-    if (dq && ((st = cpu_check("attn_scores_backward", "dq", dq, NNT_F32, 0, err)) != NNT_OK ||
-               nnt_tensor_numel(dq) != nnt_tensor_numel(q)))
-        return st != NNT_OK ? st : cpu_error(err, NNT_ERR_SHAPE, "cpu attn_scores_backward: dq is not shaped as q");
-    if (dk && ((st = cpu_check("attn_scores_backward", "dk", dk, NNT_F32, 0, err)) != NNT_OK ||
-               nnt_tensor_numel(dk) != nnt_tensor_numel(k)))
-        return st != NNT_OK ? st : cpu_error(err, NNT_ERR_SHAPE, "cpu attn_scores_backward: dk is not shaped as k");
+    if (dq && (dq->dtype != NNT_F32 || !dq->data || nnt_tensor_numel(dq) != nnt_tensor_numel(q)))
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu attn_scores_backward: dq is not an F32 tensor shaped as q");
+    if (dk && (dk->dtype != NNT_F32 || !dk->data || nnt_tensor_numel(dk) != nnt_tensor_numel(k)))
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu attn_scores_backward: dk is not an F32 tensor shaped as k");
     if ((!dq && !dk) || B * Hq * T * S == 0 || D == 0) return NNT_OK;
-    float *m;
-    if ((st = cpu_scratch(c, (size_t)(B * Hq * T * S), &m, err)) != NNT_OK) return st;
-    masked_scores(c, ds->data, mask, scale, B, Hq, T, S, m);
+    for (int t = 0; t < c->threads; t++) {
+        float *p;
+        if ((st = cpu_panel(c, t, (size_t)(T * S), &p, err)) != NNT_OK) return st;
+    }
     int64_t group = Hq / Hkv;
-    const float *qd = q->data, *kd = k->data;
+    const float *qd = q->data, *kd = k->data, *g = ds->data;
+    float **panel = c->panel;
     if (dq) {
         float *d = dq->data;
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
         for (int64_t b = 0; b < B; b++)
-            for (int64_t h = 0; h < Hq; h++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)D, (int)S, 1.0f,
-                            m + (b * Hq + h) * T * S, (int)S, kd + (b * Hkv + h / group) * S * D, (int)D, 1.0f,
-                            d + (b * Hq + h) * T * D, (int)D);
+            for (int64_t h = 0; h < Hq; h++) {
+                float *m = panel[thread_id()];
+                masked_head(g, mask, scale, b, h, Hq, T, S, m);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)D, (int)S, 1.0f, m, (int)S,
+                            kd + (b * Hkv + h / group) * S * D, (int)D, 1.0f, d + (b * Hq + h) * T * D, (int)D);
+            }
     }
     if (dk) {
         float *d = dk->data;
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
         for (int64_t b = 0; b < B; b++)
-            for (int64_t g = 0; g < Hkv; g++)
-                for (int64_t h = g * group; h < (g + 1) * group; h++)
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)D, (int)T, 1.0f,
-                                m + (b * Hq + h) * T * S, (int)S, qd + (b * Hq + h) * T * D, (int)D, 1.0f,
-                                d + (b * Hkv + g) * S * D, (int)D);
+            for (int64_t kh = 0; kh < Hkv; kh++)
+                for (int64_t h = kh * group; h < (kh + 1) * group; h++) {
+                    float *m = panel[thread_id()];
+                    masked_head(g, mask, scale, b, h, Hq, T, S, m);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)D, (int)T, 1.0f, m, (int)S,
+                                qd + (b * Hq + h) * T * D, (int)D, 1.0f, d + (b * Hkv + kh) * S * D, (int)D);
+                }
     }
     return NNT_OK;
 }
