@@ -138,7 +138,7 @@ void nnt_tape_ops_init(nnt_tape *tp);
 nnt_status nnt_tape_no_backward(nnt_error *err, const char *op, const char *entry);
 /* The MoE and feed-forward wrappers, and the refusals of the ops not recorded (tape_ops_moe.c). */
 void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be);
-/* ---- the reverse pass's helpers (tape_backward.c), for tape_backward_ops.c ---- */
+/* ---- the gradient memory (tape_shadow.c), for the reverse pass ---- */
 /* The gradient of t: t's shape at t's place in the gradient memory (F32, no rounding flags);
  * data NULL when t lies in no region (nothing recorded touched it). */
 nnt_tensor nnt_tape_adj(const nnt_tape *tp, const nnt_tensor *t);
@@ -152,7 +152,9 @@ nnt_status nnt_tape_output_gradient(nnt_tape *tp, const tape_entry *e, const nnt
                                     void **tmp, int *cleared, nnt_error *err);
 /* The reverse step of entry e, neither a mark nor a constant (tape_backward_ops.c). */
 nnt_status nnt_tape_backward_entry(nnt_tape *tp, const tape_entry *e, nnt_error *err);
-/* Frees the gradient memory of the last backward (tape_backward.c). */
+/* Makes the zeroed gradient memory of the record (tape_shadow.c). */
+nnt_status nnt_tape_make_regions(nnt_tape *tp, nnt_error *err);
+/* Frees the gradient memory of the last backward (tape_shadow.c). */
 void nnt_tape_regions_free(nnt_tape *tp);
 /* Keeps a copy of t (backend memory, owned by the tape) in *kept. */
 nnt_status nnt_tape_keep(nnt_tape *tp, const nnt_tensor *t, nnt_tensor *kept, nnt_error *err);

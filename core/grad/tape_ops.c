@@ -10,13 +10,6 @@
 #define TP ((nnt_tape *)ctx)
 #define REAL TP->be_ctx
 
-nnt_status nnt_tape_no_backward(nnt_error *err, const char *op, const char *entry)
-{
-    return nnt_err_set(err, NNT_ERR_UNSUPPORTED,
-                       "a gradient cannot pass through %s: the backend has no %s (its optional backward entry)", op,
-                       entry);
-}
-
 /* ---- memory: straight through ---- */
 
 static nnt_status t_alloc(void *ctx, size_t bytes, void **ptr, nnt_error *err)
