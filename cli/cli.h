@@ -108,6 +108,7 @@ struct cli_run {
     nnt_request *req;      /* CMD_REQUEST: the request (from the options or --request) */
     nnt_tokenizer *tok;    /* CMD_REQUEST: the model folder's tokenizer, or NULL (ids only) */
     int *held_fd;          /* under mpirun: the real stderr while this rank's is held back, or -1 */
+    int text_rows;         /* CMD_REQUEST: how many rows are text (their tokens are shown) */
 };
 
 int cmd_trace(cli_run *c);
@@ -148,6 +149,16 @@ int cli_parse_tokens(const char *text, int32_t **out, int *n);
 int cli_request(const cli_opts *o, nnt_runtime *rt, nnt_request **out);
 /* --print-request: the canonical document of r on stdout. Returns 0 or 1. */
 int cli_print_request(nnt_runtime *rt, const nnt_request *r);
+
+/* ---- what the command reads of a --request document itself (request_doc.c) ---- */
+
+/* Called with each file a request field names (resolved as libnnt resolves it: against the
+ * request file's folder) and the field's path ("rows[1]", "edits[0].tensor", "patch.clean");
+ * a nonzero return stops the walk and is returned. */
+typedef int (*cli_request_file_fn)(void *ctx, const char *file, const char *field);
+int cli_request_files(const char *request_file, cli_request_file_fn fn, void *ctx);
+/* How many of the document's rows (patch's clean and corrupt too) are text or a file of text. */
+int cli_request_text_rows(const char *request_file);
 
 /* ---- messages (messages.c) ---- */
 
@@ -191,7 +202,7 @@ void print_table(char **cells, int rows, int cols, const char *const *labels);
 int top_tokens(const float *p, int64_t V, int k, int *top);
 /* Each text row's tokens with their text ("prompt, row R (N tokens): ..."), so that positions
  * can be read off; nothing when the rows are ids. */
-void print_prompt_tokens(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok);
+void print_prompt_tokens(int text_rows, const nnt_batch *b, const nnt_tokenizer *tok);
 /* The ids of row r of b without its left padding, and their number. */
 const int32_t *batch_row(const nnt_batch *b, int r, int *n);
 void free_strings(char **v, size_t n);
@@ -231,6 +242,6 @@ int picture_trace(const cli_opts *o, const nnt_model *m, const nnt_batch *b, con
                   const nnt_trace *t);
 int picture_lens(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_lens_result *l);
 int picture_patch(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_patch_result *res,
-                  const char *value);
+                  const char *value, const char *metric);
 
 #endif /* NNT_CLI_H */

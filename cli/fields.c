@@ -56,6 +56,12 @@ int cli_field_option(const cli_opts *o, const char *field, size_t len, char *buf
         row_option(o, r, buf, n);
         return 1;
     }
+    if ((len >= 11 && !strncmp(field, "patch.clean", 11)) || (len >= 13 && !strncmp(field, "patch.corrupt", 13))) {
+        size_t fl = field[7] == 'l' ? 11 : 13;
+        if (len > fl && field[fl] != '.') return 0;
+        row_option(o, field[7] == 'l' ? 0 : 1, buf, n);
+        return 1;
+    }
     static const struct {
         const char *field, *option;
     } NAMED[] = {

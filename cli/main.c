@@ -13,6 +13,8 @@ static int get_request(cli_run *c, int *held_fd)
 {
     int rc = 0;
     if (nnt_pipeline_rank(c->p) == 0) rc = cli_request(c->o, c->rt, &c->req);
+    /* the rows of text, whose tokens the run shows: the options', or the document's */
+    c->text_rows = c->o->request_file ? cli_request_text_rows(c->o->request_file) : c->o->n_text_rows;
     if (!c->p) return rc;
     if (rc) return rc; /* the others learn of it when this rank leaves the run */
     if (nnt_pipeline_share_request(c->p, &c->req) != NNT_OK) return ranks_fail(c->p, c->o, c->rt, 0, held_fd);
@@ -38,7 +40,7 @@ static void find_tokenizer(cli_run *c)
     nnt_status st = nnt_model_tokenizer(c->m, &c->tok);
     if (st == NNT_OK) return;
     c->tok = NULL;
-    if (st != NNT_ERR_NOT_FOUND && !c->o->n_text_rows)
+    if (st != NNT_ERR_NOT_FOUND && !c->text_rows)
         fprintf(stderr, "nnt: warning: token text not shown: %s\n", nnt_last_error(c->rt));
 }
 

@@ -1,5 +1,6 @@
 /* messages.c - the nnt command's error messages: usage errors, bad arguments, and libnnt's
- * errors with the request's fields written as the options that gave them. */
+ * errors with the request's fields written as the options that gave them (a request the options
+ * made) or as the document's fields (--request). */
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -70,9 +71,28 @@ static void print_translated(const cli_opts *o, const char *field, size_t fl, co
     (void)o;
 }
 
+/* A --request run: the message as libnnt words it, a field's path after the document's name
+ * ("r.json: generate.stop_ids[0]: ..."); the options' words are not the document's. Returns 1. */
+static int fail_request(const char *file, const char *msg, const char *what)
+{
+    size_t n = strlen(file);
+    int named = !strncmp(msg, file, n) && !strncmp(msg + n, ": ", 2);
+    fprintf(stderr, "nnt: error: %s%s", what ? what : "", what ? ": " : "");
+    static const char *const TOP[] = {"rows", "edits", "saves", "generate", "lens", "patch", "add_special"};
+    size_t fl = named ? 0 : field_length(msg), top = strcspn(msg, ".[:");
+    for (size_t k = 0; fl && k < sizeof TOP / sizeof *TOP; k++)
+        if (strlen(TOP[k]) == top && !strncmp(msg, TOP[k], top)) {
+            fprintf(stderr, "%s: ", file); /* a field of the document, from the run */
+            break;
+        }
+    fprintf(stderr, "%s\n", msg);
+    return 1;
+}
+
 int cli_fail(const cli_opts *o, nnt_runtime *rt, const char *what)
 {
     const char *msg = nnt_last_error(rt);
+    if (o && o->request_file) return fail_request(o->request_file, msg, what);
     const char *doc = CLI_OPTIONS_NAME ": ";
     char option[1200];
     if (o && !strncmp(msg, doc, strlen(doc))) msg += strlen(doc); /* a request the options made */

@@ -22,11 +22,25 @@ static int out_is_not(const char *out, const struct stat *os, const char *input,
                      input, what);
 }
 
+typedef struct out_ctx {
+    const char *out;
+    const struct stat *os;
+} out_ctx;
+
+/* cli_request_files' callback: --out against the file of one field of the --request document. */
+static int out_is_not_field(void *ctx, const char *file, const char *field)
+{
+    const out_ctx *x = ctx;
+    char what[300];
+    snprintf(what, sizeof what, "the file of %s", field);
+    return out_is_not(x->out, x->os, file, what);
+}
+
 /* --out, checked before any forward runs and again just before the write: its directory must
  * exist, an existing path must be a regular file (the writer refuses to replace anything else),
  * and it must not be a file the run reads: any file of the model folder (config.json, the
  * index, the shards, the tokenizer's files), the INI, a loaded plugin, a --set/--add/--steer
- * file or a --prompt-file. Returns 0 or 2. */
+ * file or a --prompt-file, the --request file and every file its fields name. Returns 0 or 2. */
 int cli_check_out(const cli_opts *o, nnt_runtime *rt)
 {
     const char *out = o->out;
@@ -64,6 +78,8 @@ int cli_check_out(const cli_opts *o, nnt_runtime *rt)
         for (int r = 0; !rc && r < o->n_rows; r++)
             if (o->rows[r].kind == ROW_FILE) rc = out_is_not(out, &os, o->rows[r].arg, "the --prompt-file file");
         if (!rc && o->request_file) rc = out_is_not(out, &os, o->request_file, "the --request file");
+        out_ctx x = {.out = out, .os = &os};
+        if (!rc && o->request_file) rc = cli_request_files(o->request_file, out_is_not_field, &x);
         if (rc) return rc;
     }
     size_t n = strlen(out);

@@ -221,7 +221,7 @@ int picture_lens(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok
 }
 
 int picture_patch(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_patch_result *res,
-                  const char *value)
+                  const char *value, const char *metric)
 {
     int NB = res->n_blocks, P = res->n_positions, rc = 1, n;
     const int32_t *corrupt = batch_row(b, 1, &n);
@@ -249,7 +249,7 @@ int picture_patch(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *to
         free(t);
     }
     char title[512];
-    snprintf(title, sizeof title, "patching %s: %s (clean %.3f, corrupted %.3f)", value, o->metric ? o->metric : "",
+    snprintf(title, sizeof title, "patching %s: %s (clean %.3f, corrupted %.3f)", value, metric,
              res->clean_metric, res->corrupt_metric);
     if (ok) {
         plot_grid g = {.title = title, .panels = 1, .panel_cols = 1, .rows = NB, .cols = P, .values = res->grid,

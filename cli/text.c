@@ -234,9 +234,9 @@ void print_table(char **cells, int rows, int S, const char *const *labels)
     free(width);
 }
 
-void print_prompt_tokens(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok)
+void print_prompt_tokens(int text_rows, const nnt_batch *b, const nnt_tokenizer *tok)
 {
-    if (!o->n_text_rows) return;
+    if (!text_rows) return;
     for (int r = 0; r < b->batch; r++) {
         int n;
         const int32_t *ids = batch_row(b, r, &n);

@@ -445,4 +445,59 @@ printf '[plugins]\nno equals sign\n[bogus]\nx = 1\n' > "$tmp/two2.ini"
 check "an INI with a syntax error first: its line, its message" 1 "two2.ini:2: syntax error \(expected" \
   "$nnt" plugins --config "$tmp/two2.ini"
 
+# --request: a run of the document --print-request printed is the options' run, byte for byte
+rq=$tmp/rq; mkdir -p "$rq"
+roundtrip() { # name command options...: the options' output against that of their --request
+  local name=$1 cmd=$2; shift 2
+  "$nnt" "$cmd" --model "$model" "$@" --print-request > "$rq/$name.json"
+  same "--request of --print-request: $name" "$("$nnt" "$cmd" --model "$model" "$@" 2>&1)" \
+    "$("$nnt" "$cmd" --model "$model" --request "$rq/$name.json" 2>&1)"
+}
+roundtrip trace trace --prompt "$text" --save 'layers.*.mlp.expert_weights' --save layers.1.self_attn.attention_probabilities
+roundtrip generate generate --prompt "$text" --max-new-tokens 2
+roundtrip patch patch --clean "The cat" --corrupt "The end" --metric prob:3
+# --out never names a file the document reads
+"$nnt" trace --model "$model" --tokens "$prompt" --save layers.0.layer_output --out "$rq/v.safetensors" > /dev/null
+printf 'The cat' > "$rq/prompt.txt"; printf 'The end' > "$rq/c2.txt"
+printf '{"nnt_request": 1, "rows": [{"tokens": [1, 2, 3]}], "edits": [{"op": "set", "path": "layers.0.layer_output", "tensor": {"file": "v.safetensors", "key": "layers.0.layer_output"}}]}' > "$rq/set.json"
+printf '{"nnt_request": 1, "method": "generate", "rows": [{"file": "prompt.txt"}], "generate": {"max_new_tokens": 1}}' > "$rq/rowfile.json"
+printf '{"nnt_request": 1, "method": "patch", "patch": {"clean": {"file": "c2.txt"}, "corrupt": {"text": "The cat"}, "metric": "prob:3"}}' > "$rq/pc.json"
+cp "$rq/v.safetensors" "$rq/v.keep"
+check "--request: --out is the tensor file of an edit" 2 "^nnt: --out v.safetensors: is the file of edits\[0\]\.tensor, an input of this run" \
+  bash -c "cd '$rq' && '$nnt' trace --model '$model' --request set.json --out v.safetensors"
+same "--request: the refused --out is left alone" "$(cmp "$rq/v.safetensors" "$rq/v.keep" && echo same)" same
+check "--request: --out is a row's file" 2 "--out $rq/prompt.txt: is the file of rows\[0\], an input of this run" \
+  "$nnt" generate --model "$model" --request "$rq/rowfile.json" --out "$rq/prompt.txt"
+check "--request: --out is patch.clean's file" 2 "--out c2.txt: is the file of patch\.clean, an input" \
+  bash -c "cd '$rq' && '$nnt' patch --model '$model' --request pc.json --out c2.txt"
+# --request: messages name the document's fields, not the options
+printf '{"nnt_request": 1, "method": "generate", "rows": [{"tokens": [1, 2]}], "generate": {"max_new_tokens": 1, "stop_ids": [9999]}}' > "$rq/stop.json"
+check "--request: a stop id outside the vocabulary" 1 "^nnt: error: $rq/stop.json: generate\.stop_ids\[0\]: 9999 is outside the model's vocabulary" \
+  "$nnt" generate --model "$model" --request "$rq/stop.json"
+printf '{"nnt_request": 1, "method": "lens", "rows": [{"tokens": [1, 2]}], "lens": {"positions": [50]}}' > "$rq/lpos.json"
+check "--request: lens.positions" 1 "^nnt: error: $rq/lpos.json: lens\.positions" "$nnt" lens --model "$model" --request "$rq/lpos.json"
+pq() { printf '{"nnt_request": 1, "method": "patch", "patch": {"clean": {"tokens": [1, 2]}, "corrupt": {"tokens": [%s]}, %s}}' "$1" "$2"; }
+pq "3, 4" '"metric": "prob:3", "positions": [5]' > "$rq/ppos.json"
+check "--request: patch.positions" 1 "^nnt: error: $rq/ppos.json: patch\.positions" "$nnt" patch --model "$model" --request "$rq/ppos.json"
+pq "3, 4" '"metric": "prob:999"' > "$rq/pmet.json"
+check "--request: patch.metric" 1 "^nnt: error: $rq/pmet.json: patch\.metric: token 999" "$nnt" patch --model "$model" --request "$rq/pmet.json"
+pq "3, 4" '"metric": "prob:3", "value": "logits"' > "$rq/pval.json"
+check "--request: patch.value" 1 "^nnt: error: $rq/pval.json: patch\.value" "$nnt" patch --model "$model" --request "$rq/pval.json"
+pq "3, 4, 5" '"metric": "prob:3"' > "$rq/plen.json"
+check "--request: prompts of two lengths name patch.corrupt" 1 "^nnt: error: $rq/plen.json: patch\.corrupt: the clean prompt has 2 tokens" \
+  "$nnt" patch --model "$model" --request "$rq/plen.json"
+check "options: prompts of two lengths name --corrupt-tokens" 2 "^nnt: error: --corrupt-tokens: the clean prompt has 2 tokens" \
+  "$nnt" patch --model "$model" --clean-tokens "1 2" --corrupt-tokens "3 4 5" --metric prob:3
+
+# --plot saves the routing's expert_indices for a --request as for the options
+"$nnt" trace --model "$model" --tokens "1 2 3" --save layers.1.mlp.expert_weights --print-request > "$rq/plot.json"
+same "--request --plot: the routing picture as the options draw it" \
+  "$("$nnt" trace --model "$model" --tokens "1 2 3" --save layers.1.mlp.expert_weights --plot "$rq/r.svg" 2>&1; echo "rc=$?")" \
+  "$("$nnt" trace --model "$model" --request "$rq/plot.json" --plot "$rq/r.svg" 2>&1; echo "rc=$?")"
+check "--request --plot: no missing expert_indices" 0 "top 5 next tokens" \
+  "$nnt" trace --model "$model" --request "$rq/plot.json" --plot "$rq/r.svg"
+printf '{"nnt_request": 1, "rows": [{"tokens": [1, 2, 3]}], "edits": [{"op": "masked_fill", "path": "layers.1.mlp.expert_weights", "where": "logits", "equals": 1, "fill": 0}]}' > "$rq/mf.json"
+check "--request: a mask of another block names edits[0].where" 1 "mf.json: edits\[0\]\.where: masked fill of" \
+  "$nnt" trace --model "$model" --request "$rq/mf.json"
+
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

@@ -683,6 +683,8 @@ static const bad_doc BAD[] = {
      "request.json: edits[0].tensor: steer: the vector is [3]; it must be [hidden_size] = [64]"},
     {AT_APPLY, EDIT("{\"op\": \"masked_fill\", \"path\": \"layers.0.mlp.expert_weights\", \"where\": \"layers.0.mlp.expert_indice\", \"equals\": 1, \"fill\": 0}"),
      NNT_ERR_PATH, "request.json: edits[0].where: path 'layers.0.mlp.expert_indice'"},
+    {AT_APPLY, EDIT("{\"op\": \"masked_fill\", \"path\": \"layers.0.mlp.expert_weights\", \"where\": \"logits\", \"equals\": 1, \"fill\": 0}"),
+     NNT_ERR_PATH, "request.json: edits[0].where: masked fill of 'layers.0.mlp.expert_weights' by 'logits'"},
     {AT_APPLY, EDIT("{\"op\": \"callback\", \"path\": \"logits\", \"callback\": 1}"), NNT_ERR_INVALID_ARGUMENT,
      "request.json: edits[0].callback: index 1, but 1 callbacks were given"},
     {AT_APPLY, R1 "\"saves\": [\"logits\", \"logit\"]}", NNT_ERR_PATH, "request.json: saves[1]: path 'logit'"},

@@ -52,7 +52,7 @@ int cmd_generate(cli_run *c)
     if (nnt_result_holds(res)) {
         const nnt_batch *b = nnt_result_batch(res);
         const nnt_trace *t = nnt_result_trace(res);
-        print_prompt_tokens(c->o, b, c->tok);
+        print_prompt_tokens(c->text_rows, b, c->tok);
         int written = print_saved(t, "saved values (\"path@k\": the k-th time the request saved it, one per step; "
                                      "\"#r\": saved by the r-th later request of the same value):\n", NULL);
         if (c->o->out && (rc = cli_write_out(c->o, c->rt, res)) == 0) printf("wrote %d values to %s\n", written, c->o->out);

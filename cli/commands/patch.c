@@ -48,13 +48,13 @@ int cmd_patch(cli_run *c)
     const nnt_patch_result *p = nnt_result_patch(res);
     const nnt_batch *b = nnt_result_batch(res);
     const nnt_request_patch_opts *po = nnt_request_patch(c->req);
-    print_prompt_tokens(c->o, b, c->tok);
+    print_prompt_tokens(c->text_rows, b, c->tok);
     printf("activation patching of %s: metric %s with the clean value at one block and one position\n", po->value,
            po->metric);
     printf("clean %.6f, corrupted %.6f (%d forwards, up to %d patched rows each)\n", p->clean_metric, p->corrupt_metric,
            p->forwards, po->batch);
     int rc = print_grid(p, b, c->tok);
-    if (!rc && c->o->plot) rc = picture_patch(c->o, b, c->tok, p, po->value);
+    if (!rc && c->o->plot) rc = picture_patch(c->o, b, c->tok, p, po->value, po->metric);
     if (!rc && c->o->out && (rc = cli_write_out(c->o, c->rt, res)) == 0)
         printf("wrote patch_metric [%d, %d], patch_blocks, patch_positions, clean_metric and corrupt_metric to %s\n",
                p->n_blocks, p->n_positions, c->o->out);

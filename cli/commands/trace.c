@@ -1,36 +1,52 @@
 /* trace.c - `nnt trace`: one forward of the request's rows with its saves and edits; prints each
  * saved value's summary and each row's five most likely next tokens, writes --out and --plot. */
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../cli.h"
 
-/* The saves this command adds for itself: next_token_probs for the top tokens (unless the user
- * saved it: then it is shown), and a routing picture's expert_indices beside the first saved
- * expert_weights. */
+/* The saves this command adds for itself: next_token_probs for the top tokens (unless the request
+ * saves it: then it is shown), and a routing picture's expert_indices beside the first saved
+ * expert_weights. Both read the request's own document, whether the options or --request made it. */
 typedef struct extra {
     const char *paths[2];
     char indices[300];
     int n, hidden_probs;
 } extra;
 
-static void extra_saves(const cli_opts *o, extra *x)
+/* One path the request saves: notes a save of next_token_probs, and for --plot the indices the
+ * first expert_weights needs. */
+static void saved_path(const char *p, int plot, int *user_probs, extra *x)
 {
+    const char *at;
+    if (!strcmp(p, "next_token_probs") || !strcmp(p, "model.next_token_probs")) *user_probs = 1;
+    if (plot && !x->indices[0] && (at = strstr(p, ".expert_weights")) != NULL && !strchr(p, '['))
+        snprintf(x->indices, sizeof x->indices, "%.*s.expert_indices%s", (int)(at - p), p, at + 15);
+}
+
+static void extra_saves(const nnt_request *r, int plot, extra *x)
+{
+    char *json = NULL;
+    void *tensors = NULL; /* asked for so that the document holds no tensor's numbers */
+    size_t n = 0, tn = 0;
+    cJSON *doc = nnt_request_write(r, &json, &n, &tensors, &tn) == NNT_OK ? cJSON_ParseWithLength(json, n) : NULL;
+    free(json);
+    free(tensors);
     int user_probs = 0;
-    for (int q = 0; q < o->n_reqs; q++) {
-        const char *p = o->reqs[q].path;
-        if (o->reqs[q].kind == R_SAVE && (!strcmp(p, "next_token_probs") || !strcmp(p, "model.next_token_probs")))
-            user_probs = 1;
+    x->indices[0] = '\0';
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(doc, "edits")) {
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(it, "op"), *path = cJSON_GetObjectItemCaseSensitive(it, "path");
+        if (cJSON_IsString(op) && !strcmp(op->valuestring, "save") && cJSON_IsString(path))
+            saved_path(path->valuestring, plot, &user_probs, x);
     }
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(doc, "saves"))
+        if (cJSON_IsString(it)) saved_path(it->valuestring, plot, &user_probs, x);
+    cJSON_Delete(doc);
     x->n = 0;
     x->hidden_probs = !user_probs;
     if (x->hidden_probs) x->paths[x->n++] = "next_token_probs";
-    x->indices[0] = '\0';
-    for (int q = 0; o->plot && q < o->n_reqs && !x->indices[0]; q++) {
-        const char *sp = o->reqs[q].path, *at;
-        if (o->reqs[q].kind == R_SAVE && (at = strstr(sp, ".expert_weights")) != NULL && !strchr(sp, '['))
-            snprintf(x->indices, sizeof x->indices, "%.*s.expert_indices%s", (int)(at - sp), sp, at + 15);
-    }
     if (x->indices[0]) x->paths[x->n++] = x->indices;
 }
 
@@ -66,7 +82,7 @@ static void print_top_tokens(const nnt_tokenizer *tok, const nnt_tensor *probs)
 int cmd_trace(cli_run *c)
 {
     extra x;
-    extra_saves(c->o, &x);
+    extra_saves(c->req, c->o->plot != NULL, &x);
     nnt_run_opts ro = {.struct_size = sizeof ro, .extra_saves = x.paths, .n_extra_saves = x.n, .pipeline = c->p};
     nnt_result *res = NULL;
     if (nnt_request_run(c->m, c->req, &ro, &res) != NNT_OK)
@@ -79,7 +95,7 @@ int cmd_trace(cli_run *c)
         const char *hidden = !x.hidden_probs ? NULL
                              : nnt_trace_lookup(t, "next_token_probs#1", NULL, NULL) == NNT_OK ? "next_token_probs#1"
                                                                                                : "next_token_probs";
-        print_prompt_tokens(c->o, b, c->tok);
+        print_prompt_tokens(c->text_rows, b, c->tok);
         rc = report(c, res, hidden);
         const nnt_tensor *probs = nnt_trace_get(t, "next_token_probs");
         if (!rc && probs) print_top_tokens(c->tok, probs);

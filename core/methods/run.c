@@ -85,7 +85,7 @@ static nnt_status run_patch(nnt_model *m, const nnt_request *r, nnt_result *res)
     res->holds = 1;
     if (b->batch != 2 || b->lens[0] != b->lens[1])
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
-                           "patch: the clean prompt has %d tokens and the corrupted one %d; patching needs prompts of the "
+                           "patch.corrupt: the clean prompt has %d tokens and the corrupted one %d; patching needs prompts of the "
                            "same length (token by token)",
                            b->lens[0], b->batch > 1 ? b->lens[1] : 0);
     nnt_patch_spec s = {.struct_size = sizeof s, .value = po->value, .clean = b->ids, .corrupt = b->ids + b->seq,

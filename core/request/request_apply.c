@@ -43,6 +43,7 @@ static const char *path_field(const req_edit *e, nnt_status st, const char *msg)
     if (e->op == REQ_OP_MASKED_FILL && e->where) { /* the API quotes the path at fault first */
         size_t n = strlen(e->where);
         if (msg[0] == '\'' && strncmp(msg + 1, e->where, n) == 0 && msg[n + 1] == '\'') return ".where";
+        if (!strncmp(msg, "masked fill of '", 16)) return ".where"; /* a mask of another block or module */
     }
     if (e->op == REQ_OP_CALLBACK && st == NNT_ERR_INVALID_ARGUMENT) return ".callback";
     if (e->op == REQ_OP_SKIP_LAYERS || e->op == REQ_OP_ABLATE_EXPERT || e->op == REQ_OP_STEPS) return ""; /* no path */

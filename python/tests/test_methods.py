@@ -50,7 +50,7 @@ def test_patch_equals_cli(ckpt, models, tmp_path):
 
 def test_patch_refusals(models):
     m = models(EXAMPLE)
-    with pytest.raises(nnt.Error, match=r"patch: the clean prompt has 3 tokens and the corrupted one 2"):
+    with pytest.raises(nnt.Error, match=r"patch.corrupt: the clean prompt has 3 tokens and the corrupted one 2"):
         m.patch([1, 2, 3], [1, 2], "prob:3")
     with pytest.raises(nnt.Error, match=r"patch.metric: expected logit-diff:A,B"):
         m.patch([1, 2, 3], [1, 2, 4], "logit:3")
