@@ -18,14 +18,11 @@ static void *bctx;
 static int setup(void)
 {
     if (nnt_runtime_open(t_ini(), &rt) != NNT_OK) return -1;
-    for (int i = 0; i < rt->plugins.n; i++) {
-        nnt_plugin *p = rt->plugins.items[i];
-        if (p->kind == NNT_PLUGIN_BACKEND && strcmp(p->backend->header.name, "cpu") == 0 && p->be_ctx) {
-            ops = p->backend->ops;
-            bctx = p->be_ctx;
-        }
-    }
-    return ops ? 0 : -1;
+    nnt_plugin *p = t_cpu_backend(rt);
+    if (!p) return -1;
+    ops = p->backend->ops;
+    bctx = p->be_ctx;
+    return 0;
 }
 
 static int teardown(void)

@@ -22,14 +22,11 @@ static void *cctx;
 static int setup(void)
 {
     if (nnt_runtime_open(t_ini(), &rt) != NNT_OK) return -1;
-    for (int i = 0; i < rt->plugins.n; i++) {
-        nnt_plugin *p = rt->plugins.items[i];
-        if (p->kind == NNT_PLUGIN_BACKEND && strcmp(p->backend->header.name, "cpu") == 0 && p->be_ctx) {
-            cpu = p->backend->ops;
-            cctx = p->be_ctx;
-        }
-    }
-    return cpu ? 0 : -1;
+    nnt_plugin *p = t_cpu_backend(rt);
+    if (!p) return -1;
+    cpu = p->backend->ops;
+    cctx = p->be_ctx;
+    return 0;
 }
 
 static int teardown(void)

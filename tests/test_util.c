@@ -134,6 +134,15 @@ int t_copy_file(const char *from, const char *to)
     return fclose(b) == 0 && ok ? 0 : -1;
 }
 
+nnt_plugin *t_cpu_backend(nnt_runtime *rt)
+{
+    for (int i = 0; rt && i < rt->plugins.n; i++) {
+        nnt_plugin *p = rt->plugins.items[i];
+        if (p->kind == NNT_PLUGIN_BACKEND && strcmp(p->backend->header.name, "cpu") == 0 && p->be_ctx) return p;
+    }
+    return NULL;
+}
+
 nnt_runtime *t_runtime(void)
 {
     nnt_runtime *rt = NULL;

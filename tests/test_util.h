@@ -33,6 +33,9 @@ int t_copy_file(const char *from, const char *to);
  * fixture's safetensors file (which such a family never reads). Returns buf. */
 const char *t_fake_checkpoint(const char *name, const char *arch, char *buf, size_t n);
 
+/* The cpu backend's plugin of runtime rt, with its context (core/internal.h's nnt_plugin), or NULL
+ * when rt has none; the suites that call its ops directly start from it. */
+struct nnt_plugin *t_cpu_backend(nnt_runtime *rt);
 /* Opens the build runtime (asserts on failure). */
 nnt_runtime *t_runtime(void);
 /* Loads tests/fixtures/<rel> (asserts on failure). */

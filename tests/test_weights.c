@@ -18,11 +18,10 @@ static const nnt_backend_descriptor *cpu;
 static int setup(void)
 {
     if (nnt_runtime_open(t_ini(), &rt) != NNT_OK) return -1;
-    for (int i = 0; i < rt->plugins.n; i++) {
-        nnt_plugin *p = rt->plugins.items[i];
-        if (p->kind == NNT_PLUGIN_BACKEND && strcmp(p->backend->header.name, "cpu") == 0) cpu = p->backend;
-    }
-    return cpu ? 0 : -1;
+    nnt_plugin *p = t_cpu_backend(rt);
+    if (!p) return -1;
+    cpu = p->backend;
+    return 0;
 }
 
 static int teardown(void)
