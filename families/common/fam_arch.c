@@ -543,3 +543,14 @@ nnt_status fam_arch_bind(const fam_env *env, const fam_arch *a, const void *self
         walk(a, b, subtree_end(a, b), c.f.traits, visit_bind, &c);
     return c.st;
 }
+
+const fam_expert_layout fam_experts_block_sparse_moe = {
+    .fused_gate_up = "model.layers.%d.mlp.experts.gate_up_proj",
+    .fused_down = "model.layers.%d.mlp.experts.down_proj",
+    .per_expert = {{.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+                    .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
+                    .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
+                   {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+                    .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
+                    .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"}},
+};

@@ -297,17 +297,6 @@ enum { KL_KDA = 1u << 0, KL_SPARSE = 1u << 1, KL_SHARED = 1u << 2, KL_TIED = 1u 
         "model.layers.%d.mlp.shared_experts." proj ".weight"
 
 /* one tensor per expert (the release's w1/w3/w2, or gate/up/down), or transformers' fused 3-D ones */
-static const fam_expert_layout KL_EXPERTS = {
-    .fused_gate_up = "model.layers.%d.mlp.experts.gate_up_proj",
-    .fused_down = "model.layers.%d.mlp.experts.down_proj",
-    .per_expert = {{.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
-                    .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
-                    .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
-                   {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-                    .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
-                    .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"}},
-};
-
 static const fam_module KL_MODULES[] = {
     {.depth = 0, .native = "model", .cls = "KimiLinearForCausalLM"},
     {.depth = 1, .native = "lm_head", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
@@ -373,7 +362,7 @@ static const fam_module KL_MODULES[] = {
     {.depth = 3, .native = "mlp", .cls = "KimiLinearMoE", .module = NNT_MODULE_MLP, .when = KL_SPARSE},
     {.depth = 4, .native = "experts", .cls = "KimiLinearExperts",
      .tensors = {{.store = FAM_STORE_EXPERTS, .bind = FAM_BIND_EXPERTS, .field = offsetof(kl_layer, moe.experts),
-                  .ndim = 3, .size = {KL_E, KL_MI, KL_H}, .experts = &KL_EXPERTS}}},
+                  .ndim = 3, .size = {KL_E, KL_MI, KL_H}, .experts = &fam_experts_block_sparse_moe}}},
     {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
     /* the router as the release stores it, and its optional float32 selection bias */
     {.depth = 4, .native = "gate", .cls = "KimiLinearTopkRouter",

@@ -147,17 +147,6 @@ enum { MM_TIED = 1u << 0 }; /* traits: tie_word_embeddings (lm_head is the embed
     {.name = {pattern}, .store = FAM_STORE_PLAIN, .field = offsetof(mm_layer, member), .ndim = 1, .size = {width}}
 
 /* one tensor per expert (the hub's w1/w3/w2, or gate/up/down), or transformers' fused 3-D tensors */
-static const fam_expert_layout MM_EXPERTS = {
-    .fused_gate_up = "model.layers.%d.mlp.experts.gate_up_proj",
-    .fused_down = "model.layers.%d.mlp.experts.down_proj",
-    .per_expert = {{.gate = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
-                    .up = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
-                    .down = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight"},
-                   {.gate = "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-                    .up = "model.layers.%d.mlp.experts.%d.up_proj.weight",
-                    .down = "model.layers.%d.mlp.experts.%d.down_proj.weight"}},
-};
-
 static const fam_module MM_MODULES[] = {
     {.depth = 0, .native = "model", .cls = "MiniMaxM2ForCausalLM"},
     {.depth = 1, .native = "lm_head", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
@@ -194,7 +183,7 @@ static const fam_module MM_MODULES[] = {
                   .host = offsetof(mm_layer, bias_host), .ndim = 1, .size = {MM_E}, .optional = 1}}},
     {.depth = 4, .native = "experts", .cls = "MiniMaxM2Experts",
      .tensors = {{.store = FAM_STORE_EXPERTS, .bind = FAM_BIND_EXPERTS, .field = offsetof(mm_layer, moe.experts),
-                  .ndim = 3, .size = {MM_E, MM_I, MM_H}, .experts = &MM_EXPERTS}}},
+                  .ndim = 3, .size = {MM_E, MM_I, MM_H}, .experts = &fam_experts_block_sparse_moe}}},
     {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
     {.depth = 3, .native = "input_layernorm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
      .tensors = {MM_GAIN(in_norm, "model.layers.%d.input_layernorm.weight", MM_H)}},

@@ -637,6 +637,12 @@ typedef struct fam_expert_layout {
                                                   * last are left zero */
 } fam_expert_layout;
 
+/* The spellings MiniMax-M2's and Kimi-Linear's checkpoints share: transformers' fused
+ * model.layers.L.mlp.experts.{gate_up_proj, down_proj}, then the release's per-expert
+ * model.layers.L.block_sparse_moe.experts.E.{w1, w3, w2}.weight (gate, up, down; Mixtral's names),
+ * then transformers' per-expert model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight. */
+extern const fam_expert_layout fam_experts_block_sparse_moe;
+
 /* One checkpoint tensor of a module. A tensor row is in use when name[0] or experts is set; the
  * first unused row ends the module's list. */
 typedef struct fam_tensor {
