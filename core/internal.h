@@ -357,6 +357,7 @@ struct nnt_model {
     void *impl;
     nnt_model_info info;
     nnt_arena *arena;
+    struct nnt_tape *tape; /* between the family and its backend (core/grad/tape.h) */
     nnt_memory memory; /* what the load took (nnt_model_memory) */
     int first_loaded, end_loaded; /* the blocks whose weights were loaded (every block: 0, num_layers) */
     nnt_tokenizer *tokenizer;     /* nnt_model_tokenizer's, loaded on its first call (NULL before) */

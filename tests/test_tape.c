@@ -329,6 +329,34 @@ static void test_moves_against_differences(void)
     free(pool);
 }
 
+/* A tape that does not record passes calls through and keeps nothing; recording again starts a
+ * new record. */
+static void test_pass_through(void)
+{
+    nnt_tape *tp;
+    nnt_error err = {0};
+    float wv[12], xv[4] = {1, 2, 3, 4}, y1[3], y2[3];
+    fill_rand(wv, 12, 1.0f);
+    nnt_tensor w = mat(wv, 3, 4), x = mat(xv, 1, 4), a = mat(y1, 1, 3), b = mat(y2, 1, 3);
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_new(cpu, cctx, &tp, &err), NNT_OK);
+    nnt_tape_record(tp, 0);
+    const nnt_backend_ops *o = nnt_tape_ops(tp);
+    CU_ASSERT_EQUAL(o->linear(nnt_tape_ctx(tp), &x, &w, &a, &err), NNT_OK);
+    CU_ASSERT_EQUAL(o->sigmoid(nnt_tape_ctx(tp), &a, &a, &err), NNT_OK); /* not refused when not recording */
+    CU_ASSERT_EQUAL(cpu->linear(cctx, &x, &w, &b, &err), NNT_OK);
+    CU_ASSERT_EQUAL(cpu->sigmoid(cctx, &b, &b, &err), NNT_OK);
+    CU_ASSERT_EQUAL(memcmp(y1, y2, sizeof y1), 0);
+    CU_ASSERT_EQUAL(tp->n, 0);
+    CU_ASSERT_EQUAL(nnt_tape_kept_bytes(tp), 0);
+    nnt_tape_record(tp, 1);
+    CU_ASSERT_EQUAL(o->rms_norm(nnt_tape_ctx(tp), &x, NULL, 1e-6f, &x, &err), NNT_OK);
+    CU_ASSERT_EQUAL(tp->n, 1);
+    CU_ASSERT_EQUAL(nnt_tape_kept_bytes(tp), sizeof xv);
+    nnt_tape_record(tp, 1); /* a new record */
+    CU_ASSERT_EQUAL(tp->n, 0);
+    nnt_tape_free(tp);
+}
+
 static void test_refusals(void)
 {
     nnt_tape *tp;
@@ -361,6 +389,7 @@ int register_tests(void)
         !CU_add_test(s, "row and column moves' input gradient equals central differences",
                      test_moves_against_differences) ||
         !CU_add_test(s, "a seed reads back at its mark; gradients are linear in the seeds", test_seed_and_linearity) ||
+        !CU_add_test(s, "a tape not recording passes calls through and keeps nothing", test_pass_through) ||
         !CU_add_test(s, "ops not recorded and missing backward entries are refused by name", test_refusals))
         return -1;
     return 0;

@@ -12,6 +12,7 @@ nnt_status nnt_tape_new(const nnt_backend_ops *be, void *be_ctx, nnt_tape **out,
     if (!tp) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for a gradient tape");
     tp->be = be;
     tp->be_ctx = be_ctx;
+    tp->recording = 1;
     nnt_tape_ops_init(tp);
     *out = tp;
     return NNT_OK;
@@ -24,6 +25,16 @@ void nnt_tape_free(nnt_tape *tp)
     free(tp->e);
     nnt_tape_regions_free(tp);
     free(tp);
+}
+
+void nnt_tape_record(nnt_tape *tp, int on)
+{
+    if (on) {
+        for (int i = 0; i < tp->n; i++) nnt_tape_entry_clear(tp, &tp->e[i]);
+        tp->n = 0;
+        tp->kept_bytes = 0;
+    }
+    tp->recording = on != 0;
 }
 
 const nnt_backend_ops *nnt_tape_ops(const nnt_tape *tp)

@@ -33,9 +33,16 @@ typedef struct nnt_tape nnt_tape;
 nnt_status nnt_tape_new(const nnt_backend_ops *be, void *be_ctx, nnt_tape **out, nnt_error *err);
 /* Frees the record, the kept inputs and the gradient memory; NULL is fine. */
 void nnt_tape_free(nnt_tape *tp);
+/* Starts (on 1) or stops (on 0) recording. A new tape records. While it does not, its table
+ * passes every call straight to the backend, adding one indirect call and nothing else, so one
+ * tape can stand between a family and its backend for the model's whole life and record only
+ * the forwards a gradient is asked of. Starting frees the previous record (a backward of it is no
+ * longer possible). */
+void nnt_tape_record(nnt_tape *tp, int on);
 
 /* The recording op table and its context: hand these to the code whose ops are to be recorded
- * in place of the backend's. Memory ops and ops that have no gradient pass straight through. */
+ * in place of the backend's. Memory ops pass straight through, and every op while the tape is
+ * not recording; an entry the backend lacks is NULL here too. */
 const nnt_backend_ops *nnt_tape_ops(const nnt_tape *tp);
 void *nnt_tape_ctx(nnt_tape *tp);
 
@@ -120,6 +127,7 @@ struct nnt_tape {
     const nnt_backend_ops *be; /* the backend the tape records over */
     void *be_ctx;
     nnt_backend_ops ops;       /* the recording table (ctx: the tape) */
+    int recording;             /* 0: the table passes calls straight through */
     tape_entry *e;
     int n, cap;
     size_t kept_bytes;

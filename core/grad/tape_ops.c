@@ -46,6 +46,7 @@ static nnt_tensor bytes_tensor(void *p, size_t bytes)
 
 static nnt_status t_upload(void *ctx, void *dst, const void *src, size_t bytes, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->upload(REAL, dst, src, bytes, err);
     nnt_status st = TP->be->upload(REAL, dst, src, bytes, err);
     nnt_tensor t = bytes_tensor(dst, bytes);
     return st == NNT_OK ? nnt_tape_constant(TP, &t, err) : st;
@@ -53,12 +54,14 @@ static nnt_status t_upload(void *ctx, void *dst, const void *src, size_t bytes, 
 
 static nnt_status t_fill(void *ctx, nnt_tensor *t, float value, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->fill(REAL, t, value, err);
     nnt_status st = TP->be->fill(REAL, t, value, err);
     return st == NNT_OK ? nnt_tape_constant(TP, t, err) : st;
 }
 
 static nnt_status t_embedding(void *ctx, const nnt_tensor *table, const nnt_tensor *ids, nnt_tensor *y, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->embedding(REAL, table, ids, y, err);
     nnt_status st = TP->be->embedding(REAL, table, ids, y, err);
     return st == NNT_OK ? nnt_tape_constant(TP, y, err) : st; /* no gradient reaches a weight */
 }
@@ -67,6 +70,7 @@ static nnt_status t_embedding(void *ctx, const nnt_tensor *table, const nnt_tens
 
 static nnt_status t_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_tensor *y, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->linear(REAL, x, w, y, err);
     if (!TP->be->linear_backward) return nnt_tape_no_backward(err, "linear", "linear_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_LINEAR, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -79,6 +83,7 @@ static nnt_status t_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, 
 static nnt_status t_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, float eps, nnt_tensor *y,
                              nnt_error *err)
 {
+    if (!TP->recording) return TP->be->rms_norm(REAL, x, w, eps, y, err);
     if (!TP->be->rms_norm_backward) return nnt_tape_no_backward(err, "rms_norm", "rms_norm_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_RMS_NORM, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -97,6 +102,7 @@ static nnt_status need_accumulate(const nnt_tape *tp, nnt_error *err, const char
 
 static nnt_status t_add(void *ctx, const nnt_tensor *a, const nnt_tensor *b, nnt_tensor *y, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->add(REAL, a, b, y, err);
     nnt_status st = need_accumulate(TP, err, "add");
     tape_entry *e = st == NNT_OK ? nnt_tape_push(TP, TAPE_ADD, err) : NULL;
     if (!e) return st != NNT_OK ? st : NNT_ERR_OUT_OF_MEMORY;
@@ -108,6 +114,7 @@ static nnt_status t_add(void *ctx, const nnt_tensor *a, const nnt_tensor *b, nnt
 
 static nnt_status t_swap12(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->swap12(REAL, x, y, err);
     if (!TP->be->swap12_backward) return nnt_tape_no_backward(err, "swap12", "swap12_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_SWAP12, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -118,6 +125,7 @@ static nnt_status t_swap12(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_er
 
 static nnt_status t_copy(void *ctx, const nnt_tensor *src, nnt_tensor *dst, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->copy(REAL, src, dst, err);
     nnt_status st = TP->be->copy(REAL, src, dst, err);
     if (st != NNT_OK) return st;
     if (src->dtype != NNT_F32) return nnt_tape_constant(TP, dst, err); /* indices, not values */
@@ -131,6 +139,7 @@ static nnt_status t_copy(void *ctx, const nnt_tensor *src, nnt_tensor *dst, nnt_
 
 static nnt_status t_scale(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->scale(REAL, x, factor, y, err);
     nnt_status st = need_accumulate(TP, err, "scale");
     tape_entry *e = st == NNT_OK ? nnt_tape_push(TP, TAPE_SCALE, err) : NULL;
     if (!e) return st != NNT_OK ? st : NNT_ERR_OUT_OF_MEMORY;
@@ -145,6 +154,7 @@ static nnt_status t_scale(void *ctx, const nnt_tensor *x, float factor, nnt_tens
 static nnt_status t_rope(void *ctx, nnt_tensor *x, const int32_t *pos, const float *inv_freq, int rot_start,
                          int rot_dim, nnt_rope_style style, float mscale, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->rope(REAL, x, pos, inv_freq, rot_start, rot_dim, style, mscale, err);
     if (!TP->be->rope_backward) return nnt_tape_no_backward(err, "rope", "rope_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_ROPE, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -183,6 +193,7 @@ static nnt_status keep_mask(tape_entry *e, const nnt_attn_mask *m, int64_t B, in
 static nnt_status t_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
                                 const nnt_attn_mask *mask, nnt_tensor *s, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->attn_scores(REAL, q, k, scale, mask, s, err);
     if (!TP->be->attn_scores_backward) return nnt_tape_no_backward(err, "attn_scores", "attn_scores_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_ATTN_SCORES, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -198,6 +209,7 @@ static nnt_status t_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor
 
 static nnt_status t_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_tensor *p, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->softmax(REAL, s, sinks, p, err);
     if (!TP->be->softmax_backward) return nnt_tape_no_backward(err, "softmax", "softmax_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_SOFTMAX, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -210,6 +222,7 @@ static nnt_status t_softmax(void *ctx, const nnt_tensor *s, const float *sinks, 
 
 static nnt_status t_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt_tensor *o, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->attn_mix(REAL, p, v, o, err);
     if (!TP->be->attn_mix_backward) return nnt_tape_no_backward(err, "attn_mix", "attn_mix_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_ATTN_MIX, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;

@@ -13,6 +13,7 @@
 static nnt_status t_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, float limit, nnt_tensor *act,
                            nnt_tensor *out, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->swiglu(REAL, gate, up, limit, act, out, err);
     if (!TP->be->swiglu_backward) return nnt_tape_no_backward(err, "swiglu", "swiglu_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_SWIGLU, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -35,6 +36,7 @@ static nnt_status t_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *
 static nnt_status t_route(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias, const nnt_route_params *p,
                           nnt_tensor *idx, nnt_tensor *w, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->route(REAL, logits, bias, p, idx, w, err);
     if (!TP->be->route_backward) return nnt_tape_no_backward(err, "route", "route_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_ROUTE, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -51,6 +53,7 @@ static nnt_status t_route(void *ctx, const nnt_tensor *logits, const nnt_tensor 
 static nnt_status t_gather_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, int n, nnt_tensor *dst,
                                 nnt_error *err)
 {
+    if (!TP->recording) return TP->be->gather_rows(REAL, src, rows, n, dst, err);
     if (!TP->be->gather_rows_backward) return nnt_tape_no_backward(err, "gather_rows", "gather_rows_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_GATHER_ROWS, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -85,17 +88,20 @@ static nnt_status scatter(void *ctx, tape_kind kind, const nnt_tensor *src, cons
 static nnt_status t_scatter_add_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
                                      nnt_tensor *dst, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->scatter_add_rows(REAL, src, rows, scale, n, dst, err);
     return scatter(ctx, TAPE_SCATTER_ADD_ROWS, src, rows, scale, n, dst, err);
 }
 
 static nnt_status t_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
                                  nnt_tensor *dst, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->scatter_rows(REAL, src, rows, scale, n, dst, err);
     return scatter(ctx, TAPE_SCATTER_ROWS, src, rows, scale, n, dst, err);
 }
 
 static nnt_status t_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->sum_axis1(REAL, x, y, err);
     if (!TP->be->sum_axis1_backward) return nnt_tape_no_backward(err, "sum_axis1", "sum_axis1_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_SUM_AXIS1, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -107,6 +113,7 @@ static nnt_status t_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt
 static nnt_status t_copy_cols(void *ctx, const nnt_tensor *src, int64_t src_col, nnt_tensor *dst, int64_t dst_col,
                               int64_t ncols, nnt_error *err)
 {
+    if (!TP->recording) return TP->be->copy_cols(REAL, src, src_col, dst, dst_col, ncols, err);
     if (!TP->be->copy_cols_backward) return nnt_tape_no_backward(err, "copy_cols", "copy_cols_backward");
     tape_entry *e = nnt_tape_push(TP, TAPE_COPY_COLS, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
@@ -126,71 +133,70 @@ static nnt_status not_yet(nnt_error *err, const char *op)
                        op);
 }
 
-static nnt_status r_conv1d_causal(void *c, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *s, int a,
+static nnt_status r_conv1d_causal(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *s, int a,
                                   nnt_tensor *y, nnt_tensor *so, nnt_error *err)
 {
-    (void)c, (void)x, (void)w, (void)s, (void)a, (void)y, (void)so;
+    if (!TP->recording) return TP->be->conv1d_causal(REAL, x, w, s, a, y, so, err);
     return not_yet(err, "conv1d_causal");
 }
-static nnt_status r_kda_gate(void *c, const nnt_tensor *a, const nnt_tensor *d, const nnt_tensor *l, nnt_tensor *g,
+static nnt_status r_kda_gate(void *ctx, const nnt_tensor *a, const nnt_tensor *d, const nnt_tensor *l, nnt_tensor *g,
                              nnt_error *err)
 {
-    (void)c, (void)a, (void)d, (void)l, (void)g;
+    if (!TP->recording) return TP->be->kda_gate(REAL, a, d, l, g, err);
     return not_yet(err, "kda_gate");
 }
-static nnt_status r_sigmoid(void *c, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
+static nnt_status r_sigmoid(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
 {
-    (void)c, (void)x, (void)y;
+    if (!TP->recording) return TP->be->sigmoid(REAL, x, y, err);
     return not_yet(err, "sigmoid");
 }
-static nnt_status r_delta_rule(void *c, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
+static nnt_status r_delta_rule(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
                                const nnt_tensor *g, const nnt_tensor *b, const uint8_t *tv, const nnt_tensor *si,
                                int l2, float sc, nnt_tensor *o, nnt_tensor *so, nnt_tensor *ss, nnt_error *err)
 {
-    (void)c, (void)q, (void)k, (void)v, (void)g, (void)b, (void)tv, (void)si, (void)l2, (void)sc, (void)o, (void)so,
-        (void)ss;
+    if (!TP->recording) return TP->be->delta_rule(REAL, q, k, v, g, b, tv, si, l2, sc, o, so, ss, err);
     return not_yet(err, "delta_rule");
 }
-static nnt_status r_rms_norm_gated(void *c, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *g, float e,
+static nnt_status r_rms_norm_gated(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *g, float e,
                                    nnt_tensor *y, nnt_error *err)
 {
-    (void)c, (void)x, (void)w, (void)g, (void)e, (void)y;
+    if (!TP->recording) return TP->be->rms_norm_gated(REAL, x, w, g, e, y, err);
     return not_yet(err, "rms_norm_gated");
 }
-static nnt_status r_zero_rows(void *c, nnt_tensor *x, const uint8_t *v, nnt_error *err)
+static nnt_status r_zero_rows(void *ctx, nnt_tensor *x, const uint8_t *v, nnt_error *err)
 {
-    (void)c, (void)x, (void)v;
+    if (!TP->recording) return TP->be->zero_rows(REAL, x, v, err);
     return not_yet(err, "zero_rows");
 }
-static nnt_status r_hyper_connection(void *c, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+static nnt_status r_hyper_connection(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
                                      const nnt_tensor *sc, float re, float he, int it, nnt_tensor *post,
                                      nnt_tensor *comb, nnt_tensor *col, nnt_error *err)
 {
-    (void)c, (void)x, (void)fn, (void)base, (void)sc, (void)re, (void)he, (void)it, (void)post, (void)comb, (void)col;
+    if (!TP->recording) return TP->be->hyper_connection(REAL, x, fn, base, sc, re, he, it, post, comb, col, err);
     return not_yet(err, "hyper_connection");
 }
-static nnt_status r_hyper_mix(void *c, const nnt_tensor *x, const nnt_tensor *a, const nnt_tensor *post,
+static nnt_status r_hyper_mix(void *ctx, const nnt_tensor *x, const nnt_tensor *a, const nnt_tensor *post,
                               const nnt_tensor *comb, nnt_tensor *out, nnt_error *err)
 {
-    (void)c, (void)x, (void)a, (void)post, (void)comb, (void)out;
+    if (!TP->recording) return TP->be->hyper_mix(REAL, x, a, post, comb, out, err);
     return not_yet(err, "hyper_mix");
 }
-static nnt_status r_hyper_head(void *c, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+static nnt_status r_hyper_head(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
                                const nnt_tensor *sc, float re, float he, nnt_tensor *y, nnt_error *err)
 {
-    (void)c, (void)x, (void)fn, (void)base, (void)sc, (void)re, (void)he, (void)y;
+    if (!TP->recording) return TP->be->hyper_head(REAL, x, fn, base, sc, re, he, y, err);
     return not_yet(err, "hyper_head");
 }
-static nnt_status r_compress(void *c, const nnt_tensor *kv, const nnt_tensor *g, const nnt_tensor *ape, int rate,
+static nnt_status r_compress(void *ctx, const nnt_tensor *kv, const nnt_tensor *g, const nnt_tensor *ape, int rate,
                              int ov, const int32_t *first, const int32_t *count, nnt_tensor *out, nnt_error *err)
 {
-    (void)c, (void)kv, (void)g, (void)ape, (void)rate, (void)ov, (void)first, (void)count, (void)out;
+    if (!TP->recording) return TP->be->compress(REAL, kv, g, ape, rate, ov, first, count, out, err);
     return not_yet(err, "compress");
 }
-static nnt_status r_indexer_scores(void *c, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w, float s,
+static nnt_status r_indexer_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w, float s,
                                    nnt_tensor *out, nnt_error *err)
 {
-    (void)c, (void)q, (void)k, (void)w, (void)s, (void)out;
+    if (!TP->recording) return TP->be->indexer_scores(REAL, q, k, w, s, out, err);
     return not_yet(err, "indexer_scores");
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "grad/tape.h"
 
 static const nnt_plugin *find_family(const nnt_runtime *rt, const char *const *archs,
                                      const char *model_type)
@@ -94,13 +95,17 @@ static nnt_status load(nnt_runtime *rt, const char *dir, int first, int end, nnt
     m->ckpt = ck;
     const nnt_plugin *be = fam->be;
     st = nnt_arena_new(&be->ops, be->be_ctx, &m->arena, &rt->err);
+    /* the family reaches its backend through the model's gradient tape, which passes every call
+     * straight through except in a forward that a gradient was asked of (docs/gradients.md) */
+    if (st == NNT_OK) st = nnt_tape_new(&be->ops, be->be_ctx, &m->tape, &rt->err);
     if (st == NNT_OK) {
+        nnt_tape_record(m->tape, 0);
         nnt_load_args args = {
             .struct_size = sizeof(nnt_load_args),
             .core = &rt->core,
             .ckpt = ck,
-            .be = &be->ops,
-            .be_ctx = be->be_ctx,
+            .be = nnt_tape_ops(m->tape),
+            .be_ctx = nnt_tape_ctx(m->tape),
             .precision = fam->precision,
             .first_layer = first,
             .end_layer = end,
@@ -160,6 +165,7 @@ void nnt_model_free(nnt_model *m)
 {
     if (!m) return;
     if (m->impl) m->family->family->unload(m->impl);
+    nnt_tape_free(m->tape); /* after the unload, which releases weights through it */
     nnt_tokenizer_free(m->tokenizer);
     nnt_arena_free(m->arena);
     nnt_checkpoint_close(m->ckpt);
