@@ -58,6 +58,9 @@ typedef struct cli_opts {
     cli_row clean, corrupt;   /* patch: --clean/--clean-tokens, --corrupt/--corrupt-tokens */
     const char *value, *metric;
     int patch_rows;           /* --batch (0: not given) */
+    const char *grads[CLI_MAX_REQ]; /* trace --grad PATH, in order */
+    int n_grads;
+    const char *metric_positions;   /* trace --metric-positions, as given */
     cli_row rows[CLI_MAX_ROWS];
     int n_rows, n_text_rows;  /* n_text_rows: --prompt and --prompt-file rows */
     const char *text;         /* tokenize's positional text */

@@ -30,6 +30,15 @@ static int set_value(cli_opts *o, const char *f, const char *v) { return set_onc
 static int set_metric(cli_opts *o, const char *f, const char *v) { return set_once(&o->metric, f, v); }
 static int set_positions(cli_opts *o, const char *f, const char *v) { return set_once(&o->positions, f, v); }
 static int set_request(cli_opts *o, const char *f, const char *v) { return set_once(&o->request_file, f, v); }
+static int set_metric_positions(cli_opts *o, const char *f, const char *v) { return set_once(&o->metric_positions, f, v); }
+
+static int set_grad(cli_opts *o, const char *f, const char *v)
+{
+    if (o->n_grads == CLI_MAX_REQ) return cli_usage_error("%s: too many gradient paths", f);
+    if (!*v) return cli_usage_error("%s: the value path is empty", f);
+    o->grads[o->n_grads++] = v;
+    return 0;
+}
 
 static int set_out(cli_opts *o, const char *f, const char *v)
 {
@@ -263,7 +272,9 @@ static const cli_option OPTIONS[] = {
     {"--clean-tokens", 1, "patch", set_prompt_pair, PATCH_ONLY},
     {"--corrupt-tokens", 1, "patch", set_prompt_pair, PATCH_ONLY},
     {"--value", 1, "patch", set_value, PATCH_ONLY},
-    {"--metric", 1, "patch", set_metric, PATCH_ONLY},
+    {"--metric", 1, "patch trace", set_metric, "--metric is an option of patch and trace (with --grad)"},
+    {"--grad", 1, "trace", set_grad, "--grad is an option of trace"},
+    {"--metric-positions", 1, "trace", set_metric_positions, "--metric-positions is an option of trace (with --grad)"},
     {"--batch", 1, "patch", set_batch, PATCH_ONLY},
     {"--plot", 1, "lens patch trace", set_plot, "--plot is an option of lens, patch and trace"},
     {"--request", 1, RUNS, set_request, "--request is an option of trace, lens, patch and generate"},
@@ -362,6 +373,7 @@ static int check_request_file(const cli_opts *o)
 {
     if (!o->request_file) return 0;
     if (o->n_rows || o->n_reqs || o->clean.arg || o->corrupt.arg || o->value || o->metric || o->patch_rows ||
+        o->n_grads || o->metric_positions ||
         o->positions || o->max_new_tokens >= 0 || o->given >> option_index("--temperature") & 1 ||
         o->top_k || o->given >> option_index("--top-p") & 1 || o->seed || o->n_stop_ids || o->ignore_eos || o->no_special)
         return cli_usage_error("--request %s gives the whole request (rows, requests, the method's settings): leave out "
@@ -379,6 +391,12 @@ static int check_rules(cli_opts *o)
     if (!strcmp(o->cmd_name, "generate") && o->temperature == 0.0f && (o->top_k != 0 || o->top_p != 1.0f))
         return cli_usage_error("%s", "--top-k and --top-p filter sampling: give --temperature > 0 too (0 is greedy)");
     if (!strcmp(o->cmd_name, "patch") && (rc = check_patch(o))) return rc;
+    if (!strcmp(o->cmd_name, "trace") && !o->request_file && (o->n_grads > 0) != (o->metric != NULL))
+        return cli_usage_error("%s", o->n_grads ? "--grad needs the scalar it differentiates: --metric logit-diff:A,B, "
+                                                  "prob:T, logprob:T or loss"
+                                                : "trace --metric is the scalar of a gradient: give --grad PATH too");
+    if (o->metric_positions && !o->metric)
+        return cli_usage_error("%s", "--metric-positions says where --metric is read: give --metric too");
     if (!strcmp(o->cmd_name, "generate") && o->max_new_tokens < 0 && !o->request_file)
         return cli_usage_error("%s", "generate needs --max-new-tokens N");
     if (!strcmp(o->cmd_name, "lens"))

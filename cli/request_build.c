@@ -147,6 +147,21 @@ static int add_method(cJSON *doc, const cli_opts *o)
     }
 }
 
+/* trace's "grad" section: --grad paths, --metric and --metric-positions. Returns 0 or 2. */
+static int add_grad(cJSON *doc, const cli_opts *o)
+{
+    if (!o->n_grads) return 0;
+    cJSON *g = cJSON_AddObjectToObject(doc, "grad"), *paths = cJSON_AddArrayToObject(g, "paths");
+    for (int i = 0; paths && i < o->n_grads; i++) cJSON_AddItemToArray(paths, cJSON_CreateString(o->grads[i]));
+    cJSON_AddStringToObject(g, "metric", o->metric);
+    if (!o->metric_positions) return 0;
+    int *pos = NULL, n = 0;
+    if (cli_parse_positions("--metric-positions", o->metric_positions, &pos, &n) != 0) return 2;
+    add_positions(g, "positions", pos, n);
+    free(pos);
+    return 0;
+}
+
 /* The whole document of the options. Returns 0 or 2 (message printed). */
 static int build(const cli_opts *o, cJSON **out)
 {
@@ -173,6 +188,7 @@ static int build(const cli_opts *o, cJSON **out)
         cJSON *saves = cJSON_AddArrayToObject(doc, "saves");
         for (int q = first_save; q < o->n_reqs; q++) cJSON_AddItemToArray(saves, cJSON_CreateString(o->reqs[q].path));
     }
+    if (add_grad(doc, o)) return 2;
     return add_method(doc, o);
 }
 

@@ -37,6 +37,17 @@ void nnt_tape_record(nnt_tape *tp, int on)
     tp->recording = on != 0;
 }
 
+int nnt_tape_recording(const nnt_tape *tp)
+{
+    return tp && tp->recording;
+}
+
+void nnt_tape_clear(nnt_tape *tp)
+{
+    nnt_tape_record(tp, 1);
+    tp->recording = 0;
+}
+
 const nnt_backend_ops *nnt_tape_ops(const nnt_tape *tp)
 {
     return &tp->ops;

@@ -39,6 +39,10 @@ void nnt_tape_free(nnt_tape *tp);
  * the forwards a gradient is asked of. Starting frees the previous record (a backward of it is no
  * longer possible). */
 void nnt_tape_record(nnt_tape *tp, int on);
+/* 1 while tp records (NULL: 0). */
+int nnt_tape_recording(const nnt_tape *tp);
+/* Stops recording and frees the record and its kept inputs (after the backward of a forward). */
+void nnt_tape_clear(nnt_tape *tp);
 
 /* The recording op table and its context: hand these to the code whose ops are to be recorded
  * in place of the backend's. Memory ops pass straight through, and every op while the tape is
@@ -56,6 +60,17 @@ nnt_status nnt_tape_mark(nnt_tape *tp, int tag, const nnt_tensor *t, nnt_error *
 /* Records that the forward overwrote t's memory with values that do not depend on anything
  * recorded (e.g. an edit setting a value from the caller's data): its gradient is cleared there. */
 nnt_status nnt_tape_constant(nnt_tape *tp, const nnt_tensor *t, nnt_error *err);
+
+/* Records that the forward replaced t (F32, backend memory) in place by a * t + b elementwise,
+ * b not depending on anything recorded: the caller's edit of a value (set, add, scale, masked
+ * fill, steering), whose Jacobian is the diagonal a. a: host F32, t's element count, copied.
+ * The reverse pass multiplies t's gradient by a. Errors: NNT_ERR_INVALID_ARGUMENT (t not F32),
+ * NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_tape_affine(nnt_tape *tp, const nnt_tensor *t, const float *a, nnt_error *err);
+
+/* 1 when an op recorded so far wrote memory of t: 0 means t's values were computed where the tape
+ * cannot see (on the host, then uploaded untracked), so no gradient passes through them. */
+int nnt_tape_written(const nnt_tape *tp, const nnt_tensor *t);
 
 /* A cotangent dL/dV on the value marked `tag`: F32 host memory of the mark's element count,
  * added to the gradient when the reverse pass reaches each mark of the tag (every mark of the
@@ -105,7 +120,8 @@ typedef enum tape_kind {
     TAPE_SCATTER_ADD_ROWS,
     TAPE_SCATTER_ROWS,
     TAPE_SUM_AXIS1,
-    TAPE_COPY_COLS
+    TAPE_COPY_COLS,
+    TAPE_AFFINE /* out[0] := host[0] * out[0] + constant, elementwise (nnt_tape_affine) */
 } tape_kind;
 
 /* One recorded op. in[] and out[] describe the tensors as the op saw them (their memory is the

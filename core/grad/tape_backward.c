@@ -47,6 +47,23 @@ static nnt_status clear_constant(const nnt_tape *tp, const tape_entry *e, nnt_er
     return nnt_tape_zero(tp, &g, err);
 }
 
+/* An edit's diagonal Jacobian: the gradient of e->out[0] times host[0], on the host (edits are
+ * few and their values small beside the ops'). */
+static nnt_status affine_step(const nnt_tape *tp, const tape_entry *e, nnt_error *err)
+{
+    nnt_tensor g = nnt_tape_adj(tp, &e->out[0]);
+    if (!g.data) return NNT_OK;
+    int64_t n = nnt_tensor_numel(&g);
+    float *h = malloc((size_t)n * sizeof *h);
+    if (!h) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for an edit's gradient");
+    const float *a = e->host[0];
+    nnt_status st = tp->be->download(tp->be_ctx, h, g.data, (size_t)n * sizeof *h, err);
+    for (int64_t i = 0; st == NNT_OK && i < n; i++) h[i] *= a[i];
+    if (st == NNT_OK) st = tp->be->upload(tp->be_ctx, g.data, h, (size_t)n * sizeof *h, err);
+    free(h);
+    return st;
+}
+
 nnt_status nnt_tape_backward(nnt_tape *tp, const nnt_tape_seed *seeds, int n_seeds, nnt_tape_grad *grads,
                              int n_grads, nnt_error *err)
 {
@@ -65,6 +82,8 @@ nnt_status nnt_tape_backward(nnt_tape *tp, const nnt_tape_seed *seeds, int n_see
         const tape_entry *e = &tp->e[i];
         if (e->kind == TAPE_MARK)
             st = at_mark(tp, e, seeds, n_seeds, grads, n_grads, err);
+        else if (e->kind == TAPE_AFFINE)
+            st = affine_step(tp, e, err);
         else if (e->kind == TAPE_CONSTANT)
             st = nnt_tape_zero(tp, &(nnt_tensor){0}, err), st = st == NNT_OK ? clear_constant(tp, e, err) : st;
         else

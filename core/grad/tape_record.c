@@ -82,6 +82,38 @@ nnt_status nnt_tape_constant(nnt_tape *tp, const nnt_tensor *t, nnt_error *err)
     return NNT_OK;
 }
 
+nnt_status nnt_tape_affine(nnt_tape *tp, const nnt_tensor *t, const float *a, nnt_error *err)
+{
+    if (t->dtype != NNT_F32)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "an edit is differentiated only on float32 values; this one is %s",
+                           nnt_dtype_name(t->dtype));
+    tape_entry *e = nnt_tape_push(tp, TAPE_AFFINE, err);
+    if (!e) return NNT_ERR_OUT_OF_MEMORY;
+    e->out[0] = *t;
+    nnt_status st = nnt_tape_keep_host(a, nnt_tensor_nbytes(t), &e->host[0], err);
+    if (st != NNT_OK) tp->n--;
+    return st;
+}
+
+/* 1 when [a, a + na) and [b, b + nb) share a byte. */
+static int overlaps(const void *a, size_t na, const void *b, size_t nb)
+{
+    const char *x = a, *y = b;
+    return x && y && x < y + nb && y < x + na;
+}
+
+int nnt_tape_written(const nnt_tape *tp, const nnt_tensor *t)
+{
+    size_t n = nnt_tensor_nbytes(t);
+    for (int i = 0; i < tp->n; i++) {
+        const tape_entry *e = &tp->e[i];
+        if (e->kind == TAPE_MARK) continue;
+        for (int k = 0; k < 2; k++)
+            if (overlaps(e->out[k].data, nnt_tensor_nbytes(&e->out[k]), t->data, n)) return 1;
+    }
+    return 0;
+}
+
 size_t nnt_tape_kept_bytes(const nnt_tape *tp)
 {
     return tp->kept_bytes;

@@ -28,6 +28,7 @@ void nnt_request_free(nnt_request *r)
     free(r->patch_value);
     free(r->patch_metric);
     free(r->patch_positions);
+    req_grad_free(r);
     free(r);
 }
 
@@ -111,7 +112,7 @@ int nnt_request_equal(const nnt_request *a, const nnt_request *b)
 {
     if (!a || !b) return a == b;
     if (a->method != b->method || a->add_special != b->add_special || a->n_rows != b->n_rows ||
-        a->n_saves != b->n_saves || a->n_edits != b->n_edits || !methods_eq(a, b))
+        a->n_saves != b->n_saves || a->n_edits != b->n_edits || !methods_eq(a, b) || !req_grad_equal(a, b))
         return 0;
     for (int i = 0; i < a->n_rows; i++)
         if (!row_eq(&a->rows[i], &b->rows[i])) return 0;

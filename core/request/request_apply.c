@@ -144,6 +144,7 @@ nnt_status nnt_request_apply(const nnt_request *r, nnt_trace *t, const nnt_reque
         if (st != NNT_OK) st = blame(&a, st, entry, "");
         else st = nnt_trace_label_since(t, mark, label, 1);
     }
+    if (st == NNT_OK && r->has_grad) st = req_grad_apply(r, t, a.err);
     if (st != NNT_OK) { /* the trace is left as it was, its step range at every step */
         nnt_trace_drop_since(t, start);
         nnt_error keep = *a.err;

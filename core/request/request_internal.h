@@ -77,6 +77,12 @@ typedef struct req_edit {
     int n_rows;
 } req_edit;
 
+/* A cotangent of a trace's "grad" section: dL/dV on the value at path. */
+typedef struct req_cotangent {
+    char *path;
+    req_tensor tensor;
+} req_cotangent;
+
 struct nnt_request {
     char *name; /* the document's name in messages */
     nnt_method method;
@@ -99,6 +105,15 @@ struct nnt_request {
     nnt_request_patch_opts patch; /* its strings and positions point into the fields below */
     char *patch_value, *patch_metric;
     int *patch_positions;
+    /* trace: "grad" (request_grad.c) */
+    int has_grad;
+    char **grad_paths;
+    int n_grad_paths;
+    char *grad_metric;   /* NULL: none */
+    int *grad_positions; /* NULL / 0: the last token */
+    int n_grad_positions;
+    req_cotangent *cotangents;
+    int n_cotangents;
 };
 
 /* ---- the parse's context (request_json.c) ---- */
@@ -154,6 +169,13 @@ void req_tensor_free(req_tensor *t);
 /* The "edits" entry v (at `field`) of a request of method m into *e (request_edits.c). */
 nnt_status req_edit_parse(const req_ctx *c, const cJSON *v, const char *field, nnt_method m, req_edit *e);
 void req_edit_free(req_edit *e);
+
+/* The "grad" section gs of a trace request into r; what it owns freed; two requests' sections
+ * compared; applied to trace t after the saves (request_grad.c). */
+nnt_status req_grad_parse(const req_ctx *c, const cJSON *gs, nnt_request *r);
+void req_grad_free(nnt_request *r);
+int req_grad_equal(const nnt_request *a, const nnt_request *b);
+nnt_status req_grad_apply(const nnt_request *r, nnt_trace *t, nnt_error *err);
 
 /* ---- the request (request.c) ---- */
 void req_row_free(req_row *r);

@@ -333,11 +333,11 @@ static nnt_status method_fields(const req_ctx *c, const cJSON *root, nnt_method 
 static nnt_status from_json(const req_ctx *c, const cJSON *root, nnt_request *r)
 {
     static const char *const known[] = {"nnt_request", "method", "rows", "add_special", "saves", "edits",
-                                        "generate", "lens", "patch"};
+                                        "generate", "lens", "patch", "grad"};
     char got[80];
     if (!cJSON_IsObject(root))
         return req_fail(c, NNT_ERR_FORMAT, "", "expected a JSON object at the top, got %s", req_got(root, got, sizeof got));
-    nnt_status st = req_members(c, root, "", known, 9);
+    nnt_status st = req_members(c, root, "", known, 10);
     if (st == NNT_OK) st = parse_head(c, root, r);
     if (st == NNT_OK) st = method_fields(c, root, r->method);
     r->add_special = 1;
@@ -348,6 +348,7 @@ static nnt_status from_json(const req_ctx *c, const cJSON *root, nnt_request *r)
     if (st == NNT_OK) st = parse_edits(c, root, r);
     if (st == NNT_OK && r->method == NNT_METHOD_GENERATE) st = parse_generate(c, req_member(root, "generate"), r);
     if (st == NNT_OK && r->method == NNT_METHOD_LENS && req_member(root, "lens")) st = parse_lens(c, req_member(root, "lens"), r);
+    if (st == NNT_OK && req_member(root, "grad")) st = req_grad_parse(c, req_member(root, "grad"), r);
     return st;
 }
 

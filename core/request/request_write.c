@@ -96,12 +96,11 @@ static cJSON *inline_tensor(writer *w, const nnt_tensor *t)
     return o;
 }
 
-/* The tensor of edit i: {"key": "edits[i].tensor"} naming it in the attachment, or inline. */
-static cJSON *tensor_json(writer *w, const req_tensor *t, int i)
+/* A tensor: {"key": KEY} naming it in the attachment (KEY its field, "edits[i].tensor"), or
+ * inline. */
+static cJSON *tensor_json(writer *w, const req_tensor *t, const char *key)
 {
     if (!w->attach) return inline_tensor(w, &t->t);
-    char key[64];
-    snprintf(key, sizeof key, "edits[%d].tensor", i);
     const char **keys = realloc(w->keys, (size_t)(w->n_tensors + 1) * sizeof *keys);
     if (keys) w->keys = keys;
     const nnt_tensor **ts = realloc(w->tensors, (size_t)(w->n_tensors + 1) * sizeof *ts);
@@ -138,7 +137,9 @@ static cJSON *edit_json(writer *w, const req_edit *e, int i)
     };
     if (numbers[op][0]) put(w, o, numbers[op][0], number(e->a));
     if (numbers[op][1] && e->b >= 0) put(w, o, numbers[op][1], number(e->b));
-    if (e->has_tensor) put(w, o, "tensor", tensor_json(w, &e->tensor, i));
+    char key[64];
+    snprintf(key, sizeof key, "edits[%d].tensor", i);
+    if (e->has_tensor) put(w, o, "tensor", tensor_json(w, &e->tensor, key));
     if (op == REQ_OP_SCALE || op == REQ_OP_ADD || op == REQ_OP_STEER) put(w, o, "factor", number(e->factor));
     if (op == REQ_OP_CALLBACK) put(w, o, "callback", number(e->callback));
     if (op == REQ_OP_STEER || e->has_positions) put(w, o, "positions", positions(e->positions, e->n_positions));
@@ -179,6 +180,28 @@ static void method_json(writer *w, const nnt_request *r, cJSON *root)
     }
 }
 
+/* A trace's "grad" section: paths, metric and positions when a metric is given, cotangents. */
+static void grad_json(writer *w, const nnt_request *r, cJSON *root)
+{
+    cJSON *o = cJSON_CreateObject(), *paths = cJSON_CreateArray(), *cots = cJSON_CreateArray();
+    for (int i = 0; paths && i < r->n_grad_paths; i++) put(w, paths, NULL, cJSON_CreateString(r->grad_paths[i]));
+    put(w, o, "paths", paths);
+    if (r->grad_metric) {
+        put(w, o, "metric", cJSON_CreateString(r->grad_metric));
+        if (r->n_grad_positions) put(w, o, "positions", int_array(r->grad_positions, r->n_grad_positions));
+    }
+    for (int i = 0; cots && i < r->n_cotangents; i++) {
+        cJSON *c = cJSON_CreateObject();
+        char key[64];
+        snprintf(key, sizeof key, "grad.cotangents[%d].tensor", i);
+        put(w, c, "path", cJSON_CreateString(r->cotangents[i].path));
+        put(w, c, "tensor", tensor_json(w, &r->cotangents[i].tensor, key));
+        put(w, cots, NULL, c);
+    }
+    put(w, o, "cotangents", cots);
+    put(w, root, "grad", o);
+}
+
 static cJSON *request_json(writer *w, const nnt_request *r)
 {
     cJSON *root = cJSON_CreateObject();
@@ -198,6 +221,7 @@ static cJSON *request_json(writer *w, const nnt_request *r)
         put(w, root, "edits", edits);
     }
     method_json(w, r, root);
+    if (r->has_grad) grad_json(w, r, root);
     return root;
 }
 

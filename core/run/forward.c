@@ -7,11 +7,14 @@
 #include <string.h>
 
 #include "internal.h"
+#include "grad/tape.h"
+#include "trace/trace_internal.h"
 
 /* Emission as families see it: the trace first, then the values derived from logits. */
 static nnt_status host_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t)
 {
     nnt_status st = nnt_run_emit(run, slot, layer, t);
+    if (st == NNT_OK) st = nnt_trace_grad_emit(run, slot, layer, t);
     if (st != NNT_OK || slot != NNT_VALUE_LOGITS || !nnt_run_wants(run, NNT_VALUE_NEXT_TOKEN_PROBS, -1))
         return st;
     /* next_token_probs: softmax of the last position's logits, in float32 */
@@ -221,6 +224,11 @@ static nnt_status trace_prepare(nnt_trace *t, const nnt_session *ss, const nnt_r
 {
     int batch = run->dims.batch, seq = run->dims.seq;
     nnt_status st = NNT_OK;
+    if (nnt_trace_wants_grad(t) && (ss || !nnt_tape_recording(run->model->tape)))
+        return nnt_err_set(err, NNT_ERR_UNSUPPORTED,
+                           "this trace asks for gradients, which are taken of one whole forward (nnt_trace_run); "
+                           "generation, sessions and pipeline stages take none: drop its grad, metric and cotangent "
+                           "requests here");
     if (!ss) {
         int *lens = malloc((size_t)batch * sizeof *lens);
         if (!lens) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");

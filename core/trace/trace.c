@@ -6,99 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-
-typedef enum req_kind {
-    REQ_SAVE,
-    REQ_KEEP, /* internal: holds a value a later masked fill reads */
-    REQ_EDIT_FN,
-    REQ_SET,
-    REQ_ADD,
-    REQ_SCALE,
-    REQ_ZERO,
-    REQ_MASKED_FILL,
-    REQ_COPY_FROM, /* value := an earlier value (skip_layers) */
-    REQ_STEER      /* value[..., positions, ..., :] += factor * vector */
-} req_kind;
-
-typedef struct request {
-    req_kind kind;
-    char *text;
-    nnt_path path;
-    nnt_edit_fn fn;
-    void *user;
-    nnt_tensor param; /* owned host copy for SET / ADD */
-    float factor;
-    float fill;
-    int64_t equals;
-    nnt_value_id where_slot; /* MASKED_FILL: the value whose entries are compared; COPY_FROM: the source */
-    int where_layer;     /* COPY_FROM: the source's block */
-    int *positions;      /* STEER: sequence positions (negative: from the end), NULL for all;
-                          * SET / ADD with by_position: the tokens written (nnt_trace_limit_positions) */
-    int n_positions;
-    int by_position;     /* SET / ADD: written at `positions` of each row, not as a whole value */
-    int *rows;           /* batch rows the request applies to (nnt_trace_limit_rows); NULL: every row */
-    int n_rows;
-    char *label;         /* the request's field in a request document, for messages; NULL: none */
-    int label_whole;     /* the label names the path itself (an entry of "saves"): no sub-field follows it */
-    int step_from, step_to; /* the session steps it applies at; step_to < 0: no end */
-    int n_slice;            /* SAVE: items of its [...] slice (0: the whole value) */
-    struct slice_item {
-        enum { SL_INDEX, SL_RANGE, SL_ELLIPSIS } kind;
-        int64_t start, stop, step; /* INDEX: start; RANGE: start:stop:step */
-        int has_start, has_stop;
-    } slice[NNT_MAX_DIMS + 1];
-} request;
-
-/* One axis of a resolved slice: `count` entries from `start` by `step`; `keep` 0 drops the axis
- * (an index). */
-typedef struct axis_sel {
-    int64_t start, step, count;
-    int keep;
-} axis_sel;
-
-typedef struct cell {
-    int *ids;
-    int n;
-    /* what the family's value_info declared for the call (set with the first request) */
-    nnt_dtype dtype;
-    int ndim;
-    int64_t shape[NNT_MAX_DIMS];
-    int may_be_none;
-    int emitted; /* times the family emitted the value in this call */
-} cell;
-
-typedef struct result {
-    char *path;
-    int occurrence_of_request; /* the request that saved it */
-    nnt_value_id slot;
-    int layer;
-    int step;
-    int none;
-    nnt_tensor t;
-} result;
-
-typedef struct kept {
-    int layer;
-    nnt_value_id slot;
-    int valid;
-    nnt_tensor t;
-} kept;
-
-struct nnt_trace {
-    nnt_model *m;
-    request *reqs;
-    int n_reqs, cap_reqs;
-    cell *cells; /* (num_layers + 1) * NNT_VALUE_COUNT, built by nnt_trace_prepare */
-    int n_cells;
-    result *results;
-    int n_results, cap_results;
-    kept *keeps;
-    int n_keeps, cap_keeps;
-    nnt_call_dims dims;
-    int step;                    /* of the call being run */
-    int next_from, next_to;      /* step range given to requests added from now on */
-};
+#include "trace_internal.h"
 
 nnt_model *nnt_trace_model(const nnt_trace *t)
 {
@@ -151,6 +59,15 @@ static void clear_results(nnt_trace *t)
     }
     t->n_results = 0;
     for (int i = 0; i < t->n_keeps; i++) t->keeps[i].valid = 0;
+    nnt_tensor_free(&t->metric_logits);
+}
+
+void nnt_trace_metric_clear(nnt_trace *t)
+{
+    free(t->metric.positions);
+    free(t->metric.text);
+    nnt_tensor_free(&t->metric_logits);
+    memset(&t->metric, 0, sizeof t->metric);
 }
 
 static void free_cells(nnt_trace *t)
@@ -177,6 +94,7 @@ void nnt_trace_free(nnt_trace *t)
     }
     free(t->reqs);
     free_cells(t);
+    nnt_trace_metric_clear(t);
     free(t);
 }
 
@@ -226,13 +144,14 @@ static const char *slice_start(const char *text);
 static nnt_status add_request(nnt_trace *t, req_kind kind, const char *text, request **out)
 {
     nnt_error *err = rt_err(t);
-    if (kind != REQ_SAVE && text && slice_start(text))
-        return nnt_err_set(err, NNT_ERR_PATH, "'%s': a [...] slice chooses what a save keeps; edits take the whole value",
+    if (kind != REQ_SAVE && kind != REQ_GRAD && text && slice_start(text))
+        return nnt_err_set(err, NNT_ERR_PATH,
+                           "'%s': a [...] slice chooses what a save keeps (or a gradient request); edits take the whole value",
                            text);
     nnt_path p;
     nnt_status st = nnt_path_parse(t->m, text, &p, err);
     if (st != NNT_OK) return st;
-    int edit = kind != REQ_SAVE && kind != REQ_KEEP;
+    int edit = kind != REQ_SAVE && kind != REQ_KEEP && kind != REQ_GRAD && kind != REQ_COTANGENT;
     st = check_served(t, text, &p, edit);
     if (st != NNT_OK) return st;
     if (t->n_reqs == t->cap_reqs) {
@@ -257,6 +176,11 @@ static nnt_status add_request(nnt_trace *t, req_kind kind, const char *text, req
 }
 
 static void pop_request(nnt_trace *t);
+
+nnt_status nnt_trace_add_request(nnt_trace *t, req_kind kind, const char *text, request **out)
+{
+    return add_request(t, kind, text, out);
+}
 
 /* Where a trailing "[...]" slice starts in a request's text (its last '[', after the value's
  * name: a block index "layers[1]" comes before it), or NULL. */
@@ -430,16 +354,17 @@ static nnt_status slice_copy(const nnt_tensor *src, const axis_sel *ax, nnt_tens
     return NNT_OK;
 }
 
-nnt_status nnt_trace_save(nnt_trace *t, const char *path)
+nnt_status nnt_trace_save_kind(nnt_trace *t, req_kind kind, const char *path)
 {
     if (!t || !path) return NNT_ERR_INVALID_ARGUMENT;
     const char *open = slice_start(path);
     char base[256];
     if (open && (size_t)(open - path) >= sizeof base)
-        return nnt_err_set(rt_err(t), NNT_ERR_PATH, "save '%s': the path is too long", path);
+        return nnt_err_set(rt_err(t), NNT_ERR_PATH, "%s '%s': the path is too long", kind == REQ_GRAD ? "grad" : "save",
+                           path);
     if (open) snprintf(base, sizeof base, "%.*s", (int)(open - path), path);
-    request *r;
-    nnt_status st = add_request(t, REQ_SAVE, open ? base : path, &r);
+    request *r = NULL;
+    nnt_status st = add_request(t, kind, open ? base : path, &r);
     if (st != NNT_OK || !open) return st;
     char *full = nnt_strdup(path); /* messages quote the request as written */
     if (!full) {
@@ -453,11 +378,16 @@ nnt_status nnt_trace_save(nnt_trace *t, const char *path)
     return st;
 }
 
+nnt_status nnt_trace_save(nnt_trace *t, const char *path)
+{
+    return nnt_trace_save_kind(t, REQ_SAVE, path);
+}
+
 nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     if (!fn) return nnt_err_set(rt_err(t), NNT_ERR_INVALID_ARGUMENT, "'%s': the edit callback is NULL", path);
-    request *r;
+    request *r = NULL;
     nnt_status st = add_request(t, REQ_EDIT_FN, path, &r);
     if (st == NNT_OK) {
         r->fn = fn;
@@ -481,6 +411,7 @@ static nnt_status copy_param(nnt_trace *t, request *r, const nnt_tensor *v)
 static void pop_request(nnt_trace *t)
 {
     request *r = &t->reqs[--t->n_reqs];
+    if (r->kind == REQ_COTANGENT && r->metric) nnt_trace_metric_clear(t); /* the metric's own request */
     free(r->text);
     free(r->positions);
     free(r->rows);
@@ -491,7 +422,7 @@ static void pop_request(nnt_trace *t)
 nnt_status nnt_trace_set(nnt_trace *t, const char *path, const nnt_tensor *v)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
-    request *r;
+    request *r = NULL;
     nnt_status st = add_request(t, REQ_SET, path, &r);
     if (st == NNT_OK && (st = copy_param(t, r, v)) != NNT_OK) pop_request(t);
     return st;
@@ -500,7 +431,7 @@ nnt_status nnt_trace_set(nnt_trace *t, const char *path, const nnt_tensor *v)
 nnt_status nnt_trace_add(nnt_trace *t, const char *path, const nnt_tensor *v, float factor)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
-    request *r;
+    request *r = NULL;
     nnt_status st = add_request(t, REQ_ADD, path, &r);
     if (st != NNT_OK) return st;
     r->factor = factor;
@@ -511,7 +442,7 @@ nnt_status nnt_trace_add(nnt_trace *t, const char *path, const nnt_tensor *v, fl
 nnt_status nnt_trace_scale(nnt_trace *t, const char *path, float factor)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
-    request *r;
+    request *r = NULL;
     nnt_status st = add_request(t, REQ_SCALE, path, &r);
     if (st == NNT_OK) r->factor = factor;
     return st;
@@ -520,7 +451,7 @@ nnt_status nnt_trace_scale(nnt_trace *t, const char *path, float factor)
 nnt_status nnt_trace_zero(nnt_trace *t, const char *path)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
-    request *r;
+    request *r = NULL;
     return add_request(t, REQ_ZERO, path, &r);
 }
 
@@ -541,7 +472,7 @@ nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *whe
     request *keep;
     st = add_request(t, REQ_KEEP, where_path, &keep);
     if (st != NNT_OK) return st;
-    request *r;
+    request *r = NULL;
     st = add_request(t, REQ_MASKED_FILL, path, &r);
     if (st != NNT_OK) {
         pop_request(t);
@@ -693,7 +624,7 @@ nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end)
     request *keep;
     nnt_status st = add_request(t, REQ_KEEP, src, &keep);
     if (st != NNT_OK) return st;
-    request *r;
+    request *r = NULL;
     st = add_request(t, REQ_COPY_FROM, dst, &r);
     if (st != NNT_OK) {
         pop_request(t);
@@ -727,7 +658,7 @@ nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positio
     for (int l = first; l <= last; l++) {
         char path[64];
         snprintf(path, sizeof path, "layers.%d.layer_output", l);
-        request *r;
+        request *r = NULL;
         nnt_status st = add_request(t, REQ_STEER, path, &r);
         if (st == NNT_OK) st = copy_param(t, r, vector);
         if (st == NNT_OK && n_positions > 0) {
@@ -880,6 +811,11 @@ static cell *cell_at(nnt_trace *t, int layer, nnt_value_id slot)
     int idx = (layer + 1) * NNT_VALUE_COUNT + (int)slot;
     if (!t->cells || idx < 0 || idx >= t->n_cells) return NULL;
     return &t->cells[idx];
+}
+
+cell *nnt_trace_cell(nnt_trace *t, int layer, nnt_value_id slot)
+{
+    return cell_at(t, layer, slot);
 }
 
 /* 1 when shape [nd] equals [n_sel] + unit[und] (n_sel < 0: unit alone). */
@@ -1158,7 +1094,7 @@ static nnt_status save_copy(nnt_run *run, const request *rq, const char *path, c
     return st;
 }
 
-static nnt_status push_result(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *value)
+nnt_status nnt_trace_push_result(nnt_run *run, int req, nnt_value_id slot, int layer, const nnt_tensor *value)
 {
     nnt_trace *t = run->trace;
     if (t->n_results == t->cap_results) {
@@ -1172,25 +1108,26 @@ static nnt_status push_result(nnt_run *run, nnt_value_id slot, int layer, nnt_te
     memset(res, 0, sizeof *res);
     /* the key (nnt.h, "saved values"): path, then @k for the request's k-th emission of the value
      * (k > 0: a later step, or a value emitted again in one call), then #r when r earlier save
-     * requests cover the same value */
+     * requests cover the same value; a gradient's key is "grad:" and the same */
+    const request *rq = &t->reqs[req];
     int occurrence = 0, copy = 0;
     for (int i = 0; i < t->n_results; i++)
         occurrence += t->results[i].slot == slot && t->results[i].layer == layer &&
-                      t->results[i].occurrence_of_request == run->current_request;
-    for (int j = 0; j < run->current_request; j++)
-        copy += t->reqs[j].kind == REQ_SAVE && t->reqs[j].path.slot == slot &&
+                      t->results[i].occurrence_of_request == req;
+    for (int j = 0; j < req; j++)
+        copy += t->reqs[j].kind == rq->kind && t->reqs[j].path.slot == slot &&
                 (t->reqs[j].path.layer == layer || t->reqs[j].path.layer == NNT_LAYER_ALL);
     char path[192];
-    nnt_path_format(slot, layer, path, sizeof path);
+    int pre = rq->kind == REQ_GRAD ? snprintf(path, sizeof path, "grad:") : 0;
+    nnt_path_format(slot, layer, path + pre, sizeof path - (size_t)pre);
     if (occurrence) snprintf(path + strlen(path), sizeof path - strlen(path), "@%d", occurrence);
     if (copy) snprintf(path + strlen(path), sizeof path - strlen(path), "#%d", copy);
     res->path = nnt_strdup(path);
-    res->occurrence_of_request = run->current_request;
+    res->occurrence_of_request = req;
     res->slot = slot;
     res->layer = layer;
     res->step = run->step;
-    const request *rq = &t->reqs[run->current_request];
-    nnt_status st = value ? save_copy(run, rq, path, value, &res->t) : NNT_OK;
+    nnt_status st = value ? save_copy(run, rq, path + pre, value, &res->t) : NNT_OK;
     if (st != NNT_OK) {
         free(res->path);
         return st;
@@ -1419,7 +1356,7 @@ static nnt_status apply_steer(nnt_run *run, const request *r, const char *path, 
 }
 
 /* Applies one edit to a host tensor. */
-static nnt_status apply_edit(nnt_run *run, const request *r, int layer, nnt_tensor *v)
+nnt_status nnt_trace_apply_edit(nnt_run *run, const request *r, int layer, nnt_tensor *v)
 {
     int64_t n = nnt_tensor_numel(v);
     char path[160];
@@ -1498,9 +1435,10 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *
         const request *r = &t->reqs[c->ids[i]];
         if (r->kind == REQ_SAVE) {
             run->current_request = c->ids[i];
-            st = push_result(run, slot, layer, on_device && dirty ? &host : value);
+            st = nnt_trace_push_result(run, c->ids[i], slot, layer, on_device && dirty ? &host : value);
             continue;
         }
+        if (r->kind == REQ_GRAD || r->kind == REQ_COTANGENT) continue; /* nnt_trace_grad_emit, below */
         if (r->kind == REQ_KEEP) {
             kept *k = find_keep(t, slot, layer, 1);
             if (!k) {
@@ -1531,7 +1469,7 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *
             }
             target = &host;
         }
-        st = apply_edit(run, r, layer, target);
+        st = nnt_trace_apply_edit(run, r, layer, target);
         if (st != NNT_OK && r->label) nnt_err_prefix(run->err, "%s", r->label);
         dirty = 1;
     }
@@ -1570,8 +1508,10 @@ static const result *find_result(const nnt_trace *t, const char *key)
     const char *want = key;
     nnt_path p;
     nnt_error scratch;
-    if (nnt_path_parse(t->m, base, &p, &scratch) == NNT_OK && p.layer != NNT_LAYER_ALL) {
-        nnt_path_format(p.slot, p.layer, canon, sizeof canon);
+    int pre = strncmp(base, "grad:", 5) == 0 ? 5 : 0; /* a gradient's key: "grad:" and a path */
+    if (nnt_path_parse(t->m, base + pre, &p, &scratch) == NNT_OK && p.layer != NNT_LAYER_ALL) {
+        snprintf(canon, sizeof canon, "%s", pre ? "grad:" : "");
+        nnt_path_format(p.slot, p.layer, canon + pre, sizeof canon - (size_t)pre);
         if (k) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "@%ld", k);
         if (r) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "#%ld", r);
         want = canon;
@@ -1592,6 +1532,11 @@ nnt_status nnt_trace_import_result(nnt_trace *t, const char *key, const nnt_tens
     if (find_result(t, key)) return nnt_err_set(err, NNT_ERR_CONFLICT, "import: the trace already holds a value under '%s'", key);
     if (value && (value->device || (!value->data && nnt_tensor_numel(value) > 0)))
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "import: '%s' must be a host tensor with its data", key);
+    return nnt_trace_push_named(t, key, value, err);
+}
+
+nnt_status nnt_trace_push_named(nnt_trace *t, const char *key, const nnt_tensor *value, nnt_error *err)
+{
     if (t->n_results == t->cap_results) {
         int cap = t->cap_results ? 2 * t->cap_results : 32;
         result *g = realloc(t->results, (size_t)cap * sizeof *g);
@@ -1607,7 +1552,7 @@ nnt_status nnt_trace_import_result(nnt_trace *t, const char *key, const nnt_tens
     res->none = value == NULL;
     if (value) {
         if (nnt_tensor_alloc(&res->t, value->dtype, value->ndim, value->shape) != NNT_OK)
-            return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "import: no memory for '%s'", key);
+            return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for '%s'", key);
         memcpy(res->t.data, value->data, nnt_tensor_nbytes(value));
     }
     if (!(res->path = nnt_strdup(key))) {

@@ -4,13 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "trace_internal.h"
 
 nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
     nnt_err_clear(&m->rt->err);
+    if (nnt_trace_wants_grad(t)) return nnt_trace_run_grad(t, ids, mask, batch, seq);
     return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, NULL, &m->rt->err);
 }
 

@@ -227,6 +227,43 @@ nnt_status nnt_trace_zero(nnt_trace *t, const char *path);
 nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *where_path,
                                  int64_t equals, float fill);
 
+/* ---- gradients (docs/gradients.md) ----
+ * A trace may ask for the gradient of one scalar L with respect to served values of its forward,
+ * the forward as its edits leave it (set, add, scale, zero, masked fill and steering are
+ * differentiated as the elementwise maps they are; callback edits and skip_layers are refused).
+ * L is the trace's metric, plus sum(cotangent * V) for each cotangent given on a value V; with
+ * both, their sum. nnt_trace_run then runs the forward recorded on the model's gradient tape and a
+ * reverse pass through the backend's backward ops, in float32, with respect to activations only:
+ * no weight ever gets a gradient. The results are saved beside the trace's saves: under
+ * "grad:PATH" (float32, the value's shape, the request's slice applied; "#r" as for saves when
+ * r earlier gradient requests cover the value) dL/dV at the value as the forward left it after
+ * its edits, and "metric" (float32, no axes) the metric's value. Only whole forwards of
+ * nnt_trace_run take gradient requests (generation, sessions and pipeline stages refuse them),
+ * and only on a backend with the backward ops (the error names a missing one).
+ *
+ * nnt_trace_grad: path as nnt_trace_save's (wildcards, a trailing slice). Errors
+ * (nnt_last_error): NNT_ERR_PATH, NNT_ERR_NOT_SERVED, NNT_ERR_UNSUPPORTED for a value without a
+ * gradient (token ids, the attention mask, the input size, integer values such as
+ * expert_indices: a choice has no gradient; next_token_probs, derived on the host), naming it and
+ * why. A value the family computes outside its backend's ops fails the run, named. */
+nnt_status nnt_trace_grad(nnt_trace *t, const char *path);
+/* The trace's metric, read off the logits after the forward and summed over the batch rows and
+ * the positions: "logit-diff:A,B" (logits[A] - logits[B]), "prob:T", "logprob:T" (log_softmax's
+ * entry T), at positions (as nnt.h's token positions: p >= 0 a row's p-th real token, p < 0 from
+ * the end; n_positions 0: the last token, -1), a row without the position adding nothing; or
+ * "loss": the mean over the pairs (b, t) with tokens t and t + 1 of row b both real of
+ * -log softmax(logits[b, t])[input_ids[b, t + 1]] (transformers' language-model loss with the
+ * padding's labels -100), positions not allowed. One metric per trace. Errors:
+ * NNT_ERR_INVALID_ARGUMENT naming the text and what was expected, NNT_ERR_CONFLICT (a second
+ * metric). Token ids are checked against the vocabulary when the trace runs. */
+nnt_status nnt_trace_metric(nnt_trace *t, const char *metric, const int *positions, int n_positions);
+/* A cotangent dL/dV on value path (one block, no wildcard): any float dtype, host memory, the
+ * value's shape in the call (checked when the trace runs: NNT_ERR_SHAPE), copied. Adds
+ * sum(cotangent * V) to L: a cotangent on the logits computed from them however the caller likes
+ * (e.g. in numpy) backpropagates that metric. Errors: as nnt_trace_grad's, NNT_ERR_PATH for a
+ * wildcard. */
+nnt_status nnt_trace_cotangent(nnt_trace *t, const char *path, const nnt_tensor *cotangent);
+
 /* ---- token positions ----
  * A position names one token of a batch row: the row's real tokens are counted from its prompt's
  * first token (0-based) across the prompt and every token a session or a generation adds after
