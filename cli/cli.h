@@ -61,6 +61,7 @@ typedef struct cli_opts {
     const char *grads[CLI_MAX_REQ]; /* trace --grad PATH, in order */
     int n_grads;
     const char *metric_positions;   /* trace --metric-positions, as given */
+    int ig_steps;                   /* attribute --ig-steps (0: AtP) */
     cli_row rows[CLI_MAX_ROWS];
     int n_rows, n_text_rows;  /* n_text_rows: --prompt and --prompt-file rows */
     const char *text;         /* tokenize's positional text */
@@ -117,6 +118,10 @@ struct cli_run {
 int cmd_trace(cli_run *c);
 int cmd_lens(cli_run *c);
 int cmd_patch(cli_run *c);
+int cmd_attribute(cli_run *c);
+/* A patch-shaped grid as a table: lines "pos" and "token" (of the corrupted prompt, batch row 1),
+ * then one per block (commands/patch.c). Returns 0, or 1 out of memory. */
+int cli_print_grid(const nnt_patch_result *res, const nnt_batch *b, const nnt_tokenizer *tok);
 int cmd_generate(cli_run *c);
 int cmd_tokenize(cli_run *c);
 int cmd_info(cli_run *c);
@@ -246,5 +251,8 @@ int picture_trace(const cli_opts *o, const nnt_model *m, const nnt_batch *b, con
 int picture_lens(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_lens_result *l);
 int picture_patch(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_patch_result *res,
                   const char *value, const char *metric);
+/* The same grid for attribute: title "attribution ..." (the estimated change of the metric). */
+int picture_attribute(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_patch_result *res,
+                      const char *value, const char *metric);
 
 #endif /* NNT_CLI_H */

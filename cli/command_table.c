@@ -15,6 +15,7 @@ static const cli_command COMMANDS[] = {
     {"trace", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RANKS | CMD_RUNTIME, NNT_METHOD_TRACE, cmd_trace},
     {"lens", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RANKS | CMD_RUNTIME, NNT_METHOD_LENS, cmd_lens},
     {"patch", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RUNTIME, NNT_METHOD_PATCH, cmd_patch},
+    {"attribute", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RUNTIME, NNT_METHOD_ATTRIBUTE, cmd_attribute},
     {"generate", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RANKS | CMD_RUNTIME, NNT_METHOD_GENERATE, cmd_generate},
     {"print", CMD_MODEL | CMD_LOADS | CMD_RUNTIME, NNT_METHOD_COUNT, cmd_print},
     {"support", CMD_MODEL | CMD_LOADS | CMD_RUNTIME, NNT_METHOD_COUNT, cmd_support},

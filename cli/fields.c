@@ -30,7 +30,7 @@ static int request_of(const cli_opts *o, int saves, long i)
 static void row_option(const cli_opts *o, long r, char *buf, size_t n)
 {
     const cli_row *a = &o->rows[r];
-    if (!strcmp(o->cmd_name, "patch")) {
+    if (!strcmp(o->cmd_name, "patch") || !strcmp(o->cmd_name, "attribute")) {
         const char *which = r == 0 ? "clean" : "corrupt";
         snprintf(buf, n, "--%s%s", which, a->kind == ROW_TOKENS ? "-tokens" : "");
     } else if (a->kind == ROW_FILE) {
@@ -56,10 +56,12 @@ int cli_field_option(const cli_opts *o, const char *field, size_t len, char *buf
         row_option(o, r, buf, n);
         return 1;
     }
-    if ((len >= 11 && !strncmp(field, "patch.clean", 11)) || (len >= 13 && !strncmp(field, "patch.corrupt", 13))) {
-        size_t fl = field[7] == 'l' ? 11 : 13;
+    size_t sec = !strncmp(field, "patch.", 6) ? 6 : !strncmp(field, "attribute.", 10) ? 10 : 0;
+    if (sec && ((len >= sec + 5 && !strncmp(field + sec, "clean", 5)) || (len >= sec + 7 && !strncmp(field + sec, "corrupt", 7)))) {
+        int clean = field[sec + 1] == 'l';
+        size_t fl = sec + (clean ? 5 : 7);
         if (len > fl && field[fl] != '.') return 0;
-        row_option(o, field[7] == 'l' ? 0 : 1, buf, n);
+        row_option(o, clean ? 0 : 1, buf, n);
         return 1;
     }
     static const struct {
@@ -67,6 +69,8 @@ int cli_field_option(const cli_opts *o, const char *field, size_t len, char *buf
     } NAMED[] = {
         {"patch.metric", "--metric"},      {"patch.value", "--value"},     {"patch.positions", "--positions"},
         {"patch.batch", "--batch"},        {"lens.positions", "--positions"},
+        {"attribute.metric", "--metric"},  {"attribute.value", "--value"}, {"attribute.ig_steps", "--ig-steps"},
+        {"grad.metric", "--metric"},       {"grad.positions", "--metric-positions"}, {"grad.paths", "--grad"},
         {"generate.max_new_tokens", "--max-new-tokens"}, {"generate.temperature", "--temperature"},
         {"generate.top_k", "--top-k"},     {"generate.top_p", "--top-p"},  {"generate.seed", "--seed"},
         {"generate.stop_ids", "--stop-id"},

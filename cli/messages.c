@@ -78,7 +78,8 @@ static int fail_request(const char *file, const char *msg, const char *what)
     size_t n = strlen(file);
     int named = !strncmp(msg, file, n) && !strncmp(msg + n, ": ", 2);
     fprintf(stderr, "nnt: error: %s%s", what ? what : "", what ? ": " : "");
-    static const char *const TOP[] = {"rows", "edits", "saves", "generate", "lens", "patch", "add_special"};
+    static const char *const TOP[] = {"rows", "edits", "saves", "generate", "lens", "patch", "attribute", "grad",
+                                      "add_special"};
     size_t fl = named ? 0 : field_length(msg), top = strcspn(msg, ".[:");
     for (size_t k = 0; fl && k < sizeof TOP / sizeof *TOP; k++)
         if (strlen(TOP[k]) == top && !strncmp(msg, TOP[k], top)) {
@@ -97,7 +98,7 @@ int cli_fail(const cli_opts *o, nnt_runtime *rt, const char *what)
     char option[1200];
     if (o && !strncmp(msg, doc, strlen(doc))) msg += strlen(doc); /* a request the options made */
     size_t fl = o ? field_length(msg) : 0;
-    int usage = fl && (!strncmp(msg, "lens", 4) || !strncmp(msg, "patch", 5));
+    int usage = fl && (!strncmp(msg, "lens", 4) || !strncmp(msg, "patch", 5) || !strncmp(msg, "attribute", 9));
     fprintf(stderr, "nnt: error: %s%s", what ? what : "", what ? ": " : "");
     if (fl && cli_field_option(o, msg, fl, option, sizeof option))
         print_translated(o, msg, fl, option, msg + fl + 2);

@@ -55,6 +55,14 @@ static int set_plot(cli_opts *o, const char *f, const char *v)
     return 0;
 }
 
+static int set_ig_steps(cli_opts *o, const char *f, const char *v)
+{
+    long n;
+    if (cli_parse_int(v, 0, 1024, &n) != 0) return cli_arg_error("--ig-steps: '%s' is not an integer in 0..1024", v);
+    o->ig_steps = (int)n;
+    return 0;
+}
+
 static int set_batch(cli_opts *o, const char *f, const char *v)
 {
     long n;
@@ -244,10 +252,10 @@ static int set_req(cli_opts *o, const char *f, const char *v)
 
 /* ---- the table ---- */
 
-#define RUNS "trace lens patch generate"
+#define RUNS "trace lens patch generate attribute"
 #define ROWS_TAKERS "trace lens generate tokenize"
 #define GEN_ONLY "is an option of generate"
-#define PATCH_ONLY "--clean, --corrupt, --clean-tokens, --corrupt-tokens, --value, --metric and --batch are options of patch"
+#define PATCH_ONLY "--clean, --corrupt, --clean-tokens, --corrupt-tokens and --value are options of patch and attribute"
 
 static const cli_option OPTIONS[] = {
     {"--model", 1, NULL, set_model, NULL},
@@ -267,18 +275,21 @@ static const cli_option OPTIONS[] = {
     {"--steer-positions", 1, NULL, set_steer_positions, NULL},
     {"--positions", 1, "lens patch", set_positions,
      "--positions is an option of lens and patch (steering takes --steer-positions)"},
-    {"--clean", 1, "patch", set_prompt_pair, PATCH_ONLY},
-    {"--corrupt", 1, "patch", set_prompt_pair, PATCH_ONLY},
-    {"--clean-tokens", 1, "patch", set_prompt_pair, PATCH_ONLY},
-    {"--corrupt-tokens", 1, "patch", set_prompt_pair, PATCH_ONLY},
-    {"--value", 1, "patch", set_value, PATCH_ONLY},
-    {"--metric", 1, "patch trace", set_metric, "--metric is an option of patch and trace (with --grad)"},
+    {"--clean", 1, "patch attribute", set_prompt_pair, PATCH_ONLY},
+    {"--corrupt", 1, "patch attribute", set_prompt_pair, PATCH_ONLY},
+    {"--clean-tokens", 1, "patch attribute", set_prompt_pair, PATCH_ONLY},
+    {"--corrupt-tokens", 1, "patch attribute", set_prompt_pair, PATCH_ONLY},
+    {"--value", 1, "patch attribute", set_value, PATCH_ONLY},
+    {"--metric", 1, "patch attribute trace", set_metric,
+     "--metric is an option of patch, attribute and trace (with --grad)"},
+    {"--ig-steps", 1, "attribute", set_ig_steps, "--ig-steps is an option of attribute"},
     {"--grad", 1, "trace", set_grad, "--grad is an option of trace"},
     {"--metric-positions", 1, "trace", set_metric_positions, "--metric-positions is an option of trace (with --grad)"},
-    {"--batch", 1, "patch", set_batch, PATCH_ONLY},
-    {"--plot", 1, "lens patch trace", set_plot, "--plot is an option of lens, patch and trace"},
-    {"--request", 1, RUNS, set_request, "--request is an option of trace, lens, patch and generate"},
-    {"--print-request", 0, RUNS, set_flag, "--print-request is an option of trace, lens, patch and generate"},
+    {"--batch", 1, "patch", set_batch, "--batch is an option of patch"},
+    {"--plot", 1, "lens patch attribute trace", set_plot, "--plot is an option of lens, patch, attribute and trace"},
+    {"--request", 1, RUNS, set_request, "--request is an option of trace, lens, patch, attribute and generate"},
+    {"--print-request", 0, RUNS, set_flag,
+     "--print-request is an option of trace, lens, patch, attribute and generate"},
     {"--tsv", 0, NULL, set_flag, NULL},
     {"--ids", 0, "tokenize", set_flag, "--ids is an option of tokenize"},
     {"--no-special", 0, NULL, set_flag, NULL},
@@ -339,7 +350,7 @@ static int check_rows(cli_opts *o, int tokenize)
                                                                         : "tokenize needs a text: nnt tokenize --model DIR \"text\"");
         if (o->n_reqs || o->out) return cli_usage_error("%s", "tokenize takes no requests and no --out");
     }
-    if (o->n_rows && !listed(ROWS_TAKERS, o->cmd_name) && strcmp(o->cmd_name, "patch"))
+    if (o->n_rows && !listed(ROWS_TAKERS, o->cmd_name) && strcmp(o->cmd_name, "patch") && strcmp(o->cmd_name, "attribute"))
         return cli_usage_error("%s takes no --tokens, --prompt or --prompt-file", o->cmd_name);
     int text = o->n_text_rows || (o->clean.arg && o->clean.kind == ROW_PROMPT);
     if (o->no_special && !text && !tokenize)
@@ -347,20 +358,21 @@ static int check_rows(cli_opts *o, int tokenize)
     return 0;
 }
 
-/* patch's own rules; its prompts become rows 0 and 1. */
+/* patch's and attribute's own rules; their prompts become rows 0 and 1. */
 static int check_patch(cli_opts *o)
 {
-    if (o->n_rows) return cli_usage_error("%s", "patch reads --clean and --corrupt (or --clean-tokens and --corrupt-tokens), "
-                                                "not --tokens, --prompt or --prompt-file");
-    if (o->n_reqs) return cli_usage_error("%s", "patch takes no requests (--save, --set, ...): it makes its own edits");
+    const char *cmd = o->cmd_name;
+    if (o->n_rows) return cli_usage_error("%s reads --clean and --corrupt (or --clean-tokens and --corrupt-tokens), "
+                                          "not --tokens, --prompt or --prompt-file", cmd);
+    if (o->n_reqs) return cli_usage_error("%s takes no requests (--save, --set, ...): it makes its own edits", cmd);
     if (o->request_file) return 0;
     if (!o->clean.arg || !o->corrupt.arg)
-        return cli_usage_error("%s", "patch needs a clean and a corrupted prompt: --clean \"text\" --corrupt \"text\" or "
-                                     "--clean-tokens \"ID ...\" --corrupt-tokens \"ID ...\"");
+        return cli_usage_error("%s needs a clean and a corrupted prompt: --clean \"text\" --corrupt \"text\" or "
+                               "--clean-tokens \"ID ...\" --corrupt-tokens \"ID ...\"", cmd);
     if (o->clean.kind != o->corrupt.kind)
-        return cli_usage_error("%s", "patch: give both prompts as text (--clean, --corrupt) or both as token ids "
-                                     "(--clean-tokens, --corrupt-tokens)");
-    if (!o->metric) return cli_usage_error("%s", "patch needs --metric logit-diff:A,B or --metric prob:T");
+        return cli_usage_error("%s: give both prompts as text (--clean, --corrupt) or both as token ids "
+                               "(--clean-tokens, --corrupt-tokens)", cmd);
+    if (!o->metric) return cli_usage_error("%s needs --metric logit-diff:A,B, --metric prob:T or --metric logprob:T", cmd);
     o->rows[0] = o->clean;
     o->rows[1] = o->corrupt;
     o->n_rows = 2;
@@ -373,7 +385,7 @@ static int check_request_file(const cli_opts *o)
 {
     if (!o->request_file) return 0;
     if (o->n_rows || o->n_reqs || o->clean.arg || o->corrupt.arg || o->value || o->metric || o->patch_rows ||
-        o->n_grads || o->metric_positions ||
+        o->n_grads || o->metric_positions || o->ig_steps ||
         o->positions || o->max_new_tokens >= 0 || o->given >> option_index("--temperature") & 1 ||
         o->top_k || o->given >> option_index("--top-p") & 1 || o->seed || o->n_stop_ids || o->ignore_eos || o->no_special)
         return cli_usage_error("--request %s gives the whole request (rows, requests, the method's settings): leave out "
@@ -390,7 +402,7 @@ static int check_rules(cli_opts *o)
     if ((rc = check_commands(o)) || (rc = check_rows(o, tokenize))) return rc;
     if (!strcmp(o->cmd_name, "generate") && o->temperature == 0.0f && (o->top_k != 0 || o->top_p != 1.0f))
         return cli_usage_error("%s", "--top-k and --top-p filter sampling: give --temperature > 0 too (0 is greedy)");
-    if (!strcmp(o->cmd_name, "patch") && (rc = check_patch(o))) return rc;
+    if ((!strcmp(o->cmd_name, "patch") || !strcmp(o->cmd_name, "attribute")) && (rc = check_patch(o))) return rc;
     if (!strcmp(o->cmd_name, "trace") && !o->request_file && (o->n_grads > 0) != (o->metric != NULL))
         return cli_usage_error("%s", o->n_grads ? "--grad needs the scalar it differentiates: --metric logit-diff:A,B, "
                                                   "prob:T, logprob:T or loss"

@@ -220,8 +220,9 @@ int picture_lens(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok
     return rc;
 }
 
-int picture_patch(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_patch_result *res,
-                  const char *value, const char *metric)
+/* A grid of blocks x positions of the corrupted prompt; `what` starts the title. */
+static int grid_picture(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_patch_result *res,
+                        const char *what, const char *value, const char *metric)
 {
     int NB = res->n_blocks, P = res->n_positions, rc = 1, n;
     const int32_t *corrupt = batch_row(b, 1, &n);
@@ -249,8 +250,8 @@ int picture_patch(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *to
         free(t);
     }
     char title[512];
-    snprintf(title, sizeof title, "patching %s: %s (clean %.3f, corrupted %.3f)", value, metric,
-             res->clean_metric, res->corrupt_metric);
+    snprintf(title, sizeof title, "%s %s: %s (clean %.3f, corrupted %.3f)", what, value, metric, res->clean_metric,
+             res->corrupt_metric);
     if (ok) {
         plot_grid g = {.title = title, .panels = 1, .panel_cols = 1, .rows = NB, .cols = P, .values = res->grid,
                        .cell_text = (const char *const *)text, .row_labels = (const char *const *)rows,
@@ -258,10 +259,22 @@ int picture_patch(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *to
                        .vmin = lo, .vmax = hi, .cell_w = PLOT_TEXT_CELL_W, .cell_h = PLOT_TEXT_CELL_H};
         rc = write_plot(o, &g);
     } else {
-        fprintf(stderr, "nnt: patch --plot: out of memory\n");
+        fprintf(stderr, "nnt: %s --plot: out of memory\n", o->cmd_name);
     }
     free_strings(rows, (size_t)NB);
     free_strings(cols, (size_t)P);
     free_strings(text, (size_t)NB * P);
     return rc;
+}
+
+int picture_patch(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_patch_result *res,
+                  const char *value, const char *metric)
+{
+    return grid_picture(o, b, tok, res, "patching", value, metric);
+}
+
+int picture_attribute(const cli_opts *o, const nnt_batch *b, const nnt_tokenizer *tok, const nnt_patch_result *res,
+                      const char *value, const char *metric)
+{
+    return grid_picture(o, b, tok, res, "attribution (estimated change) of", value, metric);
 }

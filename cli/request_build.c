@@ -143,6 +143,20 @@ static int add_method(cJSON *doc, const cli_opts *o)
         if (o->patch_rows) cJSON_AddNumberToObject(p, "batch", o->patch_rows);
         return add_method_positions(p, o);
     }
+    case NNT_METHOD_ATTRIBUTE: {
+        cJSON *p = cJSON_AddObjectToObject(doc, "attribute"), *clean = row_json(&o->rows[0]), *corrupt = row_json(&o->rows[1]);
+        if (!clean || !corrupt) {
+            cJSON_Delete(clean);
+            cJSON_Delete(corrupt);
+            return 2;
+        }
+        cJSON_AddItemToObject(p, "clean", clean);
+        cJSON_AddItemToObject(p, "corrupt", corrupt);
+        cJSON_AddStringToObject(p, "metric", o->metric);
+        if (o->value) cJSON_AddStringToObject(p, "value", o->value);
+        if (o->ig_steps) cJSON_AddNumberToObject(p, "ig_steps", o->ig_steps);
+        return 0;
+    }
     default: return 0;
     }
 }
@@ -170,7 +184,7 @@ static int build(const cli_opts *o, cJSON **out)
     if (!doc) return cli_arg_error("%s", "out of memory");
     cJSON_AddNumberToObject(doc, "nnt_request", NNT_REQUEST_FORMAT);
     cJSON_AddStringToObject(doc, "method", nnt_method_name(o->cmd->method));
-    if (o->cmd->method != NNT_METHOD_PATCH) {
+    if (o->cmd->method != NNT_METHOD_PATCH && o->cmd->method != NNT_METHOD_ATTRIBUTE) {
         cJSON *rows = cJSON_AddArrayToObject(doc, "rows");
         for (int r = 0; r < o->n_rows; r++) {
             cJSON *row = row_json(&o->rows[r]);

@@ -383,6 +383,17 @@ struct nnt_run {
     int current_request; /* the save request being served, to number repeated emissions */
     int first_layer, end_layer; /* the call's pipeline stage: blocks [first, end); [0, L) for a whole call */
 };
+/* ---- what the sweeping methods share (methods/sweep.c) ---- */
+/* path with its '*' replaced by block b, into buf [n]. */
+void nnt_sweep_block_path(const char *path, int b, char *buf, size_t n);
+/* The blocks value ("layers.*.VALUE" or "layers.N.VALUE") covers that serve it laid out
+ * [batch seq ...] (and writable when asked) into a new array *blocks [*n_blocks] (the caller
+ * frees it). method names the caller in messages. Errors: NNT_ERR_PATH, NNT_ERR_NOT_FOUND (no
+ * block serves it, with the family's reason), NNT_ERR_SHAPE (no token axis), NNT_ERR_INVALID_ARGUMENT
+ * (read-only), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_sweep_blocks(nnt_model *m, const char *method, const char *value, int seq, int writable, int **blocks,
+                            int *n_blocks, nnt_error *err);
+
 /* The trace's side of an emission (trace.c): saves and edits on (slot, layer). */
 nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t);
 int nnt_run_wants(const nnt_run *run, nnt_value_id slot, int layer);

@@ -6,8 +6,7 @@
 
 #include "../cli.h"
 
-/* The grid as a table: lines "pos" and "token" (of the corrupted prompt), then one per block. */
-static int print_grid(const nnt_patch_result *res, const nnt_batch *b, const nnt_tokenizer *tok)
+int cli_print_grid(const nnt_patch_result *res, const nnt_batch *b, const nnt_tokenizer *tok)
 {
     int NB = res->n_blocks, P = res->n_positions, n;
     const int32_t *corrupt = batch_row(b, 1, &n);
@@ -53,7 +52,7 @@ int cmd_patch(cli_run *c)
            po->metric);
     printf("clean %.6f, corrupted %.6f (%d forwards, up to %d patched rows each)\n", p->clean_metric, p->corrupt_metric,
            p->forwards, po->batch);
-    int rc = print_grid(p, b, c->tok);
+    int rc = cli_print_grid(p, b, c->tok);
     if (!rc && c->o->plot) rc = picture_patch(c->o, b, c->tok, p, po->value, po->metric);
     if (!rc && c->o->out && (rc = cli_write_out(c->o, c->rt, res)) == 0)
         printf("wrote patch_metric [%d, %d], patch_blocks, patch_positions, clean_metric and corrupt_metric to %s\n",

@@ -1,5 +1,5 @@
-/* metric.c - the metrics an activation-patching sweep reads off a forward's logits
- * (nnt_methods.h): "logit-diff:A,B" and "prob:T", parsed and evaluated. */
+/* metric.c - the metrics patching and attribution read off a forward's logits (nnt_methods.h):
+ * "logit-diff:A,B", "prob:T" and "logprob:T", parsed and evaluated. */
 #include <math.h>
 #include <string.h>
 
@@ -28,16 +28,17 @@ nnt_status nnt_metric_parse(const char *text, nnt_metric *out, nnt_error *err)
             out->kind = NNT_METRIC_LOGIT_DIFF;
             return NNT_OK;
         }
-    } else if (strncmp(text, "prob:", 5) == 0) {
-        if (parse_id(text + 5, text + strlen(text), &out->a) == 0) {
-            out->kind = NNT_METRIC_PROB;
+    } else if (strncmp(text, "prob:", 5) == 0 || strncmp(text, "logprob:", 8) == 0) {
+        int log = text[0] == 'l';
+        if (parse_id(text + (log ? 8 : 5), text + strlen(text), &out->a) == 0) {
+            out->kind = log ? NNT_METRIC_LOGPROB : NNT_METRIC_PROB;
             out->b = 0;
             return NNT_OK;
         }
     }
     return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
-                       "expected logit-diff:A,B (logit[A] - logit[B]) or prob:T (token T's probability), with A, B "
-                       "and T token ids in 0..2147483647 written as digits; got '%.200s'",
+                       "expected logit-diff:A,B (logit[A] - logit[B]), prob:T (token T's probability) or logprob:T (its "
+                       "logarithm), with A, B and T token ids in 0..2147483647 written as digits; got '%.200s'",
                        text);
 }
 
@@ -53,5 +54,6 @@ double nnt_metric_eval(const nnt_metric *m, const nnt_tensor *logits, int row)
         mx = x > mx ? x : mx;
     }
     for (int64_t v = 0; v < V; v++) sum += exp(nnt_tensor_get_f64(logits, base + v) - mx);
+    if (m->kind == NNT_METRIC_LOGPROB) return nnt_tensor_get_f64(logits, base + m->a) - mx - log(sum);
     return exp(nnt_tensor_get_f64(logits, base + m->a) - mx) / sum;
 }

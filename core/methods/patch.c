@@ -16,33 +16,6 @@ void nnt_patch_result_free(nnt_patch_result *r)
     memset(r, 0, sizeof *r);
 }
 
-/* path with its '*' replaced by block b. */
-static void block_path(const char *path, int b, char *buf, size_t n)
-{
-    const char *star = strchr(path, '*');
-    if (!star)
-        snprintf(buf, n, "%s", path);
-    else
-        snprintf(buf, n, "%.*s%d%s", (int)(star - path), path, b, star + 1);
-}
-
-/* The block a path without '*' names: the number after "layers." or "layers[" (negative counts
- * from the end). -1 when there is none. */
-static int named_block(const char *path, int L)
-{
-    const char *p = strstr(path, "layers");
-    if (!p) return -1;
-    p += 6;
-    if (*p != '.' && *p != '[') return -1;
-    p++;
-    errno = 0;
-    char *end;
-    long b = strtol(p, &end, 10);
-    if (end == p || errno || (*end != '.' && *end != ']')) return -1;
-    if (b < 0) b += L;
-    return b >= 0 && b < L ? (int)b : -1;
-}
-
 /* ---- the per-row edit ---- */
 
 /* One block's edit in a batch: rows[i] gets the clean value at pos[i]. */
@@ -72,54 +45,6 @@ static nnt_status patch_edit_fn(void *user, const char *path, int layer, nnt_ten
 }
 
 /* ---- checks ---- */
-
-/* The value of one block: served, writable, laid out [batch seq ...]. NNT_ERR_NOT_FOUND (reason
- * in err) when not served. */
-static nnt_status check_block(nnt_model *m, const char *p, int seq, nnt_error *err)
-{
-    nnt_value_info a, b;
-    nnt_call_dims d1 = {.batch = 1, .seq = seq, .past = 0}, d2 = {.batch = 1, .seq = seq + 1, .past = 0};
-    nnt_status st = nnt_model_value_info(m, p, &d1, &a);
-    if (st == NNT_OK && !a.served) return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s is not served: %s", p, a.reason);
-    if (st == NNT_OK) st = nnt_model_value_info(m, p, &d2, &b);
-    if (st != NNT_OK) return st;
-    if (a.ndim < 2 || a.shape[0] != 1 || a.shape[1] != seq || b.ndim < 2 || b.shape[1] != seq + 1)
-        return nnt_err_set(err, NNT_ERR_SHAPE,
-                           "%s: patch needs a value with a token axis after the batch axis ([batch seq ...]); this "
-                           "one is laid out %s",
-                           p, a.axes ? a.axes : "otherwise");
-    if (!a.writable)
-        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "%s is read-only: an edit of it is not seen by the forward", p);
-    return NNT_OK;
-}
-
-/* The blocks the sweep covers into out->blocks. */
-static nnt_status sweep_blocks(nnt_model *m, const char *value, int seq, nnt_patch_result *out, nnt_error *err)
-{
-    const int L = nnt_model_get_info(m)->num_layers;
-    const char *star = strchr(value, '*');
-    if (star && strchr(star + 1, '*')) return nnt_err_set(err, NNT_ERR_PATH, "%s: one '*' (the block) at most", value);
-    int only = star ? -1 : named_block(value, L);
-    if (!star && only < 0)
-        return nnt_err_set(err, NNT_ERR_PATH,
-                           "%s: patch needs a block value, 'layers.N.VALUE' or 'layers.*.VALUE' (N in 0..%d)", value,
-                           L - 1);
-    out->blocks = malloc(sizeof(int) * (size_t)L);
-    if (!out->blocks) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    char p[256], first_reason[NNT_ERROR_MSG_MAX / 2] = "";
-    for (int b = star ? 0 : only; b < (star ? L : only + 1); b++) {
-        block_path(value, b, p, sizeof p);
-        nnt_status st = check_block(m, p, seq, err);
-        if (st == NNT_ERR_NOT_FOUND && star) {
-            if (!first_reason[0]) snprintf(first_reason, sizeof first_reason, "%s", err->msg);
-            continue;
-        }
-        if (st != NNT_OK) return st;
-        out->blocks[out->n_blocks++] = b;
-    }
-    if (!out->n_blocks) return nnt_err_set(err, NNT_ERR_NOT_FOUND, "%s: no block serves it (%s)", value, first_reason);
-    return NNT_OK;
-}
 
 /* positions [n] (negatives from the end, the words: every position; NULL / 0: every position)
  * as ascending distinct positions 0..seq-1 into out->positions. */
@@ -186,7 +111,7 @@ static nnt_status unpatched(nnt_model *m, const nnt_patch_spec *s, nnt_patch_res
     nnt_status st = nnt_trace_new(m, clean);
     if (st == NNT_OK) st = nnt_trace_save(*clean, "logits[:, -1]");
     for (int i = 0; i < out->n_blocks && st == NNT_OK; i++) {
-        block_path(s->value, out->blocks[i], p, sizeof p);
+        nnt_sweep_block_path(s->value, out->blocks[i], p, sizeof p);
         st = nnt_trace_save(*clean, p);
     }
     if (st == NNT_OK) st = run_logits(m, *clean, s->clean, 1, s->seq, &lg);
@@ -222,7 +147,7 @@ static nnt_status patched_batch(nnt_model *m, const nnt_patch_spec *s, nnt_patch
     nnt_status st = nnt_trace_new(m, &t);
     for (int i = 0; i < out->n_blocks && st == NNT_OK; i++) {
         if (!edits[i].n) continue;
-        block_path(s->value, out->blocks[i], p, sizeof p);
+        nnt_sweep_block_path(s->value, out->blocks[i], p, sizeof p);
         st = nnt_trace_edit(t, p, patch_edit_fn, &edits[i]);
     }
     if (st == NNT_OK) st = nnt_trace_save(t, "logits[:, -1]");
@@ -247,7 +172,7 @@ static nnt_status sweep(nnt_model *m, const nnt_patch_spec *s, nnt_patch_result 
                                                        : nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     char p[256];
     for (int i = 0; i < NB && st == NNT_OK; i++) {
-        block_path(s->value, out->blocks[i], p, sizeof p);
+        nnt_sweep_block_path(s->value, out->blocks[i], p, sizeof p);
         const nnt_tensor *v = nnt_trace_get(clean, p);
         if (!v) st = nnt_err_set(err, NNT_ERR_STATE, "%s is None in the clean run: there is nothing to patch in", p);
         edits[i] = (patch_edit){.clean = v, .seq = s->seq, .rows = slots, .pos = slots + R};
@@ -272,7 +197,8 @@ nnt_status nnt_patch(nnt_model *m, const nnt_patch_spec *s, nnt_patch_result *ou
     nnt_status st = check_spec(m, s, err);
     if (st == NNT_OK && (st = sweep_positions(s->positions, s->n_positions, s->seq, out, err)) != NNT_OK)
         nnt_err_prefix(err, "positions");
-    if (st == NNT_OK && (st = sweep_blocks(m, s->value, s->seq, out, err)) != NNT_OK) nnt_err_prefix(err, "value");
+    if (st == NNT_OK && (st = nnt_sweep_blocks(m, "patch", s->value, s->seq, 1, &out->blocks, &out->n_blocks, err)) != NNT_OK)
+        nnt_err_prefix(err, "value");
     if (st == NNT_OK) st = sweep(m, s, out);
     if (st != NNT_OK) nnt_patch_result_free(out);
     return st;

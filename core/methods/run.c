@@ -18,6 +18,7 @@ struct nnt_result {
     int n_stops;
     nnt_lens_result lens;
     nnt_patch_result patch;
+    nnt_attribute_result attr;
 };
 
 void nnt_result_free(nnt_result *res)
@@ -29,6 +30,7 @@ void nnt_result_free(nnt_result *res)
     free(res->stops);
     nnt_lens_result_free(&res->lens);
     nnt_patch_result_free(&res->patch);
+    nnt_attribute_result_free(&res->attr);
     free(res);
 }
 
@@ -56,6 +58,11 @@ const nnt_patch_result *nnt_result_patch(const nnt_result *res)
     return res && res->method == NNT_METHOD_PATCH && res->holds ? &res->patch : NULL;
 }
 
+const nnt_attribute_result *nnt_result_attribute(const nnt_result *res)
+{
+    return res && res->method == NNT_METHOD_ATTRIBUTE && res->holds ? &res->attr : NULL;
+}
+
 /* ---- the methods ---- */
 
 static nnt_status run_trace(nnt_result *res, nnt_pipeline *p)
@@ -75,6 +82,19 @@ static nnt_status run_lens(nnt_model *m, const nnt_request *r, nnt_result *res, 
     /* the positions are checked before anything runs: their error names the field */
     if (st == NNT_ERR_INDEX) nnt_err_prefix(&m->rt->err, "lens.positions");
     return st;
+}
+
+/* A spec's field ("value: ...") as the request's ("SECTION.value: ..."). */
+static void name_section(nnt_error *err, const char *section)
+{
+    static const char *const fields[] = {"value:", "positions:", "metric:", "ig_steps:"};
+    for (int k = 0; k < 4; k++)
+        if (!strncmp(err->msg, fields[k], strlen(fields[k]))) {
+            char msg[NNT_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s.%s", section, err->msg);
+            memcpy(err->msg, msg, sizeof msg);
+            return;
+        }
 }
 
 static nnt_status run_patch(nnt_model *m, const nnt_request *r, nnt_result *res)
@@ -97,12 +117,30 @@ static nnt_status run_patch(nnt_model *m, const nnt_request *r, nnt_result *res)
     }
     st = nnt_patch(m, &s, &res->patch);
     /* the spec's field ("value: ...") becomes the request's ("patch.value: ...") */
-    if (st != NNT_OK && (!strncmp(err->msg, "value:", 6) || !strncmp(err->msg, "positions:", 10) ||
-                         !strncmp(err->msg, "metric:", 7))) {
-        char msg[NNT_ERROR_MSG_MAX];
-        snprintf(msg, sizeof msg, "patch.%s", err->msg);
-        memcpy(err->msg, msg, sizeof msg);
+    if (st != NNT_OK) name_section(err, "patch");
+    return st;
+}
+
+static nnt_status run_attribute(nnt_model *m, const nnt_request *r, nnt_result *res)
+{
+    nnt_error *err = &m->rt->err;
+    const nnt_request_attribute_opts *ao = nnt_request_attribute(r);
+    const nnt_batch *b = &res->batch;
+    res->holds = 1;
+    if (b->batch != 2 || b->lens[0] != b->lens[1])
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "attribute.corrupt: the clean prompt has %d tokens and the corrupted one %d; attribution "
+                           "needs prompts of the same length (token by token)",
+                           b->lens[0], b->batch > 1 ? b->lens[1] : 0);
+    nnt_attribute_spec s = {.struct_size = sizeof s, .value = ao->value, .clean = b->ids, .corrupt = b->ids + b->seq,
+                            .seq = b->seq, .ig_steps = ao->ig_steps};
+    nnt_status st = nnt_metric_parse(ao->metric, &s.metric, err);
+    if (st != NNT_OK) {
+        nnt_err_prefix(err, "attribute.metric");
+        return st;
     }
+    st = nnt_attribute(m, &s, &res->attr);
+    if (st != NNT_OK) name_section(err, "attribute");
     return st;
 }
 
@@ -168,16 +206,18 @@ nnt_status nnt_request_run(nnt_model *m, const nnt_request *r, const nnt_run_opt
     if (!res) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     res->method = nnt_request_method(r);
     res->rt = m->rt;
-    nnt_status st = res->method == NNT_METHOD_PATCH && p
-                        ? nnt_err_set(&m->rt->err, NNT_ERR_UNSUPPORTED,
-                                      "patch runs in one process; over several ranks nnt runs trace, lens and generate")
-                        : prepare(m, r, o, res);
+    int one_process = res->method == NNT_METHOD_PATCH || res->method == NNT_METHOD_ATTRIBUTE;
+    nnt_status st = one_process && p ? nnt_err_set(&m->rt->err, NNT_ERR_UNSUPPORTED,
+                                                   "%s runs in one process; over several ranks nnt runs trace, lens and "
+                                                   "generate", nnt_method_name(res->method))
+                                     : prepare(m, r, o, res);
     if (st == NNT_OK) {
         switch (res->method) {
         case NNT_METHOD_TRACE: st = run_trace(res, p); break;
         case NNT_METHOD_LENS: st = run_lens(m, r, res, p); break;
         case NNT_METHOD_PATCH: st = run_patch(m, r, res); break;
         case NNT_METHOD_GENERATE: st = run_generate(m, r, res, p); break;
+        case NNT_METHOD_ATTRIBUTE: st = run_attribute(m, r, res); break;
         default: st = nnt_err_set(&m->rt->err, NNT_ERR_INTERNAL, "request of an unknown method %d", (int)res->method);
         }
     }
@@ -228,6 +268,28 @@ static nnt_status write_patch(const nnt_result *res, const char *file)
     return st;
 }
 
+static nnt_status write_attribute(const nnt_result *res, const char *file)
+{
+    const nnt_attribute_result *a = &res->attr;
+    int32_t *blocks = malloc(sizeof *blocks * (size_t)(a->n_blocks + a->n_positions));
+    if (!blocks) return nnt_err_set(&res->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    for (int i = 0; i < a->n_blocks; i++) blocks[i] = a->blocks[i];
+    for (int i = 0; i < a->n_positions; i++) blocks[a->n_blocks + i] = i;
+    double clean = a->clean_metric, corrupt = a->corrupt_metric;
+    nnt_tensor t[5] = {
+        {.dtype = NNT_F64, .ndim = a->n_units > 1 ? 3 : 2, .shape = {a->n_blocks, a->n_positions, a->n_units},
+         .data = a->grid},
+        {.dtype = NNT_I32, .ndim = 1, .shape = {a->n_blocks}, .data = blocks},
+        {.dtype = NNT_I32, .ndim = 1, .shape = {a->n_positions}, .data = blocks + a->n_blocks},
+        {.dtype = NNT_F64, .ndim = 1, .shape = {1}, .data = &clean},
+        {.dtype = NNT_F64, .ndim = 1, .shape = {1}, .data = &corrupt},
+    };
+    const char *keys[5] = {"attr_metric", "attr_blocks", "attr_positions", "clean_metric", "corrupt_metric"};
+    nnt_status st = nnt_safetensors_write(res->rt, file, 5, keys, t);
+    free(blocks);
+    return st;
+}
+
 nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file)
 {
     if (!res || !file) return NNT_ERR_INVALID_ARGUMENT;
@@ -236,6 +298,7 @@ nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file)
     switch (res->method) {
     case NNT_METHOD_LENS: return write_lens(res, file);
     case NNT_METHOD_PATCH: return write_patch(res, file);
+    case NNT_METHOD_ATTRIBUTE: return write_attribute(res, file);
     default: return nnt_trace_write_safetensors(res->trace, file);
     }
 }

@@ -28,6 +28,8 @@ void nnt_request_free(nnt_request *r)
     free(r->patch_value);
     free(r->patch_metric);
     free(r->patch_positions);
+    free(r->attr_value);
+    free(r->attr_metric);
     req_grad_free(r);
     free(r);
 }
@@ -59,6 +61,11 @@ const int *nnt_request_lens_positions(const nnt_request *r, int *n, int *keep_pr
 const nnt_request_patch_opts *nnt_request_patch(const nnt_request *r)
 {
     return r && r->method == NNT_METHOD_PATCH ? &r->patch : NULL;
+}
+
+const nnt_request_attribute_opts *nnt_request_attribute(const nnt_request *r)
+{
+    return r && r->method == NNT_METHOD_ATTRIBUTE ? &r->attr : NULL;
 }
 
 /* ---- comparison ---- */
@@ -105,7 +112,8 @@ static int methods_eq(const nnt_request *a, const nnt_request *b)
            a->ignore_eos == b->ignore_eos && a->lens_probs == b->lens_probs &&
            ints_eq(a->lens_positions, a->n_lens_positions, b->lens_positions, b->n_lens_positions) &&
            str_eq(p->value, q->value) && str_eq(p->metric, q->metric) && p->batch == q->batch &&
-           ints_eq(p->positions, p->n_positions, q->positions, q->n_positions);
+           ints_eq(p->positions, p->n_positions, q->positions, q->n_positions) && str_eq(a->attr.value, b->attr.value) &&
+           str_eq(a->attr.metric, b->attr.metric) && a->attr.ig_steps == b->attr.ig_steps;
 }
 
 int nnt_request_equal(const nnt_request *a, const nnt_request *b)

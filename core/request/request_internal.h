@@ -105,6 +105,9 @@ struct nnt_request {
     nnt_request_patch_opts patch; /* its strings and positions point into the fields below */
     char *patch_value, *patch_metric;
     int *patch_positions;
+    /* attribute (its rows are rows[0] and rows[1], as patch's) */
+    nnt_request_attribute_opts attr; /* its strings point into the fields below */
+    char *attr_value, *attr_metric;
     /* trace: "grad" (request_grad.c) */
     int has_grad;
     char **grad_paths;

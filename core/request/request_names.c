@@ -2,7 +2,7 @@
  * position words, shared by the parse, the writer and the application of a request. */
 #include "request_internal.h"
 
-static const char *const METHOD_NAMES[NNT_METHOD_COUNT] = {"trace", "lens", "patch", "generate"};
+static const char *const METHOD_NAMES[NNT_METHOD_COUNT] = {"trace", "lens", "patch", "generate", "attribute"};
 
 const char *nnt_method_name(nnt_method m)
 {

@@ -240,31 +240,55 @@ static nnt_status parse_lens(const req_ctx *c, const cJSON *l, nnt_request *r)
     return st;
 }
 
-/* "patch": {"clean", "corrupt", "metric", "value", "positions", "batch"}. */
-static nnt_status parse_patch(const req_ctx *c, const cJSON *p, nnt_request *r)
+/* A patch or attribute section's prompts ("clean", "corrupt" into rows 0 and 1), its metric
+ * (required, checked) and value (default every block's layer_output). */
+static nnt_status parse_pair(const req_ctx *c, const cJSON *p, const char *section, nnt_request *r, char **metric,
+                             char **value)
 {
-    static const char *const known[] = {"clean", "corrupt", "metric", "value", "positions", "batch"};
-    nnt_status st = req_members(c, p, "patch", known, 6);
-    if (st != NNT_OK) return st;
-    if (!(r->rows = calloc(2, sizeof *r->rows))) return req_fail(c, NNT_ERR_OUT_OF_MEMORY, "patch", "no memory");
+    char field[REQ_FIELD_MAX];
+    nnt_status st = NNT_OK;
+    if (!(r->rows = calloc(2, sizeof *r->rows))) return req_fail(c, NNT_ERR_OUT_OF_MEMORY, section, "no memory");
     for (int k = 0; k < 2 && st == NNT_OK; k++) {
-        const char *key = k ? "corrupt" : "clean", *field = k ? "patch.corrupt" : "patch.clean";
+        const char *key = k ? "corrupt" : "clean";
         const cJSON *row = req_member(p, key);
+        req_field(field, section, key);
         st = row ? parse_row(c, row, field, &r->rows[k])
                  : req_fail(c, NNT_ERR_FORMAT, field, "missing (expected a row: {\"tokens\": [ids]}, {\"text\": ...} or "
                             "{\"file\": ...})");
         r->n_rows = k + 1;
     }
-    long long batch = 16;
-    if (st == NNT_OK) st = req_string(c, p, "patch", "metric", 1, &r->patch_metric);
+    if (st == NNT_OK) st = req_string(c, p, section, "metric", 1, metric);
     if (st == NNT_OK) {
         nnt_metric m;
         nnt_error e = {0};
-        if ((st = nnt_metric_parse(r->patch_metric, &m, &e)) != NNT_OK) return req_fail(c, st, "patch.metric", "%s", e.msg);
+        if ((st = nnt_metric_parse(*metric, &m, &e)) != NNT_OK)
+            return req_fail(c, st, req_field(field, section, "metric"), "%s", e.msg);
     }
-    if (st == NNT_OK) st = req_string(c, p, "patch", "value", 0, &r->patch_value);
-    if (st == NNT_OK && !r->patch_value && !(r->patch_value = nnt_strdup("layers.*.layer_output")))
-        st = req_fail(c, NNT_ERR_OUT_OF_MEMORY, "patch.value", "no memory");
+    if (st == NNT_OK) st = req_string(c, p, section, "value", 0, value);
+    if (st == NNT_OK && !*value && !(*value = nnt_strdup("layers.*.layer_output")))
+        st = req_fail(c, NNT_ERR_OUT_OF_MEMORY, req_field(field, section, "value"), "no memory");
+    return st;
+}
+
+/* "attribute": {"clean", "corrupt", "metric", "value", "ig_steps"}. */
+static nnt_status parse_attribute(const req_ctx *c, const cJSON *p, nnt_request *r)
+{
+    static const char *const known[] = {"clean", "corrupt", "metric", "value", "ig_steps"};
+    nnt_status st = req_members(c, p, "attribute", known, 5);
+    if (st == NNT_OK) st = parse_pair(c, p, "attribute", r, &r->attr_metric, &r->attr_value);
+    long long steps = 0;
+    if (st == NNT_OK) st = req_int(c, p, "attribute", "ig_steps", 0, 0, 1024, &steps);
+    r->attr = (nnt_request_attribute_opts){.value = r->attr_value, .metric = r->attr_metric, .ig_steps = (int)steps};
+    return st;
+}
+
+/* "patch": {"clean", "corrupt", "metric", "value", "positions", "batch"}. */
+static nnt_status parse_patch(const req_ctx *c, const cJSON *p, nnt_request *r)
+{
+    static const char *const known[] = {"clean", "corrupt", "metric", "value", "positions", "batch"};
+    nnt_status st = req_members(c, p, "patch", known, 6);
+    if (st == NNT_OK) st = parse_pair(c, p, "patch", r, &r->patch_metric, &r->patch_value);
+    long long batch = 16;
     if (st == NNT_OK) st = req_int(c, p, "patch", "batch", 0, 1, 4096, &batch);
     /* positions as everywhere (negative from the end, the words); nnt_patch resolves them */
     const cJSON *pos = req_member(p, "positions");
@@ -302,24 +326,28 @@ static nnt_status parse_head(const req_ctx *c, const cJSON *root, nnt_request *r
             return NNT_OK;
         }
     return req_fail(c, cJSON_IsString(m) ? NNT_ERR_INVALID_ARGUMENT : NNT_ERR_FORMAT, "method",
-                    "expected one of \"trace\", \"lens\", \"patch\", \"generate\", got %s", req_got(m, got, sizeof got));
+                    "expected one of \"trace\", \"lens\", \"patch\", \"generate\", \"attribute\", got %s", req_got(m, got, sizeof got));
 }
 
 /* The fields a method does not take: another method's section, and for patch the rows, saves
  * and edits (it makes its own), for lens the saves (it saves every block's output). */
 static nnt_status method_fields(const req_ctx *c, const cJSON *root, nnt_method m)
 {
-    static const char *const sections[] = {"lens", "patch", "generate"};
-    static const nnt_method owner[] = {NNT_METHOD_LENS, NNT_METHOD_PATCH, NNT_METHOD_GENERATE};
-    for (int k = 0; k < 3; k++)
+    static const char *const sections[] = {"lens", "patch", "generate", "attribute"};
+    static const nnt_method owner[] = {NNT_METHOD_LENS, NNT_METHOD_PATCH, NNT_METHOD_GENERATE, NNT_METHOD_ATTRIBUTE};
+    for (int k = 0; k < 4; k++)
         if (req_member(root, sections[k]) && owner[k] != m)
             return req_fail(c, NNT_ERR_FORMAT, sections[k], "the section of \"%s\" requests; this one's method is \"%s\"",
                             sections[k], nnt_method_name(m));
-    static const char *const patch_free[] = {"rows", "saves", "edits"};
-    for (int k = 0; m == NNT_METHOD_PATCH && k < 3; k++)
-        if (req_member(root, patch_free[k]))
-            return req_fail(c, NNT_ERR_FORMAT, patch_free[k], "a patch request takes %s", k == 0 ? "its prompts from "
-                            "patch.clean and patch.corrupt" : "no saves or edits: it makes its own");
+    static const char *const pair_free[] = {"rows", "saves", "edits"};
+    const char *pair = m == NNT_METHOD_PATCH ? "patch" : m == NNT_METHOD_ATTRIBUTE ? "attribute" : NULL;
+    for (int k = 0; pair && k < 3; k++)
+        if (req_member(root, pair_free[k]))
+            return req_fail(c, NNT_ERR_FORMAT, pair_free[k], "a%s %s request takes %s%s.clean and %s.corrupt",
+                            pair[0] == 'a' ? "n" : "", pair, k == 0 ? "its prompts from " : "no saves or edits: it makes "
+                            "its own from ", pair, pair);
+    if (m == NNT_METHOD_ATTRIBUTE && !req_member(root, "attribute"))
+        return req_fail(c, NNT_ERR_FORMAT, "attribute", "missing (an attribute request needs it)");
     if (m == NNT_METHOD_LENS && req_member(root, "saves"))
         return req_fail(c, NNT_ERR_FORMAT, "saves", "a lens saves every block's output itself; saves belong to trace "
                         "and generate requests");
@@ -333,17 +361,18 @@ static nnt_status method_fields(const req_ctx *c, const cJSON *root, nnt_method 
 static nnt_status from_json(const req_ctx *c, const cJSON *root, nnt_request *r)
 {
     static const char *const known[] = {"nnt_request", "method", "rows", "add_special", "saves", "edits",
-                                        "generate", "lens", "patch", "grad"};
+                                        "generate", "lens", "patch", "grad", "attribute"};
     char got[80];
     if (!cJSON_IsObject(root))
         return req_fail(c, NNT_ERR_FORMAT, "", "expected a JSON object at the top, got %s", req_got(root, got, sizeof got));
-    nnt_status st = req_members(c, root, "", known, 10);
+    nnt_status st = req_members(c, root, "", known, 11);
     if (st == NNT_OK) st = parse_head(c, root, r);
     if (st == NNT_OK) st = method_fields(c, root, r->method);
     r->add_special = 1;
     if (st == NNT_OK) st = req_bool(c, root, "", "add_special", &r->add_special);
     if (st == NNT_OK && r->method == NNT_METHOD_PATCH) st = parse_patch(c, req_member(root, "patch"), r);
-    if (st == NNT_OK && r->method != NNT_METHOD_PATCH) st = parse_rows(c, root, r);
+    if (st == NNT_OK && r->method == NNT_METHOD_ATTRIBUTE) st = parse_attribute(c, req_member(root, "attribute"), r);
+    if (st == NNT_OK && r->method != NNT_METHOD_PATCH && r->method != NNT_METHOD_ATTRIBUTE) st = parse_rows(c, root, r);
     if (st == NNT_OK) st = parse_saves(c, root, r);
     if (st == NNT_OK) st = parse_edits(c, root, r);
     if (st == NNT_OK && r->method == NNT_METHOD_GENERATE) st = parse_generate(c, req_member(root, "generate"), r);

@@ -147,7 +147,7 @@ static cJSON *edit_json(writer *w, const req_edit *e, int i)
     return o;
 }
 
-/* The method's section: "generate", "lens" or "patch" (trace has none). */
+/* The method's section: "generate", "lens", "patch" or "attribute" (trace has none). */
 static void method_json(writer *w, const nnt_request *r, cJSON *root)
 {
     cJSON *o = cJSON_CreateObject();
@@ -175,6 +175,13 @@ static void method_json(writer *w, const nnt_request *r, cJSON *root)
         put(w, o, "positions", positions(r->patch.positions, r->patch.n_positions));
         put(w, o, "batch", number(r->patch.batch));
         put(w, root, "patch", o);
+    } else if (r->method == NNT_METHOD_ATTRIBUTE) {
+        put(w, o, "clean", row_json(w, &r->rows[0]));
+        put(w, o, "corrupt", row_json(w, &r->rows[1]));
+        put(w, o, "metric", cJSON_CreateString(r->attr.metric));
+        put(w, o, "value", cJSON_CreateString(r->attr.value));
+        put(w, o, "ig_steps", number(r->attr.ig_steps));
+        put(w, root, "attribute", o);
     } else {
         cJSON_Delete(o);
     }
@@ -208,7 +215,7 @@ static cJSON *request_json(writer *w, const nnt_request *r)
     put(w, root, "nnt_request", number(NNT_REQUEST_FORMAT));
     put(w, root, "method", cJSON_CreateString(nnt_method_name(r->method)));
     put(w, root, "add_special", cJSON_CreateBool(r->add_special));
-    if (r->method != NNT_METHOD_PATCH) {
+    if (r->method != NNT_METHOD_PATCH && r->method != NNT_METHOD_ATTRIBUTE) {
         cJSON *rows = cJSON_CreateArray(), *edits = cJSON_CreateArray();
         for (int i = 0; rows && i < r->n_rows; i++) put(w, rows, NULL, row_json(w, &r->rows[i]));
         put(w, root, "rows", rows);

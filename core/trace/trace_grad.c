@@ -118,16 +118,8 @@ static nnt_status metric_parse(nnt_trace *t, const char *text, trace_metric *m)
     }
     nnt_metric pm;
     nnt_error scratch;
-    if (strncmp(text, "logprob:", 8) == 0) {
-        char prob[64];
-        snprintf(prob, sizeof prob, "prob:%.50s", text + 8);
-        if (nnt_metric_parse(prob, &pm, &scratch) == NNT_OK) {
-            m->kind = TM_LOGPROB;
-            m->a = pm.a;
-            return NNT_OK;
-        }
-    } else if (nnt_metric_parse(text, &pm, &scratch) == NNT_OK) {
-        m->kind = pm.kind == NNT_METRIC_LOGIT_DIFF ? TM_LOGIT_DIFF : TM_PROB;
+    if (nnt_metric_parse(text, &pm, &scratch) == NNT_OK) {
+        m->kind = pm.kind == NNT_METRIC_LOGIT_DIFF ? TM_LOGIT_DIFF : pm.kind == NNT_METRIC_PROB ? TM_PROB : TM_LOGPROB;
         m->a = pm.a;
         m->b = pm.b;
         return NNT_OK;

@@ -22,12 +22,13 @@ extern "C" {
 typedef struct nnt_pipeline nnt_pipeline;
 
 /* ---- metrics read off a forward's logits ----
- * The words nnt patch and the request format use: "logit-diff:A,B" is logit[A] - logit[B] and
- * "prob:T" token T's probability (softmax over the vocabulary), at one position of one row. */
-typedef enum nnt_metric_kind { NNT_METRIC_LOGIT_DIFF = 0, NNT_METRIC_PROB } nnt_metric_kind;
+ * The words nnt patch, nnt attribute and the request format use: "logit-diff:A,B" is
+ * logit[A] - logit[B], "prob:T" token T's probability (softmax over the vocabulary) and
+ * "logprob:T" its logarithm, at one position of one row. */
+typedef enum nnt_metric_kind { NNT_METRIC_LOGIT_DIFF = 0, NNT_METRIC_PROB, NNT_METRIC_LOGPROB } nnt_metric_kind;
 typedef struct nnt_metric {
     nnt_metric_kind kind;
-    int32_t a, b; /* LOGIT_DIFF: tokens A and B; PROB: token A (b unused) */
+    int32_t a, b; /* LOGIT_DIFF: tokens A and B; PROB, LOGPROB: token A (b unused) */
 } nnt_metric;
 /* Parses a metric word. Errors: NNT_ERR_INVALID_ARGUMENT naming the text and what was
  * expected (into err, which may be NULL). */
@@ -96,6 +97,44 @@ void nnt_patch_result_free(nnt_patch_result *r);
  * read-only value, positions out of range or repeated, token ids outside the vocabulary, prompts
  * of different lengths), NNT_ERR_STATE (a clean value that is None), and the forward's. */
 nnt_status nnt_patch(nnt_model *m, const nnt_patch_spec *s, nnt_patch_result *out);
+
+/* ---- attribution patching ----
+ * The linear estimate of activation patching from gradients (AtP: Nanda 2023, "Attribution
+ * patching"; Kramar et al. 2024, "AtP*"): patching the clean value a_clean of one block at one
+ * position into the corrupted forward changes the metric by about (a_clean - a_corrupt) . dM/da,
+ * the gradient taken in the corrupted forward; so two forwards and one backward estimate the whole
+ * grid nnt_patch measures with a forward per cell. With ig_steps N the gradient is instead the mean
+ * over N forwards and backwards along the straight path between the prompts' token embeddings,
+ * e = e_corrupt + (k / N)(e_clean - e_corrupt) for k = 1..N (integrated gradients, Sundararajan et
+ * al. 2017, on the path EAP-IG uses: Hanna et al. 2024). The estimate is of the metric's CHANGE
+ * (nnt_patch's grid minus corrupt_metric). Values with an axis of heads or expert slots
+ * ([batch seq heads ...], [batch seq top_k hidden]) get a unit axis U: one estimate per head or
+ * slot; every other value U 1, the product summed over everything after [batch seq]. */
+typedef struct nnt_attribute_spec {
+    uint32_t struct_size;    /* sizeof(nnt_attribute_spec) */
+    const char *value;       /* "layers.*.VALUE" (every block serving it) or "layers.N.VALUE", laid out
+                              * [batch seq ...] and differentiable (float32) */
+    const int32_t *clean;    /* [seq] */
+    const int32_t *corrupt;  /* [seq] */
+    int seq;
+    nnt_metric metric;       /* read at the last position */
+    int ig_steps;            /* 0: AtP (the gradient of the corrupted forward); 1..1024: integrated gradients */
+} nnt_attribute_spec;
+typedef struct nnt_attribute_result {
+    int n_blocks, n_positions, n_units;
+    int *blocks;           /* [NB] ascending */
+    double *grid;          /* [NB, P, U]: the estimated change of the metric, P = seq (every position) */
+    double clean_metric;   /* unpatched clean prompt */
+    double corrupt_metric; /* unpatched corrupted prompt */
+    int forwards, backwards;
+} nnt_attribute_result;
+void nnt_attribute_result_free(nnt_attribute_result *r);
+/* Runs the estimate. Errors (nnt_last_error of m's runtime; the message starts with the spec's
+ * field, "value: ", "metric: ", "ig_steps: "): those of nnt_patch's checks of the value (it need
+ * not be writable), NNT_ERR_UNSUPPORTED for a value without a gradient or a backend without
+ * backward ops, NNT_ERR_INVALID_ARGUMENT (ids outside the vocabulary, ig_steps out of range), and
+ * the forward's and backward's. */
+nnt_status nnt_attribute(nnt_model *m, const nnt_attribute_spec *s, nnt_attribute_result *out);
 
 /* ---- pipeline stages over a transport (`mpirun -np N ...`) ----
  * One model runs as N contiguous stages, one per process (rank): each rank loads its blocks'
@@ -189,10 +228,12 @@ const nnt_trace *nnt_result_trace(const nnt_result *res);
 const int32_t *nnt_result_tokens(const nnt_result *res, int *max_new_tokens, const int32_t **stop_ids, int *n_stop);
 const nnt_lens_result *nnt_result_lens(const nnt_result *res);
 const nnt_patch_result *nnt_result_patch(const nnt_result *res);
+const nnt_attribute_result *nnt_result_attribute(const nnt_result *res);
 /* Writes what the method produced as one safetensors file (the nnt command's --out): trace and
  * generate every saved value under its key (nnt_trace_write_safetensors); lens lens_probs
  * [B, L, W, V] and lens_positions [B, W]; patch patch_metric [NB, P] (F64), patch_blocks,
- * patch_positions, clean_metric and corrupt_metric. Errors: NNT_ERR_STATE (nothing held here;
+ * patch_positions, clean_metric and corrupt_metric; attribute attr_metric [NB, P] or [NB, P, U]
+ * (F64), attr_blocks, attr_positions, clean_metric and corrupt_metric. Errors: NNT_ERR_STATE (nothing held here;
  * a lens run without keep_probs), those of nnt_safetensors_write. */
 nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file);
 

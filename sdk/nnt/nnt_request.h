@@ -48,10 +48,11 @@ typedef enum nnt_method {
     NNT_METHOD_LENS,      /* the logit lens of every block's output at chosen positions */
     NNT_METHOD_PATCH,     /* activation patching: a grid of blocks x positions */
     NNT_METHOD_GENERATE,  /* generation, the requests applied at every step */
+    NNT_METHOD_ATTRIBUTE, /* attribution patching: the gradient estimate of patch's grid */
     NNT_METHOD_COUNT
 } nnt_method;
 
-/* "trace", "lens", "patch", "generate"; "?" for another value. */
+/* "trace", "lens", "patch", "generate", "attribute"; "?" for another value. */
 const char *nnt_method_name(nnt_method m);
 
 /* Where a document comes from. Versioned by struct_size. */
@@ -160,6 +161,16 @@ typedef struct nnt_request_patch_opts {
     int batch;            /* patched rows per forward, 1..4096 (default 16) */
 } nnt_request_patch_opts;
 const nnt_request_patch_opts *nnt_request_patch(const nnt_request *r);
+
+/* An attribute request's settings (its "attribute" section: "clean", "corrupt", "metric",
+ * "value", "ig_steps"), or NULL for another method; the prompts are the batch's rows 0 and 1 as
+ * for patch. */
+typedef struct nnt_request_attribute_opts {
+    const char *value;  /* default "layers.*.layer_output" */
+    const char *metric; /* "logit-diff:A,B", "prob:T" or "logprob:T" (required) */
+    int ig_steps;       /* 0 (default): AtP; 1..1024: integrated gradients over that many points */
+} nnt_request_attribute_opts;
+const nnt_request_attribute_opts *nnt_request_attribute(const nnt_request *r);
 
 #ifdef __cplusplus
 }
