@@ -286,6 +286,14 @@ class PatchResult(namedtuple("PatchResult", "grid blocks positions clean_metric 
     clean and corrupted metrics, and the forwards run."""
 
 
+class AttributionResult(namedtuple("AttributionResult",
+                                   "grid blocks positions clean_metric corrupt_metric forwards backwards")):
+    """What Model.attribute returns: grid [blocks, positions] float64, or [blocks, positions, units]
+    for a value with a head or expert-slot axis (the estimated change of the metric from patching
+    that cell's clean value in), the blocks and positions of its rows and columns, the unpatched
+    clean and corrupted metrics, and the forwards and backwards run."""
+
+
 SupportRow = namedtuple("SupportRow", "host block value served layout axes dtype writable reason")
 
 
@@ -593,15 +601,57 @@ class Model:
             return arr[(slice(None),) * ax + (positions,)]
         return np.take(arr, list(positions), axis=ax)
 
-    def trace(self, prompts, save=(), edits=(), positions=None, output="numpy", add_special=True):
+    def trace(self, prompts, save=(), edits=(), positions=None, output="numpy", add_special=True, grad=(),
+              metric=None, metric_positions=None, cotangents=None):
         """Runs one forward pass with `edits` (applied in order before the forward uses each
         value), then returns the `save`d values (saved after the edits: they show them) as
         Values {path: numpy array}. Arrays view nnt's own buffers (no copy). positions (an int,
         a slice or a list of ints, negative from the end) keeps only those sequence positions of
         values that have a seq (or query) axis. output="torch" gives torch tensors over the same
-        memory (DLPack). Errors raise nnt.Error with nnt's message."""
-        res = self._run(self._builder("trace", prompts, save, edits, add_special))
+        memory (DLPack). Errors raise nnt.Error with nnt's message.
+
+        Gradients (docs/gradients.md): grad lists value paths (wildcards and slices as save) whose
+        gradient of a scalar comes back under "grad:PATH" beside the metric's value "metric": the
+        scalar is `metric` ("logit-diff:A,B", "prob:T", "logprob:T", summed over the rows at the
+        last token or at metric_positions; or "loss", the mean next-token cross-entropy over the
+        real tokens) plus sum(cotangent * V) for each {path: array} of `cotangents` (dL/dV computed
+        however you like, e.g. from saved logits). float32, with respect to activations only."""
+        b = self._builder("trace", prompts, save, edits, add_special)
+        try:
+            b.grad(grad, metric, metric_positions, cotangents)
+        except RequestError as e:
+            raise Error(str(e)) from None
+        res = self._run(b)
         return self._values(res, positions, output)
+
+    def backward(self, prompts, cotangents, grad, save=(), edits=(), **kw):
+        """The cotangent form of a gradient: trace() of prompts with `edits` (the same forward as
+        the trace a metric was computed on), backpropagating cotangents {path: dL/dV} (arrays of
+        each value's shape, e.g. dL/dlogits computed in numpy or torch) to the values `grad` names.
+        Returns the Values of trace(): "grad:PATH" for each, and the saves."""
+        return self.trace(prompts, save=save, edits=edits, grad=grad, cotangents=cotangents, **kw)
+
+    def attribute(self, clean, corrupt, metric, value="layers.*.layer_output", ig_steps=0, add_special=True):
+        """Attribution patching, run by libnnt as `nnt attribute` runs it: the estimate
+        (a_clean - a_corrupt) . dmetric/da, the gradient taken in the corrupted forward (ig_steps
+        N > 0: averaged over N points between the prompts' token embeddings, integrated gradients),
+        of the change activation patching measures, for every block serving `value` and every
+        position; per head or expert slot for values with that axis. metric: "logit-diff:A,B",
+        "prob:T" or "logprob:T" at the last position. Returns an AttributionResult."""
+        b = Builder("attribute")
+        try:
+            rows = b.rows([clean, corrupt], add_special)
+            del b.doc["rows"]
+            b.section("attribute", clean=rows[0], corrupt=rows[1], metric=str(metric), value=str(value),
+                      ig_steps=_number(ig_steps, "ig_steps"))
+        except RequestError as e:
+            raise Error(str(e)) from None
+        res = self._run(b)
+        a = self.lib.nnt_result_attribute(res.res).contents
+        NB, P, U = a.n_blocks, a.n_positions, a.n_units
+        grid = np.ctypeslib.as_array(a.grid, shape=(NB * P * U,)).reshape((NB, P, U) if U > 1 else (NB, P)).copy()
+        return AttributionResult(grid, np.ctypeslib.as_array(a.blocks, shape=(NB,)).copy(), np.arange(P),
+                                 float(a.clean_metric), float(a.corrupt_metric), int(a.forwards), int(a.backwards))
 
     def steer(self, prompts, layers, vector, factor=1.0, positions=None, save=(), edits=(), **kw):
         """trace() with factor * vector added to layer_output of `layers` (int, (first, last) or a

@@ -218,6 +218,21 @@ class PatchResult(ctypes.Structure):
     ]
 
 
+class AttributeResult(ctypes.Structure):
+    """struct nnt_attribute_result."""
+    _fields_ = [
+        ("n_blocks", ctypes.c_int),
+        ("n_positions", ctypes.c_int),
+        ("n_units", ctypes.c_int),
+        ("blocks", ctypes.POINTER(ctypes.c_int)),
+        ("grid", ctypes.POINTER(ctypes.c_double)),
+        ("clean_metric", ctypes.c_double),
+        ("corrupt_metric", ctypes.c_double),
+        ("forwards", ctypes.c_int),
+        ("backwards", ctypes.c_int),
+    ]
+
+
 # nnt_edit_fn: status (void *user, const char *path, int layer, nnt_tensor *value, nnt_error *err)
 EDIT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
                            ctypes.POINTER(Tensor), ctypes.POINTER(ErrorRecord))
@@ -256,6 +271,7 @@ STRUCT_MIRRORS = {
     "nnt_batch": Batch,
     "nnt_lens_result": LensResult,
     "nnt_patch_result": PatchResult,
+    "nnt_attribute_result": AttributeResult,
     "nnt_request_callback": RequestCallback,
     "nnt_run_opts": RunOpts,
 }
@@ -319,6 +335,7 @@ _SIGNATURES = {
                                   ctypes.POINTER(ctypes.c_int)]),
     "nnt_result_lens": (ctypes.POINTER(LensResult), [_P]),
     "nnt_result_patch": (ctypes.POINTER(PatchResult), [_P]),
+    "nnt_result_attribute": (ctypes.POINTER(AttributeResult), [_P]),
     "nnt_session_new": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_P)]),
     "nnt_session_free": (None, [_P]),
     "nnt_session_length": (ctypes.c_int, [_P]),

@@ -218,6 +218,23 @@ class Builder:
                 d["factor"] = _number(args[1], f"edit {path} factor")
         return d
 
+    def grad(self, grad, metric=None, metric_positions=None, cotangents=None):
+        """The "grad" section: gradient paths, the metric and its positions, and cotangents
+        {path: array} (dL/dV handed in for value V)."""
+        paths = [grad] if isinstance(grad, str) else [str(p) for p in grad]
+        if not paths and not metric and not cotangents:
+            return
+        g = {"paths": paths}
+        if metric is not None:
+            g["metric"] = str(metric)
+        pos = _positions(metric_positions, "metric_positions")
+        if pos is not None:
+            g["positions"] = pos
+        if cotangents:
+            g["cotangents"] = [{"path": str(p), "tensor": self.tensor(np.asarray(a, dtype=np.float32), f"cotangent {p}")}
+                               for p, a in dict(cotangents).items()]
+        self.doc["grad"] = g
+
     def section(self, name, **fields):
         self.doc[name] = {k: v for k, v in fields.items() if v is not None}
 
