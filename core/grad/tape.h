@@ -121,7 +121,8 @@ typedef enum tape_kind {
     TAPE_SCATTER_ROWS,
     TAPE_SUM_AXIS1,
     TAPE_COPY_COLS,
-    TAPE_AFFINE /* out[0] := host[0] * out[0] + constant, elementwise (nnt_tape_affine) */
+    TAPE_AFFINE,    /* out[0] := host[0] * out[0] + constant, elementwise (nnt_tape_affine) */
+    TAPE_SCALE_ROWS /* in[0] x, in[1] w (an activation: routing weights), out[0] y (may be x) */
 } tape_kind;
 
 /* One recorded op. in[] and out[] describe the tensors as the op saw them (their memory is the
@@ -134,7 +135,8 @@ typedef struct tape_entry {
     nnt_tensor keep[3];
     void *host[7];
     float f;                  /* eps, scale, limit, factor, mscale */
-    int64_t i[3];             /* rot_start, rot_dim, style; n rows; src_col, dst_col, ncols */
+    int64_t i[3];             /* rot_start, rot_dim, style; n rows (gathers, scatters, scale_rows); src_col,
+                                 dst_col, ncols */
     nnt_attn_mask mask;       /* TAPE_ATTN_SCORES: pointers into host[] */
     nnt_route_params route;   /* TAPE_ROUTE */
 } tape_entry;

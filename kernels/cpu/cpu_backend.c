@@ -310,6 +310,8 @@ static const nnt_backend_ops cpu_ops = {
     .scatter_rows_backward = cpu_scatter_rows_backward,
     .sum_axis1_backward = cpu_sum_axis1_backward,
     .copy_cols_backward = cpu_copy_cols_backward,
+    .scale_rows = cpu_scale_rows,
+    .scale_rows_backward = cpu_scale_rows_backward,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
