@@ -53,6 +53,12 @@ def main():
                      "patch": {"clean": {"tokens": [1]}, "corrupt": {"tokens": [2]}, "metric": "kl"}},
         "top_p 0": {"nnt_request": 1, "method": "generate", "generate": {"max_new_tokens": 1, "top_p": 0}},
         "generated in a lens": {"nnt_request": 1, "method": "lens", "lens": {"positions": ["generated"]}},
+        "grad in a generation": {"nnt_request": 1, "method": "generate", "generate": {"max_new_tokens": 1},
+                                 "grad": {"paths": ["logits"], "metric": "loss"}},
+        "grad without a scalar": {"nnt_request": 1, "grad": {"paths": ["logits"]}},
+        "an attribute with rows": {"nnt_request": 1, "method": "attribute", "rows": [],
+                                   "attribute": {"clean": {"tokens": [1]}, "corrupt": {"tokens": [2]},
+                                                 "metric": "prob:1"}},
     }
     for what, doc in refused.items():
         if v.is_valid(doc):

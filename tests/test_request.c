@@ -200,6 +200,7 @@ static const int32_t ROW_E[] = {235, 244, 202, 156, 148}, ROW_F[] = {193, 80, 19
 static const int32_t ROW_H[] = {3, 95, 102, 97, 92, 37, 186}, ROW_I[] = {235, 244, 202, 156}, ROW_J[] = {148, 193};
 static const int32_t CLEAN[] = {235, 244, 202, 156, 148}, CORRUPT[] = {235, 244, 17, 156, 148};
 static const int32_t STOP0[] = {0};
+static const int32_t ROW_K[] = {235, 121, 209, 109}, CLEAN_K[] = {235, 121, 209, 109}, CORRUPT_K[] = {235, 121, 44, 109};
 #define ROW(a) {.ids = a, .n = (int)(sizeof a / sizeof *a)}
 
 static void c_saves(nnt_trace *t)
@@ -295,6 +296,13 @@ static void c_lens(nnt_trace *t)
     T_OK(rt, nnt_trace_zero(t, "layers.0.self_attn.attention_output"));
 }
 
+static void c_grad(nnt_trace *t)
+{
+    T_OK(rt, nnt_trace_scale(t, "layers.1.self_attn.attention_output", 0.5f));
+    T_OK(rt, nnt_trace_grad(t, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_metric(t, "logit-diff:11,29", NULL, 0));
+}
+
 /* In the order of docs/requests.md's examples. */
 static const counterpart COUNTERPARTS[] = {
     {.method = NNT_METHOD_TRACE, .rows = {ROW(ROW_A), ROW(ROW_B)}, .n_rows = 2, .add_special = 1, .requests = c_saves},
@@ -314,6 +322,8 @@ static const counterpart COUNTERPARTS[] = {
     {.method = NNT_METHOD_LENS, .rows = {{.text = "The people of the United States"}}, .n_rows = 1, .add_special = 1,
      .requests = c_lens},
     {.method = NNT_METHOD_PATCH, .rows = {ROW(CLEAN), ROW(CORRUPT)}, .n_rows = 2, .add_special = 1},
+    {.method = NNT_METHOD_TRACE, .rows = {ROW(ROW_K)}, .n_rows = 1, .add_special = 1, .requests = c_grad},
+    {.method = NNT_METHOD_ATTRIBUTE, .rows = {ROW(CLEAN_K), ROW(CORRUPT_K)}, .n_rows = 2, .add_special = 1},
 };
 #define N_COUNTERPARTS ((int)(sizeof COUNTERPARTS / sizeof *COUNTERPARTS))
 
@@ -493,6 +503,30 @@ static void run_patch_method(const nnt_request *r, const nnt_batch *b)
     nnt_result_free(res);
 }
 
+/* The attribute example run whole against nnt_attribute on the counterpart's prompts. */
+static void run_attribute_method(const nnt_request *r, const nnt_batch *b)
+{
+    const nnt_request_attribute_opts *ao = nnt_request_attribute(r);
+    CU_ASSERT_FATAL(ao != NULL);
+    CU_ASSERT(!strcmp(ao->metric, "logprob:7") && ao->ig_steps == 0 &&
+              !strcmp(ao->value, "layers.*.self_attn.attention_head_outputs"));
+    nnt_result *res = NULL;
+    T_OK(rt, nnt_request_run(m, r, NULL, &res));
+    const nnt_attribute_result *got = nnt_result_attribute(res);
+    CU_ASSERT_FATAL(got != NULL);
+    nnt_attribute_spec s = {.struct_size = sizeof s, .value = ao->value, .clean = b->ids, .corrupt = b->ids + b->seq,
+                            .seq = b->seq, .metric = {.kind = NNT_METRIC_LOGPROB, .a = 7}};
+    nnt_attribute_result want;
+    T_OK(rt, nnt_attribute(m, &s, &want));
+    size_t cells = (size_t)want.n_blocks * want.n_positions * want.n_units;
+    CU_ASSERT(got->n_blocks == want.n_blocks && got->n_positions == want.n_positions && got->n_units == want.n_units &&
+              want.n_units > 1 && cells > 0);
+    CU_ASSERT(memcmp(got->grid, want.grid, sizeof(double) * cells) == 0);
+    CU_ASSERT(got->clean_metric == want.clean_metric && got->corrupt_metric == want.corrupt_metric);
+    nnt_attribute_result_free(&want);
+    nnt_result_free(res);
+}
+
 static void test_examples(void)
 {
     char **ex;
@@ -518,6 +552,7 @@ static void test_examples(void)
             run_patch_method(r, &b);
         }
         if (c->method == NNT_METHOD_LENS) run_lens_method(r, c, &b);
+        if (c->method == NNT_METHOD_ATTRIBUTE) run_attribute_method(r, &b);
         if (c->method == NNT_METHOD_LENS) {
             int np = -1, probs = -1;
             const int *pos = nnt_request_lens_positions(r, &np, &probs);
@@ -709,6 +744,32 @@ static const bad_doc BAD[] = {
      "request.json: edits[0].tensor: add 'layers.0.layer_output' at given rows: the tensor has shape [3]; it must be [5, 64]"},
     {AT_RUN, R1 ROWS3 "\"saves\": [\"logits\", \"logits[:, 9]\"]}", NNT_ERR_INDEX, "request.json: saves[1]: save 'logits[:, 9]': index 9 is outside axis 1"},
     {AT_RUN, RUN("{\"op\": \"save\", \"path\": \"logits[7]\"}"), NNT_ERR_INDEX, "request.json: edits[0].path: save 'logits[7]': index 7 is outside axis 0"},
+    /* gradients and attribution */
+    {AT_PARSE, R1 "\"grad\": {\"metric\": \"loss\"}}", NNT_ERR_FORMAT, "request.json: grad.paths: missing"},
+    {AT_PARSE, R1 "\"grad\": {\"paths\": [\"logits\"]}}", NNT_ERR_FORMAT, "request.json: grad: needs a scalar to differentiate"},
+    {AT_PARSE, R1 "\"grad\": {\"paths\": [\"logits\"], \"positions\": [-1]}}", NNT_ERR_FORMAT,
+     "request.json: grad.positions: positions choose where the metric is read"},
+    {AT_PARSE, R1 "\"grad\": {\"paths\": [\"logits\"], \"metric\": \"loss\", \"positions\": [\"all\"]}}", NNT_ERR_INVALID_ARGUMENT,
+     "request.json: grad.positions[0]: expected a token position"},
+    {AT_PARSE, R1 "\"method\": \"lens\", \"grad\": {\"paths\": [\"logits\"], \"metric\": \"loss\"}}", NNT_ERR_FORMAT,
+     "request.json: grad: gradients are taken in trace requests"},
+    {AT_PARSE, R1 "\"grad\": {\"paths\": [\"logits\"], \"cotangents\": [{\"path\": \"logits\"}]}}", NNT_ERR_FORMAT,
+     "request.json: grad.cotangents[0].tensor: missing"},
+    {AT_APPLY, R1 "\"grad\": {\"paths\": [\"layers.0.mlp.expert_indices\"], \"metric\": \"loss\"}}", NNT_ERR_UNSUPPORTED,
+     "request.json: grad.paths[0]: grad 'layers.0.mlp.expert_indices': no gradient: expert_indices is the router's choice"},
+    {AT_APPLY, R1 "\"grad\": {\"paths\": [\"logits\"], \"metric\": \"loss\", \"positions\": [-1]}}", NNT_ERR_INVALID_ARGUMENT,
+     "request.json: grad.metric: metric 'loss' takes no positions"},
+    {AT_APPLY, R1 "\"saves\": [\"logits\"], \"grad\": {\"paths\": [\"logits\"], \"metric\": \"kl\"}}", NNT_ERR_INVALID_ARGUMENT,
+     "request.json: grad.metric: metric 'kl': expected logit-diff:A,B, prob:T, logprob:T"},
+    {AT_RUN, R1 ROWS3 "\"grad\": {\"paths\": [\"logits\"], \"metric\": \"prob:7\", \"positions\": [5]}}", NNT_ERR_INVALID_ARGUMENT,
+     "metric 'prob:7': no row has position 5"},
+    {AT_PARSE, R1 "\"method\": \"attribute\"}", NNT_ERR_FORMAT, "request.json: attribute: missing"},
+    {AT_PARSE, R1 "\"method\": \"attribute\", \"attribute\": {\"clean\": {\"tokens\": [1]}, \"corrupt\": {\"tokens\": [2]}, \"metric\": \"prob:1\", \"ig_steps\": 2000}}",
+     NNT_ERR_INVALID_ARGUMENT, "request.json: attribute.ig_steps"},
+    {AT_PARSE, R1 "\"method\": \"attribute\", \"attribute\": {\"clean\": {\"tokens\": [1]}, \"metric\": \"prob:1\"}}",
+     NNT_ERR_FORMAT, "request.json: attribute.corrupt: missing"},
+    {AT_PARSE, R1 "\"method\": \"attribute\", \"saves\": [\"logits\"], \"attribute\": {}}", NNT_ERR_FORMAT,
+     "request.json: saves: an attribute request takes no saves or edits"},
 };
 #define N_BAD ((int)(sizeof BAD / sizeof *BAD))
 
