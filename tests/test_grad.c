@@ -368,6 +368,99 @@ static void test_refusals(void)
     nnt_runtime_close(rt);
 }
 
+/* nnt attribute's AtP grid on the fixture's first prompt (the corrupted one) against the estimate
+ * made from torch's gradient of that prompt: sum over hidden of (a_clean - a_corrupt) * dM/da, the
+ * values from nnt's own forwards (held to transformers' by test_minimax), the gradient from the
+ * reference (row 0 of its batch: rows do not mix, so it is the gradient of the row alone). */
+static void test_attribute_against_torch(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, "minimax_m2/fp32");
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, "minimax_m2/fp32") == 0);
+    int T = r.seq, L = nnt_model_get_info(m)->num_layers;
+    int32_t corrupt[4096], clean[4096];
+    for (int i = 0; i < T; i++) corrupt[i] = clean[i] = r.ids[i]; /* row 0: no padding */
+    clean[5] = 17, clean[11] = 42, clean[T - 2] = 99;
+    nnt_attribute_spec s = {.struct_size = sizeof s, .value = "layers.*.layer_output", .clean = clean,
+                            .corrupt = corrupt, .seq = T, .metric = {.kind = NNT_METRIC_LOGIT_DIFF, .a = 11, .b = 29}};
+    nnt_attribute_result a;
+    T_OK(rt, nnt_attribute(m, &s, &a));
+    CU_ASSERT_FATAL(a.n_blocks == L && a.n_positions == T && a.n_units == 1);
+    CU_ASSERT(a.forwards == 3 && a.backwards == 1);
+    nnt_trace *tc, *tk;
+    T_OK(rt, nnt_trace_new(m, &tc));
+    T_OK(rt, nnt_trace_new(m, &tk));
+    T_OK(rt, nnt_trace_save(tc, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_save(tk, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_run(tc, clean, NULL, 1, T));
+    T_OK(rt, nnt_trace_run(tk, corrupt, NULL, 1, T));
+    t_ref g;
+    CU_ASSERT_FATAL(t_ref_open(&g, rt, "minimax_m2/fp32") == 0);
+    snprintf(g.path, sizeof g.path, "%s", r.path);
+    char *slash = strrchr(g.path, '/');
+    snprintf(slash + 1, sizeof g.path - (size_t)(slash + 1 - g.path), "grad_reference.safetensors");
+    double worst = 0, scale = 0;
+    for (int l = 0; l < L; l++) {
+        char p[64], k[96];
+        snprintf(p, sizeof p, "layers.%d.layer_output", l);
+        snprintf(k, sizeof k, "logit-diff:11,29/grad:%s", p);
+        nnt_tensor ref;
+        CU_ASSERT_FATAL(t_ref_get(&g, k, &ref) == 0);
+        const nnt_tensor *xc = nnt_trace_get(tc, p), *xk = nnt_trace_get(tk, p);
+        int64_t H = ref.shape[2];
+        for (int q = 0; q < T; q++) {
+            double want = 0;
+            for (int64_t j = 0; j < H; j++)
+                want += (nnt_tensor_get_f64(xc, (int64_t)q * H + j) - nnt_tensor_get_f64(xk, (int64_t)q * H + j)) *
+                        nnt_tensor_get_f64(&ref, (int64_t)q * H + j); /* batch row 0 */
+            scale = fmax(scale, fabs(want));
+            worst = fmax(worst, fabs(want - a.grid[(int64_t)l * T + q]));
+        }
+        nnt_tensor_free(&ref);
+    }
+    if (worst > GRAD_TOL * scale) fprintf(stderr, "\n  AtP against torch: worst %.3g of %.3g\n", worst, scale);
+    CU_ASSERT(scale > 1e-3);
+    CU_ASSERT(worst <= GRAD_TOL * scale);
+    nnt_attribute_result_free(&a);
+    /* integrated gradients over one point: the corrupted prompt's forward with the clean prompt's
+     * token embeddings set is the clean forward, so the grid is (a_clean - a_corrupt) . the clean
+     * forward's gradient (taken here by a gradient request on the clean prompt) */
+    s.ig_steps = 1;
+    T_OK(rt, nnt_attribute(m, &s, &a));
+    CU_ASSERT(a.forwards == 3 && a.backwards == 1);
+    nnt_trace *tg;
+    T_OK(rt, nnt_trace_new(m, &tg));
+    T_OK(rt, nnt_trace_grad(tg, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_metric(tg, "logit-diff:11,29", NULL, 0));
+    T_OK(rt, nnt_trace_run(tg, clean, NULL, 1, T));
+    worst = scale = 0;
+    for (int l = 0; l < L; l++) {
+        char p[64], k[96];
+        snprintf(p, sizeof p, "layers.%d.layer_output", l);
+        snprintf(k, sizeof k, "grad:%s", p);
+        const nnt_tensor *xc = nnt_trace_get(tc, p), *xk = nnt_trace_get(tk, p), *gr = nnt_trace_get(tg, k);
+        CU_ASSERT_FATAL(gr != NULL);
+        int64_t H = gr->shape[2];
+        for (int q = 0; q < T; q++) {
+            double want = 0;
+            for (int64_t j = 0; j < H; j++)
+                want += (nnt_tensor_get_f64(xc, (int64_t)q * H + j) - nnt_tensor_get_f64(xk, (int64_t)q * H + j)) *
+                        nnt_tensor_get_f64(gr, (int64_t)q * H + j);
+            scale = fmax(scale, fabs(want));
+            worst = fmax(worst, fabs(want - a.grid[(int64_t)l * T + q]));
+        }
+    }
+    CU_ASSERT(scale > 1e-3);
+    CU_ASSERT(worst <= 1e-6 * scale);
+    nnt_trace_free(tg);
+    nnt_trace_free(tc);
+    nnt_trace_free(tk);
+    nnt_attribute_result_free(&a);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("grad", NULL, NULL);
@@ -383,5 +476,6 @@ int register_tests(void)
     CU_add_test(s, "a cotangent on the logits equals the metric; padding gets 0", test_cotangent_equals_metric);
     CU_add_test(s, "an edited forward against central differences", test_edited_forward);
     CU_add_test(s, "refusals", test_refusals);
+    CU_add_test(s, "nnt_attribute (AtP) against torch's gradient", test_attribute_against_torch);
     return 0;
 }
