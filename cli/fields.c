@@ -56,6 +56,12 @@ int cli_field_option(const cli_opts *o, const char *field, size_t len, char *buf
         row_option(o, r, buf, n);
         return 1;
     }
+    if (len > 11 && !strncmp(field, "grad.paths[", 11)) {
+        long i = strtol(field + 11, &end, 10);
+        if (end == field + 11 || *end != ']' || i < 0 || i >= o->n_grads) return 0;
+        snprintf(buf, n, "--grad %s", o->grads[i]);
+        return 1;
+    }
     size_t sec = !strncmp(field, "patch.", 6) ? 6 : !strncmp(field, "attribute.", 10) ? 10 : 0;
     if (sec && ((len >= sec + 5 && !strncmp(field + sec, "clean", 5)) || (len >= sec + 7 && !strncmp(field + sec, "corrupt", 7)))) {
         int clean = field[sec + 1] == 'l';
@@ -70,7 +76,7 @@ int cli_field_option(const cli_opts *o, const char *field, size_t len, char *buf
         {"patch.metric", "--metric"},      {"patch.value", "--value"},     {"patch.positions", "--positions"},
         {"patch.batch", "--batch"},        {"lens.positions", "--positions"},
         {"attribute.metric", "--metric"},  {"attribute.value", "--value"}, {"attribute.ig_steps", "--ig-steps"},
-        {"grad.metric", "--metric"},       {"grad.positions", "--metric-positions"}, {"grad.paths", "--grad"},
+        {"grad.metric", "--metric"},       {"grad.positions", "--metric-positions"},
         {"generate.max_new_tokens", "--max-new-tokens"}, {"generate.temperature", "--temperature"},
         {"generate.top_k", "--top-k"},     {"generate.top_p", "--top-p"},  {"generate.seed", "--seed"},
         {"generate.stop_ids", "--stop-id"},

@@ -500,4 +500,32 @@ printf '{"nnt_request": 1, "rows": [{"tokens": [1, 2, 3]}], "edits": [{"op": "ma
 check "--request: a mask of another block names edits[0].where" 1 "mf.json: edits\[0\]\.where: masked fill of" \
   "$nnt" trace --model "$model" --request "$rq/mf.json"
 
+# gradients and attribution
+check "trace --grad: every block's gradient and the metric" 0 "^grad:layers\.2\.layer_output +\[1, 24, 64\] +F32" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --grad 'layers.*.layer_output' --metric logit-diff:11,29
+check "trace --grad: the metric's value" 0 "^metric +\[\] +F32" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --grad 'layers.0.layer_output[:, -1]' --metric loss
+check "trace --grad without --metric" 2 "--grad needs the scalar it differentiates" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --grad layers.0.layer_output
+check "trace --metric without --grad" 2 "give --grad PATH too" "$nnt" trace --model "$model" --tokens "$prompt" --metric loss
+check "--grad of expert_indices names why" 1 "--grad layers.1.mlp.expert_indices: grad 'layers.1.mlp.expert_indices': no gradient: expert_indices is the router's choice" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --grad layers.1.mlp.expert_indices --metric loss
+check "--metric-positions: a position no row has" 1 "no row has position 30" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --grad layers.1.layer_output --metric prob:3 --metric-positions 30
+check "--grad under generate" 2 "--grad is an option of trace" \
+  "$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 1 --grad logits
+check "attribute: the AtP grid" 0 "^attribution patching \(AtP\) of layers\.\*\.layer_output" \
+  "$nnt" attribute --model "$model" --clean-tokens "1 2 3 4" --corrupt-tokens "1 2 9 4" --metric logit-diff:11,29
+check "attribute --out per head" 0 "wrote attr_metric \[3, 4, 4\], attr_blocks" \
+  "$nnt" attribute --model "$model" --clean-tokens "1 2 3 4" --corrupt-tokens "1 2 9 4" --metric prob:3 \
+  --value 'layers.*.self_attn.attention_head_outputs' --ig-steps 2 --out "$tmp/attr.safetensors"
+check "attribute needs a metric" 2 "attribute needs --metric" \
+  "$nnt" attribute --model "$model" --clean-tokens "1 2" --corrupt-tokens "1 3"
+check "attribute: --ig-steps out of range" 2 "--ig-steps: '5000' is not an integer in 0..1024" \
+  "$nnt" attribute --model "$model" --clean-tokens "1 2" --corrupt-tokens "1 3" --metric prob:3 --ig-steps 5000
+check "attribute: a value without a gradient" 1 "no gradient" \
+  "$nnt" attribute --model "$model" --clean-tokens "1 2" --corrupt-tokens "1 3" --metric prob:3 --value 'layers.*.mlp.expert_indices'
+roundtrip grad trace --tokens "$prompt" --grad 'layers.*.mlp.router_logits' --metric logprob:7 --metric-positions -1,-2
+roundtrip attribute attribute --clean-tokens "1 2 3 4" --corrupt-tokens "1 2 9 4" --metric logit-diff:11,29 --ig-steps 2
+
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }
