@@ -1,8 +1,7 @@
 /* tape_ops_moe.c - the gradient tape's entries for the feed-forward and mixture-of-experts ops
  * (SwiGLU, the router, row gathers and scatters, rows scaled by routing weights, the sum over
- * slots, column copies), and the
- * refusals of the ops it does not record yet (the recurrent mixers, hyper-connections and
- * compressed attention). */
+ * slots, column copies), and the refusals of the ops it does not record yet (the recurrent
+ * mixers, hyper-connections and compressed attention). */
 #include <stdlib.h>
 #include <string.h>
 
