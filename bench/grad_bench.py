@@ -37,23 +37,26 @@ ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = ("minimax_m2", "mimo_v2_flash", "deepseek_v4", "kimi_linear")
 
 
-def tokens(n: int, vocab: int, seed: int = 12345) -> list[int]:
-    """bench_nnt's pseudo-random ids (a 32-bit LCG), as bench_transformers takes them."""
-    out = []
-    for _ in range(n):
+def tokens(n: int, vocab: int) -> list[int]:
+    """The forward benchmark's ids (bench_nnt's make_tokens, bench_transformers' tokens: a 32-bit
+    LCG from 12345), written again here so that the nnt side never imports torch."""
+    out, seed = [], 12345
+    while len(out) < n:
         seed = (seed * 1664525 + 1013904223) & 0xFFFFFFFF
         out.append(1 + (seed >> 8) % (vocab - 1))
     return out
 
 
 def best_of(repeats: int, fn) -> float:
-    fn()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    """The best of `repeats` timed calls after one warm-up."""
+    fn()
+    return min(_timed(fn) for _ in range(repeats))
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def peak_rss() -> int:

@@ -119,7 +119,24 @@ static int add_method_positions(cJSON *sec, const cli_opts *o)
     return 0;
 }
 
-/* The method's section ("lens", "patch", "generate"). Returns 0 or 2. */
+/* patch's or attribute's section with its prompts, metric and value; NULL (message printed) for
+ * a bad --clean-tokens / --corrupt-tokens list. */
+static cJSON *pair_section(cJSON *doc, const char *name, const cli_opts *o)
+{
+    cJSON *p = cJSON_AddObjectToObject(doc, name), *clean = row_json(&o->rows[0]), *corrupt = row_json(&o->rows[1]);
+    if (!p || !clean || !corrupt) {
+        cJSON_Delete(clean);
+        cJSON_Delete(corrupt);
+        return NULL;
+    }
+    cJSON_AddItemToObject(p, "clean", clean);
+    cJSON_AddItemToObject(p, "corrupt", corrupt);
+    cJSON_AddStringToObject(p, "metric", o->metric);
+    if (o->value) cJSON_AddStringToObject(p, "value", o->value);
+    return p;
+}
+
+/* The method's section ("lens", "patch", "attribute", "generate"). Returns 0 or 2. */
 static int add_method(cJSON *doc, const cli_opts *o)
 {
     switch (o->cmd->method) {
@@ -130,30 +147,14 @@ static int add_method(cJSON *doc, const cli_opts *o)
         return add_method_positions(l, o);
     }
     case NNT_METHOD_PATCH: {
-        cJSON *p = cJSON_AddObjectToObject(doc, "patch"), *clean = row_json(&o->rows[0]), *corrupt = row_json(&o->rows[1]);
-        if (!clean || !corrupt) {
-            cJSON_Delete(clean);
-            cJSON_Delete(corrupt);
-            return 2;
-        }
-        cJSON_AddItemToObject(p, "clean", clean);
-        cJSON_AddItemToObject(p, "corrupt", corrupt);
-        cJSON_AddStringToObject(p, "metric", o->metric);
-        if (o->value) cJSON_AddStringToObject(p, "value", o->value);
+        cJSON *p = pair_section(doc, "patch", o);
+        if (!p) return 2;
         if (o->patch_rows) cJSON_AddNumberToObject(p, "batch", o->patch_rows);
         return add_method_positions(p, o);
     }
     case NNT_METHOD_ATTRIBUTE: {
-        cJSON *p = cJSON_AddObjectToObject(doc, "attribute"), *clean = row_json(&o->rows[0]), *corrupt = row_json(&o->rows[1]);
-        if (!clean || !corrupt) {
-            cJSON_Delete(clean);
-            cJSON_Delete(corrupt);
-            return 2;
-        }
-        cJSON_AddItemToObject(p, "clean", clean);
-        cJSON_AddItemToObject(p, "corrupt", corrupt);
-        cJSON_AddStringToObject(p, "metric", o->metric);
-        if (o->value) cJSON_AddStringToObject(p, "value", o->value);
+        cJSON *p = pair_section(doc, "attribute", o);
+        if (!p) return 2;
         if (o->ig_steps) cJSON_AddNumberToObject(p, "ig_steps", o->ig_steps);
         return 0;
     }
