@@ -105,8 +105,8 @@ _Static_assert(offsetof(nnt_backend_ops, linear_backward) == offsetof(nnt_backen
 /* The backward entries (ABI 3.5) follow the forward ops; they are not nnt_op capabilities (a
  * missing one is refused by name when a gradient needs it), and a table shorter than them
  * reads them as NULL like any other entry past struct_size. */
-_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, copy_cols_backward) + sizeof(void (*)(void)),
-               "copy_cols_backward is the table's last entry");
+_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, compress_backward) + sizeof(void (*)(void)),
+               "compress_backward is the table's last entry");
 
 /* Op `op` of a table copied by check_backend (NULL when absent). */
 static const void *op_fn(const nnt_backend_ops *t, int op)

@@ -310,6 +310,10 @@ static const nnt_backend_ops cpu_ops = {
     .scatter_rows_backward = cpu_scatter_rows_backward,
     .sum_axis1_backward = cpu_sum_axis1_backward,
     .copy_cols_backward = cpu_copy_cols_backward,
+    .hyper_connection_backward = cpu_hyper_connection_backward,
+    .hyper_mix_backward = cpu_hyper_mix_backward,
+    .hyper_head_backward = cpu_hyper_head_backward,
+    .compress_backward = cpu_compress_backward,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {
