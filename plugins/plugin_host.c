@@ -84,7 +84,8 @@ static nnt_status check_family(const char *file, const nnt_family_descriptor *d,
     return NNT_OK;
 }
 
-/* The backend ops by table position: name and offset, in nnt_op order. */
+/* The backend ops: name and offset, in nnt_op order (table order up to indexer_scores; the
+ * forward ops appended after the backward entries come last). */
 #define OP(name) {#name, offsetof(nnt_backend_ops, name)}
 static const struct {
     const char *name;
@@ -96,17 +97,24 @@ static const struct {
            OP(route),          OP(gather_rows),    OP(scatter_add_rows), OP(scatter_rows),   OP(sum_axis1),
            OP(conv1d_causal),  OP(kda_gate),       OP(sigmoid),        OP(delta_rule),       OP(rms_norm_gated),
            OP(copy_cols),      OP(zero_rows),      OP(hyper_connection), OP(hyper_mix),      OP(hyper_head),
-           OP(compress),       OP(indexer_scores)};
+           OP(compress),       OP(indexer_scores),   OP(scale_rows)};
 #undef OP
 _Static_assert(sizeof OPS / sizeof OPS[0] == NNT_OP_COUNT, "OPS lists every nnt_op");
 _Static_assert(NNT_OP_COUNT <= 64, "ops_needed is one 64-bit set");
 _Static_assert(offsetof(nnt_backend_ops, linear_backward) == offsetof(nnt_backend_ops, indexer_scores) + sizeof(void (*)(void)),
-               "indexer_scores is the last nnt_op; append new forward ops to OPS and nnt_op");
-/* The backward entries (ABI 3.5) follow the forward ops; they are not nnt_op capabilities (a
- * missing one is refused by name when a gradient needs it), and a table shorter than them
- * reads them as NULL like any other entry past struct_size. */
+               "the backward entries of ABI 3.5 follow indexer_scores");
+/* The backward entries (ABI 3.5) follow the forward ops of 3.0; they are not nnt_op capabilities
+ * (a missing one is refused by name when a gradient needs it), and a table shorter than them
+ * reads them as NULL like any other entry past struct_size. ABI 3.6 appended scale_rows (an
+ * nnt_op) and its backward after them. */
+_Static_assert(offsetof(nnt_backend_ops, scale_rows) == offsetof(nnt_backend_ops, copy_cols_backward) + sizeof(void (*)(void)),
+               "scale_rows (ABI 3.6) follows the backward entries of 3.5");
+/* ABI 3.7 appended the backward entries of DeepSeek-V4's hyper-connections and compressors. */
+_Static_assert(offsetof(nnt_backend_ops, hyper_connection_backward) ==
+                   offsetof(nnt_backend_ops, scale_rows_backward) + sizeof(void (*)(void)),
+               "the backward entries of ABI 3.7 follow scale_rows_backward");
 _Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, compress_backward) + sizeof(void (*)(void)),
-               "compress_backward is the table's last entry");
+               "compress_backward is the table's last entry; append new forward ops to OPS and nnt_op");
 
 /* Op `op` of a table copied by check_backend (NULL when absent). */
 static const void *op_fn(const nnt_backend_ops *t, int op)

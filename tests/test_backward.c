@@ -1,7 +1,8 @@
 /* test_backward.c - the cpu backend's backward ops (nnt_backend.h, "backward") against central
  * finite differences of double-precision forwards written here from each op's formula (none
  * calls the backend's forward, except to obtain the forward's output or choice that a backward
- * reads: softmax's p, route's idx). For a random cotangent g, L(x) = sum g * f(x) and
+ * reads: softmax's p, route's idx; and scale_rows in place, whose input the backward is handed as
+ * it was before the call). For a random cotangent g, L(x) = sum g * f(x) and
  * dL/dx_i ~ (L(x + h e_i) - L(x - h e_i)) / 2h with h = 1e-4: the truncation error is of order
  * h^2 |f'''| ~ 1e-8 and the rounding error ~ 1e-16 |L| / h ~ 1e-11 on these O(1) inputs, while
  * the float32 backward carries a relative error of ~1e-6 (sums of at most a few dozen terms);
@@ -1043,6 +1044,74 @@ static void test_rows(void)
     }
 }
 
+/* ---- rows scaled by entries of a tensor ---- */
+
+typedef struct srows_arg {
+    int n;
+    int64_t H;
+    const int32_t *idx;
+    const float *x, *w;
+    int wrt_w;
+} srows_arg;
+
+/* y[i] = x[i] w[idx[i]]; the variable is x, or w (read flat) when wrt_w */
+static void fwd_scale_rows(const void *arg, const double *v, double *y)
+{
+    const srows_arg *a = arg;
+    for (int i = 0; i < a->n; i++) {
+        double f = a->wrt_w ? v[a->idx[i]] : a->w[a->idx[i]];
+        for (int64_t h = 0; h < a->H; h++) {
+            double xv = a->wrt_w ? a->x[i * a->H + h] : v[i * a->H + h];
+            y[i * a->H + h] = f * xv;
+        }
+    }
+}
+
+static void test_scale_rows(void)
+{
+    const int n = 7;
+    const int64_t H = 5, W = 6;
+    const int32_t idx[7] = {4, 0, 4, 5, 2, 4, 0}; /* repeats; w[1] and w[3] are not read */
+    nnt_error err = {0};
+    nnt_tensor x = mk(2, n, H, 0, 0), w = mk(2, 3, 2, 0, 0), dy = mk(2, n, H, 0, 0), xi = mk(2, n, H, 0, 0);
+    fill(&x, 1.0f);
+    fill(&w, 1.0f);
+    memcpy(xi.data, x.data, (size_t)(n * H) * sizeof(float));
+    /* an in-place forward overwrites its input: the backward is handed the input as it was */
+    CU_ASSERT_EQUAL(ops->scale_rows(bctx, &xi, &w, idx, n, &xi, &err), NNT_OK);
+    CU_ASSERT_EQUAL(fl(&xi)[3 * H + 2], fl(&x)[3 * H + 2] * fl(&w)[5]);
+    double *g = cotangent(&dy);
+    float *bx, *bw;
+    nnt_tensor dx = grad_like(&x, &bx), dw = grad_like(&w, &bw);
+    CU_ASSERT_EQUAL(ops->scale_rows_backward(bctx, &x, &w, idx, n, &dy, &dx, &dw, &err), NNT_OK);
+    srows_arg a = {n, H, idx, x.data, w.data, 0};
+    check("scale_rows dx", fwd_scale_rows, &a, x.data, n * H, g, n * H, dx.data, bx);
+    a.wrt_w = 1;
+    check("scale_rows dw", fwd_scale_rows, &a, w.data, W, g, n * H, dw.data, bw);
+    CU_ASSERT(fl(&dw)[1] == bw[1] && fl(&dw)[3] == bw[3]); /* entries no row read keep their gradient */
+    /* one gradient wanted at a time: the other is NULL */
+    memcpy(dx.data, bx, (size_t)(n * H) * sizeof(float));
+    memcpy(dw.data, bw, (size_t)W * sizeof(float));
+    CU_ASSERT_EQUAL(ops->scale_rows_backward(bctx, &x, &w, idx, n, &dy, NULL, &dw, &err), NNT_OK);
+    check("scale_rows dw alone", fwd_scale_rows, &a, w.data, W, g, n * H, dw.data, bw);
+    CU_ASSERT_EQUAL(ops->scale_rows_backward(bctx, NULL, &w, idx, n, &dy, &dx, NULL, &err), NNT_OK); /* x unread */
+    a.wrt_w = 0;
+    check("scale_rows dx alone", fwd_scale_rows, &a, x.data, n * H, g, n * H, dx.data, bx);
+    /* refusals: an index outside w's 6 entries; gradients not shaped as their tensors */
+    const int32_t bad[7] = {4, 0, 4, 6, 2, 4, 0};
+    CU_ASSERT_EQUAL(ops->scale_rows_backward(bctx, &x, &w, bad, n, &dy, &dx, &dw, &err), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "idx[3] = 6"));
+    nnt_tensor short_dw = dw, short_dx = dx;
+    short_dw.shape[0] = 2, short_dx.shape[0] = n - 1;
+    CU_ASSERT_EQUAL(ops->scale_rows_backward(bctx, &x, &w, idx, n, &dy, &dx, &short_dw, &err), NNT_ERR_SHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "dw"));
+    CU_ASSERT_EQUAL(ops->scale_rows_backward(bctx, &x, &w, idx, n, &dy, &short_dx, NULL, &err), NNT_ERR_SHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "dx"));
+    free(g), free(bx), free(bw);
+    nnt_tensor *ts[] = {&x, &w, &dy, &xi, &dx, &dw};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nnt_tensor_free(ts[i]);
+}
+
 /* ---- hyper-connections and compressors (DeepSeek-V4) ---- */
 
 typedef struct hc_arg {
@@ -1324,6 +1393,7 @@ int register_tests(void)
         !CU_add_test(s, "swiglu: the gradient at and past the clamp bounds", test_swiglu_bounds) ||
         !CU_add_test(s, "route: score functions, groups, renormalisation, scaling, given indices", test_route) ||
         !CU_add_test(s, "gather_rows, scatter_add_rows, scatter_rows with repeated rows", test_rows) ||
+        !CU_add_test(s, "scale_rows: dx and dw, repeated indices, after an in-place forward", test_scale_rows) ||
         !CU_add_test(s, "hyper_connection (0, 1, 4 Sinkhorn iterations, each output alone) and hyper_head",
                      test_hyper_connection) ||
         !CU_add_test(s, "hyper_mix: every input", test_hyper_mix) ||

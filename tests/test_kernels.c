@@ -3,7 +3,8 @@
  * pass) at sequence lengths 1, 2, 63, 64, 65 and 130, with and without an initial state and with
  * padding tokens; the causal convolution with a carried state; Kimi's forget gate; the matrix
  * product on half-precision weights; attention with one key/value head shared by many query
- * heads (few and many queries). */
+ * heads (few and many queries); rows scaled by entries of a weight tensor (scale_rows), by hand,
+ * in place, rounded to bfloat16, and composed with the scatters as the MoE combine uses it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,6 +321,84 @@ static void test_attention_shared_head(void)
         }
 }
 
+/* scale_rows: y[i] = x[i] w[idx[i]] on a case worked by hand (exact in float32), then in place;
+ * a flagged y rounds the product once to bfloat16; out-of-range indices and unlike shapes are
+ * refused. */
+static void test_scale_rows(void)
+{
+    nnt_tensor x = make(2, 3, 2, 0, 0, 0), y = make(2, 3, 2, 0, 0, 0), w = make(2, 2, 2, 0, 0, 0);
+    const float xv[6] = {1.0f, 2.0f, 3.0f, 4.0f, -5.0f, 0.5f}, wv[4] = {0.5f, -2.0f, 3.0f, 0.25f};
+    const float want[6] = {0.25f, 0.5f, 1.5f, 2.0f, -1.25f, 0.125f}; /* rows times w[3], w[0], w[3] */
+    const int32_t idx[3] = {3, 0, 3};
+    memcpy(x.data, xv, sizeof xv);
+    memcpy(w.data, wv, sizeof wv);
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL(ops->scale_rows(bctx, &x, &w, idx, 3, &y, &err), NNT_OK);
+    CU_ASSERT_EQUAL(memcmp(y.data, want, sizeof want), 0);
+    CU_ASSERT_EQUAL(memcmp(x.data, xv, sizeof xv), 0);
+    CU_ASSERT_EQUAL(ops->scale_rows(bctx, &x, &w, idx, 3, &x, &err), NNT_OK); /* in place */
+    CU_ASSERT_EQUAL(memcmp(x.data, want, sizeof want), 0);
+    /* (1 + 2^-7)^2 = 1 + 2^-6 + 2^-14: exact in float32, 1 + 2^-6 in bfloat16 */
+    float *xd = x.data, *yd = y.data, *wd = w.data;
+    xd[0] = 1.0078125f, wd[1] = 1.0078125f;
+    const int32_t one[1] = {1};
+    nnt_tensor x1 = x, y1 = y;
+    x1.shape[0] = y1.shape[0] = 1;
+    CU_ASSERT_EQUAL(ops->scale_rows(bctx, &x1, &w, one, 1, &y1, &err), NNT_OK);
+    CU_ASSERT_EQUAL(yd[0], 1.0f + 1.0f / 64.0f + 1.0f / 16384.0f);
+    y1.flags = NNT_TENSOR_BF16_VALUES;
+    CU_ASSERT_EQUAL(ops->scale_rows(bctx, &x1, &w, one, 1, &y1, &err), NNT_OK);
+    CU_ASSERT_EQUAL(yd[0], 1.0f + 1.0f / 64.0f);
+    /* refusals: an index past w's 4 entries or below 0 (named with its place), unlike shapes */
+    const int32_t bad[3] = {0, 4, 1}, neg[3] = {0, 1, -1};
+    CU_ASSERT_EQUAL(ops->scale_rows(bctx, &x, &w, bad, 3, &y, &err), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "idx[1] = 4"));
+    CU_ASSERT_EQUAL(ops->scale_rows(bctx, &x, &w, neg, 3, &y, &err), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "idx[2] = -1"));
+    CU_ASSERT_EQUAL(ops->scale_rows(bctx, &x, &w, idx, 2, &y, &err), NNT_ERR_SHAPE); /* x has 3 rows */
+    CU_ASSERT_EQUAL(ops->scale_rows(bctx, &x, &w, idx, 3, &y1, &err), NNT_ERR_SHAPE);
+    nnt_tensor_free(&x);
+    nnt_tensor_free(&y);
+    nnt_tensor_free(&w);
+}
+
+/* The MoE combine two ways: scale_rows by routing weights, then scatter_add_rows / scatter_rows
+ * without scales, gives bit for bit what the scatters give with the same weights as host scales,
+ * with and without bfloat16 rounding of the destination (the experts' rows and the destination
+ * flagged alike, as one run's arena flags them). */
+static void test_scale_rows_then_scatter(void)
+{
+    enum { N = 7, H = 13, M = 5, KW = 3 };
+    const int32_t rows[N] = {4, 0, 2, 4, 1, 0, 3}, slots[N] = {12, 0, 7, 13, 3, 1, 9};
+    const int32_t at[N] = {14, 2, 8, 13, 3, 1, 9}; /* where each row's weight sits in w [M, KW] */
+    nnt_tensor src = make(2, N, H, 0, 0, 0), ys = make(2, N, H, 0, 0, 0), w = make(2, M, KW, 0, 0, 0);
+    nnt_tensor a = make(2, M * KW, H, 0, 0, 0), b = make(2, M * KW, H, 0, 0, 0);
+    float scale[N];
+    for (int64_t i = 0; i < N * H; i++) ((float *)src.data)[i] = urand();
+    for (int64_t i = 0; i < M * KW; i++) ((float *)w.data)[i] = urand();
+    for (int i = 0; i < N; i++) scale[i] = ((float *)w.data)[at[i]];
+    nnt_error err = {0};
+    for (int r16 = 0; r16 < 2; r16++)
+        for (int store = 0; store < 2; store++) {
+            uint32_t fl = r16 ? NNT_TENSOR_BF16_VALUES : 0;
+            ys.flags = a.flags = b.flags = fl;
+            for (int64_t i = 0; i < M * KW * H; i++) ((float *)a.data)[i] = ((float *)b.data)[i] = r16 ? 0.5f : urand();
+            nnt_tensor as = a, bs = b; /* scatter_add_rows: into the first M rows */
+            if (!store) as.shape[0] = bs.shape[0] = M;
+            CU_ASSERT_EQUAL(ops->scale_rows(bctx, &src, &w, at, N, &ys, &err), NNT_OK);
+            if (store) {
+                CU_ASSERT_EQUAL(ops->scatter_rows(bctx, &src, slots, scale, N, &as, &err), NNT_OK);
+                CU_ASSERT_EQUAL(ops->scatter_rows(bctx, &ys, slots, NULL, N, &bs, &err), NNT_OK);
+            } else {
+                CU_ASSERT_EQUAL(ops->scatter_add_rows(bctx, &src, rows, scale, N, &as, &err), NNT_OK);
+                CU_ASSERT_EQUAL(ops->scatter_add_rows(bctx, &ys, rows, NULL, N, &bs, &err), NNT_OK);
+            }
+            CU_ASSERT_EQUAL(memcmp(a.data, b.data, sizeof(float) * M * KW * H), 0);
+        }
+    nnt_tensor *ts[] = {&src, &ys, &w, &a, &b};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nnt_tensor_free(ts[i]);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("kernels", setup, teardown);
@@ -330,7 +409,10 @@ int register_tests(void)
         !CU_add_test(s, "KDA forget gate values", test_kda_gate) ||
         !CU_add_test(s, "linear with F32, BF16 and F16 weights, few rows and panels", test_linear_half) ||
         !CU_add_test(s, "attention with one key/value head for many query heads, few and many queries",
-                     test_attention_shared_head))
+                     test_attention_shared_head) ||
+        !CU_add_test(s, "scale_rows by hand, in place, bfloat16, refusals", test_scale_rows) ||
+        !CU_add_test(s, "scale_rows then the scatters without scales equals the scatters with them",
+                     test_scale_rows_then_scatter))
         return -1;
     return 0;
 }

@@ -1,5 +1,6 @@
 /* test_minimax.c - the MiniMax-M2 family against transformers' values (fp32, bf16 sharded,
- * fp8 block-scaled), the identities its values obey, and its write semantics.
+ * fp8 block-scaled), the identities its values obey, its write semantics, and the family kit's
+ * MoE combine giving the same numbers on a backend with and without scale_rows.
  *
  * Tolerances: every float value within 1e-5 of the reference's largest magnitude (fp32
  * compute on fp32, bf16 and dequantised fp8 weights; transformers ran in float32 on the same
@@ -171,6 +172,57 @@ static void test_bf16_precision(void)
     nnt_model_free(m32);
     nnt_runtime_close(rt16);
     nnt_runtime_close(rt32);
+}
+
+/* The family kit's MoE combine weighs the experts' rows by the routing weights in backend memory
+ * (scale_rows) when the backend has the op, and by their host copy as the scatters' scales when it
+ * does not: the same numbers bit for bit, at the default precision and at precision = bf16, with
+ * the per-slot expert outputs asked for (stores into slots) and without (adds into the sum). The
+ * second model is loaded after the runtime's copy of the cpu table lost scale_rows, so its
+ * family sees a backend without it. */
+static void test_combine_without_scale_rows(void)
+{
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        nnt_runtime *rt = bf16 ? runtime_with_precision("precision_bf16.ini", "bf16") : t_runtime();
+        nnt_plugin *cpu = t_cpu_backend(rt);
+        CU_ASSERT_FATAL(cpu != NULL && cpu->ops.scale_rows != NULL);
+        t_ref r;
+        CU_ASSERT_FATAL(t_ref_open(&r, rt, FIXTURES[0]) == 0);
+        for (int slots = 0; slots < 2; slots++) {
+            nnt_model *with = t_model(rt, FIXTURES[0]);
+            int L = nnt_model_get_info(with)->num_layers, n = 0;
+            char keys[64][96];
+            const char *kp[64];
+            snprintf(keys[n++], sizeof keys[0], "logits");
+            for (int l = 0; l < L && n + 4 <= 64; l++) {
+                snprintf(keys[n++], sizeof keys[0], "layers.%d.layer_output", l);
+                snprintf(keys[n++], sizeof keys[0], "layers.%d.mlp.routed_output", l);
+                snprintf(keys[n++], sizeof keys[0], "layers.%d.mlp.expert_weights", l);
+                if (slots) snprintf(keys[n++], sizeof keys[0], "layers.%d.mlp.expert_outputs", l);
+            }
+            for (int i = 0; i < n; i++) kp[i] = keys[i];
+            nnt_trace *a = run_saving(rt, with, &r, kp, n);
+            nnt_status (*scale_rows)(void *, const nnt_tensor *, const nnt_tensor *, const int32_t *, int,
+                                     nnt_tensor *, nnt_error *) = cpu->ops.scale_rows;
+            cpu->ops.scale_rows = NULL;
+            nnt_model *without = t_model(rt, FIXTURES[0]);
+            nnt_trace *b = run_saving(rt, without, &r, kp, n);
+            cpu->ops.scale_rows = scale_rows;
+            for (int i = 0; i < n; i++) {
+                const nnt_tensor *x = nnt_trace_get(a, kp[i]), *y = nnt_trace_get(b, kp[i]);
+                CU_ASSERT_FATAL(x && y);
+                int same = nnt_tensor_nbytes(x) == nnt_tensor_nbytes(y) &&
+                           memcmp(x->data, y->data, nnt_tensor_nbytes(x)) == 0;
+                if (!same) fprintf(stderr, "\n  %s differs without scale_rows (precision %s)\n", kp[i], bf16 ? "bf16" : "f32");
+                CU_ASSERT(same);
+            }
+            nnt_trace_free(a);
+            nnt_trace_free(b);
+            nnt_model_free(with);
+            nnt_model_free(without);
+        }
+        nnt_runtime_close(rt);
+    }
 }
 
 /* The same written INI without a precision (the default, f32) still matches the float32
@@ -710,6 +762,8 @@ int register_tests(void)
                      test_bf16_precision) ||
         !CU_add_test(s, "the default precision from a written INI matches the fp32 reference",
                      test_default_precision_from_written_ini) ||
+        !CU_add_test(s, "the MoE combine without the backend's scale_rows gives the same numbers",
+                     test_combine_without_scale_rows) ||
         !CU_add_test(s, "page identities: block sum, experts sum, lens", test_identities) ||
         !CU_add_test(s, "router identity: bias chooses, sigmoid weighs", test_router_identity) ||
         !CU_add_test(s, "expert ablation changes exactly the routed tokens", test_ablation) ||

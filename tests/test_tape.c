@@ -3,8 +3,11 @@
  * family writes them, with memory reused and ops in place, recorded once; the gradient at its
  * input from cotangents on its output and on the routing weights is compared with central finite
  * differences of the same block run without the tape; the same for the row and column moves of
- * the MoE combine, and for DeepSeek-V4's streams (hyper-connections, their mix, a compressor, the
- * indexer's scores as a constant, the readout collapse). Also: a seed read back at its own mark,
+ * the MoE combine, for a routed combine whose routing weights stay in backend memory (route,
+ * per-expert products scaled in place by scale_rows, scatter_add_rows without scales), whose
+ * gradient reaches the router's logits, and for DeepSeek-V4's streams (hyper-connections, their
+ * mix, a compressor, the indexer's scores as a constant, the readout collapse). Also: a seed
+ * read back at its own mark,
  * linearity in the seeds, and the refusals (an op the tape does not record, a backend without a
  * backward entry). */
 #include <math.h>
@@ -330,6 +333,115 @@ static void test_moves_against_differences(void)
     free(pool);
 }
 
+/* The family kit's MoE combine with the routing weights on the device: logits [T, E] (marked 0)
+ * route to K experts each (softmax, renormalised, scaled); the choice is downloaded to group the
+ * slots by expert; each expert's rows of x [T, D] (marked 1) go through its own matrix, are
+ * scaled in place by their weights (scale_rows, reading w [T, K] flat by slot) and added into r
+ * (scatter_add_rows, no scales); r is marked 3. The products' buffers are reused expert after
+ * expert, and w's memory is overwritten afterwards, so the backward must read the kept copies. */
+static nnt_status run_routed(const nnt_backend_ops *o, void *c, nnt_tape *tp, const float *we, float *pool,
+                             const float *lg_in, const float *x_in, float *out_h, nnt_error *err)
+{
+    nnt_status st;
+    nnt_tensor lg = mat(pool, T, E), x = mat(pool + 64, T, D), w = mat(pool + 144, T, K), r = mat(pool + 288, T, D);
+    nnt_tensor idx = {.dtype = NNT_I32, .ndim = 2, .shape = {T, K}, .data = pool + 128};
+    TRY(o->upload(c, lg.data, lg_in, sizeof(float) * T * E, err));
+    TRY(o->upload(c, x.data, x_in, sizeof(float) * T * D, err));
+    if (tp) TRY(nnt_tape_mark(tp, 0, &lg, err));
+    if (tp) TRY(nnt_tape_mark(tp, 1, &x, err));
+    nnt_route_params rp = {.struct_size = sizeof rp, .score_fn = NNT_SCORE_SOFTMAX, .top_k = K, .renormalize = 1,
+                           .scaling_factor = 1.5f};
+    TRY(o->route(c, &lg, NULL, &rp, &idx, &w, err));
+    int32_t idx_h[T * K];
+    TRY(o->download(c, idx_h, idx.data, sizeof idx_h, err));
+    TRY(o->fill(c, &r, 0.0f, err));
+    for (int e = 0; e < E; e++) {
+        int32_t rows[T * K], slots[T * K];
+        int n = 0;
+        for (int i = 0; i < T * K; i++)
+            if (idx_h[i] == e) rows[n] = i / K, slots[n] = i, n++;
+        if (n == 0) continue;
+        nnt_tensor xn = mat(pool + 352, n, D), yn = mat(pool + 416, n, D), m = mat((float *)we + e * D * D, D, D);
+        TRY(o->gather_rows(c, &x, rows, n, &xn, err));
+        TRY(o->linear(c, &xn, &m, &yn, err));
+        TRY(o->scale_rows(c, &yn, &w, slots, n, &yn, err)); /* in place */
+        TRY(o->scatter_add_rows(c, &yn, rows, NULL, n, &r, err));
+    }
+    TRY(o->fill(c, &w, 7.0f, err)); /* w's memory taken for something else */
+    if (tp) TRY(nnt_tape_mark(tp, 3, &r, err));
+    return o->download(c, out_h, r.data, sizeof(float) * T * D, err);
+}
+
+static double routed_loss(const float *we, const float *lg, const float *x, const float *cot)
+{
+    float out[T * D], *pool = pool_new();
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(run_routed(cpu, cctx, NULL, we, pool, lg, x, out, &err), NNT_OK);
+    free(pool);
+    double L = 0.0;
+    for (int i = 0; i < T * D; i++) L += (double)cot[i] * out[i];
+    return L;
+}
+
+/* max |fd - g| over the entries of v (n of them, perturbed by h one at a time; which 0: the
+ * logits, 1: x); *amax gets max |g|. */
+static double routed_worst(const float *we, float *lg, float *x, const float *cot, int which, const float *g,
+                           float h, double *amax)
+{
+    float *v = which ? x : lg;
+    int n = which ? T * D : T * E;
+    double worst = 0.0;
+    *amax = 0.0;
+    for (int i = 0; i < n; i++) {
+        float keep = v[i];
+        v[i] = keep + h;
+        double lp = routed_loss(we, lg, x, cot);
+        v[i] = keep - h;
+        double lm = routed_loss(we, lg, x, cot);
+        v[i] = keep;
+        worst = fmax(worst, fabs((lp - lm) / (2.0 * h) - g[i]));
+        *amax = fmax(*amax, fabs(g[i]));
+    }
+    return worst;
+}
+
+static void test_routed_against_differences(void)
+{
+    float we[E * D * D], lg[T * E], x[T * D], cot[T * D], out[T * D], *pool = pool_new();
+    fill_rand(we, E * D * D, 0.5f);
+    fill_rand(x, T * D, 1.0f);
+    fill_rand(cot, T * D, 1.0f);
+    for (int t = 0; t < T; t++) /* logits 0.5 apart per token, in a token's own order, plus small noise: */
+        for (int e = 0; e < E; e++) /* no near-tie a difference step could flip */
+            lg[t * E + e] = 0.5f * (float)((e + 3 * t) % E) + 0.05f * urand();
+    nnt_tape *tp;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_new(cpu, cctx, &tp, &err), NNT_OK);
+    nnt_status st = run_routed(nnt_tape_ops(tp), nnt_tape_ctx(tp), tp, we, pool, lg, x, out, &err);
+    if (st != NNT_OK) fprintf(stderr, "record: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    nnt_tensor g_lg, g_x;
+    nnt_tape_seed seed = {.tag = 3, .cotangent = cot};
+    nnt_tape_grad want[2] = {{.tag = 0, .grad = &g_lg}, {.tag = 1, .grad = &g_x}};
+    st = nnt_tape_backward(tp, &seed, 1, want, 2, &err);
+    if (st != NNT_OK) fprintf(stderr, "backward: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    double amax_lg, amax_x;
+    double worst_lg = routed_worst(we, lg, x, cot, 0, g_lg.data, 2e-3f, &amax_lg);
+    double worst_x = routed_worst(we, lg, x, cot, 1, g_x.data, 2e-3f, &amax_x);
+    if (getenv("NNT_TAPE_VERBOSE") || worst_lg > 3e-3 * amax_lg || worst_x > 3e-3 * amax_x)
+        fprintf(stderr, "routed vs differences: logits worst %.3g of %.3g, x worst %.3g of %.3g\n", worst_lg, amax_lg,
+                worst_x, amax_x);
+    CU_ASSERT(amax_lg > 0.05); /* the router's path carries a gradient */
+    CU_ASSERT(worst_lg <= 3e-3 * amax_lg);
+    CU_ASSERT(amax_x > 0.1);
+    CU_ASSERT(worst_x <= 3e-3 * amax_x);
+    nnt_tensor_free(&g_lg);
+    nnt_tensor_free(&g_x);
+    nnt_tape_free(tp);
+    free(pool);
+}
+
 /* ---- hyper-connection streams (DeepSeek-V4's ops) ---- */
 
 enum { HN = 3, HD = 8, HOUT = (2 + HN) * HN, HRATE = 2, HC = T / HRATE };
@@ -522,6 +634,15 @@ static void test_refusals(void)
     CU_ASSERT_EQUAL(nnt_tape_backward(tp, NULL, 0, &g, 1, &err), NNT_ERR_INVALID_ARGUMENT);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "mark 9"));
     nnt_tape_free(tp);
+
+    lacking = *cpu; /* scale_rows without its backward */
+    lacking.scale_rows_backward = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_new(&lacking, cctx, &tp, &err), NNT_OK);
+    const int32_t at[2] = {0, 3};
+    nnt_tensor rows = mat(buf, 2, 4);
+    CU_ASSERT_EQUAL(nnt_tape_ops(tp)->scale_rows(nnt_tape_ctx(tp), &rows, &t, at, 2, &rows, &err), NNT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "scale_rows_backward"));
+    nnt_tape_free(tp);
 }
 
 int register_tests(void)
@@ -531,6 +652,9 @@ int register_tests(void)
     if (!CU_add_test(s, "a decoder block's input gradient equals central differences", test_block_against_differences) ||
         !CU_add_test(s, "row and column moves' input gradient equals central differences",
                      test_moves_against_differences) ||
+        !CU_add_test(s, "a routed combine scaled by device routing weights: logits' and input's gradients equal "
+                        "central differences",
+                     test_routed_against_differences) ||
         !CU_add_test(s, "hyper-connection streams with a compressor: the input gradient equals central differences",
                      test_hyper_against_differences) ||
         !CU_add_test(s, "a seed reads back at its mark; gradients are linear in the seeds", test_seed_and_linearity) ||

@@ -122,6 +122,7 @@ typedef enum tape_kind {
     TAPE_SUM_AXIS1,
     TAPE_COPY_COLS,
     TAPE_AFFINE, /* out[0] := host[0] * out[0] + constant, elementwise (nnt_tape_affine) */
+    TAPE_SCALE_ROWS, /* in[0] x, in[1] w (an activation: routing weights), out[0] y (may be x) */
     /* ---- hyper-connections and compressors (DeepSeek-V4; tape_ops_hyper.c, tape_backward_hyper.c) ---- */
     TAPE_HYPER_CONNECTION,
     TAPE_HYPER_MIX,
@@ -139,7 +140,8 @@ typedef struct tape_entry {
     nnt_tensor keep[4];
     void *host[7];
     float f;                  /* eps, scale, limit, factor, mscale */
-    int64_t i[3];             /* rot_start, rot_dim, style; n rows; src_col, dst_col, ncols */
+    int64_t i[3];             /* rot_start, rot_dim, style; n rows (gathers, scatters, scale_rows); src_col,
+                                 dst_col, ncols */
     nnt_attn_mask mask;       /* TAPE_ATTN_SCORES: pointers into host[] */
     nnt_route_params route;   /* TAPE_ROUTE */
 } tape_entry;

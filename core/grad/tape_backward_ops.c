@@ -147,6 +147,10 @@ static nnt_status single(nnt_tape *tp, const tape_entry *e, const nnt_tensor *dy
     case TAPE_GATHER_ROWS:
         return d0 ? be->gather_rows_backward(c, dy, e->host[0], (int)e->i[0], d0, err) : NNT_OK;
     case TAPE_SUM_AXIS1: return d0 ? be->sum_axis1_backward(c, dy, d0, err) : NNT_OK;
+    case TAPE_SCALE_ROWS: /* dy is a copy when y is x (in place): the caller took it before d0 is added to */
+        return d0 || d1 ? be->scale_rows_backward(c, &e->keep[0], &e->keep[1], e->host[0], (int)e->i[0], dy, d0, d1,
+                                                  err)
+                        : NNT_OK;
     default: return nnt_err_set(err, NNT_ERR_INTERNAL, "the gradient tape met an entry of unknown kind %d", e->kind);
     }
 }

@@ -1,7 +1,7 @@
 /* tape_ops_moe.c - the gradient tape's entries for the feed-forward and mixture-of-experts ops
- * (SwiGLU, the router, row gathers and scatters, the sum over slots, column copies), and the
- * refusals of the ops it does not record yet (the recurrent mixers; DeepSeek-V4's ops are
- * tape_ops_hyper.c's). */
+ * (SwiGLU, the router, row gathers and scatters, rows scaled by routing weights, the sum over
+ * slots, column copies), and the refusals of the ops it does not record yet (the recurrent
+ * mixers; DeepSeek-V4's ops are tape_ops_hyper.c's). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +99,26 @@ static nnt_status t_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t
     return scatter(ctx, TAPE_SCATTER_ROWS, src, rows, scale, n, dst, err);
 }
 
+/* scale_rows: both x (whose memory an in-place call overwrites) and w (routing weights, an
+ * activation whose memory the forward reuses later) are kept before the op runs, idx on the host. */
+static nnt_status t_scale_rows(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                               nnt_tensor *y, nnt_error *err)
+{
+    if (!TP->recording) return TP->be->scale_rows(REAL, x, w, idx, n, y, err);
+    if (!TP->be->scale_rows_backward) return nnt_tape_no_backward(err, "scale_rows", "scale_rows_backward");
+    if (n < 0 || !x || !w) return TP->be->scale_rows(REAL, x, w, idx, n, y, err); /* the backend refuses it */
+    tape_entry *e = nnt_tape_push(TP, TAPE_SCALE_ROWS, err);
+    if (!e) return NNT_ERR_OUT_OF_MEMORY;
+    e->in[0] = *x;
+    e->in[1] = *w;
+    e->out[0] = *y;
+    e->i[0] = n;
+    nnt_status st = nnt_tape_keep_host(idx, (size_t)n * sizeof *idx, &e->host[0], err);
+    if (st == NNT_OK) st = nnt_tape_keep(TP, x, &e->keep[0], err);
+    if (st == NNT_OK) st = nnt_tape_keep(TP, w, &e->keep[1], err);
+    return st == NNT_OK ? TP->be->scale_rows(REAL, x, w, idx, n, y, err) : st;
+}
+
 static nnt_status t_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
 {
     if (!TP->recording) return TP->be->sum_axis1(REAL, x, y, err);
@@ -179,6 +199,7 @@ void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be)
     WRAP(scatter_rows);
     WRAP(sum_axis1);
     WRAP(copy_cols);
+    WRAP(scale_rows);
     REFUSE(conv1d_causal);
     REFUSE(kda_gate);
     REFUSE(sigmoid);

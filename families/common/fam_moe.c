@@ -1,6 +1,8 @@
 /* fam_moe.c - the mixture of experts and the dense SwiGLU MLP with their standard values:
  * router logits, top-k choice, per-expert products over the tokens routed to each expert,
- * per-slot outputs when asked for, the shared expert. */
+ * weighted by the routing weights where they are (in backend memory when the backend has
+ * scale_rows, so a gradient tape sees them; else through a host copy), per-slot outputs when
+ * asked for, the shared expert. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,19 +97,25 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
     TRY(h->emit(run, NNT_VALUE_EXPERT_INDICES, layer, &i3));
     TRY(h->emit(run, NNT_VALUE_EXPERT_WEIGHTS, layer, &w3));
 
-    /* group routing slots by expert (host side) */
+    /* group routing slots by expert (host side: the choice only, which has no gradient). The
+     * weights stay in backend memory when the backend scales rows by them (scale_rows, ABI 3.6;
+     * a table too short to hold the entry lacks it); otherwise a host copy becomes the scatters'
+     * row scales, constants to a gradient tape. */
+    int on_backend = NNT_STRUCT_HAS(be, nnt_backend_ops, scale_rows) && be->scale_rows != NULL;
     idx_h = malloc((size_t)(M * K) * sizeof *idx_h);
-    w_h = malloc((size_t)(M * K) * sizeof *w_h);
     count = calloc((size_t)E + 1, sizeof *count);
     rows = malloc((size_t)(M * K) * sizeof *rows);
     slots = malloc((size_t)(M * K) * sizeof *slots);
-    scale = malloc((size_t)(M * K) * sizeof *scale);
-    if (!idx_h || !w_h || !count || !rows || !slots || !scale) {
+    if (!on_backend) {
+        w_h = malloc((size_t)(M * K) * sizeof *w_h);
+        scale = malloc((size_t)(M * K) * sizeof *scale);
+    }
+    if (!idx_h || !count || !rows || !slots || (!on_backend && (!w_h || !scale))) {
         st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for routing block %d", layer);
         goto done;
     }
     TRY(be->download(bc, idx_h, idx.data, (size_t)(M * K) * sizeof *idx_h, err));
-    TRY(be->download(bc, w_h, wts.data, (size_t)(M * K) * sizeof *w_h, err));
+    if (!on_backend) TRY(be->download(bc, w_h, wts.data, (size_t)(M * K) * sizeof *w_h, err));
     for (int64_t i = 0; i < M * K; i++) {
         if (idx_h[i] < 0 || idx_h[i] >= E) {
             st = h->set_error(err, NNT_ERR_INVALID_ARGUMENT,
@@ -130,7 +138,7 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
             int64_t at = count[e] + fill[e]++;
             rows[at] = (int32_t)(i / K);
             slots[at] = (int32_t)i;
-            scale[at] = w_h[i];
+            if (scale) scale[at] = w_h[i];
         }
         for (int64_t e = 0; e < E; e++) max_n = fill[e] > max_n ? fill[e] : max_n;
         free(fill);
@@ -162,10 +170,15 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
             TRY(be->linear(bc, &xn, &ex->up, &un, err));
             TRY(be->swiglu(bc, &gn, &un, moe->swiglu_limit, NULL, &an, err));
             TRY(be->linear(bc, &an, &ex->down, &yn, err));
-            if (want_slots)
-                TRY(be->scatter_rows(bc, &yn, slots + count[e], scale + count[e], n, &per_slot, err));
+            const float *sc = NULL; /* the rows' weights as host scales, or (NULL) already applied */
+            if (on_backend)
+                TRY(be->scale_rows(bc, &yn, &wts, slots + count[e], n, &yn, err)); /* wts [M, K] read by slot */
             else
-                TRY(be->scatter_add_rows(bc, &yn, rows + count[e], scale + count[e], n, &routed, err));
+                sc = scale + count[e];
+            if (want_slots)
+                TRY(be->scatter_rows(bc, &yn, slots + count[e], sc, n, &per_slot, err));
+            else
+                TRY(be->scatter_add_rows(bc, &yn, rows + count[e], sc, n, &routed, err));
         }
     }
     if (want_slots) {

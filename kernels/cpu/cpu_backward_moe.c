@@ -1,6 +1,6 @@
 /* cpu_backward_moe.c - the cpu backend's backward ops of the mixture-of-experts kernels: the
  * router's weights with respect to its logits (the choice has no gradient), row gathers and
- * scatters, and the sum over routing slots. Gradients are float32 and added into
+ * scatters, rows scaled by routing weights, and the sum over routing slots. Gradients are float32 and added into
  * (nnt_backend.h, "backward"). */
 #include <math.h>
 #include <stdlib.h>
@@ -229,5 +229,50 @@ nnt_status cpu_sum_axis1_backward(void *ctx, const nnt_tensor *dy, nnt_tensor *d
             float *dr = d + (m * K + k) * H;
             for (int64_t h = 0; h < H; h++) dr[h] += g[m * H + h];
         }
+    return NNT_OK;
+}
+
+/* x, dy, dx [n, H]; w and dw of one shape, read flat: dx[i] += w[idx[i]] dy[i], dw[idx[i]] +=
+ * x[i] . dy[i]. The dot products are taken in parallel (double sums), then added into dw one
+ * after the other in order of i, so repeated indices cannot race. */
+nnt_status cpu_scale_rows_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                                   const nnt_tensor *dy, nnt_tensor *dx, nnt_tensor *dw, nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    const char *op = "scale_rows_backward";
+    int64_t H;
+    nnt_status st = cpu_scale_rows_args(op, "dy", dy, w, idx, n, &H, err);
+    if (st != NNT_OK) return st;
+    if (dx && (dx->dtype != NNT_F32 || !dx->data || nnt_tensor_numel(dx) != (int64_t)n * H))
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu %s: dx must be F32 shaped as dy [%d, %lld]", op, n, (long long)H);
+    if (dw && (dw->dtype != NNT_F32 || !dw->data || nnt_tensor_numel(dw) != nnt_tensor_numel(w)))
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu %s: dw must be F32 shaped as w (%lld entries)", op,
+                         (long long)nnt_tensor_numel(w));
+    if (dw && (st = cpu_check(op, "x", x, NNT_F32, 0, err)) != NNT_OK) return st;
+    if (dw && nnt_tensor_numel(x) != (int64_t)n * H)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu %s: x is not shaped as dy [%d, %lld]", op, n, (long long)H);
+    if ((!dx && !dw) || n == 0) return NNT_OK;
+    double *dot = NULL;
+    if (dw && !(dot = malloc((size_t)n * sizeof *dot))) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu %s: no memory", op);
+    const float *xd = dw ? x->data : NULL, *wd = w->data, *g = dy->data;
+    float *d = dx ? dx->data : NULL;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > 65536)
+    for (int i = 0; i < n; i++) {
+        const float *gr = g + (int64_t)i * H;
+        if (d) {
+            float f = wd[idx[i]], *dr = d + (int64_t)i * H;
+            for (int64_t h = 0; h < H; h++) dr[h] += f * gr[h];
+        }
+        if (dot) {
+            double acc = 0.0;
+            for (int64_t h = 0; h < H; h++) acc += (double)xd[(int64_t)i * H + h] * gr[h];
+            dot[i] = acc;
+        }
+    }
+    if (dot) {
+        float *dwd = dw->data;
+        for (int i = 0; i < n; i++) dwd[idx[i]] += (float)dot[i];
+        free(dot);
+    }
     return NNT_OK;
 }

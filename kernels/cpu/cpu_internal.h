@@ -120,6 +120,13 @@ nnt_status cpu_scatter_add_rows(void *ctx, const nnt_tensor *src, const int32_t 
 nnt_status cpu_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
                             nnt_tensor *dst, nnt_error *err);
 nnt_status cpu_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
+nnt_status cpu_scale_rows(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                          nnt_tensor *y, nnt_error *err);
+/* The checks scale_rows and its backward share, for op `op`: t (named arg: x or dy) F32 with
+ * first axis n, its row width into *H; w F32; n >= 0; idx present and each entry in
+ * [0, numel(w)) (NNT_ERR_INVALID_ARGUMENT naming the place and the value). */
+nnt_status cpu_scale_rows_args(const char *op, const char *arg, const nnt_tensor *t, const nnt_tensor *w,
+                               const int32_t *idx, int n, int64_t *H, nnt_error *err);
 
 /* cpu_recurrent.c */
 nnt_status cpu_conv1d_causal(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *state_in, int act,
@@ -182,6 +189,8 @@ nnt_status cpu_scatter_add_rows_backward(void *ctx, const nnt_tensor *src, const
 nnt_status cpu_scatter_rows_backward(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
                                      const nnt_tensor *ddst, nnt_tensor *dsrc, nnt_tensor *dscale, nnt_error *err);
 nnt_status cpu_sum_axis1_backward(void *ctx, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
+nnt_status cpu_scale_rows_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                                   const nnt_tensor *dy, nnt_tensor *dx, nnt_tensor *dw, nnt_error *err);
 /* cpu_backward_hyper.c: hyper-connections and compressors (DeepSeek-V4) */
 nnt_status cpu_hyper_connection_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
                                          const nnt_tensor *scale, float rms_eps, float hc_eps, int iters,

@@ -1,5 +1,6 @@
 /* cpu_moe.c - the cpu backend's mixture-of-experts kernels: router scoring and top-k
- * selection, row gather and scatter, and the sum over routing slots. */
+ * selection, row gather and scatter, rows scaled by routing weights in backend memory, and the
+ * sum over routing slots. */
 #include <math.h>
 #include <string.h>
 
@@ -184,6 +185,54 @@ nnt_status cpu_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t *row
 {
     (void)ctx;
     return scatter(src, rows, scale, n, dst, 0, err);
+}
+
+nnt_status cpu_scale_rows_args(const char *op, const char *arg, const nnt_tensor *t, const nnt_tensor *w,
+                               const int32_t *idx, int n, int64_t *H, nnt_error *err)
+{
+    nnt_status st;
+    if ((st = cpu_check(op, arg, t, NNT_F32, 0, err)) != NNT_OK) return st;
+    if ((st = cpu_check(op, "w", w, NNT_F32, 0, err)) != NNT_OK) return st;
+    if (n < 0) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu %s: %d rows", op, n);
+    if (t->ndim < 1 || t->shape[0] != n)
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu %s: %s must have %d rows (its first axis)", op, arg, n);
+    *H = n ? nnt_tensor_numel(t) / n : 0;
+    if (n > 0 && !idx) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu %s: idx is missing", op);
+    int64_t W = nnt_tensor_numel(w);
+    for (int i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= W)
+            return cpu_error(err, NNT_ERR_INVALID_ARGUMENT,
+                             "cpu %s: idx[%d] = %d is outside [0, %lld) (the entries of w)", op, i, idx[i],
+                             (long long)W);
+    return NNT_OK;
+}
+
+/* x [n, H] -> y [n, H]: row i times w[idx[i]] (in place when y is x); a flagged y gets the
+ * product rounded once, as scatter_add_rows rounds its weighted rows. */
+nnt_status cpu_scale_rows(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                          nnt_tensor *y, nnt_error *err)
+{
+    cpu_ctx *c = ctx;
+    int64_t H;
+    nnt_status st = cpu_scale_rows_args("scale_rows", "x", x, w, idx, n, &H, err);
+    if (st != NNT_OK) return st;
+    if ((st = cpu_check("scale_rows", "y", y, NNT_F32, 0, err)) != NNT_OK) return st;
+    if (y->ndim < 1 || y->shape[0] != n || nnt_tensor_numel(y) != nnt_tensor_numel(x))
+        return cpu_error(err, NNT_ERR_SHAPE, "cpu scale_rows: y is not shaped as x [%d, %lld]", n, (long long)H);
+    const float *xd = x->data, *wd = w->data;
+    float *yd = y->data;
+    int r16 = cpu_bf16(y);
+#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > 65536)
+    for (int i = 0; i < n; i++) {
+        float f = wd[idx[i]];
+        const float *xr = xd + (int64_t)i * H;
+        float *yr = yd + (int64_t)i * H;
+        if (r16)
+            for (int64_t h = 0; h < H; h++) yr[h] = cpu_r16(f * xr[h]);
+        else
+            for (int64_t h = 0; h < H; h++) yr[h] = f * xr[h];
+    }
+    return NNT_OK;
 }
 
 /* x [M, K, H] -> y [M, H] */

@@ -565,6 +565,7 @@ static const nnt_backend_ops cuda_ops = {
     .compress = cuda_compress,
     .indexer_scores = cuda_indexer_scores,
     .weight_bytes = cuda_weight_bytes,
+    .scale_rows = cuda_scale_rows, /* its backward, as every backward entry here, is left NULL for now */
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

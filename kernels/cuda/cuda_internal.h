@@ -207,6 +207,8 @@ nnt_status cuda_scatter_add_rows(void *ctx, const nnt_tensor *src, const int32_t
 nnt_status cuda_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
                              nnt_tensor *dst, nnt_error *err);
 nnt_status cuda_sum_axis1(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err);
+nnt_status cuda_scale_rows(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                           nnt_tensor *y, nnt_error *err);
 /* cuda_recurrent.cu */
 nnt_status cuda_conv1d_causal(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *state_in,
                               int act, nnt_tensor *y, nnt_tensor *state_out, nnt_error *err);

@@ -1,13 +1,14 @@
 /* cuda_moe.cu - the cuda backend's mixture-of-experts kernels: router scoring with top-k and
  * group-limited choice (one block per token), row gather and scatter (rows and scales come from
- * host memory and are checked there), and the sum over routing slots.
+ * host memory and are checked there), rows scaled by device values (routing weights; the
+ * indices come from host memory and are checked there), and the sum over routing slots.
  *
  * Bfloat16 values (NNT_TENSOR_BF16_VALUES), as the cpu backend rounds them (cpu_moe.c): a router
  * whose weights output is flagged scores in bfloat16 - sigmoid R(sigmoid(x)), sqrt-softplus
  * R(sqrt(R(softplus(x)))), softmax R(e / sum) - chooses on those scores plus the bias in float32,
  * and gives R(R(s / R(R(sum) + eps)) * scaling); unflagged it is float32 throughout. A flagged
- * scatter destination receives R(dst + R(scale src)) (or R(scale src) when storing); the sum
- * over slots rounds its result; a gather only moves values. */
+ * scatter destination receives R(dst + R(scale src)) (or R(scale src) when storing), a flagged
+ * scale_rows output R(x w); the sum over slots rounds its result; a gather only moves values. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -355,6 +356,50 @@ extern "C" nnt_status cuda_scatter_rows(void *ctx, const nnt_tensor *src, const 
                                         int n, nnt_tensor *dst, nnt_error *err)
 {
     return scatter((cuda_ctx *)ctx, "scatter_rows", src, rows, scale, n, dst, 0, err);
+}
+
+/* y[i, h] = x[i, h] w[idx[i]] for i < n, one thread per element (y may be x: each thread reads
+ * its element before it writes it); r16: the product rounded to bfloat16. */
+__global__ void k_scale_rows(const float *x, const float *w, const int32_t *idx, float *y, int64_t n, int64_t H,
+                             int r16)
+{
+    GRID_LOOP(i, n * H)
+    {
+        float v = x[i] * w[idx[i / H]];
+        y[i] = r16_if(r16, v);
+    }
+}
+
+extern "C" nnt_status cuda_scale_rows(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                                      nnt_tensor *y, nnt_error *err)
+{
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    nnt_status st;
+    if ((st = cuda_check("scale_rows", "x", x, NNT_F32, 0, err)) != NNT_OK) return st;
+    if ((st = cuda_check("scale_rows", "w", w, NNT_F32, 0, err)) != NNT_OK) return st;
+    if ((st = cuda_check("scale_rows", "y", y, NNT_F32, 0, err)) != NNT_OK) return st;
+    if (n < 0) return cuda_error(err, NNT_ERR_INVALID_ARGUMENT, "cuda scale_rows: %d rows", n);
+    if (x->ndim < 1 || x->shape[0] != n)
+        return cuda_error(err, NNT_ERR_SHAPE, "cuda scale_rows: x must have %d rows (its first axis)", n);
+    int64_t H = n ? nnt_tensor_numel(x) / n : 0, W = nnt_tensor_numel(w);
+    if (y->ndim < 1 || y->shape[0] != n || nnt_tensor_numel(y) != nnt_tensor_numel(x))
+        return cuda_error(err, NNT_ERR_SHAPE, "cuda scale_rows: y is not shaped as x [%d, %lld]", n, (long long)H);
+    if (n > 0 && !idx) return cuda_error(err, NNT_ERR_INVALID_ARGUMENT, "cuda scale_rows: idx is missing");
+    for (int i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= W)
+            return cuda_error(err, NNT_ERR_INVALID_ARGUMENT,
+                              "cuda scale_rows: idx[%d] = %d is outside [0, %lld) (the entries of w)", i, idx[i],
+                              (long long)W);
+    if (n == 0 || H == 0) return NNT_OK;
+    CUDA_CHECK(cudaSetDevice(c->device));
+    size_t ib = (size_t)n * sizeof(int32_t);
+    void *didx;
+    if ((st = cuda_stage_begin(c, cuda_stage_size(ib), err)) != NNT_OK) return st;
+    if ((st = cuda_stage_put(c, idx, ib, &didx, err)) != NNT_OK) return st;
+    k_scale_rows<<<grid_for((int64_t)n * H), CUDA_THREADS, 0, c->stream>>>(
+        (const float *)x->data, (const float *)w->data, (const int32_t *)didx, (float *)y->data, (int64_t)n, H,
+        cuda_bf16(y));
+    return cuda_done(c, "scale_rows", err);
 }
 
 /* x [M, K, H] -> y [M, H]: y[m, h] = sum over k of x[m, k, h], in order of k; the sum rounded to

@@ -23,7 +23,7 @@
  *     R(sin), each product and the sum rounded, or one rounding of the float32 rotation with
  *     NNT_TENSOR_BF16_ONCE; attn_scores R(R(q . k) * scale); softmax R(result), with
  *     NNT_TENSOR_BF16_SHIFTED the exponent of R(s - max) instead; attn_mix R(result);
- *     scatter_add_rows y = R(y + R(s * src)); conv1d_causal R(silu(R(conv))); route, when its
+ *     scatter_add_rows y = R(y + R(s * src)); scale_rows R(x * w); conv1d_causal R(silu(R(conv))); route, when its
  *     weights are flagged, scores through the score function in bfloat16 (each step rounded),
  *     chooses on score + bias in float32 and gives R(R(s / R(sum)) * scaling) - unflagged it
  *     works in float32 throughout, as transformers does for most routers; hyper_mix
@@ -100,9 +100,11 @@ typedef struct nnt_route_params {
     int indices_given;    /* 1: idx is an input (hash routing); only weights are computed */
 } nnt_route_params;
 
-/* The operations of nnt_backend_ops, in table order, for nnt_family_descriptor.ops_needed and
- * for messages (the core names each op by its field name). NNT_OP_ALLOC .. NNT_OP_WEIGHT_BYTES
- * are required; the rest are optional. New ops are appended before NNT_OP_COUNT. */
+/* The operations of nnt_backend_ops, for nnt_family_descriptor.ops_needed and for messages (the
+ * core names each op by its field name): in table order up to NNT_OP_INDEXER_SCORES; the forward
+ * ops appended after the backward entries (NNT_OP_SCALE_ROWS, ABI 3.6) follow in the order they
+ * were appended. NNT_OP_ALLOC .. NNT_OP_WEIGHT_BYTES are required; the rest are optional. New
+ * ops are appended before NNT_OP_COUNT; backward entries are not nnt_op values. */
 typedef enum nnt_op {
     NNT_OP_ALLOC = 0,
     NNT_OP_FREE,
@@ -141,14 +143,17 @@ typedef enum nnt_op {
     NNT_OP_HYPER_HEAD,
     NNT_OP_COMPRESS,
     NNT_OP_INDEXER_SCORES,
+    NNT_OP_SCALE_ROWS, /* ABI 3.6 */
     NNT_OP_COUNT
 } nnt_op;
 
 /* The bit of op `op` in an op set (nnt_family_descriptor.ops_needed). */
 #define NNT_OP_BIT(op) ((uint64_t)1 << (op))
 /* Op sets: the required ops; what a softmax-attention decoder with dense or mixture-of-experts
- * blocks calls (the family kit's decoder, attention and MoE helpers); the recurrent mixer ops
- * of Kimi Delta Attention; the hyper-connection and compressed-attention ops of DeepSeek-V4. */
+ * blocks calls (the family kit's decoder, attention and MoE helpers; the MoE helper also calls
+ * scale_rows when the backend has it and does without it otherwise, so the set leaves it out);
+ * the recurrent mixer ops of Kimi Delta Attention; the hyper-connection and compressed-attention
+ * ops of DeepSeek-V4. */
 #define NNT_OPS_REQUIRED (NNT_OP_BIT(NNT_OP_LINEAR) - 1)
 #define NNT_OPS_DECODER                                                                                         \
     (NNT_OPS_REQUIRED | NNT_OP_BIT(NNT_OP_LINEAR) | NNT_OP_BIT(NNT_OP_RMS_NORM) | NNT_OP_BIT(NNT_OP_EMBEDDING) | \
@@ -440,6 +445,31 @@ typedef struct nnt_backend_ops {
      * the overwritten columns of ddst afterwards is the core's job. */
     nnt_status (*copy_cols_backward)(void *ctx, const nnt_tensor *ddst, int64_t dst_col, nnt_tensor *dsrc,
                                      int64_t src_col, int64_t ncols, nnt_error *err);
+
+    /* ---- rows scaled by values in backend memory (ABI 3.6; optional), with its backward ----
+     * Appended after the backward entries: the forward op is nnt_op NNT_OP_SCALE_ROWS; its
+     * backward follows the backward section's convention above. */
+    /* y[i, :] = x[i, :] * w[idx[i]] for i < n. x and y F32 [n, H] (first axis n, H the product
+     * of the others; the same shape), backend memory; y may be x (in place), else they may not
+     * overlap. w F32 of any shape, backend memory, read flat (a router's weights [M, K] are
+     * indexed by token * K + slot); it may not overlap y. idx: host memory, n entries, each in
+     * [0, numel(w)), repeats allowed. y flagged NNT_TENSOR_BF16_VALUES gets R(x * w), the
+     * product scatter_add_rows rounds, so scale_rows then scatter_add_rows with no scale gives
+     * scatter_add_rows' numbers with the scales read from w. A mixture of experts weights its
+     * experts' outputs this way with routing weights that stay in backend memory, where a
+     * gradient tape sees them. Errors: NNT_ERR_SHAPE (x, y or w not F32, x's first axis not n,
+     * y not shaped as x), NNT_ERR_INVALID_ARGUMENT (n < 0, idx NULL with n > 0, an index outside
+     * [0, numel(w)): the message names its place i and its value). */
+    nnt_status (*scale_rows)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                             nnt_tensor *y, nnt_error *err);
+    /* scale_rows': x [n, H] the forward's input (as it was before an in-place forward overwrote
+     * it), w [any] and idx as the forward, dy [n, H] the gradient of y. dx [n, H] (may be NULL):
+     * dx[i, :] += w[idx[i]] dy[i, :]; dw shaped as w (may be NULL): dw[idx[i]] += x[i, :] .
+     * dy[i, :], repeated indices adding in order of i. x is read only for dw, w only for dx and
+     * for the index check. dx and dw may not alias dy, x, w or each other. Errors as scale_rows;
+     * NNT_ERR_SHAPE naming dy, dx or dw when not F32 shaped as above. */
+    nnt_status (*scale_rows_backward)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                                      const nnt_tensor *dy, nnt_tensor *dx, nnt_tensor *dw, nnt_error *err);
 
     /* ---- backward of hyper-connections and compressors (DeepSeek-V4) ---- */
     /* Vector-Jacobian products of hyper_connection, hyper_mix, hyper_head and compress, under the

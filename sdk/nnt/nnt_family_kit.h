@@ -223,7 +223,9 @@ typedef struct fam_moe {
  * weight), routed_output [B, T, H], shared_expert_output [B, T, H] (with a shared expert) and
  * mlp_output [B, T, H]; an edit of each reaches everything computed after it (edited indices
  * choose the experts). The experts run one at a time over the tokens routed to them (gather,
- * SwiGLU, weighted scatter). With moe->tid2eid the indices are the table's rows for `ids`
+ * SwiGLU, weighted scatter): the routing weights stay in backend memory and weigh the rows
+ * through scale_rows when the backend has it (so a gradient tape differentiates them), else the
+ * scatter takes a host copy of them as its row scales (the same numbers). With moe->tid2eid the indices are the table's rows for `ids`
  * (host [M] token ids, else unused and may be NULL). Scratch comes from the run's arena and is
  * released before returning.
  * Errors: the backend's; NNT_ERR_INVALID_ARGUMENT for an (edited) expert index outside

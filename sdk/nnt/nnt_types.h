@@ -19,9 +19,10 @@ extern "C" {
  * when its major equals the core's and its minor is not newer than the core's; the core reads
  * an older minor's descriptor, op table and argument structs only up to their struct_size.
  * CHANGELOG.md keeps the history of every version (3.4: the family descriptor's costs and
- * tokenizer hints, tensor_kv_heads moved to the family kit; 3.5: the backward ops). */
+ * tokenizer hints, tensor_kv_heads moved to the family kit; 3.5: the backward ops; 3.6: scale_rows
+ * and its backward). */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 5
+#define NNT_ABI_MINOR 6
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */

@@ -8,7 +8,8 @@
  *    against the cuda backend's on device copies (both ops tables come from runtimes opened on
  *    build/nnt.ini and build/nnt-cuda.ini), including the awkward cases: GQA, sinks, windows,
  *    padding and per-query selections in the attention mask; group-limited routing and given
- *    indices; repeated rows in scatters; the delta rule with K != V over several column tiles,
+ *    indices; repeated rows in scatters; scale_rows in place and not, repeated indices and one out
+ *    of range; the delta rule with K != V over several column tiles,
  *    padding tokens and carried state; in-place convolution state; copy_cols inside one tensor;
  *    BF16 and F16 norm gains as stored;
  *  - weights in every encoding (F32, BF16, F16, FP8 with F32 / BF16 / F16 / E8M0 block scales
@@ -920,6 +921,24 @@ static void test_rows(void)
     int32_t bad = 20;
     nnt_error e = {0};
     CU_ASSERT_EQUAL(gops->gather_rows(gctx, &dsrc, &bad, 1, &dg, &e), NNT_ERR_INVALID_ARGUMENT);
+    /* scale_rows by device weights [4, 5] read flat, indices repeating; then in place (one
+     * float32 product per entry on both: equal) */
+    {
+        nnt_tensor w = hrand(2, 4, 5, 0, 0, 0, 2), dwt = dev(&w), y = host(NNT_F32, 2, 9, H, 0, 0, 0), dy = dev(&y);
+        const int32_t at[9] = {7, 0, 19, 7, 12, 3, 7, 18, 0}, over[9] = {7, 0, 19, 20, 12, 3, 7, 18, 0};
+        OK_CPU(cops->scale_rows(cctx, &g, &w, at, 9, &y, err));
+        OK_GPU(gops->scale_rows(gctx, &dg, &dwt, at, 9, &dy, err));
+        same("scale_rows", &y, &dy, 0);
+        OK_CPU(cops->scale_rows(cctx, &y, &w, at, 9, &y, err));
+        OK_GPU(gops->scale_rows(gctx, &dy, &dwt, at, 9, &dy, err));
+        same("scale_rows in place", &y, &dy, 0);
+        CU_ASSERT_EQUAL(gops->scale_rows(gctx, &dg, &dwt, over, 9, &dy, &e), NNT_ERR_INVALID_ARGUMENT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "idx[3] = 20"));
+        dev_free(&dwt);
+        dev_free(&dy);
+        nnt_tensor_free(&w);
+        nnt_tensor_free(&y);
+    }
     /* zero_rows and copy_cols */
     uint8_t valid[20];
     for (int i = 0; i < 20; i++) valid[i] = i % 3 != 1;
@@ -1378,7 +1397,8 @@ static void test_bf16_route(void)
 }
 
 /* Scatters into a flagged destination: R(dst + R(scale src)) or R(scale src), float32
- * operations in the same order on both - equal; a gather only moves values, rounding none. */
+ * operations in the same order on both - equal; scale_rows into a flagged output R(x w), equal;
+ * a gather only moves values, rounding none. */
 static void test_bf16_rows(void)
 {
     const int64_t M = 20, H = 33;
@@ -1416,6 +1436,18 @@ static void test_bf16_rows(void)
             nnt_tensor_free(&acc);
             nnt_tensor_free(&set);
         }
+    }
+    {
+        const int32_t at[9] = {7, 0, 19, 7, 12, 3, 7, 18, 0};
+        nnt_tensor w = hrand(2, 4, 5, 0, 0, 0, 2), dwt = dev(&w), y = host(NNT_F32, 2, 9, H, 0, 0, 0), dy = dev(&y);
+        flag2(&y, &dy, R16);
+        OK_CPU(cops->scale_rows(cctx, &g, &w, at, 9, &y, err));
+        OK_GPU(gops->scale_rows(gctx, &dg, &dwt, at, 9, &dy, err));
+        same("scale_rows into a bfloat16-flagged tensor", &y, &dy, 0);
+        dev_free(&dwt);
+        dev_free(&dy);
+        nnt_tensor_free(&w);
+        nnt_tensor_free(&y);
     }
     nnt_tensor *d[] = {&dsrc, &dg};
     dfree(2, d);
@@ -2196,7 +2228,7 @@ int register_tests(void)
         !CU_add_test(s, "rotary, NEOX and interleaved", test_rope) ||
         !CU_add_test(s, "attention: GQA scores under every mask, softmax with sinks, mix", test_attention) ||
         !CU_add_test(s, "router: scores, groups, bias, given indices", test_route) ||
-        !CU_add_test(s, "gather, scatter with repeated rows, zero_rows, copy_cols", test_rows) ||
+        !CU_add_test(s, "gather, scatter with repeated rows, scale_rows, zero_rows, copy_cols", test_rows) ||
         !CU_add_test(s, "causal convolution with state, KDA gate", test_conv_and_gate) ||
         !CU_add_test(s, "delta rule, K != V, padding, carried state", test_delta_rule) ||
         !CU_add_test(s, "hyper-connections: weights, mix, head", test_hyper) ||
@@ -2205,7 +2237,7 @@ int register_tests(void)
         !CU_add_test(s, "bfloat16 values: rotary, per-step and once", test_bf16_rope) ||
         !CU_add_test(s, "bfloat16 values: scores, softmax plain and shifted with sinks, mix", test_bf16_attention) ||
         !CU_add_test(s, "bfloat16 values: router scoring and weights", test_bf16_route) ||
-        !CU_add_test(s, "bfloat16 values: scatters and gather", test_bf16_rows) ||
+        !CU_add_test(s, "bfloat16 values: scatters, scale_rows and gather", test_bf16_rows) ||
         !CU_add_test(s, "bfloat16 values: convolution (state unrounded), KDA gate in float32", test_bf16_conv_and_gate) ||
         !CU_add_test(s, "bfloat16 values: delta rule output (states float32)", test_bf16_delta_rule) ||
         !CU_add_test(s, "bfloat16 values: hyper-connections, compression, indexer in float32", test_bf16_hyper) ||

@@ -36,7 +36,7 @@ NNT_PLUGIN_EXPORT int nnt_something_else = 42;
  * BROKEN_NULL_OP: "null_op", whose table leaves the required op `download` NULL;
  * BROKEN_BAD_OPS_SIZE: "bad_ops_size", whose table's struct_size is smaller than the required ops;
  * BROKEN_FEW_OPS (loads): "few_ops", without the optional recurrent (Kimi) and hyper-connection
- * (DeepSeek) ops; BROKEN_FEW_CPU (loads): the same table under the name "cpu";
+ * (DeepSeek) ops and without scale_rows (which no family needs); BROKEN_FEW_CPU (loads): the same table under the name "cpu";
  * BROKEN_SHORT_TABLE (loads): "short_table", every op filled but struct_size ending before
  * conv1d_causal, as an older minor's shorter table would: the ops past it must read as absent. */
 #include <string.h>
@@ -73,7 +73,7 @@ static const nnt_backend_ops OPS = {
     S(scatter_rows), S(sum_axis1), S(copy_cols),
 #if !defined(BROKEN_FEW_OPS) && !defined(BROKEN_FEW_CPU)
     S(conv1d_causal), S(kda_gate), S(sigmoid), S(delta_rule), S(rms_norm_gated), S(zero_rows),
-    S(hyper_connection), S(hyper_mix), S(hyper_head), S(compress), S(indexer_scores),
+    S(hyper_connection), S(hyper_mix), S(hyper_head), S(compress), S(indexer_scores), S(scale_rows),
 #endif
 #undef S
 };
