@@ -109,8 +109,12 @@ _Static_assert(offsetof(nnt_backend_ops, linear_backward) == offsetof(nnt_backen
  * nnt_op) and its backward after them. */
 _Static_assert(offsetof(nnt_backend_ops, scale_rows) == offsetof(nnt_backend_ops, copy_cols_backward) + sizeof(void (*)(void)),
                "scale_rows (ABI 3.6) follows the backward entries of 3.5");
-_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, scale_rows_backward) + sizeof(void (*)(void)),
-               "scale_rows_backward is the table's last entry; append new forward ops to OPS and nnt_op");
+/* ABI 3.7 appended the backward entries of DeepSeek-V4's hyper-connections and compressors. */
+_Static_assert(offsetof(nnt_backend_ops, hyper_connection_backward) ==
+                   offsetof(nnt_backend_ops, scale_rows_backward) + sizeof(void (*)(void)),
+               "the backward entries of ABI 3.7 follow scale_rows_backward");
+_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, compress_backward) + sizeof(void (*)(void)),
+               "compress_backward is the table's last entry; append new forward ops to OPS and nnt_op");
 
 /* Op `op` of a table copied by check_backend (NULL when absent). */
 static const void *op_fn(const nnt_backend_ops *t, int op)

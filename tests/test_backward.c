@@ -1112,6 +1112,269 @@ static void test_scale_rows(void)
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nnt_tensor_free(ts[i]);
 }
 
+/* ---- hyper-connections and compressors (DeepSeek-V4) ---- */
+
+typedef struct hc_arg {
+    int64_t M, n, H;
+    const float *fn, *base, *scale;
+    double rms_eps, hc_eps;
+    int iters, head; /* head: hyper_head (only the collapse, fn [n, n H]) */
+} hc_arg;
+
+/* y = [post [M, n], comb [M, n, n], collapsed [M, H]] of hyper_connection from x (head: only
+ * collapsed), from the formula in nnt_backend.h */
+static void fwd_hc(const void *arg, const double *x, double *y)
+{
+    const hc_arg *a = arg;
+    int64_t n = a->n, H = a->H, nH = n * H, outs = a->head ? n : (2 + n) * n;
+    double *post = y, *comb = y + a->M * n, *coll = a->head ? y : comb + a->M * n * n;
+    for (int64_t m = 0; m < a->M; m++) {
+        const double *xm = x + m * nH;
+        double ss = 0.0, mx[16 * 18], C[256];
+        for (int64_t i = 0; i < nH; i++) ss += xm[i] * xm[i];
+        double r = 1.0 / sqrt(ss / (double)nH + a->rms_eps);
+        for (int64_t o = 0; o < outs; o++) {
+            mx[o] = 0.0;
+            for (int64_t i = 0; i < nH; i++) mx[o] += a->fn[o * nH + i] * xm[i] * r;
+        }
+        for (int64_t h = 0; h < H; h++) {
+            double acc = 0.0;
+            for (int64_t j = 0; j < n; j++)
+                acc += (1.0 / (1.0 + exp(-(mx[j] * a->scale[0] + a->base[j]))) + a->hc_eps) * xm[j * H + h];
+            coll[m * H + h] = acc;
+        }
+        if (a->head) continue;
+        for (int64_t j = 0; j < n; j++) post[m * n + j] = 2.0 / (1.0 + exp(-(mx[n + j] * a->scale[1] + a->base[n + j])));
+        for (int64_t j = 0; j < n; j++) {
+            double sum = 0.0;
+            for (int64_t k = 0; k < n; k++) sum += (C[j * n + k] = exp(mx[2 * n + j * n + k] * a->scale[2] + a->base[2 * n + j * n + k]));
+            for (int64_t k = 0; k < n; k++) C[j * n + k] = C[j * n + k] / sum + a->hc_eps;
+        }
+        for (int it = 0; it < a->iters; it++) {
+            for (int64_t j = 0; it > 0 && j < n; j++) {
+                double s = 0.0;
+                for (int64_t k = 0; k < n; k++) s += C[j * n + k];
+                for (int64_t k = 0; k < n; k++) C[j * n + k] /= s + a->hc_eps;
+            }
+            for (int64_t k = 0; k < n; k++) {
+                double s = 0.0;
+                for (int64_t j = 0; j < n; j++) s += C[j * n + k];
+                for (int64_t j = 0; j < n; j++) C[j * n + k] /= s + a->hc_eps;
+            }
+        }
+        for (int64_t i = 0; i < n * n; i++) comb[m * n * n + i] = C[i];
+    }
+}
+
+/* hyper_connection's backward with every output gradient, with each alone, with none; and
+ * hyper_head's; the weights of both, and the forward's outputs against the formula */
+static void test_hyper_connection(void)
+{
+    const int64_t M = 3, n = 3, H = 5;
+    const int iter_cases[3] = {0, 1, 4};
+    nnt_error err = {0};
+    for (int ic = 0; ic < 3; ic++)
+        for (int which = 0; which < 5; which++) { /* 0: all three; 1..3: post, comb, collapsed alone; 4: none */
+            int64_t outs = (2 + n) * n;
+            nnt_tensor x = mk(3, M, n, H, 0), fn = mk(2, outs, n * H, 0, 0), base = mk(1, outs, 0, 0, 0),
+                       scale = mk(1, 3, 0, 0, 0), post = mk(2, M, n, 0, 0), comb = mk(3, M, n, n, 0),
+                       coll = mk(2, M, H, 0, 0);
+            fill(&x, 1.0f);
+            fill(&fn, 0.6f);
+            fill(&base, 0.5f);
+            fl(&scale)[0] = 0.7f, fl(&scale)[1] = 1.3f, fl(&scale)[2] = 0.9f;
+            const float hc_eps = 0.01f, rms_eps = 1e-6f;
+            int iters = iter_cases[ic];
+            CU_ASSERT_EQUAL_FATAL(ops->hyper_connection(bctx, &x, &fn, &base, &scale, rms_eps, hc_eps, iters, &post, &comb,
+                                                        &coll, &err), NNT_OK);
+            nnt_tensor dpost = mk(2, M, n, 0, 0), dcomb = mk(3, M, n, n, 0), dcoll = mk(2, M, H, 0, 0);
+            double *gp = cotangent(&dpost), *gc = cotangent(&dcomb), *gl = cotangent(&dcoll);
+            int64_t ny = M * n + M * n * n + M * H;
+            double *g = calloc((size_t)ny, sizeof *g);
+            CU_ASSERT_FATAL(g != NULL);
+            int use[3] = {which == 0 || which == 1, which == 0 || which == 2, which == 0 || which == 3};
+            for (int64_t i = 0; i < M * n && use[0]; i++) g[i] = gp[i];
+            for (int64_t i = 0; i < M * n * n && use[1]; i++) g[M * n + i] = gc[i];
+            for (int64_t i = 0; i < M * H && use[2]; i++) g[M * n + M * n * n + i] = gl[i];
+            float *before;
+            nnt_tensor dx = grad_like(&x, &before);
+            CU_ASSERT_EQUAL(ops->hyper_connection_backward(bctx, &x, &fn, &base, &scale, rms_eps, hc_eps, iters,
+                                                           use[0] ? &dpost : NULL, use[1] ? &dcomb : NULL,
+                                                           use[2] ? &dcoll : NULL, &dx, &err), NNT_OK);
+            hc_arg a = {M, n, H, fn.data, base.data, scale.data, rms_eps, hc_eps, iters, 0};
+            char what[96];
+            snprintf(what, sizeof what, "hyper_connection, %d iterations, outputs %d", iters, which);
+            check(what, fwd_hc, &a, x.data, M * n * H, g, ny, dx.data, before);
+            if (which == 0) { /* the formula gives the backend's outputs */
+                double *xd = malloc((size_t)(M * n * H) * sizeof *xd), *y = malloc((size_t)ny * sizeof *y);
+                CU_ASSERT_FATAL(xd && y);
+                for (int64_t i = 0; i < M * n * H; i++) xd[i] = fl(&x)[i];
+                fwd_hc(&a, xd, y);
+                for (int64_t i = 0; i < M * n; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&post)[i], y[i], 1e-5);
+                for (int64_t i = 0; i < M * n * n; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&comb)[i], y[M * n + i], 1e-5);
+                for (int64_t i = 0; i < M * H; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&coll)[i], y[M * n + M * n * n + i], 1e-5);
+                free(xd), free(y);
+                /* shapes refused */
+                nnt_tensor bad = mk(2, M, n + 1, 0, 0);
+                CU_ASSERT_EQUAL(ops->hyper_connection_backward(bctx, &x, &fn, &base, &scale, rms_eps, hc_eps, iters, &bad,
+                                                               NULL, NULL, &dx, &err), NNT_ERR_SHAPE);
+                nnt_tensor_free(&bad);
+            }
+            free(g), free(gp), free(gc), free(gl), free(before);
+            nnt_tensor_free(&x), nnt_tensor_free(&fn), nnt_tensor_free(&base), nnt_tensor_free(&scale);
+            nnt_tensor_free(&post), nnt_tensor_free(&comb), nnt_tensor_free(&coll), nnt_tensor_free(&dx);
+            nnt_tensor_free(&dpost), nnt_tensor_free(&dcomb), nnt_tensor_free(&dcoll);
+        }
+    { /* hyper_head: fn [n, n H], base [n], one scale */
+        const int64_t Mh = 5, nh = 4, Hh = 7;
+        nnt_tensor x = mk(3, Mh, nh, Hh, 0), fn = mk(2, nh, nh * Hh, 0, 0), base = mk(1, nh, 0, 0, 0),
+                   scale = mk(1, 1, 0, 0, 0), y = mk(2, Mh, Hh, 0, 0), dy = mk(2, Mh, Hh, 0, 0);
+        fill(&x, 1.0f);
+        fill(&fn, 0.6f);
+        fill(&base, 0.5f);
+        fl(&scale)[0] = 1.1f;
+        CU_ASSERT_EQUAL_FATAL(ops->hyper_head(bctx, &x, &fn, &base, &scale, 1e-6f, 1e-6f, &y, &err), NNT_OK);
+        double *g = cotangent(&dy);
+        float *before;
+        nnt_tensor dx = grad_like(&x, &before);
+        CU_ASSERT_EQUAL(ops->hyper_head_backward(bctx, &x, &fn, &base, &scale, 1e-6f, 1e-6f, &dy, &dx, &err), NNT_OK);
+        hc_arg a = {Mh, nh, Hh, fn.data, base.data, scale.data, 1e-6, 1e-6, 0, 1};
+        check("hyper_head", fwd_hc, &a, x.data, Mh * nh * Hh, g, Mh * Hh, dx.data, before);
+        CU_ASSERT_EQUAL(ops->hyper_head_backward(bctx, &x, &fn, &base, &scale, 1e-6f, 1e-6f, &dy, NULL, &err), NNT_OK);
+        nnt_tensor bad = mk(2, Mh, Hh + 1, 0, 0);
+        CU_ASSERT_EQUAL(ops->hyper_head_backward(bctx, &x, &fn, &base, &scale, 1e-6f, 1e-6f, &bad, &dx, &err), NNT_ERR_SHAPE);
+        free(g), free(before);
+        nnt_tensor_free(&x), nnt_tensor_free(&fn), nnt_tensor_free(&base), nnt_tensor_free(&scale);
+        nnt_tensor_free(&y), nnt_tensor_free(&dy), nnt_tensor_free(&dx), nnt_tensor_free(&bad);
+    }
+}
+
+typedef struct hmix_arg {
+    int64_t M, n, H;
+    const float *t[4]; /* x, a, post, comb */
+    int which;         /* the argument x stands for */
+} hmix_arg;
+
+static void fwd_hmix(const void *arg, const double *v, double *y)
+{
+    const hmix_arg *a = arg;
+    int64_t n = a->n, H = a->H;
+#define HM_IN(k, i) (a->which == (k) ? v[i] : (double)a->t[k][i])
+    for (int64_t m = 0; m < a->M; m++)
+        for (int64_t k = 0; k < n; k++)
+            for (int64_t h = 0; h < H; h++) {
+                double o = HM_IN(2, m * n + k) * HM_IN(1, m * H + h);
+                for (int64_t j = 0; j < n; j++) o += HM_IN(3, (m * n + j) * n + k) * HM_IN(0, (m * n + j) * H + h);
+                y[(m * n + k) * H + h] = o;
+            }
+#undef HM_IN
+}
+
+static void test_hyper_mix(void)
+{
+    const int64_t M = 3, n = 4, H = 5;
+    nnt_error err = {0};
+    nnt_tensor in[4] = {mk(3, M, n, H, 0), mk(2, M, H, 0, 0), mk(2, M, n, 0, 0), mk(3, M, n, n, 0)};
+    for (int k = 0; k < 4; k++) fill(&in[k], 1.0f);
+    nnt_tensor out = mk(3, M, n, H, 0), dout = mk(3, M, n, H, 0);
+    CU_ASSERT_EQUAL(ops->hyper_mix(bctx, &in[0], &in[1], &in[2], &in[3], &out, &err), NNT_OK);
+    double *g = cotangent(&dout);
+    float *before[4];
+    nnt_tensor d[4];
+    for (int k = 0; k < 4; k++) d[k] = grad_like(&in[k], &before[k]);
+    CU_ASSERT_EQUAL(ops->hyper_mix_backward(bctx, &in[0], &in[1], &in[2], &in[3], &dout, &d[0], &d[1], &d[2], &d[3], &err),
+                    NNT_OK);
+    static const char *const names[4] = {"hyper_mix dx", "hyper_mix da", "hyper_mix dpost", "hyper_mix dcomb"};
+    hmix_arg a = {M, n, H, {in[0].data, in[1].data, in[2].data, in[3].data}, 0};
+    for (int k = 0; k < 4; k++) {
+        a.which = k;
+        check(names[k], fwd_hmix, &a, in[k].data, nnt_tensor_numel(&in[k]), g, M * n * H, d[k].data, before[k]);
+    }
+    /* the forward agrees with the formula; gradients not wanted; shapes refused */
+    double *xd = malloc((size_t)(M * n * H) * sizeof *xd), *y = malloc((size_t)(M * n * H) * sizeof *y);
+    for (int64_t i = 0; i < M * n * H; i++) xd[i] = fl(&in[0])[i];
+    a.which = 0;
+    fwd_hmix(&a, xd, y);
+    for (int64_t i = 0; i < M * n * H; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&out)[i], y[i], 1e-5);
+    CU_ASSERT_EQUAL(ops->hyper_mix_backward(bctx, &in[0], &in[1], &in[2], &in[3], &dout, NULL, NULL, NULL, NULL, &err), NNT_OK);
+    CU_ASSERT_EQUAL(ops->hyper_mix_backward(bctx, &in[0], &in[1], &in[3], &in[3], &dout, &d[0], NULL, NULL, NULL, &err),
+                    NNT_ERR_SHAPE);
+    free(xd), free(y), free(g);
+    for (int k = 0; k < 4; k++) free(before[k]), nnt_tensor_free(&in[k]), nnt_tensor_free(&d[k]);
+    nnt_tensor_free(&out), nnt_tensor_free(&dout);
+}
+
+typedef struct comp_arg {
+    int64_t B, T, cD, C;
+    int rate, overlap, wrt_gate;
+    const int32_t *first, *count;
+    const float *kv, *gate, *ape;
+} comp_arg;
+
+/* out [B, C, D] of compress from kv (or gate, when wrt_gate), from the formula in nnt_backend.h */
+static void fwd_compress(const void *arg, const double *v, double *y)
+{
+    const comp_arg *a = arg;
+    int64_t D = a->overlap ? a->cD / 2 : a->cD, T = a->T, cD = a->cD;
+    for (int64_t i = 0; i < a->B * a->C * D; i++) y[i] = 0.0;
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t w = 0; w < a->count[b]; w++)
+            for (int64_t ch = 0; ch < D; ch++) {
+                double num = 0.0, den = 0.0;
+                for (int part = a->overlap && w > 0 ? 0 : 1; part < 2; part++)
+                    for (int i = 0; i < a->rate; i++) {
+                        int64_t t = a->first[b] + (w - 1 + part) * a->rate + i, c = part && a->overlap ? D + ch : ch;
+                        int64_t at = (b * T + t) * cD + c;
+                        double gz = a->wrt_gate ? v[at] : a->gate[at], kz = a->wrt_gate ? a->kv[at] : v[at];
+                        double e = exp(gz + a->ape[i * cD + c]);
+                        num += e * kz;
+                        den += e;
+                    }
+                y[(b * a->C + w) * D + ch] = num / den;
+            }
+}
+
+static void test_compress(void)
+{
+    const int64_t B = 2, T = 11, D = 5, C = 4;
+    const int rate = 3;
+    int32_t first[2] = {0, 2}, count[2] = {3, 2};
+    nnt_error err = {0};
+    for (int overlap = 0; overlap < 2; overlap++) {
+        int64_t cD = overlap ? 2 * D : D;
+        nnt_tensor kv = mk(3, B, T, cD, 0), gate = mk(3, B, T, cD, 0), ape = mk(2, rate, cD, 0, 0), out = mk(3, B, C, D, 0),
+                   dout = mk(3, B, C, D, 0);
+        fill(&kv, 1.0f);
+        fill(&gate, 1.5f);
+        fill(&ape, 0.5f);
+        CU_ASSERT_EQUAL_FATAL(ops->compress(bctx, &kv, &gate, &ape, rate, overlap, first, count, &out, &err), NNT_OK);
+        double *g = cotangent(&dout);
+        float *bk, *bg;
+        nnt_tensor dkv = grad_like(&kv, &bk), dgate = grad_like(&gate, &bg);
+        CU_ASSERT_EQUAL(ops->compress_backward(bctx, &kv, &gate, &ape, rate, overlap, first, count, &dout, &dkv, &dgate, &err),
+                        NNT_OK);
+        comp_arg a = {B, T, cD, C, rate, overlap, 0, first, count, kv.data, gate.data, ape.data};
+        check(overlap ? "compress dkv, overlap" : "compress dkv", fwd_compress, &a, kv.data, B * T * cD, g, B * C * D,
+              dkv.data, bk);
+        a.wrt_gate = 1;
+        check(overlap ? "compress dgate, overlap" : "compress dgate", fwd_compress, &a, gate.data, B * T * cD, g, B * C * D,
+              dgate.data, bg);
+        /* the forward agrees with the formula; gradients not wanted; entries that do not fit */
+        double *xd = malloc((size_t)(B * T * cD) * sizeof *xd), *y = malloc((size_t)(B * C * D) * sizeof *y);
+        for (int64_t i = 0; i < B * T * cD; i++) xd[i] = fl(&gate)[i];
+        fwd_compress(&a, xd, y);
+        for (int64_t i = 0; i < B * C * D; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&out)[i], y[i], 1e-5);
+        CU_ASSERT_EQUAL(ops->compress_backward(bctx, &kv, &gate, &ape, rate, overlap, first, count, &dout, NULL, NULL, &err),
+                        NNT_OK);
+        int32_t too_many[2] = {4, 2};
+        CU_ASSERT_EQUAL(ops->compress_backward(bctx, &kv, &gate, &ape, rate, overlap, first, too_many, &dout, &dkv, NULL, &err),
+                        NNT_ERR_INVALID_ARGUMENT);
+        free(xd), free(y), free(g), free(bk), free(bg);
+        nnt_tensor_free(&kv), nnt_tensor_free(&gate), nnt_tensor_free(&ape), nnt_tensor_free(&out);
+        nnt_tensor_free(&dout), nnt_tensor_free(&dkv), nnt_tensor_free(&dgate);
+    }
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("backward", setup, teardown);
@@ -1130,7 +1393,11 @@ int register_tests(void)
         !CU_add_test(s, "swiglu: the gradient at and past the clamp bounds", test_swiglu_bounds) ||
         !CU_add_test(s, "route: score functions, groups, renormalisation, scaling, given indices", test_route) ||
         !CU_add_test(s, "gather_rows, scatter_add_rows, scatter_rows with repeated rows", test_rows) ||
-        !CU_add_test(s, "scale_rows: dx and dw, repeated indices, after an in-place forward", test_scale_rows))
+        !CU_add_test(s, "scale_rows: dx and dw, repeated indices, after an in-place forward", test_scale_rows) ||
+        !CU_add_test(s, "hyper_connection (0, 1, 4 Sinkhorn iterations, each output alone) and hyper_head",
+                     test_hyper_connection) ||
+        !CU_add_test(s, "hyper_mix: every input", test_hyper_mix) ||
+        !CU_add_test(s, "compress with and without overlap, rows of different lengths", test_compress))
         return -1;
     return 0;
 }

@@ -4,7 +4,7 @@
  * FP8/FP4 layout; the lightning indexer's selection; the hyper-connection block formula and the
  * stream-mean identity from the page; the lens on one stream; the SwiGLU clamp; hash routing's
  * independence from the hidden state; ablation; refused inputs; the same weights under
- * transformers' module names. */
+ * transformers' module names; gradients of three metrics against torch autograd. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -596,6 +596,78 @@ static void test_bf16_precision(void)
     t_bf16_close(&c);
 }
 
+/* ---- gradients through the whole model ---- */
+
+static const char *const GRAD_BLOCK_VALUES[] = {
+    "layer_output", "attention_post", "attention_comb", "mlp_post", "mlp_comb", "self_attn.attention_queries",
+    "self_attn.attention_keys", "self_attn.attention_scores", "self_attn.attention_head_outputs",
+    "self_attn.attention_output", "mlp.mlp_output", "mlp.router_logits", "mlp.expert_weights"};
+enum { N_GRAD_BLOCK_VALUES = sizeof GRAD_BLOCK_VALUES / sizeof *GRAD_BLOCK_VALUES };
+
+/* The gradient of each metric at the streams, the hyper-connection weights, attention and the
+ * mixtures of every block, the embeddings and the final norm, against torch autograd on the fp32
+ * fixture (grad_reference_L13.safetensors, the 13-token prompts of reference_L13): through
+ * hyper_connection (Sinkhorn), hyper_mix, hyper_head, the compressors and hash routing. */
+static void test_gradients(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = load(rt, "deepseek_v4/fp32");
+    t_ref r;
+    open_ref(&r, rt, "deepseek_v4/fp32", 13);
+    char gpath[512];
+    t_fixture("deepseek_v4/fp32/grad_reference_L13.safetensors", gpath, sizeof gpath);
+    static const char *const METRICS[] = {"logit-diff:11,29", "logprob:7", "loss"};
+    int L = nnt_model_get_info(m)->num_layers, checked = 0;
+    double worst = 0.0;
+    for (int mi = 0; mi < 3; mi++) {
+        nnt_trace *t;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_OK(rt, nnt_trace_metric(t, METRICS[mi], NULL, 0));
+        char k[160];
+        for (int l = 0; l < L; l++)
+            for (int i = 0; i < N_GRAD_BLOCK_VALUES; i++) {
+                snprintf(k, sizeof k, "layers.%d.%s", l, GRAD_BLOCK_VALUES[i]);
+                T_OK(rt, nnt_trace_grad(t, k));
+            }
+        T_OK(rt, nnt_trace_grad(t, "layers.0.layer_input"));
+        T_OK(rt, nnt_trace_grad(t, "token_embeddings"));
+        T_OK(rt, nnt_trace_grad(t, "final_norm_output"));
+        T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+        for (int j = -3; j < L * N_GRAD_BLOCK_VALUES; j++) {
+            char name[128];
+            if (j == -3) snprintf(name, sizeof name, "layers.0.layer_input");
+            else if (j == -2) snprintf(name, sizeof name, "token_embeddings");
+            else if (j == -1) snprintf(name, sizeof name, "final_norm_output");
+            else snprintf(name, sizeof name, "layers.%d.%s", j / N_GRAD_BLOCK_VALUES, GRAD_BLOCK_VALUES[j % N_GRAD_BLOCK_VALUES]);
+            snprintf(k, sizeof k, "grad:%s", name);
+            const nnt_tensor *got = nnt_trace_get(t, k);
+            char rk[200];
+            snprintf(rk, sizeof rk, "%s/grad:%s", METRICS[mi], name);
+            nnt_tensor want;
+            CU_ASSERT_FATAL(got != NULL);
+            CU_ASSERT_FATAL(nnt_safetensors_read(rt, gpath, rk, &want) == NNT_OK);
+            double e = t_rel_err(got, &want, NULL);
+            if (!(e >= 0.0 && e <= 1e-4)) fprintf(stderr, "\n  %s: relative error %.3g\n", rk, e);
+            CU_ASSERT(e >= 0.0 && e <= 1e-4);
+            worst = e > worst ? e : worst;
+            checked++;
+            nnt_tensor_free(&want);
+        }
+        nnt_tensor want;
+        snprintf(k, sizeof k, "%s/metric", METRICS[mi]);
+        CU_ASSERT_FATAL(nnt_safetensors_read(rt, gpath, k, &want) == NNT_OK);
+        const nnt_tensor *got = nnt_trace_get(t, "metric");
+        CU_ASSERT_FATAL(got != NULL);
+        CU_ASSERT_DOUBLE_EQUAL(nnt_tensor_get_f64(got, 0), nnt_tensor_get_f64(&want, 0), 1e-4);
+        nnt_tensor_free(&want);
+        nnt_trace_free(t);
+    }
+    CU_ASSERT_EQUAL(checked, 3 * (L * N_GRAD_BLOCK_VALUES + 3));
+    if (getenv("NNT_TEST_VERBOSE")) fprintf(stderr, "\n  gradients: %d values, worst relative error %.3g\n", checked, worst);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("deepseek", NULL, NULL);
@@ -613,7 +685,9 @@ int register_tests(void)
         !CU_add_test(s, "bf16 weights: the default precision matches transformers' float32 run",
                      test_bf16_weights_values) ||
         !CU_add_test(s, "precision = bf16 is as close to transformers-bf16 as transformers-bf16 is to fp32",
-                     test_bf16_precision))
+                     test_bf16_precision) ||
+        !CU_add_test(s, "gradients of logit-diff, logprob and loss at every block's values match torch autograd",
+                     test_gradients))
         return -1;
     return 0;
 }

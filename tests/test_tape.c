@@ -3,9 +3,11 @@
  * family writes them, with memory reused and ops in place, recorded once; the gradient at its
  * input from cotangents on its output and on the routing weights is compared with central finite
  * differences of the same block run without the tape; the same for the row and column moves of
- * the MoE combine, and for a routed combine whose routing weights stay in backend memory (route,
+ * the MoE combine, for a routed combine whose routing weights stay in backend memory (route,
  * per-expert products scaled in place by scale_rows, scatter_add_rows without scales), whose
- * gradient reaches the router's logits. Also: a seed read back at its own mark,
+ * gradient reaches the router's logits, and for DeepSeek-V4's streams (hyper-connections, their
+ * mix, a compressor, the indexer's scores as a constant, the readout collapse). Also: a seed
+ * read back at its own mark,
  * linearity in the seeds, and the refusals (an op the tape does not record, a backend without a
  * backward entry). */
 #include <math.h>
@@ -440,6 +442,148 @@ static void test_routed_against_differences(void)
     free(pool);
 }
 
+/* ---- hyper-connection streams (DeepSeek-V4's ops) ---- */
+
+enum { HN = 3, HD = 8, HOUT = (2 + HN) * HN, HRATE = 2, HC = T / HRATE };
+
+/* Weights of a two-sublayer streams chain: two hyper-connections, their sublayers (linears), a
+ * compressor with overlap, the readout collapse. */
+typedef struct hyper_w {
+    float fn[2][HOUT * HN * HD], base[2][HOUT], scale[2][3], w[2][HD * HD], wkv[HD * HD], wg[HD * HD], ape[HRATE * HD];
+    float fnh[HN * HN * HD], baseh[HN], scaleh[1];
+} hyper_w;
+
+/* Activations, each its own buffer, reused as a family reuses them: post, comb and coll of the
+ * second hyper-connection overwrite the first's; the last mix writes over the streams x. */
+typedef struct hyper_mem {
+    float x[T * HN * HD], h[T * HN * HD], post[T * HN], comb[T * HN * HN], coll[T * HD], a[T * HD];
+    float kv[T * HD], gate[T * HD], ent[HC * HD / 2], scores[T * HC], y[T * HD];
+} hyper_mem;
+
+static nnt_tensor vec(float *p, int64_t n)
+{
+    return (nnt_tensor){.dtype = NNT_F32, .ndim = 1, .shape = {n}, .data = p};
+}
+
+static nnt_tensor t3(float *p, int64_t a, int64_t b, int64_t c)
+{
+    return (nnt_tensor){.dtype = NNT_F32, .ndim = 3, .shape = {a, b, c}, .data = p};
+}
+
+/* y [T, HD] = hyper_head(streams after two mixed sublayers) from x [T, HN, HD], marked 0 (x), 3
+ * (y) and 4 (the compressed entries); the indexer's scores are computed and left unread. */
+static nnt_status run_hyper(const nnt_backend_ops *o, void *c, nnt_tape *tp, hyper_w *w, hyper_mem *m,
+                            const float *x_in, float *y_h, float *ent_h, nnt_error *err)
+{
+    nnt_status st;
+    nnt_tensor x = t3(m->x, T, HN, HD), h = t3(m->h, T, HN, HD), post = mat(m->post, T, HN), comb = t3(m->comb, T, HN, HN),
+               coll = mat(m->coll, T, HD), a = mat(m->a, T, HD), y = mat(m->y, T, HD);
+    TRY(o->upload(c, x.data, x_in, sizeof m->x, err));
+    if (tp) TRY(nnt_tape_mark(tp, 0, &x, err));
+    for (int L = 0; L < 2; L++) {
+        nnt_tensor fn = mat(w->fn[L], HOUT, HN * HD), base = vec(w->base[L], HOUT), sc = vec(w->scale[L], 3);
+        nnt_tensor wl = mat(w->w[L], HD, HD), *in = L ? &h : &x, *out = L ? &x : &h;
+        TRY(o->hyper_connection(c, in, &fn, &base, &sc, 1e-6f, 1e-6f, 3, &post, &comb, &coll, err));
+        TRY(o->linear(c, &coll, &wl, &a, err));
+        if (L == 1) { /* a compressor over the collapsed stream, and the indexer's scores of its entries */
+            nnt_tensor wkv = mat(w->wkv, HD, HD), wg = mat(w->wg, HD, HD), kv = mat(m->kv, T, HD), gate = mat(m->gate, T, HD);
+            nnt_tensor ape = mat(w->ape, HRATE, HD), ent = t3(m->ent, 1, HC, HD / 2);
+            TRY(o->linear(c, &coll, &wkv, &kv, err));
+            TRY(o->linear(c, &coll, &wg, &gate, err));
+            nnt_tensor kv3 = t3(m->kv, 1, T, HD), g3 = t3(m->gate, 1, T, HD);
+            const int32_t first[1] = {0}, count[1] = {HC};
+            TRY(o->compress(c, &kv3, &g3, &ape, HRATE, 1, first, count, &ent, err));
+            if (tp) TRY(nnt_tape_mark(tp, 4, &ent, err));
+            nnt_tensor q = {.dtype = NNT_F32, .ndim = 4, .shape = {1, T, 2, HD / 2}, .data = m->kv};
+            nnt_tensor iw = t3(m->gate, 1, T, 2), scores = t3(m->scores, 1, T, HC);
+            iw.data = m->post; /* any [1, T, 2] floats: the weights only choose */
+            TRY(o->indexer_scores(c, &q, &ent, &iw, 0.5f, &scores, err));
+            TRY(o->download(c, ent_h, ent.data, sizeof m->ent, err));
+        }
+        TRY(o->hyper_mix(c, in, &a, &post, &comb, out, err));
+    }
+    nnt_tensor fnh = mat(w->fnh, HN, HN * HD), baseh = vec(w->baseh, HN), sch = vec(w->scaleh, 1);
+    TRY(o->hyper_head(c, &x, &fnh, &baseh, &sch, 1e-6f, 1e-6f, &y, err));
+    if (tp) TRY(nnt_tape_mark(tp, 3, &y, err));
+    return o->download(c, y_h, y.data, sizeof m->y, err);
+}
+
+static double hyper_loss(hyper_w *w, const float *x, const float *cy, const float *ce)
+{
+    float y[T * HD], ent[HC * HD / 2];
+    hyper_mem *m = calloc(1, sizeof *m);
+    nnt_error err = {0};
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT_EQUAL_FATAL(run_hyper(cpu, cctx, NULL, w, m, x, y, ent, &err), NNT_OK);
+    free(m);
+    double L = 0.0;
+    for (int i = 0; i < T * HD; i++) L += (double)cy[i] * y[i];
+    for (int i = 0; i < HC * HD / 2; i++) L += (double)ce[i] * ent[i];
+    return L;
+}
+
+static void test_hyper_against_differences(void)
+{
+    hyper_w *w = malloc(sizeof *w);
+    hyper_mem *m = calloc(1, sizeof *m);
+    CU_ASSERT_FATAL(w && m);
+    fill_rand(&w->fn[0][0], (int)(sizeof w->fn / sizeof(float)), 0.4f);
+    fill_rand(&w->base[0][0], (int)(sizeof w->base / sizeof(float)), 0.5f);
+    for (int L = 0; L < 2; L++) w->scale[L][0] = 0.8f, w->scale[L][1] = 1.2f, w->scale[L][2] = 1.5f;
+    fill_rand(&w->w[0][0], (int)(sizeof w->w / sizeof(float)), 0.5f);
+    fill_rand(w->wkv, HD * HD, 0.5f);
+    fill_rand(w->wg, HD * HD, 0.8f);
+    fill_rand(w->ape, HRATE * HD, 0.5f);
+    fill_rand(w->fnh, HN * HN * HD, 0.4f);
+    fill_rand(w->baseh, HN, 0.5f);
+    w->scaleh[0] = 0.9f;
+    float x[T * HN * HD], cy[T * HD], ce[HC * HD / 2], y[T * HD], ent[HC * HD / 2];
+    fill_rand(x, T * HN * HD, 1.0f);
+    fill_rand(cy, T * HD, 1.0f);
+    fill_rand(ce, HC * HD / 2, 1.0f);
+    nnt_tape *tp;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_new(cpu, cctx, &tp, &err), NNT_OK);
+    nnt_status st = run_hyper(nnt_tape_ops(tp), nnt_tape_ctx(tp), tp, w, m, x, y, ent, &err);
+    if (st != NNT_OK) fprintf(stderr, "record: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    nnt_tensor g;
+    nnt_tape_seed seeds[2] = {{.tag = 3, .cotangent = cy}, {.tag = 4, .cotangent = ce}};
+    nnt_tape_grad want = {.tag = 0, .grad = &g};
+    st = nnt_tape_backward(tp, seeds, 2, &want, 1, &err);
+    if (st != NNT_OK) fprintf(stderr, "backward: %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, NNT_OK);
+    CU_ASSERT_EQUAL(g.ndim, 3);
+    const float *gp = g.data;
+    double worst = 0.0, amax = 0.0;
+    for (int i = 0; i < T * HN * HD; i++) amax = fmax(amax, fabs(gp[i]));
+    const float hstep = 2e-3f;
+    for (int i = 0; i < T * HN * HD; i++) {
+        float xp[T * HN * HD], xm[T * HN * HD];
+        memcpy(xp, x, sizeof x);
+        memcpy(xm, x, sizeof x);
+        xp[i] += hstep, xm[i] -= hstep;
+        double fd = (hyper_loss(w, xp, cy, ce) - hyper_loss(w, xm, cy, ce)) / (2.0 * hstep);
+        worst = fmax(worst, fabs(fd - gp[i]));
+    }
+    if (getenv("NNT_TAPE_VERBOSE") || worst > 3e-3 * amax)
+        fprintf(stderr, "hyper streams vs differences: worst %.3g, largest %.3g\n", worst, amax);
+    CU_ASSERT(amax > 0.1);
+    CU_ASSERT(worst <= 3e-3 * amax);
+    /* a backend without one of the new backward entries is refused by name */
+    nnt_backend_ops lacking = *cpu;
+    lacking.compress_backward = NULL;
+    nnt_tape *t2;
+    CU_ASSERT_EQUAL_FATAL(nnt_tape_new(&lacking, cctx, &t2, &err), NNT_OK);
+    CU_ASSERT_EQUAL(run_hyper(nnt_tape_ops(t2), nnt_tape_ctx(t2), t2, w, m, x, y, ent, &err), NNT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "compress_backward"));
+    nnt_tape_free(t2);
+    nnt_tensor_free(&g);
+    nnt_tape_free(tp);
+    free(w);
+    free(m);
+}
+
 /* A tape that does not record passes calls through and keeps nothing; recording again starts a
  * new record. */
 static void test_pass_through(void)
@@ -511,6 +655,8 @@ int register_tests(void)
         !CU_add_test(s, "a routed combine scaled by device routing weights: logits' and input's gradients equal "
                         "central differences",
                      test_routed_against_differences) ||
+        !CU_add_test(s, "hyper-connection streams with a compressor: the input gradient equals central differences",
+                     test_hyper_against_differences) ||
         !CU_add_test(s, "a seed reads back at its mark; gradients are linear in the seeds", test_seed_and_linearity) ||
         !CU_add_test(s, "a tape not recording passes calls through and keeps nothing", test_pass_through) ||
         !CU_add_test(s, "ops not recorded and missing backward entries are refused by name", test_refusals))

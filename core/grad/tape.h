@@ -121,8 +121,13 @@ typedef enum tape_kind {
     TAPE_SCATTER_ROWS,
     TAPE_SUM_AXIS1,
     TAPE_COPY_COLS,
-    TAPE_AFFINE,    /* out[0] := host[0] * out[0] + constant, elementwise (nnt_tape_affine) */
-    TAPE_SCALE_ROWS /* in[0] x, in[1] w (an activation: routing weights), out[0] y (may be x) */
+    TAPE_AFFINE, /* out[0] := host[0] * out[0] + constant, elementwise (nnt_tape_affine) */
+    TAPE_SCALE_ROWS, /* in[0] x, in[1] w (an activation: routing weights), out[0] y (may be x) */
+    /* ---- hyper-connections and compressors (DeepSeek-V4; tape_ops_hyper.c, tape_backward_hyper.c) ---- */
+    TAPE_HYPER_CONNECTION,
+    TAPE_HYPER_MIX,
+    TAPE_HYPER_HEAD,
+    TAPE_COMPRESS
 } tape_kind;
 
 /* One recorded op. in[] and out[] describe the tensors as the op saw them (their memory is the
@@ -131,8 +136,8 @@ typedef enum tape_kind {
 typedef struct tape_entry {
     tape_kind kind;
     int tag;                  /* TAPE_MARK */
-    nnt_tensor in[3], out[2]; /* unused slots have data NULL */
-    nnt_tensor keep[3];
+    nnt_tensor in[4], out[3]; /* unused slots have data NULL */
+    nnt_tensor keep[4];
     void *host[7];
     float f;                  /* eps, scale, limit, factor, mscale */
     int64_t i[3];             /* rot_start, rot_dim, style; n rows (gathers, scatters, scale_rows); src_col,
@@ -164,6 +169,10 @@ void nnt_tape_ops_init(nnt_tape *tp);
 nnt_status nnt_tape_no_backward(nnt_error *err, const char *op, const char *entry);
 /* The MoE and feed-forward wrappers, and the refusals of the ops not recorded (tape_ops_moe.c). */
 void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be);
+/* The wrappers of DeepSeek-V4's hyper-connection, compressor and indexer ops (tape_ops_hyper.c). */
+void nnt_tape_ops_init_hyper(nnt_backend_ops *o, const nnt_backend_ops *be);
+/* Slots of a tape_entry's arrays, for loops over them. */
+#define TAPE_SLOTS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 /* ---- the gradient memory (tape_shadow.c), for the reverse pass ---- */
 /* The gradient of t: t's shape at t's place in the gradient memory (F32, no rounding flags);
  * data NULL when t lies in no region (nothing recorded touched it). */
@@ -178,6 +187,8 @@ nnt_status nnt_tape_output_gradient(nnt_tape *tp, const tape_entry *e, const nnt
                                     void **tmp, int *cleared, nnt_error *err);
 /* The reverse step of entry e, neither a mark nor a constant (tape_backward_ops.c). */
 nnt_status nnt_tape_backward_entry(nnt_tape *tp, const tape_entry *e, nnt_error *err);
+/* The reverse step of a hyper-connection or compressor entry (tape_backward_hyper.c). */
+nnt_status nnt_tape_backward_hyper(nnt_tape *tp, const tape_entry *e, nnt_error *err);
 /* Makes the zeroed gradient memory of the record (tape_shadow.c). */
 nnt_status nnt_tape_make_regions(nnt_tape *tp, nnt_error *err);
 /* Frees the gradient memory of the last backward (tape_shadow.c). */

@@ -168,6 +168,10 @@ nnt_status nnt_tape_backward_entry(nnt_tape *tp, const tape_entry *e, nnt_error 
     case TAPE_SCATTER_ROWS:
     case TAPE_SCATTER_ADD_ROWS: return scatter_back(tp, e, err);
     case TAPE_SWIGLU: return swiglu_back(tp, e, err);
+    case TAPE_HYPER_CONNECTION:
+    case TAPE_HYPER_MIX:
+    case TAPE_HYPER_HEAD:
+    case TAPE_COMPRESS: return nnt_tape_backward_hyper(tp, e, err);
     default: break;
     }
     const nnt_tensor *out = e->kind == TAPE_ROUTE ? &e->out[1] : &e->out[0];

@@ -262,4 +262,5 @@ void nnt_tape_ops_init(nnt_tape *tp)
     WRAP(attn_mix);
 #undef WRAP
     nnt_tape_ops_init_moe(o, be);
+    nnt_tape_ops_init_hyper(o, be);
 }

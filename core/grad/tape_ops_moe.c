@@ -1,7 +1,7 @@
 /* tape_ops_moe.c - the gradient tape's entries for the feed-forward and mixture-of-experts ops
  * (SwiGLU, the router, row gathers and scatters, rows scaled by routing weights, the sum over
  * slots, column copies), and the refusals of the ops it does not record yet (the recurrent
- * mixers, hyper-connections and compressed attention). */
+ * mixers; DeepSeek-V4's ops are tape_ops_hyper.c's). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,38 +188,6 @@ static nnt_status r_zero_rows(void *ctx, nnt_tensor *x, const uint8_t *v, nnt_er
     if (!TP->recording) return TP->be->zero_rows(REAL, x, v, err);
     return not_yet(err, "zero_rows");
 }
-static nnt_status r_hyper_connection(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
-                                     const nnt_tensor *sc, float re, float he, int it, nnt_tensor *post,
-                                     nnt_tensor *comb, nnt_tensor *col, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->hyper_connection(REAL, x, fn, base, sc, re, he, it, post, comb, col, err);
-    return not_yet(err, "hyper_connection");
-}
-static nnt_status r_hyper_mix(void *ctx, const nnt_tensor *x, const nnt_tensor *a, const nnt_tensor *post,
-                              const nnt_tensor *comb, nnt_tensor *out, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->hyper_mix(REAL, x, a, post, comb, out, err);
-    return not_yet(err, "hyper_mix");
-}
-static nnt_status r_hyper_head(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
-                               const nnt_tensor *sc, float re, float he, nnt_tensor *y, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->hyper_head(REAL, x, fn, base, sc, re, he, y, err);
-    return not_yet(err, "hyper_head");
-}
-static nnt_status r_compress(void *ctx, const nnt_tensor *kv, const nnt_tensor *g, const nnt_tensor *ape, int rate,
-                             int ov, const int32_t *first, const int32_t *count, nnt_tensor *out, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->compress(REAL, kv, g, ape, rate, ov, first, count, out, err);
-    return not_yet(err, "compress");
-}
-static nnt_status r_indexer_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w, float s,
-                                   nnt_tensor *out, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->indexer_scores(REAL, q, k, w, s, out, err);
-    return not_yet(err, "indexer_scores");
-}
-
 void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be)
 {
 #define WRAP(name) o->name = be->name ? t_##name : NULL
@@ -238,11 +206,6 @@ void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be)
     REFUSE(delta_rule);
     REFUSE(rms_norm_gated);
     REFUSE(zero_rows);
-    REFUSE(hyper_connection);
-    REFUSE(hyper_mix);
-    REFUSE(hyper_head);
-    REFUSE(compress);
-    REFUSE(indexer_scores);
 #undef WRAP
 #undef REFUSE
 }

@@ -8,9 +8,9 @@
 
 void nnt_tape_entry_clear(const nnt_tape *tp, tape_entry *e)
 {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < TAPE_SLOTS(e->keep); k++)
         if (e->keep[k].data) tp->be->free(tp->be_ctx, e->keep[k].data);
-    for (int k = 0; k < 7; k++) free(e->host[k]);
+    for (int k = 0; k < TAPE_SLOTS(e->host); k++) free(e->host[k]);
     memset(e, 0, sizeof *e);
 }
 

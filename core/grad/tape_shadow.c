@@ -41,15 +41,19 @@ void nnt_tape_regions_free(nnt_tape *tp)
     tp->n_regions = 0;
 }
 
-/* Collects the activation ranges of the record into r (room for 5 per entry); returns the count. */
+/* Tensors an entry names: its inputs, then its outputs. */
+#define ENTRY_TENSORS (TAPE_SLOTS(((tape_entry *)0)->in) + TAPE_SLOTS(((tape_entry *)0)->out))
+
+/* Collects the activation ranges of the record into r (room for ENTRY_TENSORS per entry);
+ * returns the count. */
 static int collect(const nnt_tape *tp, range *r)
 {
-    int n = 0;
+    int n = 0, nin = TAPE_SLOTS(tp->e[0].in);
     for (int i = 0; i < tp->n; i++) {
         const tape_entry *e = &tp->e[i];
-        for (int k = 0; k < 5; k++) {
-            const nnt_tensor *t = k < 3 ? &e->in[k] : &e->out[k - 3];
-            if (!is_activation(t) || (k < 3 && is_weight(e->kind, k))) continue;
+        for (int k = 0; k < ENTRY_TENSORS; k++) {
+            const nnt_tensor *t = k < nin ? &e->in[k] : &e->out[k - nin];
+            if (!is_activation(t) || (k < nin && is_weight(e->kind, k))) continue;
             r[n].lo = (uintptr_t)t->data;
             r[n].hi = r[n].lo + nnt_tensor_nbytes(t);
             if (r[n].hi > r[n].lo) n++;
@@ -62,7 +66,7 @@ static int collect(const nnt_tape *tp, range *r)
 nnt_status nnt_tape_make_regions(nnt_tape *tp, nnt_error *err)
 {
     nnt_tape_regions_free(tp);
-    range *r = malloc((size_t)(tp->n ? tp->n : 1) * 5 * sizeof *r);
+    range *r = malloc((size_t)(tp->n ? tp->n : 1) * ENTRY_TENSORS * sizeof *r);
     if (!r) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the gradient's regions");
     int n = collect(tp, r), m = 0;
     qsort(r, (size_t)n, sizeof *r, by_lo);
@@ -137,7 +141,7 @@ nnt_status nnt_tape_output_gradient(nnt_tape *tp, const tape_entry *e, const nnt
     *tmp = NULL;
     *cleared = 0;
     int alias = 0;
-    for (int k = 0; k < 3; k++) alias |= overlaps(out, &e->in[k]) && !is_weight(e->kind, k);
+    for (int k = 0; k < TAPE_SLOTS(e->in); k++) alias |= overlaps(out, &e->in[k]) && !is_weight(e->kind, k);
     if (!alias || !dy->data) return NNT_OK;
     nnt_tensor copy = *dy;
     nnt_status st = tp->be->alloc(tp->be_ctx, nnt_tensor_nbytes(dy), tmp, err);

@@ -312,6 +312,10 @@ static const nnt_backend_ops cpu_ops = {
     .copy_cols_backward = cpu_copy_cols_backward,
     .scale_rows = cpu_scale_rows,
     .scale_rows_backward = cpu_scale_rows_backward,
+    .hyper_connection_backward = cpu_hyper_connection_backward,
+    .hyper_mix_backward = cpu_hyper_mix_backward,
+    .hyper_head_backward = cpu_hyper_head_backward,
+    .compress_backward = cpu_compress_backward,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

@@ -191,5 +191,19 @@ nnt_status cpu_scatter_rows_backward(void *ctx, const nnt_tensor *src, const int
 nnt_status cpu_sum_axis1_backward(void *ctx, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
 nnt_status cpu_scale_rows_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
                                    const nnt_tensor *dy, nnt_tensor *dx, nnt_tensor *dw, nnt_error *err);
+/* cpu_backward_hyper.c: hyper-connections and compressors (DeepSeek-V4) */
+nnt_status cpu_hyper_connection_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                                         const nnt_tensor *scale, float rms_eps, float hc_eps, int iters,
+                                         const nnt_tensor *dpost, const nnt_tensor *dcomb, const nnt_tensor *dcollapsed,
+                                         nnt_tensor *dx, nnt_error *err);
+nnt_status cpu_hyper_mix_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *a, const nnt_tensor *post,
+                                  const nnt_tensor *comb, const nnt_tensor *dout, nnt_tensor *dx, nnt_tensor *da,
+                                  nnt_tensor *dpost, nnt_tensor *dcomb, nnt_error *err);
+nnt_status cpu_hyper_head_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                                   const nnt_tensor *scale, float rms_eps, float hc_eps, const nnt_tensor *dy,
+                                   nnt_tensor *dx, nnt_error *err);
+nnt_status cpu_compress_backward(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate, const nnt_tensor *ape,
+                                 int rate, int overlap, const int32_t *first, const int32_t *count,
+                                 const nnt_tensor *dout, nnt_tensor *dkv, nnt_tensor *dgate, nnt_error *err);
 
 #endif

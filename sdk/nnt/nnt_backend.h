@@ -471,6 +471,55 @@ typedef struct nnt_backend_ops {
     nnt_status (*scale_rows_backward)(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
                                       const nnt_tensor *dy, nnt_tensor *dx, nnt_tensor *dw, nnt_error *err);
 
+    /* ---- backward of hyper-connections and compressors (DeepSeek-V4) ---- */
+    /* Vector-Jacobian products of hyper_connection, hyper_mix, hyper_head and compress, under the
+     * convention above (F32 gradients added into, NULL gradient outputs skipped; fn, base,
+     * scale and ape are weights and get none). indexer_scores has no backward: its scores only
+     * choose which compressed entries a query keeps (an `allow` mask), and a choice has no
+     * gradient, so a core treats its output as a constant; the kept entries get theirs through
+     * attn_scores and attn_mix. */
+    /* hyper_connection's: x [M, n, H], fn, base, scale, rms_eps, hc_eps and iters as the forward
+     * (read, never written); dpost [M, n], dcomb [M, n, n] and dcollapsed [M, H] the gradients of
+     * its three outputs, each may be NULL (no gradient reached it); dx [M, n, H] += the gradient
+     * through all three. Per token, with v = x r (r the RMS normaliser) and m = fn . v: collapsed
+     * gives dx_j += pre_j dcollapsed and dpre_j = dcollapsed . x_j; pre and post go back through
+     * their sigmoids; comb through the Sinkhorn passes in reverse, each pass (divide every
+     * column, or row, by its sum + hc_eps) differentiated as the quotient it is, from the pass's
+     * recomputed input, then the row softmax; dm then reaches v through fn^T and x through the
+     * normaliser (as rms_norm_backward without a gain). The forward is recomputed from x, so
+     * nothing of it is stored. Sources: Xie et al. 2026 (mHC), the Sinkhorn-Knopp iteration
+     * (Sinkhorn and Knopp 1967) differentiated by unrolling as in Adams and Zemel 2011; as
+     * modeling_deepseek_v4.py computes the forward. Errors: NNT_ERR_SHAPE as the forward's. */
+    nnt_status (*hyper_connection_backward)(void *ctx, const nnt_tensor *x, const nnt_tensor *fn,
+                                            const nnt_tensor *base, const nnt_tensor *scale, float rms_eps,
+                                            float hc_eps, int iters, const nnt_tensor *dpost,
+                                            const nnt_tensor *dcomb, const nnt_tensor *dcollapsed, nnt_tensor *dx,
+                                            nnt_error *err);
+    /* hyper_mix's: x [M, n, H], a [M, H], post [M, n], comb [M, n, n] as the forward, dout
+     * [M, n, H]. dx[m, j] += sum_k comb[m, j, k] dout[m, k]; da[m] += sum_k post[m, k] dout[m, k];
+     * dpost[m, k] += dout[m, k] . a[m]; dcomb[m, j, k] += dout[m, k] . x[m, j]. Any of dx, da,
+     * dpost, dcomb may be NULL. Source: the product rule on hyper_mix's formula. */
+    nnt_status (*hyper_mix_backward)(void *ctx, const nnt_tensor *x, const nnt_tensor *a, const nnt_tensor *post,
+                                     const nnt_tensor *comb, const nnt_tensor *dout, nnt_tensor *dx, nnt_tensor *da,
+                                     nnt_tensor *dpost, nnt_tensor *dcomb, nnt_error *err);
+    /* hyper_head's: x [M, n, H], fn [n, n H], base [n], scale, rms_eps, hc_eps as the forward;
+     * dy [M, H]; dx [M, n, H] += pre_j dy for stream j plus the gradient through the weights pre
+     * (their sigmoids, fn^T and the RMS normaliser), as hyper_connection_backward's collapsed
+     * part. Source: as hyper_head. */
+    nnt_status (*hyper_head_backward)(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                                      const nnt_tensor *scale, float rms_eps, float hc_eps, const nnt_tensor *dy,
+                                      nnt_tensor *dx, nnt_error *err);
+    /* compress': kv, gate [B, T, c D], ape, rate, overlap, first and count as the forward; dout
+     * [B, C, D]. Each entry is a softmax-weighted sum over its slots per channel, out = sum_i
+     * p_i kv_i with p = softmax(gate_i + ape_i): dkv_i += p_i dout and dgate_i += p_i dout (kv_i
+     * - out), at the slot's token and channel (with overlap the previous window's first D
+     * channels and this window's last D). Entries past count[b] and tokens in no window get
+     * nothing. dkv or dgate may be NULL. Source: the softmax Jacobian (as softmax_backward) on
+     * the compressor of the DeepSeek-V4 report. Errors: as the forward's. */
+    nnt_status (*compress_backward)(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate, const nnt_tensor *ape,
+                                    int rate, int overlap, const int32_t *first, const int32_t *count,
+                                    const nnt_tensor *dout, nnt_tensor *dkv, nnt_tensor *dgate, nnt_error *err);
+
 } nnt_backend_ops;
 
 /* The smallest op table the core accepts: struct_size and the required ops. */
