@@ -90,11 +90,24 @@ static void name_section(nnt_error *err, const char *section)
     static const char *const fields[] = {"value:", "positions:", "metric:", "ig_steps:"};
     for (int k = 0; k < 4; k++)
         if (!strncmp(err->msg, fields[k], strlen(fields[k]))) {
-            char msg[NNT_ERROR_MSG_MAX];
+            char msg[NNT_ERROR_MSG_MAX + 32]; /* room for the section; the message is cut to fit below */
             snprintf(msg, sizeof msg, "%s.%s", section, err->msg);
-            memcpy(err->msg, msg, sizeof msg);
+            memcpy(err->msg, msg, sizeof err->msg - 1);
+            err->msg[sizeof err->msg - 1] = '\0';
             return;
         }
+}
+
+/* 1 when batch b is a clean and a corrupted prompt of the same length, as patching and attribution
+ * need (token by token); else 0 with err set, naming SECTION.corrupt. */
+static int same_length(nnt_error *err, const nnt_batch *b, const char *section, const char *method)
+{
+    if (b->batch == 2 && b->lens[0] == b->lens[1]) return 1;
+    nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                "%s.corrupt: the clean prompt has %d tokens and the corrupted one %d; %s needs prompts of the same "
+                "length (token by token)",
+                section, b->lens[0], b->batch > 1 ? b->lens[1] : 0, method);
+    return 0;
 }
 
 static nnt_status run_patch(nnt_model *m, const nnt_request *r, nnt_result *res)
@@ -103,11 +116,7 @@ static nnt_status run_patch(nnt_model *m, const nnt_request *r, nnt_result *res)
     const nnt_request_patch_opts *po = nnt_request_patch(r);
     const nnt_batch *b = &res->batch;
     res->holds = 1;
-    if (b->batch != 2 || b->lens[0] != b->lens[1])
-        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
-                           "patch.corrupt: the clean prompt has %d tokens and the corrupted one %d; patching needs prompts of the "
-                           "same length (token by token)",
-                           b->lens[0], b->batch > 1 ? b->lens[1] : 0);
+    if (!same_length(err, b, "patch", "patching")) return err->status;
     nnt_patch_spec s = {.struct_size = sizeof s, .value = po->value, .clean = b->ids, .corrupt = b->ids + b->seq,
                         .seq = b->seq, .positions = po->positions, .n_positions = po->n_positions, .rows = po->batch};
     nnt_status st = nnt_metric_parse(po->metric, &s.metric, err);
@@ -127,11 +136,7 @@ static nnt_status run_attribute(nnt_model *m, const nnt_request *r, nnt_result *
     const nnt_request_attribute_opts *ao = nnt_request_attribute(r);
     const nnt_batch *b = &res->batch;
     res->holds = 1;
-    if (b->batch != 2 || b->lens[0] != b->lens[1])
-        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
-                           "attribute.corrupt: the clean prompt has %d tokens and the corrupted one %d; attribution "
-                           "needs prompts of the same length (token by token)",
-                           b->lens[0], b->batch > 1 ? b->lens[1] : 0);
+    if (!same_length(err, b, "attribute", "attribution")) return err->status;
     nnt_attribute_spec s = {.struct_size = sizeof s, .value = ao->value, .clean = b->ids, .corrupt = b->ids + b->seq,
                             .seq = b->seq, .ig_steps = ao->ig_steps};
     nnt_status st = nnt_metric_parse(ao->metric, &s.metric, err);
@@ -247,46 +252,31 @@ static nnt_status write_lens(const nnt_result *res, const char *file)
     return nnt_safetensors_write(res->rt, file, 2, keys, t);
 }
 
-static nnt_status write_patch(const nnt_result *res, const char *file)
+/* A method's grid [blocks, positions] (or [blocks, positions, units] when units > 1, F64) with its
+ * axes and the clean and corrupted runs' metrics, under the keys PREFIX_metric, PREFIX_blocks,
+ * PREFIX_positions, clean_metric and corrupt_metric. positions NULL: 0 .. n_positions - 1. */
+static nnt_status write_grid(const nnt_result *res, const char *file, const char *prefix, const double *grid,
+                             int n_blocks, const int *blk, int n_positions, const int *pos, int n_units, double clean,
+                             double corrupt)
 {
-    const nnt_patch_result *p = &res->patch;
-    int32_t *blocks = malloc(sizeof *blocks * (size_t)(p->n_blocks + p->n_positions));
-    if (!blocks) return nnt_err_set(&res->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    for (int i = 0; i < p->n_blocks; i++) blocks[i] = p->blocks[i];
-    for (int i = 0; i < p->n_positions; i++) blocks[p->n_blocks + i] = p->positions[i];
-    double clean = p->clean_metric, corrupt = p->corrupt_metric;
+    int32_t *axes = malloc(sizeof *axes * (size_t)(n_blocks + n_positions));
+    if (!axes) return nnt_err_set(&res->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    for (int i = 0; i < n_blocks; i++) axes[i] = blk[i];
+    for (int i = 0; i < n_positions; i++) axes[n_blocks + i] = pos ? pos[i] : i;
     nnt_tensor t[5] = {
-        {.dtype = NNT_F64, .ndim = 2, .shape = {p->n_blocks, p->n_positions}, .data = p->grid},
-        {.dtype = NNT_I32, .ndim = 1, .shape = {p->n_blocks}, .data = blocks},
-        {.dtype = NNT_I32, .ndim = 1, .shape = {p->n_positions}, .data = blocks + p->n_blocks},
+        {.dtype = NNT_F64, .ndim = n_units > 1 ? 3 : 2, .shape = {n_blocks, n_positions, n_units}, .data = (void *)grid},
+        {.dtype = NNT_I32, .ndim = 1, .shape = {n_blocks}, .data = axes},
+        {.dtype = NNT_I32, .ndim = 1, .shape = {n_positions}, .data = axes + n_blocks},
         {.dtype = NNT_F64, .ndim = 1, .shape = {1}, .data = &clean},
         {.dtype = NNT_F64, .ndim = 1, .shape = {1}, .data = &corrupt},
     };
-    const char *keys[5] = {"patch_metric", "patch_blocks", "patch_positions", "clean_metric", "corrupt_metric"};
+    char k0[32], k1[32], k2[32];
+    snprintf(k0, sizeof k0, "%s_metric", prefix);
+    snprintf(k1, sizeof k1, "%s_blocks", prefix);
+    snprintf(k2, sizeof k2, "%s_positions", prefix);
+    const char *keys[5] = {k0, k1, k2, "clean_metric", "corrupt_metric"};
     nnt_status st = nnt_safetensors_write(res->rt, file, 5, keys, t);
-    free(blocks);
-    return st;
-}
-
-static nnt_status write_attribute(const nnt_result *res, const char *file)
-{
-    const nnt_attribute_result *a = &res->attr;
-    int32_t *blocks = malloc(sizeof *blocks * (size_t)(a->n_blocks + a->n_positions));
-    if (!blocks) return nnt_err_set(&res->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    for (int i = 0; i < a->n_blocks; i++) blocks[i] = a->blocks[i];
-    for (int i = 0; i < a->n_positions; i++) blocks[a->n_blocks + i] = i;
-    double clean = a->clean_metric, corrupt = a->corrupt_metric;
-    nnt_tensor t[5] = {
-        {.dtype = NNT_F64, .ndim = a->n_units > 1 ? 3 : 2, .shape = {a->n_blocks, a->n_positions, a->n_units},
-         .data = a->grid},
-        {.dtype = NNT_I32, .ndim = 1, .shape = {a->n_blocks}, .data = blocks},
-        {.dtype = NNT_I32, .ndim = 1, .shape = {a->n_positions}, .data = blocks + a->n_blocks},
-        {.dtype = NNT_F64, .ndim = 1, .shape = {1}, .data = &clean},
-        {.dtype = NNT_F64, .ndim = 1, .shape = {1}, .data = &corrupt},
-    };
-    const char *keys[5] = {"attr_metric", "attr_blocks", "attr_positions", "clean_metric", "corrupt_metric"};
-    nnt_status st = nnt_safetensors_write(res->rt, file, 5, keys, t);
-    free(blocks);
+    free(axes);
     return st;
 }
 
@@ -297,8 +287,16 @@ nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file)
         return nnt_err_set(&res->rt->err, NNT_ERR_STATE, "%s: this rank does not hold the run's results", file);
     switch (res->method) {
     case NNT_METHOD_LENS: return write_lens(res, file);
-    case NNT_METHOD_PATCH: return write_patch(res, file);
-    case NNT_METHOD_ATTRIBUTE: return write_attribute(res, file);
+    case NNT_METHOD_PATCH: {
+        const nnt_patch_result *p = &res->patch;
+        return write_grid(res, file, "patch", p->grid, p->n_blocks, p->blocks, p->n_positions, p->positions, 1,
+                          p->clean_metric, p->corrupt_metric);
+    }
+    case NNT_METHOD_ATTRIBUTE: {
+        const nnt_attribute_result *a = &res->attr;
+        return write_grid(res, file, "attr", a->grid, a->n_blocks, a->blocks, a->n_positions, NULL, a->n_units,
+                          a->clean_metric, a->corrupt_metric);
+    }
     default: return nnt_trace_write_safetensors(res->trace, file);
     }
 }
