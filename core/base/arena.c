@@ -9,6 +9,8 @@
 
 #define ARENA_ALIGN 64
 #define ARENA_MIN_CHUNK ((size_t)16 << 20)
+#define ARENA_MAX_STEP ((size_t)256 << 20) /* at most this much asked beyond a request */
+#define ARENA_ROUND ((size_t)2 << 20)      /* chunk sizes are multiples of this (huge pages) */
 
 typedef struct chunk {
     void *base;
@@ -41,6 +43,19 @@ void nnt_arena_free(nnt_arena *a)
     for (int i = 0; i < a->n; i++) a->be->free(a->be_ctx, a->chunks[i].base);
     free(a->chunks);
     free(a);
+}
+
+/* The size of the chunk added after one of `last` bytes (0: none) for a request of `need`: twice
+ * the last, so that a forward of many temporaries makes few chunks, but never more than
+ * ARENA_MAX_STEP beyond what is needed, so that a large tensor (a long prompt's activations)
+ * asks for about its own size and not double; rounded up to ARENA_ROUND. */
+static size_t chunk_size(size_t last, size_t need)
+{
+    size_t size = last * 2;
+    if (size < ARENA_MIN_CHUNK) size = ARENA_MIN_CHUNK;
+    if (size > need + ARENA_MAX_STEP) size = need + ARENA_MAX_STEP;
+    if (size < need) size = need;
+    return (size + ARENA_ROUND - 1) & ~(ARENA_ROUND - 1);
 }
 
 static size_t position(const nnt_arena *a)
@@ -81,9 +96,7 @@ nnt_status nnt_arena_alloc(nnt_arena *a, size_t bytes, void **out, nnt_error *er
         a->chunks = g;
         a->cap = cap;
     }
-    size_t size = ARENA_MIN_CHUNK;
-    if (a->n > 0 && a->chunks[a->n - 1].size * 2 > size) size = a->chunks[a->n - 1].size * 2;
-    if (size < need) size = need;
+    size_t size = chunk_size(a->n > 0 ? a->chunks[a->n - 1].size : 0, need);
     void *base = NULL;
     nnt_status st = a->be->alloc(a->be_ctx, size, &base, err);
     if (st != NNT_OK) return st;
