@@ -23,7 +23,7 @@
 /* ---- the command line, parsed (options.c) ---- */
 
 /* One batch row as given: token ids (--tokens), text (--prompt) or a file of text (--prompt-file). */
-typedef enum cli_row_kind { ROW_TOKENS, ROW_PROMPT, ROW_FILE } cli_row_kind;
+typedef enum cli_row_kind { ROW_TOKENS, ROW_PROMPT, ROW_FILE, ROW_TOKENS_FILE } cli_row_kind;
 typedef struct cli_row {
     cli_row_kind kind;
     const char *arg; /* NULL: not given */

@@ -33,8 +33,8 @@ static void row_option(const cli_opts *o, long r, char *buf, size_t n)
     if (!strcmp(o->cmd_name, "patch") || !strcmp(o->cmd_name, "attribute")) {
         const char *which = r == 0 ? "clean" : "corrupt";
         snprintf(buf, n, "--%s%s", which, a->kind == ROW_TOKENS ? "-tokens" : "");
-    } else if (a->kind == ROW_FILE) {
-        snprintf(buf, n, "--prompt-file %s (row %ld)", a->arg, r);
+    } else if (a->kind == ROW_FILE || a->kind == ROW_TOKENS_FILE) {
+        snprintf(buf, n, "%s %s (row %ld)", a->kind == ROW_FILE ? "--prompt-file" : "--tokens-file", a->arg, r);
     } else {
         snprintf(buf, n, "%s row %ld", a->kind == ROW_PROMPT ? "--prompt" : "--tokens", r);
     }

@@ -82,10 +82,14 @@ static int set_prompt_pair(cli_opts *o, const char *f, const char *v)
 
 static int set_row(cli_opts *o, const char *f, const char *v)
 {
-    if (o->n_rows == CLI_MAX_ROWS) return cli_usage_error("at most %s rows (--tokens, --prompt, --prompt-file)", "64");
-    cli_row_kind kind = !strcmp(f, "--tokens") ? ROW_TOKENS : !strcmp(f, "--prompt") ? ROW_PROMPT : ROW_FILE;
+    if (o->n_rows == CLI_MAX_ROWS)
+        return cli_usage_error("at most %s rows (--tokens, --tokens-file, --prompt, --prompt-file)", "64");
+    cli_row_kind kind = !strcmp(f, "--tokens")        ? ROW_TOKENS
+                        : !strcmp(f, "--tokens-file") ? ROW_TOKENS_FILE
+                        : !strcmp(f, "--prompt")      ? ROW_PROMPT
+                                                      : ROW_FILE;
     o->rows[o->n_rows++] = (cli_row){kind, v};
-    o->n_text_rows += kind != ROW_TOKENS;
+    o->n_text_rows += kind == ROW_PROMPT || kind == ROW_FILE;
     return 0;
 }
 
@@ -264,6 +268,7 @@ static const cli_option OPTIONS[] = {
     {"--tokens", 1, NULL, set_row, NULL},
     {"--prompt", 1, NULL, set_row, NULL},
     {"--prompt-file", 1, NULL, set_row, NULL},
+    {"--tokens-file", 1, NULL, set_row, NULL},
     {"--max-new-tokens", 1, "generate", set_max_new, GEN_ONLY},
     {"--temperature", 1, "generate", set_temperature, GEN_ONLY},
     {"--top-k", 1, "generate", set_top_k, GEN_ONLY},
@@ -341,17 +346,18 @@ static int check_commands(const cli_opts *o)
 static int check_rows(cli_opts *o, int tokenize)
 {
     if (o->n_text_rows && o->n_text_rows < o->n_rows)
-        return cli_usage_error("%s", "--tokens cannot be mixed with --prompt or --prompt-file: give every row as token "
-                                     "ids or every row as text");
+        return cli_usage_error("%s", "--tokens and --tokens-file cannot be mixed with --prompt or --prompt-file: give "
+                                     "every row as token ids or every row as text");
     if (tokenize) {
-        if (o->n_rows > o->n_text_rows) return cli_usage_error("%s", "tokenize reads text; --tokens gives ids already");
+        if (o->n_rows > o->n_text_rows)
+            return cli_usage_error("%s", "tokenize reads text; --tokens and --tokens-file give ids already");
         if (o->n_rows + (o->text != NULL) != 1)
             return cli_usage_error("%s", (o->n_rows + (o->text != NULL)) ? "tokenize reads one text"
                                                                         : "tokenize needs a text: nnt tokenize --model DIR \"text\"");
         if (o->n_reqs || o->out) return cli_usage_error("%s", "tokenize takes no requests and no --out");
     }
     if (o->n_rows && !listed(ROWS_TAKERS, o->cmd_name) && strcmp(o->cmd_name, "patch") && strcmp(o->cmd_name, "attribute"))
-        return cli_usage_error("%s takes no --tokens, --prompt or --prompt-file", o->cmd_name);
+        return cli_usage_error("%s takes no --tokens, --tokens-file, --prompt or --prompt-file", o->cmd_name);
     int text = o->n_text_rows || (o->clean.arg && o->clean.kind == ROW_PROMPT);
     if (o->no_special && !text && !tokenize)
         return cli_usage_error("%s", "--no-special applies to text: tokenize, --prompt and --prompt-file");
@@ -363,7 +369,7 @@ static int check_patch(cli_opts *o)
 {
     const char *cmd = o->cmd_name;
     if (o->n_rows) return cli_usage_error("%s reads --clean and --corrupt (or --clean-tokens and --corrupt-tokens), "
-                                          "not --tokens, --prompt or --prompt-file", cmd);
+                                          "not --tokens, --tokens-file, --prompt or --prompt-file", cmd);
     if (o->n_reqs) return cli_usage_error("%s takes no requests (--save, --set, ...): it makes its own edits", cmd);
     if (o->request_file) return 0;
     if (!o->clean.arg || !o->corrupt.arg)

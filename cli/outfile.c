@@ -76,7 +76,9 @@ int cli_check_out(const cli_opts *o, nnt_runtime *rt)
                 rc = out_is_not(out, &os, o->reqs[i].file, what);
             }
         for (int r = 0; !rc && r < o->n_rows; r++)
-            if (o->rows[r].kind == ROW_FILE) rc = out_is_not(out, &os, o->rows[r].arg, "the --prompt-file file");
+            if (o->rows[r].kind == ROW_FILE || o->rows[r].kind == ROW_TOKENS_FILE)
+                rc = out_is_not(out, &os, o->rows[r].arg,
+                                o->rows[r].kind == ROW_FILE ? "the --prompt-file file" : "the --tokens-file file");
         if (!rc && o->request_file) rc = out_is_not(out, &os, o->request_file, "the --request file");
         out_ctx x = {.out = out, .os = &os};
         if (!rc && o->request_file) rc = cli_request_files(o->request_file, out_is_not_field, &x);

@@ -29,6 +29,8 @@ static cJSON *row_json(const cli_row *r)
         cJSON_AddStringToObject(row, "text", r->arg);
     } else if (r->kind == ROW_FILE) {
         cJSON_AddStringToObject(row, "file", r->arg);
+    } else if (r->kind == ROW_TOKENS_FILE) {
+        cJSON_AddStringToObject(row, "tokens_file", r->arg);
     } else {
         int32_t *ids = NULL;
         int n = 0;

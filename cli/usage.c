@@ -50,6 +50,8 @@ const char CLI_USAGE[] =
     "rows (trace, lens and generate; all token ids or all text, one row per option, shorter rows\n"
     "left-padded):\n"
     "  --tokens \"ID ID ...\"   a row of token ids\n"
+    "  --tokens-file FILE     a row of token ids read from FILE, decimal and separated by white space (a\n"
+    "                         prompt of any length: one command-line argument holds at most 128 KiB)\n"
     "  --prompt \"text\"        a row of text, encoded with the model folder's tokenizer (tokenizer.json or\n"
     "                         tiktoken.model) with its special tokens added, as tokenize does (--no-special:\n"
     "                         without them)\n"

@@ -37,6 +37,17 @@ check "saved value line" 0 "layers.1.mlp.expert_weights +\[1, 24, 2\] +F32 +min"
   "$nnt" trace --model "$model" --tokens "$prompt" --save 'layers[1].mlp.expert_weights'
 check "two rows, one left-padded" 0 "top 5 next tokens, row 1" \
   "$nnt" trace --model "$model" --tokens "$prompt" --tokens "5 6 7" --save logits
+# a row of ids from a file (white space between them, a line per few ids) is the same row as --tokens
+tr ', ' '\n\n' <<<"$prompt" | paste -d ' ' - - - > "$tmp/ids.txt"
+same "--tokens-file reads the row --tokens gives" \
+  "$("$nnt" trace --model "$model" --tokens "$prompt" --tokens "5 6 7" --save layers.1.layer_output 2>&1)" \
+  "$("$nnt" trace --model "$model" --tokens-file "$tmp/ids.txt" --tokens "5 6 7" --save layers.1.layer_output 2>&1)"
+printf '3 17,42\n' > "$tmp/bad_ids.txt"
+check "--tokens-file: a byte outside an id is named" 2 \
+  "error: --tokens-file $tmp/bad_ids.txt \(row 0\): $tmp/bad_ids.txt: byte 2 \(id 1\): '17,42' is not a token id" \
+  "$nnt" trace --model "$model" --tokens-file "$tmp/bad_ids.txt"
+check "--tokens-file cannot mix with text rows" 2 "cannot be mixed with --prompt" \
+  "$nnt" trace --model "$model" --tokens-file "$tmp/ids.txt" --prompt "hello"
 # three blocks' outputs and the next-token distribution the top-5 line reads
 check "wildcard and --out" 0 "wrote 4 values to $tmp/cli.safetensors" \
   "$nnt" trace --model "$model" --tokens "$prompt" --save 'layers.*.layer_output' --out "$tmp/cli.safetensors"
@@ -265,7 +276,7 @@ same "--prompt rows equal the --tokens rows of their ids" \
   "$("$nnt" trace --model "$model" --prompt "$text" --prompt "We the people" --save layers.1.mlp.expert_weights | grep -v '^prompt')"
 check "--prompt-file: the whole file, its final newline included" 0 "14 \"\\.\"  96 \"\\\\n\"\$" \
   "$nnt" trace --model "$model" --prompt-file "$model/prompt_text.txt"
-check "--prompt and --tokens together" 2 "--tokens cannot be mixed with --prompt" \
+check "--prompt and --tokens together" 2 "--tokens and --tokens-file cannot be mixed with --prompt" \
   "$nnt" trace --model "$model" --prompt "We" --tokens "1 2"
 check "--prompt on a folder without a tokenizer" 1 "minimax_m2/fp32: .*neither tokenizer.json nor tiktoken.model" \
   "$nnt" trace --model "$fixtures/minimax_m2/fp32" --prompt "We the people"

@@ -601,7 +601,7 @@ static const bad_doc BAD[] = {
     {AT_PARSE, "{\"nnt_request\": 1, \"s\": \"a\\u0000b\"}", NNT_ERR_FORMAT, "request.json: byte 26: a string holds the escape \\u0000"},
     /* rows */
     {AT_PARSE, R1 "\"rows\": {}}", NNT_ERR_FORMAT, "request.json: rows: expected an array of rows, got an object"},
-    {AT_PARSE, R1 "\"rows\": [{\"tokens\": [1], \"x\": 1}]}", NNT_ERR_FORMAT, "request.json: rows[0].x: unknown field; rows[0] takes tokens, text, file"},
+    {AT_PARSE, R1 "\"rows\": [{\"tokens\": [1], \"x\": 1}]}", NNT_ERR_FORMAT, "request.json: rows[0].x: unknown field; rows[0] takes tokens, tokens_file, text, file"},
     {AT_PARSE, R1 "\"rows\": [{\"tokens\": [1], \"text\": \"a\"}]}", NNT_ERR_FORMAT, "request.json: rows[0]: a row is {\"tokens\": [ids]}"},
     {AT_PARSE, R1 "\"rows\": [{\"tokens\": [1]}, {\"tokens\": [1, -1]}]}", NNT_ERR_INVALID_ARGUMENT,
      "request.json: rows[1].tokens[1]: expected an integer in 0..2147483647, got -1"},
@@ -1259,6 +1259,68 @@ static void test_prompt_bytes(void)
     nnt_request_free(r);
 }
 
+/* A tokens file: its ids equal the same ids given inline (the requests are equal, and the written
+ * document holds them inline), 70000 ids (more than other lists hold) read back whole, and bad
+ * files are refused naming the file, the byte and the id's index. */
+static void test_tokens_file(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ids.txt", req_dir);
+    CU_ASSERT_FATAL(t_write_file(path, " 3 17\n42\t5\r\n99\n") == 0);
+    nnt_request *r = NULL, *inl = NULL;
+    T_OK(rt, parse(R1 "\"rows\": [{\"tokens_file\": \"ids.txt\"}]}", &r));
+    T_OK(rt, parse(R1 "\"rows\": [{\"tokens\": [3, 17, 42, 5, 99]}]}", &inl));
+    CU_ASSERT(nnt_request_equal(r, inl));
+    char *json;
+    size_t len;
+    T_OK(rt, nnt_request_write(r, &json, &len, NULL, NULL));
+    CU_ASSERT_PTR_NOT_NULL(strstr(json, "{\"tokens\":[3,17,42,5,99]}"));
+    free(json);
+    nnt_request_free(r);
+    nnt_request_free(inl);
+    /* longer than a list of 65536 entries: the ids i % 200, all read, and a written copy parses */
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    for (int i = 0; i < 70000; i++) fprintf(f, "%d%s", i % 200, i % 10 == 9 ? "\n" : " ");
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    r = NULL;
+    T_OK(rt, parse(R1 "\"rows\": [{\"tokens_file\": \"ids.txt\"}]}", &r));
+    CU_ASSERT_FATAL(r->n_rows == 1 && r->rows[0].n_tokens == 70000);
+    int ok = 1;
+    for (int i = 0; i < 70000; i++) ok &= r->rows[0].tokens[i] == i % 200;
+    CU_ASSERT(ok);
+    T_OK(rt, nnt_request_write(r, &json, &len, NULL, NULL));
+    nnt_request *back = NULL;
+    T_OK(rt, parse_n(json, len, 0, &back));
+    CU_ASSERT(nnt_request_equal(r, back));
+    free(json);
+    nnt_request_free(back);
+    nnt_request_free(r);
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"3 x17\n", "request.json: rows[0].tokens_file: ids.txt: byte 2 (id 1): 'x17' is not a token id"},
+        {"3 17,42\n", "request.json: rows[0].tokens_file: ids.txt: byte 2 (id 1): '17,42' is not a token id"},
+        {"-1\n", "request.json: rows[0].tokens_file: ids.txt: byte 0 (id 0): '-1' is not a token id"},
+        {"5 2147483648\n", "request.json: rows[0].tokens_file: ids.txt: byte 2 (id 1): '2147483648' is not a token id"},
+        {" \n\t", "request.json: rows[0].tokens_file: ids.txt: holds no token ids"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CU_ASSERT_FATAL(t_write_file(path, bad[i].text) == 0);
+        r = NULL;
+        T_FAILS(rt, parse(R1 "\"rows\": [{\"tokens_file\": \"ids.txt\"}]}", &r), NNT_ERR_FORMAT, bad[i].msg);
+        nnt_request_free(r);
+    }
+    r = NULL;
+    T_FAILS(rt, parse(R1 "\"rows\": [{\"tokens_file\": \"no-such-ids.txt\"}]}", &r), NNT_ERR_IO,
+            "no-such-ids.txt: cannot open: No such file or directory");
+    nnt_request_free(r);
+    r = NULL;
+    T_FAILS(rt, parse(R1 "\"rows\": [{\"tokens_file\": \"ids.txt\", \"tokens\": [1]}]}", &r), NNT_ERR_FORMAT,
+            "request.json: rows[0]: a row is {\"tokens\": [ids]}, {\"tokens_file\": \"ids.txt\"}");
+    nnt_request_free(r);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("request", setup, teardown);
@@ -1272,7 +1334,8 @@ int register_tests(void)
         !CU_add_test(s, "nnt_batch_from_rows pads on the left", test_batch_from_rows) ||
         !CU_add_test(s, "metrics: words and values", test_metric) ||
         !CU_add_test(s, "nnt_request_read", test_read) ||
-        !CU_add_test(s, "prompt files: bytes outside UTF-8 as the tokenizer reads them", test_prompt_bytes))
+        !CU_add_test(s, "prompt files: bytes outside UTF-8 as the tokenizer reads them", test_prompt_bytes) ||
+        !CU_add_test(s, "tokens files: ids as inline ones, any count up to 2^22, bad bytes named", test_tokens_file))
         return -1;
     return 0;
 }

@@ -107,11 +107,16 @@ static nnt_status token_row(const nnt_request *r, const req_row *row, nnt_model 
 {
     int64_t V = m->info.vocab_size;
     for (int i = 0; i < row->n_tokens; i++)
-        if (row->tokens[i] >= V)
+        if (row->tokens[i] >= V) {
+            if (row->file)
+                return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT,
+                                   "%s: %s.tokens_file: %s: id %d is %d, outside the model's vocabulary (vocab_size %lld)",
+                                   r->name, row->field, row->file, i, row->tokens[i], (long long)V);
             return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT,
                                "%s: %s.tokens[%d]: token id %d at row %d, position %d is outside the model's vocabulary "
                                "(vocab_size %lld)",
                                r->name, row->field, i, row->tokens[i], (int)(row - r->rows), i, (long long)V);
+        }
     *ids = malloc((size_t)row->n_tokens * sizeof **ids);
     if (!*ids) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "%s: %s: no memory", r->name, row->field);
     memcpy(*ids, row->tokens, (size_t)row->n_tokens * sizeof **ids);

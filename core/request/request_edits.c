@@ -160,7 +160,8 @@ nnt_status req_edit_parse(const req_ctx *c, const cJSON *v, const char *field, n
     }
     if (st == NNT_OK && (op == REQ_OP_SET || op == REQ_OP_ADD || op == REQ_OP_STEER)) st = parse_positions(c, v, field, e);
     if (st == NNT_OK && req_member(v, "rows"))
-        st = req_int_list(c, req_member(v, "rows"), req_field(f, field, "rows"), 0, REQ_INT_MAX, 1, &e->rows, &e->n_rows);
+        st = req_int_list(c, req_member(v, "rows"), req_field(f, field, "rows"), 0, REQ_INT_MAX, 1, REQ_MAX_ITEMS, &e->rows,
+                          &e->n_rows);
     if (st != NNT_OK) req_edit_free(e);
     return st;
 }

@@ -11,7 +11,8 @@
 /* ---- limits (docs/requests.md, "limits") ---- */
 #define REQ_MAX_BYTES ((size_t)256 << 20) /* a document, and a prompt file's text */
 #define REQ_MAX_DEPTH 64                 /* nesting of arrays and objects */
-#define REQ_MAX_ITEMS 65536              /* rows, saves, edits, and the entries of any list */
+#define REQ_MAX_ITEMS 65536              /* rows, saves, edits, and the entries of any list but a row's ids */
+#define REQ_MAX_TOKENS (1 << 22)         /* a row's token ids (inline or from a tokens file) */
 #define REQ_FACTOR_MAX 1e6               /* |factor|, |fill|, temperature */
 #define REQ_INT_MAX 2147483647LL         /* blocks, experts, steps, token ids, rows */
 #define REQ_POS_MIN (-2147483645LL)      /* the least integer position (NNT_POS_* lie below) */
@@ -21,11 +22,11 @@
 typedef enum req_row_kind { REQ_ROW_TOKENS = 0, REQ_ROW_TEXT, REQ_ROW_FILE } req_row_kind;
 typedef struct req_row {
     req_row_kind kind;
-    int32_t *tokens; /* TOKENS: the ids [n_tokens] */
+    int32_t *tokens; /* TOKENS: the ids [n_tokens] (given inline, or read from the tokens_file `file`) */
     int n_tokens;
     char *text;      /* TEXT: as given; FILE: the file's content, read by the parse (text_len bytes) */
     size_t text_len;
-    char *file;      /* FILE: the name as given */
+    char *file;      /* FILE: the name as given; TOKENS: the tokens_file as given, or NULL (inline ids) */
     char field[32];  /* its place in the document: "rows[3]", "patch.clean" */
 } req_row;
 
@@ -157,10 +158,10 @@ nnt_status req_string(const req_ctx *c, const cJSON *obj, const char *parent, co
  * NNT_ERR_INVALID_ARGUMENT outside the range. */
 nnt_status req_int_value(const req_ctx *c, const cJSON *v, const char *field, long long min, long long max,
                          long long *out);
-/* A list member of integers in [min, max] (at most REQ_MAX_ITEMS, at least one; each once when
+/* A list member of integers in [min, max] (at most max_items, at least one; each once when
  * unique), copied into *out [*n]. */
 nnt_status req_int_list(const req_ctx *c, const cJSON *v, const char *field, long long min, long long max, int unique,
-                        int **out, int *n);
+                        int max_items, int **out, int *n);
 /* A list of token positions: integers in -2147483645..2147483647 and the words "prompt",
  * "generated", "all" (as NNT_POS_*), at least one. */
 nnt_status req_positions(const req_ctx *c, const cJSON *v, const char *field, int **out, int *n);

@@ -181,15 +181,15 @@ nnt_status req_string(const req_ctx *c, const cJSON *obj, const char *parent, co
     return NNT_OK;
 }
 
-/* v is an array of 1..REQ_MAX_ITEMS entries; its size in *n. */
-static nnt_status req_array(const req_ctx *c, const cJSON *v, const char *field, const char *of, int *n)
+/* v is an array of 1..max_items entries; its size in *n. */
+static nnt_status req_array(const req_ctx *c, const cJSON *v, const char *field, const char *of, int max_items, int *n)
 {
     char got[80];
     if (!cJSON_IsArray(v)) return req_fail(c, NNT_ERR_FORMAT, field, "expected an array of %s, got %s", of, req_got(v, got, sizeof got));
     *n = cJSON_GetArraySize(v);
     if (*n < 1) return req_fail(c, NNT_ERR_INVALID_ARGUMENT, field, "expected at least one of %s, got []", of);
-    if (*n > REQ_MAX_ITEMS)
-        return req_fail(c, NNT_ERR_FORMAT, field, "%d entries; a list holds at most %d", *n, REQ_MAX_ITEMS);
+    if (*n > max_items)
+        return req_fail(c, NNT_ERR_FORMAT, field, "%d entries; this list holds at most %d", *n, max_items);
     return NNT_OK;
 }
 
@@ -217,11 +217,11 @@ static int first_repeat(const int *list, int n)
 }
 
 nnt_status req_int_list(const req_ctx *c, const cJSON *v, const char *field, long long min, long long max, int unique,
-                        int **out, int *n)
+                        int max_items, int **out, int *n)
 {
     char f[REQ_FIELD_MAX], of[64];
     snprintf(of, sizeof of, "integers in %lld..%lld", min, max);
-    nnt_status st = req_array(c, v, field, of, n);
+    nnt_status st = req_array(c, v, field, of, max_items, n);
     if (st != NNT_OK) return st;
     int *list = malloc((size_t)*n * sizeof *list);
     if (!list) return req_fail(c, NNT_ERR_OUT_OF_MEMORY, field, "no memory");
@@ -267,7 +267,7 @@ static nnt_status req_position(const req_ctx *c, const cJSON *e, const char *fie
 nnt_status req_positions(const req_ctx *c, const cJSON *v, const char *field, int **out, int *n)
 {
     char f[REQ_FIELD_MAX];
-    nnt_status st = req_array(c, v, field, "positions", n);
+    nnt_status st = req_array(c, v, field, "positions", REQ_MAX_ITEMS, n);
     if (st != NNT_OK) return st;
     int *list = malloc((size_t)*n * sizeof *list);
     if (!list) return req_fail(c, NNT_ERR_OUT_OF_MEMORY, field, "no memory");

@@ -1,6 +1,7 @@
 /* request_parse.c - a request document into an nnt_request (docs/requests.md): the bytes and
  * limits, the top-level fields, the rows, the saves and the method's section; the edits and
  * tensors are read by request_edits.c and request_tensor.c. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "request_internal.h"
 
 #define REQ_MAX_PROMPT ((size_t)64 << 20) /* a prompt file's bytes */
+#define REQ_MAX_TOKENS_FILE ((size_t)256 << 20) /* a tokens file's bytes (over 20 million ids) */
 
 /* An array member of at most REQ_MAX_ITEMS entries (absent: *n 0); [] is allowed. */
 static nnt_status list_member(const req_ctx *c, const cJSON *obj, const char *key, const char *of, const cJSON **out,
@@ -74,22 +76,80 @@ static nnt_status read_prompt(const req_ctx *c, const char *field, req_row *row)
     return NNT_OK;
 }
 
-/* One row: {"tokens": [...]}, {"text": "..."} or {"file": "..."}. */
+/* A tokens file's ids: decimal integers in 0..REQ_INT_MAX separated by white space (a prompt too
+ * long for one command-line argument, or token ids written by another program). */
+static nnt_status read_tokens_file(const req_ctx *c, const char *field, req_row *row)
+{
+    char *path = row->file[0] != '/' && c->base_dir ? nnt_path_join(c->base_dir, row->file) : nnt_strdup(row->file);
+    if (!path) return req_fail(c, NNT_ERR_OUT_OF_MEMORY, field, "no memory");
+    nnt_error e = {0};
+    char *text = NULL;
+    size_t len = 0;
+    nnt_status st = nnt_read_file(path, REQ_MAX_TOKENS_FILE, &text, &len, &e);
+    free(path);
+    if (st != NNT_OK) return req_fail(c, st, field, "%s", e.msg);
+    size_t cap = len / 2 + 1; /* an id and its separator take two bytes at least */
+    row->tokens = malloc(cap * sizeof *row->tokens);
+    if (!row->tokens) {
+        free(text);
+        return req_fail(c, NNT_ERR_OUT_OF_MEMORY, field, "no memory");
+    }
+    size_t i = 0;
+    while (i < len && st == NNT_OK) {
+        while (i < len && isspace((unsigned char)text[i])) i++;
+        if (i == len) break;
+        size_t start = i;
+        long long v = 0;
+        while (i < len && text[i] >= '0' && text[i] <= '9' && v <= REQ_INT_MAX) v = v * 10 + (text[i++] - '0');
+        if (i == start || v > REQ_INT_MAX || (i < len && !isspace((unsigned char)text[i]))) {
+            size_t end = start;
+            while (end < len && end - start < 24 && !isspace((unsigned char)text[end])) end++;
+            st = req_fail(c, NNT_ERR_FORMAT, field,
+                          "%s: byte %zu (id %d): '%.*s' is not a token id; expected decimal integers in 0..%lld "
+                          "separated by white space",
+                          row->file, start, row->n_tokens, (int)(end - start), text + start, REQ_INT_MAX);
+            break;
+        }
+        if (row->n_tokens == REQ_MAX_TOKENS) {
+            st = req_fail(c, NNT_ERR_FORMAT, field, "%s: more than %d token ids; a row holds at most %d", row->file,
+                          REQ_MAX_TOKENS, REQ_MAX_TOKENS);
+            break;
+        }
+        row->tokens[row->n_tokens++] = (int32_t)v;
+    }
+    free(text);
+    if (st == NNT_OK && row->n_tokens == 0)
+        st = req_fail(c, NNT_ERR_FORMAT, field, "%s: holds no token ids (expected decimal integers separated by white "
+                      "space)", row->file);
+    return st;
+}
+
+/* One row: {"tokens": [...]}, {"tokens_file": "..."}, {"text": "..."} or {"file": "..."}. */
 static nnt_status parse_row(const req_ctx *c, const cJSON *v, const char *field, req_row *row)
 {
-    static const char *const known[] = {"tokens", "text", "file"};
+    static const char *const known[] = {"tokens", "tokens_file", "text", "file"};
     char f[REQ_FIELD_MAX];
-    snprintf(row->field, sizeof row->field, "%s", field);
-    nnt_status st = req_members(c, v, field, known, 3);
+    snprintf(row->field, sizeof row->field, "%.31s", field); /* "rows[N]", "patch.clean": always fits */
+    nnt_status st = req_members(c, v, field, known, 4);
     if (st != NNT_OK) return st;
-    int given = !!req_member(v, "tokens") + !!req_member(v, "text") + !!req_member(v, "file");
+    int given = !!req_member(v, "tokens") + !!req_member(v, "tokens_file") + !!req_member(v, "text") +
+                !!req_member(v, "file");
     if (given != 1)
-        return req_fail(c, NNT_ERR_FORMAT, field, "a row is {\"tokens\": [ids]}, {\"text\": \"...\"} or {\"file\": "
-                        "\"prompt.txt\"}; this one gives %s", given ? "more than one" : "none");
+        return req_fail(c, NNT_ERR_FORMAT, field, "a row is {\"tokens\": [ids]}, {\"tokens_file\": \"ids.txt\"}, "
+                        "{\"text\": \"...\"} or {\"file\": \"prompt.txt\"}; this one gives %s",
+                        given ? "more than one" : "none");
+    if (req_member(v, "tokens_file")) {
+        row->kind = REQ_ROW_TOKENS;
+        st = req_string(c, v, field, "tokens_file", 1, &row->file);
+        if (st == NNT_OK && !*row->file)
+            return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_field(f, field, "tokens_file"),
+                            "expected a file name, got \"\"");
+        return st == NNT_OK ? read_tokens_file(c, req_field(f, field, "tokens_file"), row) : st;
+    }
     if (req_member(v, "tokens")) {
         row->kind = REQ_ROW_TOKENS;
         int *ids = NULL;
-        st = req_int_list(c, req_member(v, "tokens"), req_field(f, field, "tokens"), 0, REQ_INT_MAX, 0, &ids,
+        st = req_int_list(c, req_member(v, "tokens"), req_field(f, field, "tokens"), 0, REQ_INT_MAX, 0, REQ_MAX_TOKENS, &ids,
                           &row->n_tokens);
         row->tokens = (int32_t *)ids; /* int and int32_t are one type on every platform nnt builds for */
         return st;
@@ -198,7 +258,7 @@ static nnt_status parse_generate(const req_ctx *c, const cJSON *g, nnt_request *
     const cJSON *stop = req_member(g, "stop_ids");
     if (st == NNT_OK && stop && !(cJSON_IsArray(stop) && cJSON_GetArraySize(stop) == 0)) {
         int *ids = NULL;
-        st = req_int_list(c, stop, "generate.stop_ids", 0, REQ_INT_MAX, 0, &ids, &r->gen.n_stop_ids);
+        st = req_int_list(c, stop, "generate.stop_ids", 0, REQ_INT_MAX, 0, REQ_MAX_ITEMS, &ids, &r->gen.n_stop_ids);
         r->gen_stop = (int32_t *)ids;
     }
     if (st != NNT_OK) return st;
