@@ -91,9 +91,9 @@ static void check_fixture(const char *dir, const char *ref)
         CU_ASSERT(est_rec >= kept_b + streams_b); /* ... and recomputation */
         if (getenv("NNT_GRAD_VERBOSE") || est_keep < kept_a || est_rec < kept_b + streams_b)
             fprintf(stderr,
-                    "\n  %s %s: %d results (%d gradients), worst %.2e; kept: everything %zu bytes (estimate %llu), "
+                    "\n  %s (%d x %d tokens) %s: %d results (%d gradients), worst %.2e; kept: everything %zu bytes (estimate %llu), "
                     "recompute %zu + %zu block inputs (estimate %llu)\n",
-                    dir, METRICS[k], na, grads, worst, kept_a, (unsigned long long)est_keep, kept_b, streams_b,
+                    dir, r.batch, r.seq, METRICS[k], na, grads, worst, kept_a, (unsigned long long)est_keep, kept_b, streams_b,
                     (unsigned long long)est_rec);
         nnt_trace_free(a);
         nnt_trace_free(b);

@@ -1,6 +1,7 @@
-/* trace_backward.c - a trace's gradient run: the checks before the forward, the forward
- * recorded on the model's tape, the built-in scalar and its cotangent on the logits, the reverse
- * pass, and the gradients saved as "grad:PATH" beside "metric". */
+/* trace_backward.c - a trace's backward of one stage (the whole model, or blocks of it): the
+ * checks before the forward, the forward recorded on the model's tape, the built-in scalar and
+ * its cotangent on the logits, the reverse pass, and the gradients saved as "grad:PATH" beside
+ * "metric". */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,8 +109,7 @@ static nnt_status metric_eval(nnt_trace *t, const int32_t *ids, const int32_t *m
     return st;
 }
 
-/* Before the forward: a scalar exists, every cotangent has its value's shape for this call. */
-static nnt_status check_grad_call(nnt_trace *t, int batch, int seq)
+nnt_status nnt_trace_grad_check(nnt_trace *t, int batch, int seq)
 {
     nnt_error *err = &t->m->rt->err;
     int scalar = t->metric.kind != TM_NONE, grads = 0;
@@ -272,29 +272,3 @@ nnt_status nnt_trace_stage_backward(nnt_trace *t, const int32_t *ids, const int3
     return st;
 }
 
-/* Keep-everything: the whole forward recorded, one reverse pass. */
-static nnt_status run_keep(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
-{
-    size_t kept = 0;
-    nnt_status st = nnt_trace_stage_backward(t, ids, mask, batch, seq, 0, t->m->info.num_layers, NULL, NULL, NULL,
-                                             &kept);
-    t->grad.used = TRACE_GRAD_KEEP;
-    t->grad.peak_kept_bytes = kept;
-    t->grad.streams_bytes = 0;
-    return st;
-}
-
-nnt_status nnt_trace_run_grad(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
-{
-    nnt_model *m = nnt_trace_model(t);
-    nnt_error *err = &m->rt->err;
-    if (!ids || batch <= 0 || seq <= 0)
-        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a forward needs token ids and batch, seq >= 1 (got %d, %d)",
-                           batch, seq);
-    nnt_status st = check_grad_call(t, batch, seq);
-    trace_grad_mode mode = TRACE_GRAD_KEEP;
-    if (st == NNT_OK) st = nnt_trace_grad_choose(t, batch, seq, &mode);
-    if (st != NNT_OK) return st;
-    return mode == TRACE_GRAD_RECOMPUTE ? nnt_trace_run_grad_recompute(t, ids, mask, batch, seq)
-                                        : run_keep(t, ids, mask, batch, seq);
-}

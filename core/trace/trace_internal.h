@@ -170,8 +170,12 @@ int nnt_trace_wants_grad(const nnt_trace *t);
  * cotangent or the metric needs it, and keeps the logits a metric reads. Does nothing unless the
  * model's tape records and the trace has requests on the value (value NULL: nothing). */
 nnt_status nnt_trace_grad_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *value);
-/* nnt_trace_run when the trace asks for a gradient (trace_backward.c): the forward recorded on the
- * model's tape, the scalar's seeds, the backward, the "grad:" and "metric" results. */
+/* Before a gradient run of batch x seq tokens (trace_backward.c): a scalar exists (a metric or a
+ * cotangent), a gradient is asked, every cotangent has its value's shape for this call. Errors:
+ * NNT_ERR_INVALID_ARGUMENT, NNT_ERR_SHAPE (naming the cotangent and both shapes). */
+nnt_status nnt_trace_grad_check(nnt_trace *t, int batch, int seq);
+/* nnt_trace_run when the trace asks for a gradient (trace_recompute.c): the checks, the choice of
+ * mode, then keep-everything (one recorded forward, one reverse pass) or recomputation. */
 nnt_status nnt_trace_run_grad(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq);
 /* One pipeline stage's backward, the step recomputation repeats block by block and pipeline
  * ranks will repeat stage by stage (trace_backward.c).

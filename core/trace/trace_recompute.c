@@ -2,7 +2,8 @@
  * per-block recomputation (the estimate against [grad] memory_gb), and recomputation itself: an
  * unrecorded first pass block by block keeping each block's input stream, then every block's
  * backward from the last to the first (nnt_trace_stage_backward), the gradient of each block's
- * input stream handed to the block before. docs/gradients.md, "Memory". */
+ * input stream handed to the block before; and the gradient run that picks between them.
+ * docs/gradients.md, "Memory". */
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,4 +118,31 @@ nnt_status nnt_trace_run_grad_recompute(nnt_trace *t, const int32_t *ids, const 
     free(dx);
     free(dy);
     return st;
+}
+
+/* Keep-everything: the whole forward recorded, one reverse pass. */
+static nnt_status run_keep(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+{
+    size_t kept = 0;
+    nnt_status st = nnt_trace_stage_backward(t, ids, mask, batch, seq, 0, t->m->info.num_layers, NULL, NULL, NULL,
+                                             &kept);
+    t->grad.used = TRACE_GRAD_KEEP;
+    t->grad.peak_kept_bytes = kept;
+    t->grad.streams_bytes = 0;
+    return st;
+}
+
+nnt_status nnt_trace_run_grad(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+{
+    nnt_model *m = nnt_trace_model(t);
+    nnt_error *err = &m->rt->err;
+    if (!ids || batch <= 0 || seq <= 0)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a forward needs token ids and batch, seq >= 1 (got %d, %d)",
+                           batch, seq);
+    nnt_status st = nnt_trace_grad_check(t, batch, seq);
+    trace_grad_mode mode = TRACE_GRAD_KEEP;
+    if (st == NNT_OK) st = nnt_trace_grad_choose(t, batch, seq, &mode);
+    if (st != NNT_OK) return st;
+    return mode == TRACE_GRAD_RECOMPUTE ? nnt_trace_run_grad_recompute(t, ids, mask, batch, seq)
+                                        : run_keep(t, ids, mask, batch, seq);
 }
