@@ -144,6 +144,38 @@ static void test_bound(void)
     nnt_runtime_close(rt);
 }
 
+/* The INI's [grad] section: memory_gb read (a tiny bound refuses, naming the file), a bad mode or
+ * bound refused where the INI is read. */
+static void test_ini(void)
+{
+    char path[600];
+    const char *const KEYS[] = {"memory_gb", "mode", "memory_gb"}, *const VALUES_[] = {"0.000001", "everything", "-3"};
+    for (int k = 0; k < 3; k++) {
+        CU_ASSERT_FATAL(t_ini_with("grad_recompute_test.ini", "grad", KEYS[k], VALUES_[k], path, sizeof path) != NULL);
+        nnt_runtime *rt = NULL;
+        nnt_status st = nnt_runtime_open(path, &rt);
+        if (k > 0) {
+            CU_ASSERT_NOT_EQUAL(st, NNT_OK);
+            CU_ASSERT(strstr(nnt_last_error(rt), k == 1 ? "[grad] mode" : "[grad] memory_gb") != NULL);
+            nnt_runtime_close(rt);
+            continue;
+        }
+        CU_ASSERT_FATAL(st == NNT_OK);
+        nnt_model *m = t_model(rt, "minimax_m2/fp32");
+        t_ref r;
+        CU_ASSERT_FATAL(t_ref_open(&r, rt, "minimax_m2/fp32") == 0);
+        nnt_trace *t;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_OK(rt, nnt_trace_grad(t, "layers.0.layer_output"));
+        T_OK(rt, nnt_trace_metric(t, "loss", NULL, 0));
+        CU_ASSERT_EQUAL(nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq), NNT_ERR_OUT_OF_MEMORY);
+        CU_ASSERT(strstr(nnt_last_error(rt), "grad_recompute_test.ini") != NULL);
+        nnt_trace_free(t);
+        nnt_model_free(m);
+        nnt_runtime_close(rt);
+    }
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("grad_recompute", NULL, NULL);
@@ -152,5 +184,6 @@ int register_tests(void)
     CU_add_test(s, "mimo_v2_flash fp32: recomputation equals keep-everything", test_mimo);
     CU_add_test(s, "deepseek_v4 fp32: recomputation equals keep-everything", test_deepseek);
     CU_add_test(s, "the bound: refused when too small, the mode chosen by it", test_bound);
+    CU_add_test(s, "the INI's [grad] section", test_ini);
     return 0;
 }
