@@ -230,6 +230,10 @@ typedef struct nnt_ini {
     int *dist_cuts;         /* stages = c1,c2,...: the first block of ranks 1.. (ascending) */
     int n_dist_cuts;        /* -1 when stages is absent */
     int dist_lines[3];      /* the lines of transport, timeout and stages (0: absent) */
+    /* [grad]: the memory of a backward (docs/gradients.md, "Memory") */
+    double grad_memory_gb;  /* memory_gb = GB (1e9 bytes) the kept activations may take; 0 when absent */
+    int grad_mode;          /* mode = auto (0), keep (1) or recompute (2) */
+    int grad_lines[2];      /* the lines of memory_gb and mode (0: absent) */
 } nnt_ini;
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err);

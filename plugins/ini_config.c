@@ -149,6 +149,35 @@ static int valid_name(const char *s)
     return 1;
 }
 
+/* [grad] memory_gb = GB (the bound on a backward's kept activations), mode = auto|keep|recompute. */
+static int grad_key(parse_state *ps, const char *name, const char *value)
+{
+    nnt_ini *ini = ps->ini;
+    int line = ps->lr->line;
+    if (!name) return 1;
+    int k = strcmp(name, "memory_gb") == 0 ? 0 : strcmp(name, "mode") == 0 ? 1 : 2;
+    if (k == 2) return handler_fail(ps, line, "unknown key '%s' in [grad] (expected memory_gb or mode)", name);
+    if (ini->grad_lines[k])
+        return handler_fail(ps, line, "key '%s' appears twice in [grad] (first at line %d)", name, ini->grad_lines[k]);
+    ini->grad_lines[k] = line;
+    if (k == 0) {
+        char *end;
+        errno = 0;
+        double v = strtod(value, &end);
+        if (end == value || *end || errno || !(v > 0 && v <= 1e9))
+            return handler_fail(ps, line, "[grad] memory_gb = '%s': expected gigabytes (1e9 bytes), a number > 0", value);
+        ini->grad_memory_gb = v;
+        return 1;
+    }
+    static const char *const MODES[] = {"auto", "keep", "recompute"};
+    for (int m = 0; m < 3; m++)
+        if (strcmp(value, MODES[m]) == 0) {
+            ini->grad_mode = m;
+            return 1;
+        }
+    return handler_fail(ps, line, "[grad] mode = '%s': expected auto, keep or recompute", value);
+}
+
 /* [distributed] transport = FILE, timeout = SECONDS, stages = CUT,CUT,... (ascending block
  * indices >= 1, each the first block of the next rank's stage). */
 static int distributed_key(parse_state *ps, const char *name, const char *value)
@@ -259,11 +288,12 @@ static int handler(void *user, const char *section, const char *name, const char
         return 1;
     }
     if (strcmp(section, "distributed") == 0) return distributed_key(ps, name, value);
+    if (strcmp(section, "grad") == 0) return grad_key(ps, name, value);
     if (!section[0])
         return handler_fail(ps, line, "'%s = %s' comes before any section (expected [plugins], [family.NAME], "
-                            "[backend.NAME] or [distributed] first)", name, value);
+                            "[backend.NAME], [distributed] or [grad] first)", name, value);
     return handler_fail(ps, ps->lr->section_line,
-                        "unknown section [%s] (expected [plugins], [family.NAME], [backend.NAME] or [distributed])", section);
+                        "unknown section [%s] (expected [plugins], [family.NAME], [backend.NAME], [distributed] or [grad])", section);
 }
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)

@@ -52,6 +52,31 @@ check "--device gpu" 2 "--device 'gpu': expected cpu or cuda" "$nnt" plan --mode
 check "--memory -1" 2 "--memory '-1': expected gigabytes" "$nnt" plan --model "$rel/minimax_m2" --ranks 1 --memory -1
 check "--context x" 2 "--context 'x': expected tokens per row" "$nnt" plan --model "$rel/minimax_m2" --ranks 1 --context x
 check "an unknown option" 2 "unknown option '--rank'" "$nnt" plan --model "$rel/minimax_m2" --rank 1
+# --grad on the released MiniMax-M2 (62 blocks, hidden 3072, 48 heads of 128, 8 of 256 experts of
+# 1536), 1 row x 1000 tokens, by hand from docs/gradients.md's per-token count of one block:
+#   4*3072 + 4*3072 + 4 + 4 (streams, norms)          =  24584
+#   4*48*128 + 2*48*128 (q, k norms and scores; v)    =  36864
+#   2*48*2000 (probabilities twice, keys <= 2T)       = 192000
+#   256 + 8 (router) + 9*(2*1536 + 3072 + 1) (rows)   =  55569
+#   8*128 (compressors' bound)                        =   1024   -> 310041 floats a token
+# a block: 1000 x 310041 x 4 = 1240164000 bytes; the readout 1000 x 3*3072 x 4 = 36864000;
+# keep everything 62 x 1240164000 + 36864000 = 76927032000; recompute 62 x 12288000 (the block
+# inputs) + 1240164000 + 36864000 = 2038884000
+check "--grad: keep everything, by hand" 0 "keep everything: 76.93 GB \(76927032000 bytes\) kept \(1.24 GB \(1240164000 bytes\) a block" \
+  "$nnt" plan --grad --model "$rel/minimax_m2" --context 1000 --memory 100
+check "--grad: recompute, by hand" 0 "recompute: 2.04 GB \(2038884000 bytes\) held \(62 block inputs of 0.01 GB \(12288000 bytes\)" \
+  "$nnt" plan --grad --model "$rel/minimax_m2" --context 1000 --memory 100
+check "--grad: keep everything fits 100 GB" 0 "bound: 100.00 GB .*\(--memory\): keep everything$" \
+  "$nnt" plan --grad --model "$rel/minimax_m2" --context 1000 --memory 100
+check "--grad: recompute under 10 GB" 0 "bound: 10.00 GB .*: recompute block by block$" \
+  "$nnt" plan --grad --model "$rel/minimax_m2" --context 1000 --memory 10
+check "--grad: refused under 1 GB" 0 "refused: even recomputation exceeds the bound" \
+  "$nnt" plan --grad --model "$rel/minimax_m2" --context 1000 --memory 1
+check "--grad: the peaks against the forward's" 0 "^peak: the forward's activations .*keep everything [0-9.]+x that, recompute [0-9.]+x$" \
+  "$nnt" plan --grad --model "$rel/minimax_m2" --context 1000 --memory 100
+check "--grad: the gradient memory" 0 "^gradient memory: 1.25 GB \(1252452000 bytes\)" \
+  "$nnt" plan --grad --model "$rel/minimax_m2" --context 1000 --memory 100
+check "--grad --context 0" 2 "--grad needs --context T" "$nnt" plan --grad --model "$rel/minimax_m2" --context 0
 check "help lists plan" 0 "plan +--model DIR --ranks N" "$nnt" help
 
 [ "$fails" = 0 ] && echo "all plan checks passed" || echo "$fails plan checks failed"

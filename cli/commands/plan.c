@@ -12,7 +12,8 @@ static int plan_usage(const char *fmt, const char *arg)
 {
     fprintf(stderr, "nnt plan: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nusage: nnt plan --model DIR --ranks N [--device cpu|cuda] [--memory GB] [--context T] [--batch B] [--config FILE]\n");
+    fprintf(stderr, "\nusage: nnt plan --model DIR --ranks N [--device cpu|cuda] [--memory GB] [--context T] [--batch B] [--config FILE]\n"
+                    "       nnt plan --grad --model DIR [--context T] [--batch B] [--memory GB] [--config FILE]\n");
     return 2;
 }
 
@@ -31,8 +32,13 @@ int cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *config = NULL;
     nnt_plan_opts o = {.ranks = 0, .device = NNT_PLAN_CPU, .context = 4096, .batch = 1};
+    int grad = 0; /* --grad: what a backward holds, in place of the split */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--grad")) {
+            grad = 1;
+            continue;
+        }
         if (i + 1 >= argc) return plan_usage("%s needs a value", a);
         const char *v = argv[++i];
         long long n = 0;
@@ -65,7 +71,8 @@ int cmd_plan(int argc, char **argv)
         }
     }
     if (!model) return plan_usage("%s", "needs --model DIR");
-    if (!o.ranks) return plan_usage("%s", "needs --ranks N");
+    if (!o.ranks && !grad) return plan_usage("%s", "needs --ranks N");
+    if (grad && o.context < 1) return plan_usage("%s", "--grad needs --context T of 1 token or more");
     nnt_error err = {0};
     nnt_plan *p = NULL;
     if (nnt_runtime_open(config, &o.runtime) != NNT_OK) {
@@ -74,7 +81,12 @@ int cmd_plan(int argc, char **argv)
         return 1;
     }
     int rc = 0;
-    if (nnt_plan_new(model, &o, &p, &err) != NNT_OK) {
+    if (grad) {
+        if (nnt_plan_grad_print(model, &o, stdout, &err) != NNT_OK) {
+            fprintf(stderr, "nnt plan: %s\n", err.msg);
+            rc = 1;
+        }
+    } else if (nnt_plan_new(model, &o, &p, &err) != NNT_OK) {
         fprintf(stderr, "nnt plan: %s\n", err.msg);
         rc = 1;
     } else {

@@ -224,7 +224,7 @@ static nnt_status trace_prepare(nnt_trace *t, const nnt_session *ss, const nnt_r
 {
     int batch = run->dims.batch, seq = run->dims.seq;
     nnt_status st = NNT_OK;
-    if (nnt_trace_wants_grad(t) && (ss || !nnt_tape_recording(run->model->tape)))
+    if (nnt_trace_wants_grad(t) && (ss || (!nnt_tape_recording(run->model->tape) && !t->grad.unrecorded_pass)))
         return nnt_err_set(err, NNT_ERR_UNSUPPORTED,
                            "this trace asks for gradients, which are taken of one whole forward (nnt_trace_run); "
                            "generation, sessions and pipeline stages take none: drop its grad, metric and cotangent "
@@ -240,7 +240,8 @@ static nnt_status trace_prepare(nnt_trace *t, const nnt_session *ss, const nnt_r
         free(lens);
     }
     if (st == NNT_OK)
-        st = nnt_trace_prepare(t, &run->dims, run->step, ss && (run->step > 0 || ss->keep_results), run->first_layer,
+        st = nnt_trace_prepare(t, &run->dims, run->step, (ss && (run->step > 0 || ss->keep_results)) || t->grad.keep_results,
+                               run->first_layer,
                                run->end_layer, err);
     return st;
 }

@@ -25,6 +25,7 @@ nnt_status nnt_trace_new(nnt_model *m, nnt_trace **out)
     if (!t) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory for a trace");
     t->m = m;
     t->next_to = -1;
+    t->grad.stream_in_layer = t->grad.stream_out_layer = -1;
     *out = t;
     return NNT_OK;
 }
@@ -1434,6 +1435,7 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *
     for (int i = 0; i < c->n && st == NNT_OK; i++) {
         const request *r = &t->reqs[c->ids[i]];
         if (r->kind == REQ_SAVE) {
+            if (t->grad.saves_off) continue; /* a block recomputed for its backward: saved by the first pass */
             run->current_request = c->ids[i];
             st = nnt_trace_push_result(run, c->ids[i], slot, layer, on_device && dirty ? &host : value);
             continue;

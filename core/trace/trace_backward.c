@@ -1,6 +1,7 @@
-/* trace_backward.c - a trace's gradient run: the checks before the forward, the forward
- * recorded on the model's tape, the built-in scalar and its cotangent on the logits, the reverse
- * pass, and the gradients saved as "grad:PATH" beside "metric". */
+/* trace_backward.c - a trace's backward of one stage (the whole model, or blocks of it): the
+ * checks before the forward, the forward recorded on the model's tape, the built-in scalar and
+ * its cotangent on the logits, the reverse pass, and the gradients saved as "grad:PATH" beside
+ * "metric". */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,8 +109,7 @@ static nnt_status metric_eval(nnt_trace *t, const int32_t *ids, const int32_t *m
     return st;
 }
 
-/* Before the forward: a scalar exists, every cotangent has its value's shape for this call. */
-static nnt_status check_grad_call(nnt_trace *t, int batch, int seq)
+nnt_status nnt_trace_grad_check(nnt_trace *t, int batch, int seq)
 {
     nnt_error *err = &t->m->rt->err;
     int scalar = t->metric.kind != TM_NONE, grads = 0;
@@ -141,16 +141,19 @@ static nnt_status check_grad_call(nnt_trace *t, int batch, int seq)
     return NNT_OK;
 }
 
-/* The seeds of the reverse pass: the metric's cotangent on the logits, the caller's cotangents. */
-static nnt_status make_seeds(nnt_trace *t, const int32_t *ids, const int32_t *mask, nnt_tape_seed **seeds, int *n,
-                             float **metric_g, double *metric)
+/* The seeds of a stage's reverse pass: the metric's cotangent on the logits (the stage holding
+ * them), the caller's cotangents on values the stage holds, the cotangent of the stream leaving
+ * the stage (d_out, NULL: none). */
+static nnt_status make_seeds(nnt_trace *t, const int32_t *ids, const int32_t *mask, int first, int end,
+                             const float *d_out, nnt_tape_seed **seeds, int *n, float **metric_g, double *metric)
 {
     nnt_error *err = &t->m->rt->err;
-    *seeds = calloc((size_t)t->n_reqs + 1, sizeof **seeds);
+    int L = t->m->info.num_layers;
+    *seeds = calloc((size_t)t->n_reqs + 2, sizeof **seeds);
     if (!*seeds) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     *n = 0;
     nnt_status st = NNT_OK;
-    if (t->metric.kind != TM_NONE) {
+    if (t->metric.kind != TM_NONE && end == L) {
         if (!t->metric_logits.data)
             return nnt_err_set(err, NNT_ERR_PLUGIN, "family '%s' emitted no logits for the metric",
                                nnt_model_family(t->m));
@@ -162,28 +165,32 @@ static nnt_status make_seeds(nnt_trace *t, const int32_t *ids, const int32_t *ma
     for (int i = 0; i < t->n_reqs && st == NNT_OK; i++) {
         const request *r = &t->reqs[i];
         if (r->kind != REQ_COTANGENT || r->metric) continue;
+        if (!nnt_stage_holds(L, first, end, r->path.slot, r->path.layer)) continue; /* another stage's */
         const cell *c = nnt_trace_cell(t, r->path.layer, r->path.slot);
         if (!c || !c->marked)
             return nnt_err_set(err, NNT_ERR_NOT_SERVED, "cotangent '%s': the value was not emitted in this forward",
                                r->text);
         (*seeds)[(*n)++] = (nnt_tape_seed){.tag = cell_tag(r->path.layer, r->path.slot), .cotangent = r->param.data};
     }
+    if (st == NNT_OK && d_out) (*seeds)[(*n)++] = (nnt_tape_seed){.tag = TRACE_TAG_STREAM_OUT, .cotangent = d_out};
     return st;
 }
 
-/* After the forward: the reverse pass from the seeds to every marked gradient cell, and the
- * results. */
-static nnt_status backward(nnt_trace *t, const int32_t *ids, const int32_t *mask)
+/* After a stage's recorded forward: the reverse pass from the seeds to every marked gradient cell
+ * (and to the stream entering the stage, into d_in when not NULL), and the results. */
+static nnt_status backward(nnt_trace *t, const int32_t *ids, const int32_t *mask, int first, int end,
+                           const float *d_out, float *d_in)
 {
     nnt_error *err = &t->m->rt->err;
     nnt_tape_seed *seeds = NULL;
-    nnt_tape_grad *grads = calloc((size_t)t->n_cells + 1, sizeof *grads);
-    nnt_tensor *gt = calloc((size_t)t->n_cells + 1, sizeof *gt);
-    int *cell_of = calloc((size_t)t->n_cells + 1, sizeof *cell_of);
+    nnt_tape_grad *grads = calloc((size_t)t->n_cells + 2, sizeof *grads);
+    nnt_tensor *gt = calloc((size_t)t->n_cells + 2, sizeof *gt);
+    int *cell_of = calloc((size_t)t->n_cells + 2, sizeof *cell_of);
     float *metric_g = NULL;
     double metric = 0.0;
     int n_seeds = 0, n_grads = 0;
-    nnt_status st = grads && gt && cell_of ? make_seeds(t, ids, mask, &seeds, &n_seeds, &metric_g, &metric)
+    nnt_status st = grads && gt && cell_of ? make_seeds(t, ids, mask, first, end, d_out, &seeds, &n_seeds, &metric_g,
+                                                        &metric)
                                            : nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     for (int ci = 0; st == NNT_OK && ci < t->n_cells; ci++) {
         const cell *c = &t->cells[ci];
@@ -194,16 +201,23 @@ static nnt_status backward(nnt_trace *t, const int32_t *ids, const int32_t *mask
         grads[n_grads] = (nnt_tape_grad){.tag = ci, .grad = &gt[n_grads]};
         n_grads++;
     }
+    int n_cells_wanted = n_grads;
+    if (st == NNT_OK && d_in) {
+        cell_of[n_grads] = -1;
+        grads[n_grads] = (nnt_tape_grad){.tag = TRACE_TAG_STREAM_IN, .grad = &gt[n_grads]};
+        n_grads++;
+    }
     if (st == NNT_OK) st = nnt_tape_backward(t->m->tape, seeds, n_seeds, grads, n_grads, err);
     nnt_run run = {.model = t->m, .trace = t, .err = err, .dims = t->dims, .current_request = -1};
-    for (int k = 0; st == NNT_OK && k < n_grads; k++) {
+    for (int k = 0; st == NNT_OK && k < n_cells_wanted; k++) {
         const cell *c = &t->cells[cell_of[k]];
         int layer = cell_of[k] / NNT_VALUE_COUNT - 1;
         nnt_value_id slot = (nnt_value_id)(cell_of[k] % NNT_VALUE_COUNT);
         for (int i = 0; i < c->n && st == NNT_OK; i++)
             if (t->reqs[c->ids[i]].kind == REQ_GRAD) st = nnt_trace_push_result(&run, c->ids[i], slot, layer, &gt[k]);
     }
-    if (st == NNT_OK && t->metric.kind != TM_NONE) {
+    if (st == NNT_OK && d_in) memcpy(d_in, gt[n_cells_wanted].data, nnt_tensor_nbytes(&gt[n_cells_wanted]));
+    if (st == NNT_OK && t->metric.kind != TM_NONE && end == t->m->info.num_layers) {
         float v = (float)metric;
         nnt_tensor mt = {.dtype = NNT_F32, .ndim = 0, .data = &v};
         st = nnt_trace_push_named(t, "metric", &mt, err);
@@ -217,20 +231,44 @@ static nnt_status backward(nnt_trace *t, const int32_t *ids, const int32_t *mask
     return st;
 }
 
-nnt_status nnt_trace_run_grad(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+nnt_status nnt_trace_stage_backward(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                    int first, int end, const float *hidden_in, const float *d_hidden_out,
+                                    float *d_hidden_in, size_t *kept)
 {
+    if (!t || !ids || batch <= 0 || seq <= 0) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
     nnt_error *err = &m->rt->err;
-    if (!ids || batch <= 0 || seq <= 0)
-        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a forward needs token ids and batch, seq >= 1 (got %d, %d)",
-                           batch, seq);
-    nnt_status st = check_grad_call(t, batch, seq);
-    if (st != NNT_OK) return st;
+    int L = m->info.num_layers;
+    if (first < 0 || end <= first || end > L || (first > 0) != (hidden_in != NULL) ||
+        (end < L) != (d_hidden_out != NULL) || (first == 0 && d_hidden_in))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "stage backward of blocks [%d, %d) of %d: hidden_in is given exactly when the stage starts "
+                           "after block 0, d_hidden_out exactly when it ends before the last block, d_hidden_in only "
+                           "when a stream enters", first, end, L);
+    int64_t S = m->info.num_streams > 0 ? m->info.num_streams : 1;
+    size_t stream = (size_t)batch * (size_t)seq * (size_t)S * (size_t)m->info.hidden_size * sizeof(float);
+    float *scratch = end < L ? malloc(stream) : NULL; /* the stream the stage writes again (unused) */
+    if (end < L && !scratch) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for a stage's stream");
+    t->grad.stream_in_layer = first > 0 ? first : -1;
+    t->grad.stream_out_layer = end < L ? end - 1 : -1;
+    t->grad.stream_in_marked = t->grad.stream_out_marked = 0;
+    nnt_stage_call sc = {first, end, hidden_in, scratch, 0};
     nnt_tape_record(m->tape, 1);
-    st = nnt_model_forward(m, t, NULL, ids, mask, batch, seq, NULL, err);
+    nnt_status st = nnt_model_forward(m, t, NULL, ids, mask, batch, seq, first == 0 && end == L ? NULL : &sc, err);
     nnt_tape_record(m->tape, 0);
-    if (st == NNT_OK) st = backward(t, ids, mask);
+    if (kept) *kept = nnt_tape_kept_bytes(m->tape);
+    if (st == NNT_OK && ((first > 0 && !t->grad.stream_in_marked) || (end < L && !t->grad.stream_out_marked)))
+        st = nnt_err_set(err, NNT_ERR_UNSUPPORTED,
+                         "family '%s' did not emit %s of block %d, where the stage's residual stream %s: the gradient "
+                         "cannot pass between blocks one at a time",
+                         nnt_model_family(m), first > 0 && !t->grad.stream_in_marked ? "layer_input" : "layer_output",
+                         first > 0 && !t->grad.stream_in_marked ? first : end - 1,
+                         first > 0 && !t->grad.stream_in_marked ? "enters" : "leaves");
+    if (st == NNT_OK) st = backward(t, ids, mask, first, end, d_hidden_out, d_hidden_in);
     nnt_tape_clear(m->tape);
     nnt_tensor_free(&t->metric_logits);
+    t->grad.stream_in_layer = t->grad.stream_out_layer = -1;
+    free(scratch);
     return st;
 }
+

@@ -216,12 +216,31 @@ nnt_status nnt_trace_grad_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_t
     nnt_trace *t = run->trace;
     nnt_tape *tp = run->model->tape;
     cell *c = t ? nnt_trace_cell(t, layer, slot) : NULL;
-    if (!c || c->n == 0 || !value || !nnt_tape_recording(tp)) return NNT_OK;
-    nnt_status st = record_edits(run, c, layer, value, tp);
+    if (!t || !value || !nnt_tape_recording(tp)) return NNT_OK;
+    nnt_status st = NNT_OK;
+    /* a stage's backward: the stream entering the stage, before its first block's edits */
+    if (slot == NNT_VALUE_LAYER_INPUT && layer == t->grad.stream_in_layer && !t->grad.stream_in_marked) {
+        st = nnt_tape_mark(tp, TRACE_TAG_STREAM_IN, value, run->err);
+        t->grad.stream_in_marked = st == NNT_OK;
+    }
+    int out_mark = slot == NNT_VALUE_LAYER_OUTPUT && layer == t->grad.stream_out_layer && !t->grad.stream_out_marked;
+    if (st == NNT_OK && (!c || c->n == 0)) {
+        /* ... and leaving it, after every other mark of the value */
+        if (out_mark) {
+            st = nnt_tape_mark(tp, TRACE_TAG_STREAM_OUT, value, run->err);
+            t->grad.stream_out_marked = st == NNT_OK;
+        }
+        return st;
+    }
+    if (st == NNT_OK) st = record_edits(run, c, layer, value, tp);
     int mark = 0;
     for (int i = 0; i < c->n; i++) {
         req_kind k = t->reqs[c->ids[i]].kind;
         mark |= k == REQ_GRAD || k == REQ_COTANGENT;
+    }
+    if (st == NNT_OK && !mark && out_mark) {
+        st = nnt_tape_mark(tp, TRACE_TAG_STREAM_OUT, value, run->err);
+        t->grad.stream_out_marked = st == NNT_OK;
     }
     if (st != NNT_OK || !mark) return st;
     char path[160];
@@ -236,6 +255,10 @@ nnt_status nnt_trace_grad_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_t
                            path, nnt_model_family(run->model));
     st = nnt_tape_mark(tp, cell_tag(layer, slot), value, run->err);
     if (st == NNT_OK) c->marked = 1;
+    if (st == NNT_OK && out_mark) {
+        st = nnt_tape_mark(tp, TRACE_TAG_STREAM_OUT, value, run->err);
+        t->grad.stream_out_marked = st == NNT_OK;
+    }
     if (st == NNT_OK && slot == NNT_VALUE_LOGITS && t->metric.kind != TM_NONE) {
         nnt_tensor_free(&t->metric_logits);
         if (nnt_tensor_alloc(&t->metric_logits, NNT_F32, value->ndim, value->shape) != NNT_OK)

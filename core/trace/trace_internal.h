@@ -17,6 +17,33 @@ typedef struct trace_metric {
     char *text;      /* the metric as given, for messages */
 } trace_metric;
 
+/* Tape tags of the residual stream at a stage's ends (cell tags are >= 0): the stream entering
+ * block first_layer (marked before that block's layer_input edits) and leaving block
+ * end_layer - 1 (marked after every other mark of layer_output). */
+#define TRACE_TAG_STREAM_IN (-2)
+#define TRACE_TAG_STREAM_OUT (-3)
+
+/* The memory modes of a gradient run (docs/gradients.md, "Memory"): decided by the INI's
+ * [grad] mode and memory_gb unless a caller forced them (nnt_trace_grad_memory). */
+typedef enum trace_grad_mode { TRACE_GRAD_AUTO = 0, TRACE_GRAD_KEEP, TRACE_GRAD_RECOMPUTE } trace_grad_mode;
+
+/* A gradient run's state across its forward calls, and what it measured. */
+typedef struct trace_grad_state {
+    trace_grad_mode forced;   /* TRACE_GRAD_AUTO: the INI decides */
+    double forced_bound;      /* bytes the kept activations may take (> 0: overrides memory_gb) */
+    int unrecorded_pass;      /* 1 during recomputation's first pass: a gradient trace runs unrecorded */
+    int saves_off;            /* 1 while a block is recomputed: its saves were made by the first pass */
+    int keep_results;         /* 1 after the run's first call: later calls add to the results */
+    int stream_in_layer;      /* the block whose layer_input gets TRACE_TAG_STREAM_IN, or -1 */
+    int stream_out_layer;     /* the block whose layer_output gets TRACE_TAG_STREAM_OUT, or -1 */
+    int stream_in_marked, stream_out_marked;
+    /* measured by the last gradient run */
+    trace_grad_mode used;     /* TRACE_GRAD_KEEP or TRACE_GRAD_RECOMPUTE */
+    size_t peak_kept_bytes;   /* the most the tape kept at once (nnt_tape_kept_bytes) */
+    size_t streams_bytes;     /* recomputation: the block inputs held on the host */
+    uint64_t estimate_keep, estimate_recompute, bound; /* the estimate the choice read, and the bound */
+} trace_grad_state;
+
 typedef enum req_kind {
     REQ_SAVE,
     REQ_KEEP, /* internal: holds a value a later masked fill reads */
@@ -113,6 +140,7 @@ struct nnt_trace {
     int next_from, next_to;      /* step range given to requests added from now on */
     trace_metric metric;         /* the built-in scalar a gradient request differentiates */
     nnt_tensor metric_logits;    /* host copy of the logits as the forward left them (a metric's input) */
+    trace_grad_state grad;       /* how a gradient run goes through the blocks (trace_recompute.c) */
 };
 
 
@@ -142,9 +170,57 @@ int nnt_trace_wants_grad(const nnt_trace *t);
  * cotangent or the metric needs it, and keeps the logits a metric reads. Does nothing unless the
  * model's tape records and the trace has requests on the value (value NULL: nothing). */
 nnt_status nnt_trace_grad_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *value);
-/* nnt_trace_run when the trace asks for a gradient (trace_backward.c): the forward recorded on the
- * model's tape, the scalar's seeds, the backward, the "grad:" and "metric" results. */
+/* Before a gradient run of batch x seq tokens (trace_backward.c): a scalar exists (a metric or a
+ * cotangent), a gradient is asked, every cotangent has its value's shape for this call. Errors:
+ * NNT_ERR_INVALID_ARGUMENT, NNT_ERR_SHAPE (naming the cotangent and both shapes). */
+nnt_status nnt_trace_grad_check(nnt_trace *t, int batch, int seq);
+/* nnt_trace_run when the trace asks for a gradient (trace_recompute.c): the checks, the choice of
+ * mode, then keep-everything (one recorded forward, one reverse pass) or recomputation. */
 nnt_status nnt_trace_run_grad(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq);
+/* One pipeline stage's backward, the step recomputation repeats block by block and pipeline
+ * ranks will repeat stage by stage (trace_backward.c).
+ *
+ * Reruns blocks [first, end) of t's model (0 <= first < end <= num_layers) on ids / mask
+ * (int32 [batch, seq]; mask NULL: every token real) with the model's tape recording and t's
+ * edits applied as in any forward, then runs the reverse pass and frees the record.
+ *   hidden_in:    float32 host [batch, seq, streams, hidden] entering block `first` (streams =
+ *                 nnt_model_info.num_streams, at least 1), or NULL exactly when first is 0 (the
+ *                 stage embeds input_ids). Read only.
+ *   d_hidden_out: float32 host, same shape: dL/d(the stream leaving block end - 1), the cotangent
+ *                 the next stage handed back, or NULL exactly when end is num_layers (the stage
+ *                 holds the readout, and the trace's metric is evaluated and seeded here).
+ *   d_hidden_in:  float32 host, same shape, written with dL/d hidden_in (the sum of every seed's
+ *                 contribution through this stage and d_hidden_out), or NULL (first 0: no stream
+ *                 enters; otherwise the gradient is not wanted).
+ * The trace's cotangents on values the stage holds are seeded; each gradient request on a value
+ * the stage holds is answered as a "grad:PATH" result (float32, the value's shape, its slice
+ * applied); the stage holding the logits adds "metric" (float32, no axes). Saves are made unless
+ * t->grad.saves_off. *kept (may be NULL): the bytes the tape kept for this stage.
+ * Errors: the forward's (NNT_ERR_INVALID_ARGUMENT for a bad range or buffers), NNT_ERR_UNSUPPORTED
+ * (a family that does not emit layer_input / layer_output at the stage's ends, an op without a
+ * backward entry), NNT_ERR_OUT_OF_MEMORY; the runtime's error says which. */
+nnt_status nnt_trace_stage_backward(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                    int first, int end, const float *hidden_in, const float *d_hidden_out,
+                                    float *d_hidden_in, size_t *kept);
+/* The memory mode of a gradient run of batch x seq tokens (trace_recompute.c): the forced one,
+ * else the INI's [grad] mode, else (auto) keep-everything when its estimate fits [grad] memory_gb
+ * (default: half of MemAvailable) and recomputation otherwise; recorded in t->grad. Errors:
+ * NNT_ERR_OUT_OF_MEMORY (refused before running) when even recomputation's estimate exceeds the
+ * bound, naming the prompt length, the bytes and the INI key. */
+nnt_status nnt_trace_grad_choose(nnt_trace *t, int batch, int seq, trace_grad_mode *mode);
+/* Forces the memory mode of t's later gradient runs (mode: TRACE_GRAD_KEEP, TRACE_GRAD_RECOMPUTE,
+ * or TRACE_GRAD_AUTO to let the INI decide) and, when bound_bytes > 0, the bound the automatic
+ * choice compares with (in place of [grad] memory_gb). For tests and the methods that need one
+ * mode; a forced mode is never refused. */
+void nnt_trace_grad_memory(nnt_trace *t, int mode, double bound_bytes);
+/* What t's last gradient run did: its mode (TRACE_GRAD_KEEP or TRACE_GRAD_RECOMPUTE; 0 before any
+ * run), the most bytes the tape kept at once, the bytes of the block inputs recomputation held on
+ * the host, and the estimates and bound the choice compared (bytes). Any pointer may be NULL. */
+void nnt_trace_grad_report(const nnt_trace *t, int *mode, size_t *peak_kept, size_t *streams, uint64_t *estimate_keep,
+                           uint64_t *estimate_recompute, uint64_t *bound);
+/* A gradient run block by block (trace_recompute.c): a first unrecorded pass keeping each block's
+ * input stream on the host, then nnt_trace_stage_backward from the last block to the first. */
+nnt_status nnt_trace_run_grad_recompute(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq);
 /* Frees what the trace's metric owns (its text, positions, logits) and clears it (trace.c). */
 void nnt_trace_metric_clear(nnt_trace *t);
 

@@ -652,6 +652,17 @@ int nnt_plan_get_stage(const nnt_plan *p, int r, nnt_plan_stage *out);
 /* Writes the plan as the `nnt plan` command prints it: the weights' source, the caches (or
  * "caches: not known - <why>" without a cost model), then one row per rank. */
 nnt_status nnt_plan_print(const nnt_plan *p, const char *dir, FILE *out);
+/* `nnt plan --grad`: prints to out what a backward of opts->batch rows x opts->context tokens
+ * (both >= 1) of the checkpoint in dir holds, from its config.json's dimensions alone (no weights
+ * read; docs/gradients.md, "Memory"): the activations the gradient tape keeps in keep-everything
+ * mode and in per-block recomputation (the block inputs, float32 [batch, context, streams,
+ * hidden] each, plus one block's record), the gradient memory of the reverse pass, the bound
+ * (opts->memory_bytes when nonzero, else the runtime's [grad] memory_gb, else half of
+ * MemAvailable) and the mode a trace would choose under it, and each mode's peak against the
+ * forward's activations. Bytes as GB (1e9) and exact counts; every figure an upper bound.
+ * opts->runtime may be NULL (no INI). Errors: NNT_ERR_INVALID_ARGUMENT, NNT_ERR_IO and
+ * NNT_ERR_CONFIG for config.json (unreadable, no num_hidden_layers or hidden_size). */
+nnt_status nnt_plan_grad_print(const char *dir, const nnt_plan_opts *opts, FILE *out, nnt_error *err);
 
 /* The split alone, for any per-block costs: block_bytes [n_blocks] (each >= 0), first_extra
  * added to the stage holding block 0, last_extra to the stage holding block n_blocks - 1.

@@ -1,0 +1,148 @@
+/* trace_recompute.c - the memory of a trace's gradient run: the choice between keep-everything and
+ * per-block recomputation (the estimate against [grad] memory_gb), and recomputation itself: an
+ * unrecorded first pass block by block keeping each block's input stream, then every block's
+ * backward from the last to the first (nnt_trace_stage_backward), the gradient of each block's
+ * input stream handed to the block before; and the gradient run that picks between them.
+ * docs/gradients.md, "Memory". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace_internal.h"
+#include "grad/grad_memory.h"
+#include "grad/tape.h"
+
+/* The estimate's dimensions from a loaded model's info. */
+static void dims_of(const nnt_model *m, nnt_grad_dims *d)
+{
+    const nnt_model_info *i = &m->info;
+    *d = (nnt_grad_dims){.layers = i->num_layers, .hidden = i->hidden_size, .streams = i->num_streams,
+                         .heads = i->num_heads, .kv_heads = i->num_kv_heads, .qk_head_dim = i->qk_head_dim,
+                         .head_dim = i->head_dim, .intermediate = i->intermediate_size, .experts = i->num_experts,
+                         .top_k = i->top_k, .vocab = i->vocab_size};
+    if (!d->qk_head_dim) d->qk_head_dim = d->head_dim;
+}
+
+void nnt_trace_grad_memory(nnt_trace *t, int mode, double bound_bytes)
+{
+    if (!t) return;
+    t->grad.forced = mode == TRACE_GRAD_KEEP || mode == TRACE_GRAD_RECOMPUTE ? (trace_grad_mode)mode : TRACE_GRAD_AUTO;
+    t->grad.forced_bound = bound_bytes > 0 ? bound_bytes : 0;
+}
+
+nnt_status nnt_trace_grad_choose(nnt_trace *t, int batch, int seq, trace_grad_mode *mode)
+{
+    nnt_model *m = t->m;
+    const nnt_ini *ini = m->rt->ini;
+    nnt_grad_dims d;
+    dims_of(m, &d);
+    nnt_grad_memory gm;
+    nnt_grad_memory_estimate(&d, batch, seq, &gm);
+    uint64_t bound = t->grad.forced_bound > 0                  ? (uint64_t)t->grad.forced_bound
+                     : ini && ini->grad_memory_gb > 0 ? (uint64_t)(ini->grad_memory_gb * 1e9)
+                                                              : nnt_grad_default_bound();
+    trace_grad_mode want = t->grad.forced != TRACE_GRAD_AUTO ? t->grad.forced
+                           : ini && ini->grad_mode == 1      ? TRACE_GRAD_KEEP
+                           : ini && ini->grad_mode == 2      ? TRACE_GRAD_RECOMPUTE
+                                                             : TRACE_GRAD_AUTO;
+    t->grad.estimate_keep = gm.keep_all;
+    t->grad.estimate_recompute = gm.recompute;
+    t->grad.bound = bound;
+    if (want == TRACE_GRAD_AUTO) want = gm.keep_all <= bound ? TRACE_GRAD_KEEP : TRACE_GRAD_RECOMPUTE;
+    /* recomputation over the bound is refused unless the caller forced it (a test's decision) */
+    if (t->grad.forced == TRACE_GRAD_AUTO && want == TRACE_GRAD_RECOMPUTE && gm.recompute > bound)
+        return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY,
+                           "a backward of %d row(s) x %d tokens needs about %.3f GB even block by block (%d block "
+                           "inputs of %.3f GB, and one block's record of %.3f GB), over the %.3f GB bound; raise "
+                           "[grad] memory_gb in %s or shorten the prompt",
+                           batch, seq, (double)gm.recompute / 1e9, (int)d.layers, (double)gm.stream / 1e9,
+                           (double)(gm.block_keep + gm.readout_keep) / 1e9, (double)bound / 1e9,
+                           m->rt->config_path ? m->rt->config_path : "the INI");
+    *mode = want;
+    return NNT_OK;
+}
+
+void nnt_trace_grad_report(const nnt_trace *t, int *mode, size_t *peak_kept, size_t *streams, uint64_t *estimate_keep,
+                           uint64_t *estimate_recompute, uint64_t *bound)
+{
+    if (mode) *mode = t ? (int)t->grad.used : 0;
+    if (peak_kept) *peak_kept = t ? t->grad.peak_kept_bytes : 0;
+    if (streams) *streams = t ? t->grad.streams_bytes : 0;
+    if (estimate_keep) *estimate_keep = t ? t->grad.estimate_keep : 0;
+    if (estimate_recompute) *estimate_recompute = t ? t->grad.estimate_recompute : 0;
+    if (bound) *bound = t ? t->grad.bound : 0;
+}
+
+nnt_status nnt_trace_run_grad_recompute(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+{
+    nnt_model *m = t->m;
+    nnt_error *err = &m->rt->err;
+    int L = m->info.num_layers;
+    size_t S = m->info.num_streams > 0 ? (size_t)m->info.num_streams : 1;
+    size_t n = (size_t)batch * (size_t)seq * S * (size_t)m->info.hidden_size;
+    /* in[l]: the stream entering block l (l >= 1); dx, dy: the gradients passed block to block */
+    float *in = L > 1 ? malloc((size_t)(L - 1) * n * sizeof *in) : NULL;
+    float *dx = malloc(n * sizeof *dx), *dy = malloc(n * sizeof *dy);
+    t->grad.used = TRACE_GRAD_RECOMPUTE;
+    t->grad.peak_kept_bytes = 0;
+    t->grad.streams_bytes = (size_t)(L > 1 ? L - 1 : 0) * n * sizeof(float);
+    nnt_status st = (L > 1 && !in) || !dx || !dy
+                        ? nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for %d block inputs of %zu bytes", L - 1,
+                                      n * sizeof(float))
+                        : NNT_OK;
+#define IN(l) (in + (size_t)((l) - 1) * n)
+    /* the first pass: blocks 0..L-2 unrecorded, their saves made, each block's output kept */
+    t->grad.unrecorded_pass = 1;
+    for (int l = 0; st == NNT_OK && l < L - 1; l++) {
+        nnt_stage_call sc = {l, l + 1, l ? IN(l) : NULL, IN(l + 1), 0};
+        st = nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &sc, err);
+        t->grad.keep_results = 1;
+    }
+    t->grad.unrecorded_pass = 0;
+    /* the backward block by block; the last block's recorded pass makes its own saves */
+    for (int l = L - 1; st == NNT_OK && l >= 0; l--) {
+        size_t kept = 0;
+        st = nnt_trace_stage_backward(t, ids, mask, batch, seq, l, l + 1, l ? IN(l) : NULL, l < L - 1 ? dy : NULL,
+                                      l ? dx : NULL, &kept);
+        t->grad.keep_results = 1;
+        t->grad.saves_off = 1;
+        if (kept > t->grad.peak_kept_bytes) t->grad.peak_kept_bytes = kept;
+        float *swap = dx;
+        dx = dy;
+        dy = swap;
+    }
+#undef IN
+    t->grad.unrecorded_pass = 0;
+    t->grad.saves_off = 0;
+    t->grad.keep_results = 0;
+    free(in);
+    free(dx);
+    free(dy);
+    return st;
+}
+
+/* Keep-everything: the whole forward recorded, one reverse pass. */
+static nnt_status run_keep(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+{
+    size_t kept = 0;
+    nnt_status st = nnt_trace_stage_backward(t, ids, mask, batch, seq, 0, t->m->info.num_layers, NULL, NULL, NULL,
+                                             &kept);
+    t->grad.used = TRACE_GRAD_KEEP;
+    t->grad.peak_kept_bytes = kept;
+    t->grad.streams_bytes = 0;
+    return st;
+}
+
+nnt_status nnt_trace_run_grad(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+{
+    nnt_model *m = nnt_trace_model(t);
+    nnt_error *err = &m->rt->err;
+    if (!ids || batch <= 0 || seq <= 0)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a forward needs token ids and batch, seq >= 1 (got %d, %d)",
+                           batch, seq);
+    nnt_status st = nnt_trace_grad_check(t, batch, seq);
+    trace_grad_mode mode = TRACE_GRAD_KEEP;
+    if (st == NNT_OK) st = nnt_trace_grad_choose(t, batch, seq, &mode);
+    if (st != NNT_OK) return st;
+    return mode == TRACE_GRAD_RECOMPUTE ? nnt_trace_run_grad_recompute(t, ids, mask, batch, seq)
+                                        : run_keep(t, ids, mask, batch, seq);
+}

@@ -1,0 +1,189 @@
+/* test_grad_recompute.c - the memory modes of a gradient run: per-block recomputation gives the
+ * gradients keep-everything gives (within 1e-6 of each value's largest magnitude) on MiniMax-M2,
+ * MiMo-V2-Flash and DeepSeek-V4 (fp32 fixtures, left-padded batches), for three metrics, with an
+ * edit in place, saves reported once; it keeps fewer bytes; the estimate bounds what each mode
+ * keeps; a bound too small is refused before anything runs, naming the prompt length and the key. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "core/trace/trace_internal.h"
+#include "test_util.h"
+
+static const char *const METRICS[] = {"logit-diff:11,29", "logprob:7", "loss"};
+
+/* Values asked for on every block where served (a request a family does not serve is skipped). */
+static const char *const VALUES[] = {"layers.*.layer_input", "layers.*.layer_output", "layers.*.attention_norm_output",
+                                     "layers.*.mlp.expert_weights", "layers.*.self_attn.attention_probabilities",
+                                     "layers.*.attention_comb", "layers.*.mlp_post", "token_embeddings",
+                                     "final_norm_output", "logits"};
+
+/* A trace of metric on fixture r: every value's gradient, a save of each block's output, and
+ * layers.0.layer_output scaled by 0.5 in place; run in `mode`. */
+static nnt_trace *run_mode(nnt_runtime *rt, nnt_model *m, const t_ref *r, const char *metric, int mode)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    for (size_t i = 0; i < sizeof VALUES / sizeof *VALUES; i++) nnt_trace_grad(t, VALUES[i]);
+    T_OK(rt, nnt_trace_save(t, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_scale(t, "layers.0.layer_output", 0.5f));
+    T_OK(rt, nnt_trace_metric(t, metric, NULL, 0));
+    nnt_trace_grad_memory(t, mode, 0);
+    T_OK(rt, nnt_trace_run(t, r->ids, r->mask, r->batch, r->seq));
+    return t;
+}
+
+static void check_fixture(const char *dir, const char *ref)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, dir);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, ref) == 0);
+    int padded = 0;
+    for (int i = 0; i < r.batch * r.seq; i++) padded += !r.mask[i];
+    if (!padded && r.seq > 4) { /* a last row of the first row's first tokens after 3 pads */
+        int b = r.batch < 2 ? 1 : r.batch - 1;
+        for (int s = 0; s < r.seq; s++) {
+            r.ids[b * r.seq + s] = s < 3 ? 0 : r.ids[s - 3];
+            r.mask[b * r.seq + s] = s >= 3;
+            r.mask[s] = 1;
+        }
+        if (r.batch < 2) r.batch = 2;
+        padded = 3;
+    }
+    CU_ASSERT(r.batch >= 2 && padded > 0); /* a left-padded batch */
+    for (int k = 0; k < 3; k++) {
+        nnt_trace *a = run_mode(rt, m, &r, METRICS[k], TRACE_GRAD_KEEP);
+        nnt_trace *b = run_mode(rt, m, &r, METRICS[k], TRACE_GRAD_RECOMPUTE);
+        int na = nnt_trace_result_count(a), nb = nnt_trace_result_count(b), grads = 0;
+        CU_ASSERT_EQUAL(na, nb); /* saves once, every gradient once */
+        double worst = 0;
+        for (int i = 0; i < na; i++) {
+            const char *key = NULL;
+            const nnt_tensor *x = NULL;
+            T_OK(rt, nnt_trace_result(a, i, &key, &x));
+            const nnt_tensor *y = nnt_trace_get(b, key);
+            CU_ASSERT_FATAL(x && y);
+            CU_ASSERT_FATAL(nnt_shape_equal(x->ndim, x->shape, y->ndim, y->shape));
+            double scale = 0, diff = 0;
+            for (int64_t j = 0, n = nnt_tensor_numel(x); j < n; j++) {
+                double u = nnt_tensor_get_f64(x, j), v = nnt_tensor_get_f64(y, j);
+                scale = fmax(scale, fabs(u));
+                diff = fmax(diff, fabs(u - v));
+            }
+            double e = scale > 0 ? diff / scale : diff;
+            if (!(e <= 1e-6)) fprintf(stderr, "\n  %s %s: %s differs by %.3g (relative)\n", dir, METRICS[k], key, e);
+            CU_ASSERT(e <= 1e-6);
+            worst = fmax(worst, e);
+            grads += strncmp(key, "grad:", 5) == 0;
+        }
+        CU_ASSERT(grads >= 10);
+        int mode_a, mode_b;
+        size_t kept_a, kept_b, streams_b;
+        uint64_t est_keep, est_rec;
+        nnt_trace_grad_report(a, &mode_a, &kept_a, NULL, &est_keep, NULL, NULL);
+        nnt_trace_grad_report(b, &mode_b, &kept_b, &streams_b, NULL, &est_rec, NULL);
+        CU_ASSERT_EQUAL(mode_a, TRACE_GRAD_KEEP);
+        CU_ASSERT_EQUAL(mode_b, TRACE_GRAD_RECOMPUTE);
+        CU_ASSERT(kept_b < kept_a);
+        CU_ASSERT(est_keep >= kept_a);           /* the estimate bounds keep-everything ... */
+        CU_ASSERT(est_rec >= kept_b + streams_b); /* ... and recomputation */
+        if (getenv("NNT_GRAD_VERBOSE") || est_keep < kept_a || est_rec < kept_b + streams_b)
+            fprintf(stderr,
+                    "\n  %s (%d x %d tokens) %s: %d results (%d gradients), worst %.2e; kept: everything %zu bytes (estimate %llu), "
+                    "recompute %zu + %zu block inputs (estimate %llu)\n",
+                    dir, r.batch, r.seq, METRICS[k], na, grads, worst, kept_a, (unsigned long long)est_keep, kept_b, streams_b,
+                    (unsigned long long)est_rec);
+        nnt_trace_free(a);
+        nnt_trace_free(b);
+    }
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+static void test_minimax(void) { check_fixture("minimax_m2/fp32", "minimax_m2/fp32"); }
+static void test_mimo(void) { check_fixture("mimo_v2_flash/fp32", "mimo_v2_flash/fp32"); }
+static void test_deepseek(void) { check_fixture("deepseek_v4/fp32", "deepseek_v4/fp32/reference_L13.safetensors"); }
+
+/* A bound under even recomputation's need: refused before running, naming the prompt length, the
+ * bytes and the INI key; a bound between the two modes' needs chooses recomputation. */
+static void test_bound(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, "minimax_m2/fp32");
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, "minimax_m2/fp32") == 0);
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_grad(t, "layers.0.layer_output"));
+    T_OK(rt, nnt_trace_metric(t, "loss", NULL, 0));
+    nnt_trace_grad_memory(t, TRACE_GRAD_AUTO, 1000.0);
+    CU_ASSERT_EQUAL(nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq), NNT_ERR_OUT_OF_MEMORY);
+    const char *msg = nnt_last_error(rt);
+    char want[64];
+    snprintf(want, sizeof want, "x %d tokens", r.seq);
+    CU_ASSERT(strstr(msg, want) != NULL);
+    CU_ASSERT(strstr(msg, "[grad] memory_gb") != NULL);
+    CU_ASSERT(strstr(msg, " GB") != NULL);
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 0); /* nothing ran */
+    uint64_t keep, rec;
+    nnt_trace_grad_report(t, NULL, NULL, NULL, &keep, &rec, NULL);
+    CU_ASSERT(rec < keep);
+    nnt_trace_grad_memory(t, TRACE_GRAD_AUTO, (double)(rec + keep) / 2);
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    int mode;
+    nnt_trace_grad_report(t, &mode, NULL, NULL, NULL, NULL, NULL);
+    CU_ASSERT_EQUAL(mode, TRACE_GRAD_RECOMPUTE);
+    nnt_trace_grad_memory(t, TRACE_GRAD_AUTO, (double)keep);
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    nnt_trace_grad_report(t, &mode, NULL, NULL, NULL, NULL, NULL);
+    CU_ASSERT_EQUAL(mode, TRACE_GRAD_KEEP);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* The INI's [grad] section: memory_gb read (a tiny bound refuses, naming the file), a bad mode or
+ * bound refused where the INI is read. */
+static void test_ini(void)
+{
+    char path[600];
+    const char *const KEYS[] = {"memory_gb", "mode", "memory_gb"}, *const VALUES_[] = {"0.000001", "everything", "-3"};
+    for (int k = 0; k < 3; k++) {
+        CU_ASSERT_FATAL(t_ini_with("grad_recompute_test.ini", "grad", KEYS[k], VALUES_[k], path, sizeof path) != NULL);
+        nnt_runtime *rt = NULL;
+        nnt_status st = nnt_runtime_open(path, &rt);
+        if (k > 0) {
+            CU_ASSERT_NOT_EQUAL(st, NNT_OK);
+            CU_ASSERT(strstr(nnt_last_error(rt), k == 1 ? "[grad] mode" : "[grad] memory_gb") != NULL);
+            nnt_runtime_close(rt);
+            continue;
+        }
+        CU_ASSERT_FATAL(st == NNT_OK);
+        nnt_model *m = t_model(rt, "minimax_m2/fp32");
+        t_ref r;
+        CU_ASSERT_FATAL(t_ref_open(&r, rt, "minimax_m2/fp32") == 0);
+        nnt_trace *t;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_OK(rt, nnt_trace_grad(t, "layers.0.layer_output"));
+        T_OK(rt, nnt_trace_metric(t, "loss", NULL, 0));
+        CU_ASSERT_EQUAL(nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq), NNT_ERR_OUT_OF_MEMORY);
+        CU_ASSERT(strstr(nnt_last_error(rt), "grad_recompute_test.ini") != NULL);
+        nnt_trace_free(t);
+        nnt_model_free(m);
+        nnt_runtime_close(rt);
+    }
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("grad_recompute", NULL, NULL);
+    if (!s) return -1;
+    CU_add_test(s, "minimax_m2 fp32: recomputation equals keep-everything", test_minimax);
+    CU_add_test(s, "mimo_v2_flash fp32: recomputation equals keep-everything", test_mimo);
+    CU_add_test(s, "deepseek_v4 fp32: recomputation equals keep-everything", test_deepseek);
+    CU_add_test(s, "the bound: refused when too small, the mode chosen by it", test_bound);
+    CU_add_test(s, "the INI's [grad] section", test_ini);
+    return 0;
+}
