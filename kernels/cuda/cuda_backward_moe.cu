@@ -42,7 +42,8 @@ __device__ __forceinline__ double score_bwd(int fn, double x, double *deriv)
  * choosing e, f (dw_k / (S + eps) - A / (S + eps)^2) (A = sum_k dw_k s_k) or f dw_k; then
  * through the score function (softmax: ds_e = s_e (dsc_e - sum_j dsc_j s_j)). Every lane
  * computes the K-slot sums itself (K is small); lanes split the experts. An index outside
- * [0, E) is counted in flag[0] and its token skipped. */
+ * [0, E) is counted in flag[0] and its token skipped (the op then fails, the other tokens'
+ * gradients added). */
 __global__ void k_route_bwd(const float *logits, const int32_t *idx, const float *dw, float *dl, int64_t M, int E,
                             route_bdev p, int *flag)
 {
