@@ -565,7 +565,30 @@ static const nnt_backend_ops cuda_ops = {
     .compress = cuda_compress,
     .indexer_scores = cuda_indexer_scores,
     .weight_bytes = cuda_weight_bytes,
-    .scale_rows = cuda_scale_rows, /* its backward, as every backward entry here, is left NULL for now */
+    .scale_rows = cuda_scale_rows,
+    /* backward (cuda_backward*.cu): every entry the cpu backend has. Entries this table does
+     * not name (e.g. recurrent mixers' backward, when the ABI grows them) stay NULL, and the
+     * core refuses a gradient through such an op by its name. */
+    .linear_backward = cuda_linear_backward,
+    .rms_norm_backward = cuda_rms_norm_backward,
+    .accumulate = cuda_accumulate,
+    .swap12_backward = cuda_swap12_backward,
+    .rope_backward = cuda_rope_backward,
+    .attn_scores_backward = cuda_attn_scores_backward,
+    .softmax_backward = cuda_softmax_backward,
+    .attn_mix_backward = cuda_attn_mix_backward,
+    .swiglu_backward = cuda_swiglu_backward,
+    .route_backward = cuda_route_backward,
+    .gather_rows_backward = cuda_gather_rows_backward,
+    .scatter_add_rows_backward = cuda_scatter_add_rows_backward,
+    .scatter_rows_backward = cuda_scatter_rows_backward,
+    .sum_axis1_backward = cuda_sum_axis1_backward,
+    .copy_cols_backward = cuda_copy_cols_backward,
+    .scale_rows_backward = cuda_scale_rows_backward,
+    .hyper_connection_backward = cuda_hyper_connection_backward,
+    .hyper_mix_backward = cuda_hyper_mix_backward,
+    .hyper_head_backward = cuda_hyper_head_backward,
+    .compress_backward = cuda_compress_backward,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

@@ -237,6 +237,55 @@ nnt_status cuda_compress(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate
 nnt_status cuda_indexer_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *w, float scale,
                                nnt_tensor *out, nnt_error *err);
 
+/* cuda_backward.cu (the backward section of nnt_backend.h, and accumulate) */
+nnt_status cuda_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor *w, nnt_tensor *dx, nnt_error *err);
+nnt_status cuda_rms_norm_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, float eps, const nnt_tensor *dy,
+                                  nnt_tensor *dx, nnt_error *err);
+nnt_status cuda_accumulate(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y, nnt_error *err);
+nnt_status cuda_swap12_backward(void *ctx, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
+nnt_status cuda_swiglu_backward(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, float limit,
+                                const nnt_tensor *act, const nnt_tensor *dout, nnt_tensor *dgate, nnt_tensor *dup,
+                                nnt_tensor *dact, nnt_error *err);
+nnt_status cuda_copy_cols_backward(void *ctx, const nnt_tensor *ddst, int64_t dst_col, nnt_tensor *dsrc,
+                                   int64_t src_col, int64_t ncols, nnt_error *err);
+/* cuda_backward_attention.cu */
+nnt_status cuda_rope_backward(void *ctx, nnt_tensor *dx, const int32_t *pos, const float *inv_freq, int rot_start,
+                              int rot_dim, nnt_rope_style style, float mscale, nnt_error *err);
+nnt_status cuda_attn_scores_backward(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
+                                     const nnt_attn_mask *mask, const nnt_tensor *ds, nnt_tensor *dq, nnt_tensor *dk,
+                                     nnt_error *err);
+nnt_status cuda_softmax_backward(void *ctx, const nnt_tensor *p, const float *sinks, const nnt_tensor *dp,
+                                 nnt_tensor *ds, nnt_error *err);
+nnt_status cuda_attn_mix_backward(void *ctx, const nnt_tensor *p, const nnt_tensor *v, const nnt_tensor *dout,
+                                  nnt_tensor *dp, nnt_tensor *dv, nnt_error *err);
+/* cuda_backward_moe.cu */
+nnt_status cuda_route_backward(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias, const nnt_route_params *p,
+                               const nnt_tensor *idx, const nnt_tensor *dw, nnt_tensor *dlogits, nnt_error *err);
+nnt_status cuda_gather_rows_backward(void *ctx, const nnt_tensor *ddst, const int32_t *rows, int n, nnt_tensor *dsrc,
+                                     nnt_error *err);
+nnt_status cuda_scatter_add_rows_backward(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale,
+                                          int n, const nnt_tensor *ddst, nnt_tensor *dsrc, nnt_tensor *dscale,
+                                          nnt_error *err);
+nnt_status cuda_scatter_rows_backward(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
+                                      const nnt_tensor *ddst, nnt_tensor *dsrc, nnt_tensor *dscale, nnt_error *err);
+nnt_status cuda_sum_axis1_backward(void *ctx, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
+nnt_status cuda_scale_rows_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const int32_t *idx, int n,
+                                    const nnt_tensor *dy, nnt_tensor *dx, nnt_tensor *dw, nnt_error *err);
+/* cuda_backward_hyper.cu */
+nnt_status cuda_hyper_connection_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                                          const nnt_tensor *scale, float rms_eps, float hc_eps, int iters,
+                                          const nnt_tensor *dpost, const nnt_tensor *dcomb,
+                                          const nnt_tensor *dcollapsed, nnt_tensor *dx, nnt_error *err);
+nnt_status cuda_hyper_mix_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *a, const nnt_tensor *post,
+                                   const nnt_tensor *comb, const nnt_tensor *dout, nnt_tensor *dx, nnt_tensor *da,
+                                   nnt_tensor *dpost, nnt_tensor *dcomb, nnt_error *err);
+nnt_status cuda_hyper_head_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *fn, const nnt_tensor *base,
+                                    const nnt_tensor *scale, float rms_eps, float hc_eps, const nnt_tensor *dy,
+                                    nnt_tensor *dx, nnt_error *err);
+nnt_status cuda_compress_backward(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate, const nnt_tensor *ape,
+                                  int rate, int overlap, const int32_t *first, const int32_t *count,
+                                  const nnt_tensor *dout, nnt_tensor *dkv, nnt_tensor *dgate, nnt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

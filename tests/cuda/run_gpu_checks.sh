@@ -4,7 +4,8 @@
 # op by op - linear and embedding on weights in every stored encoding, F32 / BF16 / F16 / FP8 /
 # FP4 with their block scales, in float32 and bfloat16 numerics, and every other op into outputs
 # flagged NNT_TENSOR_BF16_VALUES with its rounding styles - and on every fixture, the FP8 and FP4
-# checkpoints included, then the bf16 fixtures again at precision = bf16), then the cpu/cuda
+# checkpoints included, then the bf16 fixtures again at precision = bf16; and every backward op,
+# linear_backward on every weight encoding, plus a gradient request on MiniMax-M2 fp32), then the cpu/cuda
 # benchmark (float32 checkpoints). Run from the repository root:
 #
 #   tests/cuda/run_gpu_checks.sh

@@ -25,6 +25,22 @@
  *    unflagged; the ops that never round (kda_gate, indexer_scores, hyper_connection's post and
  *    comb, the delta rule's states, the convolution's state, gathers) held to float32 equality
  *    with flagged outputs;
+ *  - backward ops: every backward entry against the cpu backend's on the same inputs, each
+ *    gradient output starting from the same random values (so adding, not overwriting, is
+ *    checked): linear_backward on weights in every encoding (F32, BF16, F16, FP8 with F32 / BF16
+ *    / F16 / E8M0 scales and partial blocks, an FP8 view starting inside a block row, FP4 with
+ *    E8M0 and F32 group scales) at 1, 3, 37 and 70 rows; rms_norm_backward with F32, BF16 and no
+ *    gain; accumulate; swap12, copy_cols (also inside one tensor); swiglu with and without a
+ *    limit (entries at the bound), with the act output's own gradient, without a gate; rope both
+ *    styles; attn_scores under a causal mask with a sliding window and padding, under the full
+ *    mask (compressed entries outside the window, a per-query selection) and none, dq and dk
+ *    together and alone; softmax with and without sinks; attn_mix; route per score function,
+ *    renormalised or not, on the forward's choice and on given indices with repeated experts,
+ *    and an index out of range; gather and both scatters with repeated rows, scaled or not,
+ *    with and without dscale; sum over slots; scale_rows with repeated indices; the
+ *    hyper-connection weights (each output gradient alone and together, 20 and 1 Sinkhorn
+ *    iterations), mix, head; compression with and without overlap; then one gradient request
+ *    (nnt_trace_grad) on the MiniMax-M2 fp32 fixture under two metrics at three values;
  *  - fixtures: every model directory under tests/fixtures/<family>/<variant> with a config.json,
  *    loaded once per runtime, runs the prompts of every reference*.safetensors it holds (or, when
  *    it holds none - kimi_linear/hub - its sibling fp32's) with every reference value saved, and
@@ -49,6 +65,8 @@
  *    -inf/+inf must coincide (masked scores), NaN must coincide;
  *  - values of data movement ops (copy, swap12, gather, scatter, copy_cols, zero_rows, fill):
  *    exact;
+ *  - backward ops and gradient requests: the float values' bound above (max |cpu - cuda| <=
+ *    1e-4 x the largest |cpu|);
  *  - expert indices: the same set per token (slot order may differ); expert weights and outputs
  *    compared slot by slot after aligning slots by expert index;
  *  - model values: real tokens only (padding positions are excluded, as in the reference checks:
@@ -2194,6 +2212,570 @@ static void test_fixtures_bf16(void)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* The backward ops (nnt_backend.h, "backward"), cuda against cpu on the same inputs. Every    */
+/* gradient output starts from the same random values on both sides, so that adding into it   */
+/* (rather than overwriting) is checked too; shapes are odd on purpose. Float32 throughout:    */
+/* max |cpu - cuda| <= TOL x the largest |cpu|.                                               */
+
+/* A random gradient buffer on the host and its device copy. */
+#define GRAD2(h, d, ...)                                                                                               \
+    nnt_tensor h = hrand(__VA_ARGS__, 0.5f);                                                                           \
+    nnt_tensor d = dev(&h)
+
+/* linear_backward on one weight (host hw, prepared dw) at several row counts */
+static void linear_bwd_cases(const char *label, const nnt_tensor *hw, const nnt_tensor *dw)
+{
+    static const int64_t rows[] = {1, 3, 37, 70};
+    int64_t N = hw->shape[0], K = hw->shape[1];
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        int64_t M = rows[r];
+        nnt_tensor gy = hrand(2, M, N, 0, 0, 0, 1), dgy = dev(&gy);
+        GRAD2(gx, dgx, 2, M, K, 0, 0, 0);
+        OK_CPU(cops->linear_backward(cctx, &gy, hw, &gx, err));
+        OK_GPU(gops->linear_backward(gctx, &dgy, dw, &dgx, err));
+        char what[240];
+        snprintf(what, sizeof what, "linear_backward %s, M = %lld", label, (long long)M);
+        same(what, &gx, &dgx, TOL);
+        dev_free(&dgy);
+        dev_free(&dgx);
+        nnt_tensor_free(&gy);
+        nnt_tensor_free(&gx);
+    }
+}
+
+static void test_bwd_linear(void)
+{
+    enc_weight ws[] = {
+        enc_make("F32 130x200", NNT_F32, NNT_DTYPE_INVALID, 130, 200, 0, 0),
+        enc_make("BF16 130x200", NNT_BF16, NNT_DTYPE_INVALID, 130, 200, 0, 0),
+        enc_make("F16 130x200", NNT_F16, NNT_DTYPE_INVALID, 130, 200, 0, 0),
+        enc_make("F16 45x70 (one split)", NNT_F16, NNT_DTYPE_INVALID, 45, 70, 0, 0),
+        enc_make("FP8 F32 scales 130x200 (128x128 blocks, partial)", NNT_F8_E4M3, NNT_F32, 130, 200, 128, 128),
+        enc_make("FP8 BF16 scales 130x200", NNT_F8_E4M3, NNT_BF16, 130, 200, 128, 128),
+        enc_make("FP8 F16 scales 130x256", NNT_F8_E4M3, NNT_F16, 130, 256, 128, 128),
+        enc_make("FP8 E8M0 scales 130x256", NNT_F8_E4M3, NNT_F8_E8M0, 130, 256, 128, 128),
+        enc_make("FP4 E8M0 groups of 32, 130x256", NNT_F4_E2M1, NNT_F8_E8M0, 130, 256, 1, 32),
+        enc_make("FP4 E8M0 groups of 32, 130x200 (partial group)", NNT_F4_E2M1, NNT_F8_E8M0, 130, 200, 1, 32),
+        enc_make("FP4 F32 groups of 32, 130x256", NNT_F4_E2M1, NNT_F32, 130, 256, 1, 32),
+    };
+    const int n = (int)(sizeof ws / sizeof *ws);
+    for (int i = 0; i < n; i++) {
+        nnt_tensor dw;
+        OK_GPU(gops->prepare_weight(gctx, &ws[i].t, &dw, err));
+        CU_ASSERT_EQUAL(dw.dtype, ws[i].t.dtype); /* read as stored */
+        linear_bwd_cases(ws[i].name, &ws[i].t, &dw);
+        if (ws[i].t.dtype == NNT_F8_E4M3) { /* a view of rows 16 .. 129, starting inside a block row */
+            nnt_tensor hv, dv;
+            CU_ASSERT_FATAL(nnt_tensor_rows(&ws[i].t, 0, 16, 114, &hv) && nnt_tensor_rows(&dw, 0, 16, 114, &dv));
+            char vl[240];
+            snprintf(vl, sizeof vl, "%s, rows 16..129", ws[i].name);
+            linear_bwd_cases(vl, &hv, &dv);
+        }
+        gops->release_weight(gctx, &dw);
+        enc_free(&ws[i]);
+    }
+    /* shapes that do not chain are refused */
+    nnt_tensor w = hrand(2, 9, 7, 0, 0, 0, 1), gy = hrand(2, 3, 8, 0, 0, 0, 1), gx = host(NNT_F32, 2, 3, 7, 0, 0, 0);
+    nnt_tensor dw = dev(&w), dgy = dev(&gy), dgx = dev(&gx);
+    nnt_error e = {0};
+    CU_ASSERT_EQUAL(gops->linear_backward(gctx, &dgy, &dw, &dgx, &e), NNT_ERR_SHAPE);
+    nnt_tensor *d[] = {&dw, &dgy, &dgx};
+    dfree(3, d);
+    nnt_tensor *h[] = {&w, &gy, &gx};
+    hfree(3, h);
+}
+
+static void test_bwd_elementwise(void)
+{
+    /* rms_norm_backward: F32 gain, BF16 gain as stored, no gain */
+    const int64_t M = 13, D = 70;
+    nnt_tensor x = hrand(2, M, D, 0, 0, 0, 2), gy = hrand(2, M, D, 0, 0, 0, 1), w = hrand(1, D, 0, 0, 0, 0, 1);
+    nnt_tensor wb = host(NNT_BF16, 1, D, 0, 0, 0, 0);
+    for (int64_t i = 0; i < D; i++) ((uint16_t *)wb.data)[i] = to_bf16(((float *)w.data)[i]);
+    nnt_tensor dx = dev(&x), dgy = dev(&gy), dw = dev(&w), dwb = dev(&wb);
+    const nnt_tensor *gains_h[3] = {&w, &wb, NULL}, *gains_d[3] = {&dw, &dwb, NULL};
+    const char *gname[3] = {"rms_norm_backward, F32 gain", "rms_norm_backward, BF16 gain", "rms_norm_backward, no gain"};
+    for (int k = 0; k < 3; k++) {
+        GRAD2(gx, dgx, 2, M, D, 0, 0, 0);
+        OK_CPU(cops->rms_norm_backward(cctx, &x, gains_h[k], 1e-5f, &gy, &gx, err));
+        OK_GPU(gops->rms_norm_backward(gctx, &dx, gains_d[k], 1e-5f, &dgy, &dgx, err));
+        same(gname[k], &gx, &dgx, TOL);
+        dev_free(&dgx);
+        nnt_tensor_free(&gx);
+    }
+    /* accumulate */
+    {
+        GRAD2(acc, dacc, 2, M, D, 0, 0, 0);
+        OK_CPU(cops->accumulate(cctx, &x, -0.75f, &acc, err));
+        OK_GPU(gops->accumulate(gctx, &dx, -0.75f, &dacc, err));
+        same("accumulate", &acc, &dacc, TOL);
+        dev_free(&dacc);
+        nnt_tensor_free(&acc);
+    }
+    /* swap12_backward: dy [2, 5, 3, 7] -> dx [2, 3, 5, 7] */
+    {
+        nnt_tensor s = hrand(4, 2, 5, 3, 7, 0, 1), ds = dev(&s);
+        GRAD2(sx, dsx, 4, 2, 3, 5, 7, 0);
+        OK_CPU(cops->swap12_backward(cctx, &s, &sx, err));
+        OK_GPU(gops->swap12_backward(gctx, &ds, &dsx, err));
+        same("swap12_backward", &sx, &dsx, TOL);
+        nnt_tensor *d[] = {&ds, &dsx};
+        dfree(2, d);
+        nnt_tensor *h[] = {&s, &sx};
+        hfree(2, h);
+    }
+    /* swiglu_backward: with a gate (no limit; a limit with entries exactly at it), with the act
+     * output's own gradient, and without a gate (an edited activation) */
+    {
+        const int64_t I = 45;
+        nnt_tensor g = hrand(2, M, I, 0, 0, 0, 3), u = hrand(2, M, I, 0, 0, 0, 3), a = hrand(2, M, I, 0, 0, 0, 1);
+        nnt_tensor go = hrand(2, M, I, 0, 0, 0, 1), ga = hrand(2, M, I, 0, 0, 0, 1);
+        ((float *)g.data)[3] = 1.5f;
+        ((float *)u.data)[4] = -1.5f;
+        ((float *)u.data)[5] = 1.5f;
+        nnt_tensor dg = dev(&g), du = dev(&u), da = dev(&a), dgo = dev(&go), dga = dev(&ga);
+        for (int mode = 0; mode < 4; mode++) {
+            float L = mode == 1 || mode == 3 ? 1.5f : 0.0f;
+            int gated = mode < 3, with_ga = mode == 2;
+            GRAD2(gg, dgg, 2, M, I, 0, 0, 0);
+            GRAD2(gu, dgu, 2, M, I, 0, 0, 0);
+            GRAD2(gact, dgact, 2, M, I, 0, 0, 0);
+            if (gated) {
+                OK_CPU(cops->swiglu_backward(cctx, &g, &u, L, NULL, &go, &gg, &gu, with_ga ? &ga : NULL, err));
+                OK_GPU(gops->swiglu_backward(gctx, &dg, &du, L, NULL, &dgo, &dgg, &dgu, with_ga ? &dga : NULL, err));
+            } else {
+                OK_CPU(cops->swiglu_backward(cctx, NULL, &u, L, &a, &go, NULL, &gu, &gact, err));
+                OK_GPU(gops->swiglu_backward(gctx, NULL, &du, L, &da, &dgo, NULL, &dgu, &dgact, err));
+            }
+            static const char *names[4] = {"no limit", "limit 1.5", "with the act output's gradient",
+                                           "no gate, limit 1.5"};
+            char what[96];
+            snprintf(what, sizeof what, "swiglu_backward %s: dgate", names[mode]);
+            same(what, &gg, &dgg, TOL);
+            snprintf(what, sizeof what, "swiglu_backward %s: dup", names[mode]);
+            same(what, &gu, &dgu, TOL);
+            snprintf(what, sizeof what, "swiglu_backward %s: dact", names[mode]);
+            same(what, &gact, &dgact, TOL);
+            nnt_tensor *d[] = {&dgg, &dgu, &dgact};
+            dfree(3, d);
+            nnt_tensor *h[] = {&gg, &gu, &gact};
+            hfree(3, h);
+        }
+        nnt_tensor *d[] = {&dg, &du, &da, &dgo, &dga};
+        dfree(5, d);
+        nnt_tensor *h[] = {&g, &u, &a, &go, &ga};
+        hfree(5, h);
+    }
+    /* copy_cols_backward between two tensors, and inside one with ranges apart */
+    {
+        nnt_tensor gd = hrand(2, M, 50, 0, 0, 0, 1), dgd = dev(&gd);
+        GRAD2(gs, dgs, 2, M, 33, 0, 0, 0);
+        OK_CPU(cops->copy_cols_backward(cctx, &gd, 17, &gs, 5, 20, err));
+        OK_GPU(gops->copy_cols_backward(gctx, &dgd, 17, &dgs, 5, 20, err));
+        same("copy_cols_backward", &gs, &dgs, TOL);
+        OK_CPU(cops->copy_cols_backward(cctx, &gd, 30, &gd, 2, 19, err));
+        OK_GPU(gops->copy_cols_backward(gctx, &dgd, 30, &dgd, 2, 19, err));
+        same("copy_cols_backward within one tensor", &gd, &dgd, TOL);
+        nnt_error e = {0};
+        CU_ASSERT_EQUAL(gops->copy_cols_backward(gctx, &dgd, 10, &dgd, 3, 30, &e), NNT_ERR_INVALID_ARGUMENT);
+        nnt_tensor *d[] = {&dgd, &dgs};
+        dfree(2, d);
+        nnt_tensor *h[] = {&gd, &gs};
+        hfree(2, h);
+    }
+    nnt_tensor *d[] = {&dx, &dgy, &dw, &dwb};
+    dfree(4, d);
+    nnt_tensor *h[] = {&x, &gy, &w, &wb};
+    hfree(4, h);
+}
+
+static void test_bwd_attention(void)
+{
+    /* rope_backward, both styles, in place */
+    {
+        const int64_t B = 2, H = 3, T = 9, D = 40;
+        int32_t pos[18];
+        float inv[12];
+        for (int i = 0; i < 18; i++) pos[i] = i % 9 == 0 ? 0 : (i * 5) % 23 - 4;
+        for (int i = 0; i < 12; i++) inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / 24.0f);
+        for (int style = 0; style < 2; style++) {
+            nnt_tensor g = hrand(4, B, H, T, D, 0, 1), dg = dev(&g);
+            OK_CPU(cops->rope_backward(cctx, &g, pos, inv, 8, 24, (nnt_rope_style)style, 1.2f, err));
+            OK_GPU(gops->rope_backward(gctx, &dg, pos, inv, 8, 24, (nnt_rope_style)style, 1.2f, err));
+            same(style ? "rope_backward interleaved" : "rope_backward neox", &g, &dg, TOL);
+            dev_free(&dg);
+            nnt_tensor_free(&g);
+        }
+    }
+    /* scores, softmax and mix with GQA under a causal mask with a sliding window and padding,
+     * under the full mask of test_attention (compressed entries outside the window, a
+     * per-query selection), and with none; softmax with and without sinks */
+    const int64_t B = 2, Hq = 4, Hkv = 2, T = 11, S = 14, D = 16, Dv = 12;
+    nnt_tensor q = hrand(4, B, Hq, T, D, 0, 1), k = hrand(4, B, Hkv, S, D, 0, 1), v = hrand(4, B, Hkv, S, Dv, 0, 1);
+    nnt_tensor s = host(NNT_F32, 4, B, Hq, T, S, 0), p = host(NNT_F32, 4, B, Hq, T, S, 0);
+    nnt_tensor gout = hrand(4, B, T, Hq, Dv, 0, 1), gp = hrand(4, B, Hq, T, S, 0, 1);
+    nnt_tensor dq = dev(&q), dk = dev(&k), dv = dev(&v), dgout = dev(&gout), dgp = dev(&gp);
+    int32_t qpos[22], kpos[28];
+    uint8_t kval[28], qval[22], nowin[14], allow[2 * 11 * 14];
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            int pad = b == 1 && t < 3;
+            qval[b * T + t] = !pad;
+            qpos[b * T + t] = pad ? 0 : (int32_t)(t - (b == 1 ? 3 : 0));
+            kval[b * S + t] = !pad;
+            kpos[b * S + t] = qpos[b * T + t];
+        }
+        for (int j = (int)T; j < S; j++) {
+            kval[b * S + j] = 1;
+            kpos[b * S + j] = (j - (int)T + 1) * 3 - 1;
+        }
+    }
+    for (int j = 0; j < S; j++) nowin[j] = j >= T;
+    for (int i = 0; i < 2 * 11 * 14; i++) allow[i] = (i * 7) % 5 != 0;
+    nnt_attn_mask window = {.struct_size = sizeof(nnt_attn_mask), .q_pos = qpos, .k_pos = kpos, .key_valid = kval, .query_valid = qval, .key_no_window = NULL, .allow = NULL, .causal = 1, .window = 4};
+    nnt_attn_mask full = {.struct_size = sizeof(nnt_attn_mask), .q_pos = qpos, .k_pos = kpos, .key_valid = kval, .query_valid = qval, .key_no_window = nowin, .allow = allow, .causal = 1, .window = 4};
+    const nnt_attn_mask *masks[3] = {&window, &full, NULL};
+    const char *names[3] = {"causal, window 4, padding", "full mask", "no mask"};
+    float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+    for (int mi = 0; mi < 3; mi++) {
+        char what[128];
+        /* attn_scores_backward with both gradients, then each alone */
+        for (int want = 0; want < 3; want++) {
+            GRAD2(gq, dgq, 4, B, Hq, T, D, 0);
+            GRAD2(gk, dgk, 4, B, Hkv, S, D, 0);
+            OK_CPU(cops->attn_scores_backward(cctx, &q, &k, 0.25f, masks[mi], &gp, want != 2 ? &gq : NULL,
+                                              want != 1 ? &gk : NULL, err));
+            OK_GPU(gops->attn_scores_backward(gctx, &dq, &dk, 0.25f, masks[mi], &dgp, want != 2 ? &dgq : NULL,
+                                              want != 1 ? &dgk : NULL, err));
+            snprintf(what, sizeof what, "attn_scores_backward, %s%s: dq", names[mi], want ? ", one gradient" : "");
+            same(what, &gq, &dgq, TOL);
+            snprintf(what, sizeof what, "attn_scores_backward, %s%s: dk", names[mi], want ? ", one gradient" : "");
+            same(what, &gk, &dgk, TOL);
+            nnt_tensor *d[] = {&dgq, &dgk};
+            dfree(2, d);
+            nnt_tensor *h[] = {&gq, &gk};
+            hfree(2, h);
+        }
+        for (int withsink = 0; withsink < 2; withsink++) {
+            /* the forward on the cpu gives p; both backends then take the same p */
+            OK_CPU(cops->attn_scores(cctx, &q, &k, 0.25f, masks[mi], &s, err));
+            OK_CPU(cops->softmax(cctx, &s, withsink ? sinks : NULL, &p, err));
+            nnt_tensor dp = dev(&p);
+            GRAD2(gs, dgs, 4, B, Hq, T, S, 0);
+            OK_CPU(cops->softmax_backward(cctx, &p, withsink ? sinks : NULL, &gp, &gs, err));
+            OK_GPU(gops->softmax_backward(gctx, &dp, withsink ? sinks : NULL, &dgp, &dgs, err));
+            snprintf(what, sizeof what, "softmax_backward%s, %s", withsink ? " with sinks" : "", names[mi]);
+            same(what, &gs, &dgs, TOL);
+            GRAD2(gpp, dgpp, 4, B, Hq, T, S, 0);
+            GRAD2(gv, dgv, 4, B, Hkv, S, Dv, 0);
+            OK_CPU(cops->attn_mix_backward(cctx, &p, &v, &gout, &gpp, &gv, err));
+            OK_GPU(gops->attn_mix_backward(gctx, &dp, &dv, &dgout, &dgpp, &dgv, err));
+            snprintf(what, sizeof what, "attn_mix_backward%s, %s: dp", withsink ? " with sinks" : "", names[mi]);
+            same(what, &gpp, &dgpp, TOL);
+            snprintf(what, sizeof what, "attn_mix_backward%s, %s: dv", withsink ? " with sinks" : "", names[mi]);
+            same(what, &gv, &dgv, TOL);
+            OK_CPU(cops->attn_mix_backward(cctx, &p, &v, &gout, NULL, &gv, err));
+            OK_GPU(gops->attn_mix_backward(gctx, &dp, &dv, &dgout, NULL, &dgv, err));
+            same("attn_mix_backward, dv alone", &gv, &dgv, TOL);
+            nnt_tensor *d[] = {&dp, &dgs, &dgpp, &dgv};
+            dfree(4, d);
+            nnt_tensor *h[] = {&gs, &gpp, &gv};
+            hfree(3, h);
+        }
+    }
+    nnt_tensor *d[] = {&dq, &dk, &dv, &dgout, &dgp};
+    dfree(5, d);
+    nnt_tensor *h[] = {&q, &k, &v, &s, &p, &gout, &gp};
+    hfree(7, h);
+}
+
+static void test_bwd_route(void)
+{
+    const int64_t M = 37, E = 16;
+    const int K = 4;
+    nnt_tensor lg = hrand(2, M, E, 0, 0, 0, 3), bias = hrand(1, E, 0, 0, 0, 0, 0.5f), gw = hrand(2, M, K, 0, 0, 0, 1);
+    nnt_tensor idx = host(NNT_I32, 2, M, K, 0, 0, 0), w = host(NNT_F32, 2, M, K, 0, 0, 0);
+    nnt_tensor dl = dev(&lg), dgw = dev(&gw);
+    struct {
+        const char *name;
+        nnt_route_params p;
+    } cases[] = {
+        {"sigmoid, 4 groups keep 2, renormalised, scaled", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SIGMOID, .top_k = K, .n_group = 4, .topk_group = 2, .renormalize = 1, .renorm_eps = 1e-20f, .scaling_factor = 2.5f, .indices_given = 0}},
+        {"sigmoid, not renormalised", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SIGMOID, .top_k = K, .n_group = 1, .topk_group = 1, .renormalize = 0, .renorm_eps = 0.0f, .scaling_factor = 1.0f, .indices_given = 0}},
+        {"softmax, not renormalised", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SOFTMAX, .top_k = K, .n_group = 1, .topk_group = 1, .renormalize = 0, .renorm_eps = 0.0f, .scaling_factor = 1.0f, .indices_given = 0}},
+        {"softmax, renormalised, scaled", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SOFTMAX, .top_k = K, .n_group = 1, .topk_group = 1, .renormalize = 1, .renorm_eps = 0.0f, .scaling_factor = 1.7f, .indices_given = 0}},
+        {"sqrt softplus, renormalised", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SQRT_SOFTPLUS, .top_k = K, .n_group = 0, .topk_group = 0, .renormalize = 1, .renorm_eps = 0.0f, .scaling_factor = 1.5f, .indices_given = 0}},
+        {"sqrt softplus, not renormalised", {.struct_size = sizeof(nnt_route_params), .score_fn = NNT_SCORE_SQRT_SOFTPLUS, .top_k = K, .n_group = 0, .topk_group = 0, .renormalize = 0, .renorm_eps = 0.0f, .scaling_factor = 1.0f, .indices_given = 0}},
+    };
+    ((float *)lg.data)[5] = 25.0f; /* softplus' linear branch */
+    dev_free(&dl);
+    dl = dev(&lg);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        for (int given = 0; given < 2; given++) {
+            /* the forward's choice on the cpu; given: hash-style indices with repeated experts */
+            if (given)
+                for (int64_t j = 0; j < M * K; j++) ((int32_t *)idx.data)[j] = (int32_t)((j * 5 + j / 3) % E);
+            else
+                OK_CPU(cops->route(cctx, &lg, &bias, &cases[i].p, &idx, &w, err));
+            nnt_tensor di = dev(&idx);
+            GRAD2(gl, dgl, 2, M, E, 0, 0, 0);
+            OK_CPU(cops->route_backward(cctx, &lg, &bias, &cases[i].p, &idx, &gw, &gl, err));
+            OK_GPU(gops->route_backward(gctx, &dl, NULL, &cases[i].p, &di, &dgw, &dgl, err));
+            char what[160];
+            snprintf(what, sizeof what, "route_backward %s%s", cases[i].name, given ? ", given indices with repeats" : "");
+            same(what, &gl, &dgl, TOL);
+            dev_free(&di);
+            dev_free(&dgl);
+            nnt_tensor_free(&gl);
+        }
+    }
+    /* an index out of range is refused, naming it */
+    ((int32_t *)idx.data)[9] = (int32_t)E;
+    nnt_tensor dbad = dev(&idx), gl = host(NNT_F32, 2, M, E, 0, 0, 0), dgl = dev(&gl);
+    nnt_error e = {0};
+    CU_ASSERT_EQUAL(gops->route_backward(gctx, &dl, NULL, &cases[0].p, &dbad, &dgw, &dgl, &e), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "outside"));
+    nnt_tensor *d[] = {&dl, &dgw, &dbad, &dgl};
+    dfree(4, d);
+    nnt_tensor *h[] = {&lg, &bias, &gw, &idx, &w, &gl};
+    hfree(6, h);
+}
+
+static void test_bwd_rows(void)
+{
+    const int64_t M = 20, H = 33;
+    int32_t rows[9] = {3, 0, 19, 7, 7, 12, 3, 5, 3}; /* repeats */
+    float scale[9] = {0.5f, 1.0f, -2.0f, 0.25f, 3.0f, 1.5f, -1.0f, 0.75f, 2.0f};
+    /* gather_rows_backward: repeated rows add up */
+    {
+        nnt_tensor gd = hrand(2, 9, H, 0, 0, 0, 1), dgd = dev(&gd);
+        GRAD2(gs, dgs, 2, M, H, 0, 0, 0);
+        OK_CPU(cops->gather_rows_backward(cctx, &gd, rows, 9, &gs, err));
+        OK_GPU(gops->gather_rows_backward(gctx, &dgd, rows, 9, &dgs, err));
+        same("gather_rows_backward, repeated rows", &gs, &dgs, TOL);
+        int32_t bad = 20;
+        nnt_error e = {0};
+        CU_ASSERT_EQUAL(gops->gather_rows_backward(gctx, &dgd, &bad, 1, &dgs, &e), NNT_ERR_INVALID_ARGUMENT);
+        nnt_tensor *d[] = {&dgd, &dgs};
+        dfree(2, d);
+        nnt_tensor *h[] = {&gd, &gs};
+        hfree(2, h);
+    }
+    /* scatter_add_rows_backward and scatter_rows_backward, repeated rows, with and without
+     * scales, with the scales' gradient and without */
+    nnt_tensor src = hrand(2, 9, H, 0, 0, 0, 1), gdst = hrand(2, M, H, 0, 0, 0, 1), dsrc = dev(&src), dgdst = dev(&gdst);
+    for (int last = 0; last < 2; last++)
+        for (int withscale = 0; withscale < 2; withscale++)
+            for (int wantscale = 0; wantscale < 2; wantscale++) {
+                GRAD2(gsrc, dgsrc, 2, 9, H, 0, 0, 0);
+                GRAD2(gsc, dgsc, 1, 9, 0, 0, 0, 0);
+                const float *sc = withscale ? scale : NULL;
+                if (last) {
+                    OK_CPU(cops->scatter_rows_backward(cctx, &src, rows, sc, 9, &gdst, &gsrc, wantscale ? &gsc : NULL, err));
+                    OK_GPU(gops->scatter_rows_backward(gctx, &dsrc, rows, sc, 9, &dgdst, &dgsrc, wantscale ? &dgsc : NULL,
+                                                       err));
+                } else {
+                    OK_CPU(cops->scatter_add_rows_backward(cctx, &src, rows, sc, 9, &gdst, &gsrc, wantscale ? &gsc : NULL,
+                                                           err));
+                    OK_GPU(gops->scatter_add_rows_backward(gctx, &dsrc, rows, sc, 9, &dgdst, &dgsrc,
+                                                           wantscale ? &dgsc : NULL, err));
+                }
+                char what[160];
+                snprintf(what, sizeof what, "%s, repeated rows%s%s: dsrc", last ? "scatter_rows_backward" : "scatter_add_rows_backward",
+                         withscale ? ", scaled" : "", wantscale ? ", dscale" : "");
+                same(what, &gsrc, &dgsrc, TOL);
+                snprintf(what, sizeof what, "%s, repeated rows%s%s: dscale", last ? "scatter_rows_backward" : "scatter_add_rows_backward",
+                         withscale ? ", scaled" : "", wantscale ? ", dscale" : "");
+                same(what, &gsc, &dgsc, TOL);
+                nnt_tensor *d[] = {&dgsrc, &dgsc};
+                dfree(2, d);
+                nnt_tensor *h[] = {&gsrc, &gsc};
+                hfree(2, h);
+            }
+    /* sum_axis1_backward: dy [7, 33] -> dx [7, 3, 33] */
+    {
+        nnt_tensor g = hrand(2, 7, H, 0, 0, 0, 1), dg = dev(&g);
+        GRAD2(gx, dgx, 3, 7, 3, H, 0, 0);
+        OK_CPU(cops->sum_axis1_backward(cctx, &g, &gx, err));
+        OK_GPU(gops->sum_axis1_backward(gctx, &dg, &dgx, err));
+        same("sum_axis1_backward", &gx, &dgx, TOL);
+        nnt_tensor *d[] = {&dg, &dgx};
+        dfree(2, d);
+        nnt_tensor *h[] = {&g, &gx};
+        hfree(2, h);
+    }
+    /* scale_rows_backward: weights [4, 5] read flat, indices repeating */
+    {
+        const int32_t at[9] = {7, 0, 19, 7, 12, 3, 7, 18, 0};
+        nnt_tensor w = hrand(2, 4, 5, 0, 0, 0, 2), dwt = dev(&w), gy = hrand(2, 9, H, 0, 0, 0, 1), dgy = dev(&gy);
+        for (int want = 0; want < 3; want++) {
+            GRAD2(gx, dgx, 2, 9, H, 0, 0, 0);
+            GRAD2(gw, dgw, 2, 4, 5, 0, 0, 0);
+            OK_CPU(cops->scale_rows_backward(cctx, &src, &w, at, 9, &gy, want != 2 ? &gx : NULL, want != 1 ? &gw : NULL, err));
+            OK_GPU(gops->scale_rows_backward(gctx, &dsrc, &dwt, at, 9, &dgy, want != 2 ? &dgx : NULL,
+                                             want != 1 ? &dgw : NULL, err));
+            same(want ? "scale_rows_backward, one gradient: dx" : "scale_rows_backward, repeated indices: dx", &gx, &dgx, TOL);
+            same(want ? "scale_rows_backward, one gradient: dw" : "scale_rows_backward, repeated indices: dw", &gw, &dgw, TOL);
+            nnt_tensor *d[] = {&dgx, &dgw};
+            dfree(2, d);
+            nnt_tensor *h[] = {&gx, &gw};
+            hfree(2, h);
+        }
+        const int32_t over[9] = {7, 0, 19, 20, 12, 3, 7, 18, 0};
+        nnt_tensor gx = host(NNT_F32, 2, 9, H, 0, 0, 0), dgx = dev(&gx);
+        nnt_error e = {0};
+        CU_ASSERT_EQUAL(gops->scale_rows_backward(gctx, &dsrc, &dwt, over, 9, &dgy, &dgx, NULL, &e), NNT_ERR_INVALID_ARGUMENT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "idx[3] = 20"));
+        nnt_tensor *d[] = {&dwt, &dgy, &dgx};
+        dfree(3, d);
+        nnt_tensor *h[] = {&w, &gy, &gx};
+        hfree(3, h);
+    }
+    nnt_tensor *d[] = {&dsrc, &dgdst};
+    dfree(2, d);
+    nnt_tensor *h[] = {&src, &gdst};
+    hfree(2, h);
+}
+
+static void test_bwd_hyper(void)
+{
+    const int64_t M = 9, n = 4, H = 67, outs = (2 + n) * n;
+    nnt_tensor x = hrand(3, M, n, H, 0, 0, 1), fn = hrand(2, outs, n * H, 0, 0, 0, 0.05f), base = hrand(1, outs, 0, 0, 0, 0, 0.5f);
+    nnt_tensor sc = host(NNT_F32, 1, 3, 0, 0, 0, 0);
+    float scv[3] = {0.8f, 1.1f, 0.6f};
+    memcpy(sc.data, scv, sizeof scv);
+    nnt_tensor gpost = hrand(2, M, n, 0, 0, 0, 1), gcomb = hrand(3, M, n, n, 0, 0, 1), gcoll = hrand(2, M, H, 0, 0, 0, 1);
+    nnt_tensor dx = dev(&x), dgpost = dev(&gpost), dgcomb = dev(&gcomb), dgcoll = dev(&gcoll), dfn, dbase, dsc;
+    OK_GPU(gops->prepare_weight(gctx, &fn, &dfn, err));
+    OK_GPU(gops->prepare_weight(gctx, &base, &dbase, err));
+    OK_GPU(gops->prepare_weight(gctx, &sc, &dsc, err));
+    /* all three output gradients, then each alone; 20 Sinkhorn iterations and 1 */
+    for (int which = 0; which < 5; which++) {
+        int iters = which == 4 ? 1 : 20;
+        int wp = which == 0 || which == 1 || which == 4, wc = which == 0 || which == 2 || which == 4, wl = which == 0 || which == 3;
+        GRAD2(gx, dgx, 3, M, n, H, 0, 0);
+        OK_CPU(cops->hyper_connection_backward(cctx, &x, &fn, &base, &sc, 1e-6f, 1e-6f, iters, wp ? &gpost : NULL,
+                                               wc ? &gcomb : NULL, wl ? &gcoll : NULL, &gx, err));
+        OK_GPU(gops->hyper_connection_backward(gctx, &dx, &dfn, &dbase, &dsc, 1e-6f, 1e-6f, iters, wp ? &dgpost : NULL,
+                                               wc ? &dgcomb : NULL, wl ? &dgcoll : NULL, &dgx, err));
+        static const char *names[5] = {"every output", "post alone", "comb alone", "collapsed alone",
+                                       "post and comb, one Sinkhorn iteration"};
+        char what[128];
+        snprintf(what, sizeof what, "hyper_connection_backward, %s", names[which]);
+        same(what, &gx, &dgx, TOL);
+        dev_free(&dgx);
+        nnt_tensor_free(&gx);
+    }
+    /* hyper_mix_backward, every gradient and then dx alone */
+    nnt_tensor a = hrand(2, M, H, 0, 0, 0, 1), post = hrand(2, M, n, 0, 0, 0, 1), comb = hrand(3, M, n, n, 0, 0, 1);
+    nnt_tensor gout = hrand(3, M, n, H, 0, 0, 1), da = dev(&a), dpost = dev(&post), dcomb = dev(&comb), dgout = dev(&gout);
+    for (int all = 1; all >= 0; all--) {
+        GRAD2(gx, dgx, 3, M, n, H, 0, 0);
+        GRAD2(ga, dga, 2, M, H, 0, 0, 0);
+        GRAD2(gp, dgp, 2, M, n, 0, 0, 0);
+        GRAD2(gc, dgc, 3, M, n, n, 0, 0);
+        OK_CPU(cops->hyper_mix_backward(cctx, &x, &a, &post, &comb, &gout, &gx, all ? &ga : NULL, all ? &gp : NULL,
+                                        all ? &gc : NULL, err));
+        OK_GPU(gops->hyper_mix_backward(gctx, &dx, &da, &dpost, &dcomb, &dgout, &dgx, all ? &dga : NULL,
+                                        all ? &dgp : NULL, all ? &dgc : NULL, err));
+        same(all ? "hyper_mix_backward: dx" : "hyper_mix_backward, dx alone", &gx, &dgx, TOL);
+        same("hyper_mix_backward: da", &ga, &dga, TOL);
+        same("hyper_mix_backward: dpost", &gp, &dgp, TOL);
+        same("hyper_mix_backward: dcomb", &gc, &dgc, TOL);
+        nnt_tensor *d[] = {&dgx, &dga, &dgp, &dgc};
+        dfree(4, d);
+        nnt_tensor *h[] = {&gx, &ga, &gp, &gc};
+        hfree(4, h);
+    }
+    /* hyper_head_backward */
+    {
+        nnt_tensor hfn = hrand(2, n, n * H, 0, 0, 0, 0.05f), hbase = hrand(1, n, 0, 0, 0, 0, 0.5f), dhfn, dhbase;
+        OK_GPU(gops->prepare_weight(gctx, &hfn, &dhfn, err));
+        OK_GPU(gops->prepare_weight(gctx, &hbase, &dhbase, err));
+        GRAD2(gx, dgx, 3, M, n, H, 0, 0);
+        OK_CPU(cops->hyper_head_backward(cctx, &x, &hfn, &hbase, &sc, 1e-6f, 1e-6f, &gcoll, &gx, err));
+        OK_GPU(gops->hyper_head_backward(gctx, &dx, &dhfn, &dhbase, &dsc, 1e-6f, 1e-6f, &dgcoll, &dgx, err));
+        same("hyper_head_backward", &gx, &dgx, TOL);
+        gops->release_weight(gctx, &dhfn);
+        gops->release_weight(gctx, &dhbase);
+        dev_free(&dgx);
+        nnt_tensor *h[] = {&hfn, &hbase, &gx};
+        hfree(3, h);
+    }
+    /* compress_backward with and without overlap; a row with fewer entries and a late start */
+    {
+        const int64_t Bc = 2, T = 23, D = 8, rate = 4, C = 5;
+        int32_t first[2] = {0, 3}, count[2] = {5, 4};
+        for (int overlap = 0; overlap < 2; overlap++) {
+            int64_t cD = overlap ? 2 * D : D;
+            nnt_tensor kv = hrand(3, Bc, T, cD, 0, 0, 1), gate = hrand(3, Bc, T, cD, 0, 0, 2), ape = hrand(2, rate, cD, 0, 0, 0, 1);
+            nnt_tensor go = hrand(3, Bc, C, D, 0, 0, 1), dkv = dev(&kv), dgate = dev(&gate), dgo = dev(&go), dape;
+            OK_GPU(gops->prepare_weight(gctx, &ape, &dape, err));
+            GRAD2(gk, dgk, 3, Bc, T, cD, 0, 0);
+            GRAD2(gg, dgg, 3, Bc, T, cD, 0, 0);
+            OK_CPU(cops->compress_backward(cctx, &kv, &gate, &ape, (int)rate, overlap, first, count, &go, &gk, &gg, err));
+            OK_GPU(gops->compress_backward(gctx, &dkv, &dgate, &dape, (int)rate, overlap, first, count, &dgo, &dgk, &dgg,
+                                           err));
+            same(overlap ? "compress_backward with overlap: dkv" : "compress_backward: dkv", &gk, &dgk, TOL);
+            same(overlap ? "compress_backward with overlap: dgate" : "compress_backward: dgate", &gg, &dgg, TOL);
+            gops->release_weight(gctx, &dape);
+            nnt_tensor *d[] = {&dkv, &dgate, &dgo, &dgk, &dgg};
+            dfree(5, d);
+            nnt_tensor *h[] = {&kv, &gate, &ape, &go, &gk, &gg};
+            hfree(6, h);
+        }
+    }
+    nnt_tensor *w[] = {&dfn, &dbase, &dsc};
+    for (int i = 0; i < 3; i++) gops->release_weight(gctx, w[i]);
+    nnt_tensor *d[] = {&dx, &dgpost, &dgcomb, &dgcoll, &da, &dpost, &dcomb, &dgout};
+    dfree(8, d);
+    nnt_tensor *h[] = {&x, &fn, &base, &sc, &gpost, &gcomb, &gcoll, &a, &post, &comb, &gout};
+    hfree(11, h);
+}
+
+/* A gradient request end to end (nnt_trace_grad) on the MiniMax-M2 fp32 fixture: the cuda
+ * runtime's gradients equal the cpu runtime's within 1e-4 of the largest (real tokens only,
+ * as the fixture comparisons). */
+static nnt_tensor grad_on(nnt_runtime *rt, nnt_model *m, const t_ref *r, const char *metric, const char *path)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_grad(t, path));
+    T_OK(rt, nnt_trace_metric(t, metric, NULL, 0));
+    T_OK(rt, nnt_trace_run(t, r->ids, r->mask, r->batch, r->seq));
+    char key[160];
+    snprintf(key, sizeof key, "grad:%s", path);
+    const nnt_tensor *g = nnt_trace_get(t, key);
+    CU_ASSERT_FATAL(g != NULL);
+    nnt_tensor out;
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&out, g->dtype, g->ndim, g->shape) == NNT_OK);
+    memcpy(out.data, g->data, nnt_tensor_nbytes(g));
+    nnt_trace_free(t);
+    return out;
+}
+
+static void test_bwd_trace_grad(void)
+{
+    nnt_model *mc = t_model(rt_cpu, "minimax_m2/fp32"), *mg = t_model(rt_gpu, "minimax_m2/fp32");
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt_cpu, "minimax_m2/fp32") == 0);
+    const char *metrics[2] = {"logit-diff:11,29", "loss"};
+    const char *paths[3] = {"layers.0.layer_output", "layers.0.attention_norm_output", "layers.0.mlp.router_logits"};
+    for (int k = 0; k < 2; k++)
+        for (int p = 0; p < 3; p++) {
+            nnt_tensor a = grad_on(rt_cpu, mc, &r, metrics[k], paths[p]), b = grad_on(rt_gpu, mg, &r, metrics[k], paths[p]);
+            double e = t_rel_err(&b, &a, NULL);
+            if (e < 0 || e > TOL)
+                fprintf(stderr, "\n  trace_grad %s under %s: cpu and cuda differ (relative %.3g)\n", paths[p], metrics[k], e);
+            CU_ASSERT(e >= 0 && e <= TOL);
+            nnt_tensor_free(&a);
+            nnt_tensor_free(&b);
+        }
+    nnt_model_free(mc);
+    nnt_model_free(mg);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 
 /* No GPU (or no driver): say why and leave with 77 before any suite is registered. */
 static void skip_without_gpu(void)
@@ -2241,6 +2823,14 @@ int register_tests(void)
         !CU_add_test(s, "bfloat16 values: convolution (state unrounded), KDA gate in float32", test_bf16_conv_and_gate) ||
         !CU_add_test(s, "bfloat16 values: delta rule output (states float32)", test_bf16_delta_rule) ||
         !CU_add_test(s, "bfloat16 values: hyper-connections, compression, indexer in float32", test_bf16_hyper) ||
+        !CU_add_test(s, "backward: linear on weights in every encoding", test_bwd_linear) ||
+        !CU_add_test(s, "backward: RMSNorm, accumulate, swap12, SwiGLU, copy_cols", test_bwd_elementwise) ||
+        !CU_add_test(s, "backward: rotary, scores under causal / window / selection masks, softmax with sinks, mix",
+                     test_bwd_attention) ||
+        !CU_add_test(s, "backward: router per score function, given indices with repeats", test_bwd_route) ||
+        !CU_add_test(s, "backward: gather, scatters with repeated rows, sum over slots, scale_rows", test_bwd_rows) ||
+        !CU_add_test(s, "backward: hyper-connections, mix, head, compression", test_bwd_hyper) ||
+        !CU_add_test(s, "backward: a gradient request on MiniMax-M2 fp32, cuda as cpu", test_bwd_trace_grad) ||
         !CU_add_test(s, "every fixture: cpu and cuda agree on every value", test_fixtures) ||
         !CU_add_test(s, "bf16 fixtures at precision = bf16: cpu and cuda as close as bf16 is to fp32",
                      test_fixtures_bf16))
