@@ -185,6 +185,24 @@ nnt_status nnt_tape_zero(const nnt_tape *tp, const nnt_tensor *g, nnt_error *err
  * (*cleared 1). */
 nnt_status nnt_tape_output_gradient(nnt_tape *tp, const tape_entry *e, const nnt_tensor *out, nnt_tensor *dy,
                                     void **tmp, int *cleared, nnt_error *err);
+/* The gradient of one output of an entry as a reverse step reads it (nnt_tape_take), and what
+ * the step owes afterwards (nnt_tape_done). */
+typedef struct nnt_tape_out_grad {
+    nnt_tensor dy;          /* data NULL: no gradient reached the output */
+    void *tmp;              /* a copy's backend memory, or NULL */
+    int cleared;            /* the output's own gradient was cleared already */
+    const nnt_tensor *out;  /* the output (NULL: none taken) */
+} nnt_tape_out_grad;
+/* Takes the gradient of output `out` of entry e into *g (nnt_tape_output_gradient). */
+nnt_status nnt_tape_take(nnt_tape *tp, const tape_entry *e, const nnt_tensor *out, nnt_tape_out_grad *g,
+                         nnt_error *err);
+/* Clears the output's gradient (unless taking it did) and frees its copy; passes st on. */
+nnt_status nnt_tape_done(nnt_tape *tp, nnt_tape_out_grad *g, nnt_status st, nnt_error *err);
+/* The gradient of input t in *buf, or NULL when t is absent or nothing recorded touched it (no
+ * gradient wanted there). */
+nnt_tensor *nnt_tape_grad_of(const nnt_tape *tp, const nnt_tensor *t, nnt_tensor *buf);
+/* g's gradient, or NULL when none reached the output. */
+const nnt_tensor *nnt_tape_dy_or_null(const nnt_tape_out_grad *g);
 /* The reverse step of entry e, neither a mark nor a constant (tape_backward_ops.c). */
 nnt_status nnt_tape_backward_entry(nnt_tape *tp, const tape_entry *e, nnt_error *err);
 /* The reverse step of a hyper-connection or compressor entry (tape_backward_hyper.c). */
