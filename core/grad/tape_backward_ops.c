@@ -139,6 +139,12 @@ nnt_status nnt_tape_backward_entry(nnt_tape *tp, const tape_entry *e, nnt_error 
     case TAPE_HYPER_MIX:
     case TAPE_HYPER_HEAD:
     case TAPE_COMPRESS: return nnt_tape_backward_hyper(tp, e, err);
+    case TAPE_CONV1D_CAUSAL:
+    case TAPE_KDA_GATE:
+    case TAPE_SIGMOID:
+    case TAPE_DELTA_RULE:
+    case TAPE_RMS_NORM_GATED:
+    case TAPE_ZERO_ROWS: return nnt_tape_backward_recurrent(tp, e, err);
     default: break;
     }
     const nnt_tensor *out = e->kind == TAPE_ROUTE ? &e->out[1] : &e->out[0];
