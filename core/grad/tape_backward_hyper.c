@@ -16,8 +16,8 @@ static nnt_status hyper_connection_back(nnt_tape *tp, const tape_entry *e, nnt_e
     nnt_tensor b, *dx = nnt_tape_grad_of(tp, &e->in[0], &b);
     if (st == NNT_OK && dx && (g[0].dy.data || g[1].dy.data || g[2].dy.data))
         st = tp->be->hyper_connection_backward(tp->be_ctx, &e->keep[0], e->host[0], e->host[1], e->host[2], eps[0], eps[1],
-                                               (int)e->i[0], nnt_tape_dy_or_null(&g[0]), nnt_tape_dy_or_null(&g[1]), nnt_tape_dy_or_null(&g[2]), dx,
-                                               err);
+                                               (int)e->i[0], nnt_tape_dy_or_null(&g[0]), nnt_tape_dy_or_null(&g[1]),
+                                               nnt_tape_dy_or_null(&g[2]), dx, err);
     for (int k = 0; k < 3; k++) st = nnt_tape_done(tp, &g[k], st, err);
     return st;
 }

@@ -64,7 +64,8 @@ nnt_status cpu_conv1d_causal_backward(void *ctx, const nnt_tensor *x, const nnt_
             for (int64_t t = 0; t < T; t++) {
                 double z = 0.0, d = dyd[(b * T + t) * C + ch];
                 if (act == 1) { /* the convolution again, for the activation's slope */
-                    for (int64_t j = 0; j < W; j++) z += (double)cpu_load(w->data, w->dtype, ch * W + j) * IN_AT(t - Ws + j);
+                    for (int64_t j = 0; j < W; j++)
+                        z += (double)cpu_load(w->data, w->dtype, ch * W + j) * IN_AT(t - Ws + j);
                     double s = sigm(z);
                     d *= s * (1.0 + z * (1.0 - s));
                 }
@@ -99,7 +100,8 @@ nnt_status cpu_kda_gate_backward(void *ctx, const nnt_tensor *a, const nnt_tenso
         for (int64_t p = 0; p < P; p++) {
             double x = (double)ad[m * P + p] + cpu_load(dt_bias->data, dt_bias->dtype, p);
             double slope = x > 20.0 ? 1.0 : sigm(x); /* softplus' (the forward takes x itself past 20) */
-            dad[m * P + p] += (float)(-exp((double)cpu_load(a_log->data, a_log->dtype, p / K)) * slope * dgd[m * P + p]);
+            double decay = exp((double)cpu_load(a_log->data, a_log->dtype, p / K));
+            dad[m * P + p] += (float)(-decay * slope * dgd[m * P + p]);
         }
     return NNT_OK;
 }
@@ -290,7 +292,8 @@ static int dr_backward_one(const dr_args *a, int64_t b, int64_t h)
             memcpy(run + (t - t0 + 1) * KV, run + (t - t0) * KV, (size_t)KV * sizeof(float));
             dr_step(a, b, h, t, run + (t - t0 + 1) * KV, kn, u);
         }
-        for (int64_t t = t1 - 1; t >= t0; t--) dr_back_step(a, b, h, t, run + (t - t0) * KV, run + (t - t0 + 1) * KV, &wk);
+        for (int64_t t = t1 - 1; t >= t0; t--)
+            dr_back_step(a, b, h, t, run + (t - t0) * KV, run + (t - t0 + 1) * KV, &wk);
     }
     if (a->dsi)
         for (int64_t i = 0; i < KV; i++) a->dsi[(b * a->H + h) * KV + i] += (float)wk.dS[i];
