@@ -113,8 +113,12 @@ _Static_assert(offsetof(nnt_backend_ops, scale_rows) == offsetof(nnt_backend_ops
 _Static_assert(offsetof(nnt_backend_ops, hyper_connection_backward) ==
                    offsetof(nnt_backend_ops, scale_rows_backward) + sizeof(void (*)(void)),
                "the backward entries of ABI 3.7 follow scale_rows_backward");
-_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, compress_backward) + sizeof(void (*)(void)),
-               "compress_backward is the table's last entry; append new forward ops to OPS and nnt_op");
+/* ABI 3.8 appended the backward entries of Kimi Delta Attention's recurrent ops. */
+_Static_assert(offsetof(nnt_backend_ops, conv1d_causal_backward) ==
+                   offsetof(nnt_backend_ops, compress_backward) + sizeof(void (*)(void)),
+               "the backward entries of ABI 3.8 follow compress_backward");
+_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, rms_norm_gated_backward) + sizeof(void (*)(void)),
+               "rms_norm_gated_backward is the table's last entry; append new forward ops to OPS and nnt_op");
 
 /* Op `op` of a table copied by check_backend (NULL when absent). */
 static const void *op_fn(const nnt_backend_ops *t, int op)

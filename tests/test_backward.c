@@ -128,7 +128,7 @@ static double check(const char *what, fwd_fn f, const void *arg, const float *x,
     CU_ASSERT_FATAL(fd != NULL);
     numeric(f, arg, x, nx, g, ny, fd);
     double e = grad_err(got, before, fd, nx);
-    if (!(e <= T_BWD)) fprintf(stderr, "\n  %s: relative error %.3g\n", what, e);
+    if (!(e <= T_BWD) || getenv("NNT_BWD_VERBOSE")) fprintf(stderr, "\n  %s: relative error %.3g\n", what, e);
     CU_ASSERT(e <= T_BWD);
     free(fd);
     return e;
@@ -1375,6 +1375,319 @@ static void test_compress(void)
     }
 }
 
+/* ---- the recurrent mixers (Kimi Delta Attention) ---- */
+
+typedef struct conv_arg {
+    int64_t B, T, C, W;
+    int act, wrt_state;
+    const float *x, *w, *si;
+} conv_arg;
+
+/* y [B, T, C] then state_out [B, W - 1, C] of conv1d_causal from x (or state_in, when wrt_state) */
+static void fwd_conv(const void *arg, const double *v, double *y)
+{
+    const conv_arg *a = arg;
+    int64_t B = a->B, T = a->T, C = a->C, W = a->W, Ws = W - 1;
+#define CONV_IN(b, src, c)                                                                                            \
+    ((src) >= 0 ? (a->wrt_state ? a->x[((b) * T + (src)) * C + (c)] : v[((b) * T + (src)) * C + (c)])               \
+                : (a->wrt_state ? v[((b) * Ws + Ws + (src)) * C + (c)] : (double)a->si[((b) * Ws + Ws + (src)) * C + (c)]))
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t c = 0; c < C; c++) {
+                double z = 0.0;
+                for (int64_t j = 0; j < W; j++) z += a->w[c * W + j] * CONV_IN(b, t - Ws + j, c);
+                y[(b * T + t) * C + c] = a->act ? z / (1.0 + exp(-z)) : z;
+            }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < Ws; j++)
+            for (int64_t c = 0; c < C; c++) y[B * T * C + (b * Ws + j) * C + c] = CONV_IN(b, T - Ws + j, c);
+#undef CONV_IN
+}
+
+/* conv1d_causal's dx and dstate_in under cotangents on y and state_out, with and without SiLU;
+ * without a state (zeros before t = 0) nothing goes to dstate_in. */
+static void test_conv1d_causal(void)
+{
+    const int64_t B = 2, T = 7, C = 5, W = 4, Ws = W - 1, ny = B * T * C + B * Ws * C;
+    nnt_error err = {0};
+    for (int act = 0; act < 2; act++) {
+        nnt_tensor x = mk(3, B, T, C, 0), w = mk(2, C, W, 0, 0), si = mk(3, B, Ws, C, 0), y = mk(3, B, T, C, 0),
+                   so = mk(3, B, Ws, C, 0), dy = mk(3, B, T, C, 0), dso = mk(3, B, Ws, C, 0);
+        fill(&x, 1.5f), fill(&w, 1.0f), fill(&si, 1.0f);
+        CU_ASSERT_EQUAL_FATAL(ops->conv1d_causal(bctx, &x, &w, &si, act, &y, &so, &err), NNT_OK);
+        double *g1 = cotangent(&dy), *g2 = cotangent(&dso), *g = malloc((size_t)ny * sizeof *g);
+        memcpy(g, g1, (size_t)(B * T * C) * sizeof *g);
+        memcpy(g + B * T * C, g2, (size_t)(B * Ws * C) * sizeof *g);
+        float *bx, *bs;
+        nnt_tensor dx = grad_like(&x, &bx), dsi = grad_like(&si, &bs);
+        CU_ASSERT_EQUAL(ops->conv1d_causal_backward(bctx, &x, &w, &si, act, &dy, &dso, &dx, &dsi, &err), NNT_OK);
+        conv_arg a = {B, T, C, W, act, 0, x.data, w.data, si.data};
+        check(act ? "conv1d_causal dx, SiLU" : "conv1d_causal dx", fwd_conv, &a, x.data, B * T * C, g, ny, dx.data, bx);
+        a.wrt_state = 1;
+        check(act ? "conv1d_causal dstate_in, SiLU" : "conv1d_causal dstate_in", fwd_conv, &a, si.data, B * Ws * C, g, ny,
+              dsi.data, bs);
+        /* the forward agrees with the formula */
+        double *xd = malloc((size_t)(B * Ws * C) * sizeof *xd), *yy = malloc((size_t)ny * sizeof *yy);
+        for (int64_t i = 0; i < B * Ws * C; i++) xd[i] = fl(&si)[i];
+        fwd_conv(&a, xd, yy);
+        for (int64_t i = 0; i < B * T * C; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&y)[i], yy[i], 1e-5);
+        for (int64_t i = 0; i < B * Ws * C; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&so)[i], yy[B * T * C + i], 1e-6);
+        /* without a state: zeros before t = 0, and no state gradient; shapes refused */
+        a.wrt_state = 0;
+        float *si0 = calloc((size_t)(B * Ws * C), sizeof *si0);
+        a.si = si0;
+        memcpy(dx.data, bx, nnt_tensor_nbytes(&dx));
+        memcpy(dsi.data, bs, nnt_tensor_nbytes(&dsi));
+        CU_ASSERT_EQUAL(ops->conv1d_causal_backward(bctx, &x, &w, NULL, act, &dy, NULL, &dx, &dsi, &err), NNT_OK);
+        for (int64_t i = B * T * C; i < ny; i++) g[i] = 0.0; /* no cotangent on state_out */
+        check("conv1d_causal dx, no state", fwd_conv, &a, x.data, B * T * C, g, ny, dx.data, bx);
+        CU_ASSERT_EQUAL(memcmp(dsi.data, bs, nnt_tensor_nbytes(&dsi)), 0);
+        CU_ASSERT_EQUAL(ops->conv1d_causal_backward(bctx, &x, &w, &si, act, &dso, NULL, &dx, NULL, &err), NNT_ERR_SHAPE);
+        free(si0), free(xd), free(yy), free(g), free(g1), free(g2), free(bx), free(bs);
+        nnt_tensor_free(&x), nnt_tensor_free(&w), nnt_tensor_free(&si), nnt_tensor_free(&y), nnt_tensor_free(&so);
+        nnt_tensor_free(&dy), nnt_tensor_free(&dso), nnt_tensor_free(&dx), nnt_tensor_free(&dsi);
+    }
+}
+
+typedef struct gate_arg {
+    int64_t M, P, K;
+    const float *dt_bias, *a_log;
+} gate_arg;
+
+static void fwd_kda_gate(const void *arg, const double *v, double *y)
+{
+    const gate_arg *a = arg;
+    for (int64_t m = 0; m < a->M; m++)
+        for (int64_t p = 0; p < a->P; p++) {
+            double x = v[m * a->P + p] + a->dt_bias[p];
+            y[m * a->P + p] = -exp((double)a->a_log[p / a->K]) * (x > 20.0 ? x : log1p(exp(x)));
+        }
+}
+
+static void fwd_sigmoid(const void *arg, const double *v, double *y)
+{
+    const sq_arg *a = arg;
+    for (int64_t i = 0; i < a->n; i++) y[i] = 1.0 / (1.0 + exp(-v[i]));
+}
+
+/* kda_gate on both sides of softplus' threshold; sigmoid from its output, in place */
+static void test_kda_gate_sigmoid(void)
+{
+    const int64_t M = 7, H = 3, K = 5, P = H * K;
+    nnt_error err = {0};
+    nnt_tensor a = mk(2, M, P, 0, 0), dtb = mk(1, P, 0, 0, 0), alog = mk(1, H, 0, 0, 0), g = mk(2, M, P, 0, 0),
+               dg = mk(2, M, P, 0, 0);
+    fill(&a, 3.0f), fill(&dtb, 1.0f), fill(&alog, 1.0f);
+    fl(&dtb)[4] = 25.0f, fl(&dtb)[11] = 24.0f; /* past 20: softplus is x there */
+    CU_ASSERT_EQUAL_FATAL(ops->kda_gate(bctx, &a, &dtb, &alog, &g, &err), NNT_OK);
+    double *cg = cotangent(&dg);
+    float *ba;
+    nnt_tensor da = grad_like(&a, &ba);
+    CU_ASSERT_EQUAL(ops->kda_gate_backward(bctx, &a, &dtb, &alog, &dg, &da, &err), NNT_OK);
+    gate_arg ga = {M, P, K, dtb.data, alog.data};
+    check("kda_gate da", fwd_kda_gate, &ga, a.data, M * P, cg, M * P, da.data, ba);
+    CU_ASSERT_EQUAL(ops->kda_gate_backward(bctx, &a, &dtb, &alog, &dg, NULL, &err), NNT_OK);
+    CU_ASSERT_EQUAL(ops->kda_gate_backward(bctx, &a, &dtb, &alog, &dtb, &da, &err), NNT_ERR_SHAPE);
+    /* sigmoid, in place: the backward reads the output */
+    nnt_tensor x = mk(2, M, P, 0, 0), y = mk(2, M, P, 0, 0), dy = mk(2, M, P, 0, 0);
+    fill(&x, 4.0f);
+    float *x0 = malloc((size_t)(M * P) * sizeof *x0), *bx;
+    memcpy(x0, x.data, (size_t)(M * P) * sizeof *x0);
+    CU_ASSERT_EQUAL_FATAL(ops->sigmoid(bctx, &x, &x, &err), NNT_OK);
+    double *cy = cotangent(&dy);
+    nnt_tensor dx = grad_like(&x, &bx);
+    CU_ASSERT_EQUAL(ops->sigmoid_backward(bctx, &x, &dy, &dx, &err), NNT_OK);
+    sq_arg sa = {M * P};
+    check("sigmoid dx", fwd_sigmoid, &sa, x0, M * P, cy, M * P, dx.data, bx);
+    CU_ASSERT_EQUAL(ops->sigmoid_backward(bctx, &x, &dtb, &dx, &err), NNT_ERR_SHAPE);
+    free(cg), free(cy), free(ba), free(bx), free(x0);
+    nnt_tensor_free(&a), nnt_tensor_free(&dtb), nnt_tensor_free(&alog), nnt_tensor_free(&g), nnt_tensor_free(&dg);
+    nnt_tensor_free(&da), nnt_tensor_free(&x), nnt_tensor_free(&y), nnt_tensor_free(&dy), nnt_tensor_free(&dx);
+}
+
+typedef struct dr_arg {
+    int64_t B, T, H, K, V;
+    int which; /* 0..5: q, k, v, g, beta, state_in; 6: a perturbation of every token's state */
+    int l2norm;
+    double scale;
+    const float *t[6];
+    const uint8_t *valid;
+} dr_arg;
+
+/* o [B, T, H, V], state_out [B, H, K, V], states [B, T, H, K, V] of the gated delta rule, from
+ * the formula in nnt_backend.h, in double; which = 6 adds v[(b, t, h)] to S_t after its update. */
+static void fwd_delta(const void *arg, const double *v, double *y)
+{
+    const dr_arg *a = arg;
+    int64_t B = a->B, T = a->T, H = a->H, K = a->K, V = a->V, KV = K * V;
+    double *o = y, *so = y + B * T * H * V, *ss = so + B * H * KV, S[64], kn[8], qn[8], u[8];
+#define DR_IN(k, i) (a->which == (k) ? v[i] : (double)a->t[k][i])
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            for (int64_t i = 0; i < KV; i++) S[i] = a->t[5] || a->which == 5 ? DR_IN(5, (b * H + h) * KV + i) : 0.0;
+            for (int64_t t = 0; t < T; t++) {
+                int64_t base = (b * T + t) * H + h;
+                int valid = !a->valid || a->valid[b * T + t];
+                if (valid) {
+                    double nq = 0.0, nk = 0.0;
+                    for (int64_t i = 0; i < K; i++) {
+                        qn[i] = DR_IN(0, base * K + i), kn[i] = DR_IN(1, base * K + i);
+                        nq += qn[i] * qn[i], nk += kn[i] * kn[i];
+                    }
+                    double rq = a->l2norm ? 1.0 / sqrt(nq + 1e-6) : 1.0, rk = a->l2norm ? 1.0 / sqrt(nk + 1e-6) : 1.0;
+                    for (int64_t i = 0; i < K; i++) qn[i] *= rq * a->scale, kn[i] *= rk;
+                    for (int64_t i = 0; i < K; i++)
+                        for (int64_t j = 0; j < V; j++) S[i * V + j] *= exp(DR_IN(3, base * K + i));
+                    for (int64_t j = 0; j < V; j++) {
+                        u[j] = 0.0;
+                        for (int64_t i = 0; i < K; i++) u[j] += S[i * V + j] * kn[i];
+                        u[j] = DR_IN(4, base) * (DR_IN(2, base * V + j) - u[j]);
+                    }
+                    for (int64_t i = 0; i < K; i++)
+                        for (int64_t j = 0; j < V; j++) S[i * V + j] += kn[i] * u[j];
+                }
+                if (a->which == 6)
+                    for (int64_t i = 0; i < KV; i++) S[i] += v[base * KV + i];
+                for (int64_t j = 0; j < V; j++) {
+                    double acc = 0.0;
+                    for (int64_t i = 0; valid && i < K; i++) acc += S[i * V + j] * qn[i];
+                    o[base * V + j] = acc;
+                }
+                memcpy(ss + base * KV, S, (size_t)KV * sizeof *S);
+            }
+            memcpy(so + (b * H + h) * KV, S, (size_t)KV * sizeof *S);
+        }
+#undef DR_IN
+}
+
+/* delta_rule's backward over 37 tokens (three of the backward's stretches of 16), a pad prefix
+ * and a hole, with and without state_in and the L2 norm: every input's gradient, dstates
+ * replaced by each state's total gradient, NULL gradients, and a shape refused. */
+static void test_delta_rule(void)
+{
+    const int64_t B = 2, T = 37, H = 3, K = 5, V = 3, KV = K * V;
+    const int64_t ny = B * T * H * V + B * H * KV + B * T * H * KV;
+    uint8_t valid[2 * 37];
+    for (int64_t i = 0; i < B * T; i++) valid[i] = !(i == 20 || (i >= T && i < T + 3)); /* a hole; row 1's pads */
+    nnt_error err = {0};
+    static const char *const names[7] = {"dq", "dk", "dv", "dg", "dbeta", "dstate_in", "dstates (total)"};
+    for (int c = 0; c < 3; c++) {
+        int with_state = c != 1, l2norm = c != 2;
+        const uint8_t *tv = c == 2 ? NULL : valid;
+        nnt_tensor in[6] = {mk(4, B, T, H, K), mk(4, B, T, H, K), mk(4, B, T, H, V), mk(4, B, T, H, K), mk(3, B, T, H, 0),
+                            mk(4, B, H, K, V)};
+        for (int k = 0; k < 6; k++) fill(&in[k], 1.0f);
+        for (int64_t i = 0; i < B * T * H * K; i++) fl(&in[3])[i] = -0.05f - 0.4f * fabsf(fl(&in[3])[i]); /* log decay */
+        for (int64_t i = 0; i < B * T * H; i++) fl(&in[4])[i] = 0.5f + 0.45f * fl(&in[4])[i];                /* beta */
+        float scale = 1.0f / sqrtf((float)K);
+        const nnt_tensor *si = with_state ? &in[5] : NULL;
+        nnt_tensor o = mk(4, B, T, H, V), so = mk(4, B, H, K, V), ss = mk(4, B * T, H, K, V), dout = mk(4, B, T, H, V),
+                   dso = mk(4, B, H, K, V), dss = mk(4, B * T, H, K, V);
+        CU_ASSERT_EQUAL_FATAL(ops->delta_rule(bctx, &in[0], &in[1], &in[2], &in[3], &in[4], tv, si, l2norm, scale, &o, &so,
+                                              &ss, &err),
+                              NNT_OK);
+        double *g = malloc((size_t)ny * sizeof *g), *g0 = cotangent(&dout), *g1 = cotangent(&dso), *g2 = cotangent(&dss);
+        memcpy(g, g0, (size_t)(B * T * H * V) * sizeof *g);
+        memcpy(g + B * T * H * V, g1, (size_t)(B * H * KV) * sizeof *g);
+        memcpy(g + B * T * H * V + B * H * KV, g2, (size_t)(B * T * H * KV) * sizeof *g);
+        float *before[6];
+        nnt_tensor d[6];
+        for (int k = 0; k < 6; k++) d[k] = grad_like(&in[k], &before[k]);
+        CU_ASSERT_EQUAL(ops->delta_rule_backward(bctx, &in[0], &in[1], &in[2], &in[3], &in[4], tv, si, l2norm, scale, &dout,
+                                                 &dso, &dss, &d[0], &d[1], &d[2], &d[3], &d[4], &d[5], &err),
+                        NNT_OK);
+        dr_arg a = {B, T, H, K, V, 0, l2norm, scale, {0}, tv};
+        for (int k = 0; k < 6; k++) a.t[k] = k < 5 || with_state ? in[k].data : NULL;
+        char what[96];
+        for (int k = 0; k < 6; k++) {
+            a.which = k;
+            snprintf(what, sizeof what, "delta_rule %s (%s state_in, l2norm %d)", names[k], with_state ? "with" : "no", l2norm);
+            if (k < 5 || with_state)
+                check(what, fwd_delta, &a, in[k].data, nnt_tensor_numel(&in[k]), g, ny, d[k].data, before[k]);
+            else /* no state was read: its gradient is left alone */
+                CU_ASSERT_EQUAL(memcmp(d[5].data, before[5], nnt_tensor_nbytes(&d[5])), 0);
+        }
+        a.which = 6; /* each token's state perturbed: dstates now holds the total gradient (replaced) */
+        float *zero = calloc((size_t)(B * T * H * KV), sizeof *zero);
+        snprintf(what, sizeof what, "delta_rule %s (%s state_in, l2norm %d)", names[6], with_state ? "with" : "no", l2norm);
+        check(what, fwd_delta, &a, zero, B * T * H * KV, g, ny, dss.data, NULL);
+        /* the forward agrees with the formula */
+        double *yy = malloc((size_t)ny * sizeof *yy), *zd = calloc((size_t)(B * T * H * KV), sizeof *zd);
+        fwd_delta(&a, zd, yy);
+        for (int64_t i = 0; i < B * T * H * V; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&o)[i], yy[i], 1e-5);
+        for (int64_t i = 0; i < B * T * H * KV; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&ss)[i], yy[B * T * H * V + B * H * KV + i], 1e-5);
+        /* only dq wanted, no cotangent on the states; a gradient of the wrong shape */
+        memcpy(d[0].data, before[0], nnt_tensor_nbytes(&d[0]));
+        CU_ASSERT_EQUAL(ops->delta_rule_backward(bctx, &in[0], &in[1], &in[2], &in[3], &in[4], tv, si, l2norm, scale, &dout,
+                                                 NULL, NULL, &d[0], NULL, NULL, NULL, NULL, NULL, &err),
+                        NNT_OK);
+        a.which = 0;
+        snprintf(what, sizeof what, "delta_rule dq alone (%s state_in, l2norm %d)", with_state ? "with" : "no", l2norm);
+        for (int64_t i = B * T * H * V; i < ny; i++) g[i] = 0.0; /* o's cotangent alone */
+        check(what, fwd_delta, &a, in[0].data, nnt_tensor_numel(&in[0]), g, ny, d[0].data, before[0]);
+        CU_ASSERT_EQUAL(ops->delta_rule_backward(bctx, &in[0], &in[1], &in[2], &in[3], &in[4], tv, si, l2norm, scale, &dout,
+                                                 NULL, NULL, &d[2], NULL, NULL, NULL, NULL, NULL, &err),
+                        NNT_ERR_SHAPE);
+        free(g), free(g0), free(g1), free(g2), free(zero), free(yy), free(zd);
+        for (int k = 0; k < 6; k++) free(before[k]), nnt_tensor_free(&in[k]), nnt_tensor_free(&d[k]);
+        nnt_tensor_free(&o), nnt_tensor_free(&so), nnt_tensor_free(&ss), nnt_tensor_free(&dout), nnt_tensor_free(&dso);
+        nnt_tensor_free(&dss);
+    }
+}
+
+typedef struct rng_arg {
+    int64_t M, D;
+    int wrt_gate;
+    float eps;
+    const float *x, *w, *gate;
+} rng_arg;
+
+static void fwd_rms_gated(const void *arg, const double *v, double *y)
+{
+    const rng_arg *a = arg;
+    for (int64_t m = 0; m < a->M; m++) {
+        double ss = 0.0;
+        for (int64_t d = 0; d < a->D; d++) {
+            double x = a->wrt_gate ? a->x[m * a->D + d] : v[m * a->D + d];
+            ss += x * x;
+        }
+        double r = 1.0 / sqrt(ss / (double)a->D + a->eps);
+        for (int64_t d = 0; d < a->D; d++) {
+            int64_t i = m * a->D + d;
+            double x = a->wrt_gate ? a->x[i] : v[i], gt = a->wrt_gate ? v[i] : a->gate[i];
+            y[i] = a->w[d] * x * r / (1.0 + exp(-gt));
+        }
+    }
+}
+
+static void test_rms_norm_gated(void)
+{
+    const int64_t M = 9, D = 7;
+    const float eps = 1e-5f;
+    nnt_error err = {0};
+    nnt_tensor x = mk(2, M, D, 0, 0), w = mk(1, D, 0, 0, 0), gate = mk(2, M, D, 0, 0), y = mk(2, M, D, 0, 0),
+               dy = mk(2, M, D, 0, 0);
+    fill(&x, 1.0f), fill(&w, 1.0f), fill(&gate, 3.0f);
+    CU_ASSERT_EQUAL_FATAL(ops->rms_norm_gated(bctx, &x, &w, &gate, eps, &y, &err), NNT_OK);
+    double *g = cotangent(&dy);
+    float *bx, *bg;
+    nnt_tensor dx = grad_like(&x, &bx), dgate = grad_like(&gate, &bg);
+    CU_ASSERT_EQUAL(ops->rms_norm_gated_backward(bctx, &x, &w, &gate, eps, &dy, &dx, &dgate, &err), NNT_OK);
+    rng_arg a = {M, D, 0, eps, x.data, w.data, gate.data};
+    check("rms_norm_gated dx", fwd_rms_gated, &a, x.data, M * D, g, M * D, dx.data, bx);
+    a.wrt_gate = 1;
+    check("rms_norm_gated dgate", fwd_rms_gated, &a, gate.data, M * D, g, M * D, dgate.data, bg);
+    double *xd = malloc((size_t)(M * D) * sizeof *xd), *yy = malloc((size_t)(M * D) * sizeof *yy);
+    for (int64_t i = 0; i < M * D; i++) xd[i] = fl(&gate)[i];
+    fwd_rms_gated(&a, xd, yy);
+    for (int64_t i = 0; i < M * D; i++) CU_ASSERT_DOUBLE_EQUAL(fl(&y)[i], yy[i], 1e-5);
+    CU_ASSERT_EQUAL(ops->rms_norm_gated_backward(bctx, &x, &w, &gate, eps, &dy, NULL, NULL, &err), NNT_OK);
+    CU_ASSERT_EQUAL(ops->rms_norm_gated_backward(bctx, &x, &w, &w, eps, &dy, &dx, NULL, &err), NNT_ERR_SHAPE);
+    free(g), free(bx), free(bg), free(xd), free(yy);
+    nnt_tensor_free(&x), nnt_tensor_free(&w), nnt_tensor_free(&gate), nnt_tensor_free(&y), nnt_tensor_free(&dy);
+    nnt_tensor_free(&dx), nnt_tensor_free(&dgate);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("backward", setup, teardown);
@@ -1397,7 +1710,12 @@ int register_tests(void)
         !CU_add_test(s, "hyper_connection (0, 1, 4 Sinkhorn iterations, each output alone) and hyper_head",
                      test_hyper_connection) ||
         !CU_add_test(s, "hyper_mix: every input", test_hyper_mix) ||
-        !CU_add_test(s, "compress with and without overlap, rows of different lengths", test_compress))
+        !CU_add_test(s, "compress with and without overlap, rows of different lengths", test_compress) ||
+        !CU_add_test(s, "conv1d_causal: SiLU and none, with and without a state", test_conv1d_causal) ||
+        !CU_add_test(s, "kda_gate past softplus' threshold; sigmoid in place", test_kda_gate_sigmoid) ||
+        !CU_add_test(s, "delta_rule over several stretches, pads, a hole, state_in, l2norm; states' total gradient",
+                     test_delta_rule) ||
+        !CU_add_test(s, "rms_norm_gated: dx and dgate", test_rms_norm_gated))
         return -1;
     return 0;
 }

@@ -17,9 +17,9 @@
  *
  * What the tape cannot see it cannot differentiate: values computed on the host from a
  * download, or written into backend memory by upload, are constants to it (an upload clears the
- * gradient of the memory it wrote). Ops without a backward entry in the backend, and ops the
- * tape does not yet record, fail the forward with an error naming the op. Weights never get a
- * gradient. Internal to libnnt. */
+ * gradient of the memory it wrote). Ops without a backward entry in the backend fail the
+ * forward with an error naming the op and the entry. Weights never get a gradient. Internal
+ * to libnnt. */
 #ifndef NNT_TAPE_H
 #define NNT_TAPE_H
 
@@ -127,7 +127,14 @@ typedef enum tape_kind {
     TAPE_HYPER_CONNECTION,
     TAPE_HYPER_MIX,
     TAPE_HYPER_HEAD,
-    TAPE_COMPRESS
+    TAPE_COMPRESS,
+    /* ---- recurrent mixers (Kimi Delta Attention; tape_ops_recurrent.c, tape_backward_recurrent.c) ---- */
+    TAPE_CONV1D_CAUSAL,
+    TAPE_KDA_GATE,
+    TAPE_SIGMOID,
+    TAPE_DELTA_RULE, /* out[2], the states, answers the marks on it after its reverse step (see mark) */
+    TAPE_RMS_NORM_GATED,
+    TAPE_ZERO_ROWS
 } tape_kind;
 
 /* One recorded op. in[] and out[] describe the tensors as the op saw them (their memory is the
@@ -136,12 +143,14 @@ typedef enum tape_kind {
 typedef struct tape_entry {
     tape_kind kind;
     int tag;                  /* TAPE_MARK */
-    nnt_tensor in[4], out[3]; /* unused slots have data NULL */
-    nnt_tensor keep[4];
+    nnt_tensor in[6], out[3]; /* unused slots have data NULL (delta_rule reads six inputs) */
+    nnt_tensor keep[6];
     void *host[7];
     float f;                  /* eps, scale, limit, factor, mscale */
     int64_t i[3];             /* rot_start, rot_dim, style; n rows (gathers, scatters, scale_rows); src_col,
-                                 dst_col, ncols */
+                                 dst_col, ncols; a mark's i[0]: 0, or 1 + the index of the delta_rule entry
+                                 whose states it marks (it answers after that entry's reverse step, when
+                                 the states' gradient is their total gradient) */
     nnt_attn_mask mask;       /* TAPE_ATTN_SCORES: pointers into host[] */
     nnt_route_params route;   /* TAPE_ROUTE */
 } tape_entry;
@@ -167,8 +176,10 @@ void nnt_tape_entry_clear(const nnt_tape *tp, tape_entry *e);
 void nnt_tape_ops_init(nnt_tape *tp);
 /* The refusal of an op whose backward entry `entry` the backend lacks (NNT_ERR_UNSUPPORTED). */
 nnt_status nnt_tape_no_backward(nnt_error *err, const char *op, const char *entry);
-/* The MoE and feed-forward wrappers, and the refusals of the ops not recorded (tape_ops_moe.c). */
+/* The MoE and feed-forward wrappers (tape_ops_moe.c). */
 void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be);
+/* The wrappers of Kimi Delta Attention's recurrent ops (tape_ops_recurrent.c). */
+void nnt_tape_ops_init_recurrent(nnt_backend_ops *o, const nnt_backend_ops *be);
 /* The wrappers of DeepSeek-V4's hyper-connection, compressor and indexer ops (tape_ops_hyper.c). */
 void nnt_tape_ops_init_hyper(nnt_backend_ops *o, const nnt_backend_ops *be);
 /* Slots of a tape_entry's arrays, for loops over them. */
@@ -185,10 +196,32 @@ nnt_status nnt_tape_zero(const nnt_tape *tp, const nnt_tensor *g, nnt_error *err
  * (*cleared 1). */
 nnt_status nnt_tape_output_gradient(nnt_tape *tp, const tape_entry *e, const nnt_tensor *out, nnt_tensor *dy,
                                     void **tmp, int *cleared, nnt_error *err);
+/* The gradient of one output of an entry as a reverse step reads it (nnt_tape_take), and what
+ * the step owes afterwards (nnt_tape_done). */
+typedef struct nnt_tape_out_grad {
+    nnt_tensor dy;          /* data NULL: no gradient reached the output */
+    void *tmp;              /* a copy's backend memory, or NULL */
+    int cleared;            /* the output's own gradient was cleared already */
+    const nnt_tensor *out;  /* the output (NULL: none taken) */
+} nnt_tape_out_grad;
+/* Takes the gradient of output `out` of entry e into *g (nnt_tape_output_gradient). */
+nnt_status nnt_tape_take(nnt_tape *tp, const tape_entry *e, const nnt_tensor *out, nnt_tape_out_grad *g,
+                         nnt_error *err);
+/* Clears the output's gradient (unless taking it did) and frees its copy; passes st on. */
+nnt_status nnt_tape_done(nnt_tape *tp, nnt_tape_out_grad *g, nnt_status st, nnt_error *err);
+/* The gradient of input t in *buf, or NULL when t is absent or nothing recorded touched it (no
+ * gradient wanted there). */
+nnt_tensor *nnt_tape_grad_of(const nnt_tape *tp, const nnt_tensor *t, nnt_tensor *buf);
+/* g's gradient, or NULL when none reached the output. */
+const nnt_tensor *nnt_tape_dy_or_null(const nnt_tape_out_grad *g);
 /* The reverse step of entry e, neither a mark nor a constant (tape_backward_ops.c). */
 nnt_status nnt_tape_backward_entry(nnt_tape *tp, const tape_entry *e, nnt_error *err);
 /* The reverse step of a hyper-connection or compressor entry (tape_backward_hyper.c). */
 nnt_status nnt_tape_backward_hyper(nnt_tape *tp, const tape_entry *e, nnt_error *err);
+/* The reverse step of a recurrent-mixer entry (tape_backward_recurrent.c). A delta_rule entry
+ * with states leaves their total gradient in the states' gradient memory: the caller answers the
+ * marks on them, then clears it. */
+nnt_status nnt_tape_backward_recurrent(nnt_tape *tp, const tape_entry *e, nnt_error *err);
 /* Makes the zeroed gradient memory of the record (tape_shadow.c). */
 nnt_status nnt_tape_make_regions(nnt_tape *tp, nnt_error *err);
 /* Frees the gradient memory of the last backward (tape_shadow.c). */

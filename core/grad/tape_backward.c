@@ -1,13 +1,31 @@
 /* tape_backward.c - the gradient tape's reverse pass: the walk from the last entry to the first,
  * seeding cotangents and reading gradients at marks, clearing the gradient under constants, and
  * each op's step (tape_backward_ops.c) in between (see tape.h for why this is right under reuse
- * and aliasing). */
+ * and aliasing). Marks on a delta_rule's states answer after that entry's step, with each token
+ * state's total gradient. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "grad/tape.h"
 
-/* Seeds and answers at a mark. */
+/* The answers at a mark: the gradient its memory holds now, for each wanted gradient of its tag
+ * not answered by a later mark. */
+static nnt_status answer(nnt_tape *tp, const tape_entry *e, nnt_tape_grad *grads, int n_grads, nnt_error *err)
+{
+    nnt_tensor g = nnt_tape_adj(tp, &e->out[0]);
+    size_t bytes = nnt_tensor_nbytes(&e->out[0]);
+    nnt_status st = NNT_OK;
+    for (int k = 0; k < n_grads && st == NNT_OK; k++) {
+        if (grads[k].tag != e->tag || grads[k].grad->data) continue; /* the last mark answers */
+        st = nnt_tensor_alloc(grads[k].grad, NNT_F32, e->out[0].ndim, e->out[0].shape);
+        if (st != NNT_OK) st = nnt_err_set(err, st, "no memory for a gradient");
+        if (st == NNT_OK) st = tp->be->download(tp->be_ctx, grads[k].grad->data, g.data, bytes, err);
+    }
+    return st;
+}
+
+/* Seeds at a mark, and its answers unless it marks a delta_rule's states (answered after that
+ * entry's step). */
 static nnt_status at_mark(nnt_tape *tp, const tape_entry *e, const nnt_tape_seed *seeds, int n_seeds,
                           nnt_tape_grad *grads, int n_grads, nnt_error *err)
 {
@@ -24,13 +42,19 @@ static nnt_status at_mark(nnt_tape *tp, const tape_entry *e, const nnt_tape_seed
         if (st == NNT_OK) st = tp->be->accumulate(tp->be_ctx, &c, 1.0f, &g, err);
         if (tmp) tp->be->free(tp->be_ctx, tmp);
     }
-    for (int k = 0; k < n_grads && st == NNT_OK; k++) {
-        if (grads[k].tag != e->tag || grads[k].grad->data) continue; /* the last mark answers */
-        st = nnt_tensor_alloc(grads[k].grad, NNT_F32, e->out[0].ndim, e->out[0].shape);
-        if (st != NNT_OK) st = nnt_err_set(err, st, "no memory for a gradient");
-        if (st == NNT_OK) st = tp->be->download(tp->be_ctx, grads[k].grad->data, g.data, bytes, err);
-    }
-    return st;
+    return st == NNT_OK && e->i[0] == 0 ? answer(tp, e, grads, n_grads, err) : st;
+}
+
+/* After the reverse step of delta_rule entry i, whose states' gradient then holds every token's
+ * total gradient: the marks on those states answer (they come after i in the record, and the
+ * walk has passed them), then the gradient is cleared as any output's. */
+static nnt_status after_states(nnt_tape *tp, int i, nnt_tape_grad *grads, int n_grads, nnt_error *err)
+{
+    nnt_status st = NNT_OK;
+    for (int j = tp->n - 1; j > i && st == NNT_OK; j--) /* the last mark first, as the walk meets them */
+        if (tp->e[j].kind == TAPE_MARK && tp->e[j].i[0] == i + 1) st = answer(tp, &tp->e[j], grads, n_grads, err);
+    nnt_tensor g = nnt_tape_adj(tp, &tp->e[i].out[2]);
+    return st == NNT_OK ? nnt_tape_zero(tp, &g, err) : st;
 }
 
 /* A constant written over e->out[0]: its gradient is cleared (byte-counted constants as floats). */
@@ -88,6 +112,7 @@ nnt_status nnt_tape_backward(nnt_tape *tp, const nnt_tape_seed *seeds, int n_see
             st = nnt_tape_zero(tp, &(nnt_tensor){0}, err), st = st == NNT_OK ? clear_constant(tp, e, err) : st;
         else
             st = nnt_tape_backward_entry(tp, e, err);
+        if (st == NNT_OK && e->kind == TAPE_DELTA_RULE && e->out[2].data) st = after_states(tp, i, grads, n_grads, err);
     }
     if (st != NNT_OK)
         for (int k = 0; k < n_grads; k++) nnt_tensor_free(grads[k].grad);

@@ -7,93 +7,54 @@
 
 #include "grad/tape.h"
 
-/* The gradient of one output of an entry, as nnt_tape_output_gradient hands it out. */
-typedef struct out_grad {
-    nnt_tensor dy;
-    void *tmp;
-    int cleared;
-    const nnt_tensor *out;
-} out_grad;
-
-static nnt_status take(nnt_tape *tp, const tape_entry *e, const nnt_tensor *out, out_grad *g, nnt_error *err)
-{
-    g->out = out;
-    return nnt_tape_output_gradient(tp, e, out, &g->dy, &g->tmp, &g->cleared, err);
-}
-
-/* Clears the output's gradient (unless take did) and frees its copy; passes st on. */
-static nnt_status done(nnt_tape *tp, out_grad *g, nnt_status st, nnt_error *err)
-{
-    if (st == NNT_OK && !g->cleared && g->out) {
-        nnt_tensor a = nnt_tape_adj(tp, g->out);
-        st = nnt_tape_zero(tp, &a, err);
-    }
-    if (g->tmp) tp->be->free(tp->be_ctx, g->tmp);
-    g->tmp = NULL;
-    return st;
-}
-
-/* The gradient of input t, or NULL when no recorded op touched it. */
-static nnt_tensor *grad_of(const nnt_tape *tp, const nnt_tensor *t, nnt_tensor *buf)
-{
-    if (!t->data) return NULL;
-    *buf = nnt_tape_adj(tp, t);
-    return buf->data ? buf : NULL;
-}
-
-static const nnt_tensor *dy_or_null(const out_grad *g)
-{
-    return g->dy.data ? &g->dy : NULL;
-}
-
 static nnt_status hyper_connection_back(nnt_tape *tp, const tape_entry *e, nnt_error *err)
 {
-    out_grad g[3] = {{.out = NULL}, {.out = NULL}, {.out = NULL}};
+    nnt_tape_out_grad g[3] = {{.out = NULL}, {.out = NULL}, {.out = NULL}};
     nnt_status st = NNT_OK;
-    for (int k = 0; k < 3 && st == NNT_OK; k++) st = take(tp, e, &e->out[k], &g[k], err);
+    for (int k = 0; k < 3 && st == NNT_OK; k++) st = nnt_tape_take(tp, e, &e->out[k], &g[k], err);
     const float *eps = e->host[3];
-    nnt_tensor b, *dx = grad_of(tp, &e->in[0], &b);
+    nnt_tensor b, *dx = nnt_tape_grad_of(tp, &e->in[0], &b);
     if (st == NNT_OK && dx && (g[0].dy.data || g[1].dy.data || g[2].dy.data))
         st = tp->be->hyper_connection_backward(tp->be_ctx, &e->keep[0], e->host[0], e->host[1], e->host[2], eps[0], eps[1],
-                                               (int)e->i[0], dy_or_null(&g[0]), dy_or_null(&g[1]), dy_or_null(&g[2]), dx,
-                                               err);
-    for (int k = 0; k < 3; k++) st = done(tp, &g[k], st, err);
+                                               (int)e->i[0], nnt_tape_dy_or_null(&g[0]), nnt_tape_dy_or_null(&g[1]),
+                                               nnt_tape_dy_or_null(&g[2]), dx, err);
+    for (int k = 0; k < 3; k++) st = nnt_tape_done(tp, &g[k], st, err);
     return st;
 }
 
 static nnt_status hyper_mix_back(nnt_tape *tp, const tape_entry *e, nnt_error *err)
 {
-    out_grad g = {.out = NULL};
-    nnt_status st = take(tp, e, &e->out[0], &g, err);
+    nnt_tape_out_grad g = {.out = NULL};
+    nnt_status st = nnt_tape_take(tp, e, &e->out[0], &g, err);
     nnt_tensor b[4], *d[4];
-    for (int k = 0; k < 4; k++) d[k] = grad_of(tp, &e->in[k], &b[k]);
+    for (int k = 0; k < 4; k++) d[k] = nnt_tape_grad_of(tp, &e->in[k], &b[k]);
     if (st == NNT_OK && g.dy.data && (d[0] || d[1] || d[2] || d[3]))
         st = tp->be->hyper_mix_backward(tp->be_ctx, &e->keep[0], &e->keep[1], &e->keep[2], &e->keep[3], &g.dy, d[0], d[1],
                                         d[2], d[3], err);
-    return done(tp, &g, st, err);
+    return nnt_tape_done(tp, &g, st, err);
 }
 
 static nnt_status hyper_head_back(nnt_tape *tp, const tape_entry *e, nnt_error *err)
 {
-    out_grad g = {.out = NULL};
-    nnt_status st = take(tp, e, &e->out[0], &g, err);
+    nnt_tape_out_grad g = {.out = NULL};
+    nnt_status st = nnt_tape_take(tp, e, &e->out[0], &g, err);
     const float *eps = e->host[3];
-    nnt_tensor b, *dx = grad_of(tp, &e->in[0], &b);
+    nnt_tensor b, *dx = nnt_tape_grad_of(tp, &e->in[0], &b);
     if (st == NNT_OK && g.dy.data && dx)
         st = tp->be->hyper_head_backward(tp->be_ctx, &e->keep[0], e->host[0], e->host[1], e->host[2], eps[0], eps[1],
                                          &g.dy, dx, err);
-    return done(tp, &g, st, err);
+    return nnt_tape_done(tp, &g, st, err);
 }
 
 static nnt_status compress_back(nnt_tape *tp, const tape_entry *e, nnt_error *err)
 {
-    out_grad g = {.out = NULL};
-    nnt_status st = take(tp, e, &e->out[0], &g, err);
-    nnt_tensor bk, bg, *dkv = grad_of(tp, &e->in[0], &bk), *dgate = grad_of(tp, &e->in[1], &bg);
+    nnt_tape_out_grad g = {.out = NULL};
+    nnt_status st = nnt_tape_take(tp, e, &e->out[0], &g, err);
+    nnt_tensor bk, bg, *dkv = nnt_tape_grad_of(tp, &e->in[0], &bk), *dgate = nnt_tape_grad_of(tp, &e->in[1], &bg);
     if (st == NNT_OK && g.dy.data && (dkv || dgate))
         st = tp->be->compress_backward(tp->be_ctx, &e->keep[0], &e->keep[1], e->host[0], (int)e->i[0], (int)e->i[1],
                                        e->host[1], e->host[2], &g.dy, dkv, dgate, err);
-    return done(tp, &g, st, err);
+    return nnt_tape_done(tp, &g, st, err);
 }
 
 nnt_status nnt_tape_backward_hyper(nnt_tape *tp, const tape_entry *e, nnt_error *err)

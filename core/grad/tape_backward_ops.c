@@ -6,42 +6,9 @@
 
 #include "grad/tape.h"
 
-typedef struct out_grad {
-    nnt_tensor dy;
-    void *tmp;
-    int cleared;
-    const nnt_tensor *out;
-} out_grad;
-
-static nnt_status take(nnt_tape *tp, const tape_entry *e, const nnt_tensor *out, out_grad *g, nnt_error *err)
-{
-    g->out = out;
-    return nnt_tape_output_gradient(tp, e, out, &g->dy, &g->tmp, &g->cleared, err);
-}
-
-/* Clears the output's gradient (when take did not) and frees the copy; passes st on. */
-static nnt_status done(nnt_tape *tp, out_grad *g, nnt_status st, nnt_error *err)
-{
-    if (st == NNT_OK && !g->cleared) {
-        nnt_tensor a = nnt_tape_adj(tp, g->out);
-        st = nnt_tape_zero(tp, &a, err);
-    }
-    if (g->tmp) tp->be->free(tp->be_ctx, g->tmp);
-    g->tmp = NULL;
-    return st;
-}
-
-/* The gradient of input t, or NULL when nothing recorded touched t (no gradient wanted there). */
-static nnt_tensor *grad_of(const nnt_tape *tp, const nnt_tensor *t, nnt_tensor *buf)
-{
-    if (!t->data) return NULL;
-    *buf = nnt_tape_adj(tp, t);
-    return buf->data ? buf : NULL;
-}
-
 static nnt_status add_into(nnt_tape *tp, const nnt_tensor *dy, float f, const nnt_tensor *in, nnt_error *err)
 {
-    nnt_tensor b, *dx = grad_of(tp, in, &b);
+    nnt_tensor b, *dx = nnt_tape_grad_of(tp, in, &b);
     return dx ? tp->be->accumulate(tp->be_ctx, dy, f, dx, err) : NNT_OK;
 }
 
@@ -62,7 +29,7 @@ static nnt_status copy_cols_back(nnt_tape *tp, const tape_entry *e, nnt_error *e
     const nnt_backend_ops *be = tp->be;
     void *c = tp->be_ctx, *p1 = NULL, *p2 = NULL;
     int64_t sc = e->i[0], dc = e->i[1], n = e->i[2], rows = e->out[0].shape[0];
-    nnt_tensor gd = nnt_tape_adj(tp, &e->out[0]), gsb, *gs = grad_of(tp, &e->in[0], &gsb), t1, z;
+    nnt_tensor gd = nnt_tape_adj(tp, &e->out[0]), gsb, *gs = nnt_tape_grad_of(tp, &e->in[0], &gsb), t1, z;
     if (!gd.data) return NNT_OK;
     nnt_status st = zeros(tp, rows, n, &t1, &p1, err);
     if (st == NNT_OK) st = zeros(tp, rows, n, &z, &p2, err);
@@ -82,7 +49,7 @@ static nnt_status scatter_back(nnt_tape *tp, const tape_entry *e, nnt_error *err
     int n = (int)e->i[0];
     const int32_t *rows = e->host[0];
     const float *scale = e->host[1];
-    nnt_tensor gd = nnt_tape_adj(tp, &e->out[0]), gsb, *gs = grad_of(tp, &e->in[0], &gsb), z;
+    nnt_tensor gd = nnt_tape_adj(tp, &e->out[0]), gsb, *gs = nnt_tape_grad_of(tp, &e->in[0], &gsb), z;
     if (!gd.data) return NNT_OK;
     nnt_status st = NNT_OK;
     if (e->kind == TAPE_SCATTER_ADD_ROWS) {
@@ -98,12 +65,12 @@ static nnt_status scatter_back(nnt_tape *tp, const tape_entry *e, nnt_error *err
 
 static nnt_status swiglu_back(nnt_tape *tp, const tape_entry *e, nnt_error *err)
 {
-    out_grad g = {0};
-    nnt_status st = take(tp, e, &e->out[1], &g, err);
+    nnt_tape_out_grad g = {0};
+    nnt_status st = nnt_tape_take(tp, e, &e->out[1], &g, err);
     nnt_tensor bg, bu, ba, ga = {0};
-    nnt_tensor *dup = grad_of(tp, &e->in[1], &bu);
+    nnt_tensor *dup = nnt_tape_grad_of(tp, &e->in[1], &bu);
     if (st == NNT_OK && e->in[0].data) { /* act = silu(min(gate, limit)) was an output too */
-        nnt_tensor *dgate = grad_of(tp, &e->in[0], &bg);
+        nnt_tensor *dgate = nnt_tape_grad_of(tp, &e->in[0], &bg);
         if (e->out[0].data) ga = nnt_tape_adj(tp, &e->out[0]);
         if (g.dy.data || ga.data)
             st = tp->be->swiglu_backward(tp->be_ctx, &e->keep[0], &e->keep[1], e->f, NULL, g.dy.data ? &g.dy : NULL,
@@ -111,9 +78,9 @@ static nnt_status swiglu_back(nnt_tape *tp, const tape_entry *e, nnt_error *err)
         if (st == NNT_OK && ga.data) st = nnt_tape_zero(tp, &ga, err);
     } else if (st == NNT_OK && g.dy.data) { /* act was the input */
         st = tp->be->swiglu_backward(tp->be_ctx, NULL, &e->keep[1], e->f, &e->keep[2], &g.dy, NULL, dup,
-                                     grad_of(tp, &e->in[2], &ba), err);
+                                     nnt_tape_grad_of(tp, &e->in[2], &ba), err);
     }
-    return done(tp, &g, st, err);
+    return nnt_tape_done(tp, &g, st, err);
 }
 
 /* The ops with one output that they replace whole. */
@@ -122,7 +89,7 @@ static nnt_status single(nnt_tape *tp, const tape_entry *e, const nnt_tensor *dy
     const nnt_backend_ops *be = tp->be;
     void *c = tp->be_ctx;
     nnt_tensor b0, b1;
-    nnt_tensor *d0 = grad_of(tp, &e->in[0], &b0), *d1 = grad_of(tp, &e->in[1], &b1);
+    nnt_tensor *d0 = nnt_tape_grad_of(tp, &e->in[0], &b0), *d1 = nnt_tape_grad_of(tp, &e->in[1], &b1);
     switch (e->kind) {
     case TAPE_LINEAR: return d0 ? be->linear_backward(c, dy, &e->in[1], d0, err) : NNT_OK;
     case TAPE_RMS_NORM:
@@ -172,11 +139,17 @@ nnt_status nnt_tape_backward_entry(nnt_tape *tp, const tape_entry *e, nnt_error 
     case TAPE_HYPER_MIX:
     case TAPE_HYPER_HEAD:
     case TAPE_COMPRESS: return nnt_tape_backward_hyper(tp, e, err);
+    case TAPE_CONV1D_CAUSAL:
+    case TAPE_KDA_GATE:
+    case TAPE_SIGMOID:
+    case TAPE_DELTA_RULE:
+    case TAPE_RMS_NORM_GATED:
+    case TAPE_ZERO_ROWS: return nnt_tape_backward_recurrent(tp, e, err);
     default: break;
     }
     const nnt_tensor *out = e->kind == TAPE_ROUTE ? &e->out[1] : &e->out[0];
-    out_grad g = {0};
-    nnt_status st = take(tp, e, out, &g, err);
+    nnt_tape_out_grad g = {0};
+    nnt_status st = nnt_tape_take(tp, e, out, &g, err);
     if (st == NNT_OK && g.dy.data) st = single(tp, e, &g.dy, err);
-    return done(tp, &g, st, err);
+    return nnt_tape_done(tp, &g, st, err);
 }

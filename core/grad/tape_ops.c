@@ -1,7 +1,7 @@
 /* tape_ops.c - the gradient tape's op table: each entry runs the backend's op and records it,
  * keeping the inputs its backward reads. Memory ops pass straight through (an upload records
- * that its destination now holds a constant); ops the tape does not differentiate yet refuse by
- * name, as do ops whose backward entry the backend lacks. */
+ * that its destination now holds a constant); an op whose backward entry the backend lacks is
+ * refused by name. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -263,4 +263,5 @@ void nnt_tape_ops_init(nnt_tape *tp)
 #undef WRAP
     nnt_tape_ops_init_moe(o, be);
     nnt_tape_ops_init_hyper(o, be);
+    nnt_tape_ops_init_recurrent(o, be);
 }

@@ -1,7 +1,7 @@
 /* tape_ops_moe.c - the gradient tape's entries for the feed-forward and mixture-of-experts ops
  * (SwiGLU, the router, row gathers and scatters, rows scaled by routing weights, the sum over
- * slots, column copies), and the refusals of the ops it does not record yet (the recurrent
- * mixers; DeepSeek-V4's ops are tape_ops_hyper.c's). */
+ * slots, column copies). DeepSeek-V4's ops are tape_ops_hyper.c's, the recurrent mixers'
+ * tape_ops_recurrent.c's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,53 +145,9 @@ static nnt_status t_copy_cols(void *ctx, const nnt_tensor *src, int64_t src_col,
     return TP->be->copy_cols(REAL, src, src_col, dst, dst_col, ncols, err);
 }
 
-/* ---- not recorded yet: each refuses by name ---- */
-
-static nnt_status not_yet(nnt_error *err, const char *op)
-{
-    return nnt_err_set(err, NNT_ERR_UNSUPPORTED, "a gradient cannot pass through %s: the tape does not record it yet",
-                       op);
-}
-
-static nnt_status r_conv1d_causal(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *s, int a,
-                                  nnt_tensor *y, nnt_tensor *so, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->conv1d_causal(REAL, x, w, s, a, y, so, err);
-    return not_yet(err, "conv1d_causal");
-}
-static nnt_status r_kda_gate(void *ctx, const nnt_tensor *a, const nnt_tensor *d, const nnt_tensor *l, nnt_tensor *g,
-                             nnt_error *err)
-{
-    if (!TP->recording) return TP->be->kda_gate(REAL, a, d, l, g, err);
-    return not_yet(err, "kda_gate");
-}
-static nnt_status r_sigmoid(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->sigmoid(REAL, x, y, err);
-    return not_yet(err, "sigmoid");
-}
-static nnt_status r_delta_rule(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
-                               const nnt_tensor *g, const nnt_tensor *b, const uint8_t *tv, const nnt_tensor *si,
-                               int l2, float sc, nnt_tensor *o, nnt_tensor *so, nnt_tensor *ss, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->delta_rule(REAL, q, k, v, g, b, tv, si, l2, sc, o, so, ss, err);
-    return not_yet(err, "delta_rule");
-}
-static nnt_status r_rms_norm_gated(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *g, float e,
-                                   nnt_tensor *y, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->rms_norm_gated(REAL, x, w, g, e, y, err);
-    return not_yet(err, "rms_norm_gated");
-}
-static nnt_status r_zero_rows(void *ctx, nnt_tensor *x, const uint8_t *v, nnt_error *err)
-{
-    if (!TP->recording) return TP->be->zero_rows(REAL, x, v, err);
-    return not_yet(err, "zero_rows");
-}
 void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be)
 {
 #define WRAP(name) o->name = be->name ? t_##name : NULL
-#define REFUSE(name) o->name = be->name ? r_##name : NULL
     WRAP(swiglu);
     WRAP(route);
     WRAP(gather_rows);
@@ -200,12 +156,5 @@ void nnt_tape_ops_init_moe(nnt_backend_ops *o, const nnt_backend_ops *be)
     WRAP(sum_axis1);
     WRAP(copy_cols);
     WRAP(scale_rows);
-    REFUSE(conv1d_causal);
-    REFUSE(kda_gate);
-    REFUSE(sigmoid);
-    REFUSE(delta_rule);
-    REFUSE(rms_norm_gated);
-    REFUSE(zero_rows);
 #undef WRAP
-#undef REFUSE
 }

@@ -62,15 +62,43 @@ nnt_status nnt_tape_keep_host(const void *p, size_t n, void **kept, nnt_error *e
     return NNT_OK;
 }
 
+/* 1 when [a, a + na) and [b, b + nb) share a byte. */
+static int overlaps(const void *a, size_t na, const void *b, size_t nb)
+{
+    const char *x = a, *y = b;
+    return x && y && x < y + nb && y < x + na;
+}
+
+/* 1 + the index of the delta_rule entry whose states t is, when that entry is the last to have
+ * written t's memory; else 0. Such a mark answers after the entry's reverse step, which leaves
+ * the states' total gradient (through every later token) where a mark reads it. */
+static int64_t states_of(const nnt_tape *tp, const nnt_tensor *t)
+{
+    size_t n = nnt_tensor_nbytes(t);
+    for (int i = tp->n - 1; i >= 0; i--) {
+        const tape_entry *e = &tp->e[i];
+        if (e->kind == TAPE_MARK) continue;
+        for (int k = 0; k < TAPE_SLOTS(e->out); k++)
+            if (overlaps(e->out[k].data, nnt_tensor_nbytes(&e->out[k]), t->data, n))
+                return e->kind == TAPE_DELTA_RULE && k == 2 && e->out[2].data == t->data &&
+                               nnt_tensor_nbytes(&e->out[2]) == n
+                           ? i + 1
+                           : 0;
+    }
+    return 0;
+}
+
 nnt_status nnt_tape_mark(nnt_tape *tp, int tag, const nnt_tensor *t, nnt_error *err)
 {
     if (t->dtype != NNT_F32)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "a gradient is taken only of float32 values; this one is %s",
                            nnt_dtype_name(t->dtype));
+    int64_t after = states_of(tp, t);
     tape_entry *e = nnt_tape_push(tp, TAPE_MARK, err);
     if (!e) return NNT_ERR_OUT_OF_MEMORY;
     e->tag = tag;
     e->out[0] = *t;
+    e->i[0] = after;
     return NNT_OK;
 }
 
@@ -95,20 +123,13 @@ nnt_status nnt_tape_affine(nnt_tape *tp, const nnt_tensor *t, const float *a, nn
     return st;
 }
 
-/* 1 when [a, a + na) and [b, b + nb) share a byte. */
-static int overlaps(const void *a, size_t na, const void *b, size_t nb)
-{
-    const char *x = a, *y = b;
-    return x && y && x < y + nb && y < x + na;
-}
-
 int nnt_tape_written(const nnt_tape *tp, const nnt_tensor *t)
 {
     size_t n = nnt_tensor_nbytes(t);
     for (int i = 0; i < tp->n; i++) {
         const tape_entry *e = &tp->e[i];
         if (e->kind == TAPE_MARK) continue;
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < TAPE_SLOTS(e->out); k++)
             if (overlaps(e->out[k].data, nnt_tensor_nbytes(&e->out[k]), t->data, n)) return 1;
     }
     return 0;

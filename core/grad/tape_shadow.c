@@ -1,6 +1,7 @@
 /* tape_shadow.c - the gradient tape's gradient memory: one zeroed shadow region per stretch of
- * activation memory the record touched, the gradient of a tensor found at its place there, and
- * the output gradient an op's backward reads. */
+ * activation memory the record touched, the gradient of a tensor found at its place there, the
+ * output gradient an op's backward reads, and the helpers every reverse step takes and clears
+ * gradients with. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,3 +155,33 @@ nnt_status nnt_tape_output_gradient(nnt_tape *tp, const tape_entry *e, const nnt
     return st;
 }
 
+
+nnt_status nnt_tape_take(nnt_tape *tp, const tape_entry *e, const nnt_tensor *out, nnt_tape_out_grad *g,
+                         nnt_error *err)
+{
+    g->out = out;
+    return nnt_tape_output_gradient(tp, e, out, &g->dy, &g->tmp, &g->cleared, err);
+}
+
+nnt_status nnt_tape_done(nnt_tape *tp, nnt_tape_out_grad *g, nnt_status st, nnt_error *err)
+{
+    if (st == NNT_OK && !g->cleared && g->out) {
+        nnt_tensor a = nnt_tape_adj(tp, g->out);
+        st = nnt_tape_zero(tp, &a, err);
+    }
+    if (g->tmp) tp->be->free(tp->be_ctx, g->tmp);
+    g->tmp = NULL;
+    return st;
+}
+
+nnt_tensor *nnt_tape_grad_of(const nnt_tape *tp, const nnt_tensor *t, nnt_tensor *buf)
+{
+    if (!t->data) return NULL;
+    *buf = nnt_tape_adj(tp, t);
+    return buf->data ? buf : NULL;
+}
+
+const nnt_tensor *nnt_tape_dy_or_null(const nnt_tape_out_grad *g)
+{
+    return g->dy.data ? &g->dy : NULL;
+}

@@ -316,6 +316,11 @@ static const nnt_backend_ops cpu_ops = {
     .hyper_mix_backward = cpu_hyper_mix_backward,
     .hyper_head_backward = cpu_hyper_head_backward,
     .compress_backward = cpu_compress_backward,
+    .conv1d_causal_backward = cpu_conv1d_causal_backward,
+    .kda_gate_backward = cpu_kda_gate_backward,
+    .sigmoid_backward = cpu_sigmoid_backward,
+    .delta_rule_backward = cpu_delta_rule_backward,
+    .rms_norm_gated_backward = cpu_rms_norm_gated_backward,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

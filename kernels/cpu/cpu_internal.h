@@ -205,5 +205,21 @@ nnt_status cpu_hyper_head_backward(void *ctx, const nnt_tensor *x, const nnt_ten
 nnt_status cpu_compress_backward(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate, const nnt_tensor *ape,
                                  int rate, int overlap, const int32_t *first, const int32_t *count,
                                  const nnt_tensor *dout, nnt_tensor *dkv, nnt_tensor *dgate, nnt_error *err);
+/* cpu_backward_recurrent.c: the recurrent mixers (Kimi Delta Attention) */
+nnt_status cpu_conv1d_causal_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *state_in,
+                                      int act, const nnt_tensor *dy, const nnt_tensor *dstate_out, nnt_tensor *dx,
+                                      nnt_tensor *dstate_in, nnt_error *err);
+nnt_status cpu_kda_gate_backward(void *ctx, const nnt_tensor *a, const nnt_tensor *dt_bias, const nnt_tensor *a_log,
+                                 const nnt_tensor *dg, nnt_tensor *da, nnt_error *err);
+nnt_status cpu_sigmoid_backward(void *ctx, const nnt_tensor *y, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
+nnt_status cpu_delta_rule_backward(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
+                                   const nnt_tensor *g, const nnt_tensor *beta, const uint8_t *token_valid,
+                                   const nnt_tensor *state_in, int l2norm, float scale, const nnt_tensor *do_,
+                                   const nnt_tensor *dstate_out, nnt_tensor *dstates, nnt_tensor *dq, nnt_tensor *dk,
+                                   nnt_tensor *dv, nnt_tensor *dg, nnt_tensor *dbeta, nnt_tensor *dstate_in,
+                                   nnt_error *err);
+nnt_status cpu_rms_norm_gated_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *gate,
+                                       float eps, const nnt_tensor *dy, nnt_tensor *dx, nnt_tensor *dgate,
+                                       nnt_error *err);
 
 #endif

@@ -520,6 +520,77 @@ typedef struct nnt_backend_ops {
                                     int rate, int overlap, const int32_t *first, const int32_t *count,
                                     const nnt_tensor *dout, nnt_tensor *dkv, nnt_tensor *dgate, nnt_error *err);
 
+    /* ---- backward of the recurrent mixers (Kimi Delta Attention; ABI 3.8) ----
+     * Vector-Jacobian products of conv1d_causal, kda_gate, sigmoid, delta_rule and
+     * rms_norm_gated, under the convention of the backward section above (the forward's inputs
+     * handed in again, F32 gradients added into, a NULL gradient output not wanted). The
+     * convolution kernel, dt_bias, a_log and the norm gain are weights and get none. zero_rows
+     * needs no entry: its backward zeroes the same rows of the gradient, which a core does with
+     * zero_rows itself. */
+    /* conv1d_causal's: x [B, T, C], w [C, W], state_in [B, W - 1, C] (may be NULL) and act as the
+     * forward; dy [B, T, C] the gradient of y; dstate_out [B, W - 1, C] (may be NULL) the gradient
+     * the forward's state_out received. With z the convolution before the activation (recomputed
+     * from x and state_in) and dz = dy act'(z) (SiLU: act'(z) = s (1 + z (1 - s)), s = sigmoid(z);
+     * none: 1): dx[b, t - (W - 1) + j, c] += w[c, j] dz[b, t, c], the taps before t = 0 going
+     * into dstate_in [B, W - 1, C] instead; state_out's entries (copies of the last W - 1
+     * inputs) pass dstate_out back to the input each one copied. dx or dstate_in may be NULL.
+     * Source: the chain rule on the forward's sum; the causal short convolution of the Kimi
+     * Linear report (arXiv:2510.26692) as modeling_kimi_linear.py applies it. Errors:
+     * NNT_ERR_SHAPE as the forward's, naming dy, dstate_out, dx or dstate_in when they disagree. */
+    nnt_status (*conv1d_causal_backward)(void *ctx, const nnt_tensor *x, const nnt_tensor *w,
+                                         const nnt_tensor *state_in, int act, const nnt_tensor *dy,
+                                         const nnt_tensor *dstate_out, nnt_tensor *dx, nnt_tensor *dstate_in,
+                                         nnt_error *err);
+    /* kda_gate's: a [M, H * K], dt_bias [H * K], a_log [H] as the forward, dg [M, H * K]; with
+     * x = a + dt_bias: da += -exp(a_log[h]) softplus'(x) dg, softplus'(x) = sigmoid(x) for
+     * x <= 20 and 1 above (where the forward takes softplus(x) = x, as torch's softplus with
+     * threshold 20 differentiates). Source: the gate's formula (Kimi Linear report,
+     * arXiv:2510.26692; modeling_kimi_linear.py). Errors: NNT_ERR_SHAPE as the forward's. */
+    nnt_status (*kda_gate_backward)(void *ctx, const nnt_tensor *a, const nnt_tensor *dt_bias,
+                                    const nnt_tensor *a_log, const nnt_tensor *dg, nnt_tensor *da, nnt_error *err);
+    /* sigmoid's, from its OUTPUT y (F32, any shape; the forward may have run in place, so its
+     * input may be gone): dx += dy y (1 - y). dy and dx shaped as y. Errors: NNT_ERR_SHAPE. */
+    nnt_status (*sigmoid_backward)(void *ctx, const nnt_tensor *y, const nnt_tensor *dy, nnt_tensor *dx,
+                                   nnt_error *err);
+    /* delta_rule's: q, k [B, T, H, K], v [B, T, H, V], g [B, T, H, K], beta [B, T, H],
+     * token_valid (host, may be NULL), state_in [B, H, K, V] (may be NULL), l2norm and scale as
+     * the forward. do_ [B, T, H, V] the gradient of o (may be NULL: none reached it); dstate_out
+     * [B, H, K, V] (may be NULL) the gradient the forward's state_out received from its readers.
+     * dstates [B, T, H, K, V] (may be NULL) is read and then REPLACED (as rope_backward replaces
+     * in place): on entry the gradient the forward's states output received from its readers, on
+     * return the total gradient of each token's state S_t, that cotangent plus what reached S_t
+     * through o_t and through every later state (the gradient torch gives a recurrent state held
+     * as a tensor of the graph). Gradients added: dq, dk shaped as q, dv as v, dg as g, dbeta as
+     * beta, dstate_in as state_in (only when state_in is given); each may be NULL.
+     * The recurrence is run backwards token by token per (batch, head), from checkpoints of S
+     * kept every few tokens by a recomputed forward. Per token, with kn, qn the normalised (and
+     * for qn scaled) key and query, Sd = diag(exp(g_t)) S_{t-1}, u = Sd^T kn, w = beta (v - u),
+     * S_t = Sd + kn w^T, o_t = S_t^T qn, and dS the total gradient of S_t (dstate_out at the
+     * last token, plus dstates_t, plus qn do_t^T): dqn = S_t do_t; dw = dS^T kn and dkn = dS w;
+     * dbeta = dw . (v - u), dv = beta dw, du = -beta dw; dSd = dS + kn du^T, dkn += Sd du;
+     * dg = rowsum(dSd * Sd); the gradient of S_{t-1} is diag(exp(g_t)) dSd. The L2 norm
+     * x / sqrt(sum x^2 + 1e-6) passes dx = r dxn - x r^3 (x . dxn), r its reciprocal norm, and
+     * scale multiplies dqn. A token with token_valid == 0 passes dS through unchanged and gets
+     * nothing. Sources: Yang et al. 2024, Gated Delta Networks (arXiv:2412.06464), the delta rule
+     * and its gate; Kimi Linear (arXiv:2510.26692), the per-channel decay; the token-wise
+     * recurrence of modeling_kimi_linear.py's kernels (fla's naive KDA), differentiated by the
+     * chain rule. Errors: NNT_ERR_SHAPE as the forward's, naming a gradient that disagrees;
+     * NNT_ERR_UNSUPPORTED as the forward's; NNT_ERR_OUT_OF_MEMORY. */
+    nnt_status (*delta_rule_backward)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
+                                      const nnt_tensor *g, const nnt_tensor *beta, const uint8_t *token_valid,
+                                      const nnt_tensor *state_in, int l2norm, float scale, const nnt_tensor *do_,
+                                      const nnt_tensor *dstate_out, nnt_tensor *dstates, nnt_tensor *dq,
+                                      nnt_tensor *dk, nnt_tensor *dv, nnt_tensor *dg, nnt_tensor *dbeta,
+                                      nnt_tensor *dstate_in, nnt_error *err);
+    /* rms_norm_gated's: x [M, D], w [D], gate [M, D] and eps as the forward, dy [M, D]. With
+     * r = 1 / sqrt(mean(x^2) + eps), s = sigmoid(gate) and u = w s dy: dx += r u - x r^3 mean(u x)
+     * (as rms_norm_backward with the gain w s) and dgate += dy w x r s (1 - s). dx or dgate may
+     * be NULL. Source: RMSNorm's gradient (Zhang & Sennrich 2019) and the product rule; the
+     * gated output norm of modeling_kimi_linear.py. Errors: NNT_ERR_SHAPE as the forward's. */
+    nnt_status (*rms_norm_gated_backward)(void *ctx, const nnt_tensor *x, const nnt_tensor *w,
+                                          const nnt_tensor *gate, float eps, const nnt_tensor *dy, nnt_tensor *dx,
+                                          nnt_tensor *dgate, nnt_error *err);
+
 } nnt_backend_ops;
 
 /* The smallest op table the core accepts: struct_size and the required ops. */

@@ -20,9 +20,10 @@ extern "C" {
  * an older minor's descriptor, op table and argument structs only up to their struct_size.
  * CHANGELOG.md keeps the history of every version (3.4: the family descriptor's costs and
  * tokenizer hints, tensor_kv_heads moved to the family kit; 3.5: the backward ops; 3.6: scale_rows
- * and its backward; 3.7: the backward of DeepSeek-V4's hyper-connections and compressors). */
+ * and its backward; 3.7: the backward of DeepSeek-V4's hyper-connections and compressors; 3.8: the
+ * backward of Kimi Delta Attention's recurrent ops). */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 7
+#define NNT_ABI_MINOR 8
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */
