@@ -1,6 +1,6 @@
 /* test_grad_recompute.c - the memory modes of a gradient run: per-block recomputation gives the
  * gradients keep-everything gives (within 1e-6 of each value's largest magnitude) on MiniMax-M2,
- * MiMo-V2-Flash and DeepSeek-V4 (fp32 fixtures, left-padded batches), for three metrics, with an
+ * MiMo-V2-Flash, DeepSeek-V4 and Kimi-Linear (fp32 fixtures, left-padded batches), for three metrics, with an
  * edit in place, saves reported once; it keeps fewer bytes; the estimate bounds what each mode
  * keeps; a bound too small is refused before anything runs, naming the prompt length and the key. */
 #include <math.h>
@@ -105,6 +105,7 @@ static void check_fixture(const char *dir, const char *ref)
 static void test_minimax(void) { check_fixture("minimax_m2/fp32", "minimax_m2/fp32"); }
 static void test_mimo(void) { check_fixture("mimo_v2_flash/fp32", "mimo_v2_flash/fp32"); }
 static void test_deepseek(void) { check_fixture("deepseek_v4/fp32", "deepseek_v4/fp32/reference_L13.safetensors"); }
+static void test_kimi(void) { check_fixture("kimi_linear/fp32", "kimi_linear/fp32"); }
 
 /* A bound under even recomputation's need: refused before running, naming the prompt length, the
  * bytes and the INI key; a bound between the two modes' needs chooses recomputation. */
@@ -183,6 +184,8 @@ int register_tests(void)
     CU_add_test(s, "minimax_m2 fp32: recomputation equals keep-everything", test_minimax);
     CU_add_test(s, "mimo_v2_flash fp32: recomputation equals keep-everything", test_mimo);
     CU_add_test(s, "deepseek_v4 fp32: recomputation equals keep-everything", test_deepseek);
+    CU_add_test(s, "kimi_linear fp32 (delta rule and short convolutions): recomputation equals keep-everything",
+                test_kimi);
     CU_add_test(s, "the bound: refused when too small, the mode chosen by it", test_bound);
     CU_add_test(s, "the INI's [grad] section", test_ini);
     return 0;

@@ -73,7 +73,7 @@ nnt_status nnt_sweep_blocks(nnt_model *m, const char *method, const char *value,
         nnt_sweep_block_path(value, b, p, sizeof p);
         nnt_status st = check_block(m, method, p, seq, writable, err);
         if (st == NNT_ERR_NOT_FOUND && star) {
-            if (!first_reason[0]) snprintf(first_reason, sizeof first_reason, "%s", err->msg);
+            if (!first_reason[0]) snprintf(first_reason, sizeof first_reason, "%.*s", (int)sizeof first_reason - 1, err->msg);
             continue;
         }
         if (st != NNT_OK) return st;
