@@ -374,6 +374,34 @@ const nnt_plugin *nnt_runtime_find_family(const nnt_runtime *rt, const nnt_check
 /* The routine table (core services) the core hands to plugins (model/core_api.c). */
 void nnt_core_api_init(nnt_core_api *api);
 
+/* A gradient trace over pipeline stages (trace_stage_grad.c), for the ranks of core/methods/
+ * pipeline.c: each rank runs its stage [first, end) of t's model (0 <= first < end <= num_layers)
+ * on the batch's ids / mask (int32 [batch, seq]; mask NULL: every token real), with streams
+ * float32 host [batch, seq, streams, hidden] (streams = nnt_model_info.num_streams, at least 1).
+ *
+ * nnt_trace_grad_stage_forward, in rank order: the gradient request's checks
+ * (nnt_trace_grad_check), then the stage unrecorded, its saves made, the stream leaving it in
+ * hidden_out; with check_only, the checks and the forward's own checks alone (nothing runs).
+ * hidden_in: the stream entering (NULL exactly when first is 0); hidden_out: NULL exactly when
+ * end is num_layers. The last stage runs nothing here (its backward's recorded forward makes its
+ * saves and the metric).
+ *
+ * nnt_trace_grad_stage_backward, in reverse rank order, after the forward: the stage again on
+ * the tape from hidden_in (the same stream), d_hidden_out (dL/d of the stream leaving; NULL
+ * exactly when end is num_layers: the metric is seeded here) seeded, the reverse pass run; the
+ * gradients asked of values the stage holds become its "grad:PATH" results (and "metric" on the
+ * last stage), and dL/d hidden_in is written to d_hidden_in (NULL when first is 0).
+ * Errors: NNT_ERR_INVALID_ARGUMENT (a bad range, or buffers given or missing against it), the
+ * checks' and the forward's errors, NNT_ERR_UNSUPPORTED (an op without a backward entry, a
+ * family that does not emit the stage's end values). */
+nnt_status nnt_trace_grad_stage_forward(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                        int first, int end, const float *hidden_in, float *hidden_out, int check_only);
+nnt_status nnt_trace_grad_stage_backward(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                         int first, int end, const float *hidden_in, const float *d_hidden_out,
+                                         float *d_hidden_in);
+/* 1 when trace t asks for a gradient (a "grad" request, a metric or a cotangent). */
+int nnt_trace_wants_grad(const nnt_trace *t);
+
 /* Trace internals used by the run (trace.c). */
 typedef struct nnt_trace_hooks nnt_trace_hooks;
 struct nnt_run {

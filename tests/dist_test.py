@@ -4,13 +4,15 @@ process, on every family fixture: every value the family serves on every block, 
 `nnt trace --out`, must be equal (at most 1e-6 relative; the stages run the same kernels, so in
 practice bit for bit); `nnt generate` must give the same tokens (greedy and sampled) and values;
 `nnt lens --out` the same probabilities; edits on every stage (scale, add, steer, expert
-ablation) the same values and tokens; each rank's peak memory its share. Then the failures: more ranks than blocks, an edit
+ablation) the same values and tokens; gradients (the stream's gradient passed back rank to rank)
+the same as one process's; each rank's peak memory its share. Then the failures: more ranks than blocks, an edit
 refused on one rank only, a [distributed] stages split that does not fit, a rank that stops
 answering (ended within the [distributed] timeout) and a rank killed mid-run.
 
 usage: dist_test.py NNT MPIEXEC FIXTURES_DIR BUILD_DIR
 Needs numpy only (the safetensors files are read by python/tests/safetensors_reader.py)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -170,6 +172,38 @@ def check_edits(nnt, mpi, fixtures, tmp):
                   f"{g1.stdout.splitlines()[-2:]} {g.stderr[-300:]}")
 
 
+def check_grad(nnt, mpi, fixtures, tmp):
+    """Gradients over ranks: the stream goes forward rank to rank, its gradient comes back the same
+    way (the last rank starts the backward) and every rank's gradients reach rank 0; they must equal
+    one process's (every fixture: the loss's gradient at every block's input and output stream and
+    the token embeddings, over 2 ranks; with edits on every stage, a logit difference over 2 and 3)."""
+    grads = ["--grad", "layers.*.layer_output", "--grad", "layers.*.layer_input", "--grad", "token_embeddings",
+             "--save", "layers.*.layer_output"]
+    rows = ["--tokens", "3,17,42,5,99", "--tokens", "7,8,9"]
+    cases = [(fx, ["--metric", "loss"], (2,)) for fx in FIXTURES]
+    for fx in ("minimax_m2/fp32", "kimi_linear/fp32", "deepseek_v4/fp32", "mimo_v2_flash/fp8"):
+        L = json.load(open(os.path.join(fixtures, fx, "config.json")))["num_hidden_layers"]
+        cases.append((fx, ["--metric", "logit-diff:11,29", "--scale", "layers.0.layer_output=0.5", "--scale",
+                           f"layers.{L - 1}.layer_input=0.75", "--ablate-expert", f"{L - 1}:1"], (2, 3)))
+    for fx, extra, rank_counts in cases:
+        model = os.path.join(fixtures, fx)
+        one = os.path.join(tmp, "grad1.safetensors")
+        r = run([nnt, "trace", "--model", model, *rows, *grads, *extra, "--out", one])
+        check(r.returncode == 0, f"{fx} {extra[1]}: one-process gradients: {r.stderr[-400:]}")
+        if r.returncode != 0:
+            continue
+        g = safetensors_reader.read(one)
+        check(all(np.max(np.abs(v)) > 0 for k, v in g.items() if k.startswith("grad:layers.")),
+              f"{fx} {extra[1]}: a block's gradient is all zeros (the test would be vacuous)")
+        for ranks in rank_counts:
+            many = os.path.join(tmp, "gradn.safetensors")
+            r = run([*mpi, "-np", str(ranks), nnt, "trace", "--model", model, *rows, *grads, *extra, "--out", many])
+            check(r.returncode == 0, f"{fx} {extra[1]}: gradients over {ranks} ranks: {r.stderr[-400:]}")
+            if r.returncode == 0:
+                n = same_values(one, many, f"{fx} {extra[1]}: gradients over {ranks} ranks")
+                print(f"{fx}: {extra[1]} over {ranks} ranks: {n} values and gradients equal to one process", flush=True)
+
+
 def rss_wrapper(argv):
     """Runs argv and prints this rank's peak resident memory (the child's, in KiB) on stderr."""
     import resource
@@ -266,6 +300,7 @@ def main():
                             f"{fx}: lens over {ranks} ranks")
 
     check_edits(nnt, mpi, fixtures, tmp)
+    check_grad(nnt, mpi, fixtures, tmp)
     check_memory(nnt, mpi, tmp)
 
     # ---- failures ----

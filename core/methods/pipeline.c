@@ -363,10 +363,46 @@ static size_t stream_floats(const nnt_model *m, int batch, int seq)
     return (size_t)batch * (size_t)seq * (size_t)(mi->num_streams > 0 ? mi->num_streams : 1) * (size_t)mi->hidden_size;
 }
 
+/* A gradient trace over the stages: the stream forward rank to rank (each stage unrecorded, its
+ * saves made), then the backward from the last rank to the first, each rank rerunning its stage on
+ * the tape and handing the gradient of its input stream to the rank before, the way the stream
+ * came (docs/gradients.md, "Pipeline stages"). in / out: this rank's stream buffers (NULL at the
+ * model's ends); the gradients' buffers are this function's. */
+static nnt_status trace_grad(nnt_pipeline *p, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                             float *in, float *out, size_t n)
+{
+    nnt_error err = {0};
+    nnt_status st = NNT_OK;
+    float *d_out = out ? malloc(n * sizeof *d_out) : NULL, *d_in = in ? malloc(n * sizeof *d_in) : NULL;
+    if ((out && !d_out) || (in && !d_in)) {
+        nnt_err_set(perr(p), NNT_ERR_OUT_OF_MEMORY, "no memory for the residual stream's gradient");
+        st = local_fail(p, NNT_ERR_OUT_OF_MEMORY, "backward");
+    }
+    if (st == NNT_OK && in && p->tp->recv(p->t, p->rank - 1, in, n * sizeof *in, &err) != NNT_OK)
+        st = transport_fail(p, &err);
+    if (st == NNT_OK &&
+        (st = nnt_trace_grad_stage_forward(t, ids, mask, batch, seq, p->first, p->end, in, out, 0)) != NNT_OK)
+        st = local_fail(p, st, "forward");
+    if (st == NNT_OK && out && p->tp->send(p->t, p->rank + 1, out, n * sizeof *out, &err) != NNT_OK)
+        st = transport_fail(p, &err);
+    /* the backward: the last rank starts it; the others wait for the gradient of their stream */
+    if (st == NNT_OK && out && p->tp->recv(p->t, p->rank + 1, d_out, n * sizeof *d_out, &err) != NNT_OK)
+        st = transport_fail(p, &err);
+    if (st == NNT_OK &&
+        (st = nnt_trace_grad_stage_backward(t, ids, mask, batch, seq, p->first, p->end, in, d_out, d_in)) != NNT_OK)
+        st = local_fail(p, st, "backward");
+    if (st == NNT_OK && in && p->tp->send(p->t, p->rank - 1, d_in, n * sizeof *d_in, &err) != NNT_OK)
+        st = transport_fail(p, &err);
+    free(d_out);
+    free(d_in);
+    return st;
+}
+
 nnt_status nnt_pipeline_trace(nnt_pipeline *p, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch,
                               int seq, int root)
 {
     if (!p || !t || !p->m || root < 0 || root >= p->size) return NNT_ERR_INVALID_ARGUMENT;
+    int grad = nnt_trace_wants_grad(t);
     size_t n = stream_floats(p->m, batch, seq);
     float *in = p->first > 0 ? malloc(n * sizeof *in) : NULL, *out = p->end < p->layers ? malloc(n * sizeof *out) : NULL;
     nnt_error err = {0};
@@ -374,15 +410,21 @@ nnt_status nnt_pipeline_trace(nnt_pipeline *p, nnt_trace *t, const int32_t *ids,
     if ((p->first > 0 && !in) || (p->end < p->layers && !out)) {
         nnt_err_set(perr(p), NNT_ERR_OUT_OF_MEMORY, "no memory for the residual stream");
         st = local_fail(p, NNT_ERR_OUT_OF_MEMORY, "forward");
-    } else if ((st = nnt_trace_check_stage(t, ids, mask, batch, seq, p->first, p->end, in, out)) != NNT_OK) {
+    } else if ((st = grad ? nnt_trace_grad_stage_forward(t, ids, mask, batch, seq, p->first, p->end, in, out, 1)
+                          : nnt_trace_check_stage(t, ids, mask, batch, seq, p->first, p->end, in, out)) != NNT_OK) {
         st = local_fail(p, st, "forward"); /* every rank's requests hold before any stage runs */
     }
     st = nnt_pipeline_agree(p, st);
-    if (st == NNT_OK && in && p->tp->recv(p->t, p->rank - 1, in, n * sizeof *in, &err) != NNT_OK) st = transport_fail(p, &err);
-    if (st == NNT_OK && (st = nnt_trace_run_stage(t, ids, mask, batch, seq, p->first, p->end, in, out)) != NNT_OK)
-        st = local_fail(p, st, "forward");
-    if (st == NNT_OK && out && p->tp->send(p->t, p->rank + 1, out, n * sizeof *out, &err) != NNT_OK)
-        st = transport_fail(p, &err);
+    if (grad) {
+        if (st == NNT_OK) st = trace_grad(p, t, ids, mask, batch, seq, in, out, n);
+    } else {
+        if (st == NNT_OK && in && p->tp->recv(p->t, p->rank - 1, in, n * sizeof *in, &err) != NNT_OK)
+            st = transport_fail(p, &err);
+        if (st == NNT_OK && (st = nnt_trace_run_stage(t, ids, mask, batch, seq, p->first, p->end, in, out)) != NNT_OK)
+            st = local_fail(p, st, "forward");
+        if (st == NNT_OK && out && p->tp->send(p->t, p->rank + 1, out, n * sizeof *out, &err) != NNT_OK)
+            st = transport_fail(p, &err);
+    }
     if (st == NNT_OK) st = gather(p, t, root);
     free(in);
     free(out);

@@ -163,8 +163,6 @@ nnt_status nnt_trace_push_result(nnt_run *run, int req, nnt_value_id slot, int l
 nnt_status nnt_trace_push_named(nnt_trace *t, const char *key, const nnt_tensor *value, nnt_error *err);
 
 /* ---- trace_grad.c ---- */
-/* 1 when the trace asks for a gradient (a gradient request, a metric or a cotangent). */
-int nnt_trace_wants_grad(const nnt_trace *t);
 /* The gradient side of an emission of (slot, layer), after nnt_run_emit applied its edits: records
  * the edits' elementwise Jacobian on the model's tape, marks the value where a gradient request, a
  * cotangent or the metric needs it, and keeps the logits a metric reads. Does nothing unless the
