@@ -380,7 +380,8 @@ void nnt_core_api_init(nnt_core_api *api);
  * float32 host [batch, seq, streams, hidden] (streams = nnt_model_info.num_streams, at least 1).
  *
  * nnt_trace_grad_stage_forward, in rank order: the gradient request's checks
- * (nnt_trace_grad_check), then the stage unrecorded, its saves made, the stream leaving it in
+ * (nnt_trace_grad_check, and the memory bound for the stage's blocks: NNT_ERR_OUT_OF_MEMORY before
+ * anything runs when even recomputation would exceed it), then the stage unrecorded, its saves made, the stream leaving it in
  * hidden_out; with check_only, the checks and the forward's own checks alone (nothing runs).
  * hidden_in: the stream entering (NULL exactly when first is 0); hidden_out: NULL exactly when
  * end is num_layers. The last stage runs nothing here (its backward's recorded forward makes its
@@ -390,7 +391,10 @@ void nnt_core_api_init(nnt_core_api *api);
  * the tape from hidden_in (the same stream), d_hidden_out (dL/d of the stream leaving; NULL
  * exactly when end is num_layers: the metric is seeded here) seeded, the reverse pass run; the
  * gradients asked of values the stage holds become its "grad:PATH" results (and "metric" on the
- * last stage), and dL/d hidden_in is written to d_hidden_in (NULL when first is 0).
+ * last stage), and dL/d hidden_in is written to d_hidden_in (NULL when first is 0). The stage's
+ * record is kept whole, or block by block (recomputation from each block's input stream) when the
+ * memory choice ([grad] mode / memory_gb, against the estimate for the stage's end - first blocks)
+ * says so; both give the same gradients.
  * Errors: NNT_ERR_INVALID_ARGUMENT (a bad range, or buffers given or missing against it), the
  * checks' and the forward's errors, NNT_ERR_UNSUPPORTED (an op without a backward entry, a
  * family that does not emit the stage's end values). */

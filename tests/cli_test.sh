@@ -521,8 +521,10 @@ check "trace --grad without --metric" 2 "--grad needs the scalar it differentiat
 check "trace --metric without --grad" 2 "give --grad PATH too" "$nnt" trace --model "$model" --tokens "$prompt" --metric loss
 check "--grad of expert_indices names why" 1 "--grad layers.1.mlp.expert_indices: grad 'layers.1.mlp.expert_indices': no gradient: expert_indices is the router's choice" \
   "$nnt" trace --model "$model" --tokens "$prompt" --grad layers.1.mlp.expert_indices --metric loss
-check "--metric-positions: a position no row has" 1 "no row has position 30" \
+check "--metric-positions: a position no row has" 1 "error: --metric-positions: metric 'prob:3': no row has position 30" \
   "$nnt" trace --model "$model" --tokens "$prompt" --grad layers.1.layer_output --metric prob:3 --metric-positions 30
+check "--metric: a token outside the vocabulary, named by its option" 1 "error: --metric prob:999: metric 'prob:999': token id 999 is outside the vocabulary" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --grad layers.1.layer_output --metric prob:999
 check "--grad under generate" 2 "--grad is an option of trace" \
   "$nnt" generate --model "$model" --tokens "$prompt" --max-new-tokens 1 --grad logits
 check "attribute: the AtP grid" 0 "^attribution patching \(AtP\) of layers\.\*\.layer_output" \

@@ -172,11 +172,24 @@ def check_edits(nnt, mpi, fixtures, tmp):
                   f"{g1.stdout.splitlines()[-2:]} {g.stderr[-300:]}")
 
 
+def build_ini(build, path, edit):
+    """The build folder's nnt.ini with its folders made absolute, changed by edit(text), written to
+    path (a copy elsewhere: the INI's relative folders are read from its own folder)."""
+    text = open(os.path.join(build, "nnt.ini")).read()
+    text = text.replace("dir = families", "dir = " + os.path.join(build, "families"))
+    text = text.replace("dir = kernels", "dir = " + os.path.join(build, "kernels"))
+    text = text.replace("transport = transports", "transport = " + os.path.join(build, "transports"))
+    with open(path, "w") as f:
+        f.write(edit(text))
+    return path
+
+
 def check_grad(nnt, mpi, fixtures, tmp):
     """Gradients over ranks: the stream goes forward rank to rank, its gradient comes back the same
     way (the last rank starts the backward) and every rank's gradients reach rank 0; they must equal
     one process's (every fixture: the loss's gradient at every block's input and output stream and
-    the token embeddings, over 2 ranks; with edits on every stage, a logit difference over 2 and 3)."""
+    the token embeddings, over 2 ranks; with edits on every stage, a logit difference over 2 and 3;
+    each stage recomputed block by block, over 2 and 3)."""
     grads = ["--grad", "layers.*.layer_output", "--grad", "layers.*.layer_input", "--grad", "token_embeddings",
              "--save", "layers.*.layer_output"]
     rows = ["--tokens", "3,17,42,5,99", "--tokens", "7,8,9"]
@@ -185,7 +198,16 @@ def check_grad(nnt, mpi, fixtures, tmp):
         L = json.load(open(os.path.join(fixtures, fx, "config.json")))["num_hidden_layers"]
         cases.append((fx, ["--metric", "logit-diff:11,29", "--scale", "layers.0.layer_output=0.5", "--scale",
                            f"layers.{L - 1}.layer_input=0.75", "--ablate-expert", f"{L - 1}:1"], (2, 3)))
-    for fx, extra, rank_counts in cases:
+    # recomputation inside each rank's stage ([grad] mode = recompute) against one process keeping
+    # everything: the same gradients bit for bit
+    ini = build_ini(os.path.dirname(os.path.abspath(nnt)), os.path.join(tmp, "recompute.ini"),
+                    lambda text: text + "\n[grad]\nmode = recompute\n")
+    for fx in ("minimax_m2/fp32", "kimi_linear/fp32", "deepseek_v4/fp32"):
+        L = json.load(open(os.path.join(fixtures, fx, "config.json")))["num_hidden_layers"]
+        cases.append((fx, ["--metric", "logit-diff:11,29", "--scale", f"layers.{L - 1}.layer_input=0.75"], (2, 3),
+                      ["--config", ini]))
+    for fx, extra, rank_counts, *many_config in cases:
+        many_config = many_config[0] if many_config else []
         model = os.path.join(fixtures, fx)
         one = os.path.join(tmp, "grad1.safetensors")
         r = run([nnt, "trace", "--model", model, *rows, *grads, *extra, "--out", one])
@@ -197,11 +219,13 @@ def check_grad(nnt, mpi, fixtures, tmp):
               f"{fx} {extra[1]}: a block's gradient is all zeros (the test would be vacuous)")
         for ranks in rank_counts:
             many = os.path.join(tmp, "gradn.safetensors")
-            r = run([*mpi, "-np", str(ranks), nnt, "trace", "--model", model, *rows, *grads, *extra, "--out", many])
-            check(r.returncode == 0, f"{fx} {extra[1]}: gradients over {ranks} ranks: {r.stderr[-400:]}")
+            r = run([*mpi, "-np", str(ranks), nnt, "trace", *many_config, "--model", model, *rows, *grads, *extra,
+                     "--out", many])
+            how = f"{extra[1]}{' recomputed' if many_config else ''}"
+            check(r.returncode == 0, f"{fx} {how}: gradients over {ranks} ranks: {r.stderr[-400:]}")
             if r.returncode == 0:
-                n = same_values(one, many, f"{fx} {extra[1]}: gradients over {ranks} ranks")
-                print(f"{fx}: {extra[1]} over {ranks} ranks: {n} values and gradients equal to one process", flush=True)
+                n = same_values(one, many, f"{fx} {how}: gradients over {ranks} ranks")
+                print(f"{fx}: {how} over {ranks} ranks: {n} values and gradients equal to one process", flush=True)
 
 
 def rss_wrapper(argv):
@@ -327,14 +351,7 @@ def main():
           f"an edit refused on rank 1 only: rc {r.returncode}: {r.stdout[-200:]} {r.stderr[-400:]}")
     # [distributed] settings: a fixed split, a split that does not fit, a short timeout
     def ini(extra):
-        text = open(os.path.join(build, "nnt.ini")).read()
-        text = text.replace("dir = families", "dir = " + os.path.join(build, "families"))
-        text = text.replace("dir = kernels", "dir = " + os.path.join(build, "kernels"))
-        text = text.replace("transport = transports", "transport = " + os.path.join(build, "transports"))
-        path = os.path.join(tmp, "dist.ini")
-        with open(path, "w") as f:
-            f.write(text.replace("timeout = 600", extra))
-        return path
+        return build_ini(build, os.path.join(tmp, "dist.ini"), lambda text: text.replace("timeout = 600", extra))
     one = os.path.join(tmp, "fixed1.safetensors")
     run([nnt, "trace", "--model", model, "--tokens", "1,2,3,4", "--save", "layers.*.layer_output", "--out", one])
     r = run([*mpi, "-np", "2", nnt, "trace", "--config", ini("timeout = 600\nstages = 1"), "--model", model,

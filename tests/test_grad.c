@@ -3,7 +3,8 @@
  * respect to every value tests/fixtures/make_grad_fixtures.py stored (its grad_reference
  * files: transformers' float32 model, values retained with hooks, torch 2.15 / transformers 5.24),
  * MiniMax-M2, MiMo and Kimi-Linear, within 1e-4 of the reference's largest magnitude; padding's gradient exactly 0; the built-in
- * metric against the same scalar handed in as a cotangent on the logits; an edited forward
+ * metric against the same scalar handed in as a cotangent on the logits; nnt_attribute's AtP grid on
+ * every fixture (DeepSeek-V4 too) against the estimate from torch's gradient; an edited forward
  * against central differences of nnt's own forward; and the refusals. */
 #include <math.h>
 #include <stdlib.h>
@@ -381,11 +382,92 @@ static void test_refusals(void)
     nnt_runtime_close(rt);
 }
 
-/* nnt attribute's AtP grid on the fixture's first prompt (the corrupted one) against the estimate
- * made from torch's gradient of that prompt: sum over hidden of (a_clean - a_corrupt) * dM/da, the
- * values from nnt's own forwards (held to transformers' by test_minimax), the gradient from the
- * reference (row 0 of its batch: rows do not mix, so it is the gradient of the row alone). */
+/* nnt attribute's AtP grid on a fixture's first unpadded prompt (the corrupted one) against the
+ * estimate made from torch's gradient of that prompt: sum over hidden of (a_clean - a_corrupt) *
+ * dM/da per (block, position, unit), the values from nnt's own forwards (held to transformers' by
+ * each family's suite), the gradient from the reference's row (rows do not mix, so it is the
+ * gradient of the row alone; DeepSeek-V4's layer_output carries a streams axis, one unit each). */
+static void attribute_against_torch(const char *dir, const char *reference, const char *grads)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, dir);
+    t_ref r, g;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, reference) == 0);
+    CU_ASSERT_FATAL(t_ref_open(&g, rt, reference) == 0);
+    char gdir[512];
+    snprintf(g.path, sizeof g.path, "%s", t_fixture(grads, gdir, sizeof gdir)); /* the gradients' file */
+    int T = r.seq, L = nnt_model_get_info(m)->num_layers, row = -1;
+    for (int b = 0; b < r.batch && row < 0; b++) {
+        int full = 1;
+        for (int q = 0; q < T; q++) full &= r.mask[(int64_t)b * T + q] != 0;
+        if (full) row = b;
+    }
+    CU_ASSERT_FATAL(row >= 0 && T >= 12 && T <= 4096);
+    int32_t corrupt[4096], clean[4096];
+    for (int i = 0; i < T; i++) corrupt[i] = clean[i] = r.ids[(int64_t)row * T + i];
+    clean[5] = 17, clean[11] = 42, clean[T - 2] = 99;
+    nnt_attribute_spec s = {.struct_size = sizeof s, .value = "layers.*.layer_output", .clean = clean,
+                            .corrupt = corrupt, .seq = T, .metric = {.kind = NNT_METRIC_LOGIT_DIFF, .a = 11, .b = 29}};
+    nnt_attribute_result a;
+    T_OK(rt, nnt_attribute(m, &s, &a));
+    CU_ASSERT_FATAL(a.n_blocks == L && a.n_positions == T);
+    CU_ASSERT(a.forwards == 3 && a.backwards == 1);
+    nnt_trace *tc, *tk;
+    T_OK(rt, nnt_trace_new(m, &tc));
+    T_OK(rt, nnt_trace_new(m, &tk));
+    T_OK(rt, nnt_trace_save(tc, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_save(tk, "layers.*.layer_output"));
+    T_OK(rt, nnt_trace_run(tc, clean, NULL, 1, T));
+    T_OK(rt, nnt_trace_run(tk, corrupt, NULL, 1, T));
+    double worst = 0, scale = 0;
+    for (int l = 0; l < L; l++) {
+        char p[64], k[96];
+        snprintf(p, sizeof p, "layers.%d.layer_output", l);
+        snprintf(k, sizeof k, "logit-diff:11,29/grad:%s", p);
+        nnt_tensor ref;
+        CU_ASSERT_FATAL(t_ref_get(&g, k, &ref) == 0);
+        const nnt_tensor *xc = nnt_trace_get(tc, p), *xk = nnt_trace_get(tk, p);
+        CU_ASSERT_FATAL(xc && xk && ref.shape[0] == r.batch && ref.shape[1] == T);
+        int64_t U = a.n_units, inner = nnt_tensor_numel(&ref) / ((int64_t)r.batch * T * U);
+        CU_ASSERT_FATAL(nnt_tensor_numel(xc) == (int64_t)T * U * inner);
+        for (int q = 0; q < T; q++)
+            for (int64_t u = 0; u < U; u++) {
+                double want = 0;
+                for (int64_t j = 0; j < inner; j++) {
+                    int64_t at = ((int64_t)q * U + u) * inner + j;
+                    want += (nnt_tensor_get_f64(xc, at) - nnt_tensor_get_f64(xk, at)) *
+                            nnt_tensor_get_f64(&ref, (int64_t)row * T * U * inner + at);
+                }
+                scale = fmax(scale, fabs(want));
+                worst = fmax(worst, fabs(want - a.grid[((int64_t)l * T + q) * U + u]));
+            }
+        nnt_tensor_free(&ref);
+    }
+    if (worst > GRAD_TOL * scale || getenv("NNT_GRAD_VERBOSE"))
+        fprintf(stderr, "\n  %s AtP against torch: worst %.3g of %.3g\n", dir, worst, scale);
+    CU_ASSERT(scale > 1e-3);
+    CU_ASSERT(worst <= GRAD_TOL * scale);
+    nnt_attribute_result_free(&a);
+    nnt_trace_free(tc);
+    nnt_trace_free(tk);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 static void test_attribute_against_torch(void)
+{
+    for (size_t i = 0; i < sizeof FIXTURES / sizeof *FIXTURES; i++)
+        attribute_against_torch(FIXTURES[i].dir, FIXTURES[i].reference, FIXTURES[i].grads);
+    attribute_against_torch("deepseek_v4/fp32", "deepseek_v4/fp32/reference_L13.safetensors",
+                            "deepseek_v4/fp32/grad_reference_L13.safetensors");
+    attribute_against_torch("deepseek_v4/native", "deepseek_v4/native/reference_L13.safetensors",
+                            "deepseek_v4/native/grad_reference_L13.safetensors");
+}
+
+/* Integrated gradients over one point (MiniMax-M2 fp32): the corrupted prompt's forward with the
+ * clean prompt's token embeddings set is the clean forward, so the grid is (a_clean - a_corrupt) .
+ * the clean forward's gradient (taken here by a gradient request on the clean prompt). */
+static void test_attribute_ig_one_step(void)
 {
     nnt_runtime *rt = t_runtime();
     nnt_model *m = t_model(rt, "minimax_m2/fp32");
@@ -398,9 +480,6 @@ static void test_attribute_against_torch(void)
     nnt_attribute_spec s = {.struct_size = sizeof s, .value = "layers.*.layer_output", .clean = clean,
                             .corrupt = corrupt, .seq = T, .metric = {.kind = NNT_METRIC_LOGIT_DIFF, .a = 11, .b = 29}};
     nnt_attribute_result a;
-    T_OK(rt, nnt_attribute(m, &s, &a));
-    CU_ASSERT_FATAL(a.n_blocks == L && a.n_positions == T && a.n_units == 1);
-    CU_ASSERT(a.forwards == 3 && a.backwards == 1);
     nnt_trace *tc, *tk;
     T_OK(rt, nnt_trace_new(m, &tc));
     T_OK(rt, nnt_trace_new(m, &tk));
@@ -408,37 +487,7 @@ static void test_attribute_against_torch(void)
     T_OK(rt, nnt_trace_save(tk, "layers.*.layer_output"));
     T_OK(rt, nnt_trace_run(tc, clean, NULL, 1, T));
     T_OK(rt, nnt_trace_run(tk, corrupt, NULL, 1, T));
-    t_ref g;
-    CU_ASSERT_FATAL(t_ref_open(&g, rt, "minimax_m2/fp32") == 0);
-    snprintf(g.path, sizeof g.path, "%s", r.path);
-    char *slash = strrchr(g.path, '/');
-    snprintf(slash + 1, sizeof g.path - (size_t)(slash + 1 - g.path), "grad_reference.safetensors");
-    double worst = 0, scale = 0;
-    for (int l = 0; l < L; l++) {
-        char p[64], k[96];
-        snprintf(p, sizeof p, "layers.%d.layer_output", l);
-        snprintf(k, sizeof k, "logit-diff:11,29/grad:%s", p);
-        nnt_tensor ref;
-        CU_ASSERT_FATAL(t_ref_get(&g, k, &ref) == 0);
-        const nnt_tensor *xc = nnt_trace_get(tc, p), *xk = nnt_trace_get(tk, p);
-        int64_t H = ref.shape[2];
-        for (int q = 0; q < T; q++) {
-            double want = 0;
-            for (int64_t j = 0; j < H; j++)
-                want += (nnt_tensor_get_f64(xc, (int64_t)q * H + j) - nnt_tensor_get_f64(xk, (int64_t)q * H + j)) *
-                        nnt_tensor_get_f64(&ref, (int64_t)q * H + j); /* batch row 0 */
-            scale = fmax(scale, fabs(want));
-            worst = fmax(worst, fabs(want - a.grid[(int64_t)l * T + q]));
-        }
-        nnt_tensor_free(&ref);
-    }
-    if (worst > GRAD_TOL * scale) fprintf(stderr, "\n  AtP against torch: worst %.3g of %.3g\n", worst, scale);
-    CU_ASSERT(scale > 1e-3);
-    CU_ASSERT(worst <= GRAD_TOL * scale);
-    nnt_attribute_result_free(&a);
-    /* integrated gradients over one point: the corrupted prompt's forward with the clean prompt's
-     * token embeddings set is the clean forward, so the grid is (a_clean - a_corrupt) . the clean
-     * forward's gradient (taken here by a gradient request on the clean prompt) */
+    double worst, scale;
     s.ig_steps = 1;
     T_OK(rt, nnt_attribute(m, &s, &a));
     CU_ASSERT(a.forwards == 3 && a.backwards == 1);
@@ -491,6 +540,7 @@ int register_tests(void)
     CU_add_test(s, "a cotangent on the logits equals the metric; padding gets 0", test_cotangent_equals_metric);
     CU_add_test(s, "an edited forward against central differences", test_edited_forward);
     CU_add_test(s, "refusals", test_refusals);
-    CU_add_test(s, "nnt_attribute (AtP) against torch's gradient", test_attribute_against_torch);
+    CU_add_test(s, "nnt_attribute (AtP) against torch's gradient on every fixture", test_attribute_against_torch);
+    CU_add_test(s, "integrated gradients over one step equal a gradient request", test_attribute_ig_one_step);
     return 0;
 }

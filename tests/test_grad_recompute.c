@@ -2,7 +2,9 @@
  * gradients keep-everything gives (within 1e-6 of each value's largest magnitude) on MiniMax-M2,
  * MiMo-V2-Flash, DeepSeek-V4 and Kimi-Linear (fp32 fixtures, left-padded batches), for three metrics, with an
  * edit in place, saves reported once; it keeps fewer bytes; the estimate bounds what each mode
- * keeps; a bound too small is refused before anything runs, naming the prompt length and the key. */
+ * keeps; a bound too small is refused before anything runs, naming the prompt length and the key;
+ * two pipeline stages run in one process, each recomputed block by block, give what they give
+ * keeping everything (every gradient, the stream's gradient between them, bit for bit). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +179,82 @@ static void test_ini(void)
     }
 }
 
+/* Two pipeline stages of fixture dir, blocks [0, split) and [split, L), run in one process in the
+ * ranks' order (forward of the first, backward of the last, then of the first) in `mode`; the
+ * stream's gradient between them is written to d_stream. */
+static void run_stages(nnt_runtime *rt, nnt_model *m, const t_ref *r, int split, int mode, nnt_trace **ta,
+                       nnt_trace **tb, float *stream, float *d_stream)
+{
+    int L = nnt_model_get_info(m)->num_layers;
+    nnt_trace *t[2];
+    for (int k = 0; k < 2; k++) {
+        T_OK(rt, nnt_trace_new(m, &t[k]));
+        T_OK(rt, nnt_trace_grad(t[k], "layers.*.layer_output"));
+        T_OK(rt, nnt_trace_grad(t[k], "layers.*.layer_input"));
+        T_OK(rt, nnt_trace_save(t[k], "layers.*.layer_output"));
+        T_OK(rt, nnt_trace_scale(t[k], "layers.1.layer_output", 0.5f));
+        T_OK(rt, nnt_trace_metric(t[k], "logit-diff:11,29", NULL, 0));
+        nnt_trace_grad_memory(t[k], mode, 0);
+    }
+    T_OK(rt, nnt_trace_grad_stage_forward(t[0], r->ids, r->mask, r->batch, r->seq, 0, split, NULL, stream, 0));
+    T_OK(rt, nnt_trace_grad_stage_forward(t[1], r->ids, r->mask, r->batch, r->seq, split, L, stream, NULL, 0));
+    T_OK(rt, nnt_trace_grad_stage_backward(t[1], r->ids, r->mask, r->batch, r->seq, split, L, stream, NULL, d_stream));
+    T_OK(rt, nnt_trace_grad_stage_backward(t[0], r->ids, r->mask, r->batch, r->seq, 0, split, NULL, d_stream, NULL));
+    *ta = t[0], *tb = t[1];
+}
+
+static void check_stages(const char *dir, const char *ref, int split)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, dir);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, ref) == 0);
+    const nnt_model_info *info = nnt_model_get_info(m);
+    size_t n = (size_t)r.batch * r.seq * (info->num_streams > 0 ? info->num_streams : 1) * info->hidden_size;
+    float *s1 = malloc(n * sizeof *s1), *s2 = malloc(n * sizeof *s2), *d1 = malloc(n * sizeof *d1),
+          *d2 = malloc(n * sizeof *d2);
+    CU_ASSERT_FATAL(s1 && s2 && d1 && d2);
+    nnt_trace *ka, *kb, *ra, *rb;
+    run_stages(rt, m, &r, split, TRACE_GRAD_KEEP, &ka, &kb, s1, d1);
+    run_stages(rt, m, &r, split, TRACE_GRAD_RECOMPUTE, &ra, &rb, s2, d2);
+    CU_ASSERT(memcmp(s1, s2, n * sizeof *s1) == 0);
+    CU_ASSERT(memcmp(d1, d2, n * sizeof *d1) == 0);
+    double dmax = 0;
+    for (size_t i = 0; i < n; i++) dmax = fmax(dmax, fabs(d1[i]));
+    CU_ASSERT(dmax > 0); /* the stream's gradient is not vacuous */
+    nnt_trace *keep[2] = {ka, kb}, *rec[2] = {ra, rb};
+    int grads = 0;
+    for (int k = 0; k < 2; k++) {
+        int mode;
+        nnt_trace_grad_report(rec[k], &mode, NULL, NULL, NULL, NULL, NULL);
+        CU_ASSERT_EQUAL(mode, TRACE_GRAD_RECOMPUTE);
+        nnt_trace_grad_report(keep[k], &mode, NULL, NULL, NULL, NULL, NULL);
+        CU_ASSERT_EQUAL(mode, TRACE_GRAD_KEEP);
+        int na = nnt_trace_result_count(keep[k]);
+        CU_ASSERT_EQUAL(na, nnt_trace_result_count(rec[k]));
+        for (int i = 0; i < na; i++) {
+            const char *key = NULL;
+            const nnt_tensor *x = NULL;
+            T_OK(rt, nnt_trace_result(keep[k], i, &key, &x));
+            const nnt_tensor *y = nnt_trace_get(rec[k], key);
+            CU_ASSERT_FATAL(x && y && nnt_tensor_nbytes(x) == nnt_tensor_nbytes(y));
+            if (memcmp(x->data, y->data, nnt_tensor_nbytes(x)) != 0)
+                fprintf(stderr, "\n  %s stage %d: %s differs between the modes\n", dir, k, key);
+            CU_ASSERT(memcmp(x->data, y->data, nnt_tensor_nbytes(x)) == 0);
+            grads += strncmp(key, "grad:", 5) == 0;
+        }
+        nnt_trace_free(keep[k]);
+        nnt_trace_free(rec[k]);
+    }
+    CU_ASSERT_EQUAL(grads, 2 * info->num_layers); /* layer_input and layer_output of every block */
+    free(s1), free(s2), free(d1), free(d2);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+static void test_stages_mimo(void) { check_stages("mimo_v2_flash/fp32", "mimo_v2_flash/fp32", 2); }
+static void test_stages_deepseek(void) { check_stages("deepseek_v4/fp32", "deepseek_v4/fp32/reference_L13.safetensors", 2); }
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("grad_recompute", NULL, NULL);
@@ -188,5 +266,7 @@ int register_tests(void)
                 test_kimi);
     CU_add_test(s, "the bound: refused when too small, the mode chosen by it", test_bound);
     CU_add_test(s, "the INI's [grad] section", test_ini);
+    CU_add_test(s, "mimo_v2_flash: two stages recomputed equal two stages kept", test_stages_mimo);
+    CU_add_test(s, "deepseek_v4 (four streams): two stages recomputed equal two stages kept", test_stages_deepseek);
     return 0;
 }

@@ -69,8 +69,13 @@ static nnt_status run_trace(nnt_result *res, nnt_pipeline *p)
 {
     const nnt_batch *b = &res->batch;
     res->holds = nnt_pipeline_rank(p) == 0;
-    return p ? nnt_pipeline_trace(p, res->trace, b->ids, b->mask, b->batch, b->seq, 0)
-             : nnt_trace_run(res->trace, b->ids, b->mask, b->batch, b->seq);
+    nnt_status st = p ? nnt_pipeline_trace(p, res->trace, b->ids, b->mask, b->batch, b->seq, 0)
+                      : nnt_trace_run(res->trace, b->ids, b->mask, b->batch, b->seq);
+    /* the metric is checked against the vocabulary and the rows when it runs: name its field */
+    nnt_error *err = &nnt_trace_model(res->trace)->rt->err;
+    if (st == NNT_ERR_INVALID_ARGUMENT && !strncmp(err->msg, "metric '", 8))
+        nnt_err_prefix(err, strstr(err->msg, "no row has position") ? "grad.positions" : "grad.metric");
+    return st;
 }
 
 static nnt_status run_lens(nnt_model *m, const nnt_request *r, nnt_result *res, nnt_pipeline *p)

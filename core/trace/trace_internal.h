@@ -200,12 +200,13 @@ nnt_status nnt_trace_run_grad(nnt_trace *t, const int32_t *ids, const int32_t *m
 nnt_status nnt_trace_stage_backward(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
                                     int first, int end, const float *hidden_in, const float *d_hidden_out,
                                     float *d_hidden_in, size_t *kept);
-/* The memory mode of a gradient run of batch x seq tokens (trace_recompute.c): the forced one,
+/* The memory mode of a gradient run of batch x seq tokens over `blocks` blocks (0: all; a
+ * pipeline stage's count otherwise) (trace_recompute.c): the forced one,
  * else the INI's [grad] mode, else (auto) keep-everything when its estimate fits [grad] memory_gb
  * (default: half of MemAvailable) and recomputation otherwise; recorded in t->grad. Errors:
  * NNT_ERR_OUT_OF_MEMORY (refused before running) when even recomputation's estimate exceeds the
  * bound, naming the prompt length, the bytes and the INI key. */
-nnt_status nnt_trace_grad_choose(nnt_trace *t, int batch, int seq, trace_grad_mode *mode);
+nnt_status nnt_trace_grad_choose(nnt_trace *t, int batch, int seq, int blocks, trace_grad_mode *mode);
 /* Forces the memory mode of t's later gradient runs (mode: TRACE_GRAD_KEEP, TRACE_GRAD_RECOMPUTE,
  * or TRACE_GRAD_AUTO to let the INI decide) and, when bound_bytes > 0, the bound the automatic
  * choice compares with (in place of [grad] memory_gb). For tests and the methods that need one
@@ -219,6 +220,16 @@ void nnt_trace_grad_report(const nnt_trace *t, int *mode, size_t *peak_kept, siz
 /* A gradient run block by block (trace_recompute.c): a first unrecorded pass keeping each block's
  * input stream on the host, then nnt_trace_stage_backward from the last block to the first. */
 nnt_status nnt_trace_run_grad_recompute(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq);
+/* Recomputation over one stage's blocks [first, end) (the whole model: 0, num_layers, NULL, NULL,
+ * NULL, 0): the same first pass over blocks first..end-2 from hidden_in, then each block's
+ * backward from end-1 down to first, d_hidden_out seeding block end-1 and the gradient of the
+ * stream entering `first` written to d_hidden_in (buffers as nnt_trace_stage_backward's).
+ * saves_made: the stage's saves were made by an earlier unrecorded pass (a pipeline stage's
+ * forward), so none is made again and the results are kept. Errors: nnt_trace_stage_backward's,
+ * NNT_ERR_OUT_OF_MEMORY for the block inputs (end - first - 1 streams held on the host). */
+nnt_status nnt_trace_recompute_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                     int first, int end, const float *hidden_in, const float *d_hidden_out,
+                                     float *d_hidden_in, int saves_made);
 /* Frees what the trace's metric owns (its text, positions, logits) and clears it (trace.c). */
 void nnt_trace_metric_clear(nnt_trace *t);
 

@@ -2,7 +2,8 @@
  * per-block recomputation (the estimate against [grad] memory_gb), and recomputation itself: an
  * unrecorded first pass block by block keeping each block's input stream, then every block's
  * backward from the last to the first (nnt_trace_stage_backward), the gradient of each block's
- * input stream handed to the block before; and the gradient run that picks between them.
+ * input stream handed to the block before, over the whole model or one pipeline stage's blocks;
+ * and the gradient run that picks between them.
  * docs/gradients.md, "Memory". */
 #include <stdlib.h>
 #include <string.h>
@@ -29,12 +30,13 @@ void nnt_trace_grad_memory(nnt_trace *t, int mode, double bound_bytes)
     t->grad.forced_bound = bound_bytes > 0 ? bound_bytes : 0;
 }
 
-nnt_status nnt_trace_grad_choose(nnt_trace *t, int batch, int seq, trace_grad_mode *mode)
+nnt_status nnt_trace_grad_choose(nnt_trace *t, int batch, int seq, int blocks, trace_grad_mode *mode)
 {
     nnt_model *m = t->m;
     const nnt_ini *ini = m->rt->ini;
     nnt_grad_dims d;
     dims_of(m, &d);
+    if (blocks > 0 && blocks < d.layers) d.layers = blocks; /* one pipeline stage's blocks */
     nnt_grad_memory gm;
     nnt_grad_memory_estimate(&d, batch, seq, &gm);
     uint64_t bound = t->grad.forced_bound > 0                  ? (uint64_t)t->grad.forced_bound
@@ -72,37 +74,44 @@ void nnt_trace_grad_report(const nnt_trace *t, int *mode, size_t *peak_kept, siz
     if (bound) *bound = t ? t->grad.bound : 0;
 }
 
-nnt_status nnt_trace_run_grad_recompute(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+nnt_status nnt_trace_recompute_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                     int first, int end, const float *hidden_in, const float *d_hidden_out,
+                                     float *d_hidden_in, int saves_made)
 {
     nnt_model *m = t->m;
     nnt_error *err = &m->rt->err;
-    int L = m->info.num_layers;
+    int n_in = end - first - 1; /* the inputs of blocks first+1 .. end-1 */
     size_t S = m->info.num_streams > 0 ? (size_t)m->info.num_streams : 1;
     size_t n = (size_t)batch * (size_t)seq * S * (size_t)m->info.hidden_size;
-    /* in[l]: the stream entering block l (l >= 1); dx, dy: the gradients passed block to block */
-    float *in = L > 1 ? malloc((size_t)(L - 1) * n * sizeof *in) : NULL;
+    /* in[l - first - 1]: the stream entering block l; dx, dy: the gradients passed block to block */
+    float *in = n_in > 0 ? malloc((size_t)n_in * n * sizeof *in) : NULL;
     float *dx = malloc(n * sizeof *dx), *dy = malloc(n * sizeof *dy);
     t->grad.used = TRACE_GRAD_RECOMPUTE;
     t->grad.peak_kept_bytes = 0;
-    t->grad.streams_bytes = (size_t)(L > 1 ? L - 1 : 0) * n * sizeof(float);
-    nnt_status st = (L > 1 && !in) || !dx || !dy
-                        ? nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for %d block inputs of %zu bytes", L - 1,
+    t->grad.streams_bytes = (size_t)(n_in > 0 ? n_in : 0) * n * sizeof(float);
+    nnt_status st = (n_in > 0 && !in) || !dx || !dy
+                        ? nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for %d block inputs of %zu bytes", n_in,
                                       n * sizeof(float))
                         : NNT_OK;
-#define IN(l) (in + (size_t)((l) - 1) * n)
-    /* the first pass: blocks 0..L-2 unrecorded, their saves made, each block's output kept */
+#define IN(l) ((l) == first ? hidden_in : in + (size_t)((l) - first - 1) * n)
+    /* the first pass: blocks first..end-2 unrecorded, their saves made unless a stage forward made
+     * them already, each block's output kept */
     t->grad.unrecorded_pass = 1;
-    for (int l = 0; st == NNT_OK && l < L - 1; l++) {
-        nnt_stage_call sc = {l, l + 1, l ? IN(l) : NULL, IN(l + 1), 0};
+    t->grad.saves_off = saves_made;
+    t->grad.keep_results = saves_made;
+    for (int l = first; st == NNT_OK && l < end - 1; l++) {
+        nnt_stage_call sc = {l, l + 1, IN(l), in + (size_t)(l - first) * n, 0};
         st = nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &sc, err);
         t->grad.keep_results = 1;
     }
     t->grad.unrecorded_pass = 0;
-    /* the backward block by block; the last block's recorded pass makes its own saves */
-    for (int l = L - 1; st == NNT_OK && l >= 0; l--) {
+    /* the backward block by block; the last block's recorded pass makes its own saves (unless made) */
+    for (int l = end - 1; st == NNT_OK && l >= first; l--) {
         size_t kept = 0;
-        st = nnt_trace_stage_backward(t, ids, mask, batch, seq, l, l + 1, l ? IN(l) : NULL, l < L - 1 ? dy : NULL,
-                                      l ? dx : NULL, &kept);
+        const float *d_out = l == end - 1 ? d_hidden_out : dy;
+        float *d_in = l == first ? d_hidden_in : dx;
+        st = nnt_trace_stage_backward(t, ids, mask, batch, seq, l, l + 1, l ? IN(l) : NULL, d_out, l ? d_in : NULL,
+                                      &kept);
         t->grad.keep_results = 1;
         t->grad.saves_off = 1;
         if (kept > t->grad.peak_kept_bytes) t->grad.peak_kept_bytes = kept;
@@ -118,6 +127,11 @@ nnt_status nnt_trace_run_grad_recompute(nnt_trace *t, const int32_t *ids, const 
     free(dx);
     free(dy);
     return st;
+}
+
+nnt_status nnt_trace_run_grad_recompute(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+{
+    return nnt_trace_recompute_stage(t, ids, mask, batch, seq, 0, t->m->info.num_layers, NULL, NULL, NULL, 0);
 }
 
 /* Keep-everything: the whole forward recorded, one reverse pass. */
@@ -141,7 +155,7 @@ nnt_status nnt_trace_run_grad(nnt_trace *t, const int32_t *ids, const int32_t *m
                            batch, seq);
     nnt_status st = nnt_trace_grad_check(t, batch, seq);
     trace_grad_mode mode = TRACE_GRAD_KEEP;
-    if (st == NNT_OK) st = nnt_trace_grad_choose(t, batch, seq, &mode);
+    if (st == NNT_OK) st = nnt_trace_grad_choose(t, batch, seq, 0, &mode);
     if (st != NNT_OK) return st;
     return mode == TRACE_GRAD_RECOMPUTE ? nnt_trace_run_grad_recompute(t, ids, mask, batch, seq)
                                         : run_keep(t, ids, mask, batch, seq);

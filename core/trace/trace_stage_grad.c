@@ -4,7 +4,8 @@
  * same work). Backward, in reverse rank order: the stage is run again on the tape from the same
  * input stream (nnt_trace_stage_backward), the gradient of its output stream handed back by the
  * next rank seeded there (the last rank seeds the metric instead), and the gradient of its input
- * stream handed to the rank before. The pipeline (core/methods/pipeline.c) moves the streams. */
+ * stream handed to the rank before; kept whole or block by block (recomputation) as the memory
+ * bound decides for the stage's own blocks. The pipeline (core/methods/pipeline.c) moves the streams. */
 #include "trace_internal.h"
 
 /* The stage's ends and buffers, as nnt_trace_stage_backward and a stage's forward need them. */
@@ -28,6 +29,8 @@ nnt_status nnt_trace_grad_stage_forward(nnt_trace *t, const int32_t *ids, const 
     nnt_err_clear(err);
     nnt_status st = check_ends(m, first, end, hidden_in, hidden_out);
     if (st == NNT_OK) st = nnt_trace_grad_check(t, batch, seq);
+    trace_grad_mode mode;
+    if (st == NNT_OK) st = nnt_trace_grad_choose(t, batch, seq, end - first, &mode); /* refused before running */
     if (st != NNT_OK) return st;
     int last = end == m->info.num_layers;
     if (last && !check_only) return NNT_OK; /* the backward's recorded forward makes this stage's saves */
@@ -49,6 +52,11 @@ nnt_status nnt_trace_grad_stage_backward(nnt_trace *t, const int32_t *ids, const
     nnt_status st = check_ends(m, first, end, hidden_in, d_hidden_out);
     if (st != NNT_OK) return st;
     int last = end == m->info.num_layers;
+    trace_grad_mode mode = TRACE_GRAD_KEEP;
+    if ((st = nnt_trace_grad_choose(t, batch, seq, end - first, &mode)) != NNT_OK) return st;
+    if (mode == TRACE_GRAD_RECOMPUTE) /* the stage block by block, as one process does */
+        return nnt_trace_recompute_stage(t, ids, mask, batch, seq, first, end, hidden_in, d_hidden_out,
+                                         first > 0 ? d_hidden_in : NULL, !last);
     /* a stage before the last made its saves in its forward: keep them, make none again */
     t->grad.keep_results = !last;
     t->grad.saves_off = !last;
