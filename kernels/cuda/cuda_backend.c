@@ -566,9 +566,9 @@ static const nnt_backend_ops cuda_ops = {
     .indexer_scores = cuda_indexer_scores,
     .weight_bytes = cuda_weight_bytes,
     .scale_rows = cuda_scale_rows,
-    /* backward (cuda_backward*.cu): every entry the cpu backend has. Entries this table does
-     * not name (e.g. recurrent mixers' backward, when the ABI grows them) stay NULL, and the
-     * core refuses a gradient through such an op by its name. */
+    /* backward (cuda_backward*.cu): every entry the cpu backend has. An entry this table does
+     * not name (one the ABI grows later) stays NULL, and the core refuses a gradient through
+     * such an op by its name. */
     .linear_backward = cuda_linear_backward,
     .rms_norm_backward = cuda_rms_norm_backward,
     .accumulate = cuda_accumulate,
@@ -589,6 +589,11 @@ static const nnt_backend_ops cuda_ops = {
     .hyper_mix_backward = cuda_hyper_mix_backward,
     .hyper_head_backward = cuda_hyper_head_backward,
     .compress_backward = cuda_compress_backward,
+    .conv1d_causal_backward = cuda_conv1d_causal_backward,
+    .kda_gate_backward = cuda_kda_gate_backward,
+    .sigmoid_backward = cuda_sigmoid_backward,
+    .delta_rule_backward = cuda_delta_rule_backward,
+    .rms_norm_gated_backward = cuda_rms_norm_gated_backward,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

@@ -285,6 +285,22 @@ nnt_status cuda_hyper_head_backward(void *ctx, const nnt_tensor *x, const nnt_te
 nnt_status cuda_compress_backward(void *ctx, const nnt_tensor *kv, const nnt_tensor *gate, const nnt_tensor *ape,
                                   int rate, int overlap, const int32_t *first, const int32_t *count,
                                   const nnt_tensor *dout, nnt_tensor *dkv, nnt_tensor *dgate, nnt_error *err);
+/* cuda_backward_recurrent.cu */
+nnt_status cuda_conv1d_causal_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *state_in,
+                                       int act, const nnt_tensor *dy, const nnt_tensor *dstate_out, nnt_tensor *dx,
+                                       nnt_tensor *dstate_in, nnt_error *err);
+nnt_status cuda_kda_gate_backward(void *ctx, const nnt_tensor *a, const nnt_tensor *dt_bias, const nnt_tensor *a_log,
+                                  const nnt_tensor *dg, nnt_tensor *da, nnt_error *err);
+nnt_status cuda_sigmoid_backward(void *ctx, const nnt_tensor *y, const nnt_tensor *dy, nnt_tensor *dx, nnt_error *err);
+nnt_status cuda_delta_rule_backward(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
+                                    const nnt_tensor *g, const nnt_tensor *beta, const uint8_t *token_valid,
+                                    const nnt_tensor *state_in, int l2norm, float scale, const nnt_tensor *do_,
+                                    const nnt_tensor *dstate_out, nnt_tensor *dstates, nnt_tensor *dq, nnt_tensor *dk,
+                                    nnt_tensor *dv, nnt_tensor *dg, nnt_tensor *dbeta, nnt_tensor *dstate_in,
+                                    nnt_error *err);
+nnt_status cuda_rms_norm_gated_backward(void *ctx, const nnt_tensor *x, const nnt_tensor *w, const nnt_tensor *gate,
+                                        float eps, const nnt_tensor *dy, nnt_tensor *dx, nnt_tensor *dgate,
+                                        nnt_error *err);
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,10 @@
 # FP4 with their block scales, in float32 and bfloat16 numerics, and every other op into outputs
 # flagged NNT_TENSOR_BF16_VALUES with its rounding styles - and on every fixture, the FP8 and FP4
 # checkpoints included, then the bf16 fixtures again at precision = bf16; and every backward op,
-# linear_backward on every weight encoding, plus a gradient request on MiniMax-M2 fp32), then the cpu/cuda
-# benchmark (float32 checkpoints). Run from the repository root:
+# linear_backward on every weight encoding and Kimi Delta Attention's (the delta rule over more
+# tokens than its 16-token recomputed stretch), plus gradient requests on MiniMax-M2 and
+# Kimi-Linear fp32), then the cpu/cuda benchmark (float32 checkpoints). Run from the repository
+# root:
 #
 #   tests/cuda/run_gpu_checks.sh
 #

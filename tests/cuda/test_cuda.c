@@ -39,8 +39,15 @@
  *    and an index out of range; gather and both scatters with repeated rows, scaled or not,
  *    with and without dscale; sum over slots; scale_rows with repeated indices; the
  *    hyper-connection weights (each output gradient alone and together, 20 and 1 Sinkhorn
- *    iterations), mix, head; compression with and without overlap; then one gradient request
- *    (nnt_trace_grad) on the MiniMax-M2 fp32 fixture under two metrics at three values;
+ *    iterations), mix, head; compression with and without overlap; Kimi Delta Attention's ops:
+ *    the causal convolution with and without a carried state (and dstate_out), SiLU and none,
+ *    fewer tokens than the state holds, a BF16 kernel; the forget gate past softplus' threshold;
+ *    sigmoid from its output; the delta rule over 37 tokens (more than the cpu's recomputed
+ *    stretch of 16), 16 and 1, K != V, a padding hole and a padding prefix, carried state, raw
+ *    keys, the states' cotangent replaced by their total gradient, dq alone, no cotangent on o;
+ *    the gated RMSNorm with F32 and BF16 gains, each gradient alone and both; shapes refused;
+ *    then gradient requests (nnt_trace_grad) on the MiniMax-M2 and Kimi-Linear fp32 fixtures
+ *    under two metrics at three and four values;
  *  - fixtures: every model directory under tests/fixtures/<family>/<variant> with a config.json,
  *    loaded once per runtime, runs the prompts of every reference*.safetensors it holds (or, when
  *    it holds none - kimi_linear/hub - its sibling fp32's) with every reference value saved, and
@@ -2733,9 +2740,222 @@ static void test_bwd_hyper(void)
     hfree(11, h);
 }
 
-/* A gradient request end to end (nnt_trace_grad) on the MiniMax-M2 fp32 fixture: the cuda
- * runtime's gradients equal the cpu runtime's within 1e-4 of the largest (real tokens only,
- * as the fixture comparisons). */
+/* conv1d_causal_backward on one configuration: T tokens (fewer than the W - 1 carried entries
+ * sends dstate_out's gradient into dstate_in), SiLU or none, with or without state_in and
+ * dstate_out, the kernel F32 or BF16 as stored. Without state_in, dstate_in must stay as it was. */
+static void bwd_conv_case(int64_t T, int act, int with_state, int with_dso, int bf16_kernel)
+{
+    const int64_t B = 2, C = 37, W = 4, Ws = W - 1;
+    nnt_tensor x = hrand(3, B, T, C, 0, 0, 1), wf = hrand(2, C, W, 0, 0, 0, 0.5f), si = hrand(3, B, Ws, C, 0, 0, 1);
+    nnt_tensor gy = hrand(3, B, T, C, 0, 0, 1), gso = hrand(3, B, Ws, C, 0, 0, 1), w;
+    if (bf16_kernel) {
+        w = host(NNT_BF16, 2, C, W, 0, 0, 0);
+        for (int64_t i = 0; i < C * W; i++) ((uint16_t *)w.data)[i] = to_bf16(((float *)wf.data)[i]);
+    } else {
+        w = wf;
+        wf.data = NULL;
+    }
+    nnt_tensor dx = dev(&x), dsi = dev(&si), dgy = dev(&gy), dgso = dev(&gso), dw;
+    OK_GPU(gops->prepare_weight(gctx, &w, &dw, err));
+    GRAD2(gx, dgx, 3, B, T, C, 0, 0);
+    GRAD2(gs, dgs, 3, B, Ws, C, 0, 0);
+    OK_CPU(cops->conv1d_causal_backward(cctx, &x, &w, with_state ? &si : NULL, act, &gy, with_dso ? &gso : NULL, &gx,
+                                        &gs, err));
+    OK_GPU(gops->conv1d_causal_backward(gctx, &dx, &dw, with_state ? &dsi : NULL, act, &dgy, with_dso ? &dgso : NULL,
+                                        &dgx, &dgs, err));
+    char what[160];
+    snprintf(what, sizeof what, "conv1d_causal_backward T=%lld act=%d state=%d dstate_out=%d %s kernel: dx",
+             (long long)T, act, with_state, with_dso, bf16_kernel ? "BF16" : "F32");
+    same(what, &gx, &dgx, TOL);
+    snprintf(what, sizeof what, "conv1d_causal_backward T=%lld act=%d state=%d dstate_out=%d %s kernel: dstate_in",
+             (long long)T, act, with_state, with_dso, bf16_kernel ? "BF16" : "F32");
+    same(what, &gs, &dgs, with_state ? TOL : 0);
+    gops->release_weight(gctx, &dw);
+    nnt_tensor *d[] = {&dx, &dsi, &dgy, &dgso, &dgx, &dgs};
+    dfree(6, d);
+    if (wf.data) nnt_tensor_free(&wf);
+    nnt_tensor *h[] = {&x, &w, &si, &gy, &gso, &gx, &gs};
+    hfree(7, h);
+}
+
+/* delta_rule_backward on one configuration: B 2, H 3, K 40, V 70 (K != V). With pads, row 0
+ * has a hole at token T / 2 and row 1 starts with up to three padding tokens. wanted: 0 every
+ * cotangent (o, state_out, every state) and every gradient; 1 o's cotangent alone and dq alone;
+ * 2 no cotangent on o (state_out's and the states' only), every gradient. dstates is replaced
+ * by the total gradients: compared after the call. */
+static void bwd_delta_case(int64_t T, int with_state, int with_pads, int l2norm, int wanted)
+{
+    const int64_t B = 2, H = 3, K = 40, V = 70;
+    nnt_tensor q = hrand(4, B, T, H, K, 0, 1), k = hrand(4, B, T, H, K, 0, 1), v = hrand(4, B, T, H, V, 0, 1);
+    nnt_tensor g = hrand(4, B, T, H, K, 0, 0.3f), beta = hrand(3, B, T, H, 0, 0, 0.5f), s0 = hrand(4, B, H, K, V, 0, 1);
+    for (int64_t i = 0; i < B * T * H * K; i++) ((float *)g.data)[i] = -0.3f - ((float *)g.data)[i];
+    for (int64_t i = 0; i < B * T * H; i++) ((float *)beta.data)[i] += 0.5f;
+    if (!l2norm) /* raw keys: kept small so that the recurrence stays bounded */
+        for (int64_t i = 0; i < B * T * H * K; i++) ((float *)k.data)[i] *= 0.2f;
+    nnt_tensor go = hrand(4, B, T, H, V, 0, 1), gso = hrand(4, B, H, K, V, 0, 1), gst = hrand(5, B, T, H, K, V, 0.5f);
+    uint8_t *valid = malloc((size_t)(B * T));
+    for (int64_t t = 0; t < T; t++) {
+        valid[t] = !(with_pads && T >= 3 && t == T / 2);
+        valid[T + t] = !(with_pads && t < 3 && t < T - 1);
+    }
+    const uint8_t *tv = with_pads ? valid : NULL;
+    nnt_tensor dq = dev(&q), dk = dev(&k), dv = dev(&v), dg = dev(&g), db = dev(&beta), ds0 = dev(&s0);
+    nnt_tensor dgo = dev(&go), dgso = dev(&gso), dgst = dev(&gst);
+    GRAD2(gq, dgq, 4, B, T, H, K, 0);
+    GRAD2(gk, dgk, 4, B, T, H, K, 0);
+    GRAD2(gv, dgv, 4, B, T, H, V, 0);
+    GRAD2(gg, dgg, 4, B, T, H, K, 0);
+    GRAD2(gb, dgb, 3, B, T, H, 0, 0);
+    GRAD2(gs, dgs, 4, B, H, K, V, 0);
+    float scale = l2norm ? 1.0f / sqrtf((float)K) : 0.05f;
+    int all = wanted != 1, with_o = wanted != 2;
+    OK_CPU(cops->delta_rule_backward(cctx, &q, &k, &v, &g, &beta, tv, with_state ? &s0 : NULL, l2norm, scale,
+                                     with_o ? &go : NULL, all ? &gso : NULL, all ? &gst : NULL, &gq, all ? &gk : NULL,
+                                     all ? &gv : NULL, all ? &gg : NULL, all ? &gb : NULL, all ? &gs : NULL, err));
+    OK_GPU(gops->delta_rule_backward(gctx, &dq, &dk, &dv, &dg, &db, tv, with_state ? &ds0 : NULL, l2norm, scale,
+                                     with_o ? &dgo : NULL, all ? &dgso : NULL, all ? &dgst : NULL, &dgq,
+                                     all ? &dgk : NULL, all ? &dgv : NULL, all ? &dgg : NULL, all ? &dgb : NULL,
+                                     all ? &dgs : NULL, err));
+    static const char *modes[3] = {"every gradient", "dq alone from o", "no cotangent on o"};
+    const nnt_tensor *ch[7] = {&gq, &gk, &gv, &gg, &gb, &gs, &gst};
+    const nnt_tensor *cg[7] = {&dgq, &dgk, &dgv, &dgg, &dgb, &dgs, &dgst};
+    static const char *names[7] = {"dq", "dk", "dv", "dg", "dbeta", "dstate_in", "dstates (total)"};
+    for (int i = 0; i < 7; i++) {
+        char what[200];
+        snprintf(what, sizeof what, "delta_rule_backward T=%lld state=%d pads=%d l2norm=%d, %s: %s", (long long)T,
+                 with_state, with_pads, l2norm, modes[wanted], names[i]);
+        same(what, ch[i], cg[i], i == 5 && !with_state ? 0 : TOL); /* no state_in: dstate_in untouched */
+    }
+    free(valid);
+    nnt_tensor *d[] = {&dq, &dk, &dv, &dg, &db, &ds0, &dgo, &dgso, &dgst, &dgq, &dgk, &dgv, &dgg, &dgb, &dgs};
+    dfree(15, d);
+    nnt_tensor *h[] = {&q, &k, &v, &g, &beta, &s0, &go, &gso, &gst, &gq, &gk, &gv, &gg, &gb, &gs};
+    hfree(15, h);
+}
+
+static void test_bwd_recurrent(void)
+{
+    /* the causal convolution */
+    for (int act = 0; act < 2; act++) {
+        bwd_conv_case(13, act, 1, 1, 0);
+        bwd_conv_case(13, act, 0, 0, 0);
+        bwd_conv_case(2, act, 1, 1, 0); /* fewer tokens than the carried state */
+    }
+    bwd_conv_case(1, 1, 1, 1, 0);
+    bwd_conv_case(13, 1, 1, 0, 1);
+    {
+        nnt_tensor x = hrand(3, 2, 5, 7, 0, 0, 1), w = hrand(2, 7, 4, 0, 0, 0, 1), gy = hrand(3, 2, 5, 7, 0, 0, 1);
+        nnt_tensor dx = dev(&x), dw = dev(&w), dgy = dev(&gy), bad = dev(&w);
+        nnt_error e = {0};
+        CU_ASSERT_EQUAL(gops->conv1d_causal_backward(gctx, &dx, &dw, NULL, 1, &dgy, NULL, &bad, NULL, &e),
+                        NNT_ERR_SHAPE);
+        nnt_tensor *d[] = {&dx, &dw, &dgy, &bad};
+        dfree(4, d);
+        nnt_tensor *h[] = {&x, &w, &gy};
+        hfree(3, h);
+    }
+    /* the forget gate, both sides of softplus' threshold */
+    {
+        const int64_t M = 7, H = 3, K = 16, P = H * K;
+        nnt_tensor a = hrand(2, M, P, 0, 0, 0, 10), dt = hrand(1, P, 0, 0, 0, 0, 1), al = hrand(1, H, 0, 0, 0, 0, 1);
+        nnt_tensor gg = hrand(2, M, P, 0, 0, 0, 1);
+        ((float *)a.data)[0] = 25.0f;
+        ((float *)a.data)[P + 5] = 30.0f;
+        nnt_tensor da = dev(&a), ddt = dev(&dt), dal = dev(&al), dgg = dev(&gg);
+        GRAD2(ga, dga, 2, M, P, 0, 0, 0);
+        OK_CPU(cops->kda_gate_backward(cctx, &a, &dt, &al, &gg, &ga, err));
+        OK_GPU(gops->kda_gate_backward(gctx, &da, &ddt, &dal, &dgg, &dga, err));
+        same("kda_gate_backward", &ga, &dga, TOL);
+        nnt_error e = {0};
+        CU_ASSERT_EQUAL(gops->kda_gate_backward(gctx, &da, &ddt, &dal, &dgg, NULL, &e), NNT_OK);
+        CU_ASSERT_EQUAL(gops->kda_gate_backward(gctx, &da, &ddt, &dal, &ddt, &dga, &e), NNT_ERR_SHAPE);
+        nnt_tensor *d[] = {&da, &ddt, &dal, &dgg, &dga};
+        dfree(5, d);
+        nnt_tensor *h[] = {&a, &dt, &al, &gg, &ga};
+        hfree(5, h);
+    }
+    /* sigmoid from its output */
+    {
+        nnt_tensor x = hrand(2, 5, 77, 0, 0, 0, 4), y = host(NNT_F32, 2, 5, 77, 0, 0, 0);
+        nnt_tensor gy = hrand(2, 5, 77, 0, 0, 0, 1);
+        OK_CPU(cops->sigmoid(cctx, &x, &y, err));
+        nnt_tensor dy = dev(&y), dgy = dev(&gy);
+        GRAD2(gx, dgx, 2, 5, 77, 0, 0, 0);
+        OK_CPU(cops->sigmoid_backward(cctx, &y, &gy, &gx, err));
+        OK_GPU(gops->sigmoid_backward(gctx, &dy, &dgy, &dgx, err));
+        same("sigmoid_backward", &gx, &dgx, TOL);
+        nnt_tensor g1 = hrand(2, 5, 76, 0, 0, 0, 1), dg1 = dev(&g1);
+        nnt_error e = {0};
+        CU_ASSERT_EQUAL(gops->sigmoid_backward(gctx, &dy, &dg1, &dgx, &e), NNT_ERR_SHAPE);
+        nnt_tensor *d[] = {&dy, &dgy, &dgx, &dg1};
+        dfree(4, d);
+        nnt_tensor *h[] = {&x, &y, &gy, &gx, &g1};
+        hfree(5, h);
+    }
+    /* the delta rule: 37 tokens (three of the cpu's 16-token recomputed stretches), one token,
+     * exactly one stretch; pads, carried state, raw keys; partial wants */
+    bwd_delta_case(37, 1, 1, 1, 0);
+    bwd_delta_case(37, 0, 0, 1, 0);
+    bwd_delta_case(37, 1, 1, 0, 0);
+    bwd_delta_case(1, 1, 0, 1, 0);
+    bwd_delta_case(16, 1, 1, 1, 0);
+    bwd_delta_case(33, 1, 1, 1, 1);
+    bwd_delta_case(37, 1, 1, 1, 2);
+    {
+        nnt_tensor q = hrand(4, 1, 3, 2, 8, 0, 1), v = hrand(4, 1, 3, 2, 5, 0, 1), beta = hrand(3, 1, 3, 2, 0, 0, 1);
+        nnt_tensor dq = dev(&q), dv = dev(&v), db = dev(&beta);
+        nnt_error e = {0};
+        CU_ASSERT_EQUAL(gops->delta_rule_backward(gctx, &dq, &dq, &dv, &dq, &db, NULL, NULL, 1, 1.0f, &dv, NULL, NULL,
+                                                  &dv, NULL, NULL, NULL, NULL, NULL, &e),
+                        NNT_ERR_SHAPE);
+        nnt_tensor *d[] = {&dq, &dv, &db};
+        dfree(3, d);
+        nnt_tensor *h[] = {&q, &v, &beta};
+        hfree(3, h);
+    }
+    /* the gated RMSNorm: F32 and BF16 gains; both gradients, dx alone, dgate alone */
+    {
+        const int64_t M = 11, D = 70;
+        nnt_tensor x = hrand(2, M, D, 0, 0, 0, 2), gate = hrand(2, M, D, 0, 0, 0, 3), gy = hrand(2, M, D, 0, 0, 0, 1);
+        nnt_tensor w = hrand(1, D, 0, 0, 0, 0, 1), wb = host(NNT_BF16, 1, D, 0, 0, 0, 0);
+        for (int64_t i = 0; i < D; i++) ((uint16_t *)wb.data)[i] = to_bf16(((float *)w.data)[i]);
+        nnt_tensor dx = dev(&x), dgate = dev(&gate), dgy = dev(&gy), dw = dev(&w), dwb = dev(&wb);
+        const nnt_tensor *wh[2] = {&w, &wb}, *wd[2] = {&dw, &dwb};
+        for (int k = 0; k < 2; k++)
+            for (int mode = 0; mode < 3; mode++) {
+                GRAD2(gx, dgx, 2, M, D, 0, 0, 0);
+                GRAD2(gg, dgg, 2, M, D, 0, 0, 0);
+                int wx = mode != 2, wg = mode != 1;
+                OK_CPU(cops->rms_norm_gated_backward(cctx, &x, wh[k], &gate, 1e-5f, &gy, wx ? &gx : NULL,
+                                                     wg ? &gg : NULL, err));
+                OK_GPU(gops->rms_norm_gated_backward(gctx, &dx, wd[k], &dgate, 1e-5f, &dgy, wx ? &dgx : NULL,
+                                                     wg ? &dgg : NULL, err));
+                static const char *modes[3] = {"both", "dx alone", "dgate alone"};
+                char what[128];
+                snprintf(what, sizeof what, "rms_norm_gated_backward, %s gain, %s: dx", k ? "BF16" : "F32",
+                         modes[mode]);
+                same(what, &gx, &dgx, TOL);
+                snprintf(what, sizeof what, "rms_norm_gated_backward, %s gain, %s: dgate", k ? "BF16" : "F32",
+                         modes[mode]);
+                same(what, &gg, &dgg, TOL);
+                nnt_tensor *d[] = {&dgx, &dgg};
+                dfree(2, d);
+                nnt_tensor *h[] = {&gx, &gg};
+                hfree(2, h);
+            }
+        nnt_error e = {0};
+        CU_ASSERT_EQUAL(gops->rms_norm_gated_backward(gctx, &dx, &dw, &dw, 1e-5f, &dgy, &dx, NULL, &e), NNT_ERR_SHAPE);
+        nnt_tensor *d[] = {&dx, &dgate, &dgy, &dw, &dwb};
+        dfree(5, d);
+        nnt_tensor *h[] = {&x, &gate, &gy, &w, &wb};
+        hfree(5, h);
+    }
+}
+
+/* Gradient requests end to end (nnt_trace_grad) on the MiniMax-M2 and Kimi-Linear fp32
+ * fixtures: the cuda runtime's gradients equal the cpu runtime's within 1e-4 of the largest
+ * (every position: both backends treat padding alike). Kimi-Linear's 24 tokens take the delta
+ * rule's backward over two of its recomputed stretches; its states' gradient is the total one. */
 static nnt_tensor grad_on(nnt_runtime *rt, nnt_model *m, const t_ref *r, const char *metric, const char *path)
 {
     nnt_trace *t;
@@ -2754,25 +2974,35 @@ static nnt_tensor grad_on(nnt_runtime *rt, nnt_model *m, const t_ref *r, const c
     return out;
 }
 
-static void test_bwd_trace_grad(void)
+static void trace_grad_on(const char *fixture, const char *const *paths, int n_paths)
 {
-    nnt_model *mc = t_model(rt_cpu, "minimax_m2/fp32"), *mg = t_model(rt_gpu, "minimax_m2/fp32");
+    nnt_model *mc = t_model(rt_cpu, fixture), *mg = t_model(rt_gpu, fixture);
     t_ref r;
-    CU_ASSERT_FATAL(t_ref_open(&r, rt_cpu, "minimax_m2/fp32") == 0);
+    CU_ASSERT_FATAL(t_ref_open(&r, rt_cpu, fixture) == 0);
     const char *metrics[2] = {"logit-diff:11,29", "loss"};
-    const char *paths[3] = {"layers.0.layer_output", "layers.0.attention_norm_output", "layers.0.mlp.router_logits"};
     for (int k = 0; k < 2; k++)
-        for (int p = 0; p < 3; p++) {
+        for (int p = 0; p < n_paths; p++) {
             nnt_tensor a = grad_on(rt_cpu, mc, &r, metrics[k], paths[p]), b = grad_on(rt_gpu, mg, &r, metrics[k], paths[p]);
             double e = t_rel_err(&b, &a, NULL);
             if (e < 0 || e > TOL)
-                fprintf(stderr, "\n  trace_grad %s under %s: cpu and cuda differ (relative %.3g)\n", paths[p], metrics[k], e);
+                fprintf(stderr, "\n  trace_grad %s %s under %s: cpu and cuda differ (relative %.3g)\n", fixture,
+                        paths[p], metrics[k], e);
             CU_ASSERT(e >= 0 && e <= TOL);
             nnt_tensor_free(&a);
             nnt_tensor_free(&b);
         }
     nnt_model_free(mc);
     nnt_model_free(mg);
+}
+
+static void test_bwd_trace_grad(void)
+{
+    static const char *const minimax[3] = {"layers.0.layer_output", "layers.0.attention_norm_output",
+                                           "layers.0.mlp.router_logits"};
+    static const char *const kimi[4] = {"layers.0.attention_norm_output", "layers.0.linear_attn.states",
+                                        "layers.1.linear_attn.attention_keys", "layers.2.linear_attn.decays"};
+    trace_grad_on("minimax_m2/fp32", minimax, 3);
+    trace_grad_on("kimi_linear/fp32", kimi, 4);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -2830,7 +3060,10 @@ int register_tests(void)
         !CU_add_test(s, "backward: router per score function, given indices with repeats", test_bwd_route) ||
         !CU_add_test(s, "backward: gather, scatters with repeated rows, sum over slots, scale_rows", test_bwd_rows) ||
         !CU_add_test(s, "backward: hyper-connections, mix, head, compression", test_bwd_hyper) ||
-        !CU_add_test(s, "backward: a gradient request on MiniMax-M2 fp32, cuda as cpu", test_bwd_trace_grad) ||
+        !CU_add_test(s, "backward: convolution with state, KDA gate, sigmoid, delta rule over 37 tokens, gated RMSNorm",
+                     test_bwd_recurrent) ||
+        !CU_add_test(s, "backward: gradient requests on MiniMax-M2 and Kimi-Linear fp32, cuda as cpu",
+                     test_bwd_trace_grad) ||
         !CU_add_test(s, "every fixture: cpu and cuda agree on every value", test_fixtures) ||
         !CU_add_test(s, "bf16 fixtures at precision = bf16: cpu and cuda as close as bf16 is to fp32",
                      test_fixtures_bf16))
