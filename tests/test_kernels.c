@@ -221,6 +221,62 @@ static void test_kda_gate(void)
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nnt_tensor_free(ts[i]);
 }
 
+/* blas_split = yes (the backend splitting OpenBLAS's products itself, as it does when the process
+ * loaded OpenBLAS's pthreads build): linear_backward on an F32 weight (one sgemm) and on a BF16
+ * weight (panels) against a double-precision dx += dy . w, by rows of dx (M >= K) and by columns
+ * (M < K); the products are large enough to be split. A bad value of the option is refused. */
+static void test_blas_split(void)
+{
+    char path[512];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t_ini_with("kernels_blas_split.ini", "backend.cpu", "blas_split", "yes", path,
+                                            sizeof path));
+    nnt_runtime *rt2 = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(path, &rt2), NNT_OK);
+    nnt_plugin *p = t_cpu_backend(rt2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    const nnt_backend_ops *o = p->backend->ops;
+    static const int64_t SHAPES[2][3] = {{200, 64, 48}, {24, 64, 256}}; /* M, N, K */
+    for (int sh = 0; sh < 2; sh++)
+        for (int bf = 0; bf < 2; bf++) {
+            int64_t M = SHAPES[sh][0], N = SHAPES[sh][1], K = SHAPES[sh][2];
+            nnt_tensor dy = make(2, M, N, 0, 0, 0), dx = make(2, M, K, 0, 0, 0), w;
+            int64_t ws[2] = {N, K};
+            CU_ASSERT_FATAL(nnt_tensor_alloc(&w, bf ? NNT_BF16 : NNT_F32, 2, ws) == NNT_OK);
+            for (int64_t i = 0; i < M * N; i++) ((float *)dy.data)[i] = urand();
+            for (int64_t i = 0; i < M * K; i++) ((float *)dx.data)[i] = urand();
+            for (int64_t i = 0; i < N * K; i++) {
+                if (bf) ((uint16_t *)w.data)[i] = nnt_f32_to_bf16(urand());
+                else ((float *)w.data)[i] = urand();
+            }
+            double *want = malloc((size_t)(M * K) * sizeof *want);
+            const float *g = dy.data, *d0 = dx.data;
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t k = 0; k < K; k++) {
+                    double acc = d0[m * K + k];
+                    for (int64_t n = 0; n < N; n++) acc += (double)g[m * N + n] * nnt_tensor_get_f64(&w, n * K + k);
+                    want[m * K + k] = acc;
+                }
+            nnt_error err = {0};
+            CU_ASSERT_EQUAL(o->linear_backward(p->be_ctx, &dy, &w, &dx, &err), NNT_OK);
+            double worst = 0, scale = 0;
+            for (int64_t i = 0; i < M * K; i++) {
+                worst = fmax(worst, fabs(((float *)dx.data)[i] - want[i]));
+                scale = fmax(scale, fabs(want[i]));
+            }
+            if (worst > 1e-5 * scale) fprintf(stderr, "\n  split %lldx%lldx%lld bf16 %d: worst %.3g of %.3g\n",
+                                              (long long)M, (long long)N, (long long)K, bf, worst, scale);
+            CU_ASSERT(scale > 1.0 && worst <= 1e-5 * scale);
+            free(want);
+            nnt_tensor_free(&dy), nnt_tensor_free(&w), nnt_tensor_free(&dx);
+        }
+    nnt_runtime_close(rt2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t_ini_with("kernels_blas_bad.ini", "backend.cpu", "blas_split", "maybe", path,
+                                            sizeof path));
+    CU_ASSERT_NOT_EQUAL(nnt_runtime_open(path, &rt2), NNT_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_last_error(rt2), "blas_split = 'maybe'"));
+    nnt_runtime_close(rt2);
+}
+
 /* y = x . w^T with F32, BF16 and F16 weights, against a double-precision product of the same
  * (rounded) weights: the few-row kernel (M <= 8) and sgemm / the panel path, K not a multiple of
  * 16. */
@@ -408,6 +464,7 @@ int register_tests(void)
         !CU_add_test(s, "causal convolution carries its state across calls", test_conv_carry) ||
         !CU_add_test(s, "KDA forget gate values", test_kda_gate) ||
         !CU_add_test(s, "linear with F32, BF16 and F16 weights, few rows and panels", test_linear_half) ||
+        !CU_add_test(s, "blas_split = yes: linear_backward split by rows and by columns", test_blas_split) ||
         !CU_add_test(s, "attention with one key/value head for many query heads, few and many queries",
                      test_attention_shared_head) ||
         !CU_add_test(s, "scale_rows by hand, in place, bfloat16, refusals", test_scale_rows) ||

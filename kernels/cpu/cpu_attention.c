@@ -1,6 +1,5 @@
 /* cpu_attention.c - the cpu backend's attention kernels: rotary embedding, masked scores,
  * softmax with an optional sink column, and the value mix. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -93,7 +92,7 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
          * [group T, D] block of queries in one sgemm against its keys, then the mask */
         for (int64_t b = 0; b < B; b++)
             for (int64_t g = 0; g < Hkv; g++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(group * T), (int)S, (int)D, r16 ? 1.0f : scale,
+                cpu_sgemm(c, 0, 1, (int)(group * T), (int)S, (int)D, r16 ? 1.0f : scale,
                             qd + (b * Hq + g * group) * T * D, (int)D, kd + (b * Hkv + g) * S * D, (int)D, 0.0f,
                             sd + (b * Hq + g * group) * T * S, (int)S);
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
@@ -115,7 +114,7 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
             const float *kh = kd + (b * Hkv + h / group) * S * D;
             float *sh = sd + (b * Hq + h) * T * S;
             if (T >= 8) { /* a block of queries: one sgemm (single-threaded inside this loop), then the mask */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)S, (int)D, r16 ? 1.0f : scale, qh,
+                cpu_sgemm(c, 0, 1, (int)T, (int)S, (int)D, r16 ? 1.0f : scale, qh,
                             (int)D, kh, (int)D, 0.0f, sh, (int)S);
                 for (int64_t t = 0; t < T; t++)
                     for (int64_t j = 0; j < S; j++) {
@@ -245,7 +244,7 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
             return st;
         for (int64_t b = 0; b < B; b++)
             for (int64_t g = 0; g < Hkv; g++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(group * T), (int)Dv, (int)S, 1.0f,
+                cpu_sgemm(c, 0, 0, (int)(group * T), (int)Dv, (int)S, 1.0f,
                             pd + (b * Hq + g * group) * T * S, (int)S, vd + (b * Hkv + g) * S * Dv, (int)Dv, 0.0f,
                             tmp + (b * Hq + g * group) * T * Dv, (int)Dv);
         for (int64_t b = 0; b < B; b++)
@@ -257,7 +256,7 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
     }
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)Dv, (int)S, 1.0f,
+            cpu_sgemm(c, 0, 0, (int)T, (int)Dv, (int)S, 1.0f,
                         pd + (b * Hq + h) * T * S, (int)S, vd + (b * Hkv + h / group) * S * Dv, (int)Dv, 0.0f,
                         od + (b * T * Hq + h) * Dv, (int)(Hq * Dv));
     cpu_round_result(c, o);

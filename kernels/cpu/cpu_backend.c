@@ -1,7 +1,6 @@
 /* cpu_backend.c - the cpu kernel backend's descriptor: options, memory, weights, and the op
  * table that points at the cpu_*.c kernels. The reference every other backend is checked
  * against. */
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,7 +14,6 @@
 #endif
 
 /* OpenBLAS's own thread-count setter (not part of the CBLAS standard). */
-extern void openblas_set_num_threads(int num_threads);
 
 nnt_status cpu_error(nnt_error *err, nnt_status st, const char *fmt, ...)
 {
@@ -153,6 +151,7 @@ static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_err
     if (!c) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     c->threads = 1;
     const char *isa = NULL;
+    int split = -1; /* blas_split: auto */
     for (int i = 0; i < opt->count; i++) {
         if (strcmp(opt->keys[i], "threads") == 0) {
             char *end;
@@ -166,10 +165,17 @@ static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_err
             c->threads = (int)v;
         } else if (strcmp(opt->keys[i], "isa") == 0) {
             isa = opt->values[i];
+        } else if (strcmp(opt->keys[i], "blas_split") == 0) {
+            const char *v = opt->values[i];
+            split = !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? 0 : !strcmp(v, "auto") ? -1 : -2;
+            if (split == -2) {
+                cpu_destroy(c);
+                return cpu_error(err, NNT_ERR_CONFIG, "option blas_split = '%s': expected auto, yes or no", v);
+            }
         } else {
             cpu_destroy(c);
-            return cpu_error(err, NNT_ERR_CONFIG, "unknown option '%s' (the cpu backend takes: threads, isa)",
-                             opt->keys[i]);
+            return cpu_error(err, NNT_ERR_CONFIG,
+                             "unknown option '%s' (the cpu backend takes: threads, isa, blas_split)", opt->keys[i]);
         }
     }
     nnt_status st = cpu_pick_kernels(isa, &c->k, err);
@@ -182,7 +188,7 @@ static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_err
         cpu_destroy(c);
         return st;
     }
-    openblas_set_num_threads(c->threads);
+    cpu_blas_setup(c, split);
 #ifdef NNT_HAVE_DNNL
     dnnl_setup(c, isa);
 #endif

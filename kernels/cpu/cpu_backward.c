@@ -2,7 +2,6 @@
  * transposed matrix product on weights in their stored encoding, RMSNorm, gradient
  * accumulation, the axis swap, SwiGLU and the column copy. Each adds into the gradients it is
  * handed (nnt_backend.h, "backward"); bfloat16 flags are ignored, gradients being float32. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -89,7 +88,7 @@ nnt_status cpu_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor
     float *d = dx->data;
     if (M <= CPU_FEW_ROWS) return few_rows(c, g, M, &wv, d, err);
     if (w->dtype == NNT_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, g, (int)N,
+        cpu_sgemm(c, 0, 0, (int)M, (int)K, (int)N, 1.0f, g, (int)N,
                     (const float *)w->data, (int)K, 1.0f, d, (int)K);
         return NNT_OK;
     }
@@ -104,7 +103,7 @@ nnt_status cpu_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor
         int64_t nr = N - n0 < rows ? N - n0 : rows;
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (nr * K > 65536)
         for (int64_t r = 0; r < nr; r += 8) k->decode(&wv, n0 + r, n0 + (r + 8 < nr ? r + 8 : nr), panel + r * K, K);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)nr, 1.0f, g + n0, (int)N, panel,
+        cpu_sgemm(c, 0, 0, (int)M, (int)K, (int)nr, 1.0f, g + n0, (int)N, panel,
                     (int)K, 1.0f, d, (int)K);
     }
     return NNT_OK;

@@ -2,7 +2,6 @@
  * embedding (the transposed rotation, in place), masked scores, softmax (with or without a
  * sink column) and the value mix, grouped heads as the forward. Gradients are float32 and
  * added into (nnt_backend.h, "backward"); rope_backward alone replaces. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -100,7 +99,7 @@ nnt_status cpu_attn_scores_backward(void *ctx, const nnt_tensor *q, const nnt_te
             for (int64_t h = 0; h < Hq; h++) {
                 float *m = panel[thread_id()];
                 masked_head(g, mask, scale, b, h, Hq, T, S, m);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)D, (int)S, 1.0f, m, (int)S,
+                cpu_sgemm(c, 0, 0, (int)T, (int)D, (int)S, 1.0f, m, (int)S,
                             kd + (b * Hkv + h / group) * S * D, (int)D, 1.0f, d + (b * Hq + h) * T * D, (int)D);
             }
     }
@@ -112,7 +111,7 @@ nnt_status cpu_attn_scores_backward(void *ctx, const nnt_tensor *q, const nnt_te
                 for (int64_t h = kh * group; h < (kh + 1) * group; h++) {
                     float *m = panel[thread_id()];
                     masked_head(g, mask, scale, b, h, Hq, T, S, m);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)D, (int)T, 1.0f, m, (int)S,
+                    cpu_sgemm(c, 1, 0, (int)S, (int)D, (int)T, 1.0f, m, (int)S,
                                 qd + (b * Hq + h) * T * D, (int)D, 1.0f, d + (b * Hkv + kh) * S * D, (int)D);
                 }
     }
@@ -173,7 +172,7 @@ nnt_status cpu_attn_mix_backward(void *ctx, const nnt_tensor *p, const nnt_tenso
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
         for (int64_t b = 0; b < B; b++)
             for (int64_t h = 0; h < Hq; h++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)S, (int)Dv, 1.0f,
+                cpu_sgemm(c, 0, 1, (int)T, (int)S, (int)Dv, 1.0f,
                             go + b * T * ldo + h * Dv, (int)ldo, vd + (b * Hkv + h / group) * S * Dv, (int)Dv, 1.0f,
                             d + (b * Hq + h) * T * S, (int)S);
     }
@@ -183,7 +182,7 @@ nnt_status cpu_attn_mix_backward(void *ctx, const nnt_tensor *p, const nnt_tenso
         for (int64_t b = 0; b < B; b++)
             for (int64_t g = 0; g < Hkv; g++)
                 for (int64_t h = g * group; h < (g + 1) * group; h++)
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)Dv, (int)T, 1.0f,
+                    cpu_sgemm(c, 1, 0, (int)S, (int)Dv, (int)T, 1.0f,
                                 pd + (b * Hq + h) * T * S, (int)S, go + b * T * ldo + h * Dv, (int)ldo, 1.0f,
                                 d + (b * Hkv + g) * S * Dv, (int)Dv);
     }

@@ -14,7 +14,6 @@
  *     weight - and use oneDNN's bfloat16 matmul where the CPU runs one, else the float32 matmul
  *     on those bfloat16 values (the same products, float32 accumulation either way).
  * Without oneDNN (or when it refuses a shape), OpenBLAS's sgemm takes each thread's own panel. */
-#include <cblas.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -190,7 +189,7 @@ static nnt_status gemm_openblas(cpu_ctx *c, const float *x, int64_t M, const cpu
     int64_t N = w->rows, K = w->cols;
     int round = bf16 && !exact_in_bf16(w);
     if (w->dtype == NNT_F32 && !round) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K,
+        cpu_sgemm(c, 0, 1, (int)M, (int)N, (int)K, 1.0f, x, (int)K,
                     (const float *)w->data, (int)K, 0.0f, y, (int)N);
         return NNT_OK;
     }
@@ -218,7 +217,7 @@ static nnt_status gemm_openblas(cpu_ctx *c, const float *x, int64_t M, const cpu
             int64_t n0 = ch * rows, nr = N - n0 < rows ? N - n0 : rows;
             k->decode(w, n0, n0 + nr, panel[t], K);
             if (round) k->round_bf16(panel[t], panel[t], nr * K);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)nr, (int)K, 1.0f, x, (int)K, panel[t],
+            cpu_sgemm(c, 0, 1, (int)M, (int)nr, (int)K, 1.0f, x, (int)K, panel[t],
                         (int)K, 0.0f, y + n0, (int)N);
         }
     }

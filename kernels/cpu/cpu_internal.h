@@ -26,7 +26,20 @@ typedef struct cpu_ctx {
     /* oneDNN (NULL without it): its engine and stream, and whether it multiplies bfloat16 here */
     void *dnnl_engine, *dnnl_stream;
     int dnnl_bf16;
+    /* 1 when the OpenBLAS in this process is not its OpenMP build: cpu_sgemm splits the products */
+    int blas_split;
 } cpu_ctx;
+
+/* Asks the OpenBLAS loaded in this process which build it is and sets its threads (cpu_blas.c):
+ * the OpenMP build gets c->threads, any other one thread and c->blas_split = 1; split 0 or 1
+ * (the INI's blas_split) decides instead of the build, -1 lets the build decide. */
+void cpu_blas_setup(cpu_ctx *c, int split);
+/* y [M, N] (rows ldy apart) = alpha op(a) op(b) + beta y, row-major float32, op(a) [M, K] and
+ * op(b) [K, N] (trans_a / trans_b: the stored matrix is the transpose, as cblas_sgemm's
+ * CblasTrans), on OpenBLAS; called outside a parallel region it runs on the backend's team of
+ * c->threads whichever OpenBLAS build was loaded, inside one on the calling thread. No errors. */
+void cpu_sgemm(const cpu_ctx *c, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *y, int64_t ldy);
 
 nnt_status cpu_error(nnt_error *err, nnt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
