@@ -221,15 +221,18 @@ static void test_kda_gate(void)
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nnt_tensor_free(ts[i]);
 }
 
-/* blas_split = yes (the backend splitting OpenBLAS's products itself, as it does when the process
- * loaded OpenBLAS's pthreads build): linear_backward on an F32 weight (one sgemm) and on a BF16
+/* blas_split = yes with gemm = openblas (the backend splitting OpenBLAS's products itself, as it
+ * does when the process loaded OpenBLAS's pthreads build): linear_backward on an F32 weight (one
+ * sgemm) and on a BF16
  * weight (panels) against a double-precision dx += dy . w, by rows of dx (M >= K) and by columns
- * (M < K); the products are large enough to be split. A bad value of the option is refused. */
+ * (M < K); the products are large enough to be split. A bad value of either option is refused. */
 static void test_blas_split(void)
 {
     char path[512];
-    CU_ASSERT_PTR_NOT_NULL_FATAL(t_ini_with("kernels_blas_split.ini", "backend.cpu", "blas_split", "yes", path,
-                                            sizeof path));
+    /* gemm = openblas as well (a second line under the same section): with oneDNN built in the
+     * backward's products would not reach OpenBLAS at all */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t_ini_with("kernels_blas_split.ini", "backend.cpu", "blas_split",
+                                            "yes\ngemm = openblas", path, sizeof path));
     nnt_runtime *rt2 = NULL;
     CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(path, &rt2), NNT_OK);
     nnt_plugin *p = t_cpu_backend(rt2);
@@ -274,6 +277,10 @@ static void test_blas_split(void)
                                             sizeof path));
     CU_ASSERT_NOT_EQUAL(nnt_runtime_open(path, &rt2), NNT_OK);
     CU_ASSERT_PTR_NOT_NULL(strstr(nnt_last_error(rt2), "blas_split = 'maybe'"));
+    nnt_runtime_close(rt2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t_ini_with("kernels_gemm_bad.ini", "backend.cpu", "gemm", "mkl", path, sizeof path));
+    CU_ASSERT_NOT_EQUAL(nnt_runtime_open(path, &rt2), NNT_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_last_error(rt2), "gemm = 'mkl': expected auto or openblas"));
     nnt_runtime_close(rt2);
 }
 

@@ -151,7 +151,8 @@ static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_err
     if (!c) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     c->threads = 1;
     const char *isa = NULL;
-    int split = -1; /* blas_split: auto */
+    int split = -1;    /* blas_split: auto */
+    int use_dnnl = 1; /* gemm: auto (oneDNN where the build has it) */
     for (int i = 0; i < opt->count; i++) {
         if (strcmp(opt->keys[i], "threads") == 0) {
             char *end;
@@ -172,10 +173,18 @@ static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_err
                 cpu_destroy(c);
                 return cpu_error(err, NNT_ERR_CONFIG, "option blas_split = '%s': expected auto, yes or no", v);
             }
+        } else if (strcmp(opt->keys[i], "gemm") == 0) {
+            const char *v = opt->values[i];
+            if (strcmp(v, "auto") != 0 && strcmp(v, "openblas") != 0) {
+                cpu_destroy(c);
+                return cpu_error(err, NNT_ERR_CONFIG, "option gemm = '%s': expected auto or openblas", v);
+            }
+            use_dnnl = strcmp(v, "auto") == 0;
         } else {
             cpu_destroy(c);
             return cpu_error(err, NNT_ERR_CONFIG,
-                             "unknown option '%s' (the cpu backend takes: threads, isa, blas_split)", opt->keys[i]);
+                             "unknown option '%s' (the cpu backend takes: threads, isa, blas_split, gemm)",
+                             opt->keys[i]);
         }
     }
     nnt_status st = cpu_pick_kernels(isa, &c->k, err);
@@ -190,7 +199,9 @@ static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_err
     }
     cpu_blas_setup(c, split);
 #ifdef NNT_HAVE_DNNL
-    dnnl_setup(c, isa);
+    if (use_dnnl) dnnl_setup(c, isa);
+#else
+    (void)use_dnnl;
 #endif
     *out = c;
     return NNT_OK;

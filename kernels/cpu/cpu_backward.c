@@ -62,10 +62,12 @@ static nnt_status few_rows(cpu_ctx *c, const float *g, int64_t M, const cpu_weig
 }
 
 /* dy [M, N] F32, w [N, K] any weight encoding, dx [M, K] F32: dx += dy . w.
- * Few rows of dy: few_rows (any encoding). More: an F32 weight goes to one sgemm as it is; any
+ * Few rows of dy: few_rows (any encoding). More: an F32 weight goes to one product as it is; any
  * other is decoded a panel of rows at a time (the team decoding each panel's rows, at most
  * BWD_PANEL_BYTES of float32: never the whole weight), each panel multiplied into dx by one
- * sgemm with beta = 1, as cpu_gemm.c does for the forward's panels. */
+ * accumulating product, as cpu_gemm.c does for the forward's panels: oneDNN's matmul where the
+ * build has it (measured faster than OpenBLAS's sgemm, as in the forward), else sgemm with
+ * beta = 1. */
 nnt_status cpu_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor *w, nnt_tensor *dx, nnt_error *err)
 {
     cpu_ctx *c = ctx;
@@ -87,7 +89,9 @@ nnt_status cpu_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor
     const float *g = dy->data;
     float *d = dx->data;
     if (M <= CPU_FEW_ROWS) return few_rows(c, g, M, &wv, d, err);
+    int done = 0;
     if (w->dtype == NNT_F32) {
+        if ((st = cpu_gemm_acc(c, M, K, N, g, N, w->data, d, &done, err)) != NNT_OK || done) return st;
         cpu_sgemm(c, 0, 0, (int)M, (int)K, (int)N, 1.0f, g, (int)N,
                     (const float *)w->data, (int)K, 1.0f, d, (int)K);
         return NNT_OK;
@@ -103,8 +107,10 @@ nnt_status cpu_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor
         int64_t nr = N - n0 < rows ? N - n0 : rows;
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (nr * K > 65536)
         for (int64_t r = 0; r < nr; r += 8) k->decode(&wv, n0 + r, n0 + (r + 8 < nr ? r + 8 : nr), panel + r * K, K);
-        cpu_sgemm(c, 0, 0, (int)M, (int)K, (int)nr, 1.0f, g + n0, (int)N, panel,
-                    (int)K, 1.0f, d, (int)K);
+        if ((st = cpu_gemm_acc(c, M, K, nr, g + n0, N, panel, d, &done, err)) != NNT_OK) return st;
+        if (!done)
+            cpu_sgemm(c, 0, 0, (int)M, (int)K, (int)nr, 1.0f, g + n0, (int)N, panel,
+                        (int)K, 1.0f, d, (int)K);
     }
     return NNT_OK;
 }

@@ -103,6 +103,51 @@ static dnnl_status_t matmul(cpu_ctx *c, dnnl_data_type_t dt, const void *x, cons
     return bmatmul(c, dt, 1, x, w, 1, M, N, K, y, ldy);
 }
 
+/* y[M, N] += x[M, K] . w[K, N], all float32 and row-major, x's rows ldx apart (a column block of
+ * a wider matrix), w and y contiguous: one matmul with an accumulating (sum) post-op, the
+ * backward's dx += dy . w on a decoded panel of weight rows. */
+static dnnl_status_t matmul_acc(cpu_ctx *c, const float *x, int64_t ldx, const float *w, int64_t M, int64_t N,
+                                int64_t K, float *y)
+{
+    dnnl_memory_desc_t sm, wm, dm;
+    dnnl_dims_t sd = {M, K}, ss = {ldx, 1}, wd = {K, N}, ws = {N, 1}, dd = {M, N}, ds = {N, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_t a = NULL, b = NULL, o = NULL;
+    dnnl_status_t s = dnnl_memory_desc_init_by_strides(&sm, 2, sd, dnnl_f32, ss);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&wm, 2, wd, dnnl_f32, ws);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_strides(&dm, 2, dd, dnnl_f32, ds);
+    if (s == dnnl_success) s = dnnl_matmul_desc_init(&md, &sm, &wm, NULL, &dm);
+    if (s == dnnl_success) s = dnnl_post_ops_create(&po);
+    if (s == dnnl_success) s = dnnl_post_ops_append_sum(po, 1.0f);
+    if (s == dnnl_success) s = dnnl_primitive_attr_create(&attr);
+    if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(attr, po);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &md, attr, c->dnnl_engine, NULL);
+    if (s == dnnl_success) s = dnnl_primitive_create(&prim, pd);
+    if (s == dnnl_success) s = dnnl_memory_create(&a, &sm, c->dnnl_engine, (void *)x);
+    if (s == dnnl_success) s = dnnl_memory_create(&b, &wm, c->dnnl_engine, (void *)w);
+    if (s == dnnl_success) s = dnnl_memory_create(&o, &dm, c->dnnl_engine, y);
+    if (s == dnnl_success) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, o}};
+#ifdef _OPENMP
+        omp_set_num_threads(c->threads);
+#endif
+        s = dnnl_primitive_execute(prim, c->dnnl_stream, 3, args);
+        if (s == dnnl_success) s = dnnl_stream_wait(c->dnnl_stream);
+    }
+    dnnl_memory_destroy(a);
+    dnnl_memory_destroy(b);
+    dnnl_memory_destroy(o);
+    dnnl_primitive_destroy(prim);
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
+    dnnl_post_ops_destroy(po);
+    return s;
+}
+
 static nnt_status dnnl_fail(nnt_error *err, dnnl_status_t s, const char *what)
 {
     return cpu_error(err, NNT_ERR_BACKEND, "cpu linear: oneDNN's matmul on %s failed: %s", what, dnnl_status2str(s));
@@ -269,6 +314,23 @@ nnt_status cpu_bmm(cpu_ctx *c, int bf16, int64_t batch, int64_t M, int64_t N, in
     *done = 1;
 #else
     (void)c, (void)bf16, (void)batch, (void)M, (void)N, (void)K, (void)x, (void)w, (void)wt, (void)y, (void)err;
+#endif
+    return NNT_OK;
+}
+
+nnt_status cpu_gemm_acc(cpu_ctx *c, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *w,
+                        float *y, int *done, nnt_error *err)
+{
+    *done = 0;
+#ifdef NNT_HAVE_DNNL
+    if (!c->dnnl_engine) return NNT_OK;
+    dnnl_status_t s = matmul_acc(c, x, ldx, w, M, N, K, y);
+    if (s == dnnl_unimplemented) return NNT_OK;
+    if (s != dnnl_success)
+        return cpu_error(err, NNT_ERR_BACKEND, "cpu linear_backward: oneDNN's matmul failed: %s", dnnl_status2str(s));
+    *done = 1;
+#else
+    (void)c, (void)M, (void)N, (void)K, (void)x, (void)ldx, (void)w, (void)y, (void)err;
 #endif
     return NNT_OK;
 }

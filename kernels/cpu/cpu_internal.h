@@ -96,6 +96,10 @@ nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, 
  * operands then hold bfloat16 values). *done = 0 without oneDNN: the caller computes it. */
 nnt_status cpu_bmm(cpu_ctx *c, int bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const float *x,
                    const float *w, int wt, float *y, int *done, nnt_error *err);
+/* y[M, N] += x[M, K] . w[K, N] in float32 on oneDNN (the backward's products on a decoded
+ * weight panel): x's rows ldx apart, w and y contiguous row-major. *done = 0 without oneDNN. */
+nnt_status cpu_gemm_acc(cpu_ctx *c, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *w,
+                        float *y, int *done, nnt_error *err);
 /* 1 when w's decoded values are not all bfloat16 numbers (bfloat16 products round them). */
 int cpu_needs_rounding(const cpu_weight *w);
 /* The weight kernels for `want` (NULL or "auto": the widest this CPU runs). Errors:
