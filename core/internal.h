@@ -234,6 +234,9 @@ typedef struct nnt_ini {
     double grad_memory_gb;  /* memory_gb = GB (1e9 bytes) the kept activations may take; 0 when absent */
     int grad_mode;          /* mode = auto (0), keep (1) or recompute (2) */
     int grad_lines[2];      /* the lines of memory_gb and mode (0: absent) */
+    /* [attention]: how attention runs on long prompts (the family kit's fam_attend) */
+    uint64_t attention_block_bytes; /* block_mb = MiB one block of scores may take; 0 when absent */
+    int attention_lines[1];         /* the line of block_mb (0: absent) */
 } nnt_ini;
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err);

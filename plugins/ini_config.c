@@ -178,6 +178,28 @@ static int grad_key(parse_state *ps, const char *name, const char *value)
     return handler_fail(ps, line, "[grad] mode = '%s': expected auto, keep or recompute", value);
 }
 
+/* [attention] block_mb = MiB (the bound on one block of attention scores, fractions allowed). */
+static int attention_key(parse_state *ps, const char *name, const char *value)
+{
+    nnt_ini *ini = ps->ini;
+    int line = ps->lr->line;
+    if (!name) return 1;
+    if (strcmp(name, "block_mb") != 0)
+        return handler_fail(ps, line, "unknown key '%s' in [attention] (expected block_mb)", name);
+    if (ini->attention_lines[0])
+        return handler_fail(ps, line, "key '%s' appears twice in [attention] (first at line %d)", name,
+                            ini->attention_lines[0]);
+    ini->attention_lines[0] = line;
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || *end || errno || !(v * 1048576.0 >= 1.0 && v <= 1e9))
+        return handler_fail(ps, line, "[attention] block_mb = '%s': expected MiB, a number of at least one byte's "
+                            "worth (fractions allowed)", value);
+    ini->attention_block_bytes = (uint64_t)(v * 1048576.0);
+    return 1;
+}
+
 /* [distributed] transport = FILE, timeout = SECONDS, stages = CUT,CUT,... (ascending block
  * indices >= 1, each the first block of the next rank's stage). */
 static int distributed_key(parse_state *ps, const char *name, const char *value)
@@ -289,11 +311,13 @@ static int handler(void *user, const char *section, const char *name, const char
     }
     if (strcmp(section, "distributed") == 0) return distributed_key(ps, name, value);
     if (strcmp(section, "grad") == 0) return grad_key(ps, name, value);
+    if (strcmp(section, "attention") == 0) return attention_key(ps, name, value);
     if (!section[0])
         return handler_fail(ps, line, "'%s = %s' comes before any section (expected [plugins], [family.NAME], "
-                            "[backend.NAME], [distributed] or [grad] first)", name, value);
+                            "[backend.NAME], [distributed], [grad] or [attention] first)", name, value);
     return handler_fail(ps, ps->lr->section_line,
-                        "unknown section [%s] (expected [plugins], [family.NAME], [backend.NAME], [distributed] or [grad])", section);
+                        "unknown section [%s] (expected [plugins], [family.NAME], [backend.NAME], [distributed], [grad] "
+                        "or [attention])", section);
 }
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)

@@ -295,6 +295,7 @@ static nnt_status run_family(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
         .first_layer = stage->first_layer, .end_layer = stage->end_layer,
         .hidden_in = stage->hidden_in ? &hidden_in : NULL,
         .hidden_out = stage->hidden_out ? &hidden_out : NULL,
+        .attention_block_bytes = m->rt && m->rt->ini ? m->rt->ini->attention_block_bytes : 0,
     };
     nnt_run run = {
         .model = m, .trace = t, .arena = m->arena, .err = err,

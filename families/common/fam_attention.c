@@ -1,5 +1,6 @@
 /* fam_attention.c - softmax attention with its standard values, on the kernel backend:
- * head split, rotary, masked scores, softmax (with an optional sink), value mix, o_proj. */
+ * head split, rotary, the key/value cache, then scores, softmax (with an optional sink) and
+ * value mix through fam_attend (fam_attend.c), o_proj. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,7 +213,7 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
     int64_t Hq = a->num_heads, Hkv = a->num_kv_heads, Dq = a->qk_head_dim, Dv = a->v_head_dim;
     nnt_status st;
     size_t mark = h->arena_mark(run);
-    nnt_tensor qh, kh, vh, kall, vall, scores, probs, ho;
+    nnt_tensor qh, kh, vh, kall, vall, ho;
     int32_t *kpos = NULL;
     uint8_t *kvalid = NULL;
 #define TRY(x)                                                                                                         \
@@ -249,14 +250,8 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
     TRY(h->emit(run, NNT_VALUE_ATTN_KEYS, layer, &kall));
     TRY(h->emit(run, NNT_VALUE_ATTN_VALUES, layer, &vall));
     if (cache) TRY(update_cache(env, cache, B, S, &kall, &vall, kpos, kvalid, err));
-    TRY(fam_alloc(env, run, NNT_F32, &scores, err, NNT_SHAPE(B, Hq, T, S)));
-    TRY(be->attn_scores(bc, &qh, &kall, a->scale, &m, &scores, err));
-    TRY(h->emit(run, NNT_VALUE_ATTN_SCORES, layer, &scores));
-    TRY(fam_alloc(env, run, NNT_F32, &probs, err, NNT_SHAPE(B, Hq, T, S)));
-    TRY(be->softmax(bc, &scores, a->sinks, &probs, err));
-    TRY(h->emit(run, NNT_VALUE_ATTN_PROBABILITIES, layer, &probs));
     TRY(fam_alloc(env, run, NNT_F32, &ho, err, NNT_SHAPE(B, T, Hq, Dv)));
-    TRY(be->attn_mix(bc, &probs, &vall, &ho, err));
+    TRY(fam_attend(env, run, layer, args, &qh, &kall, &vall, a->scale, &m, a->sinks, &ho, err));
     TRY(h->emit(run, NNT_VALUE_ATTN_HEAD_OUTPUTS, layer, &ho));
     TRY(h->emit(run, NNT_VALUE_ATTN_PREMIX, layer, &ho));
     nnt_tensor flat = fam_view(&ho, NNT_SHAPE(M, Hq * Dv));

@@ -395,7 +395,7 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
     int32_t *kpos = calloc((size_t)(B * S), sizeof *kpos), *epos = calloc((size_t)(B * (C ? C : 1)), sizeof *epos);
     uint8_t *kvalid = calloc((size_t)(B * S), 1), *nowin = calloc((size_t)S, 1), *qvalid = calloc((size_t)(B * T), 1);
     uint8_t *allow = ly->kind == CSA ? calloc((size_t)(B * T * S), 1) : NULL;
-    nnt_tensor qr, q, qh, kv, entries, keys, scores, probs, o, tmp, z;
+    nnt_tensor qr, q, qh, kv, entries, keys, o, tmp, z;
     if (!kpos || !epos || !kvalid || !nowin || !qvalid || (ly->kind == CSA && !allow)) {
         st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for block %d's attention masks", L);
         goto done;
@@ -480,17 +480,10 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
             }
         wc->len = (int)n;
     }
-    TRY(fam_alloc(env, run, NNT_F32, &scores, err, NNT_SHAPE(B, Hh, T, S)));
-    TRY(be->attn_scores(bc, &qh, &keys, 1.0f / sqrtf((float)D), &mask, &scores, err));
-    TRY(h->emit(run, NNT_VALUE_ATTN_SCORES, L, &scores));
-    /* the probabilities overwrite the scores (saved or edited by now), and the head outputs
-     * take the place of q (its heads were moved into qh): two [B, T, heads, ...] buffers fewer
-     * at once, a long prompt's largest */
-    probs = scores;
-    TRY(be->softmax(bc, &scores, ly->sinks, &probs, err));
-    TRY(h->emit(run, NNT_VALUE_ATTN_PROBABILITIES, L, &probs));
+    /* the head outputs take the place of q (its heads were moved into qh): one [B, T, heads,
+     * D] buffer fewer at once */
     o = fam_view(&q, NNT_SHAPE(B, T, Hh, D));
-    TRY(be->attn_mix(bc, &probs, &keys, &o, err));
+    TRY(fam_attend(env, run, L, args, &qh, &keys, &keys, 1.0f / sqrtf((float)D), &mask, ly->sinks, &o, err));
     /* the values carried their rotation: turn the output back at the query's position */
     nnt_tensor o4 = fam_view(&o, NNT_SHAPE(M, Hh, (int64_t)1, D));
     TRY(be->rope(bc, &o4, rows->neg_pos, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));

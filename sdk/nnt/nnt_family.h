@@ -77,6 +77,14 @@ typedef struct nnt_forward_args {
     int end_layer;                 /* one past the last block; 0: every block (a whole-model call) */
     const nnt_tensor *hidden_in;   /* F32 [B, T, S, H] entering block first_layer, or NULL */
     nnt_tensor *hidden_out;        /* F32 [B, T, S, H] leaving block end_layer - 1, or NULL */
+
+    /* ---- since ABI 3.9: attention in memory linear in the prompt ----
+     * The most bytes one block of attention scores may take when no pattern of a block is
+     * asked for: the family kit's fam_attend then runs scores, softmax and the value mix over
+     * blocks of queries of at most this size instead of holding the whole [B, heads, T, S]
+     * pattern. 0: the kit's default (FAM_ATTEND_BLOCK_BYTES). The core sets it from the INI's
+     * [attention] block_mb. */
+    uint64_t attention_block_bytes;
 } nnt_forward_args;
 
 /* Routines of the core a plugin may call. struct_size lets a plugin check a routine exists. */

@@ -326,6 +326,30 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
                                  const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
                                  fam_kv_cache *cache, nnt_tensor *out, nnt_error *err);
 
+/* The default bound on one block of attention scores (nnt_forward_args.attention_block_bytes
+ * 0): 64 MiB, about 48 heads by 32 queries by 10,000 keys. */
+#define FAM_ATTEND_BLOCK_BYTES ((uint64_t)64 << 20)
+
+/* Softmax attention from split heads: q [B, Hq, T, D] (rotated), keys [B, Hkv, S, D] and
+ * values [B, Hkv, S, Dv] (backend F32; Hq a multiple of Hkv, query head h reading key/value
+ * head h / (Hq / Hkv)) -> ho [B, T, Hq, Dv] (caller-allocated), with scores = scale * q . k^T
+ * masked by `mask` (its query arrays [B, T], allow [B, T, S]), softmax over the keys with the
+ * sinks (F32 [Hq] host memory, or NULL) joining as one column, and the values mixed by the
+ * probabilities. When block `layer` has a request on attention_scores or
+ * attention_probabilities, or the whole pattern fits in `args`' block bound
+ * (attention_block_bytes, FAM_ATTEND_BLOCK_BYTES when 0 or absent), the [B, Hq, T, S] pattern is
+ * made once and both values are emitted (an edit of the scores reaches the probabilities, one
+ * of the probabilities the mix); otherwise queries go in blocks of at least 16 (the bound over
+ * B * Hq * S * 4 bytes), each block's pattern made, used and released, so memory grows with T * S
+ * / blocks and not T * S. Every query row sees exactly the operations of the whole pattern (the
+ * backend's attn_scores, softmax, attn_mix, and copy_cols moving rows), so the values agree with
+ * the whole pattern's up to the order of a product's sums, on every backend and precision, and
+ * a gradient tape records the blocks like any other ops.
+ * Errors: the backend's, NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_attend(const fam_env *env, nnt_run *run, int layer, const nnt_forward_args *args,
+                      const nnt_tensor *q, const nnt_tensor *keys, const nnt_tensor *values, float scale,
+                      const nnt_attn_mask *mask, const float *sinks, nnt_tensor *ho, nnt_error *err);
+
 /* The padding and position masks of a call, built once per forward: key_valid = query_valid =
  * this call's part of args->attention_mask != 0 (host [B, T], allocated), q_pos = k_pos =
  * args->positions (borrowed), causal. Free with fam_mask_free. Errors: NNT_ERR_OUT_OF_MEMORY. */

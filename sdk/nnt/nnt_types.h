@@ -21,9 +21,10 @@ extern "C" {
  * CHANGELOG.md keeps the history of every version (3.4: the family descriptor's costs and
  * tokenizer hints, tensor_kv_heads moved to the family kit; 3.5: the backward ops; 3.6: scale_rows
  * and its backward; 3.7: the backward of DeepSeek-V4's hyper-connections and compressors; 3.8: the
- * backward of Kimi Delta Attention's recurrent ops). */
+ * backward of Kimi Delta Attention's recurrent ops; 3.9: the attention block bound in
+ * nnt_forward_args). */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 8
+#define NNT_ABI_MINOR 9
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */

@@ -1,0 +1,200 @@
+/* test_attend.c - attention over blocks of queries (the family kit's fam_attend with
+ * [attention] block_mb) against the whole pattern: on every family's fp32 fixture and
+ * MiMo-V2.5's (FP4), a left-padded batch of 60-token rows gives the same logits, block outputs and
+ * head outputs, and the same gradients of the language-model loss, whether the scores are held
+ * whole or 16 queries at a time (within 1e-6 of each value's largest magnitude); a block whose
+ * pattern is asked for is still served whole and equal; and a 3000-token MiniMax-M2 trace
+ * needs under a quarter of the whole pattern's activation memory with the same last logits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "test_util.h"
+
+/* A runtime whose blocks of scores are as small as the kit allows (16 queries). */
+static nnt_runtime *blocked_runtime(void)
+{
+    char ini[1024];
+    CU_ASSERT_FATAL(t_ini_with("attend-blocks.ini", "attention", "block_mb", "0.000001", ini, sizeof ini) != NULL);
+    nnt_runtime *rt = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(ini, &rt), NNT_OK);
+    return rt;
+}
+
+/* Largest |a - b| over the largest |a|; NaNs must coincide. */
+static double rel_diff(const nnt_tensor *a, const nnt_tensor *b)
+{
+    if (!nnt_shape_equal(a->ndim, a->shape, b->ndim, b->shape)) return INFINITY;
+    double scale = 0, diff = 0;
+    for (int64_t j = 0, n = nnt_tensor_numel(a); j < n; j++) {
+        double u = nnt_tensor_get_f64(a, j), v = nnt_tensor_get_f64(b, j);
+        if (isnan(u) || isnan(v)) {
+            if (isnan(u) != isnan(v)) return INFINITY;
+            continue;
+        }
+        scale = fmax(scale, fabs(u));
+        diff = fmax(diff, fabs(u - v));
+    }
+    return scale > 0 ? diff / scale : diff;
+}
+
+/* Rows of T tokens: row 0 whole, row 1 after 6 pads; ids from a fixed sequence below vocab. */
+static void make_rows(int T, int vocab, int32_t *ids, int32_t *mask)
+{
+    for (int b = 0; b < 2; b++)
+        for (int t = 0; t < T; t++) {
+            ids[b * T + t] = (int32_t)((t * 37 + b * 11 + 5) % (vocab - 1)) + 1;
+            mask[b * T + t] = b == 0 || t >= 6;
+        }
+}
+
+static nnt_trace *run(nnt_runtime *rt, nnt_model *m, const int32_t *ids, const int32_t *mask, int T, int grad,
+                      const char *pattern)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "logits"));
+    T_OK(rt, nnt_trace_save(t, "layers.*.layer_output"));
+    nnt_trace_save(t, "layers.*.self_attn.attention_head_outputs"); /* Kimi-Linear: on its MLA blocks only */
+    if (pattern) T_OK(rt, nnt_trace_save(t, pattern));
+    if (grad) {
+        T_OK(rt, nnt_trace_grad(t, "layers.*.layer_output"));
+        T_OK(rt, nnt_trace_metric(t, "loss", NULL, 0));
+    }
+    T_OK(rt, nnt_trace_run(t, ids, mask, 2, T));
+    return t;
+}
+
+/* Every result of a equals b's. */
+static void same_results(const char *dir, const nnt_trace *a, const nnt_trace *b)
+{
+    int na = nnt_trace_result_count(a);
+    CU_ASSERT_EQUAL(na, nnt_trace_result_count(b));
+    CU_ASSERT(na >= 3);
+    for (int i = 0; i < na; i++) {
+        const char *key = NULL;
+        const nnt_tensor *x = NULL;
+        CU_ASSERT_EQUAL_FATAL(nnt_trace_result(a, i, &key, &x), NNT_OK);
+        const nnt_tensor *y = nnt_trace_get(b, key);
+        CU_ASSERT_FATAL(y != NULL);
+        double e = rel_diff(x, y);
+        if (!(e <= 1e-6)) fprintf(stderr, "\n  %s: %s differs by %.3g (relative)\n", dir, key, e);
+        CU_ASSERT(e <= 1e-6);
+    }
+}
+
+static void check_family(const char *dir, const char *pattern)
+{
+    nnt_runtime *whole_rt = t_runtime(), *block_rt = blocked_runtime();
+    nnt_model *mw = t_model(whole_rt, dir), *mb = t_model(block_rt, dir);
+    const nnt_model_info *info = nnt_model_get_info(mw);
+    enum { T = 60 };
+    int32_t ids[2 * T], mask[2 * T];
+    make_rows(T, info->vocab_size, ids, mask);
+    for (int grad = 0; grad < 2; grad++) {
+        nnt_trace *a = run(whole_rt, mw, ids, mask, T, grad, NULL), *b = run(block_rt, mb, ids, mask, T, grad, NULL);
+        same_results(dir, a, b);
+        nnt_trace_free(a);
+        nnt_trace_free(b);
+    }
+    /* a pattern asked for: that block whole, the others in blocks, every value the same */
+    nnt_trace *a = run(whole_rt, mw, ids, mask, T, 0, pattern), *b = run(block_rt, mb, ids, mask, T, 0, pattern);
+    same_results(dir, a, b);
+    char key[128];
+    snprintf(key, sizeof key, "%s", pattern);
+    const nnt_tensor *p = nnt_trace_get(b, key);
+    CU_ASSERT(p != NULL && p->ndim == 4 && p->shape[2] == T);
+    nnt_trace_free(a);
+    nnt_trace_free(b);
+    nnt_model_free(mw);
+    nnt_model_free(mb);
+    nnt_runtime_close(whole_rt);
+    nnt_runtime_close(block_rt);
+}
+
+static void test_minimax(void) { check_family("minimax_m2/fp32", "layers.1.self_attn.attention_probabilities"); }
+static void test_mimo(void) { check_family("mimo_v2_flash/fp32", "layers.1.self_attn.attention_probabilities"); }
+static void test_mimo_v25(void) { check_family("mimo_v2/fp4", "layers.1.self_attn.attention_probabilities"); }
+static void test_kimi(void) { check_family("kimi_linear/fp32", "layers.3.self_attn.attention_probabilities"); }
+static void test_deepseek(void) { check_family("deepseek_v4/fp32", "layers.2.self_attn.attention_probabilities"); }
+
+/* 3000 tokens on MiniMax-M2 (4 heads: a whole pattern of 144 MB per block, held whole under a
+ * bound of 100 GB): in blocks of at most 1 MiB the arena's high water is under a quarter of the
+ * whole pattern's, the last logits equal. */
+static void test_long_prompt(void)
+{
+    char ini[1024], big[1024];
+    CU_ASSERT_FATAL(t_ini_with("attend-1mb.ini", "attention", "block_mb", "1", ini, sizeof ini) != NULL);
+    CU_ASSERT_FATAL(t_ini_with("attend-whole.ini", "attention", "block_mb", "100000", big, sizeof big) != NULL);
+    nnt_runtime *whole_rt = NULL, *block_rt = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(big, &whole_rt), NNT_OK); /* a bound the whole pattern fits */
+    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(ini, &block_rt), NNT_OK);
+    nnt_model *mw = t_model(whole_rt, "minimax_m2/fp32"), *mb = t_model(block_rt, "minimax_m2/fp32");
+    enum { T = 3000 };
+    int32_t *ids = malloc(T * sizeof *ids), *mask = malloc(T * sizeof *mask);
+    CU_ASSERT_FATAL(ids && mask);
+    for (int t = 0; t < T; t++) {
+        ids[t] = (int32_t)((t * 37 + 5) % 255) + 1;
+        mask[t] = 1;
+    }
+    nnt_trace *a, *b;
+    T_OK(whole_rt, nnt_trace_new(mw, &a));
+    T_OK(block_rt, nnt_trace_new(mb, &b));
+    T_OK(whole_rt, nnt_trace_save(a, "logits[:, -1]"));
+    T_OK(block_rt, nnt_trace_save(b, "logits[:, -1]"));
+    T_OK(whole_rt, nnt_trace_run(a, ids, mask, 1, T));
+    T_OK(block_rt, nnt_trace_run(b, ids, mask, 1, T));
+    const nnt_tensor *la = nnt_trace_get(a, "logits"), *lb = nnt_trace_get(b, "logits");
+    CU_ASSERT_FATAL(la && lb);
+    CU_ASSERT(rel_diff(la, lb) <= 1e-6);
+    size_t hw_whole = nnt_arena_high_water(mw->arena), hw_block = nnt_arena_high_water(mb->arena);
+    size_t pattern = (size_t)4 * T * T * sizeof(float);
+    CU_ASSERT(hw_whole >= pattern); /* the whole pattern was held */
+    CU_ASSERT(hw_block * 4 < hw_whole);
+    if (getenv("NNT_ATTEND_VERBOSE"))
+        fprintf(stderr, "\n  3000 tokens: arena high water %zu bytes whole, %zu in blocks\n", hw_whole, hw_block);
+    nnt_trace_free(a);
+    nnt_trace_free(b);
+    free(ids);
+    free(mask);
+    nnt_model_free(mw);
+    nnt_model_free(mb);
+    nnt_runtime_close(whole_rt);
+    nnt_runtime_close(block_rt);
+}
+
+/* [attention] block_mb refuses what is not a size, naming the key, the value and the line. */
+static void test_ini_errors(void)
+{
+    static const char *const BAD[] = {"0", "-1", "lots", "0.0000001"};
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        char ini[1024];
+        CU_ASSERT_FATAL(t_ini_with("attend-bad.ini", "attention", "block_mb", BAD[i], ini, sizeof ini) != NULL);
+        nnt_runtime *rt = NULL;
+        CU_ASSERT_NOT_EQUAL(nnt_runtime_open(ini, &rt), NNT_OK);
+        const char *msg = nnt_last_error(rt);
+        CU_ASSERT(strstr(msg, "[attention] block_mb") != NULL && strstr(msg, BAD[i]) != NULL);
+        nnt_runtime_close(rt);
+    }
+    char ini[1024];
+    CU_ASSERT_FATAL(t_ini_with("attend-bad.ini", "attention", "blocks", "4", ini, sizeof ini) != NULL);
+    nnt_runtime *rt = NULL;
+    CU_ASSERT_NOT_EQUAL(nnt_runtime_open(ini, &rt), NNT_OK);
+    CU_ASSERT(strstr(nnt_last_error(rt), "unknown key 'blocks' in [attention]") != NULL);
+    nnt_runtime_close(rt);
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("attend", NULL, NULL);
+    if (!s) return -1;
+    CU_add_test(s, "MiniMax-M2 in blocks of queries", test_minimax);
+    CU_add_test(s, "MiMo-V2-Flash in blocks of queries", test_mimo);
+    CU_add_test(s, "MiMo-V2.5 in blocks of queries", test_mimo_v25);
+    CU_add_test(s, "Kimi-Linear in blocks of queries", test_kimi);
+    CU_add_test(s, "DeepSeek-V4 in blocks of queries", test_deepseek);
+    CU_add_test(s, "3000 tokens within a quarter of the whole pattern's memory", test_long_prompt);
+    CU_add_test(s, "[attention] block_mb errors", test_ini_errors);
+    return 0;
+}
