@@ -17,7 +17,8 @@ static nnt_status host_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tens
     if (st == NNT_OK) st = nnt_trace_grad_emit(run, slot, layer, t);
     if (st != NNT_OK || slot != NNT_VALUE_LOGITS || !nnt_run_wants(run, NNT_VALUE_NEXT_TOKEN_PROBS, -1))
         return st;
-    /* next_token_probs: softmax of the last position's logits, in float32 */
+    /* next_token_probs: softmax of the last position's logits, in float32 (the last row also
+     * when the readout ran at chosen positions only: they ascend and hold the last) */
     int64_t B = t->shape[0], T = t->shape[1], V = t->shape[2];
     nnt_tensor probs;
     int64_t shape[2] = {B, V};
@@ -305,8 +306,15 @@ static nnt_status run_family(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
     };
     nnt_status st = t ? trace_prepare(t, ss, &run, c->call, err) : NNT_OK;
     if (stage->check_only) return st;
+    /* lm_head only at the positions the trace reads it (the last when it reads none) */
+    int32_t *readout = NULL;
+    int n_readout = 0;
+    if (st == NNT_OK) st = nnt_trace_readout_positions(t, seq, &readout, &n_readout, err);
+    args.logits_positions = readout;
+    args.n_logits_positions = n_readout;
     if (st == NNT_OK && t) st = emit_inputs(&run, ids, c->call);
     if (st == NNT_OK) st = m->family->family->forward(m->impl, &run, &args, err);
+    free(readout);
     /* the weights read in place must still be the files opened (checked on every call, so at
      * every session and generation step): a change explains any other error */
     nnt_status cs = nnt_ck_check_files(m->ckpt, err);

@@ -234,9 +234,10 @@ static nnt_status generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const
     nnt_trace *tr = t ? t : g.own;
     /* each step's logits come from a request of generate's own, added after the caller's (so
      * their edits of logits count); its results are taken out of the trace at every step. Only
-     * the last stage computes logits, and picks the tokens every stage is then given. */
+     * the last stage computes logits, and picks the tokens every stage is then given. The save
+     * reads the last position only, so a prompt's lm_head runs there alone. */
     int last_stage = !link || link->end_layer == m->info.num_layers;
-    if (st == NNT_OK && last_stage) st = nnt_trace_save_every_step(tr, "logits");
+    if (st == NNT_OK && last_stage) st = nnt_trace_save_every_step(tr, "logits[:, -1:]");
     int logits_req = st == NNT_OK && last_stage;
     nnt_tensor lg = {0};
     for (int step = 0; st == NNT_OK && step < o->max_new_tokens && g.n_stopped < batch; step++)

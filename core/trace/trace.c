@@ -261,11 +261,8 @@ static nnt_status slice_parse(nnt_trace *t, const char *text, const char *open, 
     return NNT_OK;
 }
 
-/* Resolves request r's slice on a value of shape [ndim]: one axis_sel per axis. NNT_ERR_INDEX
- * (naming the axis, its name from `axes` when given, e.g. "[batch seq hidden]") when an index
- * falls outside its axis, a range selects nothing or there are more items than axes. */
-static nnt_status slice_resolve(const request *r, const char *path, int ndim, const int64_t *shape, const char *axes,
-                                axis_sel *ax, nnt_error *err)
+nnt_status nnt_trace_slice_resolve(const request *r, const char *path, int ndim, const int64_t *shape, const char *axes,
+                                   axis_sel *ax, nnt_error *err)
 {
     int items = 0;
     for (int i = 0; i < r->n_slice; i++) items += r->slice[i].kind != SL_ELLIPSIS;
@@ -1006,7 +1003,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
                 if (r->n_rows && vi.ndim > 0) shape[0] = r->n_rows; /* the slice applies to the rows kept */
                 nnt_path_format(r->path.slot, l, path, sizeof path);
                 field = ".path";
-                st = slice_resolve(r, path, vi.ndim, shape, vi.axes, ax, rt_err(t));
+                st = nnt_trace_slice_resolve(r, path, vi.ndim, shape, vi.axes, ax, rt_err(t));
             }
             if (st != NNT_OK) {
                 if (r->label && field) nnt_err_prefix(rt_err(t), "%s%s", r->label, r->label_whole ? "" : field);
@@ -1068,10 +1065,15 @@ static nnt_status host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst
  * (nnt_trace_limit_rows), then its slice; a device value passes through host memory once. */
 static nnt_status rows_gather(nnt_run *run, const request *r, const nnt_tensor *v, nnt_tensor *out);
 
-static nnt_status save_copy(nnt_run *run, const request *rq, const char *path, const nnt_tensor *value, nnt_tensor *out)
+static nnt_status save_copy(nnt_run *run, const request *rq, nnt_value_id slot, const char *path,
+                            const nnt_tensor *value, nnt_tensor *out)
 {
+    int narrowed = nnt_trace_readout_narrowed(run, slot, value);
+    if (narrowed && !rq->n_slice)
+        return nnt_err_set(run->err, NNT_ERR_INTERNAL, "save '%s': the readout was computed at %d of %d positions only",
+                           rq->text, (int)value->shape[1], run->dims.seq);
     if (!rq->n_slice && !rq->n_rows) return host_copy(run, value, out);
-    nnt_tensor tmp = {0}, rows = {0};
+    nnt_tensor tmp = {0}, rows = {0}, picked = {0};
     const nnt_tensor *src = value;
     nnt_status st = NNT_OK;
     if (value->device) {
@@ -1087,9 +1089,18 @@ static nnt_status save_copy(nnt_run *run, const request *rq, const char *path, c
         rows = (nnt_tensor){0};
     } else if (st == NNT_OK) {
         axis_sel ax[NNT_MAX_DIMS];
-        st = slice_resolve(rq, path, src->ndim, src->shape, NULL, ax, run->err);
+        int64_t shape[NNT_MAX_DIMS];
+        memcpy(shape, src->shape, sizeof shape);
+        if (narrowed) shape[1] = run->dims.seq; /* the slice names positions of the call */
+        st = nnt_trace_slice_resolve(rq, path, src->ndim, shape, NULL, ax, run->err);
+        if (st == NNT_OK && narrowed) {
+            st = nnt_trace_readout_pick(run, src, &ax[1], &picked);
+            src = &picked;
+            ax[1] = (axis_sel){0, 1, ax[1].count, ax[1].keep}; /* the picked positions, in order */
+        }
         if (st == NNT_OK) st = slice_copy(src, ax, out, run->err);
     }
+    nnt_tensor_free(&picked);
     nnt_tensor_free(&rows);
     nnt_tensor_free(&tmp);
     return st;
@@ -1128,7 +1139,7 @@ nnt_status nnt_trace_push_result(nnt_run *run, int req, nnt_value_id slot, int l
     res->slot = slot;
     res->layer = layer;
     res->step = run->step;
-    nnt_status st = value ? save_copy(run, rq, path + pre, value, &res->t) : NNT_OK;
+    nnt_status st = value ? save_copy(run, rq, slot, path + pre, value, &res->t) : NNT_OK;
     if (st != NNT_OK) {
         free(res->path);
         return st;
@@ -1411,7 +1422,10 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *
     if (!c || c->n == 0) return NNT_OK;
     /* the family contract: a requested value comes as value_info declared it */
     c->emitted++;
-    if (value ? value->dtype != c->dtype || !nnt_shape_equal(value->ndim, value->shape, c->ndim, c->shape)
+    int64_t declared[NNT_MAX_DIMS];
+    memcpy(declared, c->shape, sizeof declared);
+    if (value && nnt_trace_readout_narrowed(run, slot, value)) declared[1] = value->shape[1]; /* at the positions asked */
+    if (value ? value->dtype != c->dtype || !nnt_shape_equal(value->ndim, value->shape, c->ndim, declared)
               : !c->may_be_none) {
         char path[160], want[96], got[96];
         nnt_path_format(slot, layer, path, sizeof path);

@@ -144,6 +144,27 @@ struct nnt_trace {
 };
 
 
+/* Resolves request r's slice on a value of shape [ndim]: one axis_sel per axis. NNT_ERR_INDEX
+ * (naming the axis, its name from `axes` when given, e.g. "[batch seq hidden]") when an index
+ * falls outside its axis, a range selects nothing or there are more items than axes. */
+nnt_status nnt_trace_slice_resolve(const request *r, const char *path, int ndim, const int64_t *shape, const char *axes,
+                                   axis_sel *ax, nnt_error *err);
+
+/* The positions of a call of `seq` tokens at which trace t (NULL: none) reads the readout:
+ * those its saves of lm_head_output and logits slice, the last for next_token_probs, the last
+ * when nothing reads it. *out (allocated, ascending, *n entries) is NULL when every position is
+ * read: a whole save, an edit, a gradient. Errors: NNT_ERR_OUT_OF_MEMORY (err). */
+nnt_status nnt_trace_readout_positions(nnt_trace *t, int seq, int32_t **out, int *n, nnt_error *err);
+/* The readout at chosen positions (trace_readout.c). 1 when value, emitted as `slot`, is the
+ * readout (lm_head_output or logits) computed at the call's nnt_forward_args.logits_positions
+ * only: F32 [B, K, V] with K the positions' count, below the call's seq. */
+int nnt_trace_readout_narrowed(const nnt_run *run, nnt_value_id slot, const nnt_tensor *value);
+/* The positions `sel` picks (axis 1 of [B, T, V], resolved on the call's T) out of such a
+ * narrowed host value src [B, K, V], into a new host tensor *dst [B, sel->count, V]. Errors:
+ * NNT_ERR_INTERNAL (a position the call did not compute), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_trace_readout_pick(const nnt_run *run, const nnt_tensor *src, const axis_sel *sel, nnt_tensor *dst);
+
+
 /* A new request of `kind` on value path `text` (checked: parsed, served, writable for an edit;
  * a slice only on a save or gradient), appended to t's list; *out points into the list until
  * the next request is added. Errors: NNT_ERR_PATH, NNT_ERR_NOT_SERVED, NNT_ERR_READ_ONLY,

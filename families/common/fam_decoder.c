@@ -41,7 +41,7 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
     nnt_attn_mask mask;
     nnt_status st = fam_mask_build(args, &mask, err);
     if (st != NNT_OK) return st;
-    nnt_tensor x, ids, xn, sub, logits;
+    nnt_tensor x, ids, xn, sub;
 #define TRY(e)                                                                                                         \
     do {                                                                                                               \
         if ((st = (e)) != NNT_OK) goto done;                                                                           \
@@ -85,11 +85,7 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
     TRY(be->rms_norm(bc, &x, &d->final_norm, d->eps, &xn, err));
     nnt_tensor f3 = fam_view(&xn, NNT_SHAPE(B, T, H));
     TRY(h->emit(run, NNT_VALUE_FINAL_NORM_OUTPUT, -1, &f3));
-    TRY(fam_alloc(env, run, NNT_F32, &logits, err, NNT_SHAPE(M, V)));
-    TRY(be->linear(bc, &xn, &d->lm_head, &logits, err));
-    nnt_tensor l3 = fam_view(&logits, NNT_SHAPE(B, T, V));
-    TRY(h->emit(run, NNT_VALUE_LM_HEAD_OUTPUT, -1, &l3));
-    TRY(h->emit(run, NNT_VALUE_LOGITS, -1, &l3));
+    TRY(fam_readout(env, run, args, &xn, &d->lm_head, V, err));
 #undef TRY
 done:
     fam_mask_free(&mask);

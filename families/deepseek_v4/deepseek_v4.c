@@ -525,7 +525,7 @@ static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *
     nnt_call_dims dims = {args->batch, args->seq, args->past};
     call_rows rows = {0};
     nnt_status st = NNT_OK;
-    nnt_tensor ids, emb, x, hbuf, post, comb, coll, xn, sub, y, logits;
+    nnt_tensor ids, emb, x, hbuf, post, comb, coll, xn, sub, y;
     rows.first = calloc((size_t)B, sizeof(int32_t));
     rows.count_csa = calloc((size_t)B, sizeof(int32_t));
     rows.count_hca = calloc((size_t)B, sizeof(int32_t));
@@ -611,11 +611,7 @@ static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *
     TRY(be->rms_norm(bc, &y, &m->final_norm, (float)m->eps, &y, err));
     nnt_tensor y3 = fam_view(&y, NNT_SHAPE(B, T, H));
     TRY(h->emit(run, NNT_VALUE_FINAL_NORM_OUTPUT, -1, &y3));
-    TRY(fam_alloc(env, run, NNT_F32, &logits, err, NNT_SHAPE(M, V)));
-    TRY(be->linear(bc, &y, &m->lm_head, &logits, err));
-    nnt_tensor l3 = fam_view(&logits, NNT_SHAPE(B, T, V));
-    TRY(h->emit(run, NNT_VALUE_LM_HEAD_OUTPUT, -1, &l3));
-    TRY(h->emit(run, NNT_VALUE_LOGITS, -1, &l3));
+    TRY(fam_readout(env, run, args, &y, &m->lm_head, V, err));
 done:
     free(rows.first);
     free(rows.count_csa);

@@ -85,6 +85,19 @@ typedef struct nnt_forward_args {
      * pattern. 0: the kit's default (FAM_ATTEND_BLOCK_BYTES). The core sets it from the INI's
      * [attention] block_mb. */
     uint64_t attention_block_bytes;
+
+    /* ---- since ABI 3.10: the readout only where it is read ----
+     * The sequence positions of this call (0 <= p < seq, ascending, no repeats) at which some
+     * request reads lm_head_output or logits: the core gathers them from the trace's saves and
+     * their slices, next_token_probs and generation (the last position). NULL or 0 entries:
+     * every position (a whole save, an edit or a gradient of the logits). A family that honours
+     * it runs lm_head on those rows only and emits lm_head_output and logits as F32
+     * [B, n_logits_positions, V], row (b, k) being position logits_positions[k] of row b (the
+     * family kit's fam_readout does this); one that ignores it emits [B, T, V] as before, and
+     * the core reads the positions it needs from that. Host memory, owned by the core, valid for
+     * the call. */
+    const int32_t *logits_positions;
+    int32_t n_logits_positions;
 } nnt_forward_args;
 
 /* Routines of the core a plugin may call. struct_size lets a plugin check a routine exists. */

@@ -427,7 +427,8 @@ nnt_status fam_stage_store(const fam_env *env, const nnt_forward_args *args, con
  * args->input_ids, runs every block and the readout, emitting token_embeddings [B, T, H];
  * per block layer_input, attention_norm_output, (the mixer's values), layer_mid,
  * mlp_norm_output, mlp_input, (the MLP's values), layer_output, all [B, T, H]; then
- * final_norm_output [B, T, H], lm_head_output and logits [B, T, V]. Edits of each reach what
+ * final_norm_output [B, T, H], lm_head_output and logits (fam_readout: [B, T, V], or [B, K, V]
+ * at the positions args->logits_positions names). Edits of each reach what
  * follows. Each block's scratch is released before the next block.
  * A pipeline stage (fam_stage_blocks) runs only its blocks: it starts from args->hidden_in
  * ([B, T, 1, H]) instead of the embedding when first_layer > 0 (no token_embeddings), and when
@@ -437,6 +438,15 @@ nnt_status fam_stage_store(const fam_env *env, const nnt_forward_args *args, con
  * fam_stage_store's. */
 nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forward_args *args,
                                const fam_decoder *d, nnt_error *err);
+
+/* The readout's lm_head and its values: xn [B * T, H] (backend F32, the final norm's output)
+ * times lm_head into logits, run only at the rows args->logits_positions names (ABI 3.10; every
+ * row when it names none, or the core predates it), emitted as lm_head_output and logits
+ * F32 [B, K, V] with K the positions' count (T for every row), row (b, k) being position
+ * logits_positions[k] of row b. The tensors live in the run's arena until the forward ends.
+ * Errors: the backend's, NNT_ERR_OUT_OF_MEMORY, the emission's. */
+nnt_status fam_readout(const fam_env *env, nnt_run *run, const nnt_forward_args *args, const nnt_tensor *xn,
+                       const nnt_tensor *lm_head, int64_t vocab, nnt_error *err);
 
 /* The readout for the family's `project` (the logit lens): x [M, H] through the final norm and
  * lm_head into logits [M, V] (caller-allocated, backend F32). Errors: the backend's,
