@@ -1,0 +1,114 @@
+/* test_readout.c - lm_head only where it is read: on every family's fixture, saves that slice
+ * logits and lm_head_output by position (and next_token_probs) give the entries of the whole
+ * logits of the same prompt, so the family's readout at the asked positions alone
+ * (nnt_forward_args.logits_positions, the kit's fam_readout) loses nothing; and the positions
+ * the core hands the family are exactly those the saves read. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "core/trace/trace_internal.h"
+#include "test_util.h"
+
+/* Entry [b, p, v] of the whole logits w [B, T, V]. */
+static double whole_at(const nnt_tensor *w, int64_t b, int64_t p, int64_t v)
+{
+    return nnt_tensor_get_f64(w, (b * w->shape[1] + p) * w->shape[2] + v);
+}
+
+/* part [rows, positions, V] (dropped axes given as -1 in rows / positions) equals w's entries. */
+static void same_entries(const char *dir, const char *key, const nnt_tensor *part, const nnt_tensor *w,
+                         const int64_t *rows, int nr, const int64_t *pos, int np)
+{
+    CU_ASSERT_FATAL(part != NULL);
+    int64_t V = w->shape[2];
+    CU_ASSERT_EQUAL_FATAL(nnt_tensor_numel(part), (int64_t)nr * np * V);
+    double scale = 0, diff = 0;
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < np; j++)
+            for (int64_t v = 0; v < V; v++) {
+                double a = whole_at(w, rows[i], pos[j], v), b = nnt_tensor_get_f64(part, ((int64_t)i * np + j) * V + v);
+                scale = fmax(scale, fabs(a));
+                diff = fmax(diff, fabs(a - b));
+            }
+    double e = scale > 0 ? diff / scale : diff;
+    if (!(e <= T_TOL)) fprintf(stderr, "\n  %s: %s differs from the whole logits by %.3g\n", dir, key, e);
+    CU_ASSERT(e <= T_TOL);
+}
+
+static void check_family(const char *dir)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, dir);
+    enum { B = 2, T = 40 };
+    int32_t ids[B * T], mask[B * T];
+    int vocab = nnt_model_get_info(m)->vocab_size;
+    for (int b = 0; b < B; b++) /* row 1 left-padded by 5 */
+        for (int t = 0; t < T; t++) {
+            ids[b * T + t] = (int32_t)((t * 41 + b * 13 + 7) % (vocab - 1)) + 1;
+            mask[b * T + t] = b == 0 || t >= 5;
+        }
+    nnt_trace *whole, *part;
+    T_OK(rt, nnt_trace_new(m, &whole));
+    T_OK(rt, nnt_trace_save(whole, "logits"));
+    T_OK(rt, nnt_trace_run(whole, ids, mask, B, T));
+    T_OK(rt, nnt_trace_new(m, &part));
+    static const char *const SAVES[] = {"logits[:, -1]", "logits[0, 3:9:2]", "lm_head_output[:, 20]", "logits[1, -3:]",
+                                        "next_token_probs"};
+    for (size_t i = 0; i < sizeof SAVES / sizeof *SAVES; i++) T_OK(rt, nnt_trace_save(part, SAVES[i]));
+    T_OK(rt, nnt_trace_run(part, ids, mask, B, T));
+    const nnt_tensor *w = nnt_trace_get(whole, "logits");
+    CU_ASSERT_FATAL(w != NULL && w->ndim == 3 && w->shape[1] == T);
+    const int64_t both[2] = {0, 1}, r0[1] = {0}, r1[1] = {1}, last[1] = {T - 1}, odd[3] = {3, 5, 7}, p20[1] = {20},
+                  tail[3] = {T - 3, T - 2, T - 1};
+    same_entries(dir, "logits[:, -1]", nnt_trace_get(part, "logits"), w, both, 2, last, 1);
+    same_entries(dir, "logits[0, 3:9:2]", nnt_trace_get(part, "logits#1"), w, r0, 1, odd, 3);
+    same_entries(dir, "lm_head_output[:, 20]", nnt_trace_get(part, "lm_head_output"), w, both, 2, p20, 1);
+    same_entries(dir, "logits[1, -3:]", nnt_trace_get(part, "logits#2"), w, r1, 1, tail, 3);
+    /* next_token_probs: the softmax of the last position's whole logits */
+    const nnt_tensor *p = nnt_trace_get(part, "next_token_probs");
+    CU_ASSERT_FATAL(p != NULL && nnt_tensor_numel(p) == (int64_t)B * w->shape[2]);
+    for (int b = 0; b < B; b++) {
+        int64_t V = w->shape[2];
+        double mx = -INFINITY, sum = 0, worst = 0;
+        for (int64_t v = 0; v < V; v++) mx = fmax(mx, whole_at(w, b, T - 1, v));
+        for (int64_t v = 0; v < V; v++) sum += exp(whole_at(w, b, T - 1, v) - mx);
+        for (int64_t v = 0; v < V; v++)
+            worst = fmax(worst, fabs(exp(whole_at(w, b, T - 1, v) - mx) / sum - nnt_tensor_get_f64(p, b * V + v)));
+        CU_ASSERT(worst <= 1e-6);
+    }
+    /* the positions handed to the family: those the slices name and the last, ascending; none
+     * (every position) for the whole save */
+    int32_t *pos = NULL;
+    int n = 0;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL(nnt_trace_readout_positions(part, T, &pos, &n, &err), NNT_OK);
+    static const int32_t WANT[] = {3, 5, 7, 20, T - 3, T - 2, T - 1};
+    CU_ASSERT(pos != NULL && n == 7 && !memcmp(pos, WANT, sizeof WANT));
+    free(pos);
+    CU_ASSERT_EQUAL(nnt_trace_readout_positions(whole, T, &pos, &n, &err), NNT_OK);
+    CU_ASSERT(pos == NULL && n == 0);
+    nnt_trace_free(whole);
+    nnt_trace_free(part);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+static void test_minimax(void) { check_family("minimax_m2/fp32"); }
+static void test_mimo(void) { check_family("mimo_v2_flash/fp32"); }
+static void test_mimo_v25(void) { check_family("mimo_v2/fp4"); }
+static void test_kimi(void) { check_family("kimi_linear/fp32"); }
+static void test_deepseek(void) { check_family("deepseek_v4/fp32"); }
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("readout", NULL, NULL);
+    if (!s) return -1;
+    CU_add_test(s, "MiniMax-M2 logits at the positions read", test_minimax);
+    CU_add_test(s, "MiMo-V2-Flash logits at the positions read", test_mimo);
+    CU_add_test(s, "MiMo-V2.5 logits at the positions read", test_mimo_v25);
+    CU_add_test(s, "Kimi-Linear logits at the positions read", test_kimi);
+    CU_add_test(s, "DeepSeek-V4 logits at the positions read", test_deepseek);
+    return 0;
+}
