@@ -155,7 +155,7 @@ nnt_status nnt_trace_slice_resolve(const request *r, const char *path, int ndim,
  * when nothing reads it. *out (allocated, ascending, *n entries) is NULL when every position is
  * read: a whole save, an edit, a gradient. Errors: NNT_ERR_OUT_OF_MEMORY (err). */
 nnt_status nnt_trace_readout_positions(nnt_trace *t, int seq, int32_t **out, int *n, nnt_error *err);
-/* The readout at chosen positions (trace_readout.c). 1 when value, emitted as `slot`, is the
+/* The readout at chosen positions (trace_readout_rows.c). 1 when value, emitted as `slot`, is the
  * readout (lm_head_output or logits) computed at the call's nnt_forward_args.logits_positions
  * only: F32 [B, K, V] with K the positions' count, below the call's seq. */
 int nnt_trace_readout_narrowed(const nnt_run *run, nnt_value_id slot, const nnt_tensor *value);
