@@ -235,8 +235,13 @@ typedef struct nnt_ini {
     int grad_mode;          /* mode = auto (0), keep (1) or recompute (2) */
     int grad_lines[2];      /* the lines of memory_gb and mode (0: absent) */
     /* [attention]: how attention runs on long prompts (the family kit's fam_attend) */
-    uint64_t attention_block_bytes; /* block_mb = MiB one block of scores may take; 0 when absent */
-    int attention_lines[1];         /* the line of block_mb (0: absent) */
+    uint64_t attention_block_bytes;   /* block_mb = MiB one block of scores may take; 0 when absent */
+    uint64_t attention_pattern_bytes; /* pattern_mb = MiB a pattern a request reads may take; 0: absent */
+    int attention_lines[2];           /* the lines of block_mb and pattern_mb (0: absent) */
+    /* [prefill]: when a prompt runs in chunks (core/trace/trace_chunks.c) */
+    uint64_t prefill_memory_bytes; /* memory_mb = MiB one forward's activations may take; 0 when absent */
+    int prefill_chunk_tokens;      /* chunk_tokens = the chunks' length given outright; 0 when absent */
+    int prefill_lines[2];          /* the lines of memory_mb and chunk_tokens (0: absent) */
 } nnt_ini;
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err);

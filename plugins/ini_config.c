@@ -178,25 +178,56 @@ static int grad_key(parse_state *ps, const char *name, const char *value)
     return handler_fail(ps, line, "[grad] mode = '%s': expected auto, keep or recompute", value);
 }
 
-/* [attention] block_mb = MiB (the bound on one block of attention scores, fractions allowed). */
+/* [attention] block_mb = MiB (the bound on one block of attention scores), pattern_mb = MiB (the
+ * bound on a whole pattern a request reads); fractions allowed. */
 static int attention_key(parse_state *ps, const char *name, const char *value)
 {
     nnt_ini *ini = ps->ini;
     int line = ps->lr->line;
     if (!name) return 1;
-    if (strcmp(name, "block_mb") != 0)
-        return handler_fail(ps, line, "unknown key '%s' in [attention] (expected block_mb)", name);
-    if (ini->attention_lines[0])
+    int k = strcmp(name, "block_mb") == 0 ? 0 : strcmp(name, "pattern_mb") == 0 ? 1 : 2;
+    if (k == 2) return handler_fail(ps, line, "unknown key '%s' in [attention] (expected block_mb or pattern_mb)", name);
+    if (ini->attention_lines[k])
         return handler_fail(ps, line, "key '%s' appears twice in [attention] (first at line %d)", name,
-                            ini->attention_lines[0]);
-    ini->attention_lines[0] = line;
+                            ini->attention_lines[k]);
+    ini->attention_lines[k] = line;
     char *end;
     errno = 0;
     double v = strtod(value, &end);
     if (end == value || *end || errno || !(v * 1048576.0 >= 1.0 && v <= 1e9))
-        return handler_fail(ps, line, "[attention] block_mb = '%s': expected MiB, a number of at least one byte's "
+        return handler_fail(ps, line, "[attention] %s = '%s': expected MiB, a number of at least one byte's "
+                            "worth (fractions allowed)", name, value);
+    *(k == 0 ? &ini->attention_block_bytes : &ini->attention_pattern_bytes) = (uint64_t)(v * 1048576.0);
+    return 1;
+}
+
+/* [prefill] memory_mb = MiB (the bound on one forward's activations, past which a prompt runs in
+ * chunks; fractions allowed), chunk_tokens = N (the chunks' length given outright, >= 1). */
+static int prefill_key(parse_state *ps, const char *name, const char *value)
+{
+    nnt_ini *ini = ps->ini;
+    int line = ps->lr->line;
+    if (!name) return 1;
+    int k = strcmp(name, "memory_mb") == 0 ? 0 : strcmp(name, "chunk_tokens") == 0 ? 1 : 2;
+    if (k == 2) return handler_fail(ps, line, "unknown key '%s' in [prefill] (expected memory_mb or chunk_tokens)", name);
+    if (ini->prefill_lines[k])
+        return handler_fail(ps, line, "key '%s' appears twice in [prefill] (first at line %d)", name,
+                            ini->prefill_lines[k]);
+    ini->prefill_lines[k] = line;
+    char *end;
+    errno = 0;
+    if (k == 1) {
+        long n = strtol(value, &end, 10);
+        if (end == value || *end || errno || n < 1 || n > 1 << 30)
+            return handler_fail(ps, line, "[prefill] chunk_tokens = '%s': expected a whole number of tokens >= 1", value);
+        ini->prefill_chunk_tokens = (int)n;
+        return 1;
+    }
+    double v = strtod(value, &end);
+    if (end == value || *end || errno || !(v * 1048576.0 >= 1.0 && v <= 1e9))
+        return handler_fail(ps, line, "[prefill] memory_mb = '%s': expected MiB, a number of at least one byte's "
                             "worth (fractions allowed)", value);
-    ini->attention_block_bytes = (uint64_t)(v * 1048576.0);
+    ini->prefill_memory_bytes = (uint64_t)(v * 1048576.0);
     return 1;
 }
 
@@ -312,12 +343,13 @@ static int handler(void *user, const char *section, const char *name, const char
     if (strcmp(section, "distributed") == 0) return distributed_key(ps, name, value);
     if (strcmp(section, "grad") == 0) return grad_key(ps, name, value);
     if (strcmp(section, "attention") == 0) return attention_key(ps, name, value);
+    if (strcmp(section, "prefill") == 0) return prefill_key(ps, name, value);
     if (!section[0])
         return handler_fail(ps, line, "'%s = %s' comes before any section (expected [plugins], [family.NAME], "
-                            "[backend.NAME], [distributed], [grad] or [attention] first)", name, value);
+                            "[backend.NAME], [distributed], [grad], [attention] or [prefill] first)", name, value);
     return handler_fail(ps, ps->lr->section_line,
-                        "unknown section [%s] (expected [plugins], [family.NAME], [backend.NAME], [distributed], [grad] "
-                        "or [attention])", section);
+                        "unknown section [%s] (expected [plugins], [family.NAME], [backend.NAME], [distributed], [grad], "
+                        "[attention] or [prefill])", section);
 }
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)

@@ -166,6 +166,41 @@ static void test_long_prompt(void)
     nnt_runtime_close(block_rt);
 }
 
+/* A pattern past [attention] pattern_mb is refused before the forward, naming its bytes and the
+ * key; under the bound it is served. MiniMax-M2's fixture, 2 x 60 tokens, 4 heads: 115200 bytes. */
+static void test_pattern_bound(void)
+{
+    char small[1024], roomy[1024];
+    CU_ASSERT_FATAL(t_ini_with("attend-pattern.ini", "attention", "pattern_mb", "0.1", small, sizeof small) != NULL);
+    CU_ASSERT_FATAL(t_ini_with("attend-pattern2.ini", "attention", "pattern_mb", "0.12", roomy, sizeof roomy) != NULL);
+    nnt_runtime *a = NULL, *b = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(small, &a), NNT_OK);
+    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(roomy, &b), NNT_OK);
+    nnt_model *ma = t_model(a, "minimax_m2/fp32"), *mb = t_model(b, "minimax_m2/fp32");
+    enum { T = 60 };
+    int32_t ids[2 * T], mask[2 * T];
+    make_rows(T, nnt_model_get_info(ma)->vocab_size, ids, mask);
+    nnt_trace *ta, *tb;
+    T_OK(a, nnt_trace_new(ma, &ta));
+    T_OK(b, nnt_trace_new(mb, &tb));
+    T_OK(a, nnt_trace_save(ta, "layers.1.self_attn.attention_probabilities[:, 0, -1]"));
+    T_OK(b, nnt_trace_save(tb, "layers.1.self_attn.attention_probabilities[:, 0, -1]"));
+    CU_ASSERT_EQUAL(nnt_trace_run(ta, ids, mask, 2, T), NNT_ERR_OUT_OF_MEMORY);
+    const char *msg = nnt_last_error(a);
+    CU_ASSERT(strstr(msg, "115200 bytes") != NULL && strstr(msg, "[attention] pattern_mb") != NULL &&
+              strstr(msg, "layers.1.self_attn.attention_probabilities") != NULL);
+    CU_ASSERT_EQUAL(nnt_trace_result_count(ta), 0);
+    T_OK(b, nnt_trace_run(tb, ids, mask, 2, T));
+    const nnt_tensor *p = nnt_trace_get(tb, "layers.1.self_attn.attention_probabilities");
+    CU_ASSERT(p && p->ndim == 2 && p->shape[0] == 2 && p->shape[1] == T);
+    nnt_trace_free(ta);
+    nnt_trace_free(tb);
+    nnt_model_free(ma);
+    nnt_model_free(mb);
+    nnt_runtime_close(a);
+    nnt_runtime_close(b);
+}
+
 /* [attention] block_mb refuses what is not a size, naming the key, the value and the line. */
 static void test_ini_errors(void)
 {
@@ -197,6 +232,7 @@ int register_tests(void)
     CU_add_test(s, "Kimi-Linear in blocks of queries", test_kimi);
     CU_add_test(s, "DeepSeek-V4 in blocks of queries", test_deepseek);
     CU_add_test(s, "3000 tokens within a quarter of the whole pattern's memory", test_long_prompt);
+    CU_add_test(s, "a pattern past [attention] pattern_mb is refused", test_pattern_bound);
     CU_add_test(s, "[attention] block_mb errors", test_ini_errors);
     return 0;
 }

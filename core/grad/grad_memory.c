@@ -11,6 +11,15 @@ static int64_t max64(int64_t a, int64_t b)
     return a > b ? a : b;
 }
 
+void nnt_grad_dims_of(const nnt_model_info *i, nnt_grad_dims *d)
+{
+    *d = (nnt_grad_dims){.layers = i->num_layers, .hidden = i->hidden_size, .streams = i->num_streams,
+                         .heads = i->num_heads, .kv_heads = i->num_kv_heads, .qk_head_dim = i->qk_head_dim,
+                         .head_dim = i->head_dim, .intermediate = i->intermediate_size, .experts = i->num_experts,
+                         .top_k = i->top_k, .vocab = i->vocab_size};
+    if (!d->qk_head_dim) d->qk_head_dim = d->head_dim;
+}
+
 void nnt_grad_memory_estimate(const nnt_grad_dims *d, int64_t batch, int64_t seq, nnt_grad_memory *out)
 {
     memset(out, 0, sizeof *out);
@@ -33,6 +42,7 @@ void nnt_grad_memory_estimate(const nnt_grad_dims *d, int64_t batch, int64_t seq
     out->recompute = (uint64_t)d->layers * out->stream + out->block_keep + out->readout_keep;
     uint64_t logits = tokens * (uint64_t)d->vocab * 4u;
     out->forward = (out->block_keep > logits ? out->block_keep : logits) + out->stream;
+    out->forward_blocked = tokens * (uint64_t)(f - 2 * nh * keys) * 4u + out->stream;
     /* the gradient memory shadows the activation memory the record touched: the forward's, and
      * for recomputation one block's */
     out->gradient_keep = out->forward;

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include <nnt/nnt_types.h>
+
 /* The dimensions the estimate reads (0 where a model has none): blocks, hidden width, residual
  * streams (>= 1), query heads, key/value heads, the queries' and keys' head width, the values' head
  * width, the widest feed-forward intermediate (dense or expert), experts, experts per token,
@@ -27,8 +29,14 @@ typedef struct nnt_grad_memory {
     uint64_t recompute;     /* recomputation: layers x stream (the block inputs) + the largest record
                              * at once (block_keep + readout_keep, for the last block) */
     uint64_t forward;       /* the forward's activations at once: one block's, or the logits */
+    uint64_t forward_blocked; /* the same with attention run in blocks of queries (the kit's fam_attend):
+                               * one block's activations but its pattern, plus the stream; the blocks'
+                               * scores are bounded apart ([attention] block_mb) */
     uint64_t gradient_keep, gradient_recompute; /* the reverse pass's gradient memory in each mode */
 } nnt_grad_memory;
+
+/* The estimate's dimensions from a loaded model's info (qk_head_dim defaults to head_dim). */
+void nnt_grad_dims_of(const nnt_model_info *info, nnt_grad_dims *d);
 
 /* Fills *out for dims d and a call of batch rows of seq tokens (batch, seq >= 1). */
 void nnt_grad_memory_estimate(const nnt_grad_dims *d, int64_t batch, int64_t seq, nnt_grad_memory *out);

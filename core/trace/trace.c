@@ -261,97 +261,6 @@ static nnt_status slice_parse(nnt_trace *t, const char *text, const char *open, 
     return NNT_OK;
 }
 
-nnt_status nnt_trace_slice_resolve(const request *r, const char *path, int ndim, const int64_t *shape, const char *axes,
-                                   axis_sel *ax, nnt_error *err)
-{
-    int items = 0;
-    for (int i = 0; i < r->n_slice; i++) items += r->slice[i].kind != SL_ELLIPSIS;
-    char dims[96];
-    nnt_dims_str(ndim, shape, dims, sizeof dims);
-    if (items > ndim)
-        return nnt_err_set(err, NNT_ERR_INDEX, "save '%s': %d slice items for the %d axes of %s %s", r->text, items, ndim,
-                           path, dims);
-    int d = 0;
-    for (int i = 0; i < r->n_slice; i++) {
-        const struct slice_item *it = &r->slice[i];
-        if (it->kind == SL_ELLIPSIS) {
-            for (int k = 0; k < ndim - items; k++, d++) ax[d] = (axis_sel){0, 1, shape[d], 1};
-            continue;
-        }
-        int64_t n = shape[d];
-        char name[32] = "";
-        if (axes) { /* the d-th word of "[a b c]" */
-            const char *w = axes + (axes[0] == '[');
-            for (int k = 0; k < d && w; k++) {
-                w = strchr(w, ' ');
-                if (w) w++;
-            }
-            size_t len = w ? strcspn(w, " ]") : 0;
-            if (len && len < sizeof name - 3) snprintf(name, sizeof name, " (%.*s)", (int)len, w);
-        }
-        if (it->kind == SL_INDEX) {
-            int64_t x = it->start < 0 ? it->start + n : it->start;
-            if (x < 0 || x >= n)
-                return nnt_err_set(err, NNT_ERR_INDEX, "save '%s': index %lld is outside axis %d%s of size %lld of %s %s",
-                                   r->text, (long long)it->start, d, name, (long long)n, path, dims);
-            ax[d++] = (axis_sel){x, 1, 1, 0};
-            continue;
-        }
-        int64_t a = it->has_start ? it->start : 0, b = it->has_stop ? it->stop : n;
-        a = a < 0 ? a + n : a;
-        b = b < 0 ? b + n : b;
-        a = a < 0 ? 0 : a > n ? n : a; /* ranges are clipped to the axis, as in Python */
-        b = b < 0 ? 0 : b > n ? n : b;
-        int64_t count = b > a ? (b - a + it->step - 1) / it->step : 0;
-        if (count == 0)
-            return nnt_err_set(err, NNT_ERR_INDEX, "save '%s': the range of axis %d%s selects nothing of its %lld entries (%s %s)",
-                               r->text, d, name, (long long)n, path, dims);
-        ax[d++] = (axis_sel){a, it->step, count, 1};
-    }
-    for (; d < ndim; d++) ax[d] = (axis_sel){0, 1, shape[d], 1};
-    return NNT_OK;
-}
-
-/* Copies the selected entries of host tensor src into a new host tensor *dst (the kept axes). */
-static nnt_status slice_copy(const nnt_tensor *src, const axis_sel *ax, nnt_tensor *dst, nnt_error *err)
-{
-    int nd = src->ndim, out_nd = 0;
-    int64_t out_shape[NNT_MAX_DIMS], stride[NNT_MAX_DIMS];
-    size_t es = nnt_dtype_size(src->dtype);
-    int64_t acc = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        stride[d] = acc;
-        acc *= src->shape[d];
-    }
-    for (int d = 0; d < nd; d++)
-        if (ax[d].keep) out_shape[out_nd++] = ax[d].count;
-    if (nnt_tensor_alloc(dst, src->dtype, out_nd, out_shape) != NNT_OK)
-        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory to save a slice");
-    if (nd == 0) {
-        memcpy(dst->data, src->data, es);
-        return NNT_OK;
-    }
-    /* an odometer over every axis but the last; the last axis is copied as a run */
-    int64_t idx[NNT_MAX_DIMS] = {0};
-    const axis_sel *last = &ax[nd - 1];
-    char *out = dst->data;
-    for (;;) {
-        int64_t off = 0;
-        for (int d = 0; d < nd - 1; d++) off += (ax[d].start + idx[d] * ax[d].step) * stride[d];
-        const char *in = (const char *)src->data + (size_t)(off + last->start) * es;
-        if (last->step == 1) {
-            memcpy(out, in, (size_t)last->count * es);
-            out += (size_t)last->count * es;
-        } else {
-            for (int64_t i = 0; i < last->count; i++, out += es) memcpy(out, in + (size_t)(i * last->step) * es, es);
-        }
-        int d = nd - 2;
-        while (d >= 0 && ++idx[d] == ax[d].count) idx[d--] = 0;
-        if (d < 0) break;
-    }
-    return NNT_OK;
-}
-
 nnt_status nnt_trace_save_kind(nnt_trace *t, req_kind kind, const char *path)
 {
     if (!t || !path) return NNT_ERR_INVALID_ARGUMENT;
@@ -962,6 +871,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
 {
     (void)err;
     if (!keep_results) clear_results(t);
+    for (int i = 0; i < t->n_results; i++) t->results[i].chunk_seen = 0; /* a chunk fills its part of each */
     for (int i = 0; i < t->n_keeps; i++) t->keeps[i].valid = 0;
     t->dims = *dims;
     t->step = step;
@@ -972,7 +882,9 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
     if (!t->cells) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
     for (int i = 0; i < t->n_reqs; i++) {
         request *r = &t->reqs[i];
-        if (step < r->step_from || (r->step_to >= 0 && step > r->step_to)) continue;
+        /* the chunks of a prompt are one step, the prompt's */
+        int at = t->window.total ? 0 : step;
+        if (at < r->step_from || (r->step_to >= 0 && at > r->step_to)) continue;
         int lo = r->path.layer, hi = r->path.layer;
         if (r->path.layer == NNT_LAYER_ALL) {
             lo = 0;
@@ -993,14 +905,19 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             nnt_status st = nnt_model_slot_info(t->m, l, r->path.slot, dims, &vi, rt_err(t));
             if (st != NNT_OK) return st;
             if (!vi.served) continue; /* a "*" request skips blocks that lack the value */
+            int token_axis = nnt_trace_token_axis(vi.axes);
+            /* a chunk of a prompt: a value of no token axis (next_token_probs) comes from the last */
+            if (t->window.total && token_axis < 0 && t->window.t0 + t->window.n < t->window.total) continue;
             const char *field = "";
             st = check_shapes(t, r, l, &vi, &field);
+            if (st == NNT_OK) st = nnt_trace_pattern_check(t, r, l, &vi, rt_err(t));
             if (st == NNT_OK && r->n_slice) {
                 axis_sel ax[NNT_MAX_DIMS];
                 char path[160];
                 int64_t shape[NNT_MAX_DIMS];
                 memcpy(shape, vi.shape, sizeof shape);
                 if (r->n_rows && vi.ndim > 0) shape[0] = r->n_rows; /* the slice applies to the rows kept */
+                if (t->window.total && token_axis >= 0) shape[token_axis] = t->window.total; /* the whole prompt's */
                 nnt_path_format(r->path.slot, l, path, sizeof path);
                 field = ".path";
                 st = nnt_trace_slice_resolve(r, path, vi.ndim, shape, vi.axes, ax, rt_err(t));
@@ -1015,6 +932,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             c->ndim = vi.ndim;
             memcpy(c->shape, vi.shape, sizeof c->shape);
             c->may_be_none = vi.may_be_none;
+            c->token_axis = token_axis;
         }
     }
     return NNT_OK;
@@ -1065,9 +983,36 @@ static nnt_status host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst
  * (nnt_trace_limit_rows), then its slice; a device value passes through host memory once. */
 static nnt_status rows_gather(nnt_run *run, const request *r, const nnt_tensor *v, nnt_tensor *out);
 
-static nnt_status save_copy(nnt_run *run, const request *rq, nnt_value_id slot, const char *path,
+/* save_copy for a chunk of a longer prompt: the value on the host, its rows, then the chunk's part
+ * of the whole save written into *out (allocated by the first chunk). */
+static nnt_status window_copy(nnt_run *run, const request *rq, nnt_value_id slot, int layer, const char *path,
+                              const nnt_tensor *value, nnt_tensor *out)
+{
+    const cell *c = cell_at(run->trace, layer, slot);
+    nnt_tensor tmp = {0}, rows = {0};
+    if (!c) return nnt_err_set(run->err, NNT_ERR_INTERNAL, "save '%s': no cell for the value", rq->text);
+    const nnt_tensor *src = value;
+    nnt_status st = NNT_OK;
+    if (value->device) {
+        st = host_copy(run, value, &tmp);
+        src = &tmp;
+    }
+    if (st == NNT_OK && rq->n_rows) {
+        st = rows_gather(run, rq, src, &rows);
+        src = &rows;
+    }
+    if (st == NNT_OK) st = nnt_trace_window_save(run, rq, path, slot, c->token_axis, src, out);
+    nnt_tensor_free(&rows);
+    nnt_tensor_free(&tmp);
+    return st;
+}
+
+static nnt_status save_copy(nnt_run *run, const request *rq, nnt_value_id slot, int layer, const char *path,
                             const nnt_tensor *value, nnt_tensor *out)
 {
+    const cell *c = run->trace->window.total ? cell_at(run->trace, layer, slot) : NULL;
+    if (c && c->token_axis >= 0) return window_copy(run, rq, slot, layer, path, value, out);
+    /* (a value of no token axis, in a chunk of a prompt, is the last chunk's: as in one call) */
     int narrowed = nnt_trace_readout_narrowed(run, slot, value);
     if (narrowed && !rq->n_slice)
         return nnt_err_set(run->err, NNT_ERR_INTERNAL, "save '%s': the readout was computed at %d of %d positions only",
@@ -1098,7 +1043,7 @@ static nnt_status save_copy(nnt_run *run, const request *rq, nnt_value_id slot, 
             src = &picked;
             ax[1] = (axis_sel){0, 1, ax[1].count, ax[1].keep}; /* the picked positions, in order */
         }
-        if (st == NNT_OK) st = slice_copy(src, ax, out, run->err);
+        if (st == NNT_OK) st = nnt_trace_slice_copy(src, ax, out, run->err);
     }
     nnt_tensor_free(&picked);
     nnt_tensor_free(&rows);
@@ -1109,6 +1054,14 @@ static nnt_status save_copy(nnt_run *run, const request *rq, nnt_value_id slot, 
 nnt_status nnt_trace_push_result(nnt_run *run, int req, nnt_value_id slot, int layer, const nnt_tensor *value)
 {
     nnt_trace *t = run->trace;
+    if (t->window.total) /* a later chunk of a prompt: the result its first chunk made, if any */
+        for (int i = 0; i < t->n_results; i++) {
+            result *e = &t->results[i];
+            if (e->occurrence_of_request != req || e->slot != slot || e->layer != layer || e->chunk_seen) continue;
+            e->chunk_seen = 1;
+            if (!value || e->none) return NNT_OK;
+            return save_copy(run, &t->reqs[req], slot, layer, e->path, value, &e->t);
+        }
     if (t->n_results == t->cap_results) {
         int cap = t->cap_results ? 2 * t->cap_results : 32;
         result *g = realloc(t->results, (size_t)cap * sizeof *g);
@@ -1139,12 +1092,13 @@ nnt_status nnt_trace_push_result(nnt_run *run, int req, nnt_value_id slot, int l
     res->slot = slot;
     res->layer = layer;
     res->step = run->step;
-    nnt_status st = value ? save_copy(run, rq, slot, path + pre, value, &res->t) : NNT_OK;
+    nnt_status st = value ? save_copy(run, rq, slot, layer, path + pre, value, &res->t) : NNT_OK;
     if (st != NNT_OK) {
         free(res->path);
         return st;
     }
     res->none = value == NULL;
+    res->chunk_seen = 1;
     t->n_results++;
     return NNT_OK;
 }

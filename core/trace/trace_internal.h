@@ -106,6 +106,7 @@ typedef struct cell {
     int may_be_none;
     int emitted; /* times the family emitted the value in this call */
     int marked;  /* a gradient mark of the value is on the model's tape (trace_grad.c) */
+    int token_axis; /* the axis value_info names "seq" (the call's tokens), or -1 */
 } cell;
 
 typedef struct result {
@@ -115,8 +116,16 @@ typedef struct result {
     int layer;
     int step;
     int none;
+    int chunk_seen; /* chunked prefill: the current chunk's call has written its part */
     nnt_tensor t;
 } result;
+
+/* Chunked prefill (trace_chunks.c): the call being run holds tokens [t0, t0 + n) of a prompt of
+ * `total` tokens run as a session, one call per chunk; saves are resolved on the whole prompt and
+ * each call writes its part of them. total 0: the call is the whole input (no chunks). */
+typedef struct trace_window {
+    int64_t t0, n, total;
+} trace_window;
 
 typedef struct kept {
     int layer;
@@ -141,6 +150,8 @@ struct nnt_trace {
     trace_metric metric;         /* the built-in scalar a gradient request differentiates */
     nnt_tensor metric_logits;    /* host copy of the logits as the forward left them (a metric's input) */
     trace_grad_state grad;       /* how a gradient run goes through the blocks (trace_recompute.c) */
+    trace_window window;         /* the chunk of a longer prompt being run (chunked prefill) */
+    int prefill_calls;           /* forward calls the last nnt_trace_run made: 1, or its chunks */
 };
 
 
@@ -149,6 +160,37 @@ struct nnt_trace {
  * falls outside its axis, a range selects nothing or there are more items than axes. */
 nnt_status nnt_trace_slice_resolve(const request *r, const char *path, int ndim, const int64_t *shape, const char *axes,
                                    axis_sel *ax, nnt_error *err);
+
+/* Copies the entries `ax` selects (one per axis of src, as nnt_trace_slice_resolve gives them) of
+ * host tensor src into a new host tensor *dst of the kept axes (trace_slice.c). Errors:
+ * NNT_ERR_OUT_OF_MEMORY (err). */
+nnt_status nnt_trace_slice_copy(const nnt_tensor *src, const axis_sel *ax, nnt_tensor *dst, nnt_error *err);
+
+/* ---- trace_patterns.c ---- */
+/* The bound on a pattern when the INI's [attention] pattern_mb is absent. */
+#define TRACE_PATTERN_DEFAULT_BYTES ((uint64_t)4096 << 20)
+/* NNT_OK unless request r reads, at block `layer`, a value laid out over queries and keys (vi:
+ * its info for the call) whose bytes exceed [attention] pattern_mb: then NNT_ERR_OUT_OF_MEMORY
+ * (err), naming the value, its shape, its bytes, the bound and the INI file. */
+nnt_status nnt_trace_pattern_check(const nnt_trace *t, const request *r, int layer, const nnt_value_info *vi,
+                                   nnt_error *err);
+
+/* ---- trace_window.c: saves of a chunk of a longer prompt ---- */
+/* The index of the word "seq" in a value's axes ("[batch seq hidden_size]" -> 1), or -1. */
+int nnt_trace_token_axis(const char *axes);
+/* The part of `full` (the token axis's selection resolved on the whole prompt, w->total tokens)
+ * inside the chunk [w->t0, w->t0 + w->n): *local in the chunk's own positions, *first the index in
+ * `full` of its first entry. Returns local->count, 0 when the chunk holds none of it. */
+int64_t nnt_trace_window_select(const trace_window *w, const axis_sel *full, axis_sel *local, int64_t *first);
+/* Writes the chunk's part of save rq into *dst: src is the call's value on the host (rows of
+ * nnt_trace_limit_rows already taken), token_axis its "seq" axis; rq's slice is resolved on the
+ * whole prompt. *dst with no data yet (the first call) is allocated at the whole save's shape,
+ * zeroed, then filled in; later calls fill their part. A readout computed at the call's
+ * logits_positions only (nnt_trace_readout_narrowed) is picked from. Errors: NNT_ERR_INDEX (a
+ * slice outside the prompt), NNT_ERR_SHAPE (a value that changed shape between calls),
+ * NNT_ERR_OUT_OF_MEMORY, NNT_ERR_INTERNAL (run->err). */
+nnt_status nnt_trace_window_save(nnt_run *run, const request *rq, const char *path, nnt_value_id slot, int token_axis,
+                                 const nnt_tensor *src, nnt_tensor *dst);
 
 /* The positions of a call of `seq` tokens at which trace t (NULL: none) reads the readout:
  * those its saves of lm_head_output and logits slice, the last for next_token_probs, the last
@@ -182,6 +224,15 @@ nnt_status nnt_trace_apply_edit(nnt_run *run, const request *r, int layer, nnt_t
 nnt_status nnt_trace_push_result(nnt_run *run, int req, nnt_value_id slot, int layer, const nnt_tensor *value);
 /* Appends a result under key (owned copy of host tensor value). */
 nnt_status nnt_trace_push_named(nnt_trace *t, const char *key, const nnt_tensor *value, nnt_error *err);
+
+/* ---- trace_chunks.c ---- */
+/* nnt_trace_run's prefill in chunks: when one forward of batch x seq tokens would exceed the
+ * INI's [prefill] bound (memory_mb, or chunk_tokens given outright) and every request of t is a
+ * save that chunks can serve (a value with a "seq" axis of the call's tokens, or
+ * next_token_probs), runs the prompt as a session, chunk after chunk, each save filled in part by
+ * part (*ran = 1). Otherwise nothing runs (*ran = 0) and the caller runs one forward. Errors: the
+ * forward's and the session's (the runtime's error). */
+nnt_status nnt_trace_run_chunked(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq, int *ran);
 
 /* ---- trace_grad.c ---- */
 /* The gradient side of an emission of (slot, layer), after nnt_run_emit applied its edits: records

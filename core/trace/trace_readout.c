@@ -6,16 +6,21 @@
 
 #include "trace/trace_internal.h"
 
-/* Marks in need[seq] the positions request r of cell c reads; 0 when it reads every position. */
-static int request_positions(const request *r, const cell *c, int seq, uint8_t *need)
+/* Marks in need[seq] the positions request r of cell c reads; 0 when it reads every position. A
+ * chunk of a longer prompt (w->total > 0) resolves the slice on the whole prompt and marks the
+ * positions inside the chunk. */
+static int request_positions(const request *r, const cell *c, const trace_window *w, int seq, uint8_t *need)
 {
     if (r->kind != REQ_SAVE || !r->n_slice || c->ndim != 3 || c->shape[1] != seq) return 0;
     int64_t shape[NNT_MAX_DIMS];
     memcpy(shape, c->shape, sizeof shape);
     if (r->n_rows) shape[0] = r->n_rows;
+    if (w->total) shape[1] = w->total;
     axis_sel ax[NNT_MAX_DIMS];
     nnt_error scratch = {0}; /* a slice that does not resolve is reported by the save itself */
     if (nnt_trace_slice_resolve(r, "logits", 3, shape, NULL, ax, &scratch) != NNT_OK) return 0;
+    int64_t first;
+    if (w->total) nnt_trace_window_select(w, &ax[1], &ax[1], &first);
     for (int64_t i = 0; i < ax[1].count; i++) need[ax[1].start + i * ax[1].step] = 1;
     return 1;
 }
@@ -31,7 +36,7 @@ nnt_status nnt_trace_readout_positions(nnt_trace *t, int seq, int32_t **out, int
     static const nnt_value_id readout[2] = {NNT_VALUE_LOGITS, NNT_VALUE_LM_HEAD_OUTPUT};
     for (int s = 0; t && s < 2 && !every; s++) {
         const cell *c = nnt_trace_cell(t, -1, readout[s]);
-        for (int i = 0; c && i < c->n && !every; i++) every = !request_positions(&t->reqs[c->ids[i]], c, seq, need);
+        for (int i = 0; c && i < c->n && !every; i++) every = !request_positions(&t->reqs[c->ids[i]], c, &t->window, seq, need);
     }
     const cell *probs = t ? nnt_trace_cell(t, -1, NNT_VALUE_NEXT_TOKEN_PROBS) : NULL;
     if (probs && probs->n > 0) need[seq - 1] = 1; /* next_token_probs: the last position */

@@ -12,17 +12,6 @@
 #include "grad/grad_memory.h"
 #include "grad/tape.h"
 
-/* The estimate's dimensions from a loaded model's info. */
-static void dims_of(const nnt_model *m, nnt_grad_dims *d)
-{
-    const nnt_model_info *i = &m->info;
-    *d = (nnt_grad_dims){.layers = i->num_layers, .hidden = i->hidden_size, .streams = i->num_streams,
-                         .heads = i->num_heads, .kv_heads = i->num_kv_heads, .qk_head_dim = i->qk_head_dim,
-                         .head_dim = i->head_dim, .intermediate = i->intermediate_size, .experts = i->num_experts,
-                         .top_k = i->top_k, .vocab = i->vocab_size};
-    if (!d->qk_head_dim) d->qk_head_dim = d->head_dim;
-}
-
 void nnt_trace_grad_memory(nnt_trace *t, int mode, double bound_bytes)
 {
     if (!t) return;
@@ -35,7 +24,7 @@ nnt_status nnt_trace_grad_choose(nnt_trace *t, int batch, int seq, int blocks, t
     nnt_model *m = t->m;
     const nnt_ini *ini = m->rt->ini;
     nnt_grad_dims d;
-    dims_of(m, &d);
+    nnt_grad_dims_of(&m->info, &d);
     if (blocks > 0 && blocks < d.layers) d.layers = blocks; /* one pipeline stage's blocks */
     nnt_grad_memory gm;
     nnt_grad_memory_estimate(&d, batch, seq, &gm);

@@ -1,5 +1,6 @@
-/* trace_run.c - running a trace: a whole forward, one pipeline stage, or the checks of a
- * stage alone (the C API's nnt_trace_run, nnt_trace_run_stage, nnt_trace_check_stage). */
+/* trace_run.c - running a trace: a whole forward (in chunks for a long prompt), one pipeline
+ * stage, or the checks of a stage alone (the C API's nnt_trace_run, nnt_trace_run_stage,
+ * nnt_trace_check_stage). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,10 @@ nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, 
     nnt_model *m = nnt_trace_model(t);
     nnt_err_clear(&m->rt->err);
     if (nnt_trace_wants_grad(t)) return nnt_trace_run_grad(t, ids, mask, batch, seq);
+    int chunked = 0; /* a long prompt, in chunks when the trace allows (trace_chunks.c) */
+    nnt_status st = nnt_trace_run_chunked(t, ids, mask, batch, seq, &chunked);
+    if (st != NNT_OK || chunked) return st;
+    t->prefill_calls = 1;
     return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, NULL, &m->rt->err);
 }
 

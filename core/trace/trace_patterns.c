@@ -1,0 +1,43 @@
+/* trace_patterns.c - the bound on an attention pattern a request reads: a value laid out over
+ * queries and keys ([batch num_heads query key]) is held whole for the call that emits it, so a
+ * long prompt's would take T^2 memory; past [attention] pattern_mb it is refused before the
+ * forward, naming its bytes and the key that raises the bound. */
+#include <string.h>
+
+#include "trace/trace_internal.h"
+
+/* 1 when axes ("[a b c]") hold the words "query" and "key". */
+static int over_queries_and_keys(const char *axes)
+{
+    int q = 0, k = 0;
+    for (const char *w = axes ? axes + (axes[0] == '[') : ""; *w && *w != ']';) {
+        size_t len = strcspn(w, " ]");
+        q |= len == 5 && strncmp(w, "query", 5) == 0;
+        k |= len == 3 && strncmp(w, "key", 3) == 0;
+        w += len;
+        while (*w == ' ') w++;
+    }
+    return q && k;
+}
+
+nnt_status nnt_trace_pattern_check(const nnt_trace *t, const request *r, int layer, const nnt_value_info *vi,
+                                   nnt_error *err)
+{
+    if (!over_queries_and_keys(vi->axes)) return NNT_OK;
+    const nnt_ini *ini = t->m->rt->ini;
+    uint64_t bound = ini && ini->attention_pattern_bytes ? ini->attention_pattern_bytes : TRACE_PATTERN_DEFAULT_BYTES;
+    uint64_t bytes = nnt_dtype_size(vi->dtype);
+    for (int d = 0; d < vi->ndim; d++) bytes *= (uint64_t)vi->shape[d];
+    if (bytes <= bound) return NNT_OK;
+    char path[160], dims[96];
+    nnt_path_format(r->path.slot, layer, path, sizeof path);
+    nnt_dims_str(vi->ndim, vi->shape, dims, sizeof dims);
+    return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY,
+                       "'%s' asks for %s, a pattern of %s %s in this call: %llu bytes (%.3f GB) held at once (a "
+                       "slice is cut from the whole pattern), over the %llu bytes of [attention] pattern_mb (%s); "
+                       "raise pattern_mb in %s or trace fewer tokens",
+                       r->text, path, nnt_dtype_name(vi->dtype), dims, (unsigned long long)bytes, (double)bytes / 1e9,
+                       (unsigned long long)bound,
+                       ini && ini->attention_pattern_bytes ? "as set" : "its default, 4096 MiB",
+                       t->m->rt->config_path ? t->m->rt->config_path : "the INI");
+}
