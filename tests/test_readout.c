@@ -2,7 +2,9 @@
  * logits and lm_head_output by position (and next_token_probs) give the entries of the whole
  * logits of the same prompt, so the family's readout at the asked positions alone
  * (nnt_forward_args.logits_positions, the kit's fam_readout) loses nothing; and the positions
- * the core hands the family are exactly those the saves read. */
+ * the core hands the family are exactly those the saves read; and a gradient of a metric at chosen
+ * positions, computed from the readout at those positions alone, equals the one computed from
+ * every position. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,14 +85,85 @@ static void check_family(const char *dir)
     int32_t *pos = NULL;
     int n = 0;
     nnt_error err = {0};
-    CU_ASSERT_EQUAL(nnt_trace_readout_positions(part, T, &pos, &n, &err), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_trace_readout_positions(part, B, T, mask, &pos, &n, &err), NNT_OK);
     static const int32_t WANT[] = {3, 5, 7, 20, T - 3, T - 2, T - 1};
     CU_ASSERT(pos != NULL && n == 7 && !memcmp(pos, WANT, sizeof WANT));
     free(pos);
-    CU_ASSERT_EQUAL(nnt_trace_readout_positions(whole, T, &pos, &n, &err), NNT_OK);
+    CU_ASSERT_EQUAL(nnt_trace_readout_positions(whole, B, T, mask, &pos, &n, &err), NNT_OK);
     CU_ASSERT(pos == NULL && n == 0);
     nnt_trace_free(whole);
     nnt_trace_free(part);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
+/* Largest |a - b| over the largest |a| (shapes must agree). */
+static double rel_diff(const nnt_tensor *a, const nnt_tensor *b)
+{
+    if (!a || !b || !nnt_shape_equal(a->ndim, a->shape, b->ndim, b->shape)) return INFINITY;
+    double scale = 0, diff = 0;
+    for (int64_t j = 0, n = nnt_tensor_numel(a); j < n; j++) {
+        scale = fmax(scale, fabs(nnt_tensor_get_f64(a, j)));
+        diff = fmax(diff, fabs(nnt_tensor_get_f64(a, j) - nnt_tensor_get_f64(b, j)));
+    }
+    return scale > 0 ? diff / scale : diff;
+}
+
+/* A gradient of a metric at chosen positions (logit-diff at each row's 2nd real token and its
+ * last) computes the readout there alone - positions {2, 7, 39} for rows of 40 and 35 real tokens -
+ * and gives the metric and every block's layer_output gradient of the readout at every position
+ * (a whole save of the logits asks for them all), within T_TOL; in both memory modes. */
+static void check_grad(const char *dir)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, dir);
+    enum { B = 2, T = 40 };
+    int32_t ids[B * T], mask[B * T];
+    int vocab = nnt_model_get_info(m)->vocab_size;
+    for (int b = 0; b < B; b++) /* row 1 left-padded by 5 */
+        for (int t = 0; t < T; t++) {
+            ids[b * T + t] = (int32_t)((t * 23 + b * 7 + 11) % (vocab - 1)) + 1;
+            mask[b * T + t] = b == 0 || t >= 5;
+        }
+    static const int POS[] = {2, -1};
+    for (int mode = TRACE_GRAD_KEEP; mode <= TRACE_GRAD_RECOMPUTE; mode++) {
+        nnt_trace *t[2];
+        for (int k = 0; k < 2; k++) {
+            T_OK(rt, nnt_trace_new(m, &t[k]));
+            T_OK(rt, nnt_trace_grad(t[k], "layers.*.layer_output"));
+            T_OK(rt, nnt_trace_metric(t[k], "logit-diff:3,5", POS, 2));
+            if (k == 1) T_OK(rt, nnt_trace_save(t[k], "logits"));
+            nnt_trace_grad_memory(t[k], mode, 0);
+            T_OK(rt, nnt_trace_run(t[k], ids, mask, B, T));
+        }
+        /* the positions asked of the family, from the cells of the trace's last call: in keep mode
+         * the one forward (recomputation's last call reruns block 0, which holds no readout) */
+        if (mode == TRACE_GRAD_KEEP) {
+            int32_t *pos = NULL;
+            int n = 0;
+            nnt_error err = {0};
+            CU_ASSERT_EQUAL(nnt_trace_readout_positions(t[0], B, T, mask, &pos, &n, &err), NNT_OK);
+            static const int32_t WANT[] = {2, 7, T - 1};
+            CU_ASSERT(pos != NULL && n == 3 && !memcmp(pos, WANT, sizeof WANT));
+            free(pos);
+            CU_ASSERT_EQUAL(nnt_trace_readout_positions(t[1], B, T, mask, &pos, &n, &err), NNT_OK);
+            CU_ASSERT(pos == NULL);
+        }
+        int count = nnt_trace_result_count(t[0]), grads = 0;
+        CU_ASSERT(count >= 2);
+        for (int i = 0; i < count; i++) {
+            const char *key = NULL;
+            const nnt_tensor *x = NULL;
+            CU_ASSERT_EQUAL_FATAL(nnt_trace_result(t[0], i, &key, &x), NNT_OK);
+            double e = rel_diff(x, nnt_trace_get(t[1], key));
+            grads += strncmp(key, "grad:", 5) == 0;
+            if (!(e <= T_TOL)) fprintf(stderr, "\n  %s (mode %d): %s differs by %.3g\n", dir, mode, key, e);
+            CU_ASSERT(e <= T_TOL);
+        }
+        CU_ASSERT(grads == nnt_model_get_info(m)->num_layers);
+        nnt_trace_free(t[0]);
+        nnt_trace_free(t[1]);
+    }
     nnt_model_free(m);
     nnt_runtime_close(rt);
 }
@@ -100,6 +173,11 @@ static void test_mimo(void) { check_family("mimo_v2_flash/fp32"); }
 static void test_mimo_v25(void) { check_family("mimo_v2/fp4"); }
 static void test_kimi(void) { check_family("kimi_linear/fp32"); }
 static void test_deepseek(void) { check_family("deepseek_v4/fp32"); }
+static void test_grad_minimax(void) { check_grad("minimax_m2/fp32"); }
+static void test_grad_mimo(void) { check_grad("mimo_v2_flash/fp32"); }
+static void test_grad_mimo_v25(void) { check_grad("mimo_v2/fp4"); }
+static void test_grad_kimi(void) { check_grad("kimi_linear/fp32"); }
+static void test_grad_deepseek(void) { check_grad("deepseek_v4/fp32"); }
 
 int register_tests(void)
 {
@@ -110,5 +188,10 @@ int register_tests(void)
     CU_add_test(s, "MiMo-V2.5 logits at the positions read", test_mimo_v25);
     CU_add_test(s, "Kimi-Linear logits at the positions read", test_kimi);
     CU_add_test(s, "DeepSeek-V4 logits at the positions read", test_deepseek);
+    CU_add_test(s, "MiniMax-M2 gradient of a metric at chosen positions", test_grad_minimax);
+    CU_add_test(s, "MiMo-V2-Flash gradient of a metric at chosen positions", test_grad_mimo);
+    CU_add_test(s, "MiMo-V2.5 gradient of a metric at chosen positions", test_grad_mimo_v25);
+    CU_add_test(s, "Kimi-Linear gradient of a metric at chosen positions", test_grad_kimi);
+    CU_add_test(s, "DeepSeek-V4 gradient of a metric at chosen positions", test_grad_deepseek);
     return 0;
 }

@@ -309,7 +309,7 @@ static nnt_status run_family(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
     /* lm_head only at the positions the trace reads it (the last when it reads none) */
     int32_t *readout = NULL;
     int n_readout = 0;
-    if (st == NNT_OK) st = nnt_trace_readout_positions(t, seq, &readout, &n_readout, err);
+    if (st == NNT_OK) st = nnt_trace_readout_positions(t, batch, seq, c->call, &readout, &n_readout, err);
     args.logits_positions = readout;
     args.n_logits_positions = n_readout;
     if (st == NNT_OK && t) st = emit_inputs(&run, ids, c->call);

@@ -61,6 +61,9 @@ static void clear_results(nnt_trace *t)
     t->n_results = 0;
     for (int i = 0; i < t->n_keeps; i++) t->keeps[i].valid = 0;
     nnt_tensor_free(&t->metric_logits);
+    free(t->metric_rows);
+    t->metric_rows = NULL;
+    t->n_metric_rows = 0;
 }
 
 void nnt_trace_metric_clear(nnt_trace *t)
@@ -68,6 +71,9 @@ void nnt_trace_metric_clear(nnt_trace *t)
     free(t->metric.positions);
     free(t->metric.text);
     nnt_tensor_free(&t->metric_logits);
+    free(t->metric_rows);
+    t->metric_rows = NULL;
+    t->n_metric_rows = 0;
     memset(&t->metric, 0, sizeof t->metric);
 }
 

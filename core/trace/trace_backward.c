@@ -67,13 +67,32 @@ static nnt_status loss(const nnt_tensor *lg, const int32_t *ids, const int32_t *
     return NNT_OK;
 }
 
-/* The metric's value and its cotangent on the logits (g [B, T, V], zeroed by the caller). */
+/* The row of metric_logits holding position s of the call: s itself, or its index among the
+ * positions the readout was computed at (t->metric_rows); -1 when it was not computed. */
+static int64_t metric_row(const nnt_trace *t, int64_t s)
+{
+    if (!t->metric_rows) return s;
+    int64_t lo = 0, hi = t->n_metric_rows; /* binary search: the positions ascend */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (t->metric_rows[mid] < s) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < t->n_metric_rows && t->metric_rows[lo] == s ? lo : -1;
+}
+
+/* The metric's value and its cotangent on the logits (g shaped as metric_logits, [B, T, V] or
+ * [B, K, V] at the K positions of metric_rows; zeroed by the caller). */
 static nnt_status metric_eval(nnt_trace *t, const int32_t *ids, const int32_t *mask, float *g, double *out)
 {
     const trace_metric *m = &t->metric;
     const nnt_tensor *lg = &t->metric_logits;
     nnt_error *err = &t->m->rt->err;
-    int64_t B = lg->shape[0], T = lg->shape[1], V = lg->shape[2];
+    int64_t B = lg->shape[0], K = lg->shape[1], V = lg->shape[2];
+    int64_t T = t->metric_rows ? t->dims.seq : K; /* the call's tokens */
+    if (t->metric_rows && m->kind == TM_LOSS)
+        return nnt_err_set(err, NNT_ERR_INTERNAL, "metric 'loss': the logits were computed at %lld of %lld positions",
+                           (long long)K, (long long)T);
     if (m->kind != TM_LOSS && (m->a >= V || m->b >= V))
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "metric '%s': token id %d is outside the vocabulary [0, %lld)",
                            m->text, m->a >= V ? m->a : m->b, (long long)V);
@@ -94,11 +113,17 @@ static nnt_status metric_eval(nnt_trace *t, const int32_t *ids, const int32_t *m
                 /* a row's p-th real token (left padding first), or p from its end */
                 int64_t s = pos[k] >= 0 ? T - len + pos[k] : T + pos[k];
                 if (s < T - len || s >= T) continue;
-                int64_t at = (b * T + s) * V;
+                int64_t row = metric_row(t, s);
+                if (row < 0) {
+                    st = nnt_err_set(err, NNT_ERR_INTERNAL, "metric '%s': position %lld's logits were not computed",
+                                     m->text, (long long)s);
+                    break;
+                }
+                int64_t at = (b * K + row) * V;
                 total += metric_at(m, (const float *)lg->data + at, V, p, g + at);
                 rows++;
             }
-            if (!rows)
+            if (st == NNT_OK && !rows)
                 st = nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
                                  "metric '%s': no row has position %d (rows of up to %lld real tokens; negative counts "
                                  "from the end)", m->text, pos[k], (long long)T);

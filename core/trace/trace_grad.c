@@ -269,6 +269,17 @@ nnt_status nnt_trace_grad_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_t
             st = be->ops.download(be->be_ctx, t->metric_logits.data, value->data, bytes, run->err);
         else
             memcpy(t->metric_logits.data, value->data, bytes);
+        /* computed at the positions the metric reads alone: which those rows are */
+        free(t->metric_rows);
+        t->metric_rows = NULL;
+        t->n_metric_rows = 0;
+        if (st == NNT_OK && nnt_trace_readout_narrowed(run, slot, value)) {
+            int k = run->args->n_logits_positions;
+            if (!(t->metric_rows = malloc((size_t)k * sizeof *t->metric_rows)))
+                return nnt_err_set(run->err, NNT_ERR_OUT_OF_MEMORY, "no memory for the metric's positions");
+            memcpy(t->metric_rows, run->args->logits_positions, (size_t)k * sizeof *t->metric_rows);
+            t->n_metric_rows = k;
+        }
     }
     return st;
 }

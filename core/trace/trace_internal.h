@@ -149,6 +149,9 @@ struct nnt_trace {
     int next_from, next_to;      /* step range given to requests added from now on */
     trace_metric metric;         /* the built-in scalar a gradient request differentiates */
     nnt_tensor metric_logits;    /* host copy of the logits as the forward left them (a metric's input) */
+    int32_t *metric_rows;        /* the positions metric_logits' rows are (the readout computed there
+                                  * alone, ascending), NULL: every position of the call */
+    int n_metric_rows;
     trace_grad_state grad;       /* how a gradient run goes through the blocks (trace_recompute.c) */
     trace_window window;         /* the chunk of a longer prompt being run (chunked prefill) */
     int prefill_calls;           /* forward calls the last nnt_trace_run made: 1, or its chunks */
@@ -192,11 +195,15 @@ int64_t nnt_trace_window_select(const trace_window *w, const axis_sel *full, axi
 nnt_status nnt_trace_window_save(nnt_run *run, const request *rq, const char *path, nnt_value_id slot, int token_axis,
                                  const nnt_tensor *src, nnt_tensor *dst);
 
-/* The positions of a call of `seq` tokens at which trace t (NULL: none) reads the readout:
- * those its saves of lm_head_output and logits slice, the last for next_token_probs, the last
+/* The positions of a call of batch x seq tokens (mask int32 [batch, seq], 1 for a real token;
+ * NULL: all real) at which trace t (NULL: none) reads the readout: those its saves of
+ * lm_head_output and logits slice, those a metric of chosen positions reads (logit-diff, prob,
+ * logprob: each row's p-th real token, or p from its end), the last for next_token_probs, the last
  * when nothing reads it. *out (allocated, ascending, *n entries) is NULL when every position is
- * read: a whole save, an edit, a gradient. Errors: NNT_ERR_OUT_OF_MEMORY (err). */
-nnt_status nnt_trace_readout_positions(nnt_trace *t, int seq, int32_t **out, int *n, nnt_error *err);
+ * read: a whole save, an edit, the loss, a gradient or cotangent of the readout itself. Errors:
+ * NNT_ERR_OUT_OF_MEMORY (err). */
+nnt_status nnt_trace_readout_positions(nnt_trace *t, int batch, int seq, const int32_t *mask, int32_t **out, int *n,
+                                       nnt_error *err);
 /* The readout at chosen positions (trace_readout_rows.c). 1 when value, emitted as `slot`, is the
  * readout (lm_head_output or logits) computed at the call's nnt_forward_args.logits_positions
  * only: F32 [B, K, V] with K the positions' count, below the call's seq. */

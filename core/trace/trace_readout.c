@@ -25,18 +25,41 @@ static int request_positions(const request *r, const cell *c, const trace_window
     return 1;
 }
 
-nnt_status nnt_trace_readout_positions(nnt_trace *t, int seq, int32_t **out, int *n, nnt_error *err)
+/* Marks in need[seq] the positions metric m reads in each row of the call (mask [batch, seq] or
+ * NULL): a row's p-th real token (left padding first), or p from its end; 0 for the loss, which
+ * reads every position. The positions no row has are left for the metric to report. */
+static int metric_positions(const trace_metric *m, int batch, int seq, const int32_t *mask, uint8_t *need)
+{
+    if (m->kind != TM_LOGIT_DIFF && m->kind != TM_PROB && m->kind != TM_LOGPROB) return 0;
+    int last = -1, n = m->n_positions ? m->n_positions : 1;
+    const int *pos = m->n_positions ? m->positions : &last;
+    for (int b = 0; b < batch; b++) {
+        int len = 0;
+        for (int s = 0; s < seq; s++) len += !mask || mask[(int64_t)b * seq + s];
+        for (int k = 0; k < n; k++) {
+            int s = pos[k] >= 0 ? seq - len + pos[k] : seq + pos[k];
+            if (s >= seq - len && s < seq) need[s] = 1;
+        }
+    }
+    return 1;
+}
+
+nnt_status nnt_trace_readout_positions(nnt_trace *t, int batch, int seq, const int32_t *mask, int32_t **out, int *n,
+                                       nnt_error *err)
 {
     *out = NULL;
     *n = 0;
-    if (t && nnt_trace_wants_grad(t)) return NNT_OK; /* the gradient tape follows the whole readout */
     uint8_t *need = calloc((size_t)seq, 1);
     if (!need) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     int every = 0;
     static const nnt_value_id readout[2] = {NNT_VALUE_LOGITS, NNT_VALUE_LM_HEAD_OUTPUT};
     for (int s = 0; t && s < 2 && !every; s++) {
         const cell *c = nnt_trace_cell(t, -1, readout[s]);
-        for (int i = 0; c && i < c->n && !every; i++) every = !request_positions(&t->reqs[c->ids[i]], c, &t->window, seq, need);
+        for (int i = 0; c && i < c->n && !every; i++) {
+            const request *r = &t->reqs[c->ids[i]];
+            every = r->kind == REQ_COTANGENT && r->metric ? !metric_positions(&t->metric, batch, seq, mask, need)
+                                                          : !request_positions(r, c, &t->window, seq, need);
+        }
     }
     const cell *probs = t ? nnt_trace_cell(t, -1, NNT_VALUE_NEXT_TOKEN_PROBS) : NULL;
     if (probs && probs->n > 0) need[seq - 1] = 1; /* next_token_probs: the last position */
