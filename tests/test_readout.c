@@ -39,6 +39,16 @@ static void same_entries(const char *dir, const char *key, const nnt_tensor *par
     CU_ASSERT(e <= T_TOL);
 }
 
+/* B rows of T ids below vocab, row 1 left-padded by 5. */
+static void make_rows(int B, int T, int vocab, int32_t *ids, int32_t *mask)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            ids[b * T + t] = (int32_t)((t * 41 + b * 13 + 7) % (vocab - 1)) + 1;
+            mask[b * T + t] = b == 0 || t >= 5;
+        }
+}
+
 static void check_family(const char *dir)
 {
     nnt_runtime *rt = t_runtime();
@@ -46,11 +56,7 @@ static void check_family(const char *dir)
     enum { B = 2, T = 40 };
     int32_t ids[B * T], mask[B * T];
     int vocab = nnt_model_get_info(m)->vocab_size;
-    for (int b = 0; b < B; b++) /* row 1 left-padded by 5 */
-        for (int t = 0; t < T; t++) {
-            ids[b * T + t] = (int32_t)((t * 41 + b * 13 + 7) % (vocab - 1)) + 1;
-            mask[b * T + t] = b == 0 || t >= 5;
-        }
+    make_rows(B, T, vocab, ids, mask);
     nnt_trace *whole, *part;
     T_OK(rt, nnt_trace_new(m, &whole));
     T_OK(rt, nnt_trace_save(whole, "logits"));
@@ -120,11 +126,7 @@ static void check_grad(const char *dir)
     enum { B = 2, T = 40 };
     int32_t ids[B * T], mask[B * T];
     int vocab = nnt_model_get_info(m)->vocab_size;
-    for (int b = 0; b < B; b++) /* row 1 left-padded by 5 */
-        for (int t = 0; t < T; t++) {
-            ids[b * T + t] = (int32_t)((t * 23 + b * 7 + 11) % (vocab - 1)) + 1;
-            mask[b * T + t] = b == 0 || t >= 5;
-        }
+    make_rows(B, T, vocab, ids, mask);
     static const int POS[] = {2, -1};
     for (int mode = TRACE_GRAD_KEEP; mode <= TRACE_GRAD_RECOMPUTE; mode++) {
         nnt_trace *t[2];

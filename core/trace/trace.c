@@ -989,52 +989,46 @@ static nnt_status host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst
  * (nnt_trace_limit_rows), then its slice; a device value passes through host memory once. */
 static nnt_status rows_gather(nnt_run *run, const request *r, const nnt_tensor *v, nnt_tensor *out);
 
-/* save_copy for a chunk of a longer prompt: the value on the host, its rows, then the chunk's part
- * of the whole save written into *out (allocated by the first chunk). */
-static nnt_status window_copy(nnt_run *run, const request *rq, nnt_value_id slot, int layer, const char *path,
-                              const nnt_tensor *value, nnt_tensor *out)
+/* value on the host (a device value copied into *tmp) with request rq's rows taken (into *rows,
+ * nnt_trace_limit_rows); *src is the result: value, *tmp or *rows. */
+static nnt_status host_rows(nnt_run *run, const request *rq, const nnt_tensor *value, nnt_tensor *tmp,
+                            nnt_tensor *rows, const nnt_tensor **src)
 {
-    const cell *c = cell_at(run->trace, layer, slot);
-    nnt_tensor tmp = {0}, rows = {0};
-    if (!c) return nnt_err_set(run->err, NNT_ERR_INTERNAL, "save '%s': no cell for the value", rq->text);
-    const nnt_tensor *src = value;
     nnt_status st = NNT_OK;
+    *src = value;
     if (value->device) {
-        st = host_copy(run, value, &tmp);
-        src = &tmp;
+        st = host_copy(run, value, tmp);
+        *src = tmp;
     }
     if (st == NNT_OK && rq->n_rows) {
-        st = rows_gather(run, rq, src, &rows);
-        src = &rows;
+        st = rows_gather(run, rq, *src, rows);
+        *src = rows;
     }
-    if (st == NNT_OK) st = nnt_trace_window_save(run, rq, path, slot, c->token_axis, src, out);
-    nnt_tensor_free(&rows);
-    nnt_tensor_free(&tmp);
     return st;
 }
 
 static nnt_status save_copy(nnt_run *run, const request *rq, nnt_value_id slot, int layer, const char *path,
                             const nnt_tensor *value, nnt_tensor *out)
 {
+    nnt_tensor tmp = {0}, rows = {0}, picked = {0};
+    const nnt_tensor *src = value;
+    nnt_status st = NNT_OK;
+    /* a chunk of a longer prompt: its part of the whole save (allocated by the first chunk); a
+     * value of no token axis there is the last chunk's, saved as in one call */
     const cell *c = run->trace->window.total ? cell_at(run->trace, layer, slot) : NULL;
-    if (c && c->token_axis >= 0) return window_copy(run, rq, slot, layer, path, value, out);
-    /* (a value of no token axis, in a chunk of a prompt, is the last chunk's: as in one call) */
+    if (c && c->token_axis >= 0) {
+        st = host_rows(run, rq, value, &tmp, &rows, &src);
+        if (st == NNT_OK) st = nnt_trace_window_save(run, rq, path, slot, c->token_axis, src, out);
+        nnt_tensor_free(&rows);
+        nnt_tensor_free(&tmp);
+        return st;
+    }
     int narrowed = nnt_trace_readout_narrowed(run, slot, value);
     if (narrowed && !rq->n_slice)
         return nnt_err_set(run->err, NNT_ERR_INTERNAL, "save '%s': the readout was computed at %d of %d positions only",
                            rq->text, (int)value->shape[1], run->dims.seq);
     if (!rq->n_slice && !rq->n_rows) return host_copy(run, value, out);
-    nnt_tensor tmp = {0}, rows = {0}, picked = {0};
-    const nnt_tensor *src = value;
-    nnt_status st = NNT_OK;
-    if (value->device) {
-        st = host_copy(run, value, &tmp);
-        src = &tmp;
-    }
-    if (st == NNT_OK && rq->n_rows) {
-        st = rows_gather(run, rq, src, &rows);
-        src = &rows;
-    }
+    st = host_rows(run, rq, value, &tmp, &rows, &src);
     if (st == NNT_OK && !rq->n_slice) { /* the rows alone: handed over as they are */
         *out = rows;
         rows = (nnt_tensor){0};
