@@ -13,17 +13,12 @@
 #include "core/trace/trace_internal.h"
 #include "test_util.h"
 
-/* Largest |a - b| over the largest |a| (shapes must agree). */
+/* t_rel_err of a against b (test_util.h), infinite when either is missing or they disagree in
+ * shape, dtype or infinities. */
 static double rel_diff(const nnt_tensor *a, const nnt_tensor *b)
 {
-    if (!a || !b || a->dtype != b->dtype || !nnt_shape_equal(a->ndim, a->shape, b->ndim, b->shape)) return INFINITY;
-    double scale = 0, diff = 0;
-    for (int64_t j = 0, n = nnt_tensor_numel(a); j < n; j++) {
-        double u = nnt_tensor_get_f64(a, j), v = nnt_tensor_get_f64(b, j);
-        scale = fmax(scale, fabs(u));
-        diff = fmax(diff, fabs(u - v));
-    }
-    return scale > 0 ? diff / scale : diff;
+    double e = a && b && a->dtype == b->dtype ? t_rel_err(a, b, NULL) : -1;
+    return e < 0 ? INFINITY : e;
 }
 
 /* A runtime with [prefill] key = value and, when block_mb is given, [attention] block_mb. */

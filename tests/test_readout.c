@@ -103,16 +103,12 @@ static void check_family(const char *dir)
     nnt_runtime_close(rt);
 }
 
-/* Largest |a - b| over the largest |a| (shapes must agree). */
+/* t_rel_err of a against b (test_util.h), infinite when either is missing or they disagree in
+ * shape, dtype or infinities. */
 static double rel_diff(const nnt_tensor *a, const nnt_tensor *b)
 {
-    if (!a || !b || !nnt_shape_equal(a->ndim, a->shape, b->ndim, b->shape)) return INFINITY;
-    double scale = 0, diff = 0;
-    for (int64_t j = 0, n = nnt_tensor_numel(a); j < n; j++) {
-        scale = fmax(scale, fabs(nnt_tensor_get_f64(a, j)));
-        diff = fmax(diff, fabs(nnt_tensor_get_f64(a, j) - nnt_tensor_get_f64(b, j)));
-    }
-    return scale > 0 ? diff / scale : diff;
+    double e = a && b && a->dtype == b->dtype ? t_rel_err(a, b, NULL) : -1;
+    return e < 0 ? INFINITY : e;
 }
 
 /* A gradient of a metric at chosen positions (logit-diff at each row's 2nd real token and its
