@@ -237,7 +237,8 @@ typedef struct nnt_ini {
     /* [attention]: how attention runs on long prompts (the family kit's fam_attend) */
     uint64_t attention_block_bytes;   /* block_mb = MiB one block of scores may take; 0 when absent */
     uint64_t attention_pattern_bytes; /* pattern_mb = MiB a pattern a request reads may take; 0: absent */
-    int attention_lines[2];           /* the lines of block_mb and pattern_mb (0: absent) */
+    int attention_unfused;            /* fused = no: never the backend's attn_fused (default yes: 0) */
+    int attention_lines[3];           /* the lines of block_mb, pattern_mb and fused (0: absent) */
     /* [prefill]: when a prompt runs in chunks (core/trace/trace_chunks.c) */
     uint64_t prefill_memory_bytes; /* memory_mb = MiB one forward's activations may take; 0 when absent */
     int prefill_chunk_tokens;      /* chunk_tokens = the chunks' length given outright; 0 when absent */

@@ -179,18 +179,26 @@ static int grad_key(parse_state *ps, const char *name, const char *value)
 }
 
 /* [attention] block_mb = MiB (the bound on one block of attention scores), pattern_mb = MiB (the
- * bound on a whole pattern a request reads); fractions allowed. */
+ * bound on a whole pattern a request reads); fractions allowed. fused = yes|no: whether a block
+ * whose pattern no request reads may run as the backend's one pass (attn_fused; default yes). */
 static int attention_key(parse_state *ps, const char *name, const char *value)
 {
     nnt_ini *ini = ps->ini;
     int line = ps->lr->line;
     if (!name) return 1;
-    int k = strcmp(name, "block_mb") == 0 ? 0 : strcmp(name, "pattern_mb") == 0 ? 1 : 2;
-    if (k == 2) return handler_fail(ps, line, "unknown key '%s' in [attention] (expected block_mb or pattern_mb)", name);
+    int k = strcmp(name, "block_mb") == 0 ? 0 : strcmp(name, "pattern_mb") == 0 ? 1 : strcmp(name, "fused") == 0 ? 2 : 3;
+    if (k == 3)
+        return handler_fail(ps, line, "unknown key '%s' in [attention] (expected block_mb, pattern_mb or fused)", name);
     if (ini->attention_lines[k])
         return handler_fail(ps, line, "key '%s' appears twice in [attention] (first at line %d)", name,
                             ini->attention_lines[k]);
     ini->attention_lines[k] = line;
+    if (k == 2) {
+        if (strcmp(value, "yes") != 0 && strcmp(value, "no") != 0)
+            return handler_fail(ps, line, "[attention] fused = '%s': expected yes or no", value);
+        ini->attention_unfused = strcmp(value, "no") == 0;
+        return 1;
+    }
     char *end;
     errno = 0;
     double v = strtod(value, &end);

@@ -97,7 +97,7 @@ static const struct {
            OP(route),          OP(gather_rows),    OP(scatter_add_rows), OP(scatter_rows),   OP(sum_axis1),
            OP(conv1d_causal),  OP(kda_gate),       OP(sigmoid),        OP(delta_rule),       OP(rms_norm_gated),
            OP(copy_cols),      OP(zero_rows),      OP(hyper_connection), OP(hyper_mix),      OP(hyper_head),
-           OP(compress),       OP(indexer_scores),   OP(scale_rows)};
+           OP(compress),       OP(indexer_scores),   OP(scale_rows),     OP(attn_fused)};
 #undef OP
 _Static_assert(sizeof OPS / sizeof OPS[0] == NNT_OP_COUNT, "OPS lists every nnt_op");
 _Static_assert(NNT_OP_COUNT <= 64, "ops_needed is one 64-bit set");
@@ -117,8 +117,12 @@ _Static_assert(offsetof(nnt_backend_ops, hyper_connection_backward) ==
 _Static_assert(offsetof(nnt_backend_ops, conv1d_causal_backward) ==
                    offsetof(nnt_backend_ops, compress_backward) + sizeof(void (*)(void)),
                "the backward entries of ABI 3.8 follow compress_backward");
-_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, rms_norm_gated_backward) + sizeof(void (*)(void)),
-               "rms_norm_gated_backward is the table's last entry; append new forward ops to OPS and nnt_op");
+/* ABI 3.11 appended attn_fused (an nnt_op) after them. */
+_Static_assert(offsetof(nnt_backend_ops, attn_fused) ==
+                   offsetof(nnt_backend_ops, rms_norm_gated_backward) + sizeof(void (*)(void)),
+               "attn_fused (ABI 3.11) follows the backward entries of 3.8");
+_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, attn_fused) + sizeof(void (*)(void)),
+               "attn_fused is the table's last entry; append new forward ops to OPS and nnt_op");
 
 /* Op `op` of a table copied by check_backend (NULL when absent). */
 static const void *op_fn(const nnt_backend_ops *t, int op)

@@ -1,12 +1,14 @@
 /* test_attend.c - attention over blocks of queries (the family kit's fam_attend with
- * [attention] block_mb) against the whole pattern: on every family's fp32 fixture and
- * MiMo-V2.5's (FP4), a left-padded batch of 60-token rows gives the same logits, block outputs and
- * head outputs, and the same gradients of the language-model loss, whether the scores are held
- * whole or 16 queries at a time (within T_TOL, 1e-5, of each value's largest magnitude: a block's
+ * [attention] block_mb) and in the backend's one pass (attn_fused, [attention] fused) against the
+ * whole pattern: on every family's fp32 fixture and MiMo-V2.5's (FP4), a left-padded batch of
+ * 60-token rows gives the same logits, block outputs and head outputs, and the same gradients of
+ * the language-model loss, whether the scores are held whole, 16 queries at a time or never
+ * (within T_TOL, 1e-5, of each value's largest magnitude: a block's
  * product may sum in another order than the whole pattern's, and the differences pass through
  * the later blocks; the worst seen was 1.5e-6, DeepSeek-V4's gradients in the sanitizer build); a block whose
  * pattern is asked for is still served whole and equal; and a 3000-token MiniMax-M2 trace
- * needs under a quarter of the whole pattern's activation memory with the same last logits. */
+ * needs under a quarter of the whole pattern's activation memory with the same last logits, in
+ * blocks and in one pass. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +16,13 @@
 #include "core/internal.h"
 #include "test_util.h"
 
-/* A runtime whose blocks of scores are as small as the kit allows (16 queries). */
-static nnt_runtime *blocked_runtime(void)
+/* A runtime whose attention never takes the one pass, with blocks of scores of at most
+ * block_mb MiB ("0.000001": as small as the kit allows, 16 queries). */
+static nnt_runtime *unfused_runtime(const char *name, const char *block_mb)
 {
-    char ini[1024];
-    CU_ASSERT_FATAL(t_ini_with("attend-blocks.ini", "attention", "block_mb", "0.000001", ini, sizeof ini) != NULL);
+    char ini[1024], value[64];
+    snprintf(value, sizeof value, "%s\nfused = no", block_mb);
+    CU_ASSERT_FATAL(t_ini_with(name, "attention", "block_mb", value, ini, sizeof ini) != NULL);
     nnt_runtime *rt = NULL;
     CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(ini, &rt), NNT_OK);
     return rt;
@@ -88,31 +92,42 @@ static void same_results(const char *dir, const nnt_trace *a, const nnt_trace *b
 
 static void check_family(const char *dir, const char *pattern)
 {
-    nnt_runtime *whole_rt = t_runtime(), *block_rt = blocked_runtime();
-    nnt_model *mw = t_model(whole_rt, dir), *mb = t_model(block_rt, dir);
+    /* whole: the pattern fits the default block bound; fused: the default runtime */
+    nnt_runtime *whole_rt = unfused_runtime("attend-whole60.ini", "64"), *block_rt = unfused_runtime("attend-blocks.ini", "0.000001");
+    nnt_runtime *fused_rt = t_runtime();
+    nnt_model *mw = t_model(whole_rt, dir), *mb = t_model(block_rt, dir), *mf = t_model(fused_rt, dir);
     const nnt_model_info *info = nnt_model_get_info(mw);
     enum { T = 60 };
     int32_t ids[2 * T], mask[2 * T];
     make_rows(T, info->vocab_size, ids, mask);
     for (int grad = 0; grad < 2; grad++) {
         nnt_trace *a = run(whole_rt, mw, ids, mask, T, grad, NULL), *b = run(block_rt, mb, ids, mask, T, grad, NULL);
+        nnt_trace *f = run(fused_rt, mf, ids, mask, T, grad, NULL);
         same_results(dir, a, b);
+        same_results(dir, a, f);
         nnt_trace_free(a);
         nnt_trace_free(b);
+        nnt_trace_free(f);
     }
-    /* a pattern asked for: that block whole, the others in blocks, every value the same */
+    /* a pattern asked for: that block whole, the others in blocks (or one pass), every value the same */
     nnt_trace *a = run(whole_rt, mw, ids, mask, T, 0, pattern), *b = run(block_rt, mb, ids, mask, T, 0, pattern);
+    nnt_trace *f = run(fused_rt, mf, ids, mask, T, 0, pattern);
     same_results(dir, a, b);
+    same_results(dir, a, f);
     char key[128];
     snprintf(key, sizeof key, "%s", pattern);
-    const nnt_tensor *p = nnt_trace_get(b, key);
+    const nnt_tensor *p = nnt_trace_get(b, key), *pf = nnt_trace_get(f, key);
     CU_ASSERT(p != NULL && p->ndim == 4 && p->shape[2] == T);
+    CU_ASSERT(pf != NULL && pf->ndim == 4 && pf->shape[2] == T);
     nnt_trace_free(a);
     nnt_trace_free(b);
+    nnt_trace_free(f);
     nnt_model_free(mw);
     nnt_model_free(mb);
+    nnt_model_free(mf);
     nnt_runtime_close(whole_rt);
     nnt_runtime_close(block_rt);
+    nnt_runtime_close(fused_rt);
 }
 
 static void test_minimax(void) { check_family("minimax_m2/fp32", "layers.1.self_attn.attention_probabilities"); }
@@ -122,17 +137,14 @@ static void test_kimi(void) { check_family("kimi_linear/fp32", "layers.3.self_at
 static void test_deepseek(void) { check_family("deepseek_v4/fp32", "layers.2.self_attn.attention_probabilities"); }
 
 /* 3000 tokens on MiniMax-M2 (4 heads: a whole pattern of 144 MB per block, held whole under a
- * bound of 100 GB): in blocks of at most 1 MiB the arena's high water is under a quarter of the
- * whole pattern's, the last logits equal. */
+ * bound of 100 GB): in blocks of at most 1 MiB, and in the backend's one pass, the arena's high
+ * water is under a quarter of the whole pattern's, the last logits equal. */
 static void test_long_prompt(void)
 {
-    char ini[1024], big[1024];
-    CU_ASSERT_FATAL(t_ini_with("attend-1mb.ini", "attention", "block_mb", "1", ini, sizeof ini) != NULL);
-    CU_ASSERT_FATAL(t_ini_with("attend-whole.ini", "attention", "block_mb", "100000", big, sizeof big) != NULL);
-    nnt_runtime *whole_rt = NULL, *block_rt = NULL;
-    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(big, &whole_rt), NNT_OK); /* a bound the whole pattern fits */
-    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(ini, &block_rt), NNT_OK);
+    nnt_runtime *whole_rt = unfused_runtime("attend-whole.ini", "100000"); /* a bound the whole pattern fits */
+    nnt_runtime *block_rt = unfused_runtime("attend-1mb.ini", "1"), *fused_rt = t_runtime();
     nnt_model *mw = t_model(whole_rt, "minimax_m2/fp32"), *mb = t_model(block_rt, "minimax_m2/fp32");
+    nnt_model *mf = t_model(fused_rt, "minimax_m2/fp32");
     enum { T = 3000 };
     int32_t *ids = malloc(T * sizeof *ids), *mask = malloc(T * sizeof *mask);
     CU_ASSERT_FATAL(ids && mask);
@@ -140,22 +152,32 @@ static void test_long_prompt(void)
         ids[t] = (int32_t)((t * 37 + 5) % 255) + 1;
         mask[t] = 1;
     }
-    nnt_trace *a, *b;
+    nnt_trace *a, *b, *f;
     T_OK(whole_rt, nnt_trace_new(mw, &a));
     T_OK(block_rt, nnt_trace_new(mb, &b));
+    T_OK(fused_rt, nnt_trace_new(mf, &f));
     T_OK(whole_rt, nnt_trace_save(a, "logits[:, -1]"));
     T_OK(block_rt, nnt_trace_save(b, "logits[:, -1]"));
+    T_OK(fused_rt, nnt_trace_save(f, "logits[:, -1]"));
     T_OK(whole_rt, nnt_trace_run(a, ids, mask, 1, T));
     T_OK(block_rt, nnt_trace_run(b, ids, mask, 1, T));
-    const nnt_tensor *la = nnt_trace_get(a, "logits"), *lb = nnt_trace_get(b, "logits");
-    CU_ASSERT_FATAL(la && lb);
+    T_OK(fused_rt, nnt_trace_run(f, ids, mask, 1, T));
+    const nnt_tensor *la = nnt_trace_get(a, "logits"), *lb = nnt_trace_get(b, "logits"), *lf = nnt_trace_get(f, "logits");
+    CU_ASSERT_FATAL(la && lb && lf);
     CU_ASSERT(rel_diff(la, lb) <= 1e-6);
+    CU_ASSERT(rel_diff(la, lf) <= 1e-6);
     size_t hw_whole = nnt_arena_high_water(mw->arena), hw_block = nnt_arena_high_water(mb->arena);
+    size_t hw_fused = nnt_arena_high_water(mf->arena);
     size_t pattern = (size_t)4 * T * T * sizeof(float);
     CU_ASSERT(hw_whole >= pattern); /* the whole pattern was held */
     CU_ASSERT(hw_block * 4 < hw_whole);
+    CU_ASSERT(hw_fused * 4 < hw_whole);
     if (getenv("NNT_ATTEND_VERBOSE"))
-        fprintf(stderr, "\n  3000 tokens: arena high water %zu bytes whole, %zu in blocks\n", hw_whole, hw_block);
+        fprintf(stderr, "\n  3000 tokens: arena high water %zu bytes whole, %zu in blocks, %zu in one pass; logits differ by %.3g, %.3g\n",
+                hw_whole, hw_block, hw_fused, rel_diff(la, lb), rel_diff(la, lf));
+    nnt_trace_free(f);
+    nnt_model_free(mf);
+    nnt_runtime_close(fused_rt);
     nnt_trace_free(a);
     nnt_trace_free(b);
     free(ids);
@@ -201,7 +223,8 @@ static void test_pattern_bound(void)
     nnt_runtime_close(b);
 }
 
-/* [attention] block_mb refuses what is not a size, naming the key, the value and the line. */
+/* [attention] block_mb refuses what is not a size, fused what is not yes or no, naming the key
+ * and the value; an unknown key is named. */
 static void test_ini_errors(void)
 {
     static const char *const BAD[] = {"0", "-1", "lots", "0.0000001"};
@@ -215,6 +238,11 @@ static void test_ini_errors(void)
         nnt_runtime_close(rt);
     }
     char ini[1024];
+    CU_ASSERT_FATAL(t_ini_with("attend-bad.ini", "attention", "fused", "maybe", ini, sizeof ini) != NULL);
+    nnt_runtime *bad = NULL;
+    CU_ASSERT_NOT_EQUAL(nnt_runtime_open(ini, &bad), NNT_OK);
+    CU_ASSERT(strstr(nnt_last_error(bad), "[attention] fused = 'maybe': expected yes or no") != NULL);
+    nnt_runtime_close(bad);
     CU_ASSERT_FATAL(t_ini_with("attend-bad.ini", "attention", "blocks", "4", ini, sizeof ini) != NULL);
     nnt_runtime *rt = NULL;
     CU_ASSERT_NOT_EQUAL(nnt_runtime_open(ini, &rt), NNT_OK);
@@ -226,13 +254,13 @@ int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("attend", NULL, NULL);
     if (!s) return -1;
-    CU_add_test(s, "MiniMax-M2 in blocks of queries", test_minimax);
-    CU_add_test(s, "MiMo-V2-Flash in blocks of queries", test_mimo);
-    CU_add_test(s, "MiMo-V2.5 in blocks of queries", test_mimo_v25);
-    CU_add_test(s, "Kimi-Linear in blocks of queries", test_kimi);
-    CU_add_test(s, "DeepSeek-V4 in blocks of queries", test_deepseek);
+    CU_add_test(s, "MiniMax-M2 in blocks of queries and in one pass", test_minimax);
+    CU_add_test(s, "MiMo-V2-Flash in blocks of queries and in one pass", test_mimo);
+    CU_add_test(s, "MiMo-V2.5 in blocks of queries and in one pass", test_mimo_v25);
+    CU_add_test(s, "Kimi-Linear in blocks of queries and in one pass", test_kimi);
+    CU_add_test(s, "DeepSeek-V4 in blocks of queries and in one pass", test_deepseek);
     CU_add_test(s, "3000 tokens within a quarter of the whole pattern's memory", test_long_prompt);
     CU_add_test(s, "a pattern past [attention] pattern_mb is refused", test_pattern_bound);
-    CU_add_test(s, "[attention] block_mb errors", test_ini_errors);
+    CU_add_test(s, "[attention] block_mb and fused errors", test_ini_errors);
     return 0;
 }

@@ -20,7 +20,9 @@ const char *t_plugin(const char *name, char *buf, size_t n); /* build/tests/plug
 /* Writes a copy of the build-tree INI as <scratch>/<name> with `key = value` in [section]
  * (replacing that key there, adding the section when it is missing; key NULL: no change) and
  * the [plugins] paths made absolute, since they resolve against the INI file's own directory.
- * Returns the path in buf, or NULL when it cannot be written. */
+ * `value` may go on with further "\nkey = value" lines, set in the same section (keys the
+ * build-tree INI does not already hold there). Returns the path in buf, or NULL when it cannot
+ * be written. */
 const char *t_ini_with(const char *name, const char *section, const char *key, const char *value, char *buf, size_t n);
 
 /* Writes text to a file; returns 0 on success. */

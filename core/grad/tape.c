@@ -53,6 +53,11 @@ const nnt_backend_ops *nnt_tape_ops(const nnt_tape *tp)
     return &tp->ops;
 }
 
+void nnt_tape_set_unfused(nnt_tape *tp, int unfused)
+{
+    tp->unfused = unfused != 0;
+}
+
 void *nnt_tape_ctx(nnt_tape *tp)
 {
     return tp;

@@ -48,6 +48,10 @@ void nnt_tape_clear(nnt_tape *tp);
  * in place of the backend's. Memory ops pass straight through, and every op while the tape is
  * not recording; an entry the backend lacks is NULL here too. */
 const nnt_backend_ops *nnt_tape_ops(const nnt_tape *tp);
+/* unfused 1: the table's attn_fused declines every call (the INI's [attention] fused = no), so
+ * attention runs as attn_scores, softmax and attn_mix; 0 (the default): it declines only while
+ * recording. */
+void nnt_tape_set_unfused(nnt_tape *tp, int unfused);
 void *nnt_tape_ctx(nnt_tape *tp);
 
 /* Records a mark: tensor t (F32, in the backend's memory) holds the value `tag` stands for at
@@ -160,6 +164,7 @@ struct nnt_tape {
     void *be_ctx;
     nnt_backend_ops ops;       /* the recording table (ctx: the tape) */
     int recording;             /* 0: the table passes calls straight through */
+    int unfused;               /* 1: attn_fused always declines ([attention] fused = no) */
     tape_entry *e;
     int n, cap;
     size_t kept_bytes;

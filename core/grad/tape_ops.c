@@ -234,6 +234,17 @@ static nnt_status t_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v
     return st == NNT_OK ? TP->be->attn_mix(REAL, p, v, o, err) : st;
 }
 
+/* No tape entry of its own: while recording (or when the INI turned it off) it declines, so the
+ * kit runs the three ops above, whose entries the backward reads. */
+static nnt_status t_attn_fused(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v, float scale,
+                               const nnt_attn_mask *mask, const float *sinks, nnt_tensor *o, int *done, nnt_error *err)
+{
+    if (!TP->recording && !TP->unfused) return TP->be->attn_fused(REAL, q, k, v, scale, mask, sinks, o, done, err);
+    if (!done) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "attn_fused: done is NULL");
+    *done = 0;
+    return NNT_OK;
+}
+
 void nnt_tape_ops_init(nnt_tape *tp)
 {
     const nnt_backend_ops *be = tp->be;
@@ -260,6 +271,7 @@ void nnt_tape_ops_init(nnt_tape *tp)
     WRAP(attn_scores);
     WRAP(softmax);
     WRAP(attn_mix);
+    WRAP(attn_fused);
 #undef WRAP
     nnt_tape_ops_init_moe(o, be);
     nnt_tape_ops_init_hyper(o, be);

@@ -100,6 +100,7 @@ static nnt_status load(nnt_runtime *rt, const char *dir, int first, int end, nnt
     if (st == NNT_OK) st = nnt_tape_new(&be->ops, be->be_ctx, &m->tape, &rt->err);
     if (st == NNT_OK) {
         nnt_tape_record(m->tape, 0);
+        nnt_tape_set_unfused(m->tape, rt->ini && rt->ini->attention_unfused);
         nnt_load_args args = {
             .struct_size = sizeof(nnt_load_args),
             .core = &rt->core,

@@ -313,7 +313,12 @@ static nnt_status run_family(nnt_model *m, nnt_trace *t, nnt_session *ss, const 
     args.logits_positions = readout;
     args.n_logits_positions = n_readout;
     if (st == NNT_OK && t) st = emit_inputs(&run, ids, c->call);
+    /* a gradient trace's every pass (the recorded one, recomputation's unrecorded first pass, a
+     * stage's forward) runs attention as the same three ops, so the passes agree bit for bit */
+    int unfused = m->rt && m->rt->ini && m->rt->ini->attention_unfused;
+    nnt_tape_set_unfused(m->tape, unfused || (t && nnt_trace_wants_grad(t)));
     if (st == NNT_OK) st = m->family->family->forward(m->impl, &run, &args, err);
+    nnt_tape_set_unfused(m->tape, unfused);
     free(readout);
     /* the weights read in place must still be the files opened (checked on every call, so at
      * every session and generation step): a change explains any other error */

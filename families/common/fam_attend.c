@@ -1,6 +1,7 @@
-/* fam_attend.c - softmax attention from split heads, whole or in blocks of queries: the scores,
- * softmax and value mix of fam_attention_forward and of families with attention of their own,
- * holding the [B, heads, T, S] pattern only when a request reads it or it is small. */
+/* fam_attend.c - softmax attention from split heads: the backend's fused pass (attn_fused) when no
+ * request reads the pattern, else the scores, softmax and value mix, whole or in blocks of
+ * queries, for fam_attention_forward and the families with attention of their own, holding the
+ * [B, heads, T, S] pattern only when a request reads it or it is small. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,8 +74,13 @@ nnt_status fam_attend(const fam_env *env, nnt_run *run, int layer, const nnt_for
     uint64_t row_bytes = (uint64_t)(B * Hq * S) * sizeof(float), bound = block_bound(args);
     int64_t rows = (int64_t)(bound / (row_bytes ? row_bytes : 1));
     if (rows < 16) rows = 16;
-    if (rows >= T || !be->copy_cols || h->wants(run, NNT_VALUE_ATTN_SCORES, layer) ||
-        h->wants(run, NNT_VALUE_ATTN_PROBABILITIES, layer))
+    int pattern = h->wants(run, NNT_VALUE_ATTN_SCORES, layer) || h->wants(run, NNT_VALUE_ATTN_PROBABILITIES, layer);
+    if (!pattern && NNT_STRUCT_HAS(be, nnt_backend_ops, attn_fused) && be->attn_fused) { /* nothing reads the pattern: the backend's one pass, if it takes the call */
+        int done = 0;
+        nnt_status st = be->attn_fused(bc, q, keys, values, scale, mask, sinks, ho, &done, err);
+        if (st != NNT_OK || done) return st;
+    }
+    if (rows >= T || !be->copy_cols || pattern)
         return attend_whole(env, run, layer, q, keys, values, scale, mask, sinks, ho, err);
     /* blocks of equal size, so that none is much shorter than the bound allows */
     int64_t blocks = (T + rows - 1) / rows;

@@ -338,6 +338,7 @@ static const nnt_backend_ops cpu_ops = {
     .sigmoid_backward = cpu_sigmoid_backward,
     .delta_rule_backward = cpu_delta_rule_backward,
     .rms_norm_gated_backward = cpu_rms_norm_gated_backward,
+    .attn_fused = cpu_attn_fused,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

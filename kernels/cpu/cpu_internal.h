@@ -9,7 +9,7 @@
 #include "nnt/nnt_backend.h"
 
 /* Buffers of the many-row products (cpu_gemm.c). */
-enum { CPU_BUF_PANEL, CPU_BUF_PANEL16, CPU_BUF_X16, CPU_BUF_OUT, CPU_BUF_ATTN, CPU_BUF_COUNT };
+enum { CPU_BUF_PANEL, CPU_BUF_PANEL16, CPU_BUF_X16, CPU_BUF_OUT, CPU_BUF_ATTN, CPU_BUF_FUSED, CPU_BUF_COUNT };
 
 typedef struct cpu_ctx {
     int threads;
@@ -127,6 +127,9 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
                            const nnt_attn_mask *mask, nnt_tensor *s, nnt_error *err);
 nnt_status cpu_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_tensor *p, nnt_error *err);
 nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt_tensor *o, nnt_error *err);
+/* cpu_attention_fused.c */
+nnt_status cpu_attn_fused(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v, float scale,
+                          const nnt_attn_mask *mask, const float *sinks, nnt_tensor *o, int *done, nnt_error *err);
 /* cpu_moe.c */
 nnt_status cpu_route(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias, const nnt_route_params *p,
                      nnt_tensor *idx, nnt_tensor *w, nnt_error *err);

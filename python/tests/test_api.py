@@ -79,7 +79,10 @@ def test_aliases_and_positions(example_model):
                           out["layers.1.self_attn.attention_probabilities"][:, :, -1])
     assert last["next_token_probs"].shape == (1, example_model.vocab_size)  # no seq axis: unchanged
     some = example_model.trace(ids, save=["layers.1.mlp.expert_weights"], positions=[0, 2])
-    assert np.array_equal(some["layers.1.mlp.expert_weights"], out["layers.1.mlp.expert_weights"][:, [0, 2]])
+    # without a pattern asked, block 1's attention runs in the backend's one pass, equal to the
+    # three ops `out` ran within float32 rounding, not bit for bit
+    np.testing.assert_allclose(some["layers.1.mlp.expert_weights"], out["layers.1.mlp.expert_weights"][:, [0, 2]],
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_batch_rows_equal_single_rows(example_model):

@@ -144,6 +144,7 @@ typedef enum nnt_op {
     NNT_OP_COMPRESS,
     NNT_OP_INDEXER_SCORES,
     NNT_OP_SCALE_ROWS, /* ABI 3.6 */
+    NNT_OP_ATTN_FUSED, /* ABI 3.11 */
     NNT_OP_COUNT
 } nnt_op;
 
@@ -591,6 +592,28 @@ typedef struct nnt_backend_ops {
                                           const nnt_tensor *gate, float eps, const nnt_tensor *dy, nnt_tensor *dx,
                                           nnt_tensor *dgate, nnt_error *err);
 
+    /* ---- attention without its pattern (ABI 3.11; optional) ----
+     * Appended after the backward entries: nnt_op NNT_OP_ATTN_FUSED. No family needs to list
+     * it: the family kit's fam_attend calls it when present and falls back to attn_scores,
+     * softmax and attn_mix when it is absent or declines. */
+    /* o[B, T, Hq, Dv] = softmax over S (with the sink column of softmax) of scale q[B, Hq, T, D]
+     * . k[B, Hkv, S, D]^T under mask, times v[B, Hkv, S, Dv]: the result of attn_scores, softmax
+     * and attn_mix on the same arguments, without holding the [B, Hq, T, S] scores. Query head
+     * h reads key and value head h / (Hq / Hkv); v may be k (keys that are their own values).
+     * Tiles of keys the mask hides from a whole tile of queries may be skipped. sinks: F32 [Hq]
+     * host memory or NULL; mask as attn_scores' (host memory, or NULL: every key visible). A
+     * query that sees no key (and has no sink) gets zeros. Float32 results equal the three ops'
+     * within float32 rounding of a different summation order (the running maximum of the
+     * online softmax: Dao et al. 2022, FlashAttention, arXiv:2205.14135). The backend may
+     * decline a call it would not run well or exactly (bfloat16-flagged o, whose rounding is the
+     * three ops'; too little work to spread over its threads): it then returns NNT_OK with
+     * *done = 0 and o untouched; *done = 1 when o holds the result. A tape that records a
+     * forward for gradients declines while recording. Errors: NNT_ERR_SHAPE (a tensor not F32
+     * rank 4, shapes that disagree), NNT_ERR_INVALID_ARGUMENT (done NULL),
+     * NNT_ERR_OUT_OF_MEMORY. */
+    nnt_status (*attn_fused)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v, float scale,
+                             const nnt_attn_mask *mask, const float *sinks, nnt_tensor *o, int *done,
+                             nnt_error *err);
 } nnt_backend_ops;
 
 /* The smallest op table the core accepts: struct_size and the required ops. */

@@ -335,7 +335,11 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
  * head h / (Hq / Hkv)) -> ho [B, T, Hq, Dv] (caller-allocated), with scores = scale * q . k^T
  * masked by `mask` (its query arrays [B, T], allow [B, T, S]), softmax over the keys with the
  * sinks (F32 [Hq] host memory, or NULL) joining as one column, and the values mixed by the
- * probabilities. When block `layer` has a request on attention_scores or
+ * probabilities. When no request reads block `layer`'s attention_scores or
+ * attention_probabilities and the backend has attn_fused, that one pass computes ho without
+ * the pattern (tiles of keys with an online softmax) unless it declines the call (a tape
+ * recording for gradients, bfloat16 roundings, too few rows), and neither value is emitted.
+ * Otherwise: when block `layer` has a request on attention_scores or
  * attention_probabilities, or the whole pattern fits in `args`' block bound
  * (attention_block_bytes, FAM_ATTEND_BLOCK_BYTES when 0 or absent), the [B, Hq, T, S] pattern is
  * made once and both values are emitted (an edit of the scores reaches the probabilities, one
