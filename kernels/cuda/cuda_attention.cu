@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda_device.cuh"
+#include "cuda_mask.cuh"
 
 /* x [B, H, T, D] F32 in place; pos [B, T]; inv [half]. Pairs (i, i + half) for NEOX, (2i, 2i + 1)
  * for INTERLEAVED inside dims [rot_start, rot_start + 2 half); one thread per pair. Su et al.
@@ -75,13 +76,6 @@ extern "C" nnt_status cuda_rope(void *ctx, nnt_tensor *x, const int32_t *pos, co
     return cuda_done(c, "rope", err);
 }
 
-/* Device copies of an nnt_attn_mask's arrays (NULL where the mask has none). */
-typedef struct mask_dev {
-    const int32_t *q_pos, *k_pos;
-    const uint8_t *key_valid, *query_valid, *key_no_window, *allow;
-    int causal, window;
-} mask_dev;
-
 /* s [B, H, T, S]: entries the mask hides become -INFINITY (nnt_attn_mask's rules; a mask_dev
  * of NULL arrays, causal 0 and window 0 hides nothing); with r16 the visible ones, unscaled
  * products, become R(R(s) * scale). */
@@ -91,15 +85,7 @@ __global__ void k_mask(float *s, mask_dev m, int64_t B, int64_t H, int64_t T, in
     {
         int64_t j = i % S, r = i / S;
         int64_t t = r % T, b = r / (T * H);
-        int vis = 1;
-        if (m.query_valid && !m.query_valid[b * T + t]) vis = 0;
-        if (m.key_valid && !m.key_valid[b * S + j]) vis = 0;
-        int32_t qp = m.q_pos ? m.q_pos[b * T + t] : (int32_t)t;
-        int32_t kp = m.k_pos ? m.k_pos[b * S + j] : (int32_t)j;
-        if (m.causal && kp > qp) vis = 0;
-        if (m.window > 0 && qp - kp >= m.window && !(m.key_no_window && m.key_no_window[j])) vis = 0;
-        if (m.allow && !m.allow[(b * T + t) * S + j]) vis = 0;
-        if (!vis)
+        if (!mask_visible(m, b, t, j, T, S))
             s[i] = -INFINITY;
         else if (r16)
             s[i] = round_bf16(round_bf16(s[i]) * scale);
@@ -115,6 +101,37 @@ static nnt_status put_opt(cuda_ctx *c, const void *host, size_t bytes, const voi
     nnt_status st = cuda_stage_put(c, host, bytes, &d, err);
     *dev = d;
     return st;
+}
+
+nnt_status cuda_stage_mask(cuda_ctx *c, const nnt_attn_mask *mask, int64_t B, int64_t T, int64_t S, size_t extra,
+                           mask_dev *m, nnt_error *err)
+{
+    memset(m, 0, sizeof *m);
+    size_t bt = (size_t)(B * T), bs = (size_t)(B * S), total = extra;
+    if (mask)
+        total += (mask->q_pos ? cuda_stage_size(bt * 4) : 0) + (mask->k_pos ? cuda_stage_size(bs * 4) : 0) +
+                 (mask->key_valid ? cuda_stage_size(bs) : 0) + (mask->query_valid ? cuda_stage_size(bt) : 0) +
+                 (mask->key_no_window ? cuda_stage_size((size_t)S) : 0) +
+                 (mask->allow ? cuda_stage_size(bt * (size_t)S) : 0);
+    nnt_status st;
+    if (total && (st = cuda_stage_begin(c, total, err)) != NNT_OK) return st;
+    if (!mask) return NNT_OK;
+    const void *p;
+    if ((st = put_opt(c, mask->q_pos, bt * 4, &p, err)) != NNT_OK) return st;
+    m->q_pos = (const int32_t *)p;
+    if ((st = put_opt(c, mask->k_pos, bs * 4, &p, err)) != NNT_OK) return st;
+    m->k_pos = (const int32_t *)p;
+    if ((st = put_opt(c, mask->key_valid, bs, &p, err)) != NNT_OK) return st;
+    m->key_valid = (const uint8_t *)p;
+    if ((st = put_opt(c, mask->query_valid, bt, &p, err)) != NNT_OK) return st;
+    m->query_valid = (const uint8_t *)p;
+    if ((st = put_opt(c, mask->key_no_window, (size_t)S, &p, err)) != NNT_OK) return st;
+    m->key_no_window = (const uint8_t *)p;
+    if ((st = put_opt(c, mask->allow, bt * (size_t)S, &p, err)) != NNT_OK) return st;
+    m->allow = (const uint8_t *)p;
+    m->causal = mask->causal;
+    m->window = mask->window;
+    return NNT_OK;
 }
 
 /* q [B, Hq, T, D], k [B, Hkv, S, D] -> s [B, Hq, T, S] = scale q . k^T, -inf where hidden.
@@ -150,34 +167,10 @@ extern "C" nnt_status cuda_attn_scores(void *ctx, const nnt_tensor *q, const nnt
                                                (const float *)q->data, (int)D, (long long)(G * T * D), &zero,
                                                (float *)s->data, (int)S, (long long)(G * T * S), (int)(B * Hkv)));
     }
-    if (mask) {
-        size_t bt = (size_t)(B * T), bs = (size_t)(B * S);
-        size_t total = (mask->q_pos ? cuda_stage_size(bt * 4) : 0) + (mask->k_pos ? cuda_stage_size(bs * 4) : 0) +
-                       (mask->key_valid ? cuda_stage_size(bs) : 0) + (mask->query_valid ? cuda_stage_size(bt) : 0) +
-                       (mask->key_no_window ? cuda_stage_size((size_t)S) : 0) +
-                       (mask->allow ? cuda_stage_size(bt * (size_t)S) : 0);
+    if (mask || r16) { /* without a mask only the rounding and the scaling */
         mask_dev m;
-        const void *p;
-        if ((st = cuda_stage_begin(c, total, err)) != NNT_OK) return st;
-        if ((st = put_opt(c, mask->q_pos, bt * 4, &p, err)) != NNT_OK) return st;
-        m.q_pos = (const int32_t *)p;
-        if ((st = put_opt(c, mask->k_pos, bs * 4, &p, err)) != NNT_OK) return st;
-        m.k_pos = (const int32_t *)p;
-        if ((st = put_opt(c, mask->key_valid, bs, &p, err)) != NNT_OK) return st;
-        m.key_valid = (const uint8_t *)p;
-        if ((st = put_opt(c, mask->query_valid, bt, &p, err)) != NNT_OK) return st;
-        m.query_valid = (const uint8_t *)p;
-        if ((st = put_opt(c, mask->key_no_window, (size_t)S, &p, err)) != NNT_OK) return st;
-        m.key_no_window = (const uint8_t *)p;
-        if ((st = put_opt(c, mask->allow, bt * (size_t)S, &p, err)) != NNT_OK) return st;
-        m.allow = (const uint8_t *)p;
-        m.causal = mask->causal;
-        m.window = mask->window;
+        if ((st = cuda_stage_mask(c, mask, B, T, S, 0, &m, err)) != NNT_OK) return st;
         k_mask<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((float *)s->data, m, B, Hq, T, S, r16, scale);
-    } else if (r16) { /* no mask: every entry visible, only the rounding and the scaling */
-        mask_dev none;
-        memset(&none, 0, sizeof none);
-        k_mask<<<grid_for(n), CUDA_THREADS, 0, c->stream>>>((float *)s->data, none, B, Hq, T, S, r16, scale);
     }
     return cuda_done(c, "attn_scores", err);
 }

@@ -594,6 +594,7 @@ static const nnt_backend_ops cuda_ops = {
     .sigmoid_backward = cuda_sigmoid_backward,
     .delta_rule_backward = cuda_delta_rule_backward,
     .rms_norm_gated_backward = cuda_rms_norm_gated_backward,
+    .attn_fused = cuda_attn_fused,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cuda_device.cuh"
+#include "cuda_mask.cuh"
 
 /* ---- rope_backward ---- */
 
@@ -71,74 +72,18 @@ extern "C" nnt_status cuda_rope_backward(void *ctx, nnt_tensor *dx, const int32_
 
 /* ---- attn_scores_backward ---- */
 
-/* Device copies of an nnt_attn_mask's arrays (NULL where the mask has none), as the forward's. */
-typedef struct bmask_dev {
-    const int32_t *q_pos, *k_pos;
-    const uint8_t *key_valid, *query_valid, *key_no_window, *allow;
-    int causal, window;
-} bmask_dev;
-
 /* ds [B, H, T, S] -> m [B, H, T, S] = scale ds where the mask shows the entry, 0 where it hides
  * it (nnt_attn_mask's rules, as k_mask of cuda_attention.cu); one thread per entry. */
-__global__ void k_mask_grad(const float *ds, bmask_dev mk, float scale, float *m, int64_t B, int64_t H, int64_t T,
+__global__ void k_mask_grad(const float *ds, mask_dev mk, float scale, float *m, int64_t B, int64_t H, int64_t T,
                             int64_t S)
 {
     GRID_LOOP(i, B * H * T * S)
     {
         int64_t j = i % S, r = i / S;
         int64_t t = r % T, b = r / (T * H);
-        int vis = 1;
-        if (mk.query_valid && !mk.query_valid[b * T + t]) vis = 0;
-        if (mk.key_valid && !mk.key_valid[b * S + j]) vis = 0;
-        int32_t qp = mk.q_pos ? mk.q_pos[b * T + t] : (int32_t)t;
-        int32_t kp = mk.k_pos ? mk.k_pos[b * S + j] : (int32_t)j;
-        if (mk.causal && kp > qp) vis = 0;
-        if (mk.window > 0 && qp - kp >= mk.window && !(mk.key_no_window && mk.key_no_window[j])) vis = 0;
-        if (mk.allow && !mk.allow[(b * T + t) * S + j]) vis = 0;
+        int vis = mask_visible(mk, b, t, j, T, S);
         m[i] = vis ? ds[i] * scale : 0.0f;
     }
-}
-
-/* Stages one optional mask array; *dev stays NULL for a NULL array. */
-static nnt_status put_opt(cuda_ctx *c, const void *host, size_t bytes, const void **dev, nnt_error *err)
-{
-    *dev = NULL;
-    if (!host) return NNT_OK;
-    void *d;
-    nnt_status st = cuda_stage_put(c, host, bytes, &d, err);
-    *dev = d;
-    return st;
-}
-
-/* The mask's host arrays staged to the device (a NULL mask: nothing hidden). */
-static nnt_status stage_mask(cuda_ctx *c, const nnt_attn_mask *mask, int64_t B, int64_t T, int64_t S, bmask_dev *m,
-                             nnt_error *err)
-{
-    memset(m, 0, sizeof *m);
-    if (!mask) return NNT_OK;
-    size_t bt = (size_t)(B * T), bs = (size_t)(B * S);
-    size_t total = (mask->q_pos ? cuda_stage_size(bt * 4) : 0) + (mask->k_pos ? cuda_stage_size(bs * 4) : 0) +
-                   (mask->key_valid ? cuda_stage_size(bs) : 0) + (mask->query_valid ? cuda_stage_size(bt) : 0) +
-                   (mask->key_no_window ? cuda_stage_size((size_t)S) : 0) +
-                   (mask->allow ? cuda_stage_size(bt * (size_t)S) : 0);
-    nnt_status st;
-    const void *p;
-    if ((st = cuda_stage_begin(c, total, err)) != NNT_OK) return st;
-    if ((st = put_opt(c, mask->q_pos, bt * 4, &p, err)) != NNT_OK) return st;
-    m->q_pos = (const int32_t *)p;
-    if ((st = put_opt(c, mask->k_pos, bs * 4, &p, err)) != NNT_OK) return st;
-    m->k_pos = (const int32_t *)p;
-    if ((st = put_opt(c, mask->key_valid, bs, &p, err)) != NNT_OK) return st;
-    m->key_valid = (const uint8_t *)p;
-    if ((st = put_opt(c, mask->query_valid, bt, &p, err)) != NNT_OK) return st;
-    m->query_valid = (const uint8_t *)p;
-    if ((st = put_opt(c, mask->key_no_window, (size_t)S, &p, err)) != NNT_OK) return st;
-    m->key_no_window = (const uint8_t *)p;
-    if ((st = put_opt(c, mask->allow, bt * (size_t)S, &p, err)) != NNT_OK) return st;
-    m->allow = (const uint8_t *)p;
-    m->causal = mask->causal;
-    m->window = mask->window;
-    return NNT_OK;
 }
 
 /* q [B, Hq, T, D], k [B, Hkv, S, D], ds [B, Hq, T, S]: with m the masked scale ds (scratch),
@@ -166,8 +111,8 @@ extern "C" nnt_status cuda_attn_scores_backward(void *ctx, const nnt_tensor *q, 
     if (G * T > INT_MAX || S > INT_MAX || D > INT_MAX || B * Hkv > INT_MAX)
         return cuda_error(err, NNT_ERR_UNSUPPORTED, "cuda attn_scores_backward: dimensions above %d", INT_MAX);
     CUDA_CHECK(cudaSetDevice(c->device));
-    bmask_dev m;
-    if ((st = stage_mask(c, mask, B, T, S, &m, err)) != NNT_OK) return st;
+    mask_dev m;
+    if ((st = cuda_stage_mask(c, mask, B, T, S, 0, &m, err)) != NNT_OK) return st;
     void *scratch;
     if ((st = cuda_scratch(c, (size_t)n * sizeof(float), &scratch, err)) != NNT_OK) return st;
     float *mg = (float *)scratch;

@@ -197,6 +197,9 @@ nnt_status cuda_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k,
                             const nnt_attn_mask *mask, nnt_tensor *s, nnt_error *err);
 nnt_status cuda_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_tensor *p, nnt_error *err);
 nnt_status cuda_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt_tensor *o, nnt_error *err);
+/* cuda_attention_fused.cu */
+nnt_status cuda_attn_fused(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v, float scale,
+                           const nnt_attn_mask *mask, const float *sinks, nnt_tensor *o, int *done, nnt_error *err);
 /* cuda_moe.cu */
 nnt_status cuda_route(void *ctx, const nnt_tensor *logits, const nnt_tensor *bias, const nnt_route_params *p,
                       nnt_tensor *idx, nnt_tensor *w, nnt_error *err);

@@ -7,7 +7,8 @@
  *  - ops: every op of the table on random inputs, the cpu backend's result on host tensors
  *    against the cuda backend's on device copies (both ops tables come from runtimes opened on
  *    build/nnt.ini and build/nnt-cuda.ini), including the awkward cases: GQA, sinks, windows,
- *    padding and per-query selections in the attention mask; group-limited routing and given
+ *    padding and per-query selections in the attention mask, the one-pass attn_fused against the
+ *    three attention ops; group-limited routing and given
  *    indices; repeated rows in scatters; scale_rows in place and not, repeated indices and one out
  *    of range; the delta rule with K != V over several column tiles,
  *    padding tokens and carried state; in-place convolution state; copy_cols inside one tensor;
@@ -840,6 +841,70 @@ static void test_attention(void)
     nnt_tensor *d[] = {&dq, &dk, &dv, &ds, &dp, &dO};
     dfree(6, d);
     nnt_tensor *h[] = {&q, &k, &v, &s, &p, &o};
+    hfree(6, h);
+}
+
+/* attn_fused (one pass, online softmax over groups of keys) on the device against the cpu
+ * backend's attn_scores, softmax and attn_mix on the same arguments: grouped heads, a cache of
+ * 37 keys before 70 queries (groups of 32 keys that straddle the causal edge), padding, a window
+ * with exempt keys and a selection, sinks, and keys that are their own values; a
+ * bfloat16-flagged output is declined with o untouched. */
+static void test_attention_fused(void)
+{
+    const int64_t B = 2, Hq = 6, Hkv = 2, T = 70, P = 37, S = P + T, D = 40, Dv = 24;
+    nnt_tensor q = hrand(4, B, Hq, T, D, 0, 1), k = hrand(4, B, Hkv, S, D, 0, 1), v = hrand(4, B, Hkv, S, Dv, 0, 1);
+    nnt_tensor s = host(NNT_F32, 4, B, Hq, T, S, 0), o = host(NNT_F32, 4, B, T, Hq, Dv, 0);
+    nnt_tensor o2 = host(NNT_F32, 4, B, T, Hq, D, 0);
+    nnt_tensor dq = dev(&q), dk = dev(&k), dv = dev(&v), dO = dev(&o), dO2 = dev(&o2);
+    int32_t *qpos = malloc(sizeof(int32_t) * (size_t)(B * T)), *kpos = malloc(sizeof(int32_t) * (size_t)(B * S));
+    uint8_t *kval = malloc((size_t)(B * S)), *qval = malloc((size_t)(B * T)), *nowin = malloc((size_t)S);
+    uint8_t *allow = malloc((size_t)(B * T * S));
+    CU_ASSERT_FATAL(qpos && kpos && kval && qval && nowin && allow);
+    for (int64_t b = 0; b < B; b++) {
+        int64_t pad = b == 1 ? 9 : 0; /* row 1: its first 9 keys are padding */
+        for (int64_t j = 0; j < S; j++) {
+            kval[b * S + j] = j >= pad;
+            kpos[b * S + j] = (int32_t)(j >= pad ? j - pad : 0);
+        }
+        for (int64_t t = 0; t < T; t++) {
+            qval[b * T + t] = !(b == 0 && t == 5); /* one padding query */
+            qpos[b * T + t] = kpos[b * S + P + t];
+        }
+    }
+    for (int64_t j = 0; j < S; j++) nowin[j] = j % 7 == 0;
+    for (int64_t i = 0; i < B * T * S; i++) allow[i] = (i * 11) % 6 != 0;
+    nnt_attn_mask full = {.struct_size = sizeof(nnt_attn_mask), .q_pos = qpos, .k_pos = kpos, .key_valid = kval, .query_valid = qval, .key_no_window = nowin, .allow = allow, .causal = 1, .window = 20};
+    nnt_attn_mask plain = {.struct_size = sizeof(nnt_attn_mask), .q_pos = qpos, .k_pos = kpos, .key_valid = kval, .query_valid = qval, .causal = 1};
+    const nnt_attn_mask *masks[3] = {&full, &plain, NULL};
+    const char *names[3] = {"window, exempt keys, selection", "causal and padding", "no mask"};
+    float sinks[6] = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f, -0.5f};
+    for (int mi = 0; mi < 3; mi++)
+        for (int withsink = 0; withsink < 2; withsink++)
+            for (int shared = 0; shared < 2; shared++) {
+                char what[128];
+                const nnt_tensor *vv = shared ? &k : &v, *dvv = shared ? &dk : &dv;
+                nnt_tensor *oo = shared ? &o2 : &o, *doo = shared ? &dO2 : &dO;
+                const float *sk = withsink ? sinks : NULL;
+                OK_CPU(cops->attn_scores(cctx, &q, &k, 0.2f, masks[mi], &s, err));
+                OK_CPU(cops->softmax(cctx, &s, sk, &s, err));
+                OK_CPU(cops->attn_mix(cctx, &s, vv, oo, err));
+                int done = -1;
+                OK_GPU(gops->attn_fused(gctx, &dq, &dk, dvv, 0.2f, masks[mi], sk, doo, &done, err));
+                CU_ASSERT_EQUAL(done, 1);
+                snprintf(what, sizeof what, "attn_fused%s%s, %s", withsink ? " with sinks" : "",
+                         shared ? ", keys as values" : "", names[mi]);
+                same(what, oo, doo, TOL);
+            }
+    /* declined: bfloat16-flagged o */
+    dO.flags = NNT_TENSOR_BF16_VALUES;
+    int done = -1;
+    OK_GPU(gops->attn_fused(gctx, &dq, &dk, &dv, 0.2f, &plain, NULL, &dO, &done, err));
+    CU_ASSERT_EQUAL(done, 0);
+    dO.flags = 0;
+    free(qpos), free(kpos), free(kval), free(qval), free(nowin), free(allow);
+    nnt_tensor *d[] = {&dq, &dk, &dv, &dO, &dO2};
+    dfree(5, d);
+    nnt_tensor *h[] = {&q, &k, &v, &s, &o, &o2};
     hfree(6, h);
 }
 
@@ -3039,6 +3104,8 @@ int register_tests(void)
         !CU_add_test(s, "embedding (and a bad id), swap12, sum_axis1", test_embedding_swap_sum) ||
         !CU_add_test(s, "rotary, NEOX and interleaved", test_rope) ||
         !CU_add_test(s, "attention: GQA scores under every mask, softmax with sinks, mix", test_attention) ||
+        !CU_add_test(s, "attn_fused (one pass) against the three ops under every mask, sinks, keys as values",
+                     test_attention_fused) ||
         !CU_add_test(s, "router: scores, groups, bias, given indices", test_route) ||
         !CU_add_test(s, "gather, scatter with repeated rows, scale_rows, zero_rows, copy_cols", test_rows) ||
         !CU_add_test(s, "causal convolution with state, KDA gate", test_conv_and_gate) ||
