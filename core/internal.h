@@ -447,6 +447,12 @@ int nnt_run_wants(const nnt_run *run, nnt_value_id slot, int layer);
  * allocation in the run's arena (backend memory; F32 flagged bf16-valued in bf16 precision). */
 nnt_status nnt_run_api_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t);
 int nnt_run_api_wants(const nnt_run *run, nnt_value_id slot, int layer);
+/* nnt_core_api.parts_wanted and emit_part (since ABI 3.11): core/trace/trace_parts.c behind
+ * the stage check emit makes. */
+int nnt_run_api_parts_wanted(const nnt_run *run, nnt_value_id slot, int layer, int axis, int64_t extent, int64_t *lo,
+                             int64_t *hi);
+nnt_status nnt_run_api_emit_part(nnt_run *run, nnt_value_id slot, int layer, const nnt_tensor *part, int axis,
+                                 int64_t first, int64_t extent);
 nnt_status nnt_run_alloc(nnt_run *run, nnt_dtype dtype, int ndim, const int64_t *shape, nnt_tensor *out,
                          nnt_error *err);
 size_t nnt_run_mark(nnt_run *run);

@@ -137,8 +137,9 @@ static void test_kimi(void) { check_family("kimi_linear/fp32", "layers.3.self_at
 static void test_deepseek(void) { check_family("deepseek_v4/fp32", "layers.2.self_attn.attention_probabilities"); }
 
 /* 3000 tokens on MiniMax-M2 (4 heads: a whole pattern of 144 MB per block, held whole under a
- * bound of 100 GB): in blocks of at most 1 MiB, and in the backend's one pass, the arena's high
- * water is under a quarter of the whole pattern's, the last logits equal. */
+ * bound of 100 GB): in blocks of at most 1 MiB, and in the backend's one pass with the last
+ * query's pattern of block 1 saved, the arena's high water is under a quarter of the whole
+ * pattern's, the last logits and that pattern row equal. */
 static void test_long_prompt(void)
 {
     nnt_runtime *whole_rt = unfused_runtime("attend-whole.ini", "100000"); /* a bound the whole pattern fits */
@@ -159,6 +160,9 @@ static void test_long_prompt(void)
     T_OK(whole_rt, nnt_trace_save(a, "logits[:, -1]"));
     T_OK(block_rt, nnt_trace_save(b, "logits[:, -1]"));
     T_OK(fused_rt, nnt_trace_save(f, "logits[:, -1]"));
+    /* the last query's pattern: cut from the whole, and made alone in one block of queries */
+    T_OK(whole_rt, nnt_trace_save(a, "layers.1.self_attn.attention_probabilities[:, :, -1]"));
+    T_OK(fused_rt, nnt_trace_save(f, "layers.1.self_attn.attention_probabilities[:, :, -1]"));
     T_OK(whole_rt, nnt_trace_run(a, ids, mask, 1, T));
     T_OK(block_rt, nnt_trace_run(b, ids, mask, 1, T));
     T_OK(fused_rt, nnt_trace_run(f, ids, mask, 1, T));
@@ -166,6 +170,11 @@ static void test_long_prompt(void)
     CU_ASSERT_FATAL(la && lb && lf);
     CU_ASSERT(rel_diff(la, lb) <= 1e-6);
     CU_ASSERT(rel_diff(la, lf) <= 1e-6);
+    const nnt_tensor *pa = nnt_trace_get(a, "layers.1.self_attn.attention_probabilities");
+    const nnt_tensor *pf = nnt_trace_get(f, "layers.1.self_attn.attention_probabilities");
+    CU_ASSERT_FATAL(pa && pf);
+    CU_ASSERT(pf->ndim == 3 && pf->shape[1] == 4 && pf->shape[2] == T);
+    CU_ASSERT(rel_diff(pa, pf) <= 1e-6);
     size_t hw_whole = nnt_arena_high_water(mw->arena), hw_block = nnt_arena_high_water(mb->arena);
     size_t hw_fused = nnt_arena_high_water(mf->arena);
     size_t pattern = (size_t)4 * T * T * sizeof(float);
@@ -189,7 +198,9 @@ static void test_long_prompt(void)
 }
 
 /* A pattern past [attention] pattern_mb is refused before the forward, naming its bytes and the
- * key; under the bound it is served. MiniMax-M2's fixture, 2 x 60 tokens, 4 heads: 115200 bytes. */
+ * key, when a request holds it whole (a save of all of it, an edit); a save of a slice holds only
+ * the slice and is served under the same bound, equal to the slice of the whole pattern.
+ * MiniMax-M2's fixture, 2 x 60 tokens, 4 heads: 115200 bytes. */
 static void test_pattern_bound(void)
 {
     char small[1024], roomy[1024];
@@ -202,25 +213,134 @@ static void test_pattern_bound(void)
     enum { T = 60 };
     int32_t ids[2 * T], mask[2 * T];
     make_rows(T, nnt_model_get_info(ma)->vocab_size, ids, mask);
+    for (int edit = 0; edit < 2; edit++) {
+        nnt_trace *ta;
+        T_OK(a, nnt_trace_new(ma, &ta));
+        if (edit)
+            T_OK(a, nnt_trace_scale(ta, "layers.1.self_attn.attention_probabilities", 0.5f));
+        else
+            T_OK(a, nnt_trace_save(ta, "layers.1.self_attn.attention_probabilities"));
+        CU_ASSERT_EQUAL(nnt_trace_run(ta, ids, mask, 2, T), NNT_ERR_OUT_OF_MEMORY);
+        const char *msg = nnt_last_error(a);
+        CU_ASSERT(strstr(msg, "115200 bytes") != NULL && strstr(msg, "[attention] pattern_mb") != NULL &&
+                  strstr(msg, "layers.1.self_attn.attention_probabilities") != NULL);
+        CU_ASSERT_EQUAL(nnt_trace_result_count(ta), 0);
+        nnt_trace_free(ta);
+    }
     nnt_trace *ta, *tb;
     T_OK(a, nnt_trace_new(ma, &ta));
     T_OK(b, nnt_trace_new(mb, &tb));
     T_OK(a, nnt_trace_save(ta, "layers.1.self_attn.attention_probabilities[:, 0, -1]"));
-    T_OK(b, nnt_trace_save(tb, "layers.1.self_attn.attention_probabilities[:, 0, -1]"));
-    CU_ASSERT_EQUAL(nnt_trace_run(ta, ids, mask, 2, T), NNT_ERR_OUT_OF_MEMORY);
-    const char *msg = nnt_last_error(a);
-    CU_ASSERT(strstr(msg, "115200 bytes") != NULL && strstr(msg, "[attention] pattern_mb") != NULL &&
-              strstr(msg, "layers.1.self_attn.attention_probabilities") != NULL);
-    CU_ASSERT_EQUAL(nnt_trace_result_count(ta), 0);
+    T_OK(b, nnt_trace_save(tb, "layers.1.self_attn.attention_probabilities"));
+    T_OK(a, nnt_trace_run(ta, ids, mask, 2, T));
     T_OK(b, nnt_trace_run(tb, ids, mask, 2, T));
-    const nnt_tensor *p = nnt_trace_get(tb, "layers.1.self_attn.attention_probabilities");
-    CU_ASSERT(p && p->ndim == 2 && p->shape[0] == 2 && p->shape[1] == T);
+    const nnt_tensor *p = nnt_trace_get(ta, "layers.1.self_attn.attention_probabilities");
+    const nnt_tensor *whole = nnt_trace_get(tb, "layers.1.self_attn.attention_probabilities");
+    CU_ASSERT_FATAL(p && whole && p->ndim == 2 && p->shape[0] == 2 && p->shape[1] == T);
+    double worst = 0;
+    for (int64_t r = 0; r < 2; r++) /* [row, head 0, query T - 1, key] of the whole */
+        for (int64_t k = 0; k < T; k++)
+            worst = fmax(worst, fabs(nnt_tensor_get_f64(p, r * T + k) -
+                                     nnt_tensor_get_f64(whole, ((r * 4 + 0) * T + T - 1) * T + k)));
+    CU_ASSERT(worst <= 1e-6);
     nnt_trace_free(ta);
     nnt_trace_free(tb);
     nnt_model_free(ma);
     nnt_model_free(mb);
     nnt_runtime_close(a);
     nnt_runtime_close(b);
+}
+
+/* Slices of a pattern on every family's fixture: saved in parts (one block of queries at a time,
+ * the one pass making the mix) they equal the same slices of the whole pattern, and the values
+ * after them are unchanged; two slices of one value and a whole save beside a slice too. */
+static void check_slices(const char *dir, int layer)
+{
+    nnt_runtime *whole_rt = unfused_runtime("attend-whole-sl.ini", "64"), *part_rt = unfused_runtime("attend-blocks-sl.ini", "0.000001");
+    nnt_runtime *fused_rt = t_runtime();
+    nnt_runtime *rts[2] = {fused_rt, part_rt}; /* parts after the one pass; parts of the three ops in blocks */
+    nnt_model *mw = t_model(whole_rt, dir);
+    enum { T = 60 };
+    int32_t ids[2 * T], mask[2 * T];
+    make_rows(T, nnt_model_get_info(mw)->vocab_size, ids, mask);
+    char pp[128], ps[128], pl[128], sp1[160], sp2[160], ss[160];
+    snprintf(pp, sizeof pp, "layers.%d.self_attn.attention_probabilities", layer);
+    snprintf(ps, sizeof ps, "layers.%d.self_attn.attention_scores", layer);
+    snprintf(pl, sizeof pl, "layers.%d.layer_output", layer);
+    snprintf(sp1, sizeof sp1, "%s[:, 1, -1]", pp);
+    snprintf(sp2, sizeof sp2, "%s[1, :, 7:50:3, 2:]", pp);
+    snprintf(ss, sizeof ss, "%s[:, :, 30]", ps);
+    nnt_trace *w;
+    T_OK(whole_rt, nnt_trace_new(mw, &w));
+    T_OK(whole_rt, nnt_trace_save(w, pp));
+    T_OK(whole_rt, nnt_trace_save(w, ps));
+    T_OK(whole_rt, nnt_trace_save(w, pl));
+    T_OK(whole_rt, nnt_trace_run(w, ids, mask, 2, T));
+    const nnt_tensor *wp = nnt_trace_get(w, pp), *wsc = nnt_trace_get(w, ps), *wl = nnt_trace_get(w, pl);
+    CU_ASSERT_FATAL(wp && wsc && wl);
+    int64_t H = wp->shape[1], S = wp->shape[3];
+    for (int k = 0; k < 2; k++) {
+        nnt_model *m = t_model(rts[k], dir);
+        nnt_trace *t;
+        T_OK(rts[k], nnt_trace_new(m, &t));
+        T_OK(rts[k], nnt_trace_save(t, sp1));
+        T_OK(rts[k], nnt_trace_save(t, sp2));
+        T_OK(rts[k], nnt_trace_save(t, ss));
+        T_OK(rts[k], nnt_trace_save(t, pl));
+        T_OK(rts[k], nnt_trace_run(t, ids, mask, 2, T));
+        const nnt_tensor *a = nnt_trace_get(t, pp);
+        char key2[192];
+        snprintf(key2, sizeof key2, "%s#1", pp);
+        const nnt_tensor *c = nnt_trace_get(t, key2), *d = nnt_trace_get(t, ps), *l = nnt_trace_get(t, pl);
+        CU_ASSERT_FATAL(a && c && d && l);
+        CU_ASSERT(a->ndim == 2 && a->shape[0] == 2 && a->shape[1] == S);
+        CU_ASSERT(c->ndim == 3 && c->shape[0] == H && c->shape[1] == 15 && c->shape[2] == S - 2);
+        CU_ASSERT(d->ndim == 3 && d->shape[1] == H && d->shape[2] == S);
+        double worst = 0, scale = 0;
+#define CMP(got, want)                                                                                                 \
+    do {                                                                                                               \
+        double g_ = (got), w_ = (want);                                                                                \
+        if (isinf(w_) || isinf(g_)) {                                                                                  \
+            if (g_ != w_) worst = INFINITY;                                                                            \
+        } else {                                                                                                       \
+            worst = fmax(worst, fabs(g_ - w_));                                                                        \
+            scale = fmax(scale, fabs(w_));                                                                             \
+        }                                                                                                              \
+    } while (0)
+        for (int64_t r = 0; r < 2; r++)
+            for (int64_t j = 0; j < S; j++)
+                CMP(nnt_tensor_get_f64(a, r * S + j), nnt_tensor_get_f64(wp, ((r * H + 1) * T + T - 1) * S + j));
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < 15; i++)
+                for (int64_t j = 2; j < S; j++)
+                    CMP(nnt_tensor_get_f64(c, (h * 15 + i) * (S - 2) + j - 2),
+                        nnt_tensor_get_f64(wp, ((1 * H + h) * T + 7 + 3 * i) * S + j));
+        for (int64_t r = 0; r < 2; r++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t j = 0; j < S; j++)
+                    CMP(nnt_tensor_get_f64(d, (r * H + h) * S + j), nnt_tensor_get_f64(wsc, ((r * H + h) * T + 30) * S + j));
+#undef CMP
+        double e = worst / (scale > 0 ? scale : 1);
+        if (!(e <= 1e-6)) fprintf(stderr, "\n  %s (%s): slices differ by %.3g (relative)\n", dir, k ? "blocks" : "one pass", e);
+        CU_ASSERT(e <= 1e-6);
+        CU_ASSERT(rel_diff(l, wl) <= T_TOL);
+        nnt_trace_free(t);
+        nnt_model_free(m);
+    }
+    nnt_trace_free(w);
+    nnt_model_free(mw);
+    nnt_runtime_close(whole_rt);
+    nnt_runtime_close(part_rt);
+    nnt_runtime_close(fused_rt);
+}
+
+static void test_slices(void)
+{
+    check_slices("minimax_m2/fp32", 1);
+    check_slices("mimo_v2_flash/fp32", 1);
+    check_slices("mimo_v2/fp4", 1);
+    check_slices("kimi_linear/fp32", 3);
+    check_slices("deepseek_v4/fp32", 2);
 }
 
 /* [attention] block_mb refuses what is not a size, fused what is not yes or no, naming the key
@@ -260,7 +380,8 @@ int register_tests(void)
     CU_add_test(s, "Kimi-Linear in blocks of queries and in one pass", test_kimi);
     CU_add_test(s, "DeepSeek-V4 in blocks of queries and in one pass", test_deepseek);
     CU_add_test(s, "3000 tokens within a quarter of the whole pattern's memory", test_long_prompt);
-    CU_add_test(s, "a pattern past [attention] pattern_mb is refused", test_pattern_bound);
+    CU_add_test(s, "a pattern past [attention] pattern_mb is refused, a slice of it served", test_pattern_bound);
+    CU_add_test(s, "slices of patterns saved in parts equal those of the whole, every family", test_slices);
     CU_add_test(s, "[attention] block_mb and fused errors", test_ini_errors);
     return 0;
 }

@@ -60,5 +60,7 @@ void nnt_core_api_init(nnt_core_api *api)
         .arena_release = nnt_run_release,
         .tree_node = nnt_tree_node,
         .tensor_kv_heads = api_tensor_kv_heads_moved,
+        .parts_wanted = nnt_run_api_parts_wanted,
+        .emit_part = nnt_run_api_emit_part,
     };
 }

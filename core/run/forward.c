@@ -64,6 +64,27 @@ int nnt_run_api_wants(const nnt_run *run, nnt_value_id slot, int layer)
     return nnt_run_wants(run, slot, layer);
 }
 
+int nnt_run_api_parts_wanted(const nnt_run *run, nnt_value_id slot, int layer, int axis, int64_t extent, int64_t *lo,
+                             int64_t *hi)
+{
+    if (!lo || !hi || !nnt_stage_holds(run->model->info.num_layers, run->first_layer, run->end_layer, slot, layer))
+        return 0;
+    return nnt_trace_parts_wanted(run, slot, layer, axis, extent, lo, hi);
+}
+
+nnt_status nnt_run_api_emit_part(nnt_run *run, nnt_value_id slot, int layer, const nnt_tensor *part, int axis,
+                                 int64_t first, int64_t extent)
+{
+    if (!nnt_stage_holds(run->model->info.num_layers, run->first_layer, run->end_layer, slot, layer)) {
+        char path[160];
+        nnt_path_format(slot, layer, path, sizeof path);
+        return nnt_err_set(run->err, NNT_ERR_PLUGIN,
+                           "family '%s' emitted a part of %s in a pipeline stage of blocks %d..%d, which does not hold it",
+                           nnt_model_family(run->model), path, run->first_layer, run->end_layer - 1);
+    }
+    return nnt_trace_emit_part(run, slot, layer, part, axis, first, extent);
+}
+
 nnt_status nnt_run_alloc(nnt_run *run, nnt_dtype dtype, int ndim, const int64_t *shape,
                             nnt_tensor *out, nnt_error *err)
 {

@@ -877,7 +877,10 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
 {
     (void)err;
     if (!keep_results) clear_results(t);
-    for (int i = 0; i < t->n_results; i++) t->results[i].chunk_seen = 0; /* a chunk fills its part of each */
+    for (int i = 0; i < t->n_results; i++) { /* a chunk fills its part of each; parts close with their call */
+        t->results[i].chunk_seen = 0;
+        t->results[i].part_open = 0;
+    }
     for (int i = 0; i < t->n_keeps; i++) t->keeps[i].valid = 0;
     t->dims = *dims;
     t->step = step;
@@ -972,7 +975,7 @@ int nnt_run_wants(const nnt_run *run, nnt_value_id slot, int layer)
 /* ---------------------------------------------------------------------------------------- */
 /* Applying requests at emission.                                                            */
 
-static nnt_status host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst)
+nnt_status nnt_trace_host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst)
 {
     if (nnt_tensor_alloc(dst, src->dtype, src->ndim, src->shape) != NNT_OK)
         return nnt_err_set(run->err, NNT_ERR_OUT_OF_MEMORY, "no memory to save a value");
@@ -997,7 +1000,7 @@ static nnt_status host_rows(nnt_run *run, const request *rq, const nnt_tensor *v
     nnt_status st = NNT_OK;
     *src = value;
     if (value->device) {
-        st = host_copy(run, value, tmp);
+        st = nnt_trace_host_copy(run, value, tmp);
         *src = tmp;
     }
     if (st == NNT_OK && rq->n_rows) {
@@ -1018,7 +1021,7 @@ static nnt_status save_copy(nnt_run *run, const request *rq, nnt_value_id slot, 
     const cell *c = run->trace->window.total ? cell_at(run->trace, layer, slot) : NULL;
     if (c && c->token_axis >= 0) {
         st = host_rows(run, rq, value, &tmp, &rows, &src);
-        if (st == NNT_OK) st = nnt_trace_window_save(run, rq, path, slot, c->token_axis, src, out);
+        if (st == NNT_OK) st = nnt_trace_window_save(run, rq, path, slot, c->token_axis, &run->trace->window, src, out);
         nnt_tensor_free(&rows);
         nnt_tensor_free(&tmp);
         return st;
@@ -1027,7 +1030,7 @@ static nnt_status save_copy(nnt_run *run, const request *rq, nnt_value_id slot, 
     if (narrowed && !rq->n_slice)
         return nnt_err_set(run->err, NNT_ERR_INTERNAL, "save '%s': the readout was computed at %d of %d positions only",
                            rq->text, (int)value->shape[1], run->dims.seq);
-    if (!rq->n_slice && !rq->n_rows) return host_copy(run, value, out);
+    if (!rq->n_slice && !rq->n_rows) return nnt_trace_host_copy(run, value, out);
     st = host_rows(run, rq, value, &tmp, &rows, &src);
     if (st == NNT_OK && !rq->n_slice) { /* the rows alone: handed over as they are */
         *out = rows;
@@ -1051,6 +1054,9 @@ static nnt_status save_copy(nnt_run *run, const request *rq, nnt_value_id slot, 
     return st;
 }
 
+static nnt_status new_result(nnt_run *run, int req, nnt_value_id slot, int layer, result **out, char *path, size_t n,
+                             int *pre);
+
 nnt_status nnt_trace_push_result(nnt_run *run, int req, nnt_value_id slot, int layer, const nnt_tensor *value)
 {
     nnt_trace *t = run->trace;
@@ -1062,6 +1068,30 @@ nnt_status nnt_trace_push_result(nnt_run *run, int req, nnt_value_id slot, int l
             if (!value || e->none) return NNT_OK;
             return save_copy(run, &t->reqs[req], slot, layer, e->path, value, &e->t);
         }
+    result *res;
+    char path[192];
+    int pre;
+    nnt_status st = new_result(run, req, slot, layer, &res, path, sizeof path, &pre);
+    if (st != NNT_OK) return st;
+    const request *rq = &t->reqs[req];
+    st = value ? save_copy(run, rq, slot, layer, path + pre, value, &res->t) : NNT_OK;
+    if (st != NNT_OK) {
+        free(res->path);
+        return st;
+    }
+    res->none = value == NULL;
+    res->chunk_seen = 1;
+    t->n_results++;
+    return NNT_OK;
+}
+
+/* A new result entry at t->results[t->n_results] (not yet counted) for request req's save of
+ * (slot, layer), with its key in res->path and in path[n] (grad keys' "grad:" prefix of
+ * *pre bytes). */
+static nnt_status new_result(nnt_run *run, int req, nnt_value_id slot, int layer, result **out, char *path, size_t n,
+                             int *pre)
+{
+    nnt_trace *t = run->trace;
     if (t->n_results == t->cap_results) {
         int cap = t->cap_results ? 2 * t->cap_results : 32;
         result *g = realloc(t->results, (size_t)cap * sizeof *g);
@@ -1082,25 +1112,27 @@ nnt_status nnt_trace_push_result(nnt_run *run, int req, nnt_value_id slot, int l
     for (int j = 0; j < req; j++)
         copy += t->reqs[j].kind == rq->kind && t->reqs[j].path.slot == slot &&
                 (t->reqs[j].path.layer == layer || t->reqs[j].path.layer == NNT_LAYER_ALL);
-    char path[192];
-    int pre = rq->kind == REQ_GRAD ? snprintf(path, sizeof path, "grad:") : 0;
-    nnt_path_format(slot, layer, path + pre, sizeof path - (size_t)pre);
-    if (occurrence) snprintf(path + strlen(path), sizeof path - strlen(path), "@%d", occurrence);
-    if (copy) snprintf(path + strlen(path), sizeof path - strlen(path), "#%d", copy);
+    *pre = rq->kind == REQ_GRAD ? snprintf(path, n, "grad:") : 0;
+    nnt_path_format(slot, layer, path + *pre, n - (size_t)*pre);
+    if (occurrence) snprintf(path + strlen(path), n - strlen(path), "@%d", occurrence);
+    if (copy) snprintf(path + strlen(path), n - strlen(path), "#%d", copy);
     res->path = nnt_strdup(path);
+    if (!res->path) return nnt_err_set(run->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     res->occurrence_of_request = req;
     res->slot = slot;
     res->layer = layer;
     res->step = run->step;
-    nnt_status st = value ? save_copy(run, rq, slot, layer, path + pre, value, &res->t) : NNT_OK;
-    if (st != NNT_OK) {
-        free(res->path);
-        return st;
-    }
-    res->none = value == NULL;
-    res->chunk_seen = 1;
-    t->n_results++;
+    *out = res;
     return NNT_OK;
+}
+
+nnt_status nnt_trace_open_result(nnt_run *run, int req, nnt_value_id slot, int layer, result **out)
+{
+    char path[192];
+    int pre;
+    nnt_status st = new_result(run, req, slot, layer, out, path, sizeof path, &pre);
+    if (st == NNT_OK) run->trace->n_results++;
+    return st;
 }
 
 static kept *find_keep(nnt_trace *t, nnt_value_id slot, int layer, int create)
@@ -1418,7 +1450,7 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *
             nnt_tensor_free(&k->t);
             k->valid = 0;
             if (value) {
-                st = host_copy(run, on_device && dirty ? &host : value, &k->t);
+                st = nnt_trace_host_copy(run, on_device && dirty ? &host : value, &k->t);
                 k->valid = st == NNT_OK;
             }
             continue;
@@ -1434,7 +1466,7 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *
         nnt_tensor *target = value;
         if (on_device) {
             if (!host.data) {
-                st = host_copy(run, value, &host);
+                st = nnt_trace_host_copy(run, value, &host);
                 if (st != NNT_OK) break;
             }
             target = &host;

@@ -117,6 +117,8 @@ typedef struct result {
     int step;
     int none;
     int chunk_seen; /* chunked prefill: the current chunk's call has written its part */
+    int part_open;  /* filled part by part (nnt_trace_emit_part) in this call */
+    int64_t part_end; /* the end of the last part written, along the parts' axis */
     nnt_tensor t;
 } result;
 
@@ -178,6 +180,21 @@ nnt_status nnt_trace_slice_copy(const nnt_tensor *src, const axis_sel *ax, nnt_t
 nnt_status nnt_trace_pattern_check(const nnt_trace *t, const request *r, int layer, const nnt_value_info *vi,
                                    nnt_error *err);
 
+/* A host copy of src (backend or host memory) into dst, allocated here. Errors:
+ * NNT_ERR_OUT_OF_MEMORY, the backend's download error (run->err). */
+nnt_status nnt_trace_host_copy(nnt_run *run, const nnt_tensor *src, nnt_tensor *dst);
+/* A new, empty result of request req's save of (slot, layer), keyed as nnt_trace_push_result
+ * keys it and counted in t->results; *out points at it until the next result is added. Errors:
+ * NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_trace_open_result(nnt_run *run, int req, nnt_value_id slot, int layer, result **out);
+
+/* ---- trace_parts.c: a value emitted in parts along one axis (nnt_core_api.emit_part) ---- */
+/* nnt_core_api.parts_wanted and emit_part for run's trace (see nnt_family.h). */
+int nnt_trace_parts_wanted(const nnt_run *run, nnt_value_id slot, int layer, int axis, int64_t extent, int64_t *lo,
+                           int64_t *hi);
+nnt_status nnt_trace_emit_part(nnt_run *run, nnt_value_id slot, int layer, const nnt_tensor *part, int axis,
+                               int64_t first, int64_t extent);
+
 /* ---- trace_window.c: saves of a chunk of a longer prompt ---- */
 /* The index of the word "seq" in a value's axes ("[batch seq hidden_size]" -> 1), or -1. */
 int nnt_trace_token_axis(const char *axes);
@@ -185,15 +202,16 @@ int nnt_trace_token_axis(const char *axes);
  * inside the chunk [w->t0, w->t0 + w->n): *local in the chunk's own positions, *first the index in
  * `full` of its first entry. Returns local->count, 0 when the chunk holds none of it. */
 int64_t nnt_trace_window_select(const trace_window *w, const axis_sel *full, axis_sel *local, int64_t *first);
-/* Writes the chunk's part of save rq into *dst: src is the call's value on the host (rows of
- * nnt_trace_limit_rows already taken), token_axis its "seq" axis; rq's slice is resolved on the
- * whole prompt. *dst with no data yet (the first call) is allocated at the whole save's shape,
- * zeroed, then filled in; later calls fill their part. A readout computed at the call's
- * logits_positions only (nnt_trace_readout_narrowed) is picked from. Errors: NNT_ERR_INDEX (a
- * slice outside the prompt), NNT_ERR_SHAPE (a value that changed shape between calls),
- * NNT_ERR_OUT_OF_MEMORY, NNT_ERR_INTERNAL (run->err). */
+/* Writes the part w ([w->t0, w->t0 + w->n) of w->total along axis token_axis) of save rq into
+ * *dst: src is the part on the host (rows of nnt_trace_limit_rows already taken; for a chunk of
+ * a prompt, run->trace->window and the "seq" axis); rq's slice is resolved on the whole extent.
+ * *dst with no data yet (the first part) is allocated at the whole save's shape, zeroed, then
+ * filled in; later parts fill theirs. A readout computed at the call's logits_positions only
+ * (nnt_trace_readout_narrowed) is picked from. Errors: NNT_ERR_INDEX (a slice outside the
+ * extent), NNT_ERR_SHAPE (a value that changed shape between parts), NNT_ERR_OUT_OF_MEMORY,
+ * NNT_ERR_INTERNAL (run->err). */
 nnt_status nnt_trace_window_save(nnt_run *run, const request *rq, const char *path, nnt_value_id slot, int token_axis,
-                                 const nnt_tensor *src, nnt_tensor *dst);
+                                 const trace_window *w, const nnt_tensor *src, nnt_tensor *dst);
 
 /* The positions of a call of batch x seq tokens (mask int32 [batch, seq], 1 for a real token;
  * NULL: all real) at which trace t (NULL: none) reads the readout: those its saves of

@@ -1,6 +1,7 @@
-/* trace_window.c - saves of a chunk of a longer prompt (chunked prefill): a save's slice resolved
- * on the whole prompt, the part one chunk's call holds picked out, and written into the whole
- * save at its place along the token axis. */
+/* trace_window.c - saves filled part by part along one axis: a chunk of a longer prompt
+ * (chunked prefill) along the token axis, or a block of queries of an attention pattern
+ * (trace_parts.c): a save's slice resolved on the whole extent, the part at hand picked out and
+ * written into the whole save at its place along that axis. */
 #include <string.h>
 
 #include "trace/trace_internal.h"
@@ -31,9 +32,8 @@ int64_t nnt_trace_window_select(const trace_window *w, const axis_sel *full, axi
 }
 
 nnt_status nnt_trace_window_save(nnt_run *run, const request *rq, const char *path, nnt_value_id slot, int token_axis,
-                                 const nnt_tensor *src, nnt_tensor *dst)
+                                 const trace_window *w, const nnt_tensor *src, nnt_tensor *dst)
 {
-    const trace_window *w = &run->trace->window;
     int nd = src->ndim, narrowed = nnt_trace_readout_narrowed(run, slot, src);
     if (token_axis < 0 || token_axis >= nd)
         return nnt_err_set(run->err, NNT_ERR_INTERNAL, "save '%s': a chunk of the prompt was given a value without "

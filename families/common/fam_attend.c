@@ -1,7 +1,9 @@
 /* fam_attend.c - softmax attention from split heads: the backend's fused pass (attn_fused) when no
- * request reads the pattern, else the scores, softmax and value mix, whole or in blocks of
- * queries, for fam_attention_forward and the families with attention of their own, holding the
- * [B, heads, T, S] pattern only when a request reads it or it is small. */
+ * request reads the pattern or only saves do, else the scores, softmax and value mix, whole or in
+ * blocks of queries, for fam_attention_forward and the families with attention of their own. The
+ * [B, heads, T, S] pattern is held whole only when a request other than a save reads it or it is
+ * small; a pattern only saves read is handed to the core in blocks of queries (emit_part), only
+ * the blocks holding the queries the saves' slices read when the one pass made the mix. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +64,26 @@ static void block_mask(const nnt_attn_mask *m, int64_t B, int64_t T, int64_t S, 
     out->allow = m->allow ? allow : NULL;
 }
 
+/* Whether the saves of block `layer`'s pattern can take it in parts along the query axis (the
+ * core's parts_wanted for each value asked), and the queries [*lo, *hi) they read. */
+static int pattern_parts(const nnt_core_api *h, nnt_run *run, int layer, int ws, int wp, int64_t T, int64_t *lo,
+                         int64_t *hi)
+{
+    if (!NNT_STRUCT_HAS(h, nnt_core_api, emit_part) || !h->parts_wanted || !h->emit_part) return 0;
+    int64_t a = T, b = 0, l, r;
+    const nnt_value_id ids[2] = {NNT_VALUE_ATTN_SCORES, NNT_VALUE_ATTN_PROBABILITIES};
+    const int asked[2] = {ws, wp};
+    for (int i = 0; i < 2; i++) {
+        if (!asked[i]) continue;
+        if (!h->parts_wanted(run, ids[i], layer, 2, T, &l, &r)) return 0;
+        if (l < r && l < a) a = l;
+        if (l < r && r > b) b = r;
+    }
+    *lo = a < b ? a : 0;
+    *hi = a < b ? b : 0;
+    return 1;
+}
+
 nnt_status fam_attend(const fam_env *env, nnt_run *run, int layer, const nnt_forward_args *args,
                       const nnt_tensor *q, const nnt_tensor *keys, const nnt_tensor *values, float scale,
                       const nnt_attn_mask *mask, const float *sinks, nnt_tensor *ho, nnt_error *err)
@@ -74,17 +96,27 @@ nnt_status fam_attend(const fam_env *env, nnt_run *run, int layer, const nnt_for
     uint64_t row_bytes = (uint64_t)(B * Hq * S) * sizeof(float), bound = block_bound(args);
     int64_t rows = (int64_t)(bound / (row_bytes ? row_bytes : 1));
     if (rows < 16) rows = 16;
-    int pattern = h->wants(run, NNT_VALUE_ATTN_SCORES, layer) || h->wants(run, NNT_VALUE_ATTN_PROBABILITIES, layer);
-    if (!pattern && NNT_STRUCT_HAS(be, nnt_backend_ops, attn_fused) && be->attn_fused) { /* nothing reads the pattern: the backend's one pass, if it takes the call */
-        int done = 0;
-        nnt_status st = be->attn_fused(bc, q, keys, values, scale, mask, sinks, ho, &done, err);
-        if (st != NNT_OK || done) return st;
+    int ws = h->wants(run, NNT_VALUE_ATTN_SCORES, layer), wp = h->wants(run, NNT_VALUE_ATTN_PROBABILITIES, layer);
+    int pattern = ws || wp;
+    /* a pattern only saves read comes in parts, one block of queries at a time, for the queries
+     * they read */
+    int64_t lo = 0, hi = T;
+    int parts = pattern && be->copy_cols && pattern_parts(h, run, layer, ws, wp, T, &lo, &hi);
+    int mixed = 0; /* ho holds the result */
+    if ((!pattern || parts) && NNT_STRUCT_HAS(be, nnt_backend_ops, attn_fused) && be->attn_fused) {
+        /* the backend's one pass, if it takes the call */
+        nnt_status st = be->attn_fused(bc, q, keys, values, scale, mask, sinks, ho, &mixed, err);
+        if (st != NNT_OK) return st;
     }
-    if (rows >= T || !be->copy_cols || pattern)
+    if (mixed && (!parts || lo >= hi)) return NNT_OK;
+    if (!parts && (rows >= T || !be->copy_cols || pattern))
         return attend_whole(env, run, layer, q, keys, values, scale, mask, sinks, ho, err);
+    /* blocks over every query (the mix is still to be made) or over those the saves read */
+    int64_t t_begin = mixed ? lo : 0, t_end = mixed ? hi : T, span = t_end - t_begin;
     /* blocks of equal size, so that none is much shorter than the bound allows */
-    int64_t blocks = (T + rows - 1) / rows;
-    rows = (T + blocks - 1) / blocks;
+    if (rows > span) rows = span;
+    int64_t blocks = (span + rows - 1) / rows;
+    rows = (span + blocks - 1) / blocks;
     int32_t *qpos = NULL;
     uint8_t *qvalid = NULL, *allow = NULL;
     if (B > 1 || !mask->q_pos) {
@@ -102,8 +134,9 @@ nnt_status fam_attend(const fam_env *env, nnt_run *run, int layer, const nnt_for
      * columns: a block of queries is a block of columns of each */
     nnt_tensor q2 = fam_view(q, NNT_SHAPE(B * Hq, T * D)), ho2 = fam_view(ho, NNT_SHAPE(B, T * Hq * Dv));
     nnt_status st = NNT_OK;
-    for (int64_t t0 = 0; t0 < T && st == NNT_OK; t0 += rows) {
-        int64_t n = T - t0 < rows ? T - t0 : rows;
+    for (int64_t t0 = t_begin; t0 < t_end && st == NNT_OK; t0 += rows) {
+        int64_t n = t_end - t0 < rows ? t_end - t0 : rows;
+        int read = parts && t0 < hi && t0 + n > lo; /* the block holds queries a save reads */
         size_t mark = h->arena_mark(run);
         nnt_tensor qb, scores, ob;
         nnt_attn_mask mb;
@@ -115,13 +148,17 @@ nnt_status fam_attend(const fam_env *env, nnt_run *run, int layer, const nnt_for
         }
         if (st == NNT_OK) st = fam_alloc(env, run, NNT_F32, &scores, err, NNT_SHAPE(B, Hq, n, S));
         if (st == NNT_OK) st = be->attn_scores(bc, &qb, keys, scale, &mb, &scores, err);
+        if (st == NNT_OK && read && ws) st = h->emit_part(run, NNT_VALUE_ATTN_SCORES, layer, &scores, 2, t0, T);
         nnt_tensor probs = scores;
         if (st == NNT_OK) st = be->softmax(bc, &scores, sinks, &probs, err);
-        if (st == NNT_OK) st = fam_alloc(env, run, NNT_F32, &ob, err, NNT_SHAPE(B, n, Hq, Dv));
-        if (st == NNT_OK) st = be->attn_mix(bc, &probs, values, &ob, err);
-        if (st == NNT_OK) {
-            nnt_tensor ob2 = fam_view(&ob, NNT_SHAPE(B, n * Hq * Dv));
-            st = be->copy_cols(bc, &ob2, 0, &ho2, t0 * Hq * Dv, n * Hq * Dv, err);
+        if (st == NNT_OK && read && wp) st = h->emit_part(run, NNT_VALUE_ATTN_PROBABILITIES, layer, &probs, 2, t0, T);
+        if (!mixed) {
+            if (st == NNT_OK) st = fam_alloc(env, run, NNT_F32, &ob, err, NNT_SHAPE(B, n, Hq, Dv));
+            if (st == NNT_OK) st = be->attn_mix(bc, &probs, values, &ob, err);
+            if (st == NNT_OK) {
+                nnt_tensor ob2 = fam_view(&ob, NNT_SHAPE(B, n * Hq * Dv));
+                st = be->copy_cols(bc, &ob2, 0, &ho2, t0 * Hq * Dv, n * Hq * Dv, err);
+            }
         }
         h->arena_release(run, mark);
     }

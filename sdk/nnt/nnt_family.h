@@ -192,6 +192,29 @@ typedef struct nnt_core_api {
     nnt_status (*tensor_kv_heads)(const nnt_checkpoint *ck, const char *k_name, const char *v_name, int64_t heads,
                                   int64_t k_head_dim, int64_t v_head_dim, int64_t in, nnt_tensor *k, nnt_tensor *v,
                                   nnt_error *err);
+
+    /* ---- since ABI 3.11: a value handed over in parts along one axis ----
+     * For a value too big to hold whole that only saves read: the family kit's fam_attend makes
+     * a long prompt's attention pattern one block of queries at a time. Read these entries only
+     * when struct_size covers them (NNT_STRUCT_HAS). */
+    /* 1 when every request on (id, layer) in this call is a save that parts can fill (no edit,
+     * gradient, kept copy or rows selection; not a chunk of a longer prompt), with [*lo, *hi) set
+     * to the entries along `axis` (of `extent`, which must be value_info's size of that axis) the
+     * saves' slices read: the whole axis for a save without a slice there, lo == hi when they read
+     * none. 0 when the value must be emitted whole with `emit` (or nothing asks for it). */
+    int (*parts_wanted)(const nnt_run *run, nnt_value_id id, int layer, int axis, int64_t extent, int64_t *lo,
+                        int64_t *hi);
+    /* Hands entries [first, first + part->shape[axis]) along `axis` of value (id, layer) to the
+     * trace; the whole value has `extent` entries there and every other axis as value_info
+     * declares it. One emission's parts come in ascending order without overlap; a part starting
+     * before the previous one's end begins a new emission (a later `@k` key). Parts outside
+     * parts_wanted's [lo, hi) may be left out: what the saves read must be covered. part (backend
+     * memory, or host memory with `device` 0) is read, never written, and the family may release
+     * it on return. Only after parts_wanted answered 1 for this call. Errors: NNT_ERR_PLUGIN (a
+     * value parts cannot serve, a part out of range or shaped otherwise than declared, naming the
+     * value), NNT_ERR_INDEX (a save's slice outside the value), NNT_ERR_OUT_OF_MEMORY. */
+    nnt_status (*emit_part)(nnt_run *run, nnt_value_id id, int layer, const nnt_tensor *part, int axis, int64_t first,
+                            int64_t extent);
 } nnt_core_api;
 
 /* How a family's products run (the INI file's [family.NAME] precision). */

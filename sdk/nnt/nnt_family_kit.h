@@ -339,6 +339,9 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
  * attention_probabilities and the backend has attn_fused, that one pass computes ho without
  * the pattern (tiles of keys with an online softmax) unless it declines the call (a tape
  * recording for gradients, bfloat16 roundings, too few rows), and neither value is emitted.
+ * When only saves read the block's pattern (the core's parts_wanted), the one pass makes ho
+ * and the pattern is made in blocks of queries for the queries the saves' slices read alone,
+ * each block handed over with emit_part (without the one pass: every block, each also mixed).
  * Otherwise: when block `layer` has a request on attention_scores or
  * attention_probabilities, or the whole pattern fits in `args`' block bound
  * (attention_block_bytes, FAM_ATTEND_BLOCK_BYTES when 0 or absent), the [B, Hq, T, S] pattern is
