@@ -37,7 +37,8 @@ void cpu_blas_setup(cpu_ctx *c, int split);
 /* y [M, N] (rows ldy apart) = alpha op(a) op(b) + beta y, row-major float32, op(a) [M, K] and
  * op(b) [K, N] (trans_a / trans_b: the stored matrix is the transpose, as cblas_sgemm's
  * CblasTrans), on OpenBLAS; called outside a parallel region it runs on the backend's team of
- * c->threads whichever OpenBLAS build was loaded, inside one on the calling thread. No errors. */
+ * c->threads whichever OpenBLAS build was loaded, inside one on the calling thread; on oneDNN's
+ * sgemm instead where the build has oneDNN and gemm is not openblas (cpu_blas.c). No errors. */
 void cpu_sgemm(const cpu_ctx *c, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *y, int64_t ldy);
 
