@@ -35,6 +35,7 @@ uint16_t nnt_f32_to_bf16(float f); /* round to nearest even */
 float nnt_f16_to_f32(uint16_t h);
 uint16_t nnt_f32_to_f16(float f);
 float nnt_fp8_e4m3_to_f32(uint8_t b);
+uint8_t nnt_f32_to_fp8_e4m3(float v); /* nearest e4m3fn code, ties to even, saturating at 448 */
 float nnt_e8m0_to_f32(uint8_t b);
 /* Converts n elements between numeric dtypes (float and integer). */
 nnt_status nnt_convert(const void *src, nnt_dtype sdt, void *dst, nnt_dtype ddt, int64_t n,
@@ -124,6 +125,15 @@ nnt_status nnt_st_serialize(int n, const char *const *keys, const nnt_tensor *co
                             void **out, size_t *len, nnt_error *err);
 
 /* ---- checkpoints (checkpoint.c) ---- */
+/* What re-encoding at load did (reencode.c): sums over every re-encoded weight. */
+typedef struct nnt_reencode_record {
+    int64_t tensors;
+    uint64_t values, stored_bytes, encoded_bytes;
+    double err2, ref2, max_abs; /* sum of squared errors, of squared stored values; largest error */
+    double worst_rel_rms;       /* the largest one tensor's relative RMS error, and its name */
+    char worst[256];
+} nnt_reencode_record;
+
 struct nnt_checkpoint {
     char *dir;
     char *config_path;
@@ -143,6 +153,7 @@ struct nnt_checkpoint {
     /* per index entry: an aligned copy of a tensor the mapping leaves misaligned (NULL: none
      * made; the array itself is made on the first copy) */
     void **aligned;
+    nnt_reencode_record reencoded;
 };
 nnt_status nnt_checkpoint_open(const char *dir, nnt_checkpoint **out, nnt_error *err);
 /* A checkpoint of config.json alone (no safetensors file is opened: has_tensor answers 0,
@@ -178,6 +189,13 @@ nnt_status nnt_ck_check_files(const nnt_checkpoint *ck, nnt_error *err);
 /* The checkpoint's file bytes on disk, the stored bytes of the tensors bound so far, and the
  * bytes of the buffers it made. */
 void nnt_ck_memory(const nnt_checkpoint *ck, uint64_t *file_bytes, uint64_t *mapped_bytes, uint64_t *owned_bytes);
+
+/* ---- weights re-encoded at load (reencode.c) ---- */
+/* nnt_core_api.tensor_fp8 (nnt_family.h says what it does and returns). */
+nnt_status nnt_ck_tensor_fp8(const nnt_checkpoint *ck, const char *name, int ndim, const int64_t *shape,
+                             nnt_tensor *out, nnt_error *err);
+/* The record of every weight re-encoded so far, into the fields of *out after struct_size. */
+void nnt_ck_reencoding(const nnt_checkpoint *ck, nnt_reencoding *out);
 
 /* ---- encoded weights (quant.c) ---- */
 /* Turns the stored view t of tensor `name` into an encoded weight when it is one: F8_E4M3 (its
@@ -272,6 +290,7 @@ typedef struct nnt_plugin {
     /* families only: the backend chosen by the INI file, and the precision */
     struct nnt_plugin *be;
     nnt_precision precision;
+    nnt_weights weights; /* [family.NAME] weights = stored (the default) | fp8 */
     /* families only: why the family has no backend (be == NULL), NULL otherwise */
     char *no_backend;
     /* backends only: why creating the backend failed, NULL otherwise */

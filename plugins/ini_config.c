@@ -330,11 +330,14 @@ static int handler(void *user, const char *section, const char *name, const char
         nnt_ini_section *s = section_get(ini, kind, dot + 1, ps->lr->section_line);
         if (!s) return handler_fail(ps, line, "no memory");
         if (!name) return 1;
-        if (strcmp(kind, "family") == 0 && strcmp(name, "backend") != 0 && strcmp(name, "precision") != 0)
-            return handler_fail(ps, line, "unknown key '%s' in [%s] (expected backend or precision)", name, section);
+        if (strcmp(kind, "family") == 0 && strcmp(name, "backend") != 0 && strcmp(name, "precision") != 0 &&
+            strcmp(name, "weights") != 0)
+            return handler_fail(ps, line, "unknown key '%s' in [%s] (expected backend, precision or weights)", name,
+                                section);
         if (strcmp(kind, "family") == 0 && !valid_name(value))
             return handler_fail(ps, line, "[%s] %s = '%s' is not a %s name ([a-z0-9_]+)", section, name, value,
-                                strcmp(name, "backend") == 0 ? "backend" : "precision");
+                                strcmp(name, "backend") == 0 ? "backend" : strcmp(name, "precision") == 0 ? "precision"
+                                                                                                          : "weights");
         for (int i = 0; i < s->n_kv; i++)
             if (strcmp(s->kv[i].key, name) == 0)
                 return handler_fail(ps, line, "key '%s' appears twice in [%s] (first at line %d)", name, section,

@@ -635,6 +635,15 @@ nnt_status nnt_plugins_load_all(const nnt_ini *ini, nnt_plugin_set *set, nnt_err
         else if (prec && strcmp(prec, "f32") != 0)
             return nnt_err_set(err, NNT_ERR_CONFIG, "%s:%d: family '%s' has precision = '%s'; expected f32 or bf16",
                                ini->path, pline, pname(p), prec);
+        /* weights = stored (the default) | fp8 */
+        int wline = s ? s->line : 0;
+        const char *wts = nnt_ini_get(s, "weights", &wline);
+        p->weights = NNT_WEIGHTS_STORED;
+        if (wts && strcmp(wts, "fp8") == 0)
+            p->weights = NNT_WEIGHTS_FP8;
+        else if (wts && strcmp(wts, "stored") != 0)
+            return nnt_err_set(err, NNT_ERR_CONFIG, "%s:%d: family '%s' has weights = '%s'; expected stored or fp8",
+                               ini->path, wline, pname(p), wts);
     }
     return NNT_OK;
 }

@@ -81,6 +81,13 @@ check "precision = bf16 is named" 0 "precision bf16" "$nnt" info --config "$tmp/
 ini_with "precision = fp8" > "$tmp/p8.ini"
 check "a bad precision" 1 "p8.ini:[0-9]+: family '[a-z0-9_]+' has precision = 'fp8'; expected f32 or bf16" \
   "$nnt" plugins --config "$tmp/p8.ini"
+ini_with "weights = fp8" > "$tmp/w8.ini"
+check "info: weights = fp8 reports what re-encoding changed" 0 \
+  "re-encoded at load \(weights = fp8\): 84 weights, 1.18 MB as stored -> 295.25 KB as FP8 e4m3" \
+  "$nnt" info --config "$tmp/w8.ini" --model "$model"
+ini_with "weights = int4" > "$tmp/w4.ini"
+check "a bad weights value" 1 "w4.ini:[0-9]+: family '[a-z0-9_]+' has weights = 'int4'; expected stored or fp8" \
+  "$nnt" plugins --config "$tmp/w4.ini"
 check "MiMo dense block: mixture values missing with the reason" 0 "router_logits +no +this block's MLP is dense" \
   "$nnt" support --model "$fixtures/mimo_v2_flash/fp32"
 check "MiMo printout groups the two sliding blocks" 0 "\(1-2\): 2 x MiMoV2FlashDecoderLayer\(" \

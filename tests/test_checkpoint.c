@@ -92,6 +92,147 @@ static void test_fp8_block_scales(void)
     free(out);
 }
 
+/* Encoding to e4m3fn, by hand from the format's definition (sign, 4 exponent bits of bias 7, 3
+ * significand bits; subnormals in steps of 2^-9; 448 the largest finite value): nearest code,
+ * ties to the even code, saturation above 448, NaN to 0x7f; and every finite code decodes and
+ * encodes back to itself. */
+static void test_fp8_encode(void)
+{
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(1.0f), 0x38);
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(1.0625f), 0x38);           /* halfway 1 .. 1.125: to 1 (even) */
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(1.1875f), 0x3A);           /* halfway 1.125 .. 1.25: to 1.25 */
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(1.06f), 0x38);             /* below halfway: 1 */
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(1.07f), 0x39);             /* past halfway: 1.125 */
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(300.0f), 0x79);            /* steps of 32 above 256: 288 is nearest */
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(3.0f / 1024.0f), 0x02);    /* subnormal tie 1.5 * 2^-9: to 2 * 2^-9 */
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(1.0f / 1024.0f), 0x00);    /* tie 0.5 * 2^-9: to 0 */
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(0.0146484375f), 0x08);     /* 7.5 * 2^-9: to the smallest normal */
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(448.0f), 0x7E);
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(460.0f), 0x7E);
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(1000.0f), 0x7E);           /* saturates */
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(INFINITY), 0x7E);
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(-2.0f), 0xC0);
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(-0.0f), 0x80);
+    CU_ASSERT_EQUAL(nnt_f32_to_fp8_e4m3(NAN), 0x7F);
+    int bad = 0;
+    for (int q = 0; q < 256; q++)
+        if ((q & 0x7f) != 0x7f) bad += nnt_f32_to_fp8_e4m3(nnt_fp8_e4m3_to_f32((uint8_t)q)) != q;
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* A checkpoint folder in scratch whose model.safetensors is a link to tests/fixtures/<rel>. */
+static nnt_checkpoint *open_linked(const char *name, const char *rel)
+{
+    char dir[768], path[800], fx[512];
+    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (t_write_file(path, "{\"architectures\": [\"Test\"]}") != 0) return NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    if (symlink(t_fixture(rel, fx, sizeof fx), path) != 0) return NULL;
+    nnt_checkpoint *ck = NULL;
+    nnt_error err = {0};
+    return nnt_checkpoint_open(dir, &ck, &err) == NNT_OK ? ck : NULL;
+}
+
+/* weights = fp8: the codes and block scales of a BF16 [2, 140, 136] and an F32 [130, 131] weight
+ * are torch's, byte for byte (tests/fixtures/make_reencode_fixtures.py: edge blocks, a zero block,
+ * magnitudes near 1e-30, ties), and the checkpoint's record holds their error as torch measured
+ * it. */
+static void test_fp8_reencode(void)
+{
+    nnt_checkpoint *ck = open_linked("reencode", "reencode/fp8.safetensors");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ck);
+    nnt_runtime *rt = t_runtime();
+    char file[512];
+    t_fixture("reencode/fp8.safetensors", file, sizeof file);
+    static const char *const NAMES[2] = {"w_bf16", "w_f32"};
+    static const int64_t SHAPES[2][3] = {{2, 140, 136}, {130, 131}};
+    static const int NDIM[2] = {3, 2};
+    double e2 = 0.0, r2 = 0.0;
+    uint64_t values = 0;
+    for (int i = 0; i < 2; i++) {
+        char key[64];
+        nnt_error err = {0};
+        nnt_tensor q, w, codes, scales, rel;
+        CU_ASSERT_EQUAL_FATAL(nnt_ck_tensor_fp8(ck, NAMES[i], NDIM[i], SHAPES[i], &q, &err), NNT_OK);
+        snprintf(key, sizeof key, "%s.codes", NAMES[i]);
+        T_OK(rt, nnt_safetensors_read(rt, file, key, &codes));
+        snprintf(key, sizeof key, "%s.scales", NAMES[i]);
+        T_OK(rt, nnt_safetensors_read(rt, file, key, &scales));
+        snprintf(key, sizeof key, "%s.rel_rms", NAMES[i]);
+        T_OK(rt, nnt_safetensors_read(rt, file, key, &rel));
+        CU_ASSERT(q.dtype == NNT_F8_E4M3 && q.scale_dtype == NNT_F32 && q.block_rows == 128 && q.block_cols == 128);
+        CU_ASSERT(q.ndim == NDIM[i] && q.shape[0] == SHAPES[i][0]);
+        int64_t n = nnt_tensor_numel(&codes), ng = nnt_tensor_numel(&scales), diff = 0;
+        CU_ASSERT_EQUAL_FATAL(n, nnt_tensor_numel(&q));
+        for (int64_t k = 0; k < n; k++) diff += ((const uint8_t *)q.data)[k] != ((const uint8_t *)codes.data)[k];
+        CU_ASSERT_EQUAL(diff, 0);
+        CU_ASSERT_EQUAL(memcmp(q.scale, scales.data, (size_t)ng * sizeof(float)), 0);
+        double want = nnt_tensor_get_f64(&rel, 0);
+        /* the error of each value, decoded, against the stored one */
+        float *dec = malloc((size_t)n * sizeof *dec);
+        CU_ASSERT_FATAL(dec != NULL);
+        CU_ASSERT_EQUAL_FATAL(nnt_weight_decode(&q, 0, n / SHAPES[i][NDIM[i] - 1], dec, &err), NNT_OK);
+        CU_ASSERT_EQUAL_FATAL(nnt_ck_tensor(ck, NAMES[i], NDIM[i], SHAPES[i], &w, &err), NNT_OK);
+        double ei = 0.0, ri = 0.0;
+        for (int64_t k = 0; k < n; k++) {
+            double v = nnt_tensor_get_f64(&w, k), d = v - dec[k];
+            ei += d * d;
+            ri += v * v;
+        }
+        CU_ASSERT(fabs(sqrt(ei / ri) - want) < 1e-6 * want);
+        e2 += ei;
+        r2 += ri;
+        values += (uint64_t)n;
+        free(dec);
+        nnt_tensor_free(&codes);
+        nnt_tensor_free(&scales);
+        nnt_tensor_free(&rel);
+    }
+    nnt_reencoding all = {.struct_size = sizeof all};
+    nnt_ck_reencoding(ck, &all);
+    CU_ASSERT_EQUAL(all.tensors, 2);
+    CU_ASSERT_EQUAL(all.values, values);
+    CU_ASSERT_EQUAL(all.stored_bytes, 2 * 140 * 136 * 2 + 130 * 131 * 4);
+    CU_ASSERT_EQUAL(all.encoded_bytes, values + (2 * 2 * 2 + 2 * 2) * 4);
+    CU_ASSERT(fabs(all.rel_rms - sqrt(e2 / r2)) < 1e-6 * all.rel_rms);
+    CU_ASSERT(strcmp(all.worst, "w_bf16") == 0 || strcmp(all.worst, "w_f32") == 0);
+    /* a weight of one axis comes back as stored, and is not counted */
+    nnt_error err = {0};
+    nnt_tensor t;
+    int64_t five[1] = {5};
+    CU_ASSERT_EQUAL(nnt_ck_tensor_fp8(ck, "bias", 1, five, &t, &err), NNT_OK);
+    CU_ASSERT(t.dtype == NNT_F32 && t.scale == NULL);
+    nnt_ck_reencoding(ck, &all);
+    CU_ASSERT_EQUAL(all.tensors, 2);
+    nnt_runtime_close(rt);
+    nnt_checkpoint_close(ck);
+}
+
+/* weights = fp8 refuses a weight holding a value that is not finite, naming the tensor and element. */
+static void test_fp8_reencode_not_finite(void)
+{
+    float w[3 * 4] = {0};
+    w[6] = NAN;
+    nnt_tensor tw = {.dtype = NNT_F32, .ndim = 2, .shape = {3, 4}, .data = w};
+    const char *keys[1] = {"x.weight"};
+    const nnt_tensor *vals[1] = {&tw};
+    nnt_checkpoint *ck = write_checkpoint("fp8_nan", "{\"architectures\": [\"Test\"]}", 1, keys, vals);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ck);
+    nnt_error err = {0};
+    nnt_tensor t;
+    int64_t shape[2] = {3, 4};
+    CU_ASSERT_EQUAL(nnt_ck_tensor_fp8(ck, "x.weight", 2, shape, &t, &err), NNT_ERR_SHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'x.weight'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "[1, 2]"));
+    nnt_reencoding r = {.struct_size = sizeof r};
+    nnt_ck_reencoding(ck, &r);
+    CU_ASSERT_EQUAL(r.tensors, 0);
+    nnt_checkpoint_close(ck);
+}
+
 /* ---- broken checkpoint directories built from the fp32 fixture ---- */
 
 static const char *new_dir(const char *name)
@@ -756,6 +897,9 @@ int register_tests(void)
     if (!s) return -1;
     if (!CU_add_test(s, "fp8 e4m3 and e8m0 decoding", test_fp8_decode) ||
         !CU_add_test(s, "fp8 128x128 block scales with partial edge blocks", test_fp8_block_scales) ||
+        !CU_add_test(s, "fp8 e4m3 encoding: nearest, ties to even, saturation", test_fp8_encode) ||
+        !CU_add_test(s, "weights = fp8: codes and block scales as torch makes them", test_fp8_reencode) ||
+        !CU_add_test(s, "weights = fp8 refuses a value that is not finite", test_fp8_reencode_not_finite) ||
         !CU_add_test(s, "fp4 e2m1 codes, nibble order and group scales", test_fp4_decode) ||
         !CU_add_test(s, "DeepSeek-V4 native .scale (E8M0) and packed FP4 weights", test_native_quantised_names) ||
         !CU_add_test(s, "missing config.json or weights; malformed config", test_missing_files) ||

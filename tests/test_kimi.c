@@ -343,6 +343,55 @@ static void test_bf16_weights_values(void)
     nnt_runtime_close(rt);
 }
 
+/* weights = fp8 on bf16/: the linear and expert weights re-encoded as FP8 e4m3 with 128 x 128
+ * block scales at load; logits and final_norm_output match transformers' float32 run on the same
+ * weights re-encoded by torch and decoded (reference_fp8.safetensors, written by
+ * tests/fixtures/make_reencode_fixtures.py), and the model's record counts the weights the script
+ * re-encodes, with its relative RMS error. */
+static void test_fp8_weights_values(void)
+{
+    char ini[1024];
+    CU_ASSERT_FATAL(t_ini_with("kimi-fp8.ini", "family.kimi_linear", "weights", "fp8", ini, sizeof ini) != NULL);
+    nnt_runtime *rt = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(ini, &rt), NNT_OK);
+    char dir[512];
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, t_fixture(BF16, dir, sizeof dir), &m));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, "kimi_linear/bf16/reference_fp8.safetensors") == 0);
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "logits"));
+    T_OK(rt, nnt_trace_save(t, "final_norm_output"));
+    T_OK(rt, nnt_trace_run(t, r.ids, r.mask, r.batch, r.seq));
+    t_check_value(&r, t, "logits");
+    t_check_value(&r, t, "final_norm_output");
+    nnt_tensor count, rel;
+    CU_ASSERT_FATAL(t_ref_get(&r, "reencoded_tensors", &count) == 0 && t_ref_get(&r, "rel_rms", &rel) == 0);
+    nnt_reencoding re = {.struct_size = sizeof re};
+    T_OK(rt, nnt_model_reencoding(m, &re));
+    CU_ASSERT_EQUAL(re.tensors, (int64_t)nnt_tensor_get_f64(&count, 0));
+    CU_ASSERT(fabs(re.rel_rms - nnt_tensor_get_f64(&rel, 0)) < 1e-6 * re.rel_rms);
+    /* a byte a value (half a BF16 weight) and one float32 scale each: no weight here spans two blocks */
+    CU_ASSERT_EQUAL(re.encoded_bytes * 2, re.stored_bytes + (uint64_t)re.tensors * 8);
+    nnt_reencoding wrong = {.struct_size = 8};
+    CU_ASSERT_EQUAL(nnt_model_reencoding(m, &wrong), NNT_ERR_INVALID_ARGUMENT);
+    nnt_tensor_free(&count);
+    nnt_tensor_free(&rel);
+    nnt_trace_free(t);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+    /* the default keeps the stored weights: nothing re-encoded */
+    rt = t_runtime();
+    m = t_model(rt, BF16);
+    nnt_reencoding none = {.struct_size = sizeof none};
+    T_OK(rt, nnt_model_reencoding(m, &none));
+    CU_ASSERT_EQUAL(none.tensors, 0);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 /* precision = bf16 is at least as close to transformers-bf16 as transformers-bf16 is to
  * transformers-fp32, on logits and every layer_output (test_util.h, t_bf16_report). */
 static void test_bf16_precision(void)
@@ -466,7 +515,9 @@ int register_tests(void)
         !CU_add_test(s, "bf16 weights: the default precision matches transformers' float32 run",
                      test_bf16_weights_values) ||
         !CU_add_test(s, "precision = bf16 is as close to transformers-bf16 as transformers-bf16 is to fp32",
-                     test_bf16_precision))
+                     test_bf16_precision) ||
+        !CU_add_test(s, "weights = fp8 matches transformers on the same weights re-encoded by torch",
+                     test_fp8_weights_values))
         return -1;
     return 0;
 }

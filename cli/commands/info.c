@@ -38,7 +38,7 @@ static int info_before_load(const cli_opts *o, nnt_runtime *rt, const char *dir)
     return 0;
 }
 
-/* nnt info, second half: what loading held */
+/* nnt info, second half: what loading held, and what re-encoding at load changed */
 static int info_after_load(const nnt_model *m)
 {
     nnt_memory mem;
@@ -50,6 +50,15 @@ static int info_after_load(const nnt_model *m)
     printf("held: %s read in place, %s allocated, %s on the device (%.2f x the files)\n",
            human_bytes(mem.mapped_bytes, a, sizeof a), human_bytes(mem.allocated_bytes, b, sizeof b),
            human_bytes(mem.device_bytes, c, sizeof c), mem.file_bytes ? (double)held / (double)mem.file_bytes : 0.0);
+    nnt_reencoding r = {.struct_size = sizeof r};
+    if (nnt_model_reencoding(m, &r) == NNT_OK && r.tensors > 0) {
+        printf("re-encoded at load (weights = fp8): %lld weights, %s as stored -> %s as FP8 e4m3 with 128x128 "
+               "block scales\n",
+               (long long)r.tensors, human_bytes(r.stored_bytes, a, sizeof a), human_bytes(r.encoded_bytes, b, sizeof b));
+        printf("  error against the stored values: relative RMS %.3e over %llu values, largest %.3e; worst weight %s "
+               "(relative RMS %.3e)\n",
+               r.rel_rms, (unsigned long long)r.values, r.max_abs, r.worst, r.worst_rel_rms);
+    }
     return 0;
 }
 

@@ -134,6 +134,25 @@ float nnt_fp8_e4m3_to_f32(uint8_t b)
     return sign ? -v : v;
 }
 
+/* The e4m3fn code nearest v (ties to even), for |v| up to 448, its largest finite value;
+ * beyond that the largest finite code of v's sign (saturation: a scaled encoder asks more than
+ * 448 only by rounding), NaN to 0x7f. From 2^-6 up: the float's exponent and top three
+ * significand bits, rounded on the other twenty; below, the subnormal steps of 2^-9. Source:
+ * OCP 8-bit floating point spec, v1.0. */
+uint8_t nnt_f32_to_fp8_e4m3(float v)
+{
+    if (isnan(v)) return 0x7f;
+    uint8_t sign = signbit(v) ? 0x80 : 0;
+    float a = fabsf(v);
+    if (a >= 464.0f) return sign | 0x7e; /* 464 is halfway from 448 to the next (NaN) step */
+    if (a < 0.015625f) return sign | (uint8_t)lrintf(a * 512.0f); /* 8 steps: the smallest normal */
+    uint32_t u;
+    memcpy(&u, &a, 4);
+    uint32_t r = (u + 0x7ffffu + ((u >> 20) & 1u)) >> 20; /* float exponent (8 bits) : 3 bits */
+    r -= (127u - 7u) << 3;                                /* e4m3's exponent bias is 7 */
+    return sign | (uint8_t)(r > 0x7eu ? 0x7eu : r);
+}
+
 /* e8m0: an exponent byte alone, 2^(b - 127); 255 is NaN. */
 float nnt_e8m0_to_f32(uint8_t b)
 {

@@ -32,7 +32,7 @@ static const struct_size SIZES[] = {
     SIZE_OF(nnt_tensor),           SIZE_OF(nnt_shape),
     SIZE_OF(nnt_error),            SIZE_OF(nnt_call_dims),
     SIZE_OF(nnt_value_info),       SIZE_OF(nnt_model_info),
-    SIZE_OF(nnt_memory),           SIZE_OF(nnt_checkpoint_summary),
+    SIZE_OF(nnt_memory),           SIZE_OF(nnt_reencoding),       SIZE_OF(nnt_checkpoint_summary),
     SIZE_OF(nnt_generate_opts),    SIZE_OF(nnt_stage_link),
     SIZE_OF(nnt_plan_opts),        SIZE_OF(nnt_plan_stage),
     SIZE_OF(nnt_plan_summary),     SIZE_OF(nnt_tokenizer_hints),

@@ -62,5 +62,6 @@ void nnt_core_api_init(nnt_core_api *api)
         .tensor_kv_heads = api_tensor_kv_heads_moved,
         .parts_wanted = nnt_run_api_parts_wanted,
         .emit_part = nnt_run_api_emit_part,
+        .tensor_fp8 = nnt_ck_tensor_fp8,
     };
 }

@@ -110,6 +110,7 @@ static nnt_status load(nnt_runtime *rt, const char *dir, int first, int end, nnt
             .precision = fam->precision,
             .first_layer = first,
             .end_layer = end,
+            .weights = fam->weights,
         };
         uint64_t heap0 = nnt_heap_in_use();
         size_t dev0 = be->ops.weight_bytes(be->be_ctx);
@@ -177,6 +178,13 @@ nnt_status nnt_model_memory(const nnt_model *m, nnt_memory *out)
 {
     if (!m || !out) return NNT_ERR_INVALID_ARGUMENT;
     *out = m->memory;
+    return NNT_OK;
+}
+
+nnt_status nnt_model_reencoding(const nnt_model *m, nnt_reencoding *out)
+{
+    if (!m || !out || out->struct_size != sizeof(nnt_reencoding)) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_ck_reencoding(m->ckpt, out);
     return NNT_OK;
 }
 

@@ -509,7 +509,10 @@ static nnt_status bind_tensor(bind_walk *c, const fam_tensor *t, int depth)
         return fam_prepare(c->env, &v, (nnt_tensor *)at, c->err);
     }
     case FAM_BIND_HOST: return fam_vector_f32(c->env, c->ck, name, n, (float **)at, c->err);
-    default: return fam_weight(c->env, c->ck, name, t->ndim, s, (nnt_tensor *)at, c->err);
+    default:
+        if (t->store == FAM_STORE_LINEAR)
+            return fam_weight_product(c->env, c->ck, name, t->ndim, s, (nnt_tensor *)at, c->err);
+        return fam_weight(c->env, c->ck, name, t->ndim, s, (nnt_tensor *)at, c->err);
     }
 }
 

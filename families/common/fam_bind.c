@@ -92,8 +92,8 @@ nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int la
             snprintf(b, sizeof b, fused_down, layer);
             int64_t s1[3] = {E, 2 * I, H}, s2[3] = {E, H, I};
             nnt_tensor gu, dn;
-            if ((st = fam_weight(env, ck, a, 3, s1, &gu, err)) != NNT_OK) return st;
-            if ((st = fam_weight(env, ck, b, 3, s2, &dn, err)) != NNT_OK) return st;
+            if ((st = fam_weight_product(env, ck, a, 3, s1, &gu, err)) != NNT_OK) return st;
+            if ((st = fam_weight_product(env, ck, b, 3, s2, &dn, err)) != NNT_OK) return st;
             for (int64_t e = 0; e < E; e++) {
                 if ((st = fam_rows(env, &gu, e, 0, I, a, &out[e].gate, err)) != NNT_OK ||
                     (st = fam_rows(env, &gu, e, I, I, a, &out[e].up, err)) != NNT_OK ||
@@ -124,9 +124,9 @@ nnt_status fam_bind_experts(const fam_env *env, const nnt_checkpoint *ck, int la
         if (!env->core->has_tensor(ck, a))
             return env->core->set_error(err, NNT_ERR_NOT_FOUND, "%s: expert %lld of block %d is missing: no tensor '%s'",
                                         env->core->cfg_path(ck), (long long)e, layer, a);
-        if ((st = fam_weight(env, ck, a, 2, gi, &out[e].gate, err)) != NNT_OK) return st;
-        if ((st = fam_weight(env, ck, b, 2, gi, &out[e].up, err)) != NNT_OK) return st;
-        if ((st = fam_weight(env, ck, c, 2, di, &out[e].down, err)) != NNT_OK) return st;
+        if ((st = fam_weight_product(env, ck, a, 2, gi, &out[e].gate, err)) != NNT_OK) return st;
+        if ((st = fam_weight_product(env, ck, b, 2, gi, &out[e].up, err)) != NNT_OK) return st;
+        if ((st = fam_weight_product(env, ck, c, 2, di, &out[e].down, err)) != NNT_OK) return st;
     }
     return NNT_OK;
 }

@@ -54,6 +54,7 @@ void fam_env_init(fam_env *env, const nnt_load_args *args)
         .precision = args->precision,
         .bf16_style = 0,
         .prepared = NULL,
+        .weights = NNT_STRUCT_HAS(args, nnt_load_args, weights) ? args->weights : NNT_WEIGHTS_STORED,
     };
 }
 
@@ -113,11 +114,15 @@ nnt_status fam_prepare(const fam_env *env, const nnt_tensor *host, nnt_tensor *o
     return st;
 }
 
-nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
-                      const int64_t *shape, nnt_tensor *out, nnt_error *err)
+/* fam_weight and fam_weight_product: the tensor bound by `bind` (core->tensor or tensor_fp8) */
+static nnt_status weight_from(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
+                              const int64_t *shape,
+                              nnt_status (*bind)(const nnt_checkpoint *, const char *, int, const int64_t *,
+                                                 nnt_tensor *, nnt_error *),
+                              nnt_tensor *out, nnt_error *err)
 {
     nnt_tensor host;
-    nnt_status st = env->core->tensor(ck, name, ndim, shape, &host, err);
+    nnt_status st = bind(ck, name, ndim, shape, &host, err);
     if (st != NNT_OK) return st;
     if (host.dtype != NNT_F32 && host.dtype != NNT_BF16 && host.dtype != NNT_F16 && host.dtype != NNT_F8_E4M3 &&
         host.dtype != NNT_F4_E2M1)
@@ -127,6 +132,20 @@ nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *
                                     env->core->cfg_path(ck), name,
                                     host.dtype == NNT_I64 ? "I64" : host.dtype == NNT_I32 ? "I32" : "?");
     return fam_prepare(env, &host, out, err);
+}
+
+nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
+                      const int64_t *shape, nnt_tensor *out, nnt_error *err)
+{
+    return weight_from(env, ck, name, ndim, shape, env->core->tensor, out, err);
+}
+
+nnt_status fam_weight_product(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
+                              const int64_t *shape, nnt_tensor *out, nnt_error *err)
+{
+    int fp8 = env->weights == NNT_WEIGHTS_FP8 && NNT_STRUCT_HAS(env->core, nnt_core_api, tensor_fp8) &&
+              env->core->tensor_fp8;
+    return weight_from(env, ck, name, ndim, shape, fp8 ? env->core->tensor_fp8 : env->core->tensor, out, err);
 }
 
 nnt_status fam_rows(const fam_env *env, const nnt_tensor *w, int64_t index, int64_t r0, int64_t nr, const char *what,

@@ -132,6 +132,25 @@ typedef struct nnt_memory {
 /* Fills *out for model m. Errors: NNT_ERR_INVALID_ARGUMENT (a NULL argument). */
 nnt_status nnt_model_memory(const nnt_model *m, nnt_memory *out);
 
+/* What re-encoding at load changed (the INI file's [family.NAME] weights = fp8: linear and
+ * expert weights stored in F32, BF16 or F16 held as FP8 e4m3 with a float32 scale per 128 x 128
+ * block). All zeros when the model's weights are as stored. Errors compare each re-encoded
+ * value, decoded, with the value the checkpoint stores. */
+typedef struct nnt_reencoding {
+    uint32_t struct_size;   /* the caller sets sizeof(nnt_reencoding) */
+    int64_t tensors;        /* weights re-encoded */
+    uint64_t values;        /* their values */
+    uint64_t stored_bytes;  /* their bytes as the checkpoint stores them */
+    uint64_t encoded_bytes; /* their bytes as FP8 codes and block scales */
+    double rel_rms;         /* sqrt(sum of (stored - re-encoded)^2 / sum of stored^2), over all */
+    double max_abs;         /* the largest |stored - re-encoded| of any value */
+    double worst_rel_rms;   /* the largest relative RMS error of one tensor ... */
+    char worst[256];        /* ... and that tensor's checkpoint name ("" when none) */
+} nnt_reencoding;
+/* Fills *out for model m. Errors: NNT_ERR_INVALID_ARGUMENT (a NULL argument, or struct_size
+ * other than sizeof(nnt_reencoding)). */
+nnt_status nnt_model_reencoding(const nnt_model *m, nnt_reencoding *out);
+
 /* How a checkpoint stores its tensors, for nnt_checkpoint_inspect. */
 typedef enum nnt_encoding {
     NNT_ENC_F32 = 0,

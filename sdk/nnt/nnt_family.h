@@ -215,6 +215,21 @@ typedef struct nnt_core_api {
      * value), NNT_ERR_INDEX (a save's slice outside the value), NNT_ERR_OUT_OF_MEMORY. */
     nnt_status (*emit_part)(nnt_run *run, nnt_value_id id, int layer, const nnt_tensor *part, int axis, int64_t first,
                             int64_t extent);
+
+    /* ---- since ABI 3.12: weights re-encoded at load ([family.NAME] weights = fp8) ----
+     * As `tensor`, but a weight stored in F32, BF16 or F16 with two or more axes comes back as
+     * F8_E4M3 codes with F32 scales, one per 128 x 128 block of its last two axes (partial
+     * edge blocks included; leading axes are separate matrices): a block's scale is its largest
+     * magnitude over 448 (e4m3fn's largest finite value; 1 for a block of zeros), each code the
+     * nearest to value / scale, ties to even - the block scheme of the DeepSeek-V3 report, as
+     * FP8 releases store their weights. Codes and grid are one buffer the checkpoint owns; the
+     * error against the stored values is added to the checkpoint's record
+     * (nnt_model_reencoding). A weight already stored as FP8 or FP4, or of one axis, comes back
+     * as `tensor` gives it. Errors: as `tensor`; NNT_ERR_SHAPE (a value that is not finite, naming
+     * the tensor, file and element), NNT_ERR_OUT_OF_MEMORY. Read it only when struct_size
+     * covers it (NNT_STRUCT_HAS). */
+    nnt_status (*tensor_fp8)(const nnt_checkpoint *ck, const char *name, int ndim, const int64_t *shape,
+                             nnt_tensor *out, nnt_error *err);
 } nnt_core_api;
 
 /* How a family's products run (the INI file's [family.NAME] precision). */
@@ -225,6 +240,15 @@ typedef enum nnt_precision {
                             * float32. Prepared weights carry NNT_TENSOR_BF16_PRODUCTS and every
                             * F32 tensor `alloc` hands out NNT_TENSOR_BF16_VALUES */
 } nnt_precision;
+
+/* Which encoding a family's product weights take at load (the INI's [family.NAME] weights). */
+typedef enum nnt_weights {
+    NNT_WEIGHTS_STORED = 0, /* as the checkpoint stores them (the default: the release's values) */
+    NNT_WEIGHTS_FP8 = 1     /* the linear and expert weights a checkpoint stores in F32, BF16 or
+                             * F16 re-encoded as FP8 e4m3 with 128 x 128 block scales (tensor_fp8):
+                             * half a BF16 weight's bytes for each product, other values than the
+                             * release's (nnt_model_reencoding says by how much) */
+} nnt_weights;
 
 /* What `load` receives. */
 typedef struct nnt_load_args {
@@ -242,6 +266,10 @@ typedef struct nnt_load_args {
      * fam_load_blocks and fam_bind_readout_stage read these fields. */
     int first_layer;
     int end_layer;
+    /* ---- since ABI 3.12 ----
+     * How the family binds its product weights (the INI's [family.NAME] weights): as stored, or
+     * re-encoded as FP8 through core->tensor_fp8. The kit's fam_weight_product reads it. */
+    nnt_weights weights;
 } nnt_load_args;
 
 /* What a family's `costs` entry receives and fills (since ABI 3.4): the planner's byte model of

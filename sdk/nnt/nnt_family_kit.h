@@ -86,6 +86,8 @@ typedef struct fam_env {
                              * in bfloat16, added to every bfloat16 tensor fam_alloc makes; 0 for
                              * the default (set it after fam_env_init) */
     fam_prepared *prepared; /* owned; NULL until the first weight */
+    nnt_weights weights;    /* the load's args->weights (ABI 3.12; stored before): what
+                             * fam_weight_product does */
 } fam_env;
 
 /* Fills env from the family's load arguments (core routines, backend, backend context, precision);
@@ -129,6 +131,14 @@ void fam_served(nnt_value_info *out, const nnt_call_dims *dims, nnt_dtype dtype,
  * checkpoint and the tensor. */
 nnt_status fam_weight(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
                       const int64_t *shape, nnt_tensor *out, nnt_error *err);
+/* As fam_weight, for a weight that products read (a linear layer's, an expert's: the tensors
+ * an FP8 release stores in FP8): with env->weights NNT_WEIGHTS_FP8 and a core of ABI 3.12 or
+ * later, a weight stored in F32, BF16 or F16 is bound through core->tensor_fp8, re-encoded as
+ * FP8 e4m3 with 128 x 128 block scales; otherwise exactly fam_weight. fam_arch_bind calls it for
+ * FAM_STORE_LINEAR rows, fam_bind_experts for every expert. Errors: as fam_weight, and
+ * tensor_fp8's (a weight value that is not finite). */
+nnt_status fam_weight_product(const fam_env *env, const nnt_checkpoint *ck, const char *name, int ndim,
+                              const int64_t *shape, nnt_tensor *out, nnt_error *err);
 /* The first of names[0..n) that the checkpoint holds (NULL entries skipped), or NULL when it
  * holds none: for tensors spelled differently by the hub release and by transformers. The
  * pointer returned is one of `names`. */
@@ -631,7 +641,9 @@ nnt_status fam_cost_blocks(const nnt_cost_args *args, int64_t layers, nnt_error 
  * config.json gives (fam_encoding), and nothing else (fam_weight reads any float dtype). */
 typedef enum fam_store {
     FAM_STORE_LINEAR = 0, /* a linear weight [.., rows, cols], quantised as quantization_config says:
-                           * fam_cost_matrix(rows, cols) for each matrix of the leading axes */
+                           * fam_cost_matrix(rows, cols) for each matrix of the leading axes;
+                           * fam_arch_bind binds it with fam_weight_product (re-encoded as FP8
+                           * under weights = fp8; the costs stay the stored encoding's) */
     FAM_STORE_PLAIN,      /* unquantised (norm gains, the embedding, what a release keeps in
                            * bfloat16): fam_cost_vector of its element count */
     FAM_STORE_F32,        /* float32 whatever the encoding (routers, biases, sinks a release keeps

@@ -22,9 +22,10 @@ extern "C" {
  * tokenizer hints, tensor_kv_heads moved to the family kit; 3.5: the backward ops; 3.6: scale_rows
  * and its backward; 3.7: the backward of DeepSeek-V4's hyper-connections and compressors; 3.8: the
  * backward of Kimi Delta Attention's recurrent ops; 3.9: the attention block bound in
- * nnt_forward_args; 3.10: the readout positions in nnt_forward_args; 3.11: the backend's attn_fused). */
+ * nnt_forward_args; 3.10: the readout positions in nnt_forward_args; 3.11: the backend's attn_fused;
+ * 3.12: the core's tensor_fp8 and nnt_load_args.weights). */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 11
+#define NNT_ABI_MINOR 12
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */
