@@ -22,7 +22,9 @@ LLAMA_CPP_PYTHON below): downloaded with pip into bench/peers/.cache/, built the
 
 A family whose architecture this llama.cpp cannot convert or load is reported as such. Targets
 (issue 31): decode >= 1.2x llama.cpp on the same bytes (FP8 against Q8_0, BF16 against BF16),
-prefill 512 >= 1.5x llama.cpp. Writes bench/results/<date>-<commit>-llama.md.
+prefill 512 >= 1.5x llama.cpp. A family whose release is BF16 (Kimi-Linear) is also run by nnt with
+`weights = fp8` (re-encoded at load: the bytes Q8_0 reads, other values than the release's), with
+the error `nnt info` reports. Writes bench/results/<date>-<commit>-llama.md.
 
     PY bench/peers/llama_peer.py [--families minimax_m2,kimi_linear] --torch-python PY
 
@@ -162,16 +164,50 @@ def llama_bench(tools: dict, gguf: Path, threads: int) -> dict:
     return rate
 
 
-def nnt_bench(fam: str, models: Path, threads: int) -> dict:
-    out = json.loads(sh([ROOT / "build" / "bench_nnt", "--config", ROOT / "build" / "nnt.ini", "--model",
+def nnt_bench(fam: str, models: Path, threads: int, config: Path = ROOT / "build" / "nnt.ini") -> dict:
+    out = json.loads(sh([ROOT / "build" / "bench_nnt", "--config", config, "--model",
                          models / f"{fam}-mid" / "release", "--prefill", 512, "--decode", 32, "--repeats", 3,
                          "--threads", threads], env=dict(os.environ, OMP_NUM_THREADS=str(threads))))
     return {"prefill_512": out["prefill"]["512"]["tokens_per_s"], "decode_32": out["decode"]["tokens_per_s"]}
 
 
+# Families whose release stores its weights in BF16: nnt also runs them with `weights = fp8`
+# (the linear and expert weights re-encoded at load, 128x128 block scales), the bytes Q8_0 reads.
+BF16_RELEASES = ("kimi_linear",)
+
+
+def fp8_config(fam: str) -> Path:
+    """build/nnt.ini with its plugin folders made absolute and `weights = fp8` for family fam."""
+    lines, done = [], False
+    for line in (ROOT / "build" / "nnt.ini").read_text().splitlines():
+        if line.startswith("dir = "):
+            line = "dir = " + str(ROOT / "build" / line[len("dir = "):])
+        lines.append(line)
+        if line.strip() == f"[family.{fam}]":
+            lines.append("weights = fp8")
+            done = True
+    if not done:
+        lines += ["", f"[family.{fam}]", "weights = fp8"]
+    path = CACHE / f"fp8-{fam}.ini"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def nnt_fp8(fam: str, models: Path, threads: int) -> dict:
+    """bench_nnt with weights = fp8, and what `nnt info` says re-encoding changed."""
+    ini = fp8_config(fam)
+    r = nnt_bench(fam, models, threads, ini)
+    info = sh([ROOT / "build" / "nnt", "info", "--config", ini, "--model", models / f"{fam}-mid" / "release"])
+    r["info"] = [l.strip() for l in info.splitlines() if "re-encoded" in l or "relative RMS" in l]
+    return r
+
+
 def measure(fam: str, tools: dict, args) -> dict:
     r = {"family": fam}
     r["nnt"] = nnt_bench(fam, args.models, args.threads)
+    if fam in BF16_RELEASES:
+        r["nnt_fp8"] = nnt_fp8(fam, args.models, args.threads)
     for outtype in ("bf16", "q8_0"):
         try:
             g = convert(tools, fam, hf_folder(fam, args.models / f"{fam}-mid" / "release"), outtype, args.torch_python)
@@ -200,6 +236,19 @@ def table(rows: list[dict]) -> str:
                      f"{rate(b, 'decode_32')} / {rate(q, 'decode_32')} | "
                      + (f"{n['decode_32'] / same['decode_32']:.2f}x" if "decode_32" in same else "-")
                      + f" | {chk(b)}; {chk(q)} |")
+    fp8 = [r for r in rows if "nnt_fp8" in r]
+    if fp8:
+        lines += ["", "BF16 releases re-encoded at load (`weights = fp8`: not the release's values; the error is "
+                  "`nnt info`'s):", "",
+                  "| family | nnt decode BF16 / FP8 tok/s | llama.cpp Q8_0 | nnt FP8 / llama.cpp Q8_0 | "
+                  "nnt prefill 512 BF16 / FP8 | re-encoding error |", "|---|---|---|---|---|---|"]
+        for r in fp8:
+            n, f, q = r["nnt"], r["nnt_fp8"], r["q8_0"]
+            err = next((l for l in f["info"] if "relative RMS" in l), "?")
+            lines.append(f"| {r['family']} | {n['decode_32']:.1f} / {f['decode_32']:.1f} | "
+                         + (f"{q['decode_32']:.1f} | {f['decode_32'] / q['decode_32']:.2f}x" if "decode_32" in q
+                            else "unsupported | -")
+                         + f" | {n['prefill_512']:.1f} / {f['prefill_512']:.1f} | {err} |")
     return "\n".join(lines)
 
 

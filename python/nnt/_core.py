@@ -464,6 +464,17 @@ class Model:
     def hidden_size(self):
         return self.info.hidden_size
 
+    def reencoding(self):
+        """What the INI's `weights = fp8` changed at load, as a dict: tensors (weights re-encoded),
+        values, stored_bytes, encoded_bytes, rel_rms (over all their values), max_abs (the largest
+        |stored - re-encoded|), worst (the checkpoint name of the weight with the largest relative
+        RMS error) and worst_rel_rms. tensors is 0 when the weights are as stored."""
+        r = _lib.Reencoding(struct_size=ctypes.sizeof(_lib.Reencoding))
+        self._h.check(self.lib.nnt_model_reencoding(self._h.m, ctypes.byref(r)), "reencoding")
+        out = {f: getattr(r, f) for f, _ in _lib.Reencoding._fields_ if f != "struct_size"}
+        out["worst"] = out["worst"].decode()
+        return out
+
     # ---- listings ----
 
     def __str__(self):

@@ -258,6 +258,21 @@ class RunOpts(ctypes.Structure):
     ]
 
 
+class Reencoding(ctypes.Structure):
+    """struct nnt_reencoding: what `weights = fp8` changed at load."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("tensors", ctypes.c_int64),
+        ("values", ctypes.c_uint64),
+        ("stored_bytes", ctypes.c_uint64),
+        ("encoded_bytes", ctypes.c_uint64),
+        ("rel_rms", ctypes.c_double),
+        ("max_abs", ctypes.c_double),
+        ("worst_rel_rms", ctypes.c_double),
+        ("worst", ctypes.c_char * 256),
+    ]
+
+
 # Every ctypes mirror of a C struct, by the struct's typedef name; each is checked against
 # nnt_struct_size when a library is loaded (a new mirror joins this table).
 STRUCT_MIRRORS = {
@@ -274,6 +289,7 @@ STRUCT_MIRRORS = {
     "nnt_attribute_result": AttributeResult,
     "nnt_request_callback": RequestCallback,
     "nnt_run_opts": RunOpts,
+    "nnt_reencoding": Reencoding,
 }
 
 
@@ -294,6 +310,7 @@ _SIGNATURES = {
     "nnt_model_backend": (ctypes.c_char_p, [_P]),
     "nnt_model_print": (ctypes.c_int, [_P, _P]),
     "nnt_model_note": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
+    "nnt_model_reencoding": (ctypes.c_int, [_P, ctypes.POINTER(Reencoding)]),
     "nnt_model_support": (ctypes.c_int, [_P, _P, ctypes.c_int]),
     "nnt_model_value_info": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(CallDims),
                                             ctypes.POINTER(ValueInfo)]),

@@ -148,3 +148,34 @@ def test_torch_through_dlpack(example_model):
     tt = nnt.to_torch(arr)
     arr[0, 0, 0] = 123.0
     assert float(tt[0, 0, 0]) == 123.0  # the same memory
+
+
+def test_reencoding(example_model, tmp_path):
+    """weights = fp8: the record counts the checkpoint's linear and expert weights (from its
+    config.json and safetensors header), their stored bytes, and a byte a value plus one float32
+    scale a 128 x 128 block; the default INI re-encodes nothing."""
+    import json
+    import math
+    import re
+
+    from safetensors_reader import read
+
+    assert example_model.reencoding()["tensors"] == 0
+    base = example_model.config_path
+    text = open(base).read()
+    text = re.sub(r"^dir = (.*)$", lambda m: "dir = " + os.path.join(os.path.dirname(base), m.group(1)), text,
+                  flags=re.M)
+    text = text.replace("[family.minimax_m2]", "[family.minimax_m2]\nweights = fp8")
+    ini = tmp_path / "fp8.ini"
+    ini.write_text(text)
+    m = nnt.Model(EXAMPLE, config=ini)
+    r = m.reencoding()
+    cfg = json.load(open(os.path.join(EXAMPLE, "config.json")))
+    weights = {k: v for k, v in read(os.path.join(EXAMPLE, "model.safetensors")).items()
+               if re.search(r"\.(q|k|v|o)_proj\.weight$|\.experts\.\d+\.w[123]\.weight$", k)}
+    assert r["tensors"] == cfg["num_hidden_layers"] * (4 + 3 * cfg["num_local_experts"]) == len(weights)
+    assert r["values"] == sum(w.size for w in weights.values())
+    assert r["stored_bytes"] == sum(w.nbytes for w in weights.values())
+    blocks = sum(math.ceil(w.shape[0] / 128) * math.ceil(w.shape[1] / 128) for w in weights.values())
+    assert r["encoded_bytes"] == r["values"] + 4 * blocks
+    assert r["worst"] in weights and 0 < r["rel_rms"] <= r["worst_rel_rms"] < 0.1
