@@ -36,6 +36,7 @@ static int exact_in_bf16(const cpu_weight *w)
     return (w->dtype == NNT_F8_E4M3 || w->dtype == NNT_F4_E2M1) && w->scale_dtype == NNT_F8_E8M0;
 }
 
+#ifdef NNT_HAVE_DNNL
 /* Rows [r0, r1) of w decoded into panel [r1 - r0, K] by the calling team, rounded to bfloat16
  * values when `round`. */
 static void decode_rows(const cpu_ctx *c, const cpu_weight *w, int64_t r0, int64_t r1, float *panel, int round)
@@ -50,7 +51,6 @@ static void decode_rows(const cpu_ctx *c, const cpu_weight *w, int64_t r0, int64
     }
 }
 
-#ifdef NNT_HAVE_DNNL
 /* y[M, N] (rows ldy apart) = x[M, K] . w[N, K]^T, x and w of type dt (rows K apart), on oneDNN's
  * matmul (oneDNN caches the primitive of a repeated shape). Call it with ldy = N: oneDNN 2.6
  * serves a strided destination with a slower, poorly threaded kernel (measured 3-4x slower). */

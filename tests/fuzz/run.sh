@@ -154,6 +154,15 @@ for t in "${run[@]}"; do
     summary+=("fuzz_$t: FAILED (libFuzzer exit $rc), ${execs:-?} inputs; kept: ${artifacts:-none}")
     failed+=("$t")
     grep -m1 -E 'ERROR: |runtime error|check failed|deadly signal|out-of-memory|timeout' "$out/log.txt" | sed 's/^/    /'
+    # the run closed the harness's stderr (-close_fd_mask), so a failed FUZZ_CHECK said nothing
+    # there: the first kept input runs again with stderr open, and its first report is shown
+    first=$(ls "$out" | grep -m1 -E '^(crash|leak|timeout|oom|slow-unit)-')
+    if [ -n "$first" ]; then
+      TMPDIR="$out" OMP_NUM_THREADS=1 NNT_CONFIG= timeout 60 "$bin" -runs=1 "$out/$first" 2>&1 |
+        grep -m4 -E 'check failed|ERROR: |runtime error|SUMMARY|#[0-3] ' | sed 's/^/    replay: /'
+      # small inputs are printed whole (base64), so that a CI log alone reproduces the failure
+      [ "$(wc -c < "$out/$first")" -le 4096 ] && echo "    input (base64): $(base64 -w0 "$out/$first")"
+    fi
   fi
   echo "${summary[-1]}"
 done
