@@ -58,7 +58,14 @@ def child_torch(d: str, n: int, threads: int, out: str, dtype: str) -> dict:
     from transformers import AutoModelForCausalLM
 
     dt = torch.float32 if dtype == "fp32" else torch.bfloat16
-    model = AutoModelForCausalLM.from_pretrained(d, dtype=dt, attn_implementation="sdpa")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=dt, attn_implementation="sdpa")
+        attention = "sdpa"
+    except ValueError as e:  # a class without an sdpa path (DeepSeek-V4 in transformers 5.24)
+        if "scaled_dot_product_attention" not in str(e):
+            raise
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=dt, attn_implementation="eager")
+        attention = "eager"
     model.eval()
     ids = torch.tensor([tokens(n, model.config.vocab_size)], dtype=torch.long)
     t0 = time.perf_counter()
@@ -66,7 +73,7 @@ def child_torch(d: str, n: int, threads: int, out: str, dtype: str) -> dict:
         logits = model(input_ids=ids, logits_to_keep=1).logits  # lm_head at the last position only
     seconds = time.perf_counter() - t0
     np.save(out, logits[0, -1].float().numpy())
-    return {"seconds": seconds, "peak_rss": peak_rss(), "torch": torch.__version__}
+    return {"seconds": seconds, "peak_rss": peak_rss(), "torch": torch.__version__, "attention": attention}
 
 
 def child(argv: list[str]) -> int:
