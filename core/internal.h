@@ -4,6 +4,7 @@
 #define NNT_INTERNAL_H
 
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -372,8 +373,20 @@ void nnt_arena_reset(nnt_arena *a);
 size_t nnt_arena_high_water(const nnt_arena *a);
 
 /* ---- runtime, model, trace (runtime/, model/, trace/, run/) ---- */
+/* One call at a time per runtime (runtime/guard.c): the thread inside a call, how deeply its
+ * calls nest, and how many user callbacks it is running. */
+typedef struct nnt_guard {
+    pthread_mutex_t mu;
+    pthread_cond_t idle; /* signalled when depth returns to 0 */
+    pthread_t owner;  /* valid while depth > 0 */
+    int depth;        /* public calls entered and not yet left by owner */
+    int callbacks;    /* user callbacks owner is running (a call from one is refused) */
+    const char *call; /* the outermost call's name, for messages */
+} nnt_guard;
+
 struct nnt_runtime {
     nnt_error err;
+    nnt_guard guard;
     char *config_path;
     nnt_ini *ini;
     nnt_plugin_set plugins;
@@ -394,6 +407,46 @@ struct nnt_model {
     int first_loaded, end_loaded; /* the blocks whose weights were loaded (every block: 0, num_layers) */
     nnt_tokenizer *tokenizer;     /* nnt_model_tokenizer's, loaded on its first call (NULL before) */
 };
+
+/* ---- one call at a time per runtime (runtime/guard.c) ---- */
+void nnt_guard_init(nnt_guard *g);
+void nnt_guard_destroy(nnt_guard *g);
+/* Enters rt's guard for public call `call` (a static string): NNT_OK when no call runs on rt, or
+ * when this thread's own call makes it (nesting); NNT_ERR_BUSY, having changed nothing, when
+ * another thread is inside a call of rt or when this thread makes it from a user callback of
+ * the running call (then rt's error record says so). rt NULL: NNT_OK. */
+nnt_status nnt_guard_enter(nnt_runtime *rt, const char *call);
+/* As nnt_guard_enter, except that a call of another thread is waited for (a free, which cannot
+ * report a refusal); from a user callback it is refused all the same. */
+nnt_status nnt_guard_enter_wait(nnt_runtime *rt, const char *call);
+/* Leaves what nnt_guard_enter entered (only after it returned NNT_OK). */
+void nnt_guard_leave(nnt_runtime *rt);
+/* Marks the start (entering 1) and end (0) of a user callback made by the running call. */
+void nnt_guard_callback(nnt_runtime *rt, int entering);
+/* The runtime of trace t's model (NULL for a NULL trace). */
+nnt_runtime *nnt_guard_trace_rt(const nnt_trace *t);
+/* The body of a public call: `call` (an nnt_status expression) run inside rt's guard, its status
+ * returned, or NNT_ERR_BUSY with nothing run. */
+#define NNT_GUARDED(rt, name, call)                                                                                    \
+    do {                                                                                                               \
+        nnt_runtime *guard_rt_ = (rt);                                                                                 \
+        nnt_status guard_st_ = nnt_guard_enter(guard_rt_, name);                                                       \
+        if (guard_st_ == NNT_OK) {                                                                                     \
+            guard_st_ = (call);                                                                                        \
+            nnt_guard_leave(guard_rt_);                                                                                \
+        }                                                                                                              \
+        return guard_st_;                                                                                              \
+    } while (0)
+/* The same for a call that returns nothing (a free): it waits for another thread's call, and
+ * from a user callback it does nothing. */
+#define NNT_GUARDED_VOID(rt, name, call)                                                                               \
+    do {                                                                                                               \
+        nnt_runtime *guard_rt_ = (rt);                                                                                 \
+        if (nnt_guard_enter_wait(guard_rt_, name) == NNT_OK) {                                                         \
+            call;                                                                                                      \
+            nnt_guard_leave(guard_rt_);                                                                                \
+        }                                                                                                              \
+    } while (0)
 
 /* The family plugin serving checkpoint ck (config.json's architectures, then its model_type), or
  * NULL (model/load.c). */

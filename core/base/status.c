@@ -25,6 +25,8 @@ static const char *const status_names[NNT_STATUS_COUNT] = {
     [NNT_ERR_CALLBACK] = "edit callback failed",
     [NNT_ERR_STATE] = "invalid state",
     [NNT_ERR_INTERNAL] = "internal error",
+    [NNT_ERR_BUSY] = "busy: a call of the same runtime is running (one call at a time per runtime: another "
+                     "thread's, or the call whose edit callback this is)",
 };
 
 const char *nnt_status_str(nnt_status status)

@@ -159,7 +159,7 @@ static nnt_status check_spec(nnt_model *m, const nnt_attribute_spec *s, nnt_attr
     return out->grid ? NNT_OK : nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
 }
 
-nnt_status nnt_attribute(nnt_model *m, const nnt_attribute_spec *s, nnt_attribute_result *out)
+static nnt_status attribute_held(nnt_model *m, const nnt_attribute_spec *s, nnt_attribute_result *out)
 {
     if (!m || !s || !out) return NNT_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -188,4 +188,9 @@ nnt_status nnt_attribute(nnt_model *m, const nnt_attribute_spec *s, nnt_attribut
     nnt_trace_free(corrupt);
     if (st != NNT_OK) nnt_attribute_result_free(out);
     return st;
+}
+
+nnt_status nnt_attribute(nnt_model *m, const nnt_attribute_spec *s, nnt_attribute_result *out)
+{
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_attribute", attribute_held(m, s, out));
 }

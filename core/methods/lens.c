@@ -156,8 +156,8 @@ static nnt_status lens_read(nnt_model *m, const nnt_trace *t, const nnt_batch *b
     return st;
 }
 
-nnt_status nnt_lens(nnt_model *m, nnt_trace *t, const nnt_batch *b, const int *positions, int n_positions,
-                    int keep_probs, nnt_pipeline *p, nnt_lens_result *out)
+static nnt_status lens_held(nnt_model *m, nnt_trace *t, const nnt_batch *b, const int *positions, int n_positions,
+                            int keep_probs, nnt_pipeline *p, nnt_lens_result *out)
 {
     if (!m || !t || !b || !out || (n_positions > 0 && !positions) || n_positions < 0) return NNT_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -178,4 +178,10 @@ nnt_status nnt_lens(nnt_model *m, nnt_trace *t, const nnt_batch *b, const int *p
     }
     pick_free(&k);
     return st;
+}
+
+nnt_status nnt_lens(nnt_model *m, nnt_trace *t, const nnt_batch *b, const int *positions, int n_positions,
+                    int keep_probs, nnt_pipeline *p, nnt_lens_result *out)
+{
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_lens", lens_held(m, t, b, positions, n_positions, keep_probs, p, out));
 }

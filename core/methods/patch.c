@@ -187,7 +187,7 @@ static nnt_status sweep(nnt_model *m, const nnt_patch_spec *s, nnt_patch_result 
     return st;
 }
 
-nnt_status nnt_patch(nnt_model *m, const nnt_patch_spec *s, nnt_patch_result *out)
+static nnt_status patch_held(nnt_model *m, const nnt_patch_spec *s, nnt_patch_result *out)
 {
     if (!m || !s || !out) return NNT_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
@@ -202,4 +202,9 @@ nnt_status nnt_patch(nnt_model *m, const nnt_patch_spec *s, nnt_patch_result *ou
     if (st == NNT_OK) st = sweep(m, s, out);
     if (st != NNT_OK) nnt_patch_result_free(out);
     return st;
+}
+
+nnt_status nnt_patch(nnt_model *m, const nnt_patch_spec *s, nnt_patch_result *out)
+{
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_patch", patch_held(m, s, out));
 }

@@ -398,8 +398,8 @@ static nnt_status trace_grad(nnt_pipeline *p, nnt_trace *t, const int32_t *ids, 
     return st;
 }
 
-nnt_status nnt_pipeline_trace(nnt_pipeline *p, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch,
-                              int seq, int root)
+static nnt_status pipeline_trace_held(nnt_pipeline *p, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch,
+                                      int seq, int root)
 {
     if (!p || !t || !p->m || root < 0 || root >= p->size) return NNT_ERR_INVALID_ARGUMENT;
     int grad = nnt_trace_wants_grad(t);
@@ -429,6 +429,12 @@ nnt_status nnt_pipeline_trace(nnt_pipeline *p, nnt_trace *t, const int32_t *ids,
     free(in);
     free(out);
     return st;
+}
+
+nnt_status nnt_pipeline_trace(nnt_pipeline *p, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch,
+                              int seq, int root)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_pipeline_trace", pipeline_trace_held(p, t, ids, mask, batch, seq, root));
 }
 
 /* ---- generation ---- */
@@ -466,8 +472,9 @@ static nnt_status link_tokens(void *ctx, int32_t *tokens, int batch, int is_sour
     return st;
 }
 
-nnt_status nnt_pipeline_generate(nnt_pipeline *p, nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask,
-                                 int batch, int seq, const nnt_generate_opts *o, int32_t *out, int root)
+static nnt_status pipeline_generate_held(nnt_pipeline *p, nnt_model *m, nnt_trace *t, const int32_t *ids,
+                                         const int32_t *mask, int batch, int seq, const nnt_generate_opts *o,
+                                         int32_t *out, int root)
 {
     if (!p || !m || !o || !out || root < 0 || root >= p->size) return NNT_ERR_INVALID_ARGUMENT;
     nnt_status st = nnt_pipeline_agree(p, NNT_OK);
@@ -491,4 +498,11 @@ nnt_status nnt_pipeline_generate(nnt_pipeline *p, nnt_model *m, nnt_trace *t, co
         return local_fail(p, st, "generate");
     }
     return t ? gather(p, t, root) : NNT_OK;
+}
+
+nnt_status nnt_pipeline_generate(nnt_pipeline *p, nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask,
+                                 int batch, int seq, const nnt_generate_opts *o, int32_t *out, int root)
+{
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_pipeline_generate",
+                pipeline_generate_held(p, m, t, ids, mask, batch, seq, o, out, root));
 }

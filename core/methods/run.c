@@ -206,7 +206,7 @@ static nnt_status prepare(nnt_model *m, const nnt_request *r, const nnt_run_opts
     return st;
 }
 
-nnt_status nnt_request_run(nnt_model *m, const nnt_request *r, const nnt_run_opts *o, nnt_result **out)
+static nnt_status request_run_held(nnt_model *m, const nnt_request *r, const nnt_run_opts *o, nnt_result **out)
 {
     if (!m || !r || !out) return NNT_ERR_INVALID_ARGUMENT;
     *out = NULL;
@@ -237,6 +237,11 @@ nnt_status nnt_request_run(nnt_model *m, const nnt_request *r, const nnt_run_opt
     }
     *out = res;
     return NNT_OK;
+}
+
+nnt_status nnt_request_run(nnt_model *m, const nnt_request *r, const nnt_run_opts *o, nnt_result **out)
+{
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_request_run", request_run_held(m, r, o, out));
 }
 
 /* ---- --out ---- */

@@ -147,12 +147,18 @@ static nnt_status load(nnt_runtime *rt, const char *dir, int first, int end, nnt
     return NNT_OK;
 }
 
-nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
+static nnt_status model_load_held(nnt_runtime *rt, const char *dir, nnt_model **out)
 {
     return load(rt, dir, 0, 0, out);
 }
 
-nnt_status nnt_model_load_stage(nnt_runtime *rt, const char *dir, int first_layer, int end_layer, nnt_model **out)
+nnt_status nnt_model_load(nnt_runtime *rt, const char *dir, nnt_model **out)
+{
+    NNT_GUARDED(rt, "nnt_model_load", model_load_held(rt, dir, out));
+}
+
+static nnt_status model_load_stage_held(nnt_runtime *rt, const char *dir, int first_layer, int end_layer,
+                                        nnt_model **out)
 {
     if (rt && (first_layer < 0 || end_layer <= first_layer)) {
         if (out) *out = NULL;
@@ -163,7 +169,12 @@ nnt_status nnt_model_load_stage(nnt_runtime *rt, const char *dir, int first_laye
     return load(rt, dir, first_layer, end_layer, out);
 }
 
-void nnt_model_free(nnt_model *m)
+nnt_status nnt_model_load_stage(nnt_runtime *rt, const char *dir, int first_layer, int end_layer, nnt_model **out)
+{
+    NNT_GUARDED(rt, "nnt_model_load_stage", model_load_stage_held(rt, dir, first_layer, end_layer, out));
+}
+
+static void model_free_held(nnt_model *m)
 {
     if (!m) return;
     if (m->impl) m->family->family->unload(m->impl);
@@ -172,6 +183,11 @@ void nnt_model_free(nnt_model *m)
     nnt_arena_free(m->arena);
     nnt_checkpoint_close(m->ckpt);
     free(m);
+}
+
+void nnt_model_free(nnt_model *m)
+{
+    NNT_GUARDED_VOID((m ? m->rt : NULL), "nnt_model_free", model_free_held(m));
 }
 
 nnt_status nnt_model_memory(const nnt_model *m, nnt_memory *out)

@@ -22,7 +22,7 @@ nnt_status nnt_runtime_tokenizer(nnt_runtime *rt, const char *dir, nnt_tokenizer
     return st;
 }
 
-nnt_status nnt_model_tokenizer(nnt_model *m, nnt_tokenizer **out)
+static nnt_status model_tokenizer_held(nnt_model *m, nnt_tokenizer **out)
 {
     if (!m || !out) return NNT_ERR_INVALID_ARGUMENT;
     *out = NULL;
@@ -38,4 +38,9 @@ nnt_status nnt_model_tokenizer(nnt_model *m, nnt_tokenizer **out)
     }
     *out = m->tokenizer;
     return NNT_OK;
+}
+
+nnt_status nnt_model_tokenizer(nnt_model *m, nnt_tokenizer **out)
+{
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_model_tokenizer", model_tokenizer_held(m, out));
 }

@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *out)
+static nnt_status project_on_vocab_held(nnt_model *m, const nnt_tensor *x, nnt_tensor *out)
 {
     if (!m || !x || !out || !x->data || x->device) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = &m->rt->err;
@@ -63,4 +63,9 @@ nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *o
     free(host);
     nnt_arena_reset(m->arena);
     return st;
+}
+
+nnt_status nnt_project_on_vocab(nnt_model *m, const nnt_tensor *x, nnt_tensor *out)
+{
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_project_on_vocab", project_on_vocab_held(m, x, out));
 }

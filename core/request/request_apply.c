@@ -122,7 +122,8 @@ static nnt_status apply_edit(const applier *a, int i)
     return nnt_trace_label_since(a->t, mark, label, 0);
 }
 
-nnt_status nnt_request_apply(const nnt_request *r, nnt_trace *t, const nnt_request_callback *callbacks, int n_callbacks)
+static nnt_status request_apply_held(const nnt_request *r, nnt_trace *t, const nnt_request_callback *callbacks,
+                                     int n_callbacks)
 {
     if (!r || !t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
@@ -152,4 +153,9 @@ nnt_status nnt_request_apply(const nnt_request *r, nnt_trace *t, const nnt_reque
         *a.err = keep;
     }
     return st;
+}
+
+nnt_status nnt_request_apply(const nnt_request *r, nnt_trace *t, const nnt_request_callback *callbacks, int n_callbacks)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_request_apply", request_apply_held(r, t, callbacks, n_callbacks));
 }

@@ -248,15 +248,28 @@ static nnt_status generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const
     return st;
 }
 
+static nnt_status generate_held(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                const nnt_generate_opts *o, int32_t *out)
+{
+    return generate(m, t, ids, mask, batch, seq, o, NULL, out);
+}
+
 nnt_status nnt_generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
                         const nnt_generate_opts *o, int32_t *out)
 {
-    return generate(m, t, ids, mask, batch, seq, o, NULL, out);
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_generate", generate_held(m, t, ids, mask, batch, seq, o, out));
+}
+
+static nnt_status generate_stage_held(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch,
+                                      int seq, const nnt_generate_opts *o, const nnt_stage_link *link, int32_t *out)
+{
+    if (!link) return NNT_ERR_INVALID_ARGUMENT;
+    return generate(m, t, ids, mask, batch, seq, o, link, out);
 }
 
 nnt_status nnt_generate_stage(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
                               const nnt_generate_opts *o, const nnt_stage_link *link, int32_t *out)
 {
-    if (!link) return NNT_ERR_INVALID_ARGUMENT;
-    return generate(m, t, ids, mask, batch, seq, o, link, out);
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_generate_stage",
+                generate_stage_held(m, t, ids, mask, batch, seq, o, link, out));
 }

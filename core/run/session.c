@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-nnt_status nnt_session_new(nnt_model *m, int batch, int capacity, nnt_session **out)
+static nnt_status session_new_held(nnt_model *m, int batch, int capacity, nnt_session **out)
 {
     if (!m || !out) return NNT_ERR_INVALID_ARGUMENT;
     *out = NULL;
@@ -39,7 +39,12 @@ nnt_status nnt_session_new(nnt_model *m, int batch, int capacity, nnt_session **
     return NNT_OK;
 }
 
-void nnt_session_free(nnt_session *s)
+nnt_status nnt_session_new(nnt_model *m, int batch, int capacity, nnt_session **out)
+{
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_session_new", session_new_held(m, batch, capacity, out));
+}
+
+static void session_free_held(nnt_session *s)
 {
     if (!s) return;
     if (s->cache) s->m->family->family->cache_free(s->m->impl, s->cache);
@@ -48,12 +53,17 @@ void nnt_session_free(nnt_session *s)
     free(s);
 }
 
+void nnt_session_free(nnt_session *s)
+{
+    NNT_GUARDED_VOID((s ? s->m->rt : NULL), "nnt_session_free", session_free_held(s));
+}
+
 int nnt_session_length(const nnt_session *s)
 {
     return s ? s->len : 0;
 }
 
-nnt_status nnt_session_forward(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq)
+static nnt_status session_forward_held(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq)
 {
     if (!s) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = s->m;
@@ -63,8 +73,14 @@ nnt_status nnt_session_forward(nnt_session *s, nnt_trace *t, const int32_t *ids,
     return nnt_model_forward(m, t, s, ids, mask, s->batch, seq, NULL, &m->rt->err);
 }
 
-nnt_status nnt_session_forward_stage(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq,
-                                     int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+nnt_status nnt_session_forward(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq)
+{
+    NNT_GUARDED((s ? s->m->rt : NULL), "nnt_session_forward", session_forward_held(s, t, ids, mask, seq));
+}
+
+static nnt_status session_forward_stage_held(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask,
+                                             int seq, int first_layer, int end_layer, const float *hidden_in,
+                                             float *hidden_out)
 {
     if (!s) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = s->m;
@@ -73,4 +89,11 @@ nnt_status nnt_session_forward_stage(nnt_session *s, nnt_trace *t, const int32_t
         return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT, "the trace belongs to another model");
     nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out, 0};
     return nnt_model_forward(m, t, s, ids, mask, s->batch, seq, &sc, &m->rt->err);
+}
+
+nnt_status nnt_session_forward_stage(nnt_session *s, nnt_trace *t, const int32_t *ids, const int32_t *mask, int seq,
+                                     int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+{
+    NNT_GUARDED((s ? s->m->rt : NULL), "nnt_session_forward_stage",
+                session_forward_stage_held(s, t, ids, mask, seq, first_layer, end_layer, hidden_in, hidden_out));
 }

@@ -83,6 +83,7 @@ nnt_status nnt_runtime_open(const char *ini_path, nnt_runtime **out)
     nnt_runtime *rt = calloc(1, sizeof *rt);
     *out = rt;
     if (!rt) return NNT_ERR_OUT_OF_MEMORY;
+    nnt_guard_init(&rt->guard);
     nnt_core_api_init(&rt->core);
     char *path = choose_config(ini_path);
     rt->config_path = path;
@@ -96,14 +97,23 @@ nnt_status nnt_runtime_open(const char *ini_path, nnt_runtime **out)
     return nnt_plugins_load_all(rt->ini, &rt->plugins, &rt->err);
 }
 
-void nnt_runtime_close(nnt_runtime *rt)
+static void runtime_close_held(nnt_runtime *rt)
 {
     if (!rt) return;
     if (rt->transport_handle) dlclose(rt->transport_handle);
     nnt_plugins_free(&rt->plugins);
     nnt_ini_free(rt->ini);
     free(rt->config_path);
+    nnt_guard_destroy(&rt->guard);
     free(rt);
+}
+
+void nnt_runtime_close(nnt_runtime *rt)
+{
+    /* the guard is freed with the runtime: entered only to see that no call runs */
+    if (nnt_guard_enter_wait(rt, "nnt_runtime_close") != NNT_OK) return; /* from a callback: nothing is freed */
+    nnt_guard_leave(rt);
+    runtime_close_held(rt);
 }
 
 const char *nnt_last_error(const nnt_runtime *rt)

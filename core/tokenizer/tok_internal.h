@@ -7,6 +7,7 @@
 #define NNT_TOK_INTERNAL_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -288,6 +289,7 @@ void tok_bpe_cache_clear(tok_bpe *b);
 typedef enum tok_format { TOK_FORMAT_JSON, TOK_FORMAT_TIKTOKEN } tok_format;
 
 struct nnt_tokenizer {
+    pthread_mutex_t mu; /* one encode or decode at a time: the scratch, cache and err below are shared */
     nnt_error err;
     /* the family's, as nnt_tokenizer_load_hinted was given them (zero: none); split_pattern is
      * cleared once the loader has compiled it, so the tokenizer keeps no pointer into the

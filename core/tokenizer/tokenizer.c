@@ -2,6 +2,7 @@
  * tokenizer, encoding (added tokens, normalization, pre-tokenization, byte-pair merging,
  * post-processing), decoding, and left-padded batches. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +85,11 @@ nnt_status nnt_tokenizer_load_hinted(const char *dir, const nnt_tokenizer_hints 
     nnt_tokenizer *tok = calloc(1, sizeof *tok);
     *out = tok;
     if (!tok) return NNT_ERR_OUT_OF_MEMORY;
+    pthread_mutexattr_t attr; /* recursive: encode_batch encodes through nnt_tokenizer_encode */
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&tok->mu, &attr);
+    pthread_mutexattr_destroy(&attr);
     tok->bos_id = tok->eos_id = tok->pad_id = -1;
     tok_bytelevel_init(&tok->bl);
     if (!dir) return nnt_err_set(&tok->err, NNT_ERR_INVALID_ARGUMENT, "tokenizer: no folder given");
@@ -118,6 +124,7 @@ void nnt_tokenizer_free(nnt_tokenizer *tok)
     free(tok->pieces.p);
     free(tok->pieces_tmp.p);
     free(tok->dir);
+    pthread_mutex_destroy(&tok->mu);
     free(tok);
 }
 
@@ -136,10 +143,19 @@ int32_t nnt_tokenizer_bos_id(const nnt_tokenizer *tok) { return tok ? tok->bos_i
 int32_t nnt_tokenizer_eos_id(const nnt_tokenizer *tok) { return tok ? tok->eos_id : -1; }
 int32_t nnt_tokenizer_pad_id(const nnt_tokenizer *tok) { return tok ? tok->pad_id : -1; }
 
-int32_t nnt_tokenizer_token_id(const nnt_tokenizer *tok, const char *text)
+static int32_t token_id_locked(const nnt_tokenizer *tok, const char *text)
 {
     if (!tok || !text) return -1;
     return tok_lookup(tok, text, strlen(text));
+}
+
+int32_t nnt_tokenizer_token_id(const nnt_tokenizer *tok, const char *text)
+{
+    if (!tok) return -1;
+    pthread_mutex_lock((pthread_mutex_t *)&tok->mu);
+    int32_t r = token_id_locked(tok, text);
+    pthread_mutex_unlock((pthread_mutex_t *)&tok->mu);
+    return r;
 }
 
 const char *nnt_tokenizer_token_bytes(const nnt_tokenizer *tok, int32_t id, size_t *len)
@@ -268,7 +284,7 @@ static int encode_cut(nnt_tokenizer *tok, const char *s, size_t n, tok_ids *out,
     return 0;
 }
 
-nnt_status nnt_tokenizer_encode(nnt_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids,
+static nnt_status encode_locked(nnt_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids,
                                 int64_t *n_ids)
 {
     if (ids) *ids = NULL;
@@ -305,9 +321,19 @@ nnt_status nnt_tokenizer_encode(nnt_tokenizer *tok, const char *text, size_t len
     return NNT_OK;
 }
 
+nnt_status nnt_tokenizer_encode(nnt_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids,
+                                int64_t *n_ids)
+{
+    if (!tok) return NNT_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&tok->mu);
+    nnt_status r = encode_locked(tok, text, len, flags, ids, n_ids);
+    pthread_mutex_unlock(&tok->mu);
+    return r;
+}
+
 /* ---- decoding ---- */
 
-nnt_status nnt_tokenizer_decode(nnt_tokenizer *tok, const int32_t *ids, int64_t n_ids, int flags, char **text,
+static nnt_status decode_locked(nnt_tokenizer *tok, const int32_t *ids, int64_t n_ids, int flags, char **text,
                                 size_t *len)
 {
     if (text) *text = NULL;
@@ -349,9 +375,19 @@ nnt_status nnt_tokenizer_decode(nnt_tokenizer *tok, const int32_t *ids, int64_t 
     return NNT_OK;
 }
 
+nnt_status nnt_tokenizer_decode(nnt_tokenizer *tok, const int32_t *ids, int64_t n_ids, int flags, char **text,
+                                size_t *len)
+{
+    if (!tok) return NNT_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&tok->mu);
+    nnt_status r = decode_locked(tok, ids, n_ids, flags, text, len);
+    pthread_mutex_unlock(&tok->mu);
+    return r;
+}
+
 /* ---- batches ---- */
 
-nnt_status nnt_tokenizer_encode_batch(nnt_tokenizer *tok, const char *const *texts, int n_texts, int flags,
+static nnt_status encode_batch_locked(nnt_tokenizer *tok, const char *const *texts, int n_texts, int flags,
                                       nnt_token_batch *out)
 {
     if (!tok) return NNT_ERR_INVALID_ARGUMENT;
@@ -406,6 +442,16 @@ nnt_status nnt_tokenizer_encode_batch(nnt_tokenizer *tok, const char *const *tex
     free(rows);
     free(lens);
     return st;
+}
+
+nnt_status nnt_tokenizer_encode_batch(nnt_tokenizer *tok, const char *const *texts, int n_texts, int flags,
+                                      nnt_token_batch *out)
+{
+    if (!tok) return NNT_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&tok->mu);
+    nnt_status r = encode_batch_locked(tok, texts, n_texts, flags, out);
+    pthread_mutex_unlock(&tok->mu);
+    return r;
 }
 
 void nnt_token_batch_free(nnt_token_batch *b)

@@ -18,7 +18,7 @@ static nnt_error *rt_err(nnt_trace *t)
     return &t->m->rt->err;
 }
 
-nnt_status nnt_trace_new(nnt_model *m, nnt_trace **out)
+static nnt_status trace_new_held(nnt_model *m, nnt_trace **out)
 {
     if (!m || !out) return NNT_ERR_INVALID_ARGUMENT;
     nnt_trace *t = calloc(1, sizeof *t);
@@ -30,7 +30,17 @@ nnt_status nnt_trace_new(nnt_model *m, nnt_trace **out)
     return NNT_OK;
 }
 
-nnt_status nnt_trace_steps(nnt_trace *t, int from, int to)
+nnt_runtime *nnt_guard_trace_rt(const nnt_trace *t)
+{
+    return t && t->m ? t->m->rt : NULL;
+}
+
+nnt_status nnt_trace_new(nnt_model *m, nnt_trace **out)
+{
+    NNT_GUARDED((m ? m->rt : NULL), "nnt_trace_new", trace_new_held(m, out));
+}
+
+static nnt_status trace_steps_held(nnt_trace *t, int from, int to)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     if (from < 0 || (to >= 0 && to < from))
@@ -39,6 +49,11 @@ nnt_status nnt_trace_steps(nnt_trace *t, int from, int to)
     t->next_from = from;
     t->next_to = to;
     return NNT_OK;
+}
+
+nnt_status nnt_trace_steps(nnt_trace *t, int from, int to)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_steps", trace_steps_held(t, from, to));
 }
 
 nnt_status nnt_trace_save_every_step(nnt_trace *t, const char *path)
@@ -85,7 +100,7 @@ static void free_cells(nnt_trace *t)
     t->n_cells = 0;
 }
 
-void nnt_trace_free(nnt_trace *t)
+static void trace_free_held(nnt_trace *t)
 {
     if (!t) return;
     clear_results(t);
@@ -103,6 +118,11 @@ void nnt_trace_free(nnt_trace *t)
     free_cells(t);
     nnt_trace_metric_clear(t);
     free(t);
+}
+
+void nnt_trace_free(nnt_trace *t)
+{
+    NNT_GUARDED_VOID(nnt_guard_trace_rt(t), "nnt_trace_free", trace_free_held(t));
 }
 
 /* Checks that (slot, layer) is served - on every block for a "*" path, at least one - and
@@ -291,12 +311,17 @@ nnt_status nnt_trace_save_kind(nnt_trace *t, req_kind kind, const char *path)
     return st;
 }
 
-nnt_status nnt_trace_save(nnt_trace *t, const char *path)
+static nnt_status trace_save_held(nnt_trace *t, const char *path)
 {
     return nnt_trace_save_kind(t, REQ_SAVE, path);
 }
 
-nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user)
+nnt_status nnt_trace_save(nnt_trace *t, const char *path)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_save", trace_save_held(t, path));
+}
+
+static nnt_status trace_edit_held(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     if (!fn) return nnt_err_set(rt_err(t), NNT_ERR_INVALID_ARGUMENT, "'%s': the edit callback is NULL", path);
@@ -307,6 +332,11 @@ nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *
         r->user = user;
     }
     return st;
+}
+
+nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_edit", trace_edit_held(t, path, fn, user));
 }
 
 static nnt_status copy_param(nnt_trace *t, request *r, const nnt_tensor *v)
@@ -332,7 +362,7 @@ static void pop_request(nnt_trace *t)
     nnt_tensor_free(&r->param);
 }
 
-nnt_status nnt_trace_set(nnt_trace *t, const char *path, const nnt_tensor *v)
+static nnt_status trace_set_held(nnt_trace *t, const char *path, const nnt_tensor *v)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     request *r = NULL;
@@ -341,7 +371,12 @@ nnt_status nnt_trace_set(nnt_trace *t, const char *path, const nnt_tensor *v)
     return st;
 }
 
-nnt_status nnt_trace_add(nnt_trace *t, const char *path, const nnt_tensor *v, float factor)
+nnt_status nnt_trace_set(nnt_trace *t, const char *path, const nnt_tensor *v)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_set", trace_set_held(t, path, v));
+}
+
+static nnt_status trace_add_held(nnt_trace *t, const char *path, const nnt_tensor *v, float factor)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     request *r = NULL;
@@ -352,7 +387,12 @@ nnt_status nnt_trace_add(nnt_trace *t, const char *path, const nnt_tensor *v, fl
     return st;
 }
 
-nnt_status nnt_trace_scale(nnt_trace *t, const char *path, float factor)
+nnt_status nnt_trace_add(nnt_trace *t, const char *path, const nnt_tensor *v, float factor)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_add", trace_add_held(t, path, v, factor));
+}
+
+static nnt_status trace_scale_held(nnt_trace *t, const char *path, float factor)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     request *r = NULL;
@@ -361,15 +401,25 @@ nnt_status nnt_trace_scale(nnt_trace *t, const char *path, float factor)
     return st;
 }
 
-nnt_status nnt_trace_zero(nnt_trace *t, const char *path)
+nnt_status nnt_trace_scale(nnt_trace *t, const char *path, float factor)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_scale", trace_scale_held(t, path, factor));
+}
+
+static nnt_status trace_zero_held(nnt_trace *t, const char *path)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     request *r = NULL;
     return add_request(t, REQ_ZERO, path, &r);
 }
 
-nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *where_path,
-                                 int64_t equals, float fill)
+nnt_status nnt_trace_zero(nnt_trace *t, const char *path)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_zero", trace_zero_held(t, path));
+}
+
+static nnt_status trace_masked_fill_held(nnt_trace *t, const char *path, const char *where_path,
+                                         int64_t equals, float fill)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = rt_err(t);
@@ -395,6 +445,13 @@ nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *whe
     r->equals = equals;
     r->fill = fill;
     return NNT_OK;
+}
+
+nnt_status nnt_trace_masked_fill(nnt_trace *t, const char *path, const char *where_path,
+                                 int64_t equals, float fill)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_masked_fill",
+                trace_masked_fill_held(t, path, where_path, equals, fill));
 }
 
 int nnt_trace_take_last_result(nnt_trace *t, nnt_tensor *out)
@@ -513,7 +570,7 @@ nnt_status nnt_trace_limit_positions(nnt_trace *t, int first, const int *positio
     return NNT_OK;
 }
 
-nnt_status nnt_trace_ablate_expert(nnt_trace *t, int layer, int expert)
+static nnt_status trace_ablate_expert_held(nnt_trace *t, int layer, int expert)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     char w[64], i[64];
@@ -525,7 +582,12 @@ nnt_status nnt_trace_ablate_expert(nnt_trace *t, int layer, int expert)
     return nnt_trace_masked_fill(t, w, i, expert, 0.0f);
 }
 
-nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end)
+nnt_status nnt_trace_ablate_expert(nnt_trace *t, int layer, int expert)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_ablate_expert", trace_ablate_expert_held(t, layer, expert));
+}
+
+static nnt_status trace_skip_layers_held(nnt_trace *t, int start, int end)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     int L = t->m->info.num_layers;
@@ -548,8 +610,13 @@ nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end)
     return NNT_OK;
 }
 
-nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positions, int n_positions,
-                           const nnt_tensor *vector, float factor)
+nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_skip_layers", trace_skip_layers_held(t, start, end));
+}
+
+static nnt_status trace_steer_held(nnt_trace *t, int first, int last, const int *positions, int n_positions,
+                                   const nnt_tensor *vector, float factor)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = rt_err(t);
@@ -587,6 +654,13 @@ nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positio
         r->factor = factor;
     }
     return NNT_OK;
+}
+
+nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positions, int n_positions,
+                           const nnt_tensor *vector, float factor)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_steer",
+                trace_steer_held(t, first, last, positions, n_positions, vector, factor));
 }
 
 nnt_status nnt_positions_parse(nnt_runtime *rt, const char *text, int *out, int max, int *n)
@@ -1231,7 +1305,10 @@ static nnt_status apply_callback(nnt_run *run, const request *r, const char *pat
     }
     nnt_error cb;
     nnt_err_clear(&cb);
+    nnt_runtime *rt = run->model->rt;
+    nnt_guard_callback(rt, 1); /* what the callback calls on this runtime is refused */
     nnt_status st = r->fn(r->user, path, layer, target, &cb);
+    nnt_guard_callback(rt, 0);
     if (st != NNT_OK) {
         nnt_tensor_free(&part);
         return nnt_err_set(run->err, NNT_ERR_CALLBACK, "edit callback on %s failed (%s): %s", path, nnt_status_str(st),
@@ -1523,7 +1600,7 @@ static const result *find_result(const nnt_trace *t, const char *key)
     return NULL;
 }
 
-nnt_status nnt_trace_import_result(nnt_trace *t, const char *key, const nnt_tensor *value)
+static nnt_status trace_import_result_held(nnt_trace *t, const char *key, const nnt_tensor *value)
 {
     if (!t || !key) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = &t->m->rt->err;
@@ -1535,6 +1612,11 @@ nnt_status nnt_trace_import_result(nnt_trace *t, const char *key, const nnt_tens
     if (value && (value->device || (!value->data && nnt_tensor_numel(value) > 0)))
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "import: '%s' must be a host tensor with its data", key);
     return nnt_trace_push_named(t, key, value, err);
+}
+
+nnt_status nnt_trace_import_result(nnt_trace *t, const char *key, const nnt_tensor *value)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_import_result", trace_import_result_held(t, key, value));
 }
 
 nnt_status nnt_trace_push_named(nnt_trace *t, const char *key, const nnt_tensor *value, nnt_error *err)
@@ -1596,7 +1678,7 @@ nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **path, const 
     return NNT_OK;
 }
 
-nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file)
+static nnt_status trace_write_safetensors_held(const nnt_trace *t, const char *file)
 {
     if (!t || !file) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = &t->m->rt->err;
@@ -1635,4 +1717,9 @@ nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file)
     free(keys);
     free(vals);
     return st;
+}
+
+nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_write_safetensors", trace_write_safetensors_held(t, file));
 }

@@ -73,7 +73,7 @@ static nnt_status check_differentiable(nnt_trace *t, const char *what, const cha
     return NNT_OK;
 }
 
-nnt_status nnt_trace_grad(nnt_trace *t, const char *path)
+static nnt_status trace_grad_held(nnt_trace *t, const char *path)
 {
     if (!t || !path) return NNT_ERR_INVALID_ARGUMENT;
     char base[256];
@@ -84,7 +84,12 @@ nnt_status nnt_trace_grad(nnt_trace *t, const char *path)
     return st != NNT_OK ? st : nnt_trace_save_kind(t, REQ_GRAD, path);
 }
 
-nnt_status nnt_trace_cotangent(nnt_trace *t, const char *path, const nnt_tensor *cotangent)
+nnt_status nnt_trace_grad(nnt_trace *t, const char *path)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_grad", trace_grad_held(t, path));
+}
+
+static nnt_status trace_cotangent_held(nnt_trace *t, const char *path, const nnt_tensor *cotangent)
 {
     if (!t || !path || !cotangent) return NNT_ERR_INVALID_ARGUMENT;
     nnt_status st = check_differentiable(t, "cotangent", path);
@@ -109,6 +114,11 @@ nnt_status nnt_trace_cotangent(nnt_trace *t, const char *path, const nnt_tensor 
     return NNT_OK;
 }
 
+nnt_status nnt_trace_cotangent(nnt_trace *t, const char *path, const nnt_tensor *cotangent)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_cotangent", trace_cotangent_held(t, path, cotangent));
+}
+
 /* Parses the metric word into m (kind, token ids); the error names the text. */
 static nnt_status metric_parse(nnt_trace *t, const char *text, trace_metric *m)
 {
@@ -130,7 +140,7 @@ static nnt_status metric_parse(nnt_trace *t, const char *text, trace_metric *m)
                        text);
 }
 
-nnt_status nnt_trace_metric(nnt_trace *t, const char *metric, const int *positions, int n_positions)
+static nnt_status trace_metric_held(nnt_trace *t, const char *metric, const int *positions, int n_positions)
 {
     if (!t || !metric || n_positions < 0 || (n_positions > 0 && !positions)) return NNT_ERR_INVALID_ARGUMENT;
     trace_metric m = {0};
@@ -164,6 +174,11 @@ nnt_status nnt_trace_metric(nnt_trace *t, const char *metric, const int *positio
     nnt_trace_metric_clear(t);
     t->metric = m;
     return NNT_OK;
+}
+
+nnt_status nnt_trace_metric(nnt_trace *t, const char *metric, const int *positions, int n_positions)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_metric", trace_metric_held(t, metric, positions, n_positions));
 }
 
 /* ---- at emission ---- */

@@ -7,7 +7,7 @@
 
 #include "trace_internal.h"
 
-nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+static nnt_status trace_run_held(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
@@ -20,8 +20,13 @@ nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, 
     return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, NULL, &m->rt->err);
 }
 
-nnt_status nnt_trace_run_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
-                               int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+nnt_status nnt_trace_run(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_run", trace_run_held(t, ids, mask, batch, seq));
+}
+
+static nnt_status trace_run_stage_held(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                       int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
@@ -30,12 +35,26 @@ nnt_status nnt_trace_run_stage(nnt_trace *t, const int32_t *ids, const int32_t *
     return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &sc, &m->rt->err);
 }
 
-nnt_status nnt_trace_check_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
-                                 int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+nnt_status nnt_trace_run_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                               int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_run_stage",
+                trace_run_stage_held(t, ids, mask, batch, seq, first_layer, end_layer, hidden_in, hidden_out));
+}
+
+static nnt_status trace_check_stage_held(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                         int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
     nnt_err_clear(&m->rt->err);
     nnt_stage_call sc = {first_layer, end_layer, hidden_in, hidden_out, 1};
     return nnt_model_forward(m, t, NULL, ids, mask, batch, seq, &sc, &m->rt->err);
+}
+
+nnt_status nnt_trace_check_stage(nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,
+                                 int first_layer, int end_layer, const float *hidden_in, float *hidden_out)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_check_stage",
+                trace_check_stage_held(t, ids, mask, batch, seq, first_layer, end_layer, hidden_in, hidden_out));
 }

@@ -3,8 +3,10 @@ Everything runs in libnnt through its C API; this file only turns Python argumen
 and C tensors into numpy arrays (views of the trace's memory, kept alive by the arrays)."""
 
 import ctypes
+import functools
 import inspect
 import os
+import threading
 from collections import namedtuple
 
 import numpy as np
@@ -72,6 +74,25 @@ def _as_array(t, owner, must_view=False):
     return np.asarray(_Memory(owner, t.data, shape, _NUMPY_OF[name]))
 
 
+def _int32_ids(ids, what):
+    """ids as a C-contiguous int32 array: integers only (a float or bool array is refused, naming
+    its dtype), each within int32 (a larger one is refused, not wrapped)."""
+    a = np.asarray(ids)
+    if a.dtype == object:  # Python ints past 64 bits, or mixed types
+        for x in a.reshape(-1):
+            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+                raise Error(f"{what}: token ids must be integers, got {type(x).__name__} {x!r}")
+            if not -2**31 <= int(x) <= 2**31 - 1:
+                raise Error(f"{what}: token id {int(x)} is outside the 32-bit range of token ids")
+        a = a.astype(np.int64)
+    if a.size and a.dtype.kind not in "iu":
+        raise Error(f"{what}: token ids must be integers, got an array of dtype {a.dtype}")
+    if a.size and (a.min() < -2**31 or a.max() > 2**31 - 1):
+        bad = a.min() if a.min() < -2**31 else a.max()
+        raise Error(f"{what}: token id {int(bad)} is outside the 32-bit range of token ids")
+    return np.ascontiguousarray(a.astype(np.int32) if a.size else a.reshape(-1).astype(np.int32))
+
+
 def _tensor_of(array, what):
     """An nnt_tensor describing a C-contiguous numpy array (returned with the array, which must
     outlive the tensor's use)."""
@@ -101,11 +122,29 @@ def to_torch(values):
     return torch.from_dlpack(values)
 
 
+def _serialised(method):
+    """Runs a method of an object with a `_h` (_ModelHandle) while holding the model's lock."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._h.lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 # ---- native handles (freed when the last Python object using them goes) ----
 
 class _ModelHandle:
     def __init__(self, lib, config, directory):
         self.lib = lib
+        # libnnt runs one call at a time per runtime and refuses a second (NNT_ERR_BUSY): threads
+        # sharing this model take turns here; re-entrant, so that a callback calling back into
+        # the model reaches libnnt and gets its refusal instead of a deadlock
+        self.lock = threading.RLock()
+        # handles made from this model that free something of it (traces, results, sessions):
+        # the model is freed after the last of them, whatever order Python finalizes them in (a
+        # garbage cycle's objects are finalized in no set order)
+        self.children = 0
+        self.released = False  # __del__ ran while children were alive
         self.rt = ctypes.c_void_p()
         self.m = ctypes.c_void_p()
         st = lib.nnt_runtime_open(config.encode() if config else None, ctypes.byref(self.rt))
@@ -124,7 +163,20 @@ class _ModelHandle:
         if status != _lib.NNT_OK:
             raise self.error(status, context)
 
-    def __del__(self):
+    def adopt(self):
+        """Counts a new child handle (see children)."""
+        with self.lock:
+            self.children += 1
+
+    def orphan(self):
+        """A child handle freed what it held: frees the model if it was only waiting for that."""
+        with self.lock:
+            self.children -= 1
+            last = self.released and self.children == 0
+        if last:
+            self._free()
+
+    def _free(self):
         lib = getattr(self, "lib", None)
         if lib is None:
             return
@@ -134,6 +186,13 @@ class _ModelHandle:
         if self.rt:
             lib.nnt_runtime_close(self.rt)
             self.rt = ctypes.c_void_p()
+
+    def __del__(self):
+        with getattr(self, "lock", threading.RLock()):
+            self.released = True
+            if getattr(self, "children", 0) > 0:
+                return  # the last child's orphan() frees the model
+        self._free()
 
 
 class _TraceHandle:
@@ -146,12 +205,18 @@ class _TraceHandle:
         self.t = ctypes.c_void_p()
         self.keep = []
         self.callback_error = None
+        model.adopt()
         model.check(self.lib.nnt_trace_new(model.m, ctypes.byref(self.t)), "trace")
 
     def __del__(self):
-        if getattr(self, "t", None):
-            self.lib.nnt_trace_free(self.t)
+        model = getattr(self, "model", None)
+        if model is None:
+            return
+        if self.t:
+            with model.lock:  # a free meanwhile would make the model's next call busy
+                self.lib.nnt_trace_free(self.t)
             self.t = ctypes.c_void_p()
+        model.orphan()
 
 
 class _OwnedTensor:
@@ -170,9 +235,10 @@ class _OwnedTensor:
 # ---- edit operations (their request form: _request.py) ----
 
 def _callback(fn, trace):
-    """Wraps a Python callable as an nnt_edit_fn: it receives a writable numpy view of the value
-    (valid only during the call) - and the path and block when it takes three arguments; a
-    returned array is written into the value."""
+    """Wraps a Python callable as an nnt_edit_fn: it receives a numpy array holding the value (its
+    own copy: what it holds stays valid after the call, and nnt writes it back into the value when
+    the callback returns) - and the path and block when it takes three arguments; a returned
+    array is written into the value instead."""
     try:
         inspect.signature(fn).bind(None, None, None)
         with_context = True
@@ -181,10 +247,10 @@ def _callback(fn, trace):
 
     def call(user, path, layer, value_p, err_p):
         try:
-            value = _as_array(value_p.contents, None, must_view=True)
+            view = _as_array(value_p.contents, None, must_view=True)  # nnt's memory: never handed out
+            value = view.copy()
             ret = fn(value, path.decode(), layer) if with_context else fn(value)
-            if ret is not None and ret is not value:
-                value[...] = ret
+            view[...] = value if ret is None or ret is value else ret
             return _lib.NNT_OK
         except BaseException as exc:  # noqa: B902 - reported through nnt, re-raised after the run
             trace.callback_error = exc
@@ -207,11 +273,17 @@ class _ResultHandle:
         self.t = None
         self.keep = []
         self.callback_error = None
+        model.adopt()
 
     def __del__(self):
-        if getattr(self, "res", None):
-            self.lib.nnt_result_free(self.res)
+        model = getattr(self, "model", None)
+        if model is None:
+            return
+        if self.res:
+            with model.lock:
+                self.lib.nnt_result_free(self.res)
             self.res = ctypes.c_void_p()
+        model.orphan()
 
 
 def _parse_request(h, builder):
@@ -306,6 +378,7 @@ class Tokenizer:
     def __init__(self, directory, library=None, config=None, _lib_handle=None):
         self.lib = _lib_handle or _lib.load(library)
         self.tok = ctypes.c_void_p()
+        self._lock = threading.Lock()
         self._model = None  # the _ModelHandle owning the tokenizer, or None: this object frees it
         rt = ctypes.c_void_p()
         st = self.lib.nnt_runtime_open(os.fsencode(config) if config else None, ctypes.byref(rt))
@@ -334,6 +407,7 @@ class Tokenizer:
         self = cls.__new__(cls)
         self.lib = model.lib
         self.tok = ctypes.c_void_p()
+        self._lock = threading.Lock()
         self._model = model
         model.check(self.lib.nnt_model_tokenizer(model.m, ctypes.byref(self.tok)))
         return self
@@ -378,9 +452,10 @@ class Tokenizer:
         ids = ctypes.POINTER(ctypes.c_int32)()
         n = ctypes.c_int64()
         flags = _lib.NNT_TOKENIZE_ADD_SPECIAL if add_special else 0
-        st = self.lib.nnt_tokenizer_encode(self.tok, data, len(data), flags, ctypes.byref(ids), ctypes.byref(n))
-        if st != _lib.NNT_OK:
-            raise self._error(st)
+        with self._lock:  # the call and its message together (libnnt serialises the calls themselves)
+            st = self.lib.nnt_tokenizer_encode(self.tok, data, len(data), flags, ctypes.byref(ids), ctypes.byref(n))
+            if st != _lib.NNT_OK:
+                raise self._error(st)
         try:
             return [int(ids[i]) for i in range(n.value)]
         finally:
@@ -388,14 +463,15 @@ class Tokenizer:
 
     def decode(self, ids, skip_special=False):
         """The text of `ids` (invalid UTF-8 replaced by U+FFFD, as the reference decoders do)."""
-        arr = np.ascontiguousarray(np.asarray(ids, dtype=np.int32).reshape(-1))
+        arr = _int32_ids(ids, "decode: ids").reshape(-1)
         text = ctypes.c_void_p()
         n = ctypes.c_size_t()
         flags = _lib.NNT_DECODE_REPLACE_INVALID | (_lib.NNT_DECODE_SKIP_SPECIAL if skip_special else 0)
-        st = self.lib.nnt_tokenizer_decode(self.tok, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
-                                           arr.size, flags, ctypes.byref(text), ctypes.byref(n))
-        if st != _lib.NNT_OK:
-            raise self._error(st)
+        with self._lock:
+            st = self.lib.nnt_tokenizer_decode(self.tok, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                               arr.size, flags, ctypes.byref(text), ctypes.byref(n))
+            if st != _lib.NNT_OK:
+                raise self._error(st)
         try:
             return ctypes.string_at(text, n.value).decode("utf-8", "replace")
         finally:
@@ -408,7 +484,7 @@ class Tokenizer:
         return ctypes.string_at(p, n.value) if p else None
 
     def token_id(self, text):
-        v = self.lib.nnt_tokenizer_token_id(self.tok, text.encode())
+        v = self.lib.nnt_tokenizer_token_id(self.tok, text.encode("utf-8", "surrogateescape"))
         return None if v < 0 else int(v)
 
 
@@ -485,6 +561,7 @@ class Model:
     def __repr__(self):
         return f"nnt.Model({self.path!r}, family={self.family!r}, backend={self.backend!r})"
 
+    @_serialised
     def print(self, file=None):
         """Writes the module tree (native and standard names, every value's layout), as
         `nnt print` does, to `file` (default: stdout)."""
@@ -492,6 +569,7 @@ class Model:
 
         (file or sys.stdout).write(str(self))
 
+    @_serialised
     def support(self, table=False):
         """Every standard value per host and block: a list of SupportRow (served as a bool, block
         -1 for the model host), or with table=True the text `nnt support` prints."""
@@ -506,6 +584,7 @@ class Model:
             rows.append(SupportRow(c[0], int(c[1]), c[2], c[3] == "yes", c[4], c[5], c[6], c[7] == "yes", c[8]))
         return rows
 
+    @_serialised
     def value_info(self, path, batch=None, seq=None):
         """What nnt says of one value (one block): served, reason, dtype, shape (for the given
         batch and seq), writable, layout, axes."""
@@ -547,6 +626,7 @@ class Model:
             raise Error(str(e)) from None
         return b
 
+    @_serialised
     def _run(self, builder):
         """Runs builder's request: a _ResultHandle holding the nnt_result."""
         res = _ResultHandle(self._h)
@@ -565,9 +645,12 @@ class Model:
     def _check_callback(self, tr, status, context):
         if status == _lib.NNT_OK:
             return
+        exc = tr.callback_error
+        if exc is not None and not isinstance(exc, Exception):
+            raise exc  # KeyboardInterrupt, SystemExit: the run stopped at the callback; they go on as they are
         err = self._h.error(status, context)
-        if tr.callback_error is not None:
-            raise err from tr.callback_error
+        if exc is not None:
+            raise err from exc
         raise err
 
     def _values(self, tr, positions=None, output="numpy"):
@@ -677,6 +760,7 @@ class Model:
         """trace() with expert `expert` of block `layer` given weight zero wherever it is routed."""
         return self.trace(prompts, save=save, edits=list(edits) + [AblateExpert(layer, expert)], **kw)
 
+    @_serialised
     def project_on_vocab(self, x):
         """The logit lens on hidden states x [..., hidden_size] (or a multi-stream model's
         [batch, seq, streams, hidden_size]): the final norm and lm_head, as float32
@@ -822,19 +906,28 @@ class Session:
         self.lib = model.lib
         self._h = model._h
         self.s = ctypes.c_void_p()
-        self._h.check(self.lib.nnt_session_new(self._h.m, _number(batch, "batch"), _number(capacity, "capacity"),
-                                               ctypes.byref(self.s)), "session")
+        self._h.adopt()
+        self._adopted = True
+        with self._h.lock:
+            self._h.check(self.lib.nnt_session_new(self._h.m, _number(batch, "batch"), _number(capacity, "capacity"),
+                                                   ctypes.byref(self.s)), "session")
 
     def __del__(self):
-        if getattr(self, "s", None):
-            self.lib.nnt_session_free(self.s)
+        if not getattr(self, "_adopted", False):
+            return
+        if self.s:
+            with self._h.lock:
+                self.lib.nnt_session_free(self.s)
             self.s = ctypes.c_void_p()
+        self._adopted = False
+        self._h.orphan()
 
     @property
     def length(self):
         """Tokens per row the session holds so far."""
         return int(self.lib.nnt_session_length(self.s))
 
+    @_serialised
     def forward(self, prompts, save=(), edits=(), output="numpy", add_special=True):
         """Runs the next tokens of every row: prompts as Model.trace takes them (the first call's
         text gets the tokenizer's special tokens unless add_special is False; a later call's rows

@@ -113,6 +113,8 @@ class Builder:
         """prompts: a str (one row of text), a list of str, a list of ints (one row of ids), a list
         of lists of ints or a 2-D int array (rows of ids)."""
         if isinstance(prompts, np.ndarray):
+            if prompts.dtype.kind not in "iuUS" and prompts.size:
+                raise RequestError(f"prompts: token ids must be an integer array, got dtype {prompts.dtype}")
             prompts = prompts.reshape(1, -1).tolist() if prompts.ndim == 1 else prompts.tolist()
         if isinstance(prompts, (str, bytes)):
             prompts = [prompts]
@@ -128,7 +130,13 @@ class Builder:
             if isinstance(p, str):
                 rows.append({"text": p})
             elif isinstance(p, (list, tuple, np.ndarray)):
-                rows.append({"tokens": [_number(x, f"prompts[{i}]") for x in (p.tolist() if isinstance(p, np.ndarray) else p)]})
+                if isinstance(p, np.ndarray) and p.dtype.kind not in "iu" and p.size:
+                    raise RequestError(f"prompts[{i}]: token ids must be an integer array, got dtype {p.dtype}")
+                items = p.tolist() if isinstance(p, np.ndarray) else p
+                for j, x in enumerate(items):
+                    if isinstance(x, (float, np.floating)):
+                        raise RequestError(f"prompts[{i}][{j}]: token ids must be integers, got float {x!r}")
+                rows.append({"tokens": [_number(x, f"prompts[{i}]") for x in items]})
             else:
                 raise RequestError(f"prompts[{i}]: expected a str or a list of token ids, got {type(p).__name__}")
         self.doc["rows"] = rows

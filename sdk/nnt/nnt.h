@@ -2,8 +2,21 @@
  * forward pass by standard value names, read and edit the values, write them to safetensors.
  *
  * Error model: every call that can fail returns an nnt_status; the runtime keeps the message
- * of the latest failure, which nnt_last_error() returns. Objects are single-threaded: use one
- * runtime (and its models and traces) from one thread at a time.
+ * of the latest failure, which nnt_last_error() returns.
+ *
+ * Threads. A runtime runs one call at a time: its models, traces, sessions and results share
+ * its backends' scratch memory and its error record. Use a runtime (and everything made from
+ * it) from one thread at a time, or serialise the calls with a lock of your own. libnnt checks
+ * it: a call that runs, changes or frees a model, session or trace (nnt_trace_run, nnt_trace_save,
+ * nnt_session_forward, nnt_generate, nnt_request_run, nnt_lens, ...) made while another thread
+ * is inside a call of the same runtime returns NNT_ERR_BUSY at once, having done nothing (the
+ * runtime's error record then belongs to the running call; nnt_status_str says why); a free
+ * (nnt_trace_free, nnt_session_free, nnt_model_free, nnt_runtime_close) waits for it instead. An
+ * edit callback must not call back into the runtime running it: such a call returns
+ * NNT_ERR_BUSY (a free does nothing), and nnt_last_error names both calls. Separate runtimes are
+ * independent: a thread each runs them at once, even on the same checkpoint folder (the mapped
+ * files are shared read-only). A tokenizer (nnt_tokenizer.h) may be shared by threads: its calls
+ * take turns on a lock of its own.
  *
  * Value paths name one standard value: "logits", "layers.1.mlp.expert_weights",
  * "layers[1].self_attn.attention_scores", "model.layers.-1.layer_output" (negative indices

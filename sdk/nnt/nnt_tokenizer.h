@@ -26,8 +26,11 @@
  * with stray bytes still encodes; decode(encode(x)) == x holds for valid UTF-8 x.
  *
  * Errors follow the runtime's model: every call that can fail returns an nnt_status, and the
- * tokenizer keeps the message of its latest failure (nnt_tokenizer_last_error). A tokenizer is
- * read-only after loading except for its caches: use one from one thread at a time. */
+ * tokenizer keeps the message of its latest failure (nnt_tokenizer_last_error). A tokenizer may
+ * be shared by threads: its tables are read-only after loading, and its encode and decode calls
+ * (whose caches and scratch change) take turns on a lock of its own; the message of a failure is
+ * then that of the latest failed call of any thread, so a program that reads messages from
+ * several threads serialises the call and the read itself. */
 #ifndef NNT_TOKENIZER_H
 #define NNT_TOKENIZER_H
 

@@ -25,7 +25,7 @@ extern "C" {
  * nnt_forward_args; 3.10: the readout positions in nnt_forward_args; 3.11: the backend's attn_fused;
  * 3.12: the core's tensor_fp8 and nnt_load_args.weights). */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 12
+#define NNT_ABI_MINOR 13
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */
@@ -51,6 +51,8 @@ typedef enum nnt_status {
     NNT_ERR_CALLBACK,         /* a user edit callback reported failure */
     NNT_ERR_STATE,            /* the object is not in a state that allows the call */
     NNT_ERR_INTERNAL,         /* a bug in nnt; the message says where */
+    NNT_ERR_BUSY,             /* the runtime is inside another call: another thread's, or the call whose
+                               * edit callback made this one (ABI 3.13) */
     NNT_STATUS_COUNT
 } nnt_status;
 
