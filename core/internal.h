@@ -408,6 +408,11 @@ struct nnt_model {
     nnt_tokenizer *tokenizer;     /* nnt_model_tokenizer's, loaded on its first call (NULL before) */
 };
 
+/* The domain a config.json number read under `key` (a nested key: its last name) violates, as
+ * text ("an integer >= 1"), or NULL when v lies in it: any float must be finite, and the fields of
+ * checkpoint/config_domains.c's table must lie in their domains. */
+const char *nnt_cfg_domain_violation(const char *key, double v);
+
 /* ---- one call at a time per runtime (runtime/guard.c) ---- */
 void nnt_guard_init(nnt_guard *g);
 void nnt_guard_destroy(nnt_guard *g);

@@ -395,7 +395,7 @@ static void test_rotary_share(void)
     CU_ASSERT_FATAL(set_config_int(d, "partial_rotary_factor", "1e300") == 0);
     write_weights(d, "model.safetensors", NULL, NULL);
     expect_load(d, NNT_ERR_CONFIG,
-                "config.json: rope_parameters.partial_rotary_factor is 1e+300; expected the rotary share of a head, in [0, 1]");
+                "config.json: field 'rope_parameters.partial_rotary_factor' is 1e+300, outside its domain: expected a number in [0, 1]");
     CU_ASSERT_FATAL(set_config_int(d, "partial_rotary_factor", "0.5") == 0);
     nnt_runtime *rt = t_runtime();
     nnt_model *m = NULL;
@@ -685,6 +685,36 @@ static int set_config_int(const char *dir, const char *key, const char *value)
     return rc;
 }
 
+/* Numbers outside their field's domain (core/checkpoint/config_domains.c) are refused at load,
+ * naming the file, the field, the value and the domain, on every family: before, rms_norm_eps = -1
+ * loaded and gave all-NaN logits. */
+static void test_config_domains(void)
+{
+    static const struct {
+        const char *fixture, *key, *value, *msg;
+    } cases[] = {
+        {"minimax_m2/fp32", "rms_norm_eps", "-1", "field 'rms_norm_eps' is -1, outside its domain: expected a finite number > 0"},
+        {"mimo_v2_flash/fp32", "rms_norm_eps", "0", "field 'rms_norm_eps' is 0, outside its domain: expected a finite number > 0"},
+        {"kimi_linear/fp32", "rms_norm_eps", "-1e-5", "field 'rms_norm_eps' is -1e-05, outside its domain"},
+        {"deepseek_v4/fp32", "rms_norm_eps", "-1", "field 'rms_norm_eps' is -1, outside its domain"},
+        {"minimax_m2/fp32", "rope_theta", "0", "rope_theta' is 0, outside its domain: expected a finite number > 0"},
+        {"minimax_m2/fp32", "num_attention_heads", "0", "field 'num_attention_heads' is 0, outside its domain: expected an integer >= 1"},
+        {"kimi_linear/fp32", "num_experts_per_token", "-3", "field 'num_experts_per_token' is -3, outside its domain"},
+        {"minimax_m2/fp32", "rms_norm_eps", "1e999", "field 'rms_norm_eps'"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char name[64], d[768];
+        snprintf(name, sizeof name, "domain%zu", c);
+        CU_ASSERT_FATAL(copy_checkpoint(cases[c].fixture, name, 0, d, sizeof d) == 0);
+        if (set_config_int(d, cases[c].key, cases[c].value) != 0) {
+            fprintf(stderr, "\n  %s has no %s\n", cases[c].fixture, cases[c].key);
+            CU_FAIL("fixture field missing");
+            continue;
+        }
+        expect_load(d, NNT_ERR_CONFIG, cases[c].msg);
+    }
+}
+
 /* A block or expert count in config.json is bounded by the tensors the checkpoint holds before
  * the family allocates by it (1e9 blocks once meant a terabyte asked of malloc and "no memory"):
  * the message names config.json, the field, its value and the tensor it disagrees with. */
@@ -730,9 +760,9 @@ static void test_config_counts_bounded(void)
         /* a rotary share past 1 is refused before it is multiplied into an integer (1e300 would
          * overflow the conversion), and a rotary width before tables are sized by it */
         {"deepseek_v4/fp32", "partial_rotary_factor",
-         "config.json: partial_rotary_factor is 1e+300; expected the rotary share of a head, in [0, 1]"},
+         "partial_rotary_factor' is 1e+300, outside its domain: expected a number in [0, 1]"},
         {"mimo_v2_flash/fp32", "partial_rotary_factor",
-         "config.json: partial_rotary_factor is 1e+300; expected the rotary share of a head, in [0, 1]"},
+         "partial_rotary_factor' is 1e+300, outside its domain: expected a number in [0, 1]"},
         {"deepseek_v4/native", "qk_rope_head_dim",
          "config.json: 2147483646 rotary dimensions do not fit head_dim 32 and index_head_dim 16"},
     };
@@ -913,6 +943,7 @@ int register_tests(void)
         !CU_add_test(s, "fp8 weights without their scales", test_fp8_missing_scale) ||
         !CU_add_test(s, "a header length that leaves tensors misaligned", test_misaligned_header) ||
         !CU_add_test(s, "block and expert counts bounded by the tensors", test_config_counts_bounded) ||
+        !CU_add_test(s, "numbers outside their field's domain", test_config_domains) ||
         !CU_add_test(s, "a named list's numbers are name indices", test_config_named_list_index) ||
         !CU_add_test(s, "a shard truncated while mapped", test_truncated_while_mapped) ||
         !CU_add_test(s, "a shard modified while mapped", test_modified_while_mapped))

@@ -166,6 +166,19 @@ static nnt_status wrong_type(const nnt_checkpoint *ck, const char *key, const ch
     return st;
 }
 
+/* a number outside its field's domain (config_domains.c) */
+static nnt_status out_of_domain(const nnt_checkpoint *ck, const char *key, const char *domain, const cJSON *v,
+                                nnt_error *err)
+{
+    char *text = cJSON_PrintUnformatted(v);
+    nnt_status st = nnt_err_set(err, NNT_ERR_CONFIG,
+                                "%s: field '%s' is %.60s, outside its domain: expected %s "
+                                "(docs/checkpoint-safety.md lists each field's domain)",
+                                nnt_cfg_path(ck), key, text ? text : "?", domain);
+    free(text);
+    return st;
+}
+
 nnt_status nnt_cfg_int(const nnt_checkpoint *ck, const char *key, int64_t dflt, int required,
                        int64_t *out, nnt_error *err)
 {
@@ -180,6 +193,8 @@ nnt_status nnt_cfg_int(const nnt_checkpoint *ck, const char *key, int64_t dflt, 
     /* every integer a family reads (sizes, counts, ids) fits 32 bits; larger is a broken file */
     if (fabs(v->valuedouble) > 2147483647.0)
         return wrong_type(ck, key, "an integer of at most 2147483647 in magnitude", v, err);
+    const char *domain = nnt_cfg_domain_violation(key, v->valuedouble);
+    if (domain) return out_of_domain(ck, key, domain, v, err);
     *out = (int64_t)v->valuedouble;
     return NNT_OK;
 }
@@ -194,6 +209,8 @@ nnt_status nnt_cfg_float(const nnt_checkpoint *ck, const char *key, double dflt,
         return NNT_OK;
     }
     if (!cJSON_IsNumber(v)) return wrong_type(ck, key, "a number", v, err);
+    const char *domain = nnt_cfg_domain_violation(key, v->valuedouble);
+    if (domain) return out_of_domain(ck, key, domain, v, err);
     *out = v->valuedouble;
     return NNT_OK;
 }
