@@ -413,6 +413,16 @@ struct nnt_model {
  * checkpoint/config_domains.c's table must lie in their domains. */
 const char *nnt_cfg_domain_violation(const char *key, double v);
 
+/* ---- argument rules every front end shares (the C API, request files, the CLI, Python) ---- */
+/* Factors of scale, add and steer edits, masked_fill's fill value, and the temperature's upper
+ * bound: finite, |F| <= NNT_FACTOR_MAX. */
+#define NNT_FACTOR_MAX 1e6
+#define NNT_FACTOR_TEXT "a finite number with |F| <= 1e6"
+static inline int nnt_factor_ok(double f)
+{
+    return f >= -NNT_FACTOR_MAX && f <= NNT_FACTOR_MAX; /* false for NaN */
+}
+
 /* ---- one call at a time per runtime (runtime/guard.c) ---- */
 void nnt_guard_init(nnt_guard *g);
 void nnt_guard_destroy(nnt_guard *g);

@@ -1,6 +1,7 @@
 /* test_trace.c - value paths and the checks a trace makes before the forward: unknown names
  * (with suggestions), block indices out of range, values the family does not serve (with its
  * reason), edits of read-only values, shapes of written tensors. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,6 +161,44 @@ static void test_bad_inputs(void)
     T_OK(rt, nnt_trace_set(t, "layers.0.mlp.expert_indices", &bad));
     T_FAILS(rt, nnt_trace_run(t, ids, NULL, 1, 3), NNT_ERR_INVALID_ARGUMENT, "expert_indices holds 9");
     nnt_tensor_free(&bad);
+    nnt_trace_free(t);
+}
+
+/* Factors, fill values, temperatures and top_p outside their domains are refused by libnnt itself
+ * (the C API, not only the CLI and the request parser), with the request parser's words. */
+static void test_bad_numbers(void)
+{
+    nnt_trace *t;
+    T_OK(rt, nnt_trace_new(m, &t));
+    const float bad[] = {NAN, INFINITY, -INFINITY, 1e30f};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        T_FAILS(rt, nnt_trace_scale(t, "layers.0.layer_output", bad[i]), NNT_ERR_INVALID_ARGUMENT,
+                "is not a finite number with |F| <= 1e6");
+        nnt_tensor v;
+        int64_t shape[1] = {nnt_model_get_info(m)->hidden_size};
+        CU_ASSERT_FATAL(nnt_tensor_alloc(&v, NNT_F32, 1, shape) == NNT_OK);
+        T_FAILS(rt, nnt_trace_add(t, "layers.0.layer_output", &v, bad[i]), NNT_ERR_INVALID_ARGUMENT,
+                "factor");
+        T_FAILS(rt, nnt_trace_steer(t, 0, 1, NULL, 0, &v, bad[i]), NNT_ERR_INVALID_ARGUMENT,
+                "steer: factor");
+        nnt_tensor_free(&v);
+        T_FAILS(rt, nnt_trace_masked_fill(t, "layers.0.self_attn.attention_scores", "layers.0.self_attn.attention_scores", 0,
+                                          bad[i]),
+                NNT_ERR_INVALID_ARGUMENT, "fill");
+    }
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 0);
+    T_OK(rt, nnt_trace_scale(t, "layers.0.layer_output", -1e6f)); /* the bound itself is allowed */
+    int32_t ids[3] = {1, 2, 3}, out[2];
+    nnt_generate_opts o = {.max_new_tokens = 2, .temperature = NAN, .top_p = 1.0f};
+    T_FAILS(rt, nnt_generate(m, NULL, ids, NULL, 1, 3, &o, out), NNT_ERR_INVALID_ARGUMENT,
+            "temperature nan is not a number in 0..1e6");
+    o.temperature = INFINITY;
+    T_FAILS(rt, nnt_generate(m, NULL, ids, NULL, 1, 3, &o, out), NNT_ERR_INVALID_ARGUMENT, "temperature inf");
+    o.temperature = 1.0f;
+    o.top_p = NAN;
+    T_FAILS(rt, nnt_generate(m, NULL, ids, NULL, 1, 3, &o, out), NNT_ERR_INVALID_ARGUMENT, "top_p nan");
+    o.top_p = -0.5f;
+    T_FAILS(rt, nnt_generate(m, NULL, ids, NULL, 1, 3, &o, out), NNT_ERR_INVALID_ARGUMENT, "top_p -0.5");
     nnt_trace_free(t);
 }
 
@@ -360,6 +399,7 @@ int register_tests(void)
         !CU_add_test(s, "edits of read-only values", test_read_only) ||
         !CU_add_test(s, "written shapes are checked before the forward", test_shapes_checked_before_forward) ||
         !CU_add_test(s, "bad token ids and masks", test_bad_inputs) ||
+        !CU_add_test(s, "factors, fills, temperatures and top_p out of their domains", test_bad_numbers) ||
         !CU_add_test(s, "support lists every value with a reason", test_support_listing) ||
         !CU_add_test(s, "a value saved twice in one call: path and path#r", test_saved_twice) ||
         !CU_add_test(s, "slices at save time equal the slice of the whole value", test_slices))

@@ -115,7 +115,7 @@ static nnt_status parse_positions(const req_ctx *c, const cJSON *v, const char *
 static nnt_status parse_value_fields(const req_ctx *c, const cJSON *v, const char *field, req_edit *e)
 {
     char f[REQ_FIELD_MAX];
-    static const char factor[] = "a finite number with |F| <= 1e6";
+    static const char factor[] = NNT_FACTOR_TEXT;
     nnt_status st = NNT_OK;
     if (e->op != REQ_OP_STEER && (st = req_string(c, v, field, "path", 1, &e->path)) != NNT_OK) return st;
     if (e->path && !*e->path) return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_field(f, field, "path"), "expected a value path, got \"\"");

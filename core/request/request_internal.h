@@ -13,7 +13,7 @@
 #define REQ_MAX_DEPTH 64                 /* nesting of arrays and objects */
 #define REQ_MAX_ITEMS 65536              /* rows, saves, edits, and the entries of any list but a row's ids */
 #define REQ_MAX_TOKENS (1 << 22)         /* a row's token ids (inline or from a tokens file) */
-#define REQ_FACTOR_MAX 1e6               /* |factor|, |fill|, temperature */
+#define REQ_FACTOR_MAX NNT_FACTOR_MAX    /* |factor|, |fill|, temperature (core/internal.h) */
 #define REQ_INT_MAX 2147483647LL         /* blocks, experts, steps, token ids, rows */
 #define REQ_POS_MIN (-2147483645LL)      /* the least integer position (NNT_POS_* lie below) */
 #define REQ_EXACT_MAX 9007199254740992.0 /* 2^53: the largest integer every double above holds */

@@ -107,6 +107,12 @@ static nnt_status check_generate(const nnt_model *m, const int32_t *mask, int ba
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: max_new_tokens, top_k and n_stop_ids must be >= 0");
     if (o->n_stop_ids > 0 && !o->stop_ids)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: stop_ids is NULL but n_stop_ids is %d", o->n_stop_ids);
+    if (!(o->temperature >= 0 && o->temperature <= NNT_FACTOR_MAX)) /* NaN too */
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: temperature %g is not a number in 0..1e6 (0: greedy)",
+                           o->temperature);
+    if (!(o->top_p >= 0 && o->top_p < INFINITY)) /* NaN too; 0, as a zeroed struct holds it, is greedy's */
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT,
+                           "generate: top_p %g is not a finite number >= 0 (1 and more: no nucleus filter)", o->top_p);
     if (o->max_new_tokens == 0) return NNT_OK;
     if (batch < 1 || seq < 1)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "generate: needs batch, seq >= 1 (got %d, %d)", batch, seq);

@@ -379,6 +379,9 @@ nnt_status nnt_trace_set(nnt_trace *t, const char *path, const nnt_tensor *v)
 static nnt_status trace_add_held(nnt_trace *t, const char *path, const nnt_tensor *v, float factor)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    if (!nnt_factor_ok(factor))
+        return nnt_err_set(rt_err(t), NNT_ERR_INVALID_ARGUMENT, "add %s: factor %g is not " NNT_FACTOR_TEXT,
+                           path ? path : "(null)", factor);
     request *r = NULL;
     nnt_status st = add_request(t, REQ_ADD, path, &r);
     if (st != NNT_OK) return st;
@@ -395,6 +398,9 @@ nnt_status nnt_trace_add(nnt_trace *t, const char *path, const nnt_tensor *v, fl
 static nnt_status trace_scale_held(nnt_trace *t, const char *path, float factor)
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
+    if (!nnt_factor_ok(factor))
+        return nnt_err_set(rt_err(t), NNT_ERR_INVALID_ARGUMENT, "scale %s: factor %g is not " NNT_FACTOR_TEXT,
+                           path ? path : "(null)", factor);
     request *r = NULL;
     nnt_status st = add_request(t, REQ_SCALE, path, &r);
     if (st == NNT_OK) r->factor = factor;
@@ -423,6 +429,9 @@ static nnt_status trace_masked_fill_held(nnt_trace *t, const char *path, const c
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = rt_err(t);
+    if (!nnt_factor_ok(fill))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "masked fill of %s: fill %g is not " NNT_FACTOR_TEXT,
+                           path ? path : "(null)", fill);
     nnt_path target, where;
     nnt_status st = nnt_path_parse(t->m, path, &target, err);
     if (st != NNT_OK) return st;
@@ -620,6 +629,8 @@ static nnt_status trace_steer_held(nnt_trace *t, int first, int last, const int 
 {
     if (!t) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = rt_err(t);
+    if (!nnt_factor_ok(factor))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "steer: factor %g is not " NNT_FACTOR_TEXT, factor);
     int L = t->m->info.num_layers;
     if (first < 0 || last < first || last >= L)
         return nnt_err_set(err, NNT_ERR_INDEX, "steer blocks %d..%d: need 0 <= first <= last < %d", first, last, L);
