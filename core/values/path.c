@@ -230,5 +230,9 @@ nnt_status nnt_model_value_info(const nnt_model *m, const char *path, const nnt_
     if (st != NNT_OK) return st;
     if (p.layer == NNT_LAYER_ALL)
         return nnt_err_set(&m->rt->err, NNT_ERR_PATH, "'%s': name one block, not '*'", path);
+    if (dims && (dims->batch < 1 || dims->seq < 1 || dims->past < 0))
+        return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT,
+                           "value info of '%s': the call's dims need batch >= 1, seq >= 1 and past >= 0 (got %d, %d, %d)",
+                           path, dims->batch, dims->seq, dims->past);
     return nnt_model_slot_info(m, p.layer, p.slot, dims, info, &m->rt->err);
 }

@@ -589,7 +589,18 @@ class Model:
         """What nnt says of one value (one block): served, reason, dtype, shape (for the given
         batch and seq), writable, layout, axes."""
         info = _lib.ValueInfo()
-        dims = _lib.CallDims(batch, seq, 0) if batch and seq else None
+        if (batch is None) != (seq is None):
+            raise Error("value_info: give batch and seq together (or neither)")
+        dims = None
+        if batch is not None:
+            try:
+                b, t = _number(batch, "batch"), _number(seq, "seq")
+            except RequestError as e:
+                raise Error(f"value_info: {e}") from None
+            for name, v in (("batch", b), ("seq", t)):
+                if not isinstance(v, int) or not -2**31 <= v < 2**31:  # ctypes would truncate or wrap it
+                    raise Error(f"value_info: {name} {v!r} is not a 32-bit integer")
+            dims = _lib.CallDims(b, t, 0)
         self._h.check(self.lib.nnt_model_value_info(self._h.m, path.encode(), ctypes.byref(dims) if dims else None,
                                                     ctypes.byref(info)))
         return {

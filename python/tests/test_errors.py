@@ -100,3 +100,16 @@ def test_callback_exception(example_model):
     assert isinstance(e.value.__cause__, ValueError)
     # the model still works afterwards
     assert example_model.trace([1, 2, 3], save=["logits"])["logits"].shape[1] == 3
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(batch=-1, seq=3), "batch >= 1"),
+    (dict(batch=2, seq=0), "seq >= 1"),
+    (dict(batch=-1), "batch and seq together"),
+    (dict(batch=2**40, seq=3), "not a 32-bit integer"),
+    (dict(batch=1.5, seq=3), "not a 32-bit integer"),
+])
+def test_value_info_dims_in_range(example_model, kw, words):
+    """A call's dims that no call can have are refused, not turned into negative shapes."""
+    with pytest.raises(nnt.Error, match=words):
+        example_model.value_info("layers.0.layer_output", **kw)
