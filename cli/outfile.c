@@ -3,6 +3,7 @@
  * written with the interrupting signals held off until the file is whole or removed. */
 #include <dirent.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,6 +23,28 @@ static int out_is_not(const char *out, const struct stat *os, const char *input,
                      input, what);
 }
 
+/* --out against every file mapped into this process (the nnt binary, libnnt, the plugins, the C
+ * library; /proc/self/maps on Linux) and the binary itself (/proc/self/exe): replacing one of
+ * them under a running program breaks the next run ("invalid ELF header"). 0, or 2. */
+static int out_is_not_mapped(const char *out, const struct stat *os)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) exe[n] = '\0';
+    int rc = out_is_not(out, os, n > 0 ? exe : "/proc/self/exe", "the nnt program running");
+    FILE *f = rc ? NULL : fopen("/proc/self/maps", "r");
+    char line[4352];
+    while (f && !rc && fgets(line, sizeof line, f)) {
+        char *path = strchr(line, '/'); /* a mapping of a file names it from its first '/' */
+        if (!path) continue;
+        path[strcspn(path, "\n")] = '\0';
+        if (strstr(path, " (deleted)")) continue;
+        rc = out_is_not(out, os, path, "a file this run has mapped (a program or library)");
+    }
+    if (f) fclose(f);
+    return rc;
+}
+
 typedef struct out_ctx {
     const char *out;
     const struct stat *os;
@@ -39,8 +62,9 @@ static int out_is_not_field(void *ctx, const char *file, const char *field)
 /* --out, checked before any forward runs and again just before the write: its directory must
  * exist, an existing path must be a regular file (the writer refuses to replace anything else),
  * and it must not be a file the run reads: any file of the model folder (config.json, the
- * index, the shards, the tokenizer's files), the INI, a loaded plugin, a --set/--add/--steer
- * file or a --prompt-file, the --request file and every file its fields name. Returns 0 or 2. */
+ * index, the shards, the tokenizer's files), the INI, a loaded plugin, any file mapped into the
+ * process (the nnt binary, libnnt, the C library), a --set/--add/--steer file or a --prompt-file,
+ * the --request file and every file its fields name. Returns 0 or 2. */
 int cli_check_out(const cli_opts *o, nnt_runtime *rt)
 {
     const char *out = o->out;
@@ -66,6 +90,7 @@ int cli_check_out(const cli_opts *o, nnt_runtime *rt)
             if (d) closedir(d);
         }
         if (!rc && rt && nnt_runtime_config_path(rt)) rc = out_is_not(out, &os, nnt_runtime_config_path(rt), "the INI configuration");
+        if (!rc) rc = out_is_not_mapped(out, &os);
         const char *kind, *name, *file, *detail;
         for (int i = 0; !rc && rt && nnt_runtime_plugin(rt, i, &kind, &name, &file, &detail); i++)
             rc = out_is_not(out, &os, file, "a loaded plugin");

@@ -382,6 +382,21 @@ check "--out at the --prompt-file" 2 "is the --prompt-file file, an input of thi
 ini_with "" > "$tmp/self.ini"
 check "--out at the INI" 2 "is the INI configuration, an input of this run" \
   "$nnt" trace --config "$tmp/self.ini" --model "$model" --tokens "1 2" --save logits --out "$tmp/self.ini"
+# nor the program running or a library it has mapped (replacing one under a running program breaks
+# the next run): checked on copies, a copy of nnt run with a copy of libnnt ahead of the build's
+mkdir -p "$tmp/progs"
+cp "$nnt" "$tmp/progs/nnt"
+libnnt=$(ldd "$nnt" | awk '/libnnt/ {print $3}')
+cp "$libnnt" "$tmp/progs/"
+before_exe=$(sum "$tmp/progs/nnt") before_lib=$(sum "$tmp/progs/$(basename "$libnnt")")
+check "--out at the nnt program running" 2 "progs/nnt: is the nnt program running" \
+  env LD_LIBRARY_PATH="$tmp/progs" "$tmp/progs/nnt" trace --config "$tmp/self.ini" --model "$model" --tokens "1 2" \
+  --save logits --out "$tmp/progs/nnt"
+check "--out at the libnnt it runs on" 2 "libnnt[^:]*: is a file this run has mapped" \
+  env LD_LIBRARY_PATH="$tmp/progs" "$tmp/progs/nnt" trace --config "$tmp/self.ini" --model "$model" --tokens "1 2" \
+  --save logits --out "$tmp/progs/$(basename "$libnnt")"
+same "the program and library unchanged after --out named them" "$before_exe $before_lib" \
+  "$(sum "$tmp/progs/nnt") $(sum "$tmp/progs/$(basename "$libnnt")")"
 # refused at argument checking: the model folder is not even looked at
 check "--out \"\" refused before anything runs" 2 "nnt: --out: the path is empty" \
   "$nnt" trace --model "$tmp/nope" --tokens "1 2" --out ""
