@@ -34,6 +34,22 @@ static void reference_logits(nnt_model *m, const int32_t *ids, nnt_tensor *out)
     nnt_trace_free(t);
 }
 
+/* The fixture's runtime and model, the test's ids and their plain logits */
+static void open_fixture(nnt_runtime **rt, nnt_model **m, int32_t *ids, nnt_tensor *ref)
+{
+    *rt = t_runtime();
+    *m = t_model(*rt, FIXTURE);
+    make_ids((int)nnt_model_get_info(*m)->vocab_size, ids);
+    reference_logits(*m, ids, ref);
+}
+
+static void close_fixture(nnt_runtime *rt, nnt_model *m, nnt_tensor *ref)
+{
+    nnt_tensor_free(ref);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 static int same_tensor(const nnt_tensor *a, const nnt_tensor *b)
 {
     return a && b && a->ndim == b->ndim && nnt_tensor_nbytes(a) == nnt_tensor_nbytes(b) &&
@@ -86,12 +102,11 @@ static nnt_status try_reenter(void *user, const char *path, int layer, nnt_tenso
 
 static void check_reentry(attempt what)
 {
-    nnt_runtime *rt = t_runtime();
-    nnt_model *m = t_model(rt, FIXTURE);
+    nnt_runtime *rt;
+    nnt_model *m;
     int32_t ids[B * T];
-    make_ids((int)nnt_model_get_info(m)->vocab_size, ids);
     nnt_tensor ref;
-    reference_logits(m, ids, &ref);
+    open_fixture(&rt, &m, ids, &ref);
 
     nnt_trace *t = NULL;
     CU_ASSERT_FATAL(nnt_trace_new(m, &t) == NNT_OK);
@@ -115,9 +130,7 @@ static void check_reentry(attempt what)
     CU_ASSERT(same_tensor(&again, &ref));
     nnt_tensor_free(&again);
     nnt_trace_free(t);
-    nnt_tensor_free(&ref);
-    nnt_model_free(m);
-    nnt_runtime_close(rt);
+    close_fixture(rt, m, &ref);
 }
 
 static void test_reenter_trace(void) { check_reentry(TRY_TRACE); }
@@ -155,12 +168,11 @@ static void *trace_loop(void *arg)
 
 static void test_threads_one_model(void)
 {
-    nnt_runtime *rt = t_runtime();
-    nnt_model *m = t_model(rt, FIXTURE);
+    nnt_runtime *rt;
+    nnt_model *m;
     int32_t ids[B * T];
-    make_ids((int)nnt_model_get_info(m)->vocab_size, ids);
     nnt_tensor ref;
-    reference_logits(m, ids, &ref);
+    open_fixture(&rt, &m, ids, &ref);
     worker w[2] = {{m, ids, &ref, 40, 0, 0, 0, 0}, {m, ids, &ref, 40, 0, 0, 0, 0}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++) CU_ASSERT_FATAL(pthread_create(&th[i], NULL, trace_loop, &w[i]) == 0);
@@ -171,9 +183,7 @@ static void test_threads_one_model(void)
         CU_ASSERT_EQUAL(w[i].ok + w[i].busy, w[i].rounds);
     }
     CU_ASSERT(w[0].ok + w[1].ok > 0);
-    nnt_tensor_free(&ref);
-    nnt_model_free(m);
-    nnt_runtime_close(rt);
+    close_fixture(rt, m, &ref);
 }
 
 /* ---- two runtimes in two threads ---- */
@@ -208,12 +218,11 @@ out:
 
 static void test_threads_two_runtimes(void)
 {
-    nnt_runtime *rt = t_runtime();
-    nnt_model *m = t_model(rt, FIXTURE);
+    nnt_runtime *rt;
+    nnt_model *m;
     int32_t ids[B * T];
-    make_ids((int)nnt_model_get_info(m)->vocab_size, ids);
     nnt_tensor ref;
-    reference_logits(m, ids, &ref);
+    open_fixture(&rt, &m, ids, &ref);
     own_runtime o[2] = {{ids, &ref, 20, 0, 0}, {ids, &ref, 20, 0, 0}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++) CU_ASSERT_FATAL(pthread_create(&th[i], NULL, own_loop, &o[i]) == 0);
@@ -222,9 +231,7 @@ static void test_threads_two_runtimes(void)
         CU_ASSERT_EQUAL(o[i].ok, o[i].rounds);
         CU_ASSERT_EQUAL(o[i].wrong, 0);
     }
-    nnt_tensor_free(&ref);
-    nnt_model_free(m);
-    nnt_runtime_close(rt);
+    close_fixture(rt, m, &ref);
 }
 
 /* ---- one tokenizer, four threads ---- */
