@@ -217,8 +217,9 @@ void free_strings(char **v, size_t n);
 
 /* ---- --out (outfile.c) ---- */
 
-/* --out checked before any forward and again before the write: its directory exists, an
- * existing path is a regular file, and it is no file the run reads. Returns 0 or 2. */
+/* --out and --plot checked before any forward (and --out again before its write): each one's
+ * directory exists and is writable, an existing path is a regular file, it is no file the run
+ * reads or has mapped, and the two are not the same file. Returns 0 or 2. */
 int cli_check_out(const cli_opts *o, nnt_runtime *rt);
 /* Writes the result of a request run to --out (interrupting signals held until the file is
  * whole or removed). Returns 0, 1 or 2. */

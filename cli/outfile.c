@@ -13,25 +13,25 @@
 
 /* --out against one input of the run: 0, or 2 with a message naming both when --out is that
  * same file (same device and inode: the same file under another name or link too). */
-static int out_is_not(const char *out, const struct stat *os, const char *input, const char *what)
+static int out_is_not(const char *flag, const char *out, const struct stat *os, const char *input, const char *what)
 {
     struct stat sb;
     if (stat(input, &sb) != 0 || sb.st_dev != os->st_dev || sb.st_ino != os->st_ino) return 0;
     if (strcmp(out, input) == 0)
-        return cli_arg_error("--out %s: is %s, an input of this run; write the values to another file", out, what);
-    return cli_arg_error("--out %s: is the same file as %s (%s), an input of this run; write the values to another file", out,
-                     input, what);
+        return cli_arg_error("%s %s: is %s, an input of this run; write the values to another file", flag, out, what);
+    return cli_arg_error("%s %s: is the same file as %s (%s), an input of this run; write the values to another file", flag,
+                         out, input, what);
 }
 
 /* --out against every file mapped into this process (the nnt binary, libnnt, the plugins, the C
  * library; /proc/self/maps on Linux) and the binary itself (/proc/self/exe): replacing one of
  * them under a running program breaks the next run ("invalid ELF header"). 0, or 2. */
-static int out_is_not_mapped(const char *out, const struct stat *os)
+static int out_is_not_mapped(const char *flag, const char *out, const struct stat *os)
 {
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) exe[n] = '\0';
-    int rc = out_is_not(out, os, n > 0 ? exe : "/proc/self/exe", "the nnt program running");
+    int rc = out_is_not(flag, out, os, n > 0 ? exe : "/proc/self/exe", "the nnt program running");
     FILE *f = rc ? NULL : fopen("/proc/self/maps", "r");
     char line[4352];
     while (f && !rc && fgets(line, sizeof line, f)) {
@@ -39,14 +39,14 @@ static int out_is_not_mapped(const char *out, const struct stat *os)
         if (!path) continue;
         path[strcspn(path, "\n")] = '\0';
         if (strstr(path, " (deleted)")) continue;
-        rc = out_is_not(out, os, path, "a file this run has mapped (a program or library)");
+        rc = out_is_not(flag, out, os, path, "a file this run has mapped (a program or library)");
     }
     if (f) fclose(f);
     return rc;
 }
 
 typedef struct out_ctx {
-    const char *out;
+    const char *flag, *out;
     const struct stat *os;
 } out_ctx;
 
@@ -56,7 +56,7 @@ static int out_is_not_field(void *ctx, const char *file, const char *field)
     const out_ctx *x = ctx;
     char what[300];
     snprintf(what, sizeof what, "the file of %s", field);
-    return out_is_not(x->out, x->os, file, what);
+    return out_is_not(x->flag, x->out, x->os, file, what);
 }
 
 /* --out, checked before any forward runs and again just before the write: its directory must
@@ -65,13 +65,12 @@ static int out_is_not_field(void *ctx, const char *file, const char *field)
  * index, the shards, the tokenizer's files), the INI, a loaded plugin, any file mapped into the
  * process (the nnt binary, libnnt, the C library), a --set/--add/--steer file or a --prompt-file,
  * the --request file and every file its fields name. Returns 0 or 2. */
-int cli_check_out(const cli_opts *o, nnt_runtime *rt)
+static int check_output(const cli_opts *o, nnt_runtime *rt, const char *flag, const char *out)
 {
-    const char *out = o->out;
     if (!out) return 0;
     struct stat os;
     if (stat(out, &os) == 0) {
-        if (!S_ISREG(os.st_mode)) return cli_arg_error("--out %s: exists and is not a regular file", out);
+        if (!S_ISREG(os.st_mode)) return cli_arg_error("%s %s: exists and is not a regular file", flag, out);
         int rc = 0;
         if (o->model) { /* every file of the folder (shard names in an index hold no '/') */
             DIR *d = opendir(o->model);
@@ -84,28 +83,29 @@ int cli_check_out(const cli_opts *o, nnt_runtime *rt)
                 }
                 snprintf(p, n, "%s/%s", o->model, e->d_name);
                 struct stat sb;
-                if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) rc = out_is_not(out, &os, p, "a file of the model folder");
+                if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) rc = out_is_not(flag, out, &os, p, "a file of the model folder");
                 free(p);
             }
             if (d) closedir(d);
         }
-        if (!rc && rt && nnt_runtime_config_path(rt)) rc = out_is_not(out, &os, nnt_runtime_config_path(rt), "the INI configuration");
-        if (!rc) rc = out_is_not_mapped(out, &os);
+        if (!rc && rt && nnt_runtime_config_path(rt))
+            rc = out_is_not(flag, out, &os, nnt_runtime_config_path(rt), "the INI configuration");
+        if (!rc) rc = out_is_not_mapped(flag, out, &os);
         const char *kind, *name, *file, *detail;
         for (int i = 0; !rc && rt && nnt_runtime_plugin(rt, i, &kind, &name, &file, &detail); i++)
-            rc = out_is_not(out, &os, file, "a loaded plugin");
+            rc = out_is_not(flag, out, &os, file, "a loaded plugin");
         for (int i = 0; !rc && i < o->n_reqs; i++)
             if (o->reqs[i].file) {
                 char what[48];
                 snprintf(what, sizeof what, "the %s file", o->reqs[i].flag);
-                rc = out_is_not(out, &os, o->reqs[i].file, what);
+                rc = out_is_not(flag, out, &os, o->reqs[i].file, what);
             }
         for (int r = 0; !rc && r < o->n_rows; r++)
             if (o->rows[r].kind == ROW_FILE || o->rows[r].kind == ROW_TOKENS_FILE)
-                rc = out_is_not(out, &os, o->rows[r].arg,
+                rc = out_is_not(flag, out, &os, o->rows[r].arg,
                                 o->rows[r].kind == ROW_FILE ? "the --prompt-file file" : "the --tokens-file file");
-        if (!rc && o->request_file) rc = out_is_not(out, &os, o->request_file, "the --request file");
-        out_ctx x = {.out = out, .os = &os};
+        if (!rc && o->request_file) rc = out_is_not(flag, out, &os, o->request_file, "the --request file");
+        out_ctx x = {.flag = flag, .out = out, .os = &os};
         if (!rc && o->request_file) rc = cli_request_files(o->request_file, out_is_not_field, &x);
         if (rc) return rc;
     }
@@ -123,8 +123,39 @@ int cli_check_out(const cli_opts *o, nnt_runtime *rt)
     struct stat sb;
     int rc = 0;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0)
-        rc = cli_arg_error("--out %s: the directory '%s' does not exist or is not writable", out, dir);
+        rc = cli_arg_error("%s %s: the directory '%s' does not exist or is not writable", flag, out, dir);
     free(dir);
+    return rc;
+}
+
+/* The file a path would name: its folder resolved (links, "..") and its last name, so that two
+ * spellings of one new file compare equal; NULL when the folder does not resolve. */
+static char *target_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096], real[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    if (!realpath(dir, real)) return NULL;
+    size_t n = strlen(real) + strlen(slash ? slash + 1 : path) + 2;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%s/%s", real, slash ? slash + 1 : path);
+    return out;
+}
+
+/* The run's outputs (--out and --plot), checked before any forward runs: each as check_output
+ * says, and never both the same file (one would silently replace the other). Returns 0 or 2. */
+int cli_check_out(const cli_opts *o, nnt_runtime *rt)
+{
+    int rc = check_output(o, rt, "--out", o->out);
+    if (!rc) rc = check_output(o, rt, "--plot", o->plot);
+    if (!rc && o->out && o->plot) {
+        char *a = target_of(o->out), *b = target_of(o->plot);
+        if (a && b && strcmp(a, b) == 0)
+            rc = cli_arg_error("--plot %s: is the file --out %s writes too; give the picture and the values two files",
+                               o->plot, o->out);
+        free(a);
+        free(b);
+    }
     return rc;
 }
 

@@ -397,6 +397,13 @@ check "--out at the libnnt it runs on" 2 "libnnt[^:]*: is a file this run has ma
   --save logits --out "$tmp/progs/$(basename "$libnnt")"
 same "the program and library unchanged after --out named them" "$before_exe $before_lib" \
   "$(sum "$tmp/progs/nnt") $(sum "$tmp/progs/$(basename "$libnnt")")"
+# --plot is checked with --out before the forward: a missing folder, and both naming one file
+check "--plot into a missing folder, before the forward" 2 \
+  "^nnt: --plot $tmp/nowhere/p.png: the directory '$tmp/nowhere' does not exist or is not writable\$" \
+  "$nnt" trace --model "$model" --tokens "1 2" --save layers.1.mlp.expert_weights --plot "$tmp/nowhere/p.png"
+check "--plot and --out naming one file" 2 "nnt: --plot $tmp/both.png: is the file --out $tmp/./both.png writes too" \
+  "$nnt" trace --model "$model" --tokens "1 2" --save layers.1.mlp.expert_weights --plot "$tmp/both.png" \
+  --out "$tmp/./both.png"
 # refused at argument checking: the model folder is not even looked at
 check "--out \"\" refused before anything runs" 2 "nnt: --out: the path is empty" \
   "$nnt" trace --model "$tmp/nope" --tokens "1 2" --out ""
