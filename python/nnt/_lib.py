@@ -494,6 +494,12 @@ def load(library=None):
         fn.restype = restype
         fn.argtypes = argtypes
     lib.nnt_path = path
+    # a checkpoint file truncated while mapped would end the interpreter with SIGBUS on the next
+    # read: libnnt's handler turns that into an error naming the file (nnt_protect_mapped_files,
+    # as the nnt command installs it; Python itself handles no SIGBUS)
+    lib.nnt_protect_mapped_files.restype = ctypes.c_int
+    lib.nnt_protect_mapped_files.argtypes = []
+    lib.nnt_protect_mapped_files()
     _LIBS[key] = lib
     return lib
 

@@ -194,3 +194,19 @@ def test_decode_refuses_wide_and_float_ids(example_model):
         tok.decode([2**32 + 7])
     with pytest.raises(nnt.Error, match="must be integers"):
         tok.decode(np.array([1.5]))
+
+
+def test_shard_truncated_under_a_model(tmp_path):
+    """A shard truncated while a Model maps it: the next trace raises nnt.Error naming the file
+    (the package installs libnnt's SIGBUS handler), where the interpreter died of a bus error."""
+    import shutil
+    from conftest import EXAMPLE
+    d = tmp_path / "ckpt"
+    shutil.copytree(EXAMPLE, d)
+    m = nnt.Model(str(d))
+    m.trace(ROWS, save=["logits"])
+    shard = d / "model.safetensors"
+    with open(shard, "r+b") as f:
+        f.truncate(4096)
+    with pytest.raises(nnt.Error, match="model.safetensors"):
+        m.trace(ROWS, save=["logits"])
