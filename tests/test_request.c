@@ -1165,6 +1165,29 @@ static void test_round_trip(void)
     CU_ASSERT_EQUAL(nnt_request_write(NULL, &json, &len, NULL, NULL), NNT_ERR_INVALID_ARGUMENT);
 }
 
+/* Patch positions: absent, ["all"] and a list holding "prompt" each mean every token, and each
+ * round-trips (the writer gives every token back as ["all"]; a fuzzed document found the reader
+ * keeping ["all"] as a one-word list that compared unequal to the absent field). */
+static void test_patch_positions_round_trip(void)
+{
+#define PATCH_DOC(POS) R1 "\"method\": \"patch\", \"patch\": {\"clean\": {\"tokens\": [1, 2]}, " \
+        "\"corrupt\": {\"tokens\": [1, 3]}, \"metric\": \"logit-diff:4,5\"" POS "}}"
+    const char *docs[] = {PATCH_DOC(""), PATCH_DOC(", \"positions\": [\"all\"]"),
+                          PATCH_DOC(", \"positions\": [\"prompt\", 1]"), PATCH_DOC(", \"positions\": [0, -1]")};
+#undef PATCH_DOC
+    nnt_request *r[4] = {0};
+    for (int i = 0; i < 4; i++) {
+        T_OK(rt, parse(docs[i], &r[i]));
+        check_round_trip(r[i], docs[i]);
+    }
+    const nnt_request_patch_opts *p = nnt_request_patch(r[1]);
+    CU_ASSERT(p && p->n_positions == 0);
+    CU_ASSERT(nnt_request_equal(r[0], r[1]) && nnt_request_equal(r[0], r[2]) && !nnt_request_equal(r[0], r[3]));
+    p = nnt_request_patch(r[3]);
+    CU_ASSERT(p && p->n_positions == 2 && p->positions[0] == 0 && p->positions[1] == -1);
+    for (int i = 0; i < 4; i++) nnt_request_free(r[i]);
+}
+
 /* Left padding by hand: rows {1, 2, 3}, {4}, {5, 6}. */
 static void test_batch_from_rows(void)
 {
@@ -1331,6 +1354,7 @@ int register_tests(void)
         !CU_add_test(s, "per-row edits in one batch == single-row forwards", test_rows) ||
         !CU_add_test(s, "a set at (row, position) == the patching sweep's edit", test_patch_rows) ||
         !CU_add_test(s, "write then parse: equal requests, every tensor kind", test_round_trip) ||
+        !CU_add_test(s, "patch positions: absent, all and prompt are every token, round trip", test_patch_positions_round_trip) ||
         !CU_add_test(s, "nnt_batch_from_rows pads on the left", test_batch_from_rows) ||
         !CU_add_test(s, "metrics: words and values", test_metric) ||
         !CU_add_test(s, "nnt_request_read", test_read) ||

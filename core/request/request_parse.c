@@ -273,6 +273,29 @@ static nnt_status parse_generate(const req_ctx *c, const cJSON *g, nnt_request *
     return NNT_OK;
 }
 
+/* Positions of a method that runs forwards over the prompt only (lens, patch): 'generated' is
+ * refused; a list holding "all" or "prompt" means every token, kept as the empty list (the form
+ * the writer gives back as ["all"]). */
+static nnt_status prompt_positions(const req_ctx *c, const char *field, const char *why, int **list, int *n)
+{
+    int every = 0;
+    for (int k = 0; k < *n; k++) {
+        int q = (*list)[k];
+        if (q == NNT_POS_GENERATED) {
+            char f[REQ_FIELD_MAX];
+            return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_index(f, field, k),
+                            "'generated' names tokens after the prompt; %s", why);
+        }
+        every |= q == NNT_POS_ALL || q == NNT_POS_PROMPT;
+    }
+    if (every) {
+        free(*list);
+        *list = NULL;
+        *n = 0;
+    }
+    return NNT_OK;
+}
+
 /* "lens": {"positions", "probs"}; positions holding "all" or "prompt" read every token. */
 static nnt_status parse_lens(const req_ctx *c, const cJSON *l, nnt_request *r)
 {
@@ -282,21 +305,9 @@ static nnt_status parse_lens(const req_ctx *c, const cJSON *l, nnt_request *r)
     const cJSON *p = req_member(l, "positions");
     if (st != NNT_OK || !p) return st;
     st = req_positions(c, p, "lens.positions", &r->lens_positions, &r->n_lens_positions);
-    int every = 0;
-    for (int k = 0; st == NNT_OK && k < r->n_lens_positions; k++) {
-        int q = r->lens_positions[k];
-        if (q == NNT_POS_GENERATED) {
-            char f[REQ_FIELD_MAX];
-            return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_index(f, "lens.positions", k),
-                            "'generated' names tokens after the prompt; a lens runs one forward over the prompt");
-        }
-        every |= q == NNT_POS_ALL || q == NNT_POS_PROMPT;
-    }
-    if (st == NNT_OK && every) {
-        free(r->lens_positions);
-        r->lens_positions = NULL;
-        r->n_lens_positions = 0;
-    }
+    if (st == NNT_OK)
+        st = prompt_positions(c, "lens.positions", "a lens runs one forward over the prompt", &r->lens_positions,
+                              &r->n_lens_positions);
     return st;
 }
 
@@ -353,12 +364,9 @@ static nnt_status parse_patch(const req_ctx *c, const cJSON *p, nnt_request *r)
     /* positions as everywhere (negative from the end, the words); nnt_patch resolves them */
     const cJSON *pos = req_member(p, "positions");
     if (st == NNT_OK && pos) st = req_positions(c, pos, "patch.positions", &r->patch_positions, &r->patch.n_positions);
-    for (int k = 0; st == NNT_OK && k < r->patch.n_positions; k++)
-        if (r->patch_positions[k] == NNT_POS_GENERATED) {
-            char f[REQ_FIELD_MAX];
-            return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_index(f, "patch.positions", k),
-                            "'generated' names tokens after the prompt; patch runs forwards over the prompts only");
-        }
+    if (st == NNT_OK && pos)
+        st = prompt_positions(c, "patch.positions", "patch runs forwards over the prompts only", &r->patch_positions,
+                              &r->patch.n_positions);
     r->patch = (nnt_request_patch_opts){.value = r->patch_value, .metric = r->patch_metric,
                                         .positions = r->patch_positions, .n_positions = r->patch.n_positions,
                                         .batch = (int)batch};
