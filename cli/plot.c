@@ -3,6 +3,8 @@
  * build has no Cairo. */
 #include "plot.h"
 
+#include "nnt/nnt.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +209,31 @@ static void draw(cairo_t *cr, const plot_grid *g, int W, int H)
     draw_bar(cr, g, W, H);
 }
 
+/* The picture's bytes, gathered in memory by cairo's stream writers. */
+typedef struct plot_bytes {
+    unsigned char *p;
+    size_t n, cap;
+    int failed;
+} plot_bytes;
+
+static cairo_status_t gather(void *closure, const unsigned char *data, unsigned int len)
+{
+    plot_bytes *b = closure;
+    if (b->n + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 1 << 16;
+        while (cap < b->n + len) cap *= 2;
+        unsigned char *q = realloc(b->p, cap);
+        if (!q) {
+            b->failed = 1;
+            return CAIRO_STATUS_WRITE_ERROR;
+        }
+        b->p = q, b->cap = cap;
+    }
+    memcpy(b->p + b->n, data, len);
+    b->n += len;
+    return CAIRO_STATUS_SUCCESS;
+}
+
 int plot_write(const char *file, const plot_grid *g, char *err, size_t n)
 {
     int fmt = plot_format(file);
@@ -221,32 +248,29 @@ int plot_write(const char *file, const plot_grid *g, char *err, size_t n)
                  "positions or blocks", file, W, H);
         return -1;
     }
-    size_t len = strlen(file) + 32;
-    char *tmp = malloc(len);
-    if (!tmp) {
-        snprintf(err, n, "--plot %s: out of memory", file);
-        return -1;
-    }
-    snprintf(tmp, len, "%s.tmp%ld", file, (long)getpid());
-    cairo_surface_t *s = fmt == 0 ? cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H) : cairo_svg_surface_create(tmp, W, H);
+    /* drawn into memory, then put in place whole by libnnt (an interrupted run leaves no file) */
+    plot_bytes bytes = {0};
+    cairo_surface_t *s = fmt == 0 ? cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H)
+                                  : cairo_svg_surface_create_for_stream(gather, &bytes, W, H);
     cairo_t *cr = cairo_create(s);
     draw(cr, g, W, H);
     cairo_status_t st = cairo_status(cr);
     cairo_destroy(cr);
-    if (st == CAIRO_STATUS_SUCCESS && fmt == 0) st = cairo_surface_write_to_png(s, tmp);
+    if (st == CAIRO_STATUS_SUCCESS && fmt == 0) st = cairo_surface_write_to_png_stream(s, gather, &bytes);
     cairo_surface_finish(s);
     if (st == CAIRO_STATUS_SUCCESS) st = cairo_surface_status(s);
     cairo_surface_destroy(s);
     int rc = 0;
-    if (st != CAIRO_STATUS_SUCCESS) {
-        snprintf(err, n, "--plot %s: cannot draw or write it: %s", file, cairo_status_to_string(st));
+    nnt_error e = {0};
+    if (st != CAIRO_STATUS_SUCCESS || bytes.failed) {
+        snprintf(err, n, "--plot %s: cannot draw it: %s", file,
+                 bytes.failed ? "out of memory" : cairo_status_to_string(st));
         rc = -1;
-    } else if (rename(tmp, file) != 0) {
-        snprintf(err, n, "--plot %s: cannot put the picture in place (renaming %s failed)", file, tmp);
+    } else if (nnt_write_file(file, bytes.p, bytes.n, &e) != NNT_OK) {
+        snprintf(err, n, "--plot %s", e.msg);
         rc = -1;
     }
-    if (rc) unlink(tmp);
-    free(tmp);
+    free(bytes.p);
     return rc;
 }
 

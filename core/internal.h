@@ -662,6 +662,9 @@ int nnt_file_exists(const char *path);
  * regular file (a FIFO)" (or a directory, device, socket). */
 struct stat;
 nnt_status nnt_open_regular(const char *path, int *fd, struct stat *st, nnt_error *err);
+/* nnt_write_file (nnt.h) of the bytes of n parts written one after the other: parts[i] holds
+ * lens[i] bytes (a part of 0 bytes may be NULL). outfile.c. */
+nnt_status nnt_write_parts(const char *path, int n, const void *const *parts, const size_t *lens, nnt_error *err);
 /* Levenshtein distance, for "did you mean". */
 int nnt_edit_distance(const char *a, const char *b);
 /* Bytes the C library's allocator has handed out and not had back (glibc: mallinfo2's in-use

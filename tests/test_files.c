@@ -1,13 +1,17 @@
 /* test_files.c - how libnnt opens its input files (issue 14): every reader goes through one
  * opener that never blocks and reads only regular files, so a FIFO, a directory or a device in
  * the place of config.json, the safetensors index, a shard, a tokenizer file or a tensor file
- * gives an error naming the path instead of a hang. An alarm turns a hang into a failure. */
+ * gives an error naming the path instead of a hang. An alarm turns a hang into a failure. And how
+ * it writes its outputs (issue 32): whole or not at all, nothing left behind by a killed writer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -153,6 +157,106 @@ static void test_tokenizer_and_tensor_files(void)
     nnt_runtime_close(rt);
 }
 
+/* The names in dir, sorted and joined by spaces, into buf. */
+static const char *listing(const char *dir, char *buf, size_t n)
+{
+    struct dirent **names;
+    int k = scandir(dir, &names, NULL, alphasort);
+    buf[0] = '\0';
+    for (int i = 0; i < k; i++) {
+        if (strcmp(names[i]->d_name, ".") && strcmp(names[i]->d_name, ".."))
+            snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? " " : "", names[i]->d_name);
+        free(names[i]);
+    }
+    free(names);
+    return buf;
+}
+
+/* path's bytes equal text. */
+static int holds(const char *path, const char *text)
+{
+    size_t len = 0;
+    char *got = NULL;
+    nnt_error err = {0};
+    if (nnt_read_file(path, 1 << 20, &got, &len, &err) != NNT_OK) return 0;
+    int same = len == strlen(text) && memcmp(got, text, len) == 0;
+    free(got);
+    return same;
+}
+
+/* Writes, replacement, a link followed, the refusals. */
+static void test_write_file(void)
+{
+    char dir[700], path[900], link[900], want[1200];
+    fresh_dir("write", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/a.txt", dir);
+    nnt_error err = {0};
+    mode_t old = umask(022);
+    CU_ASSERT_EQUAL(nnt_write_file(path, "first", 5, &err), NNT_OK);
+    CU_ASSERT(holds(path, "first"));
+    struct stat sb;
+    CU_ASSERT(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0644);
+    CU_ASSERT_EQUAL(nnt_write_file(path, "second, longer", 14, &err), NNT_OK);
+    CU_ASSERT(holds(path, "second, longer"));
+    CU_ASSERT_EQUAL(nnt_write_file(path, NULL, 0, &err), NNT_OK);
+    CU_ASSERT(holds(path, ""));
+    umask(old);
+    /* through a link: the file it names is replaced, the link stays a link */
+    snprintf(link, sizeof link, "%s/b.txt", dir);
+    CU_ASSERT_FATAL(symlink("a.txt", link) == 0);
+    CU_ASSERT_EQUAL(nnt_write_file(link, "via link", 8, &err), NNT_OK);
+    CU_ASSERT(holds(path, "via link") && lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    char names[256];
+    CU_ASSERT_STRING_EQUAL(listing(dir, names, sizeof names), "a.txt b.txt");
+    /* refusals name the file */
+    CU_ASSERT_EQUAL(nnt_write_file(dir, "x", 1, &err), NNT_ERR_IO);
+    snprintf(want, sizeof want, "%s: exists and is not a regular file; not replacing it", dir);
+    CU_ASSERT_STRING_EQUAL(err.msg, want);
+    snprintf(path, sizeof path, "%s/missing/a.txt", dir);
+    CU_ASSERT_EQUAL(nnt_write_file(path, "x", 1, &err), NNT_ERR_IO);
+    snprintf(want, sizeof want, "%s: cannot create: No such file or directory", path);
+    CU_ASSERT_STRING_EQUAL(err.msg, want);
+    CU_ASSERT_EQUAL(nnt_write_file("", "x", 1, &err), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_EQUAL(nnt_write_file(path, NULL, 1, &err), NNT_ERR_INVALID_ARGUMENT);
+}
+
+/* A writer killed in the middle of its write (the file size limit's SIGXFSZ, as deterministic a
+ * stand-in as any for mpirun's SIGKILL): the old file is whole and nothing else is in the folder.
+ * Both entry points: nnt_write_file and the safetensors writer behind every --out. */
+static void test_killed_writer(void)
+{
+    char dir[700], path[900], names[256];
+    fresh_dir("killed", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/out.safetensors", dir);
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_write_file(path, "old", 3, &err), NNT_OK);
+    for (int how = 0; how < 2; how++) {
+        pid_t pid = fork();
+        CU_ASSERT_FATAL(pid >= 0);
+        if (pid == 0) {
+            signal(SIGXFSZ, SIG_DFL);
+            struct rlimit lim = {.rlim_cur = 1 << 20, .rlim_max = 1 << 20};
+            setrlimit(RLIMIT_FSIZE, &lim);
+            static float data[1 << 20]; /* 4 MiB: past the limit */
+            nnt_error e = {0};
+            if (how == 0) {
+                nnt_write_file(path, data, sizeof data, &e);
+            } else {
+                nnt_tensor t = {.dtype = NNT_F32, .ndim = 1, .shape = {1 << 20}, .data = data};
+                const nnt_tensor *ts[1] = {&t};
+                const char *keys[1] = {"x"};
+                nnt_st_write(path, 1, keys, ts, NULL, &e);
+            }
+            _exit(0); /* not reached: the write past the limit ends the process */
+        }
+        int status = 0;
+        CU_ASSERT_EQUAL_FATAL(waitpid(pid, &status, 0), pid);
+        CU_ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ);
+        CU_ASSERT(holds(path, "old"));
+        CU_ASSERT_STRING_EQUAL(listing(dir, names, sizeof names), "out.safetensors");
+    }
+}
+
 int register_tests(void)
 {
     alarm(120); /* a reader that blocks on a FIFO fails the suite instead of hanging it */
@@ -161,7 +265,9 @@ int register_tests(void)
     if (!CU_add_test(s, "nnt_open_regular: FIFO, directory, device, missing, regular", test_open_regular) ||
         !CU_add_test(s, "nnt_read_file: content, size limit, FIFO", test_read_file) ||
         !CU_add_test(s, "a FIFO as config.json, model.safetensors, the index or a shard", test_model_files) ||
-        !CU_add_test(s, "a FIFO as tokenizer.json, tiktoken.model or a tensor file", test_tokenizer_and_tensor_files))
+        !CU_add_test(s, "a FIFO as tokenizer.json, tiktoken.model or a tensor file", test_tokenizer_and_tensor_files) ||
+        !CU_add_test(s, "nnt_write_file: written, replaced, through a link, refusals", test_write_file) ||
+        !CU_add_test(s, "a writer killed mid-write leaves the old file and nothing else", test_killed_writer))
         return -1;
     return 0;
 }

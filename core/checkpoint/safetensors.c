@@ -462,21 +462,6 @@ const nnt_st_entry *nnt_st_find(const nnt_st_file *f, const char *name)
     return NULL;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* The header of n host tensors under keys (unique) with optional metadata, as the bytes that
  * precede the data: the 8-byte length and the JSON padded with spaces to a multiple of 8.
  * *out (malloc'd, *len bytes) is the caller's. Messages name `name`. */
@@ -565,72 +550,21 @@ nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
     nnt_status hst = st_header(path, n, keys, tensors, metadata_json, &header, &hbytes, err);
     if (hst != NNT_OK) return hst;
 
-    /* the file written is the one the path names: through a symbolic link, and never a device
-     * or other special file, which a rename would replace */
-    char *target = realpath(path, NULL);
-    struct stat sb;
-    if (!target && lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) { /* a link to a file not there yet */
-        char link[4096];
-        ssize_t n = readlink(path, link, sizeof link - 1);
-        if (n > 0) {
-            link[n] = '\0';
-            const char *slash = strrchr(path, '/');
-            size_t dir = link[0] == '/' || !slash ? 0 : (size_t)(slash - path) + 1;
-            target = malloc(dir + (size_t)n + 1);
-            if (target) {
-                memcpy(target, path, dir);
-                memcpy(target + dir, link, (size_t)n + 1);
-            }
+    /* the header, then each tensor's bytes, put in place whole (core/base/outfile.c) */
+    const void **parts = malloc(sizeof *parts * (size_t)(n + 1));
+    size_t *lens = malloc(sizeof *lens * (size_t)(n + 1));
+    nnt_status st = parts && lens ? NNT_OK : nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (st == NNT_OK) {
+        parts[0] = header;
+        lens[0] = hbytes;
+        for (int i = 0; i < n; i++) {
+            parts[i + 1] = tensors[i]->data;
+            lens[i + 1] = nnt_tensor_nbytes(tensors[i]);
         }
+        st = nnt_write_parts(path, n + 1, parts, lens, err);
     }
-    if (target && stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: exists and is not a regular file; not replacing it", path);
-        free(target);
-        free(header);
-        return st;
-    }
-    const char *dest = target ? target : path;
-    size_t plen = strlen(dest);
-    char *tmp = malloc(plen + 48);
-    if (!tmp) {
-        free(target);
-        free(header);
-        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    }
-    /* a fresh name beside the target, created with the caller's umask (mkstemp would force 0600) */
-    int fd = -1;
-    for (unsigned attempt = 0; fd < 0 && attempt < 100; attempt++) {
-        snprintf(tmp, plen + 48, "%s.tmp%ld.%u", dest, (long)getpid(), attempt);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0 && errno != EEXIST) break;
-    }
-    if (fd < 0) {
-        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-        free(header);
-        free(tmp);
-        free(target);
-        return st;
-    }
-    int bad = write_all(fd, header, hbytes);
-    for (int i = 0; i < n && !bad; i++) bad = write_all(fd, tensors[i]->data, nnt_tensor_nbytes(tensors[i]));
+    free(parts);
+    free(lens);
     free(header);
-    int sync_failed = bad ? 1 : fsync(fd) != 0;
-    int close_failed = close(fd) != 0;
-    if (bad || sync_failed || close_failed) {
-        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        free(target);
-        return st;
-    }
-    if (rename(tmp, dest) != 0) {
-        nnt_status st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        free(target);
-        return st;
-    }
-    free(tmp);
-    free(target);
-    return NNT_OK;
+    return st;
 }

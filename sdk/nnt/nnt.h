@@ -715,7 +715,7 @@ nnt_status nnt_plan_split(const uint64_t *block_bytes, int n_blocks, uint64_t fi
 nnt_status nnt_safetensors_read(nnt_runtime *rt, const char *file, const char *key,
                                  nnt_tensor *out);
 /* Writes n host tensors as one safetensors file, tensors[i] under keys[i] (unique). The file
- * appears whole or not at all: it is written under a temporary name and renamed. Errors:
+ * appears whole or not at all, as nnt_write_file puts files in place. Errors:
  * NNT_ERR_IO naming the file, NNT_ERR_INVALID_ARGUMENT for duplicate keys or device tensors. */
 nnt_status nnt_safetensors_write(nnt_runtime *rt, const char *file, int n, const char *const *keys,
                                  const nnt_tensor *tensors);
@@ -728,6 +728,16 @@ nnt_status nnt_safetensors_write(nnt_runtime *rt, const char *file, int n, const
  * "PATH: not a regular file (a FIFO)", a short read), NNT_ERR_FORMAT (larger than max_bytes),
  * NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_read_file(const char *path, size_t max_bytes, char **text, size_t *len, nnt_error *err);
+/* Writes len bytes of data as file `path` (through a symbolic link, to the file it names), whole
+ * or not at all: the bytes go to an unnamed file in the target's folder, synced, then linked
+ * under the name (replacing an existing regular file in one step), so a writer interrupted or
+ * killed at any moment leaves no partial file and no temporary behind. Where the folder's file
+ * system has no unnamed files, a named temporary beside the target, removed on any failure the
+ * process survives. The file's mode is 0666 less the umask. data is only read. Errors (err->msg
+ * names the file): NNT_ERR_IO (the folder cannot be written, the disk is full, the target
+ * exists and is not a regular file), NNT_ERR_INVALID_ARGUMENT (path NULL or empty, data NULL
+ * with len > 0), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_write_file(const char *path, const void *data, size_t len, nnt_error *err);
 
 /* Allocates a host tensor (zeroed). */
 nnt_status nnt_tensor_alloc(nnt_tensor *t, nnt_dtype dtype, int ndim, const int64_t *shape);
