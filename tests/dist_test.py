@@ -349,9 +349,49 @@ def main():
     check(r.returncode != 0 and "rank 1 failed" in r.stderr and "[1, 3, 64]" in r.stderr and
           r.stderr.count("nnt: error") == 1 and "saved values" not in r.stdout,
           f"an edit refused on rank 1 only: rc {r.returncode}: {r.stdout[-200:]} {r.stderr[-400:]}")
+    # rank 0 killed in the middle of its --out write (a file size limit on rank 0 alone - mpirun's own
+    # files need more - whose SIGXFSZ is a deterministic stand-in for the SIGKILL mpirun sends after
+    # SIGTERM): the job fails and leaves no file behind
+    import shlex
+    outdir = os.path.join(tmp, "killed")
+    os.makedirs(outdir, exist_ok=True)
+    args = ["trace", "--model", model, "--tokens", "1,2,3,4", "--save", "layers.*.mlp.output", "--save", "logits",
+            "--out", os.path.join(outdir, "big.safetensors")]
+    limited = "ulimit -f 64; exec " + " ".join(shlex.quote(a) for a in [nnt, *args])
+    r = run([*mpi, "-np", "1", "sh", "-c", limited, ":", "-np", "1", nnt, *args])
+    check(r.returncode != 0 and "File size limit exceeded" in r.stderr + r.stdout and os.listdir(outdir) == [],
+          f"rank 0 killed while writing --out: rc {r.returncode}, left {os.listdir(outdir)}: {r.stderr[-300:]}")
     # [distributed] settings: a fixed split, a split that does not fit, a short timeout
     def ini(extra):
         return build_ini(build, os.path.join(tmp, "dist.ini"), lambda text: text.replace("timeout = 600", extra))
+    # ranks that disagree (an MPMD launch gives each rank its own --model and --config): a copy of the
+    # fixture whose config.json has fewer blocks (its weights would still load and run 2 of 3 blocks),
+    # one whose config.json differs in one number, and two INIs that cut the blocks differently
+    with open(os.path.join(model, "config.json")) as f:
+        cfg = json.load(f)
+    for name, change in (("fewer", {"num_hidden_layers": cfg["num_hidden_layers"] - 1}),
+                         ("eps", {"rms_norm_eps": cfg["rms_norm_eps"] * 10})):
+        other = os.path.join(tmp, name)
+        os.makedirs(other, exist_ok=True)
+        for f in os.listdir(model):
+            if f != "config.json" and not os.path.exists(os.path.join(other, f)):
+                os.symlink(os.path.join(model, f), os.path.join(other, f))
+        with open(os.path.join(other, "config.json"), "w") as f:
+            json.dump({**cfg, **change}, f)
+    mpmd = lambda a, b: [*mpi, "-np", "1", nnt, "trace", *a, "--tokens", "1,2,3", ":", "-np", "1", nnt, "trace", *b,
+                         "--tokens", "1,2,3"]
+    for a, b, expect in (
+            (["--model", model], ["--model", os.path.join(tmp, "fewer")],
+             f"rank 1's checkpoint {os.path.join(tmp, 'fewer')} has 2 blocks, rank 0's {model} has 3"),
+            (["--model", model], ["--model", os.path.join(tmp, "eps")],
+             f"rank 1's {os.path.join(tmp, 'eps')}/config.json differs from rank 0's {model}/config.json"),
+            (["--config", ini("timeout = 600\nstages = 1"), "--model", model],
+             ["--config", build_ini(build, os.path.join(tmp, "dist2.ini"),
+                                    lambda text: text.replace("timeout = 600", "timeout = 600\nstages = 2")),
+              "--model", model], "rank 0 cuts at [1], rank 1 at [2]")):
+        r = run(mpmd(a, b))
+        check(r.returncode != 0 and expect in r.stderr and r.stderr.count("nnt: error") == 1 and not r.stdout.strip(),
+              f"ranks that disagree ({expect}): rc {r.returncode}: {r.stdout[-200:]} {r.stderr[-400:]}")
     one = os.path.join(tmp, "fixed1.safetensors")
     run([nnt, "trace", "--model", model, "--tokens", "1,2,3,4", "--save", "layers.*.layer_output", "--out", one])
     r = run([*mpi, "-np", "2", nnt, "trace", "--config", ini("timeout = 600\nstages = 1"), "--model", model,

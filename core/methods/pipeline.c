@@ -7,8 +7,10 @@
  * (nnt_pipeline_fault: NNT_PIPELINE_FAULT_REMOTE). A wait that ran past the INI's timeout with no
  * such notice (NNT_PIPELINE_FAULT_TRANSPORT) leaves the caller to end the job, since the rank it
  * waited for may never listen again (nnt_pipeline_abort). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -93,6 +95,43 @@ void nnt_pipeline_close(nnt_pipeline *p, const char *failure)
     free(p);
 }
 
+/* ---- bytes between ranks ---- */
+
+/* Sends a length-prefixed buffer (n bytes, n may be 0) to peer. */
+static nnt_status send_blob(nnt_pipeline *p, int peer, const void *buf, uint64_t n)
+{
+    nnt_error err = {0};
+    if (p->tp->send(p->t, peer, &n, sizeof n, &err) != NNT_OK || (n && p->tp->send(p->t, peer, buf, (size_t)n, &err) != NNT_OK))
+        return transport_fail(p, &err);
+    return NNT_OK;
+}
+
+/* Receives a buffer send_blob sent (at most max bytes) into a new allocation *out (NUL-terminated
+ * one byte past *n, so that a JSON text can be read in place). */
+static nnt_status recv_blob(nnt_pipeline *p, int peer, uint64_t max, char **out, uint64_t *n)
+{
+    nnt_error err = {0};
+    *out = NULL;
+    if (p->tp->recv(p->t, peer, n, sizeof *n, &err) != NNT_OK) return transport_fail(p, &err);
+    if (*n > max) {
+        nnt_err_set(perr(p), NNT_ERR_FORMAT, "rank %d announced %llu bytes; at most %llu are expected", peer,
+                    (unsigned long long)*n, (unsigned long long)max);
+        return local_fail(p, NNT_ERR_FORMAT, "receive");
+    }
+    *out = malloc((size_t)*n + 1);
+    if (!*out) {
+        nnt_err_set(perr(p), NNT_ERR_OUT_OF_MEMORY, "no memory for %llu bytes from rank %d", (unsigned long long)*n, peer);
+        return local_fail(p, NNT_ERR_OUT_OF_MEMORY, "receive");
+    }
+    (*out)[*n] = '\0';
+    if (*n && p->tp->recv(p->t, peer, *out, (size_t)*n, &err) != NNT_OK) {
+        free(*out);
+        *out = NULL;
+        return transport_fail(p, &err);
+    }
+    return NNT_OK;
+}
+
 /* ---- the split ---- */
 
 /* first_block [size + 1] from the INI's cuts, checked against the model's blocks. */
@@ -129,6 +168,140 @@ static nnt_status planned_split(nnt_pipeline *p, const char *dir, int layers, in
     return NNT_OK;
 }
 
+/* ---- the ranks agree on the checkpoint and the split ----
+ * Each rank reads its own checkpoint folder (its own --model, which an MPMD launch can make
+ * differ) and its own INI. Before any load, every rank sends rank 0 what must match - a hash of
+ * each of the folder's description files, the number of blocks and the split - and rank 0
+ * answers every rank with one verdict: empty, or the first difference, named. A refused run
+ * fails on every rank with that message and no notice (each rank already knows). */
+
+/* The folder's files whose bytes must match across ranks: what builds the model and its ids. */
+static const char *const AGREED_FILES[] = {"config.json", "model.safetensors.index.json", "tokenizer.json",
+                                           "tokenizer_config.json"};
+#define N_AGREED (sizeof AGREED_FILES / sizeof AGREED_FILES[0])
+#define MAX_AGREED_DIR 4096
+
+typedef struct rank_print {
+    uint64_t hash[N_AGREED]; /* 64-bit FNV-1a of each file's bytes (fnv1a below); 0: no such file */
+    int32_t layers, size;
+} rank_print;
+
+/* 64-bit FNV-1a (Fowler, Noll and Vo; the offset basis and prime of the published 64-bit
+ * parameters), continued from h over n bytes. */
+static uint64_t fnv1a(uint64_t h, const unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The hash of dir/name's bytes into *h (0 when there is no such file). */
+static nnt_status file_print(nnt_pipeline *p, const char *dir, const char *name, uint64_t *h)
+{
+    *h = 0;
+    char *path = nnt_path_join(dir, name);
+    if (!path) return nnt_err_set(perr(p), NNT_ERR_OUT_OF_MEMORY, "no memory");
+    if (!nnt_file_exists(path)) {
+        free(path);
+        return NNT_OK;
+    }
+    int fd = -1;
+    nnt_status st = nnt_open_regular(path, &fd, NULL, perr(p));
+    uint64_t v = 0xcbf29ce484222325ULL;
+    unsigned char buf[1 << 16];
+    for (ssize_t got = 1; st == NNT_OK && got > 0;) {
+        got = read(fd, buf, sizeof buf);
+        if (got < 0 && errno == EINTR) got = 1;
+        else if (got < 0) st = nnt_err_set(perr(p), NNT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        else v = fnv1a(v, buf, (size_t)got);
+    }
+    if (fd >= 0) close(fd);
+    *h = v ? v : 1; /* 0 means "no file" */
+    free(path);
+    return st;
+}
+
+/* Rank 0's verdict on rank r (empty when it agrees): the first difference, named. */
+static void verdict(const nnt_pipeline *p, int r, const char *dir0, const rank_print *a, const int *fb0, const char *dir,
+                    const rank_print *b, const int *fb, char *out, size_t n)
+{
+    out[0] = '\0';
+    if (a->layers != b->layers || a->size != b->size) {
+        snprintf(out, n, "the ranks do not run one model: rank %d's checkpoint %s has %d blocks, rank 0's %s has %d; "
+                 "every rank must load the same checkpoint", r, dir, b->layers, dir0, a->layers);
+        return;
+    }
+    for (size_t i = 0; i < N_AGREED; i++)
+        if (a->hash[i] != b->hash[i]) {
+            if (!a->hash[i] || !b->hash[i])
+                snprintf(out, n, "the ranks do not run one model: rank %d's checkpoint %s %s %s, rank 0's %s %s; every "
+                         "rank must load the same checkpoint", r, dir, b->hash[i] ? "has" : "has no", AGREED_FILES[i],
+                         dir0, a->hash[i] ? "has one" : "has none");
+            else
+                snprintf(out, n, "the ranks do not run one model: rank %d's %s/%s differs from rank 0's %s/%s; every "
+                         "rank must load the same checkpoint", r, dir, AGREED_FILES[i], dir0, AGREED_FILES[i]);
+            return;
+        }
+    for (int k = 0; k <= p->size; k++)
+        if (fb0[k] != fb[k]) {
+            char x[256] = "", y[256] = "";
+            for (int j = 1, ux = 0, uy = 0; j < p->size; j++) {
+                ux += snprintf(x + ux, ux < (int)sizeof x ? sizeof x - (size_t)ux : 0, "%s%d", j > 1 ? ", " : "", fb0[j]);
+                uy += snprintf(y + uy, uy < (int)sizeof y ? sizeof y - (size_t)uy : 0, "%s%d", j > 1 ? ", " : "", fb[j]);
+                if (ux >= (int)sizeof x || uy >= (int)sizeof y) break;
+            }
+            snprintf(out, n, "the ranks split the %d blocks differently: rank 0 cuts at [%s], rank %d at [%s] (each "
+                     "rank's INI [distributed] stages, or its plan); every rank must use the same settings", a->layers,
+                     x, r, y);
+            return;
+        }
+}
+
+/* fb [size + 1]: this rank's split of the `layers` blocks of dir. */
+static nnt_status agree_checkpoint(nnt_pipeline *p, const char *dir, int layers, const int *fb)
+{
+    rank_print mine = {.layers = layers, .size = p->size};
+    nnt_status st = NNT_OK;
+    for (size_t i = 0; st == NNT_OK && i < N_AGREED; i++) st = file_print(p, dir, AGREED_FILES[i], &mine.hash[i]);
+    if (st != NNT_OK) return local_fail(p, st, "stages");
+    size_t fb_bytes = sizeof *fb * (size_t)(p->size + 1);
+    nnt_error err = {0};
+    char msg[1024] = "";
+    if (p->rank != 0) {
+        char *answer = NULL;
+        uint64_t n = 0;
+        if ((st = send_blob(p, 0, dir, strlen(dir))) != NNT_OK) return st;
+        if (p->tp->send(p->t, 0, &mine, sizeof mine, &err) != NNT_OK || p->tp->send(p->t, 0, fb, fb_bytes, &err) != NNT_OK)
+            return transport_fail(p, &err);
+        if ((st = recv_blob(p, 0, sizeof msg - 1, &answer, &n)) != NNT_OK) return st;
+        snprintf(msg, sizeof msg, "%s", answer);
+        free(answer);
+    } else {
+        int *theirs = malloc(fb_bytes);
+        if (!theirs) {
+            nnt_err_set(perr(p), NNT_ERR_OUT_OF_MEMORY, "no memory");
+            return local_fail(p, NNT_ERR_OUT_OF_MEMORY, "stages");
+        }
+        for (int r = 1; st == NNT_OK && r < p->size; r++) {
+            char *other = NULL;
+            uint64_t n = 0;
+            rank_print b;
+            if ((st = recv_blob(p, r, MAX_AGREED_DIR, &other, &n)) != NNT_OK) break;
+            if (p->tp->recv(p->t, r, &b, sizeof b, &err) != NNT_OK || p->tp->recv(p->t, r, theirs, fb_bytes, &err) != NNT_OK)
+                st = transport_fail(p, &err);
+            else if (!msg[0])
+                verdict(p, r, dir, &mine, fb, other, &b, theirs, msg, sizeof msg);
+            free(other);
+        }
+        free(theirs);
+        for (int r = 1; st == NNT_OK && r < p->size; r++) st = send_blob(p, r, msg, strlen(msg));
+        if (st != NNT_OK) return st;
+    }
+    if (!msg[0]) return NNT_OK;
+    p->notified = 1; /* every rank has the verdict: no notice to send */
+    p->fault = NNT_PIPELINE_FAULT_LOCAL;
+    return nnt_err_set(perr(p), NNT_ERR_CONFIG, "%s", msg);
+}
+
 nnt_status nnt_pipeline_split(nnt_pipeline *p, const char *dir, int *first, int *end)
 {
     if (!p || !dir || !first || !end) return NNT_ERR_INVALID_ARGUMENT;
@@ -155,6 +328,7 @@ nnt_status nnt_pipeline_split(nnt_pipeline *p, const char *dir, int *first, int 
     int n_cuts;
     nnt_runtime_distributed(p->rt, NULL, &cuts, &n_cuts);
     st = n_cuts >= 0 ? cuts_split(p, cuts, n_cuts, layers, fb) : planned_split(p, dir, layers, fb);
+    if (st == NNT_OK) st = agree_checkpoint(p, dir, layers, fb);
     if (st == NNT_OK) {
         p->first = *first = fb[p->rank];
         p->end = *end = fb[p->rank + 1];
@@ -194,43 +368,6 @@ nnt_status nnt_pipeline_agree(nnt_pipeline *p, nnt_status mine)
         for (int r = 1; r < p->size; r++)
             if (p->tp->send(p->t, r, &ok, sizeof ok, &err) != NNT_OK) return transport_fail(p, &err);
     } else if (p->tp->send(p->t, 0, &ok, sizeof ok, &err) != NNT_OK || p->tp->recv(p->t, 0, &ok, sizeof ok, &err) != NNT_OK) {
-        return transport_fail(p, &err);
-    }
-    return NNT_OK;
-}
-
-/* ---- bytes between ranks ---- */
-
-/* Sends a length-prefixed buffer (n bytes, n may be 0) to peer. */
-static nnt_status send_blob(nnt_pipeline *p, int peer, const void *buf, uint64_t n)
-{
-    nnt_error err = {0};
-    if (p->tp->send(p->t, peer, &n, sizeof n, &err) != NNT_OK || (n && p->tp->send(p->t, peer, buf, (size_t)n, &err) != NNT_OK))
-        return transport_fail(p, &err);
-    return NNT_OK;
-}
-
-/* Receives a buffer send_blob sent (at most max bytes) into a new allocation *out (NUL-terminated
- * one byte past *n, so that a JSON text can be read in place). */
-static nnt_status recv_blob(nnt_pipeline *p, int peer, uint64_t max, char **out, uint64_t *n)
-{
-    nnt_error err = {0};
-    *out = NULL;
-    if (p->tp->recv(p->t, peer, n, sizeof *n, &err) != NNT_OK) return transport_fail(p, &err);
-    if (*n > max) {
-        nnt_err_set(perr(p), NNT_ERR_FORMAT, "rank %d announced %llu bytes; at most %llu are expected", peer,
-                    (unsigned long long)*n, (unsigned long long)max);
-        return local_fail(p, NNT_ERR_FORMAT, "receive");
-    }
-    *out = malloc((size_t)*n + 1);
-    if (!*out) {
-        nnt_err_set(perr(p), NNT_ERR_OUT_OF_MEMORY, "no memory for %llu bytes from rank %d", (unsigned long long)*n, peer);
-        return local_fail(p, NNT_ERR_OUT_OF_MEMORY, "receive");
-    }
-    (*out)[*n] = '\0';
-    if (*n && p->tp->recv(p->t, peer, *out, (size_t)*n, &err) != NNT_OK) {
-        free(*out);
-        *out = NULL;
         return transport_fail(p, &err);
     }
     return NNT_OK;

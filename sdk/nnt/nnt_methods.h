@@ -151,8 +151,14 @@ int nnt_pipeline_rank(const nnt_pipeline *p); /* 0 for NULL */
 int nnt_pipeline_size(const nnt_pipeline *p); /* 1 for NULL */
 /* This rank's blocks [*first, *end) of checkpoint folder dir, before any load: the INI's
  * [distributed] stages, or the split of nnt_plan_split balanced by the blocks' weight bytes
- * (from the safetensors headers, or the family's costs). Errors: NNT_ERR_INVALID_ARGUMENT (more
- * ranks than blocks, cuts that do not fit), those of nnt_plan_new. */
+ * (from the safetensors headers, or the family's costs). The ranks then agree: each sends rank 0
+ * a 64-bit FNV-1a hash of each of dir's config.json, model.safetensors.index.json,
+ * tokenizer.json and tokenizer_config.json (absent files as absent), its block count and its
+ * split, and rank 0 answers every rank with the first difference or none. Errors:
+ * NNT_ERR_INVALID_ARGUMENT (more ranks than blocks, cuts that do not fit), NNT_ERR_CONFIG on every
+ * rank when the ranks differ ("the ranks do not run one model: rank 1's B/config.json differs
+ * from rank 0's A/config.json; ...", the block counts, or "the ranks split the N blocks
+ * differently: ..."), NNT_ERR_IO (a file unreadable), those of nnt_plan_new and the transport. */
 nnt_status nnt_pipeline_split(nnt_pipeline *p, const char *dir, int *first, int *end);
 /* The model this rank loaded with nnt_model_load_stage(first, end); NNT_ERR_CONFIG when its block
  * count is not the one the split was made for. */
