@@ -28,6 +28,34 @@ int nnt_utf8_len(const uint8_t *s, size_t n);
 /* The length of the longest valid UTF-8 prefix of text (n when all of it is valid). */
 size_t nnt_utf8_valid_prefix(const char *text, size_t n);
 
+/* ---- reading part of a JSON document (base/json_pick.c) ---- */
+struct cJSON;
+/* One member a reader wants from an object, by name. `only` NULL: the whole value; else, when
+ * the value is an object, only its members that `only` names (a list ended by a NULL key; a
+ * value of another type is taken whole). */
+typedef struct nnt_json_want {
+    const char *key;
+    const struct nnt_json_want *only;
+} nnt_json_want;
+/* Whether text[0..len) is one JSON value by RFC 8259 (the grammar; UTF-8 is not checked), with
+ * optional JSON whitespace around it, a UTF-8 byte order mark before it, and arrays and objects
+ * nested at most 1000 deep (cJSON's limit). Allocates nothing. 0, or -1 with *err_at (may be
+ * NULL) the offset of the first byte that cannot stand where it is (len when the text ends
+ * early). */
+int nnt_json_check(const char *text, size_t len, size_t *err_at);
+/* Reads the JSON document text[0..len) (not kept; no NUL needed after it), which must be one
+ * object, into *out: a new cJSON object, owned by the caller (cJSON_Delete), holding only the
+ * members `want` names (a list ended by a NULL key), each built by cJSON from its own bytes.
+ * Every other member is checked as nnt_json_check checks it and never built, so memory follows
+ * the wanted members, not the file. A name given twice keeps its first value, as
+ * cJSON_GetObjectItem does; names compare as cJSON decodes them. `name` starts each message
+ * (a path). Errors, with *out NULL and the message in *err: NNT_ERR_FORMAT "malformed JSON near
+ * byte N" (a syntax error anywhere in the document, or a wanted value cJSON refuses: a lone
+ * surrogate, or cJSON out of memory, which it does not tell apart), NNT_ERR_FORMAT "expected a
+ * JSON object at the top", NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_json_pick(const char *text, size_t len, const nnt_json_want *want, const char *name,
+                         struct cJSON **out, nnt_error *err);
+
 /* ---- dtypes (dtype.c) ---- */
 nnt_dtype nnt_dtype_from_name(const char *name); /* safetensors spelling; INVALID if unknown */
 int nnt_dtype_is_float(nnt_dtype dt);

@@ -9,7 +9,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/tokenizer/tok_internal.h"
@@ -748,6 +750,257 @@ static void test_hints(void)
     expect_hints_refused(dir, &bad, "tokenizer hints: struct_size is 0");
 }
 
+/* ---- JSON: the syntax scanner, picking members, and memory for fields no one reads ---- */
+
+static void expect_json(const char *text, int valid, size_t bad_at)
+{
+    size_t at = 0;
+    int rc = nnt_json_check(text, strlen(text), &at);
+    if (rc != (valid ? 0 : -1) || (!valid && at != bad_at))
+        fprintf(stderr, "\n  '%.60s': expected %s at %zu, got rc %d at %zu\n", text, valid ? "valid" : "an error",
+                bad_at, rc, at);
+    CU_ASSERT_EQUAL(rc, valid ? 0 : -1);
+    if (!valid) CU_ASSERT_EQUAL(at, bad_at);
+}
+
+/* `n` arrays opened, one number, `n` closed */
+static char *nested_arrays(int n)
+{
+    char *s = malloc(2 * (size_t)n + 2);
+    if (!s) return NULL;
+    memset(s, '[', (size_t)n);
+    s[n] = '1';
+    memset(s + n + 1, ']', (size_t)n);
+    s[2 * n + 1] = 0;
+    return s;
+}
+
+static void test_json_scanner(void)
+{
+    /* accepted: nesting, every escape, numbers of every form, the literals, whitespace, a BOM */
+    const char *good[] = {"{}", "[]", "0", "-0", "1e-5", "1E+2", "-12.5e3", "0.0", "123456789012345678901234567890",
+                          "\"\"", "true", "false", "null", " \t\r\n{ \"a\" : [ 1 , 2 ] } \n",
+                          "{\"a\":{\"b\":[{\"c\":[[],{}]}]},\"d\":\"x\"}",
+                          "\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9 \\uD83D\\uDE00 \\uABcd\"",
+                          "\"\xc3\xa9 bytes from 0x80 up\"", "\xEF\xBB\xBF{\"bom\":1}", "[1,-1,0.5,true,null,\"s\"]"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) expect_json(good[i], 1, 0);
+    /* refused, at the first byte that cannot stand where it is (the length when the text ends) */
+    expect_json("", 0, 0);
+    expect_json("   ", 0, 3);
+    expect_json("01", 0, 1);           /* a leading zero */
+    expect_json("[-01]", 0, 3);
+    expect_json("1.", 0, 2);           /* a point without digits after it */
+    expect_json("1.e5", 0, 2);
+    expect_json(".5", 0, 0);
+    expect_json("-", 0, 1);
+    expect_json("+1", 0, 0);
+    expect_json("1e", 0, 2);
+    expect_json("1e+", 0, 3);
+    expect_json("[1,]", 0, 3);         /* a trailing comma */
+    expect_json("{\"a\":1,}", 0, 7);
+    expect_json("[,1]", 0, 1);
+    expect_json("{\"a\" 1}", 0, 5);    /* no colon */
+    expect_json("{a:1}", 0, 1);        /* a name without quotes */
+    expect_json("\"abc", 0, 4);        /* an unterminated string */
+    expect_json("[\"a\\q\"]", 0, 4);   /* an escape JSON lacks */
+    expect_json("\"\\u12G4\"", 0, 5); /* a \\u without four hex digits */
+    expect_json("\"\\u12\"", 0, 5);
+    expect_json("\"a\tb\"", 0, 2);     /* a raw control byte in a string */
+    expect_json("\"a\nb\"", 0, 2);
+    expect_json("{\"a\":1} x", 0, 8);  /* something after the document */
+    expect_json("[1] [2]", 0, 4);
+    expect_json("tru", 0, 3);
+    expect_json("nul1", 0, 3);
+    expect_json("[1 2]", 0, 3);
+    expect_json("{\"a\":1]", 0, 6);
+    expect_json("[\x01]", 0, 1);
+    expect_json("\x0c{}", 0, 0);      /* a form feed is not JSON whitespace */
+    CU_ASSERT_EQUAL(nnt_json_check("[1] \0", 5, NULL), -1); /* nor is a NUL byte */
+    /* 1000 arrays deep is accepted, 1001 is refused at the 1001st '[' (cJSON's limit) */
+    char *deep = nested_arrays(1000);
+    CU_ASSERT_FATAL(deep != NULL);
+    expect_json(deep, 1, 0);
+    free(deep);
+    deep = nested_arrays(1001);
+    CU_ASSERT_FATAL(deep != NULL);
+    expect_json(deep, 0, 1000);
+    free(deep);
+}
+
+static void test_json_pick(void)
+{
+    static const nnt_json_want inner[] = {{"x", NULL}, {NULL, NULL}};
+    static const nnt_json_want want[] = {{"a", NULL}, {"m", inner}, {"caf\xc3\xa9", NULL}, {NULL, NULL}};
+    const char *doc = "\xEF\xBB\xBF {\"skip\": [1, {\"a\": 2}], \"a\": [1, 2], \"m\": {\"y\": [3], \"x\": \"kept\", "
+                      "\"x\": \"second\"}, \"a\": \"second\", \"caf\\u00e9\": true, \"mo\\u0000re\": 0}\n";
+    cJSON *out = NULL;
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL_FATAL(nnt_json_pick(doc, strlen(doc), want, "doc", &out, &err), NNT_OK);
+    char *printed = cJSON_PrintUnformatted(out);
+    CU_ASSERT_STRING_EQUAL(printed, "{\"a\":[1,2],\"m\":{\"x\":\"kept\"},\"caf\xc3\xa9\":true}");
+    free(printed);
+    cJSON_Delete(out);
+    /* a name cut by an escaped NUL matches what is before it, as cJSON's C-string names do */
+    static const nnt_json_want mo[] = {{"mo", NULL}, {NULL, NULL}};
+    CU_ASSERT_EQUAL_FATAL(nnt_json_pick(doc, strlen(doc), mo, "doc", &out, &err), NNT_OK);
+    CU_ASSERT(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(out, "mo")));
+    cJSON_Delete(out);
+    /* a wanted member that is not an object is taken whole */
+    const char *flat = "{\"m\": [1, 2]}";
+    CU_ASSERT_EQUAL_FATAL(nnt_json_pick(flat, strlen(flat), want, "flat", &out, &err), NNT_OK);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(out, "m")), 2);
+    cJSON_Delete(out);
+    /* errors: malformed in a member no one wants, or after the object; a top that is no object */
+    const char *bad = "{\"skip\": [1, 2,, 3], \"a\": 1}";
+    CU_ASSERT_EQUAL(nnt_json_pick(bad, strlen(bad), want, "bad", &out, &err), NNT_ERR_FORMAT);
+    CU_ASSERT_PTR_NULL(out);
+    CU_ASSERT_STRING_EQUAL(err.msg, "bad: malformed JSON near byte 15");
+    const char *tail = "{\"a\": 1} {";
+    CU_ASSERT_EQUAL(nnt_json_pick(tail, strlen(tail), want, "tail", &out, &err), NNT_ERR_FORMAT);
+    CU_ASSERT_STRING_EQUAL(err.msg, "tail: malformed JSON near byte 9");
+    const char *lone = "{\"a\": \"\\uDC00\"}"; /* valid JSON that cJSON refuses, in a wanted member */
+    CU_ASSERT_EQUAL(nnt_json_pick(lone, strlen(lone), want, "lone", &out, &err), NNT_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "lone: malformed JSON near byte"));
+    CU_ASSERT_EQUAL(nnt_json_pick("[1]", 3, want, "arr", &out, &err), NNT_ERR_FORMAT);
+    CU_ASSERT_STRING_EQUAL(err.msg, "arr: expected a JSON object at the top");
+    CU_ASSERT_EQUAL(nnt_json_pick("[1,]", 4, want, "arr", &out, &err), NNT_ERR_FORMAT);
+    CU_ASSERT_STRING_EQUAL(err.msg, "arr: malformed JSON near byte 3");
+    CU_ASSERT_EQUAL(nnt_json_pick("", 0, want, "empty", &out, &err), NNT_ERR_FORMAT);
+    CU_ASSERT_STRING_EQUAL(err.msg, "empty: malformed JSON near byte 0");
+}
+
+/* Writes the example model's tokenizer.json with two members nnt does not read: "junk" at the
+ * top holding `junk` zeros (and, when bad_at is not NULL, an 'x' in the middle of them, whose
+ * offset *bad_at gets), and "unread_extra" inside "model" holding `extra` zeros. The folder gets
+ * the example's tokenizer_config.json too. The file's size into *size. */
+static void write_padded_tokenizer(const char *name, long junk, long extra, long *bad_at, char *dir, size_t n,
+                                   long *size)
+{
+    char src[1024], path[1200];
+    snprintf(src, sizeof src, "%s/examples/tiny-minimax-m2/tokenizer.json", NNT_TEST_SOURCE_DIR);
+    size_t len = 0;
+    char *text = slurp(src, &len);
+    CU_ASSERT_FATAL(text != NULL);
+    char *open = strchr(text, '{'), *model = strstr(text, "\"model\"");
+    CU_ASSERT_FATAL(open && model && strchr(model, '{'));
+    char *model_open = strchr(model, '{');
+    snprintf(dir, n, "%s/%s", t_tmpdir(), name);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    fwrite(text, 1, (size_t)(open - text + 1), f);
+    fputs("\n \"junk\": [", f);
+    for (long i = 0; i < junk; i++) {
+        if (bad_at && i == junk / 2) {
+            *bad_at = ftell(f);
+            fputs("x,", f);
+        }
+        fputs(i + 1 < junk ? "0," : "0", f);
+    }
+    fputs("],", f);
+    fwrite(open + 1, 1, (size_t)(model_open - open), f);
+    fputs("\"unread_extra\": [", f);
+    for (long i = 0; i < extra; i++) fputs(i + 1 < extra ? "0," : "0", f);
+    fputs("],", f);
+    fwrite(model_open + 1, 1, len - (size_t)(model_open + 1 - text), f);
+    *size = ftell(f);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    free(text);
+    snprintf(src, sizeof src, "%s/examples/tiny-minimax-m2/tokenizer_config.json", NNT_TEST_SOURCE_DIR);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    CU_ASSERT_FATAL(t_copy_file(src, path) == 0);
+}
+
+static long peak_rss_kb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+}
+
+/* A tokenizer.json of some 18 MB, nearly all of it in members the loader never reads: loading it
+ * must cost memory in proportion to the file (its bytes, read whole, and the members read), not
+ * a cJSON node of some 80 bytes per unread number (over 700 MB here), and give the ids the file
+ * without those members gives. The load runs in a child process, so that its peak resident size
+ * (ru_maxrss) is measured from the child's start; the bound leaves room for AddressSanitizer's
+ * shadow memory and redzones. */
+static void test_unread_fields_memory(void)
+{
+    const char *text = "The people of the United States, in order to form a more perfect Union";
+    char orig[1024], dir[1024];
+    snprintf(orig, sizeof orig, "%s/examples/tiny-minimax-m2", NNT_TEST_SOURCE_DIR);
+    nnt_tokenizer *tok = NULL;
+    int32_t *want = NULL;
+    int64_t n_want = 0;
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_load(orig, &tok), NNT_OK);
+    CU_ASSERT_EQUAL_FATAL(nnt_tokenizer_encode(tok, text, strlen(text), NNT_TOKENIZE_ADD_SPECIAL, &want, &n_want),
+                          NNT_OK);
+    nnt_tokenizer_free(tok);
+    long size = 0;
+    write_padded_tokenizer("tok_unread", 8L << 20, 1L << 20, NULL, dir, sizeof dir, &size);
+    CU_ASSERT_FATAL(size > (16L << 20));
+    int fds[2];
+    CU_ASSERT_FATAL(pipe(fds) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) { /* the child: load, encode, report {status, same ids, peak growth in KiB} */
+        close(fds[0]);
+        long report[3] = {-1, 0, 0};
+        long before = peak_rss_kb();
+        nnt_tokenizer *big = NULL;
+        report[0] = nnt_tokenizer_load(dir, &big);
+        report[2] = peak_rss_kb() - before;
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        if (report[0] == NNT_OK &&
+            nnt_tokenizer_encode(big, text, strlen(text), NNT_TOKENIZE_ADD_SPECIAL, &ids, &n) == NNT_OK)
+            report[1] = n == n_want && memcmp(ids, want, (size_t)n * sizeof *ids) == 0;
+        ssize_t w = write(fds[1], report, sizeof report);
+        _exit(w == (ssize_t)sizeof report ? 0 : 1);
+    }
+    close(fds[1]);
+    long report[3] = {-1, 0, 0};
+    ssize_t got = read(fds[0], report, sizeof report);
+    close(fds[0]);
+    int wst = 0;
+    CU_ASSERT_EQUAL(waitpid(pid, &wst, 0), pid);
+    CU_ASSERT(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    CU_ASSERT_EQUAL_FATAL(got, (ssize_t)sizeof report);
+    long bound_kb = 4 * size / 1024;
+    fprintf(stderr, "\n  a %ld-byte tokenizer.json (nearly all unread): peak RSS grew by %ld KiB at load (bound %ld)\n",
+            size, report[2], bound_kb);
+    CU_ASSERT_EQUAL(report[0], NNT_OK);
+    CU_ASSERT(report[1]); /* the same ids as without the unread members */
+    CU_ASSERT(report[2] < bound_kb);
+    free(want);
+    char big_file[1100];
+    snprintf(big_file, sizeof big_file, "%s/tokenizer.json", dir);
+    unlink(big_file); /* 18 MB the folder need not keep */
+    /* a malformed byte inside the unread member is refused, at its offset */
+    long bad_at = -1;
+    write_padded_tokenizer("tok_unread_bad", 1000, 10, &bad_at, dir, sizeof dir, &size);
+    char needle[64];
+    snprintf(needle, sizeof needle, "malformed JSON near byte %ld", bad_at);
+    expect_load_error(dir, NNT_ERR_FORMAT, "tok_unread_bad/tokenizer.json", needle);
+    /* a name given twice: the first counts, as cJSON_GetObjectItem had it */
+    write_tokenizer("twice_first",
+                    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+                    "\"model\":{\"type\":\"WordPiece\"}}",
+                    dir, sizeof dir);
+    expect_ids(dir, "a", (const int32_t[]){0}, 1);
+    write_tokenizer("twice_second",
+                    "{\"m\\u006fdel\":{\"type\":\"WordPiece\"},"
+                    "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+                    dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_UNSUPPORTED, "model.type", "WordPiece");
+    /* a top that is no object, and text after the object */
+    write_tokenizer("top_array", "[{\"model\":{}}]", dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "top_array/tokenizer.json", "expected a JSON object at the top");
+    write_tokenizer("tail", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}} ,", dir, sizeof dir);
+    expect_load_error(dir, NNT_ERR_FORMAT, "tail/tokenizer.json", "malformed JSON near byte 53");
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("tokenizer", NULL, NULL);
@@ -771,7 +1024,11 @@ int register_tests(void)
         !CU_add_test(s, "load errors name file and field", test_errors) ||
         !CU_add_test(s, "Kimi-Linear tiktoken without its family: no split pattern", test_kimi_without_hints) ||
         !CU_add_test(s, "Kimi-Linear tiktoken with hints by hand vs tiktoken", test_kimi_hints_by_hand) ||
-        !CU_add_test(s, "tokenizer hints: pattern, reserved tokens, cuts, precedence, errors", test_hints))
+        !CU_add_test(s, "tokenizer hints: pattern, reserved tokens, cuts, precedence, errors", test_hints) ||
+        !CU_add_test(s, "JSON syntax scanner: accepted and refused documents, error offsets", test_json_scanner) ||
+        !CU_add_test(s, "JSON members picked by name: nested, first of two, escaped names, errors", test_json_pick) ||
+        !CU_add_test(s, "tokenizer.json: unread members cost no parse tree, malformed ones still refused",
+                     test_unread_fields_memory))
         return -1;
     return 0;
 }

@@ -40,17 +40,20 @@ static nnt_status add_file(nnt_checkpoint *ck, const char *file, nnt_error *err)
 }
 
 /* Reads model.safetensors.index.json: opens every shard it names and checks that each tensor
- * the weight_map assigns to a shard is in that shard. */
+ * the weight_map assigns to a shard is in that shard. Only weight_map is built in memory; the
+ * rest of the file is checked for syntax (nnt_json_pick). */
 static nnt_status open_sharded(nnt_checkpoint *ck, const char *index_path, nnt_error *err)
 {
+    static const nnt_json_want want[] = {{"weight_map", NULL}, {NULL, NULL}};
     char *text = NULL;
-    nnt_status read = nnt_read_file(index_path, (size_t)256 << 20, &text, NULL, err);
+    size_t len = 0;
+    nnt_status read = nnt_read_file(index_path, (size_t)256 << 20, &text, &len, err);
     if (read != NNT_OK) return read;
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = NULL;
+    nnt_status st = nnt_json_pick(text, len, want, index_path, &root, err);
     free(text);
-    if (!root) return nnt_err_set(err, NNT_ERR_FORMAT, "%s: malformed JSON", index_path);
-    nnt_status st = NNT_OK;
-    const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (st != NNT_OK) return st;
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(map)) {
         cJSON_Delete(root);
         return nnt_err_set(err, NNT_ERR_FORMAT, "%s: expected an object field 'weight_map'", index_path);

@@ -225,17 +225,22 @@ static uint64_t physical_memory(void)
 }
 
 /* Whether every shard model.safetensors.index.json names is present; *total gets its
- * metadata.total_size (0 when absent). */
+ * metadata.total_size (0 when absent). Only those two members are built in memory; the rest of
+ * the file is checked for syntax (nnt_json_pick). */
 static nnt_status index_shards(const char *dir, const char *index, int *all_present, uint64_t *total, nnt_error *err)
 {
+    static const nnt_json_want metadata[] = {{"total_size", NULL}, {NULL, NULL}};
+    static const nnt_json_want want[] = {{"weight_map", NULL}, {"metadata", metadata}, {NULL, NULL}};
     char *text = NULL;
+    size_t len = 0;
     *all_present = 1;
     *total = 0;
-    nnt_status st = nnt_read_file(index, (size_t)256 << 20, &text, NULL, err);
+    nnt_status st = nnt_read_file(index, (size_t)256 << 20, &text, &len, err);
     if (st != NNT_OK) return st;
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = NULL;
+    st = nnt_json_pick(text, len, want, index, &root, err);
     free(text);
-    if (!root) return nnt_err_set(err, NNT_ERR_FORMAT, "%s: malformed JSON", index);
+    if (st != NNT_OK) return st;
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "metadata"), "total_size");
     if (cJSON_IsNumber(ts) && ts->valuedouble >= 0) *total = (uint64_t)ts->valuedouble;

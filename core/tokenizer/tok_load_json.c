@@ -666,6 +666,17 @@ static nnt_status parse_post(ctx *c, const cJSON *o, const char *where, int dept
                 where, t);
 }
 
+/* The members this reader reads (item(root, ...) below, item(m, ...) in parse_model); the file's
+ * other members are checked for syntax but never built (nnt_json_pick): a large field nnt does
+ * not read costs its bytes, not a tree of some 40 times their size. */
+static const nnt_json_want MODEL_KEYS[] = {
+    {"type", NULL}, {"vocab", NULL}, {"merges", NULL}, {"unk_token", NULL}, {"dropout", NULL},
+    {"fuse_unk", NULL}, {"byte_fallback", NULL}, {"ignore_merges", NULL},
+    {"continuing_subword_prefix", NULL}, {"end_of_word_suffix", NULL}, {NULL, NULL}};
+static const nnt_json_want TOP_KEYS[] = {
+    {"model", MODEL_KEYS}, {"added_tokens", NULL}, {"pre_tokenizer", NULL}, {"normalizer", NULL},
+    {"decoder", NULL}, {"post_processor", NULL}, {NULL, NULL}};
+
 nnt_status tok_load_json(nnt_tokenizer *tok, const char *path)
 {
     ctx c = {.tok = tok, .path = path};
@@ -673,17 +684,12 @@ nnt_status tok_load_json(nnt_tokenizer *tok, const char *path)
     size_t len = 0;
     nnt_status st = nnt_read_file(path, MAX_TOKENIZER_JSON, &text, &len, &tok->err);
     if (st) return st;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!root) {
-        st = fail(&c, NNT_ERR_FORMAT, "malformed JSON near byte %ld", end ? (long)(end - text) : -1L);
-        free(text);
-        return st;
-    }
+    cJSON *root = NULL;
+    st = nnt_json_pick(text, len, TOP_KEYS, path, &root, &tok->err);
     free(text);
+    if (st) return st;
     tok->format = TOK_FORMAT_JSON;
-    if (!cJSON_IsObject(root)) st = fail(&c, NNT_ERR_FORMAT, "expected a JSON object at the top");
-    if (!st) { /* the ids' bound: the vocabulary's entries and the added tokens */
+    { /* the ids' bound: the vocabulary's entries and the added tokens */
         const cJSON *m = item(root, "model"), *vocab = m ? item(m, "vocab") : NULL, *added = item(root, "added_tokens");
         tok->id_entries = (cJSON_IsObject(vocab) ? cJSON_GetArraySize(vocab) : 0) +
                           (cJSON_IsArray(added) ? cJSON_GetArraySize(added) : 0);
