@@ -10,8 +10,8 @@ libnnt's C API (ctypes; the forward pass, the edits, the tokenizer all run in li
 Value paths are nnterp's names, as the nnt command takes them (README.md, "The command line").
 """
 
-from ._core import (AblateExpert, AttributionResult, Error, Generation, Model, ModelInfo, PatchResult, Session,
-                    SkipLayers, Steer, Steps, SupportRow, Tokenizer, Values, to_torch)
+from ._core import (AblateExpert, AttributionResult, EditContext, Error, Generation, Model, ModelInfo, PatchResult,
+                    Session, SkipLayers, Steer, Steps, SupportRow, Tokenizer, Values, to_torch)
 from ._lib import PACKAGE_VERSION, find_library
 
 
@@ -22,7 +22,7 @@ def load_library(path=None):
     return _lib.load(path).nnt_path
 
 
-__all__ = ["AblateExpert", "AttributionResult", "Error", "Generation", "Model", "ModelInfo", "PatchResult", "Session",
+__all__ = ["AblateExpert", "AttributionResult", "EditContext", "Error", "Generation", "Model", "ModelInfo", "PatchResult", "Session",
            "SkipLayers", "Steer", "Steps", "SupportRow", "Tokenizer", "Values", "find_library", "load_library", "to_torch"]
 # the project's one version number (CMakeLists.txt's project(), see nnt._lib), not a second copy
 __version__ = PACKAGE_VERSION

@@ -4,16 +4,15 @@ and C tensors into numpy arrays (views of the trace's memory, kept alive by the 
 
 import ctypes
 import functools
-import inspect
 import os
 import threading
 from collections import namedtuple
 
 import numpy as np
 
-from . import _lib
-from ._request import (AblateExpert, Builder, RequestError, SkipLayers, Steer, Steps,  # noqa: F401 (re-exported)
-                       _number, _positions)
+from . import _lib, _request
+from ._request import (AblateExpert, Builder, EditContext, RequestError, SkipLayers, Steer,  # noqa: F401 (re-exported)
+                       Steps, _number, _positions)
 
 
 class Error(Exception):
@@ -126,8 +125,15 @@ def _serialised(method):
     """Runs a method of an object with a `_h` (_ModelHandle) while holding the model's lock."""
     @functools.wraps(method)
     def run(self, *args, **kwargs):
-        with self._h.lock:
-            return method(self, *args, **kwargs)
+        h = self._h
+        with h.lock:
+            h.depth += 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                h.depth -= 1
+                if h.depth == 0:
+                    h.release_pending()
     return run
 
 
@@ -145,6 +151,13 @@ class _ModelHandle:
         # garbage cycle's objects are finalized in no set order)
         self.children = 0
         self.released = False  # __del__ ran while children were alive
+        # methods of this model in progress (on the thread holding the lock, the only one that can
+        # change it), and the children's frees that came meanwhile: a garbage collection that runs
+        # during an edit callback finalizes handles while libnnt is inside the model's call, and
+        # libnnt ignores a free made from its own callback (it would free what the call uses), so
+        # such a free waits for the call to end instead of being lost
+        self.depth = 0
+        self.pending = []
         self.rt = ctypes.c_void_p()
         self.m = ctypes.c_void_p()
         st = lib.nnt_runtime_open(config.encode() if config else None, ctypes.byref(self.rt))
@@ -167,6 +180,28 @@ class _ModelHandle:
         """Counts a new child handle (see children)."""
         with self.lock:
             self.children += 1
+
+    def release(self, free, ptr):
+        """A child handle's end: free(ptr) (its native free; nothing when ptr is NULL) now, or once
+        the model's call in progress on this thread returns; then orphan()."""
+        with self.lock:
+            if self.depth > 0:
+                self.pending.append((free, ptr))
+                return
+            if ptr:
+                free(ptr)
+        self.orphan()
+
+    def release_pending(self):
+        """The frees release() deferred, run once no call of the model is in progress."""
+        while True:
+            with self.lock:
+                if self.depth > 0 or not self.pending:
+                    return
+                free, ptr = self.pending.pop()
+                if ptr:
+                    free(ptr)
+            self.orphan()
 
     def orphan(self):
         """A child handle freed what it held: frees the model if it was only waiting for that."""
@@ -212,11 +247,8 @@ class _TraceHandle:
         model = getattr(self, "model", None)
         if model is None:
             return
-        if self.t:
-            with model.lock:  # a free meanwhile would make the model's next call busy
-                self.lib.nnt_trace_free(self.t)
-            self.t = ctypes.c_void_p()
-        model.orphan()
+        t, self.t = self.t, ctypes.c_void_p()
+        model.release(self.lib.nnt_trace_free, t)
 
 
 class _OwnedTensor:
@@ -237,19 +269,18 @@ class _OwnedTensor:
 def _callback(fn, trace):
     """Wraps a Python callable as an nnt_edit_fn: it receives a numpy array holding the value (its
     own copy: what it holds stays valid after the call, and nnt writes it back into the value when
-    the callback returns) - and the path and block when it takes three arguments; a returned
-    array is written into the value instead."""
-    try:
-        inspect.signature(fn).bind(None, None, None)
-        with_context = True
-    except (TypeError, ValueError):
-        with_context = False
+    the callback returns), and ``ctx=EditContext(path, block)`` by keyword when its signature names
+    ``ctx`` (_request.callback_wants_ctx); a returned array is written into the value instead."""
+    try:  # refused here, before the request runs, when it cannot be called so
+        with_context = _request.callback_wants_ctx(fn)
+    except RequestError as e:
+        raise Error(f"request: {e}") from None
 
     def call(user, path, layer, value_p, err_p):
         try:
             view = _as_array(value_p.contents, None, must_view=True)  # nnt's memory: never handed out
             value = view.copy()
-            ret = fn(value, path.decode(), layer) if with_context else fn(value)
+            ret = fn(value, ctx=_request.EditContext(path.decode(), layer)) if with_context else fn(value)
             view[...] = value if ret is None or ret is value else ret
             return _lib.NNT_OK
         except BaseException as exc:  # noqa: B902 - reported through nnt, re-raised after the run
@@ -279,11 +310,8 @@ class _ResultHandle:
         model = getattr(self, "model", None)
         if model is None:
             return
-        if self.res:
-            with model.lock:
-                self.lib.nnt_result_free(self.res)
-            self.res = ctypes.c_void_p()
-        model.orphan()
+        res, self.res = self.res, ctypes.c_void_p()
+        model.release(self.lib.nnt_result_free, res)
 
 
 def _parse_request(h, builder):
@@ -926,12 +954,9 @@ class Session:
     def __del__(self):
         if not getattr(self, "_adopted", False):
             return
-        if self.s:
-            with self._h.lock:
-                self.lib.nnt_session_free(self.s)
-            self.s = ctypes.c_void_p()
+        sess, self.s = self.s, ctypes.c_void_p()
         self._adopted = False
-        self._h.orphan()
+        self._h.release(self.lib.nnt_session_free, sess)
 
     @property
     def length(self):

@@ -3,6 +3,7 @@ saves and edits made into one JSON document, numpy arrays into the safetensors b
 beside it, and callables into the callbacks its "callback" edits name. libnnt checks everything
 (types, ranges, paths, shapes), so a Python call obeys the same rules as the nnt command."""
 
+import inspect
 import json
 import struct
 from collections import namedtuple
@@ -15,6 +16,39 @@ FORMAT = 1  # NNT_REQUEST_FORMAT
 _ST_DTYPE = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.float64): "F64",
              np.dtype(np.int64): "I64", np.dtype(np.int32): "I32", np.dtype(np.int16): "I16",
              np.dtype(np.int8): "I8", np.dtype(np.uint8): "U8", np.dtype(np.bool_): "BOOL"}
+
+
+class EditContext(namedtuple("EditContext", "path block")):
+    """What an edit callback is told besides the value, when it asks for it by a keyword parameter
+    named ``ctx``: the value's canonical path (``"layers.1.mlp.output"``) and its block (-1 for a
+    value of the model module, such as ``logits``)."""
+
+    __slots__ = ()
+
+
+def callback_wants_ctx(fn):
+    """Whether an edit callback takes the context: the one signature is ``fn(value)`` or
+    ``fn(value, *, ctx)`` (``ctx`` may have a default, or come through ``**kwargs``). Parameters
+    with defaults beyond these are never filled (``lambda v, k=0.5: v * k`` gets ``k = 0.5``); a
+    callable that cannot be called so is refused before the request runs, naming what it takes."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False  # a callable without a signature (some builtins): called with the value alone
+    params = sig.parameters
+    ctx = params.get("ctx")
+    wants = (ctx is not None and ctx.kind in (ctx.POSITIONAL_OR_KEYWORD, ctx.KEYWORD_ONLY)) or \
+        (ctx is None and any(p.kind == p.VAR_KEYWORD for p in params.values()))
+    first = next(iter(params.values()), None)
+    try:
+        if first is not None and first.name == "ctx":
+            raise TypeError
+        sig.bind(None, ctx=None) if wants else sig.bind(None)
+    except TypeError:
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise RequestError(f"callback {name}{sig}: an edit callback is called as fn(value) or fn(value, *, ctx) "
+                           "(ctx.path, ctx.block); every other parameter needs a default") from None
+    return wants
 
 
 class AblateExpert(namedtuple("AblateExpert", "layer expert")):

@@ -40,8 +40,8 @@ def test_scaling_callback_equals_scale_edit(example_model):
 def test_callback_sees_the_value_and_writes_it(example_model):
     seen = {}
 
-    def look(v, path, layer):
-        seen[path] = (layer, v.copy(), v.flags.writeable, v.flags.owndata)
+    def look(v, *, ctx):
+        seen[ctx.path] = (ctx.block, v.copy(), v.flags.writeable, v.flags.owndata)
         v[:, -1] = 1.0  # the last position of every row
 
     out = example_model.trace(ROWS, save=["layers.*.layer_output"], edits=[("layers.*.layer_output", look)])
@@ -70,3 +70,37 @@ def test_save_before_and_after_an_edit(example_model):
                                            ("layers.1.mlp.expert_weights", "save")])
     assert np.any(out["layers.1.mlp.expert_weights"])  # as routed
     assert not np.any(out["layers.1.mlp.expert_weights#1"])  # the second save: after the zero
+
+
+def test_one_signature_never_guessed_from_defaults(example_model):
+    """fn(value) or fn(value, *, ctx): parameters with defaults keep them (the loop idiom and a
+    factor given as a default were once filled with the path and block), ctx comes by keyword or
+    through **kwargs, and a callable needing more is refused before any forward."""
+    import nnt
+
+    plain = example_model.trace(ROWS, save=["logits"], edits=[("layers.0.layer_output", "scale", 0.5)])
+    got = example_model.trace(ROWS, save=["logits"],
+                              edits=[("layers.0.layer_output", lambda x, n="h", k=0.5: x.__imul__(np.float32(k)))])
+    same(plain, got)
+    seen = []
+    edits = []
+    for b, p in ((0, "layer_output"), (2, "layer_output")):
+        def put(x, b=b, p=p):  # the usual closure idiom: b and p stay the loop's
+            seen.append((b, p))
+        edits.append((f"layers.{b}.{p}", put))
+    example_model.trace(ROWS, save=["logits"], edits=edits)
+    assert seen == [(0, "layer_output"), (2, "layer_output")]
+    ctxs = []
+    example_model.trace(ROWS, save=["logits"], edits=[("layers.*.layer_output", lambda x, **kw: ctxs.append(kw["ctx"]))])
+    assert [(c.path, c.block) for c in ctxs] == [(f"layers.{i}.layer_output", i) for i in range(3)]
+    assert isinstance(ctxs[0], nnt.EditContext)
+    calls = []
+
+    def old_style(v, path, layer):
+        calls.append(path)
+    try:
+        example_model.trace(ROWS, save=["logits"], edits=[("layers.1.layer_output", old_style)])
+        raise AssertionError("a callback needing three arguments was accepted")
+    except nnt.Error as e:
+        assert "fn(value) or fn(value, *, ctx)" in str(e) and "old_style(v, path, layer)" in str(e), str(e)
+    assert calls == []  # refused before the forward
