@@ -160,9 +160,10 @@ int cli_check_out(const cli_opts *o, nnt_runtime *rt)
 }
 
 /* ---- the write of --out: interrupting signals held off until it is over ----
- * The library writes --out under a temporary name beside it and renames it into place, removing
- * the temporary file on every error. A SIGINT, SIGTERM or SIGHUP that came in the middle would
- * end the process between the two and leave the temporary file behind; while the write runs,
+ * The library writes --out into an unnamed file in its folder and links it into place
+ * (nnt_write_file), falling back to a named temporary file where the file system has no unnamed
+ * files. A SIGINT, SIGTERM or SIGHUP that came in the middle of that fallback would leave the
+ * temporary file behind, and one in the middle of any write abandons it; while the write runs,
  * these signals are only noted (by whichever thread receives them), and the first one noted is
  * raised again, with the disposition it had before, once the file is complete or removed. The
  * flag is the one piece of global state: a signal handler can reach no other. */

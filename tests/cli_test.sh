@@ -404,6 +404,23 @@ check "--plot into a missing folder, before the forward" 2 \
 check "--plot and --out naming one file" 2 "nnt: --plot $tmp/both.png: is the file --out $tmp/./both.png writes too" \
   "$nnt" trace --model "$model" --tokens "1 2" --save layers.1.mlp.expert_weights --plot "$tmp/both.png" \
   --out "$tmp/./both.png"
+# --plot of nothing it can draw, or only of slices: refused before the forward prints anything
+out=$("$nnt" trace --model "$model" --tokens "1 2" --save 'layers.1.mlp.expert_weights[:, 0]' --plot "$tmp/s.png" 2>&1)
+rc=$?
+if [ $rc = 2 ] && grep -qF "nnt: trace --plot: layers.1.mlp.expert_weights[:, 0] saves a slice" <<<"$out" &&
+   ! grep -q "saved values" <<<"$out" && [ ! -e "$tmp/s.png" ]; then
+  echo "ok   --plot of a sliced save, before the forward"
+else
+  echo "FAIL --plot of a sliced save, before the forward: rc=$rc"; echo "$out" | head -5; fails=$((fails + 1))
+fi
+out=$("$nnt" trace --model "$model" --tokens "1 2" --save logits --plot "$tmp/s.png" 2>&1)
+rc=$?
+if [ $rc = 2 ] && grep -q "trace --plot draws a saved attention_probabilities or expert_weights" <<<"$out" &&
+   ! grep -q "saved values" <<<"$out"; then
+  echo "ok   --plot with nothing to draw, before the forward"
+else
+  echo "FAIL --plot with nothing to draw, before the forward: rc=$rc"; echo "$out" | head -5; fails=$((fails + 1))
+fi
 # refused at argument checking: the model folder is not even looked at
 check "--out \"\" refused before anything runs" 2 "nnt: --out: the path is empty" \
   "$nnt" trace --model "$tmp/nope" --tokens "1 2" --out ""

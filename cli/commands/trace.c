@@ -13,6 +13,10 @@ typedef struct extra {
     const char *paths[2];
     char indices[300];
     int n, hidden_probs;
+    /* for --plot, checked before the forward: saves it could draw, those saved whole, and the
+     * first sliced one */
+    int drawable, whole;
+    char sliced[300];
 } extra;
 
 /* One path the request saves: notes a save of next_token_probs, and for --plot the indices the
@@ -23,6 +27,25 @@ static void saved_path(const char *p, int plot, int *user_probs, extra *x)
     if (!strcmp(p, "next_token_probs") || !strcmp(p, "model.next_token_probs")) *user_probs = 1;
     if (plot && !x->indices[0] && (at = strstr(p, ".expert_weights")) != NULL && !strchr(p, '['))
         snprintf(x->indices, sizeof x->indices, "%.*s.expert_indices%s", (int)(at - p), p, at + 15);
+    if (plot && (strstr(p, ".attention_probabilities") || strstr(p, ".expert_weights"))) {
+        x->drawable++;
+        if (!strchr(p, '[')) x->whole++;
+        else if (!x->sliced[0]) snprintf(x->sliced, sizeof x->sliced, "%s", p);
+    }
+}
+
+/* --plot's refusals that the request alone decides, before any forward: nothing it can draw, or
+ * only slices of it. 0 or 2 (printed). */
+static int check_plot(const extra *x)
+{
+    if (!x->drawable)
+        return cli_usage_error("%s", "trace --plot draws a saved attention_probabilities or expert_weights value: save "
+                                     "one (e.g. --save layers.0.self_attn.attention_probabilities or --save "
+                                     "layers.0.mlp.expert_weights)");
+    if (!x->whole)
+        return cli_arg_error("trace --plot: %s saves a slice; --plot draws the whole value (save it without the "
+                             "brackets)", x->sliced);
+    return 0;
 }
 
 static void extra_saves(const nnt_request *r, int plot, extra *x)
@@ -34,7 +57,8 @@ static void extra_saves(const nnt_request *r, int plot, extra *x)
     free(json);
     free(tensors);
     int user_probs = 0;
-    x->indices[0] = '\0';
+    x->indices[0] = x->sliced[0] = '\0';
+    x->drawable = x->whole = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(doc, "edits")) {
         const cJSON *op = cJSON_GetObjectItemCaseSensitive(it, "op"), *path = cJSON_GetObjectItemCaseSensitive(it, "path");
@@ -83,6 +107,8 @@ int cmd_trace(cli_run *c)
 {
     extra x;
     extra_saves(c->req, c->o->plot != NULL, &x);
+    int refused = c->o->plot ? check_plot(&x) : 0;
+    if (refused) return refused;
     nnt_run_opts ro = {.struct_size = sizeof ro, .extra_saves = x.paths, .n_extra_saves = x.n, .pipeline = c->p};
     nnt_result *res = NULL;
     if (nnt_request_run(c->m, c->req, &ro, &res) != NNT_OK)
