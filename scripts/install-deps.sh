@@ -11,7 +11,7 @@
 #            OpenMP build, like OpenBLAS's).
 set -euo pipefail
 packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcunit1-dev
-  libcairo2-dev python3 python3-numpy python3-pytest python3-jsonschema clang libclang-rt-dev libomp-dev libopenmpi-dev openmpi-bin)
+  libcairo2-dev python3 python3-numpy python3-pytest python3-jsonschema python3-pip python3-setuptools clang libclang-rt-dev libomp-dev libopenmpi-dev openmpi-bin)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(libblis-openmp-dev libblis-dev) ;;

@@ -5,9 +5,12 @@ Where libnnt comes from, first match wins:
   1. the `library` argument (nnt.Model(..., library=PATH) or nnt.load_library(PATH));
   2. the NNT_LIBRARY environment variable;
   3. a source checkout: this package imported from <repo>/python finds <repo>/build/libnnt.so;
-  4. the `nnt` command on PATH, as its own RPATH finds the library: next to it in a build tree
+  4. an installed package (pip install ./python): the source tree it was built from, recorded in
+     nnt/_built_from.py by python/setup.py - <tree>/build/libnnt.so, then <prefix>/lib* of the
+     CMAKE_INSTALL_PREFIX that tree's build was configured with;
+  5. the `nnt` command on PATH, as its own RPATH finds the library: next to it in a build tree
      (build/nnt, build/libnnt.so), <prefix>/lib* beside <prefix>/bin/nnt when installed;
-  5. the system's library search (ctypes.util.find_library("nnt"), e.g. /usr/local/lib).
+  6. the system's library search (ctypes.util.find_library("nnt"), e.g. /usr/local/lib).
 libnnt itself then picks its INI as the CLI's does: the config argument, else $NNT_CONFIG, else
 the nnt.ini that belongs to that library (the build tree's, or <prefix>/share/nnt/nnt.ini).
 
@@ -401,15 +404,25 @@ def _package_checkout_candidates():
     return []
 
 
-def _command_candidates():
-    """Where the `nnt` command on PATH finds its libnnt: beside it in a build tree, <prefix>/lib*
-    in an installation."""
-    exe = shutil.which("nnt")
-    if not exe:
+def _recorded_candidates():
+    """The libnnt of the source tree this installed package was built from (nnt/_built_from.py,
+    written by python/setup.py): <tree>/build/libnnt.so, then <prefix>/lib*/ of the installation
+    prefix that tree's build was configured with."""
+    try:
+        from . import _built_from
+    except ImportError:
         return []
-    bindir = os.path.dirname(os.path.realpath(exe))
-    prefix = os.path.dirname(bindir)
-    out = [os.path.join(bindir, "libnnt.so")]
+    out = []
+    if _built_from.SOURCE_TREE:
+        out.append(os.path.join(_built_from.SOURCE_TREE, "build", "libnnt.so"))
+    if _built_from.INSTALL_PREFIX:
+        out += _prefix_candidates(_built_from.INSTALL_PREFIX)
+    return out
+
+
+def _prefix_candidates(prefix):
+    """<prefix>/lib, lib64 and lib/<multiarch>: libnnt.so.<soversion>, then libnnt.so."""
+    out = []
     multiarch = sysconfig.get_config_var("MULTIARCH") or ""
     for libdir in ("lib", "lib64", os.path.join("lib", multiarch) if multiarch else None):
         if libdir:
@@ -417,6 +430,16 @@ def _command_candidates():
                 out.append(os.path.join(prefix, libdir, "libnnt.so." + soversion(PACKAGE_VERSION)))
             out.append(os.path.join(prefix, libdir, "libnnt.so"))
     return out
+
+
+def _command_candidates():
+    """Where the `nnt` command on PATH finds its libnnt: beside it in a build tree, <prefix>/lib*
+    in an installation."""
+    exe = shutil.which("nnt")
+    if not exe:
+        return []
+    bindir = os.path.dirname(os.path.realpath(exe))
+    return [os.path.join(bindir, "libnnt.so")] + _prefix_candidates(os.path.dirname(bindir))
 
 
 def find_library(library=None):
@@ -432,7 +455,7 @@ def find_library(library=None):
             raise OSError(f"libnnt: NNT_LIBRARY={env!r} is not a file")
         return env
     tried = []
-    for path in _package_checkout_candidates() + _command_candidates():
+    for path in _package_checkout_candidates() + _recorded_candidates() + _command_candidates():
         tried.append(path)
         if os.path.isfile(path):
             return path
@@ -440,8 +463,9 @@ def find_library(library=None):
     if found:
         return found
     tried.append("the system library path (ctypes.util.find_library('nnt'))")
-    raise OSError("libnnt was not found: pass library=PATH, set NNT_LIBRARY, or put the `nnt` command "
-                  "of a build tree or installation on PATH; looked at " + ", ".join(tried))
+    raise OSError("libnnt was not found: pass library=PATH, set NNT_LIBRARY, put the `nnt` command of a build "
+                  "tree or installation on PATH, or build libnnt in the source tree this package was installed "
+                  "from; looked at " + ", ".join(tried))
 
 
 def check_library(path, library_version, package_version, sizes):
