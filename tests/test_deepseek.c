@@ -260,6 +260,73 @@ static void test_stream_mean(void)
     nnt_runtime_close(rt);
 }
 
+/* Logits of one forward of ids [1, 6] with one edit set up by `edit` (0: a steer of v, 1: an add
+ * of v to layer_output of blocks first..last), into out [vocab]. */
+static void steered_logits(nnt_runtime *rt, nnt_model *m, int add, int first, int last, const nnt_tensor *v, float *out,
+                           int vocab)
+{
+    static const int32_t ids[6] = {3, 17, 42, 5, 99, 7};
+    nnt_trace *t = NULL;
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "logits"));
+    for (int l = first; l <= last && add; l++) {
+        char path[64];
+        snprintf(path, sizeof path, "layers.%d.layer_output", l);
+        T_OK(rt, nnt_trace_add(t, path, v, 0.75f));
+    }
+    if (!add) T_OK(rt, nnt_trace_steer(t, first, last, NULL, 0, v, 0.75f));
+    T_OK(rt, nnt_trace_run(t, ids, NULL, 1, 6));
+    const nnt_tensor *lg = nnt_trace_get(t, "logits");
+    CU_ASSERT_FATAL(lg != NULL && nnt_tensor_numel(lg) == 6 * (int64_t)vocab);
+    memcpy(out, (const float *)lg->data + 5 * vocab, sizeof(float) * (size_t)vocab);
+    nnt_trace_free(t);
+}
+
+/* Steering on four hyper-connection streams: a [hidden] vector adds to every stream, a
+ * [streams, hidden] one row per stream, each equal (bit for bit) to the add edit of the same
+ * rows on layer_output (add broadcasts [hidden] over the streams and takes [streams, hidden] as
+ * the value's trailing axes); other shapes are refused naming both accepted ones. */
+static void test_steer_streams(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = load(rt, "deepseek_v4/fp32");
+    const nnt_model_info *mi = nnt_model_get_info(m);
+    int S = mi->num_streams, H = mi->hidden_size, V = mi->vocab_size;
+    CU_ASSERT_FATAL(S == 4);
+    nnt_tensor one = {0}, rows = {0}, same = {0}, bad = {0};
+    T_OK(rt, nnt_tensor_alloc(&one, NNT_F32, 1, (int64_t[]){H}));
+    T_OK(rt, nnt_tensor_alloc(&rows, NNT_F32, 2, (int64_t[]){S, H}));
+    T_OK(rt, nnt_tensor_alloc(&same, NNT_F32, 2, (int64_t[]){S, H}));
+    T_OK(rt, nnt_tensor_alloc(&bad, NNT_F32, 2, (int64_t[]){S - 1, H}));
+    for (int h = 0; h < H; h++) {
+        ((float *)one.data)[h] = (float)sin(0.37 * h);
+        ((float *)rows.data)[2 * H + h] = (float)cos(0.11 * h); /* stream 2 only */
+        for (int k = 0; k < S; k++) ((float *)same.data)[k * H + h] = ((float *)one.data)[h];
+    }
+    float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V), *c = malloc(sizeof(float) * (size_t)V);
+    steered_logits(rt, m, 0, 0, 1, &one, a, V);
+    steered_logits(rt, m, 1, 0, 1, &one, b, V);
+    steered_logits(rt, m, 0, 0, 1, &same, c, V);
+    CU_ASSERT(memcmp(a, b, sizeof(float) * (size_t)V) == 0); /* [hidden]: every stream, as add */
+    CU_ASSERT(memcmp(a, c, sizeof(float) * (size_t)V) == 0); /* the same row on each stream */
+    steered_logits(rt, m, 0, 1, 1, &rows, a, V);
+    steered_logits(rt, m, 1, 1, 1, &rows, b, V);
+    steered_logits(rt, m, 0, 1, 1, &one, c, V);
+    CU_ASSERT(memcmp(a, b, sizeof(float) * (size_t)V) == 0); /* [streams, hidden]: a row per stream */
+    CU_ASSERT(memcmp(a, c, sizeof(float) * (size_t)V) != 0);
+    nnt_trace *t = NULL;
+    T_OK(rt, nnt_trace_new(m, &t));
+    char want[256];
+    snprintf(want, sizeof want, "steer: the vector is [3, %d]; it must be [hidden_size] = [%d] (every stream) or "
+             "[num_streams, hidden_size] = [4, %d] (a row per stream)", H, H, H);
+    T_FAILS(rt, nnt_trace_steer(t, 0, 0, NULL, 0, &bad, 1.0f), NNT_ERR_SHAPE, want);
+    nnt_trace_free(t);
+    free(a), free(b), free(c);
+    nnt_tensor_free(&one), nnt_tensor_free(&rows), nnt_tensor_free(&same), nnt_tensor_free(&bad);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 /* The lens on a rank-3 tensor (one stream, a contribution) is lm_head(norm(x)) with no collapse,
  * computed here from the checkpoint's own norm and head weights. */
 static void test_rank3_lens(void)
@@ -676,6 +743,7 @@ int register_tests(void)
         !CU_add_test(s, "native FP8/FP4: values at 13 and 40 tokens", test_native) ||
         !CU_add_test(s, "hyper-connection block formula, comb columns, post range", test_block_formula) ||
         !CU_add_test(s, "the page's stream-mean identity", test_stream_mean) ||
+        !CU_add_test(s, "steering: [hidden] on every stream, [streams, hidden] a row per stream", test_steer_streams) ||
         !CU_add_test(s, "lens of a rank-3 tensor: norm and lm_head alone", test_rank3_lens) ||
         !CU_add_test(s, "the SwiGLU clamp is active in the fixture", test_clamp_active) ||
         !CU_add_test(s, "hash routing ignores the hidden state; ablation", test_hash_routing) ||

@@ -635,14 +635,22 @@ static nnt_status trace_steer_held(nnt_trace *t, int first, int last, const int 
     if (first < 0 || last < first || last >= L)
         return nnt_err_set(err, NNT_ERR_INDEX, "steer blocks %d..%d: need 0 <= first <= last < %d", first, last, L);
     if (!vector) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "steer: no vector");
-    if (vector->ndim != 1 || vector->shape[0] != t->m->info.hidden_size) {
-        char shape[96];
+    /* [hidden] adds to every stream; [streams, hidden] (models of several residual streams, such as
+     * DeepSeek-V4's hyper-connections) gives each stream its own row, in layer_output's order */
+    int hidden = t->m->info.hidden_size, streams = t->m->info.num_streams > 0 ? t->m->info.num_streams : 1;
+    int whole = vector->ndim == 1 && vector->shape[0] == hidden;
+    int per_stream = streams > 1 && vector->ndim == 2 && vector->shape[0] == streams && vector->shape[1] == hidden;
+    if (!whole && !per_stream) {
+        char shape[96], also[96] = "";
         size_t k = (size_t)snprintf(shape, sizeof shape, "[");
         for (int d = 0; d < vector->ndim && k < sizeof shape; d++)
             k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", d ? ", " : "", (long long)vector->shape[d]);
         if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
-        return nnt_err_set(err, NNT_ERR_SHAPE, "steer: the vector is %s; it must be [hidden_size] = [%d]", shape,
-                           t->m->info.hidden_size);
+        if (streams > 1)
+            snprintf(also, sizeof also, " (every stream) or [num_streams, hidden_size] = [%d, %d] (a row per stream)",
+                     streams, hidden);
+        return nnt_err_set(err, NNT_ERR_SHAPE, "steer: the vector is %s; it must be [hidden_size] = [%d]%s", shape,
+                           hidden, also);
     }
     if (n_positions < 0 || (n_positions > 0 && !positions))
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "steer: %d positions but no list", n_positions);
@@ -1416,7 +1424,9 @@ static nnt_status apply_masked_fill(nnt_run *run, const request *r, const char *
 }
 
 /* STEER: value [batch, seq, ..., hidden] += factor * vector at the chosen tokens of the chosen
- * rows, every stream; a token's position is its index among its row's real tokens. */
+ * rows: a [hidden] vector on every stream, a [streams, hidden] one row per stream (j % H walks the
+ * token's streams x hidden either way); a token's position is its index among its row's real
+ * tokens. */
 static nnt_status apply_steer(nnt_run *run, const request *r, const char *path, nnt_tensor *v)
 {
     const nnt_forward_args *a = run->args;

@@ -60,8 +60,9 @@ class SkipLayers(namedtuple("SkipLayers", "start end")):
 
 
 class Steer(namedtuple("Steer", "layers vector factor positions")):
-    """Add factor * vector ([hidden_size]) to layer_output of `layers` (an int, a (first, last)
-    pair or a list of blocks) at `positions` (None: all; negative counts from the end)."""
+    """Add factor * vector ([hidden_size]: every stream; on DeepSeek-V4, [num_streams, hidden_size]:
+    a row per stream) to layer_output of `layers` (an int, a (first, last) pair or a list of
+    blocks) at `positions` (None: all; negative counts from the end)."""
 
     def __new__(cls, layers, vector, factor=1.0, positions=None):
         return super().__new__(cls, layers, vector, factor, positions)

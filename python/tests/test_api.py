@@ -179,3 +179,23 @@ def test_reencoding(example_model, tmp_path):
     blocks = sum(math.ceil(w.shape[0] / 128) * math.ceil(w.shape[1] / 128) for w in weights.values())
     assert r["encoded_bytes"] == r["values"] + 4 * blocks
     assert r["worst"] in weights and 0 < r["rel_rms"] <= r["worst_rel_rms"] < 0.1
+
+
+def test_steer_per_stream_on_deepseek_v4():
+    """DeepSeek-V4: Steer of a [hidden] vector adds it to each of the four streams, of a
+    [4, hidden] array one row per stream - each equal to the add edit of the same array."""
+    import os
+
+    import nnt
+    from conftest import FIXTURES
+
+    m = nnt.Model(os.path.join(FIXTURES, "deepseek_v4", "fp32"))
+    h = m.info.hidden_size
+    rows = np.zeros((4, h), np.float32)
+    rows[1] = np.linspace(-1, 1, h)
+    ids = [[3, 17, 42, 5, 99]]
+    steered = m.trace(ids, save=["logits"], edits=[nnt.Steer(1, rows, 0.5)])["logits"]
+    added = m.trace(ids, save=["logits"], edits=[("layers.1.layer_output", "add", rows, 0.5)])["logits"]
+    whole = m.trace(ids, save=["logits"], edits=[nnt.Steer(1, rows[1], 0.5)])["logits"]
+    assert np.array_equal(steered, added)
+    assert not np.array_equal(steered, whole)

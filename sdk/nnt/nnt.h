@@ -341,8 +341,10 @@ nnt_status nnt_positions_read(const char *text, int *out, int max, int *n, nnt_e
 /* Built-in operations, checked like the requests above:
  * ablate_expert: zero expert e's weight wherever block `layer` routes to it;
  * skip_layers: blocks start..end are skipped - block end's output is block start's input;
- * steer: add factor * vector ([hidden_size]) to layer_output of blocks first..last at the given
- *   token positions (see "token positions" above; NULL / 0: every token), on every stream. */
+ * steer: add factor * vector to layer_output of blocks first..last at the given token positions
+ *   (see "token positions" above; NULL / 0: every token): a [hidden_size] vector on every stream,
+ *   or, on a model of num_streams > 1 residual streams (DeepSeek-V4), a [num_streams,
+ *   hidden_size] one a row per stream. Other shapes: NNT_ERR_SHAPE naming both. */
 nnt_status nnt_trace_ablate_expert(nnt_trace *t, int layer, int expert);
 nnt_status nnt_trace_skip_layers(nnt_trace *t, int start, int end);
 nnt_status nnt_trace_steer(nnt_trace *t, int first, int last, const int *positions, int n_positions,
