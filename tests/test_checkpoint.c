@@ -713,6 +713,22 @@ static void test_config_domains(void)
         }
         expect_load(d, NNT_ERR_CONFIG, cases[c].msg);
     }
+    /* config.json is read whole into a tree of some 40 times its text: past 4 MiB it is refused */
+    char d[768], p[800];
+    CU_ASSERT_FATAL(copy_checkpoint("minimax_m2/fp32", "config_big", 0, d, sizeof d) == 0);
+    snprintf(p, sizeof p, "%s/config.json", d);
+    char *text = read_text(p), *brace = text ? strchr(text, '{') : NULL;
+    FILE *f = fopen(p, "wb");
+    CU_ASSERT_FATAL(brace && f);
+    fputs("{\"padding\": [", f);
+    for (long i = 0; i < (2L << 20) + 8; i++) fputs(i ? ",0" : "0", f);
+    fputs("],", f);
+    fputs(brace + 1, f);
+    char want[128];
+    snprintf(want, sizeof want, "config.json: %ld bytes, more than the 4194304 expected at most", ftell(f));
+    fclose(f);
+    free(text);
+    expect_load(d, NNT_ERR_FORMAT, want);
 }
 
 /* A block or expert count in config.json is bounded by the tensors the checkpoint holds before

@@ -939,6 +939,22 @@ static void test_unread_fields_memory(void)
     long size = 0;
     write_padded_tokenizer("tok_unread", 8L << 20, 1L << 20, NULL, dir, sizeof dir, &size);
     CU_ASSERT_FATAL(size > (16L << 20));
+    /* and a tokenizer_config.json with a long chat template and 4M zeros it does not read either */
+    char cfg_path[1200], cfg_src[1100];
+    snprintf(cfg_src, sizeof cfg_src, "%s/tokenizer_config.json", orig);
+    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", dir);
+    char *cfg_text = slurp(cfg_src, NULL), *brace = cfg_text ? strchr(cfg_text, '{') : NULL;
+    FILE *cf = fopen(cfg_path, "wb");
+    CU_ASSERT_FATAL(brace && cf);
+    fputs("{\"chat_template\": \"", cf);
+    for (long i = 0; i < (2L << 20); i++) fputc('x', cf);
+    fputs("\", \"junk\": [", cf);
+    for (long i = 0; i < (4L << 20); i++) fputs(i ? ",0" : "0", cf);
+    fputs("],", cf);
+    fputs(brace + 1, cf);
+    size += ftell(cf);
+    fclose(cf);
+    free(cfg_text);
     int fds[2];
     CU_ASSERT_FATAL(pipe(fds) == 0);
     fflush(NULL);
@@ -968,7 +984,8 @@ static void test_unread_fields_memory(void)
     CU_ASSERT(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
     CU_ASSERT_EQUAL_FATAL(got, (ssize_t)sizeof report);
     long bound_kb = 4 * size / 1024;
-    fprintf(stderr, "\n  a %ld-byte tokenizer.json (nearly all unread): peak RSS grew by %ld KiB at load (bound %ld)\n",
+    fprintf(stderr, "\n  %ld bytes of tokenizer.json and tokenizer_config.json (nearly all unread): peak RSS grew by "
+            "%ld KiB at load (bound %ld)\n",
             size, report[2], bound_kb);
     CU_ASSERT_EQUAL(report[0], NNT_OK);
     CU_ASSERT(report[1]); /* the same ids as without the unread members */
@@ -977,6 +994,7 @@ static void test_unread_fields_memory(void)
     char big_file[1100];
     snprintf(big_file, sizeof big_file, "%s/tokenizer.json", dir);
     unlink(big_file); /* 18 MB the folder need not keep */
+    unlink(cfg_path);
     /* a malformed byte inside the unread member is refused, at its offset */
     long bad_at = -1;
     write_padded_tokenizer("tok_unread_bad", 1000, 10, &bad_at, dir, sizeof dir, &size);

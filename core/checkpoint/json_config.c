@@ -8,6 +8,11 @@
 
 #include "internal.h"
 
+/* config.json is read whole into a cJSON tree (families read any of its fields by name), which
+ * costs some 40 times the text for arrays of small numbers: the cap bounds that. Released configs
+ * are kilobytes (the largest seen, with per-module quantization lists, about 0.2 MB). */
+#define MAX_CONFIG_JSON ((size_t)4 << 20)
+
 struct nnt_json {
     char *path;
     cJSON *root;
@@ -64,7 +69,7 @@ nnt_status nnt_json_load(const char *path, nnt_json **out, nnt_error *err)
     if (!nnt_file_exists(path))
         return nnt_err_set(err, NNT_ERR_IO, "%s: cannot open (does the checkpoint directory hold a config.json?)", path);
     char *text = NULL;
-    nnt_status st = nnt_read_file(path, (size_t)64 << 20, &text, NULL, err);
+    nnt_status st = nnt_read_file(path, MAX_CONFIG_JSON, &text, NULL, err);
     if (st != NNT_OK) return st;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);

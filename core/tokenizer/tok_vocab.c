@@ -65,17 +65,18 @@ nnt_status tok_read_config(nnt_tokenizer *tok, cJSON **cfg_out)
         free(path);
         return st;
     }
-    const char *end = NULL;
-    cJSON *cfg = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!cJSON_IsObject(cfg)) {
-        st = nnt_err_set(&tok->err, NNT_ERR_FORMAT, "%s: malformed JSON near byte %ld (expected an object)", path,
-                         cfg ? 0L : (end ? (long)(end - text) : -1L));
-        cJSON_Delete(cfg);
-        free(text);
+    /* only the members read here and by the tiktoken loader are built (a chat template, or any
+     * field nnt does not read, costs its bytes, not a parse tree: nnt_json_pick) */
+    static const nnt_json_want want[] = {{"bos_token", NULL}, {"eos_token", NULL}, {"pad_token", NULL},
+                                         {"add_bos_token", NULL}, {"pat_str", NULL}, {"added_tokens_decoder", NULL},
+                                         {NULL, NULL}};
+    cJSON *cfg = NULL;
+    st = nnt_json_pick(text, len, want, path, &cfg, &tok->err);
+    free(text);
+    if (st) {
         free(path);
         return st;
     }
-    free(text);
     const char *keys[3] = {"bos_token", "eos_token", "pad_token"};
     int32_t *ids[3] = {&tok->bos_id, &tok->eos_id, &tok->pad_id};
     for (int k = 0; k < 3 && !st; k++) {
