@@ -677,7 +677,8 @@ nnt_status nnt_tree_print(const nnt_tree *tree, const nnt_model *m, FILE *out, n
 char *nnt_strdup(const char *s);
 char *nnt_path_join(const char *dir, const char *name);
 char *nnt_dirname(const char *path);
-/* 1 when something exists at path, whatever its kind (stat follows links; nothing is opened):
+/* 1 when something exists at path, whatever its kind (stat follows links, and a link that leads
+ * nowhere - dangling, or a loop - counts too; nothing is opened):
  * a reader then opens it with nnt_open_regular, which names what is wrong with a FIFO or a
  * directory, rather than the caller skipping it as absent. */
 int nnt_file_exists(const char *path);

@@ -157,6 +157,30 @@ static void test_tokenizer_and_tensor_files(void)
     nnt_runtime_close(rt);
 }
 
+/* A link loop in the place of config.json or tokenizer.json is named as one, not reported as a
+ * missing file (the trial's "does the checkpoint directory hold a config.json?"). */
+static void test_link_loops(void)
+{
+    char dir[700], path[900], want[1100];
+    fresh_dir("loops", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    CU_ASSERT_FATAL(symlink("config.json", path) == 0);
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = NULL;
+    snprintf(want, sizeof want, "%s: cannot open: %s", path, strerror(ELOOP));
+    T_FAILS(rt, nnt_model_load(rt, dir, &m), NNT_ERR_IO, want);
+    nnt_runtime_close(rt);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    unlink(path);
+    CU_ASSERT_FATAL(symlink("tokenizer.json", path) == 0);
+    nnt_tokenizer *tok = NULL;
+    CU_ASSERT_EQUAL(nnt_tokenizer_load(dir, &tok), NNT_ERR_IO);
+    snprintf(want, sizeof want, "%s: cannot open: %s", path, strerror(ELOOP));
+    CU_ASSERT_PTR_NOT_NULL(strstr(nnt_tokenizer_last_error(tok), want));
+    nnt_tokenizer_free(tok);
+}
+
 /* The names in dir, sorted and joined by spaces, into buf. */
 static const char *listing(const char *dir, char *buf, size_t n)
 {
@@ -266,6 +290,7 @@ int register_tests(void)
         !CU_add_test(s, "nnt_read_file: content, size limit, FIFO", test_read_file) ||
         !CU_add_test(s, "a FIFO as config.json, model.safetensors, the index or a shard", test_model_files) ||
         !CU_add_test(s, "a FIFO as tokenizer.json, tiktoken.model or a tensor file", test_tokenizer_and_tensor_files) ||
+        !CU_add_test(s, "a link loop as config.json or tokenizer.json is named as one", test_link_loops) ||
         !CU_add_test(s, "nnt_write_file: written, replaced, through a link, refusals", test_write_file) ||
         !CU_add_test(s, "a writer killed mid-write leaves the old file and nothing else", test_killed_writer))
         return -1;

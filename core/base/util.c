@@ -49,7 +49,8 @@ char *nnt_dirname(const char *path)
 int nnt_file_exists(const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0;
+    /* a link that leads nowhere (dangling, or a loop) exists too: opening it then says why */
+    return stat(path, &st) == 0 || lstat(path, &st) == 0;
 }
 
 /* What a path that is not a regular file is, for messages. */
