@@ -290,6 +290,9 @@ typedef struct nnt_ini {
     uint64_t prefill_memory_bytes; /* memory_mb = MiB one forward's activations may take; 0 when absent */
     int prefill_chunk_tokens;      /* chunk_tokens = the chunks' length given outright; 0 when absent */
     int prefill_lines[2];          /* the lines of memory_mb and chunk_tokens (0: absent) */
+    /* [trace]: what one call's saves may hold (core/trace/trace_save_bound.c) */
+    uint64_t trace_save_bytes; /* save_mb = MiB the saved values of one call may take; 0 when absent */
+    int trace_lines[1];        /* the line of save_mb (0: absent) */
 } nnt_ini;
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err);
@@ -388,6 +391,19 @@ typedef struct nnt_path {
 nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err);
 /* Canonical text of (slot, layer) into buf. */
 const char *nnt_path_format(nnt_value_id slot, int layer, char *buf, size_t n);
+/* A wildcard over value names: "*" or "model.*" (every value: the model's and every block's),
+ * "[model.]layers.N.*" or "layers.*.*" (every value of block N / of every block), and
+ * "layers.N.HOST.*" (the values of one host module: self_attn, linear_attn, mlp or a native
+ * spelling the family renames to one). */
+typedef struct nnt_path_wild {
+    int all;   /* 1: "*" */
+    int layer; /* when not all: the block, or NNT_LAYER_ALL */
+    int host;  /* when not all: an nnt_module, or -1 for every value of the block */
+} nnt_path_wild;
+/* 1 and *out when text (without a slice) is such a wildcard; 0 when it is not one (text is then
+ * an ordinary path, or no path); -1 with err set when it ends in ".*" after a block whose index
+ * is out of range or a host no block has (NNT_ERR_INDEX, NNT_ERR_PATH). */
+int nnt_path_wildcard(const nnt_model *m, const char *text, nnt_path_wild *out, nnt_error *err);
 
 /* ---- arena (arena.c) ---- */
 typedef struct nnt_arena nnt_arena;

@@ -239,6 +239,26 @@ static int prefill_key(parse_state *ps, const char *name, const char *value)
     return 1;
 }
 
+/* [trace] save_mb = MiB (the bound on the bytes one call's saved values take; fractions allowed). */
+static int trace_key(parse_state *ps, const char *name, const char *value)
+{
+    nnt_ini *ini = ps->ini;
+    int line = ps->lr->line;
+    if (!name) return 1;
+    if (strcmp(name, "save_mb") != 0) return handler_fail(ps, line, "unknown key '%s' in [trace] (expected save_mb)", name);
+    if (ini->trace_lines[0])
+        return handler_fail(ps, line, "key '%s' appears twice in [trace] (first at line %d)", name, ini->trace_lines[0]);
+    ini->trace_lines[0] = line;
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || *end || errno || !(v * 1048576.0 >= 1.0 && v <= 1e9))
+        return handler_fail(ps, line, "[trace] save_mb = '%s': expected MiB, a number of at least one byte's worth "
+                            "(fractions allowed)", value);
+    ini->trace_save_bytes = (uint64_t)(v * 1048576.0);
+    return 1;
+}
+
 /* [distributed] transport = FILE, timeout = SECONDS, stages = CUT,CUT,... (ascending block
  * indices >= 1, each the first block of the next rank's stage). */
 static int distributed_key(parse_state *ps, const char *name, const char *value)
@@ -355,12 +375,13 @@ static int handler(void *user, const char *section, const char *name, const char
     if (strcmp(section, "grad") == 0) return grad_key(ps, name, value);
     if (strcmp(section, "attention") == 0) return attention_key(ps, name, value);
     if (strcmp(section, "prefill") == 0) return prefill_key(ps, name, value);
+    if (strcmp(section, "trace") == 0) return trace_key(ps, name, value);
     if (!section[0])
         return handler_fail(ps, line, "'%s = %s' comes before any section (expected [plugins], [family.NAME], "
-                            "[backend.NAME], [distributed], [grad], [attention] or [prefill] first)", name, value);
+                            "[backend.NAME], [distributed], [grad], [attention], [prefill] or [trace] first)", name, value);
     return handler_fail(ps, ps->lr->section_line,
                         "unknown section [%s] (expected [plugins], [family.NAME], [backend.NAME], [distributed], [grad], "
-                        "[attention] or [prefill])", section);
+                        "[attention], [prefill] or [trace])", section);
 }
 
 nnt_status nnt_ini_load(const char *path, nnt_ini **out, nnt_error *err)

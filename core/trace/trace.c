@@ -296,6 +296,10 @@ nnt_status nnt_trace_save_kind(nnt_trace *t, req_kind kind, const char *path)
         return nnt_err_set(rt_err(t), NNT_ERR_PATH, "%s '%s': the path is too long", kind == REQ_GRAD ? "grad" : "save",
                            path);
     if (open) snprintf(base, sizeof base, "%.*s", (int)(open - path), path);
+    nnt_path_wild w;
+    int wild = nnt_path_wildcard(t->m, open ? base : path, &w, rt_err(t));
+    if (wild < 0) return rt_err(t)->status;
+    if (wild && kind == REQ_SAVE) return nnt_trace_save_wildcard(t, open ? base : path, &w, open);
     request *r = NULL;
     nnt_status st = add_request(t, kind, open ? base : path, &r);
     if (st != NNT_OK || !open) return st;
@@ -982,6 +986,9 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
     t->n_cells = (L + 1) * NNT_VALUE_COUNT;
     t->cells = calloc((size_t)t->n_cells, sizeof *t->cells);
     if (!t->cells) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
+    uint64_t save_bytes = 0, largest_bytes = 0; /* what the call's saves hold (trace_save_bound.c) */
+    int n_saves = 0;
+    char largest[160] = "";
     for (int i = 0; i < t->n_reqs; i++) {
         request *r = &t->reqs[i];
         /* the chunks of a prompt are one step, the prompt's */
@@ -1013,16 +1020,25 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             const char *field = "";
             st = check_shapes(t, r, l, &vi, &field);
             if (st == NNT_OK) st = nnt_trace_pattern_check(t, r, l, &vi, rt_err(t));
+            axis_sel ax[NNT_MAX_DIMS];
+            int64_t shape[NNT_MAX_DIMS];
+            memcpy(shape, vi.shape, sizeof shape);
+            if (r->n_rows && vi.ndim > 0) shape[0] = r->n_rows; /* the slice applies to the rows kept */
+            if (t->window.total && token_axis >= 0) shape[token_axis] = t->window.total; /* the whole prompt's */
             if (st == NNT_OK && r->n_slice) {
-                axis_sel ax[NNT_MAX_DIMS];
                 char path[160];
-                int64_t shape[NNT_MAX_DIMS];
-                memcpy(shape, vi.shape, sizeof shape);
-                if (r->n_rows && vi.ndim > 0) shape[0] = r->n_rows; /* the slice applies to the rows kept */
-                if (t->window.total && token_axis >= 0) shape[token_axis] = t->window.total; /* the whole prompt's */
                 nnt_path_format(r->path.slot, l, path, sizeof path);
                 field = ".path";
                 st = nnt_trace_slice_resolve(r, path, vi.ndim, shape, vi.axes, ax, rt_err(t));
+            }
+            if (st == NNT_OK && r->kind == REQ_SAVE) {
+                uint64_t b = nnt_trace_save_bytes(vi.dtype, vi.ndim, shape, r->n_slice ? ax : NULL);
+                save_bytes += b;
+                n_saves++;
+                if (b > largest_bytes) {
+                    largest_bytes = b;
+                    nnt_path_format(r->path.slot, l, largest, sizeof largest);
+                }
             }
             if (st != NNT_OK) {
                 if (r->label && field) nnt_err_prefix(rt_err(t), "%s%s", r->label, r->label_whole ? "" : field);
@@ -1037,7 +1053,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             c->token_axis = token_axis;
         }
     }
-    return NNT_OK;
+    return nnt_trace_save_bound(t, save_bytes, largest, largest_bytes, n_saves, rt_err(t));
 }
 
 nnt_status nnt_trace_check_emitted(nnt_trace *t, nnt_error *err)

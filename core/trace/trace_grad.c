@@ -64,6 +64,13 @@ static const char *not_differentiable(const nnt_model *m, nnt_value_id slot, int
 static nnt_status check_differentiable(nnt_trace *t, const char *what, const char *path)
 {
     nnt_path p;
+    nnt_path_wild w;
+    int wild = nnt_path_wildcard(t->m, path, &w, t_err(t));
+    if (wild < 0) return t_err(t)->status;
+    if (wild)
+        return nnt_err_set(t_err(t), NNT_ERR_PATH,
+                           "%s '%s': a gradient names its values (over blocks as 'layers.*.NAME'); a wildcard over "
+                           "value names is for saves", what, path);
     nnt_status st = nnt_path_parse(t->m, path, &p, t_err(t));
     if (st != NNT_OK) return st;
     nnt_status failed;

@@ -172,6 +172,8 @@ nnt_status nnt_trace_slice_resolve(const request *r, const char *path, int ndim,
 nnt_status nnt_trace_slice_copy(const nnt_tensor *src, const axis_sel *ax, nnt_tensor *dst, nnt_error *err);
 
 /* ---- trace_patterns.c ---- */
+/* The bound on one call's saved bytes when the INI's [trace] save_mb is absent. */
+#define TRACE_SAVE_DEFAULT_BYTES ((uint64_t)8192 << 20)
 /* The bound on a pattern when the INI's [attention] pattern_mb is absent. */
 #define TRACE_PATTERN_DEFAULT_BYTES ((uint64_t)4096 << 20)
 /* NNT_OK unless request r reads, at block `layer`, a value laid out over queries and keys (vi:
@@ -239,6 +241,18 @@ nnt_status nnt_trace_readout_pick(const nnt_run *run, const nnt_tensor *src, con
 nnt_status nnt_trace_add_request(nnt_trace *t, req_kind kind, const char *text, request **out);
 /* A save (REQ_SAVE) or gradient (REQ_GRAD) request of path, which may end in a [...] slice. */
 nnt_status nnt_trace_save_kind(nnt_trace *t, req_kind kind, const char *path);
+/* Bytes of a saved value of dtype and shape [ndim], or of the entries slice ax keeps (NULL:
+ * the whole value). */
+uint64_t nnt_trace_save_bytes(nnt_dtype dtype, int ndim, const int64_t *shape, const axis_sel *ax);
+/* NNT_OK when total (the bytes of a call's n_saves saved values, largest the path of the biggest
+ * with its bytes) is within [trace] save_mb; else NNT_ERR_OUT_OF_MEMORY naming the total, the
+ * bound and the key that raises it (trace_save_bound.c). */
+nnt_status nnt_trace_save_bound(const nnt_trace *t, uint64_t total, const char *largest, uint64_t largest_bytes,
+                                int n_saves, nnt_error *err);
+/* The saves of wildcard w (nnt_path_wildcard of text, without its slice), slice ("[...]" or NULL)
+ * applied to each match it fits (trace_wildcards.c): one save request per served value, all or
+ * none added. Errors: those of nnt_trace_save_kind; NNT_ERR_NOT_SERVED when nothing matches. */
+nnt_status nnt_trace_save_wildcard(nnt_trace *t, const char *text, const nnt_path_wild *w, const char *slice);
 /* The cell of (layer, slot) in the table nnt_trace_prepare built, or NULL. */
 cell *nnt_trace_cell(nnt_trace *t, int layer, nnt_value_id slot);
 /* Applies edit request r to v (host memory), as at emission. */

@@ -1,5 +1,6 @@
 /* path.c - value paths: parsing "[model.][layers.N.|layers[N].][host.]value" (PCRE2), the
- * canonical spelling, and "did you mean" suggestions for unknown names. */
+ * canonical spelling, wildcards over value names ("*", "layers.N.*", "layers.N.HOST.*") and "did
+ * you mean" suggestions for unknown names. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdlib.h>
@@ -218,6 +219,64 @@ nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, n
     out->slot = (nnt_value_id)s;
     out->layer = layer;
     return NNT_OK;
+}
+
+int nnt_path_wildcard(const nnt_model *m, const char *text, nnt_path_wild *out, nnt_error *err)
+{
+    if (!text) return 0;
+    if (strcmp(text, "*") == 0 || strcmp(text, "model.*") == 0) {
+        *out = (nnt_path_wild){.all = 1, .layer = NNT_LAYER_ALL, .host = -1};
+        return 1;
+    }
+    size_t n = strlen(text);
+    if (n < 3 || strcmp(text + n - 2, ".*") != 0) return 0;
+    const char *s = strncmp(text, "model.", 6) == 0 ? text + 6 : text;
+    if (strncmp(s, "layers", 6) != 0) return 0;
+    s += 6;
+    char index[32];
+    size_t k;
+    if (*s == '.') {
+        k = strcspn(s + 1, ".");
+        if (k == 0 || k >= sizeof index) return 0;
+        memcpy(index, s + 1, k);
+        s += 1 + k;
+    } else if (*s == '[') {
+        k = strcspn(s + 1, "]");
+        if (k == 0 || k >= sizeof index || s[1 + k] != ']') return 0;
+        memcpy(index, s + 1, k);
+        s += 2 + k;
+    } else {
+        return 0;
+    }
+    index[k] = '\0';
+    if (strcmp(index, "*") != 0) { /* digits with an optional sign, as the path pattern takes */
+        size_t d = index[0] == '-';
+        if (!index[d] || strspn(index + d, "0123456789") != strlen(index + d)) return 0;
+    }
+    /* what is left: ".*" (the block) or ".HOST.*" */
+    const char *rest = s;
+    int host = -1;
+    if (strcmp(rest, ".*") != 0) {
+        char word[64];
+        size_t len = strlen(rest);
+        if (rest[0] != '.' || len < 4 || len - 3 >= sizeof word) return 0;
+        memcpy(word, rest + 1, len - 3);
+        word[len - 3] = '\0';
+        if (strspn(word, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != strlen(word)) return 0;
+        host = host_from_word(m, word);
+        if (host < 0) {
+            const char *cands[] = {"self_attn", "linear_attn", "mlp"};
+            char msg[NNT_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "path '%s': a block has no module '%s' holding standard values", text, word);
+            suggest(msg, sizeof msg, word, cands, 3);
+            nnt_err_set(err, NNT_ERR_PATH, "%s", msg);
+            return -1;
+        }
+    }
+    int layer;
+    if (parse_index(index, m ? m->info.num_layers : 0, text, err, &layer) != 0) return -1;
+    *out = (nnt_path_wild){.all = 0, .layer = layer, .host = host};
+    return 1;
 }
 
 /* The public description of one path: parsed here, described by the model (value_info.c). */

@@ -757,6 +757,17 @@ class Model:
         res = self._run(b)
         return self._values(res, positions, output)
 
+    def cache(self, prompts, values="*", edits=(), positions=None, output="numpy", add_special=True):
+        """Saves every value `values` matches in one forward, as nnsight's tracer.cache() does:
+        "*" (the default) every value the model serves, "layers.1.*" every value of block 1,
+        "layers.*.self_attn.*" one host module's in every block; a trailing slice applies to each
+        match whose axes fit it ("*[:, -1]": the last position of every [batch seq ...] value).
+        A list of patterns or paths is taken too. What the saves would hold is checked before the
+        forward against the INI's [trace] save_mb (default 8192 MiB), and past it nnt.Error names
+        the bytes. Returns Values as trace() does."""
+        return self.trace(prompts, save=values, edits=edits, positions=positions, output=output,
+                          add_special=add_special)
+
     def backward(self, prompts, cotangents, grad, save=(), edits=(), **kw):
         """The cotangent form of a gradient: trace() of prompts with `edits` (the same forward as
         the trace a metric was computed on), backpropagating cotangents {path: dL/dV} (arrays of

@@ -199,3 +199,29 @@ def test_steer_per_stream_on_deepseek_v4():
     whole = m.trace(ids, save=["logits"], edits=[nnt.Steer(1, rows[1], 0.5)])["logits"]
     assert np.array_equal(steered, added)
     assert not np.array_equal(steered, whole)
+
+
+def test_cache_saves_every_value(example_model):
+    """cache() (a "*" save) holds every value support lists as served, equal to saving each by its
+    path; a slice after a wildcard keeps the [batch seq ...] values' last position."""
+    m = example_model
+    served = []
+    for row in m.support():
+        if not row.served:
+            continue
+        if row.block < 0:
+            served.append(row.value)
+        else:
+            sub = row.host.partition(".")[2]
+            served.append(f"layers.{row.block}.{sub + '.' if sub else ''}{row.value}")
+    ids = [[3, 17, 42, 5]]
+    everything = m.cache(ids)
+    assert sorted({k.split("@")[0] for k in everything}) == sorted(served)
+    one = m.trace(ids, save=["layers.1.layer_output", "layers.0.mlp.router_logits"])
+    for key, arr in one.items():
+        np.testing.assert_array_equal(everything[key], arr)
+    last = m.cache(ids, "layers.*.*[:, -1]")
+    np.testing.assert_array_equal(last["layers.1.layer_output"], one["layers.1.layer_output"][:, -1])
+    assert "layers.1.self_attn.attention_probabilities" not in last
+    with pytest.raises(nnt.Error, match="block 9 is out of range"):
+        m.cache(ids, "layers.9.*")

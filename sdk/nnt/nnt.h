@@ -241,7 +241,17 @@ void nnt_trace_free(nnt_trace *t);
  * holds no more than the slices; the result keeps the value's key (see "saved values"). Errors:
  * NNT_ERR_PATH for a malformed slice, now; NNT_ERR_INDEX, when a run starts and before its
  * forward, for an index outside its axis, a range that selects nothing or more items than the
- * value has axes, naming the axis. Edits take no slice (NNT_ERR_PATH). */
+ * value has axes, naming the axis. Edits take no slice (NNT_ERR_PATH).
+ * Wildcards over value names: "*" (or "model.*") saves every value the model serves (the model's,
+ * then each block's, as nnt_model_support marks them served), "layers.N.*" every value of block
+ * N ("layers.*.*": of every block), "layers.N.HOST.*" one host module's (self_attn, linear_attn,
+ * mlp or a native spelling the family renames to one); each match becomes its own save under its
+ * own key. A slice after a wildcard is applied to the matches it fits, the others left out: an
+ * item restricting axis 0 needs a "batch" axis there, axis 1 a "seq" axis, a later axis only
+ * that the value has it. Errors: NNT_ERR_INDEX / NNT_ERR_PATH for a bad block or host, now;
+ * NNT_ERR_NOT_SERVED when nothing matches. Every run adds up what its saves hold (slices applied)
+ * before the forward: past the INI's [trace] save_mb (default 8192 MiB), NNT_ERR_OUT_OF_MEMORY
+ * naming the total and the largest value. */
 nnt_status nnt_trace_save(nnt_trace *t, const char *path);
 nnt_status nnt_trace_edit(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user);
 /* value := v. v (host, any float dtype for float values) must have the value's shape; checked
