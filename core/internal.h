@@ -389,8 +389,9 @@ typedef struct nnt_path {
 } nnt_path;
 /* Parses a value path against a model; fills err with suggestions on unknown names. */
 nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err);
-/* Canonical text of (slot, layer) into buf. */
-const char *nnt_path_format(nnt_value_id slot, int layer, char *buf, size_t n);
+/* Canonical text of (slot, layer) into buf; m names a native slot's module (NULL: standard
+ * slots only, a native one then written as "?"). */
+const char *nnt_path_format(const nnt_model *m, nnt_value_id slot, int layer, char *buf, size_t n);
 /* A wildcard over value names: "*" or "model.*" (every value: the model's and every block's),
  * "[model.]layers.N.*" or "layers.*.*" (every value of block N / of every block), and
  * "layers.N.HOST.*" (the values of one host module: self_attn, linear_attn, mlp or a native
@@ -450,7 +451,18 @@ struct nnt_model {
     nnt_memory memory; /* what the load took (nnt_model_memory) */
     int first_loaded, end_loaded; /* the blocks whose weights were loaded (every block: 0, num_layers) */
     nnt_tokenizer *tokenizer;     /* nnt_model_tokenizer's, loaded on its first call (NULL before) */
+    nnt_native_info natives[NNT_NATIVE_MAX]; /* the family's native list (nnt_family_descriptor.native) */
+    int n_natives;
 };
+/* Reads the family's native list into m (value_info.c); a malformed entry (no module name, io
+ * not 0 or 1, an alias that is no standard value, more than NNT_NATIVE_MAX entries) is
+ * NNT_ERR_PLUGIN naming the family and the entry. */
+nnt_status nnt_model_read_natives(nnt_model *m, nnt_error *err);
+/* Entry slot - NNT_VALUE_NATIVE of m's native list, or NULL (a standard slot, or past the list). */
+const nnt_native_info *nnt_model_native(const nnt_model *m, nnt_value_id slot);
+/* 1 when slot is a value of each block (a standard value whose host is not the model, or a
+ * native value of a block module), 0 when it is the model's. */
+int nnt_slot_in_block(const nnt_model *m, nnt_value_id slot);
 
 /* The domain a config.json number read under `key` (a nested key: its last name) violates, as
  * text ("an integer >= 1"), or NULL when v lies in it: any float must be finite, and the fields of

@@ -128,8 +128,9 @@ static void test_scopes_and_slices(void)
     T_OK(rt, nnt_trace_save(t, "model.layers[1].*"));
     T_OK(rt, nnt_trace_run(t, IDS, NULL, 1, SEQ));
     /* block 1's values in support: 6 of the block, 8 of self_attn and 6 of mlp (router_logits,
-     * expert_indices, expert_weights, expert_outputs, routed_output, mlp_output) */
-    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 20);
+     * expert_indices, expert_weights, expert_outputs, routed_output, mlp_output), and the inputs
+     * and outputs of q_proj, k_proj, v_proj, q_norm and k_norm (the other modules' are those) */
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 30);
     for (int i = 0; i < nnt_trace_result_count(t); i++) {
         const char *key;
         const nnt_tensor *v;
@@ -145,12 +146,12 @@ static void test_scopes_and_slices(void)
     nnt_trace_free(one);
     nnt_trace_free(t);
 
-    /* one host over every block: 3 blocks x 8 attention values */
+    /* one host over every block: 3 blocks x (8 attention values + 10 of its modules) */
     T_OK(rt, nnt_trace_new(m, &t));
     T_OK(rt, nnt_trace_save(t, "layers.*.self_attn.*"));
     T_OK(rt, nnt_trace_run(t, IDS, NULL, 1, SEQ));
-    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 24);
-    CU_ASSERT(has_key(t, "layers.2.self_attn.attention_probabilities"));
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 54);
+    CU_ASSERT(has_key(t, "layers.2.self_attn.attention_probabilities") && has_key(t, "layers.2.self_attn.k_norm.output"));
     CU_ASSERT(!has_key(t, "layers.2.layer_output"));
     nnt_trace_free(t);
 
@@ -174,7 +175,7 @@ static void test_scopes_and_slices(void)
     T_OK(rt, nnt_trace_new(m, &t));
     T_OK(rt, nnt_trace_save(t, "layers.0.self_attn.*[0]"));
     T_OK(rt, nnt_trace_run(t, IDS, NULL, 1, SEQ));
-    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 8);
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 18);
     const nnt_tensor *p = nnt_trace_get(t, "layers.0.self_attn.attention_probabilities");
     CU_ASSERT_FATAL(p != NULL);
     CU_ASSERT(p->ndim == 3 && p->shape[1] == SEQ && p->shape[2] == SEQ);

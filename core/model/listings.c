@@ -80,6 +80,35 @@ static nnt_status block_rows(const nnt_model *m, int layer, char **text, nnt_err
             len += l;
         }
     }
+    /* the native values of the block's modules (their own: an alias is a standard value above) */
+    for (int i = 0; i < m->n_natives; i++) {
+        const nnt_native_info *ni = &m->natives[i];
+        if (!ni->block || ni->alias >= 0) continue;
+        nnt_value_info vi;
+        nnt_status st = nnt_model_slot_info(m, layer, (nnt_value_id)((int)NNT_VALUE_NATIVE + i), NULL, &vi, err);
+        if (st != NNT_OK) {
+            free(s);
+            return st;
+        }
+        char line[800];
+        if (vi.served)
+            snprintf(line, sizeof line, "  %-24s %-12s yes  %-14s %-38s %s %s\n", ni->standard, ni->io ? "output" : "input",
+                     vi.layout, vi.axes, nnt_dtype_name(vi.dtype), vi.writable ? "rw" : "ro");
+        else
+            snprintf(line, sizeof line, "  %-24s %-12s no   %s\n", ni->standard, ni->io ? "output" : "input", vi.reason);
+        size_t l = strlen(line);
+        if (len + l + 1 > cap) {
+            cap = 2 * (len + l + 1);
+            char *g = realloc(s, cap);
+            if (!g) {
+                free(s);
+                return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            }
+            s = g;
+        }
+        memcpy(s + len, line, l + 1);
+        len += l;
+    }
     *text = s;
     return NNT_OK;
 }
@@ -105,6 +134,19 @@ nnt_status nnt_model_support(const nnt_model *m, FILE *out, int tsv)
                             vi.served ? nnt_dtype_name(vi.dtype) : "-", vi.served ? (vi.writable ? "yes" : "no") : "-",
                             vi.served ? "" : vi.reason);
                 }
+        /* native values of their own: host layers[N].MODULE, value input or output */
+        for (int layer = 0; layer < L; layer++)
+            for (int i = 0; i < m->n_natives; i++) {
+                const nnt_native_info *ni = &m->natives[i];
+                if (!ni->block || ni->alias >= 0) continue;
+                nnt_value_info vi;
+                nnt_status st = nnt_model_slot_info(m, layer, (nnt_value_id)((int)NNT_VALUE_NATIVE + i), NULL, &vi, err);
+                if (st != NNT_OK) return st;
+                fprintf(out, "layers[%d].%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", layer, ni->standard, layer,
+                        ni->io ? "output" : "input", vi.served ? "yes" : "no", vi.served ? vi.layout : "-",
+                        vi.served ? vi.axes : "-", vi.served ? nnt_dtype_name(vi.dtype) : "-",
+                        vi.served ? (vi.writable ? "yes" : "no") : "-", vi.served ? "" : vi.reason);
+            }
         return NNT_OK;
     }
     fprintf(out, "%s (%s), family %s, backend %s, %d blocks\n\nmodel\n", m->info.root_class,

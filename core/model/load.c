@@ -133,6 +133,10 @@ static nnt_status load(nnt_runtime *rt, const char *dir, int first, int end, nnt
         return st;
     }
     fam->family->info(m->impl, &m->info);
+    if ((st = nnt_model_read_natives(m, &rt->err)) != NNT_OK) {
+        nnt_model_free(m);
+        return st;
+    }
     int L = m->info.num_layers;
     m->first_loaded = end > 0 ? first : 0;
     m->end_loaded = end > 0 ? end : L;

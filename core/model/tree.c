@@ -127,6 +127,60 @@ static nnt_status render_values(sbuf *b, const nnt_model *m, int module, int lay
 static nnt_status render(sbuf *b, const nnt_tree *t, const nnt_model *m, int id, int depth,
                          const char *label, nnt_error *err);
 
+/* Node id's path of native names below its block (*block 1, *layer its block) or below the root
+ * (*block 0): "self_attn.q_proj", "norm"; empty for the root and the block itself. */
+static void node_path(const nnt_tree *t, int id, char *buf, size_t n, int *block, int *layer)
+{
+    int chain[64], k = 0;
+    *block = 0;
+    *layer = -1;
+    for (int j = id; j > 0 && t->nodes[j].parent >= 0 && k < 64; j = t->nodes[j].parent) {
+        const tnode *c = &t->nodes[j], *p = &t->nodes[c->parent];
+        if (c->layer >= 0 && p->layer < 0) { /* the block: a list's child */
+            *block = 1;
+            *layer = c->layer;
+            break;
+        }
+        chain[k++] = j;
+    }
+    buf[0] = '\0';
+    for (int i = k - 1; i >= 0; i--) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, n - l, "%s%s", l ? "." : "", t->nodes[chain[i]].native);
+    }
+}
+
+/* The lines of node id's native values (nnt_native_info): its input and output, each a value of
+ * its own with its layout or the standard value it is. Returns how many lines it wrote. */
+static int render_natives(sbuf *b, const nnt_tree *t, const nnt_model *m, int id, int depth)
+{
+    char path[256];
+    int block, layer, lines = 0;
+    node_path(t, id, path, sizeof path, &block, &layer);
+    if (!path[0]) return 0;
+    for (int i = 0; i < m->n_natives; i++) {
+        const nnt_native_info *ni = &m->natives[i];
+        if (ni->block != block || strcmp(ni->module, path) != 0) continue;
+        const char *io = ni->io ? "output" : "input";
+        if (ni->alias >= 0) {
+            indent(b, depth);
+            sb_add(b, "(%s) = %s\n", io, nnt_value_name((nnt_value_id)ni->alias));
+            lines++;
+            continue;
+        }
+        nnt_value_info vi;
+        nnt_error scratch = {0};
+        if (nnt_model_slot_info(m, block ? layer : -1, (nnt_value_id)((int)NNT_VALUE_NATIVE + i), NULL, &vi, &scratch) !=
+                NNT_OK ||
+            !vi.served)
+            continue;
+        indent(b, depth);
+        sb_add(b, "(%s) -> %s %s: the tensor its forward %s\n", io, vi.layout, vi.axes, ni->io ? "returns" : "receives");
+        lines++;
+    }
+    return lines;
+}
+
 /* Renders the children of a list node (e.g. `layers`), grouping identical consecutive ones. */
 static nnt_status render_list(sbuf *b, const nnt_tree *t, const nnt_model *m, const tnode *n,
                               int depth, nnt_error *err)
@@ -179,8 +233,17 @@ static nnt_status render(sbuf *b, const nnt_tree *t, const nnt_model *m, int id,
             sb_add(b, "(%s): %s(", n->native, n->cls);
     }
     if (n->n_kids == 0 && n->module < 0) {
-        sb_add(b, "%s)\n", n->detail ? n->detail : "");
-        return NNT_OK;
+        sbuf nat = {0};
+        if (!render_natives(&nat, t, m, id, depth + 1)) {
+            sb_add(b, "%s)\n", n->detail ? n->detail : "");
+            free(nat.s);
+            return NNT_OK;
+        }
+        sb_add(b, "%s\n%s", n->detail ? n->detail : "", nat.s ? nat.s : "");
+        free(nat.s);
+        indent(b, depth);
+        sb_add(b, ")\n");
+        return nat.oom ? nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory") : NNT_OK;
     }
     sb_add(b, "\n");
     nnt_status st = NNT_OK;
@@ -191,6 +254,7 @@ static nnt_status render(sbuf *b, const nnt_tree *t, const nnt_model *m, int id,
             st = render(b, t, m, n->kids[i], depth + 1, NULL, err);
     }
     if (st == NNT_OK && n->module >= 0) st = render_values(b, m, n->module, n->module == NNT_MODULE_MODEL ? -1 : n->layer, depth + 1, err);
+    if (st == NNT_OK) render_natives(b, t, m, id, depth + 1);
     indent(b, depth);
     sb_add(b, ")\n");
     return st;

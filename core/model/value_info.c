@@ -44,17 +44,20 @@ nnt_status nnt_model_slot_info(const nnt_model *m, int layer, nnt_value_id slot,
                                const nnt_call_dims *dims, nnt_value_info *out, nnt_error *err)
 {
     memset(out, 0, sizeof *out);
-    nnt_module host = nnt_value_module(slot);
-    if ((host == NNT_MODULE_MODEL) != (layer < 0))
-        return nnt_err_set(err, NNT_ERR_INTERNAL, "slot %s asked with layer %d", nnt_value_name(slot), layer);
-    if (!(host == NNT_MODULE_MODEL && core_slot_info(m, slot, dims, out))) {
+    const nnt_native_info *ni = nnt_model_native(m, slot);
+    if ((int)slot >= (int)NNT_VALUE_NATIVE && !ni)
+        return nnt_err_set(err, NNT_ERR_INTERNAL, "value id %d is past the model's native values", (int)slot);
+    const char *name = ni ? ni->standard : nnt_value_name(slot);
+    if (nnt_slot_in_block(m, slot) != (layer >= 0))
+        return nnt_err_set(err, NNT_ERR_INTERNAL, "slot %s asked with layer %d", name, layer);
+    if (!(!ni && nnt_value_module(slot) == NNT_MODULE_MODEL && core_slot_info(m, slot, dims, out))) {
         nnt_status st = m->family->family->value_info(m->impl, layer, slot, dims, out);
         if (st != NNT_OK)
             return nnt_err_set(err, st, "family %s could not describe %s on block %d", nnt_model_family(m),
-                               nnt_value_name(slot), layer);
+                               name, layer);
     }
-    if (!out->layout) out->layout = nnt_value_layout(slot);
-    if (!out->axes) out->axes = nnt_value_axes(slot);
+    if (!out->layout) out->layout = ni ? "Activations" : nnt_value_layout(slot);
+    if (!out->axes) out->axes = ni ? ni->axes : nnt_value_axes(slot);
     if (!out->served && !out->reason[0]) snprintf(out->reason, sizeof out->reason, "not provided by this family");
     return NNT_OK;
 }

@@ -49,7 +49,7 @@ nnt_status nnt_run_api_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tens
     /* a pipeline stage's family emits only the values its stage holds */
     if (!nnt_stage_holds(run->model->info.num_layers, run->first_layer, run->end_layer, slot, layer)) {
         char path[160];
-        nnt_path_format(slot, layer, path, sizeof path);
+        nnt_path_format(run->model, slot, layer, path, sizeof path);
         return nnt_err_set(run->err, NNT_ERR_PLUGIN,
                            "family '%s' emitted %s in a pipeline stage of blocks %d..%d, which does not hold it "
                            "(nnt_forward_args' stage fields: first_layer %d, end_layer %d)",
@@ -77,7 +77,7 @@ nnt_status nnt_run_api_emit_part(nnt_run *run, nnt_value_id slot, int layer, con
 {
     if (!nnt_stage_holds(run->model->info.num_layers, run->first_layer, run->end_layer, slot, layer)) {
         char path[160];
-        nnt_path_format(slot, layer, path, sizeof path);
+        nnt_path_format(run->model, slot, layer, path, sizeof path);
         return nnt_err_set(run->err, NNT_ERR_PLUGIN,
                            "family '%s' emitted a part of %s in a pipeline stage of blocks %d..%d, which does not hold it",
                            nnt_model_family(run->model), path, run->first_layer, run->end_layer - 1);

@@ -56,17 +56,6 @@ nnt_status nnt_trace_steps(nnt_trace *t, int from, int to)
     NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_steps", trace_steps_held(t, from, to));
 }
 
-nnt_status nnt_trace_save_every_step(nnt_trace *t, const char *path)
-{
-    int from = t->next_from, to = t->next_to;
-    t->next_from = 0;
-    t->next_to = -1;
-    nnt_status st = nnt_trace_save(t, path);
-    t->next_from = from;
-    t->next_to = to;
-    return st;
-}
-
 static void clear_results(nnt_trace *t)
 {
     for (int i = 0; i < t->n_results; i++) {
@@ -152,14 +141,14 @@ static nnt_status check_served(nnt_trace *t, const char *text, const nnt_path *p
         served_somewhere = 1;
         if (edit && !vi.writable) {
             char path[160];
-            nnt_path_format(p->slot, l, path, sizeof path);
+            nnt_path_format(t->m, p->slot, l, path, sizeof path);
             return nnt_err_set(err, NNT_ERR_READ_ONLY, "'%s': %s is read-only and cannot be edited",
                                text, path);
         }
     }
     if (!served_somewhere) {
         char path[160];
-        nnt_path_format(p->slot, reason_layer, path, sizeof path);
+        nnt_path_format(t->m, p->slot, reason_layer, path, sizeof path);
         return nnt_err_set(err, NNT_ERR_NOT_SERVED, "'%s': %s is not served by the %s family: %s",
                            text, path, nnt_model_family(t->m), reason);
     }
@@ -296,10 +285,6 @@ nnt_status nnt_trace_save_kind(nnt_trace *t, req_kind kind, const char *path)
         return nnt_err_set(rt_err(t), NNT_ERR_PATH, "%s '%s': the path is too long", kind == REQ_GRAD ? "grad" : "save",
                            path);
     if (open) snprintf(base, sizeof base, "%.*s", (int)(open - path), path);
-    nnt_path_wild w;
-    int wild = nnt_path_wildcard(t->m, open ? base : path, &w, rt_err(t));
-    if (wild < 0) return rt_err(t)->status;
-    if (wild && kind == REQ_SAVE) return nnt_trace_save_wildcard(t, open ? base : path, &w, open);
     request *r = NULL;
     nnt_status st = add_request(t, kind, open ? base : path, &r);
     if (st != NNT_OK || !open) return st;
@@ -315,15 +300,6 @@ nnt_status nnt_trace_save_kind(nnt_trace *t, req_kind kind, const char *path)
     return st;
 }
 
-static nnt_status trace_save_held(nnt_trace *t, const char *path)
-{
-    return nnt_trace_save_kind(t, REQ_SAVE, path);
-}
-
-nnt_status nnt_trace_save(nnt_trace *t, const char *path)
-{
-    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_save", trace_save_held(t, path));
-}
 
 static nnt_status trace_edit_held(nnt_trace *t, const char *path, nnt_edit_fn fn, void *user)
 {
@@ -818,7 +794,7 @@ static nnt_status cell_push(cell *c, int id)
 
 static cell *cell_at(nnt_trace *t, int layer, nnt_value_id slot)
 {
-    int idx = (layer + 1) * NNT_VALUE_COUNT + (int)slot;
+    int idx = (layer + 1) * NNT_SLOT_COUNT + (int)slot;
     if (!t->cells || idx < 0 || idx >= t->n_cells) return NULL;
     return &t->cells[idx];
 }
@@ -909,7 +885,7 @@ static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const 
 {
     nnt_error *err = rt_err(t);
     char want[96], got[96], path[160];
-    nnt_path_format(r->path.slot, layer, path, sizeof path);
+    nnt_path_format(t->m, r->path.slot, layer, path, sizeof path);
     *field = ".tensor";
     int limited = r->n_rows || r->by_position;
     if (limited) {
@@ -959,7 +935,7 @@ static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const 
         for (int i = 0; ok && i < wi.ndim; i++) ok = wi.shape[i] == vi->shape[i];
         if (!ok) {
             char wpath[160];
-            nnt_path_format(r->where_slot, layer, wpath, sizeof wpath);
+            nnt_path_format(t->m, r->where_slot, layer, wpath, sizeof wpath);
             return nnt_err_set(err, NNT_ERR_SHAPE,
                                "masked fill of '%s': the mask %s has shape %s, not a prefix of %s",
                                r->text, wpath, nnt_dims_str(wi.ndim, wi.shape, got, sizeof got),
@@ -983,7 +959,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
     t->step = step;
     int L = t->m->info.num_layers;
     free_cells(t);
-    t->n_cells = (L + 1) * NNT_VALUE_COUNT;
+    t->n_cells = (L + 1) * NNT_SLOT_COUNT;
     t->cells = calloc((size_t)t->n_cells, sizeof *t->cells);
     if (!t->cells) return nnt_err_set(rt_err(t), NNT_ERR_OUT_OF_MEMORY, "no memory");
     uint64_t save_bytes = 0, largest_bytes = 0; /* what the call's saves hold (trace_save_bound.c) */
@@ -1004,7 +980,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             if (!nnt_stage_holds(L, first, end, r->path.slot, l)) continue;
             if (r->kind == REQ_COPY_FROM && !nnt_stage_holds(L, first, end, r->where_slot, r->where_layer)) {
                 char src[160];
-                nnt_path_format(r->where_slot, r->where_layer, src, sizeof src);
+                nnt_path_format(t->m, r->where_slot, r->where_layer, src, sizeof src);
                 return nnt_err_set(rt_err(t), NNT_ERR_UNSUPPORTED,
                                    "'%s' takes %s, which another pipeline stage computes (this stage runs blocks "
                                    "%d..%d): skip_layers must lie within one stage",
@@ -1027,7 +1003,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
             if (t->window.total && token_axis >= 0) shape[token_axis] = t->window.total; /* the whole prompt's */
             if (st == NNT_OK && r->n_slice) {
                 char path[160];
-                nnt_path_format(r->path.slot, l, path, sizeof path);
+                nnt_path_format(t->m, r->path.slot, l, path, sizeof path);
                 field = ".path";
                 st = nnt_trace_slice_resolve(r, path, vi.ndim, shape, vi.axes, ax, rt_err(t));
             }
@@ -1037,7 +1013,7 @@ nnt_status nnt_trace_prepare(nnt_trace *t, const nnt_call_dims *dims, int step, 
                 n_saves++;
                 if (b > largest_bytes) {
                     largest_bytes = b;
-                    nnt_path_format(r->path.slot, l, largest, sizeof largest);
+                    nnt_path_format(t->m, r->path.slot, l, largest, sizeof largest);
                 }
             }
             if (st != NNT_OK) {
@@ -1060,11 +1036,11 @@ nnt_status nnt_trace_check_emitted(nnt_trace *t, nnt_error *err)
 {
     int L = t->m->info.num_layers;
     for (int layer = -1; layer < L; layer++)
-        for (int slot = 0; slot < NNT_VALUE_COUNT; slot++) {
+        for (int slot = 0; slot < NNT_SLOT_COUNT; slot++) {
             const cell *c = cell_at(t, layer, (nnt_value_id)slot);
             if (!c || c->n == 0 || c->emitted) continue;
             char path[160], want[96];
-            nnt_path_format((nnt_value_id)slot, layer, path, sizeof path);
+            nnt_path_format(t->m, (nnt_value_id)slot, layer, path, sizeof path);
             return nnt_err_set(err, NNT_ERR_PLUGIN,
                                "family '%s' did not emit %s in this call (batch %d, seq %d, past %d), though its "
                                "value_info declares it served as %s %s; nothing was emitted, so no shape to compare",
@@ -1222,7 +1198,7 @@ static nnt_status new_result(nnt_run *run, int req, nnt_value_id slot, int layer
         copy += t->reqs[j].kind == rq->kind && t->reqs[j].path.slot == slot &&
                 (t->reqs[j].path.layer == layer || t->reqs[j].path.layer == NNT_LAYER_ALL);
     *pre = rq->kind == REQ_GRAD ? snprintf(path, n, "grad:") : 0;
-    nnt_path_format(slot, layer, path + *pre, n - (size_t)*pre);
+    nnt_path_format(run->model, slot, layer, path + *pre, n - (size_t)*pre);
     if (occurrence) snprintf(path + strlen(path), n - strlen(path), "@%d", occurrence);
     if (copy) snprintf(path + strlen(path), n - strlen(path), "#%d", copy);
     res->path = nnt_strdup(path);
@@ -1421,7 +1397,7 @@ static nnt_status apply_masked_fill(nnt_run *run, const request *r, const char *
     kept *k = find_keep(run->trace, r->where_slot, layer, 0);
     if (!k || !k->valid) {
         char wpath[160];
-        nnt_path_format(r->where_slot, layer, wpath, sizeof wpath);
+        nnt_path_format(run->model, r->where_slot, layer, wpath, sizeof wpath);
         return nnt_err_set(run->err, NNT_ERR_STATE,
                            "masked fill of %s: the mask %s is not emitted before it in this family's forward", path,
                            wpath);
@@ -1472,7 +1448,7 @@ nnt_status nnt_trace_apply_edit(nnt_run *run, const request *r, int layer, nnt_t
 {
     int64_t n = nnt_tensor_numel(v);
     char path[160];
-    nnt_path_format(r->path.slot, layer, path, sizeof path);
+    nnt_path_format(run->model, r->path.slot, layer, path, sizeof path);
     int limited = r->n_rows > 0;
     switch (r->kind) {
     case REQ_EDIT_FN: return apply_callback(run, r, path, layer, v);
@@ -1504,7 +1480,7 @@ nnt_status nnt_trace_apply_edit(nnt_run *run, const request *r, int layer, nnt_t
         kept *k = find_keep(run->trace, r->where_slot, r->where_layer, 0);
         if (!k || !k->valid || nnt_tensor_numel(&k->t) != n) {
             char wpath[160];
-            nnt_path_format(r->where_slot, r->where_layer, wpath, sizeof wpath);
+            nnt_path_format(run->model, r->where_slot, r->where_layer, wpath, sizeof wpath);
             return nnt_err_set(run->err, NNT_ERR_STATE, "%s cannot take %s: it was not emitted before it", path, wpath);
         }
         return nnt_convert(k->t.data, k->t.dtype, v->data, v->dtype, n, run->err);
@@ -1528,7 +1504,7 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *
     if (value ? value->dtype != c->dtype || !nnt_shape_equal(value->ndim, value->shape, c->ndim, declared)
               : !c->may_be_none) {
         char path[160], want[96], got[96];
-        nnt_path_format(slot, layer, path, sizeof path);
+        nnt_path_format(run->model, slot, layer, path, sizeof path);
         nnt_dims_str(c->ndim, c->shape, want, sizeof want);
         if (!value)
             snprintf(got, sizeof got, "None");
@@ -1571,7 +1547,7 @@ nnt_status nnt_run_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *
         }
         if (!value) {
             char path[160];
-            nnt_path_format(slot, layer, path, sizeof path);
+            nnt_path_format(run->model, slot, layer, path, sizeof path);
             st = nnt_err_set(run->err, NNT_ERR_STATE,
                              "%s is None in this call (e.g. a recurrent state at the start of a prompt): there is "
                              "nothing to edit", path);
@@ -1627,7 +1603,7 @@ static const result *find_result(const nnt_trace *t, const char *key)
     int pre = strncmp(base, "grad:", 5) == 0 ? 5 : 0; /* a gradient's key: "grad:" and a path */
     if (nnt_path_parse(t->m, base + pre, &p, &scratch) == NNT_OK && p.layer != NNT_LAYER_ALL) {
         snprintf(canon, sizeof canon, "%s", pre ? "grad:" : "");
-        nnt_path_format(p.slot, p.layer, canon + pre, sizeof canon - (size_t)pre);
+        nnt_path_format(t->m, p.slot, p.layer, canon + pre, sizeof canon - (size_t)pre);
         if (k) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "@%ld", k);
         if (r) snprintf(canon + strlen(canon), sizeof canon - strlen(canon), "#%ld", r);
         want = canon;

@@ -11,7 +11,7 @@
 
 static int cell_tag(int layer, nnt_value_id slot)
 {
-    return (layer + 1) * NNT_VALUE_COUNT + (int)slot;
+    return (layer + 1) * NNT_SLOT_COUNT + (int)slot;
 }
 
 /* Softmax of row x[V] into p (double), returning log(sum exp(x - max)) + max. */
@@ -236,8 +236,8 @@ static nnt_status backward(nnt_trace *t, const int32_t *ids, const int32_t *mask
     nnt_run run = {.model = t->m, .trace = t, .err = err, .dims = t->dims, .current_request = -1};
     for (int k = 0; st == NNT_OK && k < n_cells_wanted; k++) {
         const cell *c = &t->cells[cell_of[k]];
-        int layer = cell_of[k] / NNT_VALUE_COUNT - 1;
-        nnt_value_id slot = (nnt_value_id)(cell_of[k] % NNT_VALUE_COUNT);
+        int layer = cell_of[k] / NNT_SLOT_COUNT - 1;
+        nnt_value_id slot = (nnt_value_id)(cell_of[k] % NNT_SLOT_COUNT);
         for (int i = 0; i < c->n && st == NNT_OK; i++)
             if (t->reqs[c->ids[i]].kind == REQ_GRAD) st = nnt_trace_push_result(&run, c->ids[i], slot, layer, &gt[k]);
     }

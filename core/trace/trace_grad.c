@@ -19,7 +19,7 @@ static nnt_error *t_err(nnt_trace *t)
 /* The tape's tag of a value: its cell's index. */
 static int cell_tag(int layer, nnt_value_id slot)
 {
-    return (layer + 1) * NNT_VALUE_COUNT + (int)slot;
+    return (layer + 1) * NNT_SLOT_COUNT + (int)slot;
 }
 
 int nnt_trace_wants_grad(const nnt_trace *t)
@@ -266,7 +266,7 @@ nnt_status nnt_trace_grad_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_t
     }
     if (st != NNT_OK || !mark) return st;
     char path[160];
-    nnt_path_format(slot, layer, path, sizeof path);
+    nnt_path_format(run->model, slot, layer, path, sizeof path);
     if (value->dtype != NNT_F32)
         return nnt_err_set(run->err, NNT_ERR_PLUGIN, "family '%s' emitted %s as %s; a gradient needs float32",
                            nnt_model_family(run->model), path, nnt_dtype_name(value->dtype));

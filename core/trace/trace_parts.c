@@ -60,7 +60,7 @@ nnt_status nnt_trace_emit_part(nnt_run *run, nnt_value_id slot, int layer, const
     cell *c = t ? nnt_trace_cell(t, layer, slot) : NULL;
     if (!c || c->n == 0) return NNT_OK;
     char path[160];
-    nnt_path_format(slot, layer, path, sizeof path);
+    nnt_path_format(run->model, slot, layer, path, sizeof path);
     const char *fam = nnt_model_family(run->model);
     if (!saves_only(t, c) || t->window.total || t->grad.saves_off)
         return nnt_err_set(run->err, NNT_ERR_PLUGIN,

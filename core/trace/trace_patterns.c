@@ -36,7 +36,7 @@ nnt_status nnt_trace_pattern_check(const nnt_trace *t, const request *r, int lay
     for (int d = 0; d < vi->ndim; d++) bytes *= (uint64_t)(sliced ? ax[d].count : vi->shape[d]);
     if (bytes <= bound) return NNT_OK;
     char path[160], dims[96];
-    nnt_path_format(r->path.slot, layer, path, sizeof path);
+    nnt_path_format(t->m, r->path.slot, layer, path, sizeof path);
     nnt_dims_str(vi->ndim, vi->shape, dims, sizeof dims);
     return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY,
                        "'%s' asks for %s, a pattern of %s %s in this call: %llu bytes (%.3f GB) held at once (%s), "

@@ -1,10 +1,12 @@
-/* trace_wildcards.c - saves over value names: "*" (every value the model serves), "layers.N.*"
+/* trace_wildcards.c - the save requests (nnt_trace_save): one value path, or a wildcard over value
+ * names: "*" (every value the model serves), "layers.N.*"
  * (every value of a block, or of every block with "layers.*.*") and "layers.N.HOST.*" (one host
  * module's), each expanded into one save per served value, in the registry's order, model values
  * first. A slice after the wildcard applies to each match whose axes it fits: an item that
  * restricts axis 0 needs a batch axis there, axis 1 a seq axis, a later axis only that the value
  * has it; the other matches are left out (e.g. "*[:, -1]" keeps the last position of every
  * [batch seq ...] value and leaves out the patterns, the input size and next_token_probs). */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,6 +66,17 @@ static int slice_fits(const char *slice, const char *axes)
     return 1;
 }
 
+/* 1 when slot belongs to host module `host`: a standard value of that host, or a native value
+ * of a module under it (its path's first name, in the standard spelling, is the host's). */
+static int in_host(const nnt_model *m, nnt_value_id slot, int host)
+{
+    const nnt_native_info *ni = nnt_model_native(m, slot);
+    if (!ni) return (int)nnt_value_module(slot) == host;
+    const char *name = nnt_module_name((nnt_module)host);
+    size_t n = strlen(name);
+    return strncmp(ni->standard, name, n) == 0 && (ni->standard[n] == '.' || ni->standard[n] == '\0');
+}
+
 /* The axes of slot on the first block of [lo, hi] that serves it (layer -1: the model's);
  * NULL when none does. */
 static const char *served_axes(nnt_trace *t, nnt_value_id slot, int lo, int hi)
@@ -72,7 +85,7 @@ static const char *served_axes(nnt_trace *t, nnt_value_id slot, int lo, int hi)
         nnt_value_info vi;
         nnt_error scratch = {0};
         if (nnt_model_slot_info(t->m, l, slot, NULL, &vi, &scratch) != NNT_OK || !vi.served) continue;
-        return vi.axes ? vi.axes : nnt_value_axes(slot);
+        return vi.axes;
     }
     return NULL;
 }
@@ -86,14 +99,16 @@ nnt_status nnt_trace_save_wildcard(nnt_trace *t, const char *text, const nnt_pat
         if (pass == 0 && !w->all) continue;
         int layer = pass == 0 ? -1 : w->all ? NNT_LAYER_ALL : w->layer;
         int lo = layer == NNT_LAYER_ALL ? 0 : layer, hi = layer == NNT_LAYER_ALL ? L - 1 : layer;
-        for (int s = 0; s < NNT_VALUE_COUNT && st == NNT_OK; s++) {
-            nnt_module host = nnt_value_module((nnt_value_id)s);
-            if ((pass == 0) != (host == NNT_MODULE_MODEL)) continue;
-            if (pass == 1 && w->host >= 0 && (int)host != w->host) continue;
+        /* the standard values, then the model's native values of their own (nnt_native_info) */
+        for (int s = 0; s < (int)NNT_VALUE_NATIVE + t->m->n_natives && st == NNT_OK; s++) {
+            const nnt_native_info *ni = nnt_model_native(t->m, (nnt_value_id)s);
+            if (ni && ni->alias >= 0) continue; /* a standard value under another name */
+            if ((pass == 0) != !nnt_slot_in_block(t->m, (nnt_value_id)s)) continue;
+            if (pass == 1 && w->host >= 0 && !in_host(t->m, (nnt_value_id)s, w->host)) continue;
             const char *axes = served_axes(t, (nnt_value_id)s, lo, hi);
             if (!axes || !slice_fits(slice, axes)) continue;
             char path[224];
-            nnt_path_format((nnt_value_id)s, layer, path, 160);
+            nnt_path_format(t->m, (nnt_value_id)s, layer, path, 160);
             if (slice) snprintf(path + strlen(path), sizeof path - strlen(path), "%s", slice);
             st = nnt_trace_save_kind(t, REQ_SAVE, path);
             added += st == NNT_OK;
@@ -106,5 +121,37 @@ nnt_status nnt_trace_save_wildcard(nnt_trace *t, const char *text, const nnt_pat
                                  "second)"
                                : "there");
     if (st != NNT_OK) nnt_trace_drop_since(t, before);
+    return st;
+}
+
+static nnt_status trace_save_held(nnt_trace *t, const char *path)
+{
+    if (!t || !path) return NNT_ERR_INVALID_ARGUMENT;
+    const char *open = strrchr(path, '[');
+    size_t n = strlen(path);
+    /* a trailing slice (after the name: a block index "layers[1]" comes before it) */
+    if (!(n >= 3 && path[n - 1] == ']' && open && open > path && open[-1] != '.' && open[-1] != '[')) open = NULL;
+    char base[256];
+    if ((size_t)(open ? open - path : (ptrdiff_t)n) >= sizeof base) return nnt_trace_save_kind(t, REQ_SAVE, path);
+    snprintf(base, sizeof base, "%.*s", (int)(open ? open - path : (ptrdiff_t)n), path);
+    nnt_path_wild w;
+    int wild = nnt_path_wildcard(t->m, base, &w, &t->m->rt->err);
+    if (wild < 0) return t->m->rt->err.status;
+    return wild ? nnt_trace_save_wildcard(t, base, &w, open) : nnt_trace_save_kind(t, REQ_SAVE, path);
+}
+
+nnt_status nnt_trace_save(nnt_trace *t, const char *path)
+{
+    NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_save", trace_save_held(t, path));
+}
+
+nnt_status nnt_trace_save_every_step(nnt_trace *t, const char *path)
+{
+    int from = t->next_from, to = t->next_to;
+    t->next_from = 0;
+    t->next_to = -1;
+    nnt_status st = nnt_trace_save(t, path);
+    t->next_from = from;
+    t->next_to = to;
     return st;
 }

@@ -13,19 +13,22 @@ static const char *const PATH_PATTERN =
     "(?:layers(?:\\.(-?[0-9]+|\\*)|\\[(-?[0-9]+|\\*)\\])\\.)?"
     "([A-Za-z_][A-Za-z0-9_]*)(?:\\.([A-Za-z_][A-Za-z0-9_]*))?$";
 
-const char *nnt_path_format(nnt_value_id slot, int layer, char *buf, size_t n)
+const char *nnt_path_format(const nnt_model *m, nnt_value_id slot, int layer, char *buf, size_t n)
 {
     const nnt_value_def *d = nnt_value_def_get(slot);
-    if (!d) {
-        snprintf(buf, n, "?");
-        return buf;
-    }
+    const nnt_native_info *ni = nnt_model_native(m, slot);
     char idx[24];
     if (layer == NNT_LAYER_ALL)
         snprintf(idx, sizeof idx, "*");
     else
         snprintf(idx, sizeof idx, "%d", layer);
-    if (d->module == NNT_MODULE_MODEL)
+    if (ni && ni->block)
+        snprintf(buf, n, "layers.%s.%s.%s", idx, ni->standard, ni->io ? "output" : "input");
+    else if (ni)
+        snprintf(buf, n, "%s.%s", ni->standard, ni->io ? "output" : "input");
+    else if (!d)
+        snprintf(buf, n, "?");
+    else if (d->module == NNT_MODULE_MODEL)
         snprintf(buf, n, "%s", d->name);
     else if (d->module == NNT_MODULE_LAYER)
         snprintf(buf, n, "layers.%s.%s", idx, d->name);
@@ -39,7 +42,7 @@ static void suggest(char *msg, size_t n, const char *word, const char *const *ca
 {
     int limit = (int)strlen(word) / 3;
     if (limit < 2) limit = 2;
-    int dist[NNT_VALUE_COUNT + 8];
+    int dist[2 * NNT_NATIVE_MAX + NNT_VALUE_COUNT];
     if (count > (int)(sizeof dist / sizeof dist[0])) count = (int)(sizeof dist / sizeof dist[0]);
     for (int i = 0; i < count; i++) {
         int d = nnt_edit_distance(word, cands[i]);
@@ -117,7 +120,7 @@ static nnt_status unknown_value(const nnt_model *m, const char *text, nnt_module
         }
         char p[128];
         if (layer >= 0 || nnt_value_module((nnt_value_id)s) == NNT_MODULE_MODEL) {
-            nnt_path_format((nnt_value_id)s, layer < 0 ? 0 : layer, p, sizeof p);
+            nnt_path_format(m, (nnt_value_id)s, layer < 0 ? 0 : layer, p, sizeof p);
             k += (size_t)snprintf(msg + k, sizeof msg - k, " ('%s' exists as %s)", word, p);
         } else {
             k += (size_t)snprintf(msg + k, sizeof msg - k, " ('%s' belongs to %s, which no block of this model has)", word,
@@ -128,9 +131,13 @@ static nnt_status unknown_value(const nnt_model *m, const char *text, nnt_module
     return nnt_err_set(err, NNT_ERR_PATH, "%s", msg);
 }
 
+static int parse_native(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err);
+
 nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err)
 {
     if (!text) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "value path is NULL");
+    int native = parse_native(m, text, out, err);
+    if (native) return native > 0 ? NNT_OK : err->status;
     int errcode;
     PCRE2_SIZE erroff;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)PATH_PATTERN, PCRE2_ZERO_TERMINATED, 0, &errcode,
@@ -181,7 +188,7 @@ nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, n
             for (int h = NNT_MODULE_LAYER; h < NNT_MODULE_COUNT; h++)
                 if (nnt_value_find((nnt_module)h, w1) >= 0) {
                     char p[128];
-                    nnt_path_format((nnt_value_id)nnt_value_find((nnt_module)h, w1), 0, p, sizeof p);
+                    nnt_path_format(m, (nnt_value_id)nnt_value_find((nnt_module)h, w1), 0, p, sizeof p);
                     return nnt_err_set(err, NNT_ERR_PATH,
                                        "path '%s': '%s' is a value of each block; name one, e.g. '%s'",
                                        text, w1, p);
@@ -221,28 +228,24 @@ nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, n
     return NNT_OK;
 }
 
-int nnt_path_wildcard(const nnt_model *m, const char *text, nnt_path_wild *out, nnt_error *err)
+/* "[model.]layers.N" or "layers[N]" at the start of text (N digits with a sign, or "*"): the
+ * index text into index and what follows it into *rest; 0 when text does not start so (with
+ * "model." alone stripped into *rest). */
+static int split_block(const char *text, char *index, size_t n, const char **rest)
 {
-    if (!text) return 0;
-    if (strcmp(text, "*") == 0 || strcmp(text, "model.*") == 0) {
-        *out = (nnt_path_wild){.all = 1, .layer = NNT_LAYER_ALL, .host = -1};
-        return 1;
-    }
-    size_t n = strlen(text);
-    if (n < 3 || strcmp(text + n - 2, ".*") != 0) return 0;
     const char *s = strncmp(text, "model.", 6) == 0 ? text + 6 : text;
+    *rest = s;
     if (strncmp(s, "layers", 6) != 0) return 0;
     s += 6;
-    char index[32];
     size_t k;
     if (*s == '.') {
         k = strcspn(s + 1, ".");
-        if (k == 0 || k >= sizeof index) return 0;
+        if (k == 0 || k >= n) return 0;
         memcpy(index, s + 1, k);
         s += 1 + k;
     } else if (*s == '[') {
         k = strcspn(s + 1, "]");
-        if (k == 0 || k >= sizeof index || s[1 + k] != ']') return 0;
+        if (k == 0 || k >= n || s[1 + k] != ']') return 0;
         memcpy(index, s + 1, k);
         s += 2 + k;
     } else {
@@ -253,8 +256,90 @@ int nnt_path_wildcard(const nnt_model *m, const char *text, nnt_path_wild *out, 
         size_t d = index[0] == '-';
         if (!index[d] || strspn(index + d, "0123456789") != strlen(index + d)) return 0;
     }
+    *rest = s;
+    return 1;
+}
+
+/* 1 when module path p (n characters) names entry ni: as many dotted names as its path, each in
+ * the checkpoint's or the standard spelling ("mlp.gate", transformers' own mix, names
+ * block_sparse_moe.gate = mlp.router). */
+static int module_matches(const nnt_native_info *ni, const char *p, size_t n)
+{
+    const char *a = ni->module, *b = ni->standard;
+    size_t i = 0;
+    for (;;) {
+        size_t la = strcspn(a, "."), lb = strcspn(b, "."), lp = 0;
+        while (i + lp < n && p[i + lp] != '.') lp++;
+        if (!((lp == la && strncmp(p + i, a, la) == 0) || (lp == lb && strncmp(p + i, b, lb) == 0))) return 0;
+        a += la;
+        b += lb;
+        i += lp;
+        int end = i >= n;
+        if ((*a == 0) != end || (*b == 0) != end) return 0;
+        if (end) return 1;
+        a++, b++, i++;
+    }
+}
+
+/* A native module value: "[model.][layers.N.]MODULE.input|output" with MODULE an entry of m's
+ * native list (either spelling). 1 and *out when text is one, 0 when it is not, -1 with err set
+ * for a block index out of range. */
+static int parse_native(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err)
+{
+    if (!m || !m->n_natives) return 0;
+    char index[32];
+    const char *rest;
+    int block = split_block(text, index, sizeof index, &rest);
+    if (block) {
+        if (*rest != '.') return 0;
+        rest++;
+    }
+    size_t len = strlen(rest);
+    int io = len > 6 && strcmp(rest + len - 6, ".input") == 0 ? 0 : len > 7 && strcmp(rest + len - 7, ".output") == 0 ? 1 : -1;
+    if (io < 0) return 0;
+    size_t mlen = len - (io ? 7 : 6);
+    for (int i = 0; i < m->n_natives; i++) {
+        const nnt_native_info *ni = &m->natives[i];
+        if (ni->io != io || ni->block != block || !module_matches(ni, rest, mlen)) continue;
+        int layer = -1;
+        if (block && parse_index(index, m->info.num_layers, text, err, &layer) != 0) return -1;
+        out->slot = ni->alias >= 0 ? (nnt_value_id)ni->alias : (nnt_value_id)((int)NNT_VALUE_NATIVE + i);
+        out->layer = layer;
+        return 1;
+    }
+    /* "MODULE.input" with a dotted module path names no module: say so, with the nearest */
+    char word[128];
+    if (mlen == 0 || mlen >= sizeof word || !memchr(rest, '.', mlen)) return 0;
+    memcpy(word, rest, mlen);
+    word[mlen] = '\0';
+    const char *cands[2 * NNT_NATIVE_MAX];
+    int k = 0;
+    for (int i = 0; i < m->n_natives; i++)
+        if (m->natives[i].block == block) {
+            cands[k++] = m->natives[i].standard;
+            cands[k++] = m->natives[i].module;
+        }
+    char msg[NNT_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "path '%s': %s has no module '%s' with an %s (`nnt print` lists the modules)", text,
+             block ? "a block" : "the model", word, io ? "output" : "input");
+    suggest(msg, sizeof msg, word, cands, k);
+    nnt_err_set(err, NNT_ERR_PATH, "%s", msg);
+    return -1;
+}
+
+int nnt_path_wildcard(const nnt_model *m, const char *text, nnt_path_wild *out, nnt_error *err)
+{
+    if (!text) return 0;
+    if (strcmp(text, "*") == 0 || strcmp(text, "model.*") == 0) {
+        *out = (nnt_path_wild){.all = 1, .layer = NNT_LAYER_ALL, .host = -1};
+        return 1;
+    }
+    size_t n = strlen(text);
+    if (n < 3 || strcmp(text + n - 2, ".*") != 0) return 0;
+    char index[32];
+    const char *rest;
+    if (!split_block(text, index, sizeof index, &rest)) return 0;
     /* what is left: ".*" (the block) or ".HOST.*" */
-    const char *rest = s;
     int host = -1;
     if (strcmp(rest, ".*") != 0) {
         char word[64];

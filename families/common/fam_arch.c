@@ -299,6 +299,40 @@ int fam_arch_value_info(const fam_arch *a, const void *self, int layer, nnt_valu
     return 1;
 }
 
+/* ---- what the native values read (fam_natives.c) ---- */
+
+int fam_arch_block_row(const fam_arch *a)
+{
+    return block_row(a);
+}
+
+int fam_arch_subtree_end(const fam_arch *a, int i)
+{
+    return subtree_end(a, i);
+}
+
+typedef struct row_walk {
+    int row, found;
+} row_walk;
+
+static int visit_row(void *ctx, int i)
+{
+    row_walk *c = ctx;
+    if (i != c->row) return WALK_ON;
+    c->found = 1;
+    return WALK_STOP;
+}
+
+int fam_arch_row_on_block(const fam_arch *a, const void *self, int layer, int row, fam_block_facts *f)
+{
+    int b = block_row(a);
+    if (b < 0) return 0;
+    describe(a, self, layer, f);
+    row_walk c = {.row = row};
+    walk(a, b, subtree_end(a, b), f->traits, visit_row, &c);
+    return c.found;
+}
+
 /* ---- the module tree ---- */
 
 typedef struct tree_walk {

@@ -60,6 +60,8 @@ void fam_env_init(fam_env *env, const nnt_load_args *args)
 
 void fam_env_release(fam_env *env)
 {
+    free(env->natives); /* fam_env_natives' list */
+    env->natives = NULL;
     fam_prepared *p = env->prepared;
     if (!p) return;
     for (int i = p->n - 1; i >= 0; i--) env->be->release_weight(env->be_ctx, &p->w[i]);

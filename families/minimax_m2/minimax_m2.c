@@ -151,13 +151,16 @@ static const fam_module MM_MODULES[] = {
     {.depth = 0, .native = "model", .cls = "MiniMaxM2ForCausalLM"},
     {.depth = 1, .native = "lm_head", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
      .tensors = {{.name = {"lm_head.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
-                  .size = {MM_V, MM_H}, .unless = MM_TIED}}},
+                  .size = {MM_V, MM_H}, .unless = MM_TIED}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_FINAL_NORM_OUTPUT), .alias_out = FAM_ALIAS(NNT_VALUE_LM_HEAD_OUTPUT)},
     {.depth = 1, .native = "embed_tokens", .cls = "Embedding", .detail = FAM_DETAIL_EMBEDDING,
      .tensors = {{.name = {"model.embed_tokens.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
-                  .size = {MM_V, MM_H}, .first_stage = 1}}},
+                  .size = {MM_V, MM_H}, .first_stage = 1}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_INPUT_IDS), .alias_out = FAM_ALIAS(NNT_VALUE_TOKEN_EMBEDDINGS)},
     {.depth = 1, .native = "layers", .cls = "ModuleList"},
     {.depth = 2, .native = "layers", .cls = "MiniMaxM2DecoderLayer", .block = 1},
-    {.depth = 3, .native = "self_attn", .cls = "MiniMaxM2Attention", .module = NNT_MODULE_SELF_ATTN},
+    {.depth = 3, .native = "self_attn", .cls = "MiniMaxM2Attention", .module = NNT_MODULE_SELF_ATTN,
+     .alias_in = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ATTN_OUTPUT)},
     {.depth = 4, .native = "q_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
      .tensors = {MM_LINEAR(q_proj, "model.layers.%d.self_attn.q_proj.weight", MM_Q, MM_H)}},
     {.depth = 4, .native = "k_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
@@ -165,13 +168,15 @@ static const fam_module MM_MODULES[] = {
     {.depth = 4, .native = "v_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
      .tensors = {MM_LINEAR(v_proj, "model.layers.%d.self_attn.v_proj.weight", MM_KV, MM_H)}},
     {.depth = 4, .native = "o_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
-     .tensors = {MM_LINEAR(o_proj, "model.layers.%d.self_attn.o_proj.weight", MM_H, MM_Q)}},
+     .tensors = {MM_LINEAR(o_proj, "model.layers.%d.self_attn.o_proj.weight", MM_H, MM_Q)},
+     .alias_in = FAM_ALIAS(NNT_VALUE_ATTN_PREMIX), .alias_out = FAM_ALIAS(NNT_VALUE_ATTN_OUTPUT)},
     /* one RMSNorm over each whole projection, all heads together */
     {.depth = 4, .native = "q_norm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
      .tensors = {MM_GAIN(q_norm, "model.layers.%d.self_attn.q_norm.weight", MM_Q)}},
     {.depth = 4, .native = "k_norm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
      .tensors = {MM_GAIN(k_norm, "model.layers.%d.self_attn.k_norm.weight", MM_KV)}},
-    {.depth = 3, .native = "block_sparse_moe", .cls = "MiniMaxM2SparseMoeBlock", .module = NNT_MODULE_MLP},
+    {.depth = 3, .native = "block_sparse_moe", .cls = "MiniMaxM2SparseMoeBlock", .module = NNT_MODULE_MLP,
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_MLP_OUTPUT)},
     /* the router (float32 in the releases) and its optional selection bias, in any of three places */
     {.depth = 4, .native = "gate", .cls = "MiniMaxM2TopKRouter",
      .tensors = {{.name = {"model.layers.%d.block_sparse_moe.gate.weight", "model.layers.%d.mlp.gate.weight"},
@@ -180,18 +185,24 @@ static const fam_module MM_MODULES[] = {
                            "model.layers.%d.mlp.e_score_correction_bias",
                            "model.layers.%d.mlp.gate.e_score_correction_bias"},
                   .store = FAM_STORE_F32, .bind = FAM_BIND_VECTOR, .field = offsetof(mm_layer, moe.bias),
-                  .host = offsetof(mm_layer, bias_host), .ndim = 1, .size = {MM_E}, .optional = 1}}},
+                  .host = offsetof(mm_layer, bias_host), .ndim = 1, .size = {MM_E}, .optional = 1}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ROUTER_LOGITS)},
     {.depth = 4, .native = "experts", .cls = "MiniMaxM2Experts",
      .tensors = {{.store = FAM_STORE_EXPERTS, .bind = FAM_BIND_EXPERTS, .field = offsetof(mm_layer, moe.experts),
-                  .ndim = 3, .size = {MM_E, MM_I, MM_H}, .experts = &fam_experts_block_sparse_moe}}},
+                  .ndim = 3, .size = {MM_E, MM_I, MM_H}, .experts = &fam_experts_block_sparse_moe}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ROUTED_OUTPUT)},
     {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
     {.depth = 3, .native = "input_layernorm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
-     .tensors = {MM_GAIN(in_norm, "model.layers.%d.input_layernorm.weight", MM_H)}},
+     .tensors = {MM_GAIN(in_norm, "model.layers.%d.input_layernorm.weight", MM_H)},
+     .alias_in = FAM_ALIAS(NNT_VALUE_LAYER_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT)},
     {.depth = 3, .native = "post_attention_layernorm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
-     .tensors = {MM_GAIN(post_norm, "model.layers.%d.post_attention_layernorm.weight", MM_H)}},
+     .tensors = {MM_GAIN(post_norm, "model.layers.%d.post_attention_layernorm.weight", MM_H)},
+     .alias_in = FAM_ALIAS(NNT_VALUE_LAYER_MID), .alias_out = FAM_ALIAS(NNT_VALUE_MLP_NORM_OUTPUT)},
+    /* its input is the last block's layer_output, a value of a block, not of the model */
     {.depth = 1, .native = "norm", .cls = "MiniMaxM2RMSNorm", .detail = FAM_DETAIL_NORM,
      .tensors = {{.name = {"model.norm.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 1,
-                  .size = {MM_H}}}},
+                  .size = {MM_H}}},
+     .alias_out = FAM_ALIAS(NNT_VALUE_FINAL_NORM_OUTPUT)},
 };
 
 /* Every block alike: the sizes from config.json, the tied-embedding trait. */
@@ -275,14 +286,15 @@ static nnt_status mm_attention(void *self, nnt_run *run, int L, const nnt_forwar
     size_t mark = env->core->arena_mark(run);
     nnt_tensor q, k, v;
     nnt_status st;
+    const nnt_call_dims dims = {args->batch, args->seq, args->past};
     if ((st = fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, Q))) != NNT_OK ||
         (st = fam_alloc(env, run, NNT_F32, &k, err, NNT_SHAPE(M, KV))) != NNT_OK ||
         (st = fam_alloc(env, run, NNT_F32, &v, err, NNT_SHAPE(M, KV))) != NNT_OK ||
-        (st = env->be->linear(env->be_ctx, xn, &ly->q_proj, &q, err)) != NNT_OK ||
-        (st = env->be->linear(env->be_ctx, xn, &ly->k_proj, &k, err)) != NNT_OK ||
-        (st = env->be->linear(env->be_ctx, xn, &ly->v_proj, &v, err)) != NNT_OK ||
-        (st = env->be->rms_norm(env->be_ctx, &q, &ly->q_norm, (float)m->eps, &q, err)) != NNT_OK ||
-        (st = env->be->rms_norm(env->be_ctx, &k, &ly->k_norm, (float)m->eps, &k, err)) != NNT_OK)
+        (st = fam_linear(env, run, L, &dims, xn, &ly->q_proj, &q, err)) != NNT_OK ||
+        (st = fam_linear(env, run, L, &dims, xn, &ly->k_proj, &k, err)) != NNT_OK ||
+        (st = fam_linear(env, run, L, &dims, xn, &ly->v_proj, &v, err)) != NNT_OK ||
+        (st = fam_norm(env, run, L, &dims, &q, &ly->q_norm, (float)m->eps, &q, err)) != NNT_OK ||
+        (st = fam_norm(env, run, L, &dims, &k, &ly->k_norm, (float)m->eps, &k, err)) != NNT_OK)
         goto done;
     fam_attn a;
     attn_shape(m, ly, &a);
@@ -332,6 +344,7 @@ static nnt_status mm_load(const nnt_load_args *args, void **out, nnt_error *err)
     if (st == NNT_OK) {
         fam_decoder_wire(&m->dec, m->layers, m->hidden, m->vocab, m->eps, &m->l[0].in_norm, &m->l[0].post_norm,
                          sizeof(mm_layer), m, mm_attention, mm_mlp);
+        st = fam_env_natives(&m->env, &MM_ARCH, m, m->l, sizeof *m->l, err);
     }
     if (st != NNT_OK) {
         mm_unload(m);
@@ -367,6 +380,7 @@ static nnt_status mm_value_info(const void *model, int layer, nnt_value_id id, c
     const mm_model *m = model;
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
     if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
+    if (fam_natives_value_info(&m->env, layer, id, d, out)) return NNT_OK; /* q_proj.output, ... */
     if (fam_arch_value_info(&MM_ARCH, m, layer, id, out)) return NNT_OK; /* linear_attn: no such module */
     switch (id) {
     case NNT_VALUE_MLP_OUTPUT:
@@ -393,6 +407,13 @@ static nnt_status mm_value_info(const void *model, int layer, nnt_value_id id, c
     }
     fam_unserved(out, "not a MiniMax-M2 value");
     return NNT_OK;
+}
+
+/* The native module values, from MM_ARCH's rows. */
+static nnt_status mm_native(const void *model, int i, nnt_native_info *out)
+{
+    const mm_model *m = model;
+    return fam_natives_entry(&m->env, i, out);
 }
 
 /* `nnt print`'s module tree, from MM_ARCH. */
@@ -471,4 +492,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .cache_free = mm_cache_free,
     .ops_needed = NNT_OPS_DECODER,
     .costs = mm_costs,
+    .native = mm_native,
 };

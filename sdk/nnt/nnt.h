@@ -229,7 +229,12 @@ void nnt_trace_free(nnt_trace *t);
 
 /* Requests. Each is checked now: an unknown path (the message suggests the nearest names), a
  * block index out of range, a value the family does not serve there (with its reason), an
- * edit on a read-only value. Requests on one value apply in the order they were made. */
+ * edit on a read-only value. Requests on one value apply in the order they were made.
+ * A path names a standard value ("layers.1.mlp.expert_weights") or, on a family that serves
+ * them (nnt_native_info), a module's input or output under the module's path
+ * ("layers.1.self_attn.q_proj.output", "lm_head.input"; each name in the checkpoint's or the
+ * standard spelling): the standard value it is, or a value of its own, F32 [batch seq
+ * features], which `nnt print` and nnt_model_support list. */
 /* nnt_trace_save: path may end in a slice, "[item, item, ...]", applied to the value in its own
  * layout (nnt_value_axes): an index i (the axis is dropped; negative counts from the axis end), a
  * range start:stop[:step] (any part may be left out, negatives count from the end, bounds are

@@ -361,6 +361,15 @@ typedef struct nnt_family_descriptor {
      * checkpoint this family serves (nnt_runtime_tokenizer). NULL: nothing. Static, or owned by
      * the plugin for as long as it is loaded. */
     const nnt_tokenizer_hints *tokenizer;
+
+    /* ---- since ABI 3.14 ---- */
+    /* Entry i (from 0) of the loaded model's native list: the input or output of one module of
+     * its tree (nnt_native_info), with a standard value it is (alias) or as a value of its own,
+     * id NNT_VALUE_NATIVE + i, which value_info describes per block and forward emits through
+     * core->emit like a standard value (the family kit does both from its module table).
+     * NNT_ERR_NOT_FOUND past the last entry (at most NNT_NATIVE_MAX are read). NULL (or a
+     * descriptor that ends before this field): the family serves no native values. */
+    nnt_status (*native)(const void *model, int i, nnt_native_info *out);
 } nnt_family_descriptor;
 
 /* The most notes the core reads from a family (nnt_family_descriptor.note). */

@@ -88,6 +88,7 @@ typedef struct fam_env {
     fam_prepared *prepared; /* owned; NULL until the first weight */
     nnt_weights weights;    /* the load's args->weights (ABI 3.12; stored before): what
                              * fam_weight_product does */
+    struct fam_natives *natives; /* owned; NULL until fam_env_natives (no native values) */
 } fam_env;
 
 /* Fills env from the family's load arguments (core routines, backend, backend context, precision);
@@ -749,7 +750,18 @@ typedef struct fam_module {
      * every block; alt_when must then be 0, and it must not be 0 when alt_cls is set. */
     const char *alt_cls;
     uint32_t alt_when;
+    /* Native values (ABI 3.14, fam_natives.c): the standard value this module's input and its
+     * output are, when they are one, as FAM_ALIAS(NNT_VALUE_...), so that the native path names
+     * it; 0: none. A linear or norm row under the block row without an alias has a value of its
+     * own, which fam_linear / fam_norm emit when the family runs the product through them. */
+    int alias_in, alias_out;
+    /* A linear or norm row whose product does not go through fam_linear / fam_norm (fused into
+     * another kernel, or run on other rows than the call's tokens): why, in words; its own
+     * values are then not served, and `nnt support` says why. NULL: served. */
+    const char *no_native;
 } fam_module;
+/* A standard value as fam_module.alias_in / alias_out hold it (0 means none). */
+#define FAM_ALIAS(id) ((int)(id) + 1)
 
 /* What the family's describe callback says of one block (or, for layer -1, of the model outside
  * the blocks). The kit zeroes it before the call. */
@@ -820,6 +832,42 @@ nnt_status fam_arch_costs(nnt_cost_args *args, const fam_arch *a, const void *se
  * leaves *out alone otherwise: the module exists on the block (the family gives the shape or its
  * own reason), `id` is a model or block value, or the table says nothing. */
 int fam_arch_value_info(const fam_arch *a, const void *self, int layer, nnt_value_id id, nnt_value_info *out);
+
+/* ---- native module values (ABI 3.14; fam_natives.c) ----
+ * Every module row of a family's table may name the standard values its input and output are
+ * (alias_in / alias_out), and every linear or norm row under the block row serves its input and
+ * output as values of their own: "layers.N.self_attn.q_proj.input", as nnsight reads a module's
+ * inputs and outputs with forward hooks. The list, in table order (per row: input, then output),
+ * is the descriptor's `native`; entry i has the id NNT_VALUE_NATIVE + i. The family gets the
+ * values by running its products through fam_linear and fam_norm instead of the backend's ops:
+ * they find the row of the weight they are given (its place in the block struct, as the table's
+ * `field` says) and, when a request of the run names one of its values, emit the input (a copy,
+ * so that an edit reaches this product alone) and the output (before anything reads it), each
+ * [batch, seq, features] F32, writable. */
+
+/* Says that env's model serves native values from table a: `self` the family's model (for the
+ * describe callback), `layers` its array of block structs, `stride` one block struct's size.
+ * Computes the list's paths (owned by env, freed at fam_env_release). Errors:
+ * NNT_ERR_OUT_OF_MEMORY, NNT_ERR_INTERNAL (more entries than NNT_NATIVE_MAX). */
+nnt_status fam_env_natives(fam_env *env, const fam_arch *a, const void *self, const void *layers, size_t stride,
+                           nnt_error *err);
+/* The descriptor's `native`, for env's model: entry i, or NNT_ERR_NOT_FOUND past the last. */
+nnt_status fam_natives_entry(const fam_env *env, int i, nnt_native_info *out);
+/* For the family's `value_info`: answers (returns 1) for a native id (>= NNT_VALUE_NATIVE):
+ * served on block `layer` as F32 [batch, seq, features] (writable) when the block has the row,
+ * else not served with the reason; returns 0 for a standard id. */
+int fam_natives_value_info(const fam_env *env, int layer, nnt_value_id id, const nnt_call_dims *d,
+                           nnt_value_info *out);
+/* y [M, N] = x [M, K] w^T through the backend's `linear` (its formula and errors), with the
+ * native values of w's row (found by w's address inside block `layer`'s struct) emitted when
+ * asked: M must then be dims->batch * dims->seq. x may be replaced for this product by an edited
+ * copy (arena memory of run). Errors: the backend's, the core's emit's, NNT_ERR_OUT_OF_MEMORY. */
+nnt_status fam_linear(const fam_env *env, nnt_run *run, int layer, const nnt_call_dims *dims, const nnt_tensor *x,
+                      const nnt_tensor *w, nnt_tensor *y, nnt_error *err);
+/* The same for the backend's rms_norm: y [M, W] = x / rms(x) * gain over the last axis (y may be
+ * x), the gain's row found as fam_linear finds a weight's. */
+nnt_status fam_norm(const fam_env *env, nnt_run *run, int layer, const nnt_call_dims *dims, const nnt_tensor *x,
+                    const nnt_tensor *gain, float eps, nnt_tensor *y, nnt_error *err);
 
 #ifdef __cplusplus
 }

@@ -23,9 +23,10 @@ extern "C" {
  * and its backward; 3.7: the backward of DeepSeek-V4's hyper-connections and compressors; 3.8: the
  * backward of Kimi Delta Attention's recurrent ops; 3.9: the attention block bound in
  * nnt_forward_args; 3.10: the readout positions in nnt_forward_args; 3.11: the backend's attn_fused;
- * 3.12: the core's tensor_fp8 and nnt_load_args.weights). */
+ * 3.12: the core's tensor_fp8 and nnt_load_args.weights; 3.13: NNT_ERR_BUSY; 3.14: native module
+ * values, nnt_native_info and the family descriptor's `native`). */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 13
+#define NNT_ABI_MINOR 14
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */
@@ -282,6 +283,33 @@ typedef struct nnt_error {
     nnt_status status;
     char msg[NNT_ERROR_MSG_MAX];
 } nnt_error;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Native module values (since ABI 3.14): the input and the output of a module of the family's */
+/* own tree, under its path ("layers.1.self_attn.q_proj.output"), as nnsight reads a module.    */
+
+/* Their ids follow the standard values': entry i of a family's native list
+ * (nnt_family_descriptor.native) is the value NNT_VALUE_NATIVE + i, i < NNT_NATIVE_MAX. */
+#define NNT_VALUE_NATIVE ((nnt_value_id)NNT_VALUE_COUNT)
+#define NNT_NATIVE_MAX 192
+/* Every value id a trace may hold: the standard ones, then the native ones. */
+#define NNT_SLOT_COUNT (NNT_VALUE_COUNT + NNT_NATIVE_MAX)
+
+/* One entry of a family's native list: one module's input or output. Strings are static or
+ * owned by the loaded model. */
+typedef struct nnt_native_info {
+    uint32_t struct_size; /* sizeof(nnt_native_info) as the family saw it */
+    const char *module;   /* the module's path under its host in the checkpoint's spelling: under a
+                           * block ("self_attn.q_proj", "block_sparse_moe.gate") or under the model
+                           * ("norm", "lm_head") */
+    const char *standard; /* the same path with the family's RENAME rules applied ("mlp.router"):
+                           * the spelling of the value's key; equal to module where nothing renames */
+    int io;               /* 0: the module's input (what its forward receives); 1: its output */
+    int block;            /* 1: a module of every block that has it ("layers.N." in front); 0: the model's */
+    int alias;            /* the standard value (nnt_value_id) that is this very tensor, so the path
+                           * names it; -1: none, the family emits the value as NNT_VALUE_NATIVE + i */
+    const char *axes;     /* for a value of its own: its axes, e.g. "[batch seq in_features]" */
+} nnt_native_info;
 
 /* The dimensions of one forward call, which fix the shapes of the values. */
 typedef struct nnt_call_dims {

@@ -79,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_note(parsed == NNT_OK ? "parsed" : "refused", parsed == NNT_OK ? text : err.msg);
     if (parsed == NNT_OK) {
         char canon[256];
-        nnt_path_format(p.slot, p.layer, canon, sizeof canon);
+        nnt_path_format(m, p.slot, p.layer, canon, sizeof canon);
         nnt_path q;
         nnt_status st = nnt_path_parse(m, canon, &q, &err);
         FUZZ_CHECK(st == NNT_OK && q.slot == p.slot && q.layer == p.layer, "'%s' parses but its canonical '%s' %s",

@@ -1,0 +1,217 @@
+/* fam_natives.c - the family kit's native module values (nnt_family_kit.h, ABI 3.14): the list
+ * of every module's input and output read from the architecture table (a standard value it is,
+ * or a value of its own for a linear or norm row under the block row), their description per
+ * block, and fam_linear / fam_norm, which run a block's products and emit those values when a
+ * request asks for them - so that a family gets its modules' values from its table, not from an
+ * emit call written at each product. nnsight reads the same tensors with forward hooks: a
+ * module's input is the tensor its forward receives, its output the one it returns. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nnt/nnt_family_kit.h>
+
+#include "fam_internal.h"
+
+typedef struct native_entry {
+    int row, io, block;
+    int alias; /* nnt_value_id, or -1: a value of its own */
+    char module[128], standard[128];
+} native_entry;
+
+struct fam_natives {
+    const fam_arch *a;
+    const void *self;
+    const char *layers;
+    size_t stride;
+    int n;
+    native_entry e[NNT_NATIVE_MAX];
+};
+
+/* The component `name` of a module of class cls as the family's RENAME rules spell it. */
+static const char *renamed(const fam_arch *a, const char *name, const char *cls)
+{
+    for (const nnt_rename_rule *r = a->renames; r && r->native; r++)
+        if (strcmp(r->native, name) == 0 && (!r->module_class || (cls && strcmp(r->module_class, cls) == 0)))
+            return r->standard;
+    return name;
+}
+
+/* Row i's path from below `top` (the block row or the root) in both spellings. */
+static void row_path(const fam_arch *a, int top, int i, char *native, char *standard, size_t n)
+{
+    int chain[FAM_MAX_DEPTH], k = 0;
+    for (int j = i, depth = a->modules[i].depth; j > top && k < FAM_MAX_DEPTH; j--)
+        if (a->modules[j].depth == depth) {
+            chain[k++] = j;
+            depth--;
+        }
+    native[0] = standard[0] = '\0';
+    for (int c = k - 1; c >= 0; c--) {
+        const fam_module *r = &a->modules[chain[c]];
+        size_t ln = strlen(native), ls = strlen(standard);
+        snprintf(native + ln, n - ln, "%s%s", ln ? "." : "", r->native);
+        snprintf(standard + ls, n - ls, "%s%s", ls ? "." : "", renamed(a, r->native, r->cls));
+    }
+}
+
+static int own_kind(const fam_module *r)
+{
+    return (r->detail == FAM_DETAIL_LINEAR || r->detail == FAM_DETAIL_NORM) && !r->no_native;
+}
+
+nnt_status fam_env_natives(fam_env *env, const fam_arch *a, const void *self, const void *layers, size_t stride,
+                           nnt_error *err)
+{
+    struct fam_natives *n = calloc(1, sizeof *n);
+    if (!n) return env->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the native values' list");
+    *n = (struct fam_natives){.a = a, .self = self, .layers = layers, .stride = stride};
+    int b = fam_arch_block_row(a), end = b >= 0 ? fam_arch_subtree_end(a, b) : -1;
+    for (int i = 1; i < a->n_modules; i++) {
+        const fam_module *r = &a->modules[i];
+        int in_block = i > b && i < end;
+        if (i == b) continue; /* the block's own input and output are layer_input and layer_output */
+        for (int io = 0; io < 2; io++) {
+            int alias = (io ? r->alias_out : r->alias_in) - 1;
+            if (alias < 0 && !(in_block && own_kind(r))) continue;
+            if (n->n == NNT_NATIVE_MAX) {
+                free(n);
+                return env->core->set_error(err, NNT_ERR_INTERNAL, "more than %d native values in the table",
+                                            NNT_NATIVE_MAX);
+            }
+            native_entry *e = &n->e[n->n++];
+            *e = (native_entry){.row = i, .io = io, .block = in_block, .alias = alias};
+            row_path(a, in_block ? b : 0, i, e->module, e->standard, sizeof e->module);
+        }
+    }
+    free(env->natives);
+    env->natives = n;
+    return NNT_OK;
+}
+
+nnt_status fam_natives_entry(const fam_env *env, int i, nnt_native_info *out)
+{
+    const struct fam_natives *n = env->natives;
+    if (!n || i < 0 || i >= n->n) return NNT_ERR_NOT_FOUND;
+    const native_entry *e = &n->e[i];
+    const fam_module *r = &n->a->modules[e->row];
+    static const char *const AXES[2][2] = {{"[batch seq in_features]", "[batch seq out_features]"},
+                                           {"[batch seq features]", "[batch seq features]"}};
+    out->module = e->module;
+    out->standard = e->standard;
+    out->io = e->io;
+    out->block = e->block;
+    out->alias = e->alias;
+    out->axes = AXES[r->detail == FAM_DETAIL_NORM][e->io];
+    return NNT_OK;
+}
+
+/* The width of entry e's value on a block of facts f: a linear weight is [out, in], a norm's
+ * gain [features]. */
+static int64_t entry_width(const fam_module *r, const native_entry *e, const fam_block_facts *f)
+{
+    const fam_tensor *t = &r->tensors[0];
+    if (r->detail == FAM_DETAIL_LINEAR) return f->size[t->size[e->io ? 0 : 1]];
+    return f->size[t->size[0]];
+}
+
+int fam_natives_value_info(const fam_env *env, int layer, nnt_value_id id, const nnt_call_dims *d,
+                           nnt_value_info *out)
+{
+    if ((int)id < (int)NNT_VALUE_NATIVE) return 0;
+    const struct fam_natives *n = env->natives;
+    int i = (int)id - (int)NNT_VALUE_NATIVE;
+    if (!n || i >= n->n) {
+        fam_unserved(out, "no native value of this family has the id %d", (int)id);
+        return 1;
+    }
+    const native_entry *e = &n->e[i];
+    const fam_module *r = &n->a->modules[e->row];
+    fam_block_facts f;
+    if (e->alias >= 0 || !e->block || layer < 0) {
+        fam_unserved(out, "%s.%s is served as a standard value", e->standard, e->io ? "output" : "input");
+        return 1;
+    }
+    if (!fam_arch_row_on_block(n->a, n->self, layer, e->row, &f)) {
+        fam_unserved(out, "block %d has no module %s", layer, e->standard);
+        return 1;
+    }
+    int64_t B = d ? d->batch : 0, T = d ? d->seq : 0;
+    fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, entry_width(r, e, &f)));
+    return 1;
+}
+
+/* The ids of the input and output values of the row whose tensor sits at w inside block
+ * layer's struct (-1 each when none, or when the row serves standard values only). */
+static void own_ids(const fam_env *env, int layer, const nnt_tensor *w, int *in_id, int *out_id)
+{
+    *in_id = *out_id = -1;
+    const struct fam_natives *n = env->natives;
+    if (!n || layer < 0 || !n->layers) return;
+    const char *base = n->layers + (size_t)layer * n->stride, *p = (const char *)w;
+    if (p < base || p >= base + n->stride) return;
+    size_t off = (size_t)(p - base);
+    for (int i = 0; i < n->n; i++) {
+        const native_entry *e = &n->e[i];
+        if (e->alias >= 0 || !e->block) continue;
+        const fam_module *r = &n->a->modules[e->row];
+        for (int k = 0; k < FAM_MODULE_TENSORS; k++)
+            if ((r->tensors[k].name[0] || r->tensors[k].experts) && r->tensors[k].bind != FAM_BIND_NONE &&
+                r->tensors[k].field == off) {
+                *(e->io ? out_id : in_id) = (int)NNT_VALUE_NATIVE + i;
+                break;
+            }
+    }
+}
+
+/* When the run asks for value id of block layer: x [M, W] emitted as [batch, seq, W] - a copy
+ * in run's arena when copy (an input: an edit must reach this product alone), x itself
+ * otherwise; *use then points at what the product reads. */
+static nnt_status emit_native(const fam_env *env, nnt_run *run, int id, int layer, const nnt_call_dims *dims,
+                              const nnt_tensor *x, int copy, nnt_tensor *held, const nnt_tensor **use,
+                              nnt_error *err)
+{
+    *use = x;
+    if (id < 0 || !env->core->wants(run, (nnt_value_id)id, layer)) return NNT_OK;
+    int64_t B = dims->batch, T = dims->seq, W = x->shape[x->ndim - 1];
+    if (x->ndim != 2 || x->shape[0] != B * T)
+        return env->core->set_error(err, NNT_ERR_PLUGIN,
+                                    "native value %d of block %d: the product runs on %lld rows, not the call's "
+                                    "%lld tokens, so it has no [batch, seq, features] value",
+                                    id, layer, (long long)x->shape[0], (long long)(B * T));
+    nnt_status st;
+    if (copy) {
+        if ((st = fam_alloc(env, run, x->dtype, held, err, NNT_SHAPE(B * T, W))) != NNT_OK ||
+            (st = env->be->copy(env->be_ctx, x, held, err)) != NNT_OK)
+            return st;
+        *use = held;
+    }
+    nnt_tensor v = fam_view(*use, NNT_SHAPE(B, T, W));
+    return env->core->emit(run, (nnt_value_id)id, layer, &v);
+}
+
+nnt_status fam_linear(const fam_env *env, nnt_run *run, int layer, const nnt_call_dims *dims, const nnt_tensor *x,
+                      const nnt_tensor *w, nnt_tensor *y, nnt_error *err)
+{
+    int in_id, out_id;
+    own_ids(env, layer, w, &in_id, &out_id);
+    nnt_tensor held;
+    const nnt_tensor *use = x, *dummy;
+    nnt_status st;
+    if ((st = emit_native(env, run, in_id, layer, dims, x, 1, &held, &use, err)) != NNT_OK) return st;
+    if ((st = env->be->linear(env->be_ctx, use, w, y, err)) != NNT_OK) return st;
+    return emit_native(env, run, out_id, layer, dims, y, 0, &held, &dummy, err);
+}
+
+nnt_status fam_norm(const fam_env *env, nnt_run *run, int layer, const nnt_call_dims *dims, const nnt_tensor *x,
+                    const nnt_tensor *gain, float eps, nnt_tensor *y, nnt_error *err)
+{
+    int in_id, out_id;
+    own_ids(env, layer, gain, &in_id, &out_id);
+    nnt_tensor held;
+    const nnt_tensor *use = x, *dummy;
+    nnt_status st;
+    if ((st = emit_native(env, run, in_id, layer, dims, x, 1, &held, &use, err)) != NNT_OK) return st;
+    if ((st = env->be->rms_norm(env->be_ctx, use, gain, eps, y, err)) != NNT_OK) return st;
+    return emit_native(env, run, out_id, layer, dims, y, 0, &held, &dummy, err);
+}

@@ -1,0 +1,199 @@
+/* test_natives.c - native module values ("layers.1.self_attn.q_proj.output") against what
+ * transformers' modules receive and return: tests/fixtures/make_native_references.py ran the
+ * fixture's prompts with a forward hook on every module (native_reference.safetensors). Every
+ * module value in that file is either served by nnt and equal to it within T_TOL on the real
+ * tokens (a value of its own, or the standard value the path names), or one of the modules the
+ * test lists as not served, refused by name. Edits of a module's output and input equal the same
+ * edits made with torch hooks. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static nnt_runtime *rt;
+
+static int setup(void)
+{
+    return nnt_runtime_open(t_ini(), &rt) == NNT_OK ? 0 : -1;
+}
+
+static int teardown(void)
+{
+    nnt_runtime_close(rt);
+    return 0;
+}
+
+/* The tensor names of a safetensors file (its JSON header's top-level keys but __metadata__),
+ * into keys[]; returns how many, -1 when the file cannot be read. */
+static int file_keys(const char *path, char (*keys)[160], int cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    uint64_t len = 0;
+    char *h = NULL;
+    int n = -1;
+    if (fread(&len, 8, 1, f) == 1 && len < (1u << 24) && (h = malloc(len + 1)) && fread(h, 1, len, f) == len) {
+        h[len] = '\0';
+        n = 0;
+        int depth = 0;
+        for (char *p = h; *p; p++) {
+            if (*p == '{') depth++;
+            if (*p == '}') depth--;
+            if (*p != '"' || depth != 1) continue;
+            char *end = strchr(p + 1, '"');
+            if (!end) break;
+            char *colon = end + 1;
+            while (*colon == ' ') colon++;
+            if (*colon == ':' && end - p - 1 < 160 && n < cap && strncmp(p + 1, "__metadata__", 12) != 0) {
+                memcpy(keys[n], p + 1, (size_t)(end - p - 1));
+                keys[n][end - p - 1] = '\0';
+                n++;
+            }
+            p = end;
+            if (*colon == ':') { /* skip the value */
+                p = colon;
+            }
+        }
+    }
+    free(h);
+    fclose(f);
+    return n;
+}
+
+/* 1 when key names a module value nnt does not serve on MiniMax-M2, by design: the rotary table
+ * (no module of nnt's tree: its frequencies are computed in the attention), the experts'
+ * activation (run per expert on the rows routed to it: [routed rows, intermediate] in torch's
+ * order of experts, no [batch seq ...] value) and the final norm's input (the last block's
+ * layer_output: a value of a block, not of the model). */
+static int not_served_by_design(const char *key)
+{
+    return strncmp(key, "rotary_emb.", 11) == 0 || strstr(key, ".mlp.experts.act_fn.") != NULL ||
+           strcmp(key, "norm.input") == 0;
+}
+
+static void test_against_transformers(void)
+{
+    static char keys[512][160];
+    t_ref ref;
+    char dir[512];
+    CU_ASSERT_FATAL(t_ref_open(&ref, rt, "minimax_m2/fp32/native_reference.safetensors") == 0);
+    int n = file_keys(ref.path, keys, 512);
+    CU_ASSERT_FATAL(n > 80);
+    nnt_model *m = NULL;
+    T_OK(rt, nnt_model_load(rt, t_fixture("minimax_m2/fp32", dir, sizeof dir), &m));
+    nnt_trace *t = NULL;
+    T_OK(rt, nnt_trace_new(m, &t));
+    static int saved[512];
+    int n_saved = 0, n_refused = 0;
+    for (int i = 0; i < n; i++) {
+        saved[i] = 0;
+        if (strchr(keys[i], ':') || strcmp(keys[i], "input_ids") == 0 || strcmp(keys[i], "attention_mask") == 0) continue;
+        nnt_status st = nnt_trace_save(t, keys[i]);
+        if (st == NNT_OK) {
+            saved[i] = 1;
+            n_saved++;
+            if (not_served_by_design(keys[i])) fprintf(stderr, "\n  %s is served, but the test lists it as not\n", keys[i]);
+            CU_ASSERT(!not_served_by_design(keys[i]));
+            continue;
+        }
+        n_refused++;
+        if (!not_served_by_design(keys[i])) fprintf(stderr, "\n  %s refused: %s\n", keys[i], nnt_last_error(rt));
+        CU_ASSERT(not_served_by_design(keys[i]));
+        CU_ASSERT(st == NNT_ERR_PATH || st == NNT_ERR_NOT_SERVED);
+    }
+    /* 3 blocks x 22 module values (q/k/v/o_proj, q/k_norm, the two layernorms, self_attn, mlp,
+     * gate, experts: inputs and outputs; the block's own input and output), lm_head's 2, norm's
+     * output, embed_tokens' output */
+    CU_ASSERT_EQUAL(n_saved, 3 * 26 + 4);
+    CU_ASSERT_EQUAL(n_refused, 3 * 2 + 3);
+    T_OK(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq));
+    int compared = 0;
+    for (int i = 0; i < n; i++) {
+        if (!saved[i]) continue;
+        const nnt_tensor *v = nnt_trace_get(t, keys[i]);
+        nnt_tensor r;
+        CU_ASSERT_FATAL(v != NULL && t_ref_get(&ref, keys[i], &r) == 0);
+        /* torch flattens tokens before the router and the experts, and o_proj reads the heads
+         * side by side: the same entries in the same order as nnt's value */
+        CU_ASSERT_EQUAL(nnt_tensor_numel(&r), nnt_tensor_numel(v));
+        if (nnt_tensor_numel(&r) == nnt_tensor_numel(v)) {
+            r.ndim = v->ndim;
+            memcpy(r.shape, v->shape, sizeof r.shape);
+            unsigned char *sel = t_sel_tokens(&ref, v);
+            double e = t_rel_err(v, &r, sel);
+            if (!(e >= 0 && e <= T_TOL)) fprintf(stderr, "\n  %s: %.3g from transformers\n", keys[i], e);
+            CU_ASSERT(e >= 0 && e <= T_TOL);
+            free(sel);
+            compared++;
+        }
+        nnt_tensor_free(&r);
+    }
+    CU_ASSERT_EQUAL(compared, n_saved);
+    nnt_trace_free(t);
+
+    /* edits: block 1's v_proj output times 0.5, block 0's k_proj input times 0, as torch hooks */
+    static const char *const EDITS[][3] = {{"layers.1.self_attn.v_proj.output", "0.5", "edited_output:logits"},
+                                           {"model.layers[0].self_attn.k_proj.input", "0", "edited_input:logits"}};
+    for (int k = 0; k < 2; k++) {
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_OK(rt, nnt_trace_scale(t, EDITS[k][0], (float)atof(EDITS[k][1])));
+        T_OK(rt, nnt_trace_save(t, "logits"));
+        T_OK(rt, nnt_trace_run(t, ref.ids, ref.mask, ref.batch, ref.seq));
+        nnt_tensor want, plain;
+        CU_ASSERT_FATAL(t_ref_get(&ref, EDITS[k][2], &want) == 0);
+        CU_ASSERT_FATAL(t_ref_get(&ref, "lm_head.output", &plain) == 0);
+        const nnt_tensor *got = nnt_trace_get(t, "logits");
+        CU_ASSERT_FATAL(got != NULL);
+        unsigned char *sel = t_sel_tokens(&ref, got);
+        double e = t_rel_err(got, &want, sel), moved = t_rel_err(&plain, &want, sel);
+        if (!(e <= T_TOL)) fprintf(stderr, "\n  %s x %s: logits %.3g from transformers'\n", EDITS[k][0], EDITS[k][1], e);
+        CU_ASSERT(e >= 0 && e <= T_TOL);
+        CU_ASSERT(moved > 1e-3); /* the edit changed the logits */
+        free(sel);
+        nnt_tensor_free(&want);
+        nnt_tensor_free(&plain);
+        nnt_trace_free(t);
+    }
+    nnt_model_free(m);
+}
+
+/* An edit of a module's input reaches that product alone: zeroing q_proj's input leaves k_proj's
+ * and the attention's input as they were. Paths in any spelling name the same value. */
+static void test_input_edit_is_local(void)
+{
+    nnt_model *m = t_model(rt, "minimax_m2/fp32");
+    nnt_trace *t = NULL;
+    static const int32_t IDS[] = {5, 9, 44, 7};
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_zero(t, "layers.1.self_attn.q_proj.input"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.q_proj.output"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.self_attn.k_proj.input"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.attention_norm_output"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.block_sparse_moe.gate.output"));
+    T_OK(rt, nnt_trace_run(t, IDS, NULL, 1, 4));
+    const nnt_tensor *q = nnt_trace_get(t, "layers.1.self_attn.q_proj.output");
+    const nnt_tensor *kin = nnt_trace_get(t, "layers.1.self_attn.k_proj.input");
+    const nnt_tensor *xn = nnt_trace_get(t, "layers.1.self_attn.input"); /* = attention_norm_output */
+    CU_ASSERT_FATAL(q && kin && xn);
+    double qmax = 0;
+    for (int64_t i = 0; i < nnt_tensor_numel(q); i++) qmax = fmax(qmax, fabs(((const float *)q->data)[i]));
+    CU_ASSERT(qmax == 0.0);
+    CU_ASSERT(t_rel_err(kin, xn, NULL) == 0.0);
+    CU_ASSERT(nnt_trace_get(t, "layers.1.mlp.router.output") == nnt_trace_get(t, "layers.1.mlp.router_logits"));
+    T_FAILS(rt, nnt_trace_save(t, "layers.1.self_attn.q_prj.output"), NNT_ERR_PATH, "did you mean 'self_attn.q_proj'");
+    T_FAILS(rt, nnt_trace_save(t, "layers.7.self_attn.q_proj.output"), NNT_ERR_INDEX, "block 7 is out of range");
+    nnt_trace_free(t);
+    nnt_model_free(m);
+}
+
+int register_tests(void)
+{
+    CU_pSuite s = CU_add_suite("natives", setup, teardown);
+    if (!s) return -1;
+    if (!CU_add_test(s, "every module's input and output against transformers' hooks", test_against_transformers) ||
+        !CU_add_test(s, "an input edit reaches its module alone; spellings", test_input_edit_is_local))
+        return -1;
+    return 0;
+}
