@@ -386,6 +386,8 @@ int nnt_value_find(nnt_module module, const char *name);
 typedef struct nnt_path {
     nnt_value_id slot;
     int layer; /* -1: the model; NNT_LAYER_ALL: every block; else a block index */
+    const nnt_native_info *via; /* a module's input or output that is this standard value, when
+                                 * the path named it so (for refusing edits through it); else NULL */
 } nnt_path;
 /* Parses a value path against a model; fills err with suggestions on unknown names. */
 nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err);

@@ -183,7 +183,26 @@ static void test_input_edit_is_local(void)
     CU_ASSERT(t_rel_err(kin, xn, NULL) == 0.0);
     CU_ASSERT(nnt_trace_get(t, "layers.1.mlp.router.output") == nnt_trace_get(t, "layers.1.mlp.router_logits"));
     T_FAILS(rt, nnt_trace_save(t, "layers.1.self_attn.q_prj.output"), NNT_ERR_PATH, "did you mean 'self_attn.q_proj'");
+    /* the router's input is mlp_input, which the experts read too: no edit through it;
+     * self_attn's input is attention_norm_output, which only self_attn reads: an edit of it */
+    T_FAILS(rt, nnt_trace_scale(t, "layers.0.mlp.gate.input", 2.0f), NNT_ERR_READ_ONLY,
+            "mlp.router's input is mlp_input, which other modules read too");
+    T_OK(rt, nnt_trace_scale(t, "layers.0.self_attn.input", 2.0f));
     T_FAILS(rt, nnt_trace_save(t, "layers.7.self_attn.q_proj.output"), NNT_ERR_INDEX, "block 7 is out of range");
+    nnt_trace_free(t);
+    /* the norm's input is a value of its own: scaling it by 3 leaves the norm's output (RMSNorm is
+     * scale-free but for eps) and the residual stream (layer_mid - attention_output) unchanged */
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.1.layer_input"));
+    T_OK(rt, nnt_trace_scale(t, "layers.1.input_layernorm.input", 3.0f));
+    T_OK(rt, nnt_trace_save(t, "layers.1.input_layernorm.input"));
+    T_OK(rt, nnt_trace_run(t, IDS, NULL, 1, 4));
+    const nnt_tensor *x0 = nnt_trace_get(t, "layers.1.layer_input"), *x3 = nnt_trace_get(t, "layers.1.input_layernorm.input");
+    CU_ASSERT_FATAL(x0 && x3);
+    double worst = 0;
+    for (int64_t i = 0; i < nnt_tensor_numel(x0); i++)
+        worst = fmax(worst, fabs(((const float *)x3->data)[i] - 3.0 * ((const float *)x0->data)[i]));
+    CU_ASSERT(worst < 1e-5);
     nnt_trace_free(t);
     nnt_model_free(m);
 }

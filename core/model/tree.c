@@ -164,7 +164,8 @@ static int render_natives(sbuf *b, const nnt_tree *t, const nnt_model *m, int id
         const char *io = ni->io ? "output" : "input";
         if (ni->alias >= 0) {
             indent(b, depth);
-            sb_add(b, "(%s) = %s\n", io, nnt_value_name((nnt_value_id)ni->alias));
+            sb_add(b, "(%s) = %s%s\n", io, nnt_value_name((nnt_value_id)ni->alias),
+                   ni->read_only ? " (read-only through this path: other modules read it too)" : "");
             lines++;
             continue;
         }

@@ -124,6 +124,11 @@ static nnt_status check_served(nnt_trace *t, const char *text, const nnt_path *p
         lo = 0;
         hi = t->m->info.num_layers - 1;
     }
+    if (edit && p->via && p->via->read_only)
+        return nnt_err_set(err, NNT_ERR_READ_ONLY,
+                           "'%s': %s's input is %s, which other modules read too (the residual stream, the other "
+                           "products); an edit here would reach them all. Edit %s to mean that",
+                           text, p->via->standard, nnt_value_name(p->slot), nnt_value_name(p->slot));
     int served_somewhere = 0;
     char reason[NNT_REASON_MAX] = "";
     int reason_layer = lo;

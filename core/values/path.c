@@ -136,6 +136,7 @@ static int parse_native(const nnt_model *m, const char *text, nnt_path *out, nnt
 nnt_status nnt_path_parse(const nnt_model *m, const char *text, nnt_path *out, nnt_error *err)
 {
     if (!text) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "value path is NULL");
+    out->via = NULL;
     int native = parse_native(m, text, out, err);
     if (native) return native > 0 ? NNT_OK : err->status;
     int errcode;
@@ -305,6 +306,7 @@ static int parse_native(const nnt_model *m, const char *text, nnt_path *out, nnt
         if (block && parse_index(index, m->info.num_layers, text, err, &layer) != 0) return -1;
         out->slot = ni->alias >= 0 ? (nnt_value_id)ni->alias : (nnt_value_id)((int)NNT_VALUE_NATIVE + i);
         out->layer = layer;
+        out->via = ni->alias >= 0 ? ni : NULL;
         return 1;
     }
     /* "MODULE.input" with a dotted module path names no module: say so, with the nearest */

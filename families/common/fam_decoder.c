@@ -38,6 +38,7 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     int64_t B = args->batch, T = args->seq, M = B * T, H = d->hidden, V = d->vocab;
+    const nnt_call_dims dims = {args->batch, args->seq, args->past};
     nnt_attn_mask mask;
     nnt_status st = fam_mask_build(args, &mask, err);
     if (st != NNT_OK) return st;
@@ -64,12 +65,12 @@ nnt_status fam_decoder_forward(const fam_env *env, nnt_run *run, const nnt_forwa
         TRY(fam_alloc(env, run, NNT_F32, &xn, err, NNT_SHAPE(M, H)));
         TRY(fam_alloc(env, run, NNT_F32, &sub, err, NNT_SHAPE(M, H)));
         nnt_tensor xn3 = fam_view(&xn, NNT_SHAPE(B, T, H));
-        TRY(be->rms_norm(bc, &x, norm_at(d->in_norm, d->norm_stride, L), d->eps, &xn, err));
+        TRY(fam_norm(env, run, L, &dims, &x, norm_at(d->in_norm, d->norm_stride, L), d->eps, &xn, err));
         TRY(h->emit(run, NNT_VALUE_ATTENTION_NORM_OUTPUT, L, &xn3));
         TRY(d->mixer(d->self, run, L, args, &mask, &xn, &sub, err));
         TRY(be->add(bc, &x, &sub, &x, err));
         TRY(h->emit(run, NNT_VALUE_LAYER_MID, L, &x3));
-        TRY(be->rms_norm(bc, &x, norm_at(d->post_norm, d->norm_stride, L), d->eps, &xn, err));
+        TRY(fam_norm(env, run, L, &dims, &x, norm_at(d->post_norm, d->norm_stride, L), d->eps, &xn, err));
         TRY(h->emit(run, NNT_VALUE_MLP_NORM_OUTPUT, L, &xn3));
         TRY(h->emit(run, NNT_VALUE_MLP_INPUT, L, &xn3));
         TRY(d->mlp(d->self, run, L, args, &xn, &sub, err));

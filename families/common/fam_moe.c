@@ -28,8 +28,8 @@ nnt_status fam_mlp_forward(const fam_env *env, nnt_run *run, int layer, const fa
     TRY(fam_alloc(env, run, NNT_F32, &u, err, NNT_SHAPE(M, I)));
     TRY(fam_alloc(env, run, NNT_F32, &act, err, NNT_SHAPE(M, I)));
     TRY(fam_alloc(env, run, NNT_F32, &neu, err, NNT_SHAPE(M, I)));
-    TRY(be->linear(bc, x, &w->gate, &g, err));
-    TRY(be->linear(bc, x, &w->up, &u, err));
+    TRY(fam_linear(env, run, layer, dims, x, &w->gate, &g, err));
+    TRY(fam_linear(env, run, layer, dims, x, &w->up, &u, err));
     TRY(be->swiglu(bc, &g, &u, limit, &act, &neu, err));
     if (emit) {
         nnt_tensor a3 = fam_view(&act, NNT_SHAPE(B, T, I));
@@ -39,7 +39,7 @@ nnt_status fam_mlp_forward(const fam_env *env, nnt_run *run, int layer, const fa
         nnt_tensor n3 = fam_view(&neu, NNT_SHAPE(B, T, I));
         TRY(h->emit(run, NNT_VALUE_MLP_NEURONS, layer, &n3));
     }
-    TRY(be->linear(bc, &neu, &w->down, out, err));
+    TRY(fam_linear(env, run, layer, dims, &neu, &w->down, out, err));
     if (emit) {
         nnt_tensor o3 = fam_view(out, NNT_SHAPE(B, T, out->shape[1]));
         TRY(h->emit(run, NNT_VALUE_MLP_OUTPUT, layer, &o3));

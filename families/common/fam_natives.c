@@ -102,6 +102,7 @@ nnt_status fam_natives_entry(const fam_env *env, int i, nnt_native_info *out)
     out->io = e->io;
     out->block = e->block;
     out->alias = e->alias;
+    out->read_only = e->alias >= 0 && e->io == 0 && !r->alias_in_edit;
     out->axes = AXES[r->detail == FAM_DETAIL_NORM][e->io];
     return NNT_OK;
 }

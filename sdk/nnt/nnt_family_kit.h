@@ -755,6 +755,10 @@ typedef struct fam_module {
      * it; 0: none. A linear or norm row under the block row without an alias has a value of its
      * own, which fam_linear / fam_norm emit when the family runs the product through them. */
     int alias_in, alias_out;
+    /* 1 when this module is the only reader of its alias_in value, so that an edit of that value
+     * is an edit of this module's input alone; 0 (the default): the path of the input reads the
+     * value and refuses edits (its other readers would see them) */
+    int alias_in_edit;
     /* A linear or norm row whose product does not go through fam_linear / fam_norm (fused into
      * another kernel, or run on other rows than the call's tokens): why, in words; its own
      * values are then not served, and `nnt support` says why. NULL: served. */

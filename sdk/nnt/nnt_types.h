@@ -308,6 +308,9 @@ typedef struct nnt_native_info {
     int block;            /* 1: a module of every block that has it ("layers.N." in front); 0: the model's */
     int alias;            /* the standard value (nnt_value_id) that is this very tensor, so the path
                            * names it; -1: none, the family emits the value as NNT_VALUE_NATIVE + i */
+    int read_only;        /* with an alias: 1 when an edit through this path is refused, because
+                           * the standard value has other readers (an input the residual stream
+                           * also reads) and the edit would reach them too */
     const char *axes;     /* for a value of its own: its axes, e.g. "[batch seq in_features]" */
 } nnt_native_info;
 
