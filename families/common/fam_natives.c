@@ -157,8 +157,9 @@ static void own_ids(const fam_env *env, int layer, const nnt_tensor *w, int *in_
         if (e->alias >= 0 || !e->block) continue;
         const fam_module *r = &n->a->modules[e->row];
         for (int k = 0; k < FAM_MODULE_TENSORS; k++)
-            if ((r->tensors[k].name[0] || r->tensors[k].experts) && r->tensors[k].bind != FAM_BIND_NONE &&
-                r->tensors[k].field == off) {
+            /* a tensor the family binds itself (FAM_BIND_NONE) counts where its row gives the field */
+            if ((r->tensors[k].name[0] || r->tensors[k].experts) &&
+                (r->tensors[k].bind != FAM_BIND_NONE || r->tensors[k].field != 0) && r->tensors[k].field == off) {
                 *(e->io ? out_id : in_id) = (int)NNT_VALUE_NATIVE + i;
                 break;
             }

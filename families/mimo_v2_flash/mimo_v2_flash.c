@@ -337,44 +337,56 @@ static const fam_module MV_MODULES[] = {
     {.depth = 0, .native = "model"}, /* its class: the release's architecture (mv_describe) */
     {.depth = 1, .native = "lm_head", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
      .tensors = {{.name = {"lm_head.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
-                  .size = {MV_V, MV_H}, .unless = MV_TIED}}},
+                  .size = {MV_V, MV_H}, .unless = MV_TIED}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_FINAL_NORM_OUTPUT), .alias_out = FAM_ALIAS(NNT_VALUE_LM_HEAD_OUTPUT), .alias_in_edit = 1},
     {.depth = 1, .native = "embed_tokens", .cls = "Embedding", .detail = FAM_DETAIL_EMBEDDING,
      .tensors = {{.name = {"model.embed_tokens.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
-                  .size = {MV_V, MV_H}, .first_stage = 1}}},
+                  .size = {MV_V, MV_H}, .first_stage = 1}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_INPUT_IDS), .alias_out = FAM_ALIAS(NNT_VALUE_TOKEN_EMBEDDINGS), .alias_in_edit = 1},
     {.depth = 1, .native = "layers", .cls = "ModuleList"},
     {.depth = 2, .native = "layers", .cls = "MiMoV2FlashDecoderLayer", .block = 1},
     /* the sinks: one logit a query head, unquantised, on the blocks whose kind has them */
     {.depth = 3, .native = "self_attn", .cls = "MiMoV2FlashAttention", .module = NNT_MODULE_SELF_ATTN,
      .tensors = {{.name = {MV_SINKS_NAME, MV_SINK_BIAS_NAME}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_HOST,
-                  .field = offsetof(mv_layer, sinks), .ndim = 1, .size = {MV_HQ}, .when = MV_SINKS, .optional = 1}}},
+                  .field = offsetof(mv_layer, sinks), .ndim = 1, .size = {MV_HQ}, .when = MV_SINKS, .optional = 1}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ATTN_OUTPUT), .alias_in_edit = 1},
     /* MiMoV2ForCausalLM: C chunks [q_r; k_r; v_r] (bind_kv makes the chunk views) */
     {.depth = 4, .native = "qkv_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR, .when = MV_FUSED,
      .tensors = {{.name = {"model.layers.%d.self_attn.qkv_proj.weight"}, .store = FAM_STORE_LINEAR,
-                  .field = offsetof(mv_layer, qkv), .ndim = 3, .size = {MV_C, MV_R, MV_H}}}},
+                  .field = offsetof(mv_layer, qkv), .ndim = 3, .size = {MV_C, MV_R, MV_H}}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT), .alias_in_edit = 1,
+     .no_native = "the fused qkv_proj runs as one product per chunk, each chunk's rows copied into the queries, keys "
+                  "and values, so its [q; k; v] output is never held; attention_queries, attention_keys and "
+                  "attention_values hold them (after the rotary and the value scale)"},
     {.depth = 4, .native = "q_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR, .unless = MV_FUSED,
      .tensors = {MV_LINEAR(q_proj, "model.layers.%d.self_attn.q_proj.weight", MV_Q, MV_H)}},
     {.depth = 4, .native = "k_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR, .unless = MV_FUSED,
      .tensors = {{.name = {MV_K_NAME}, .store = FAM_STORE_LINEAR, .bind = FAM_BIND_NONE,
-                  .ndim = 2, .size = {MV_K, MV_H}}}},
+                  .field = offsetof(mv_layer, k_proj), .ndim = 2, .size = {MV_K, MV_H}}}},
     {.depth = 4, .native = "v_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR, .unless = MV_FUSED,
      .tensors = {{.name = {MV_V_NAME}, .store = FAM_STORE_LINEAR, .bind = FAM_BIND_NONE,
-                  .ndim = 2, .size = {MV_VR, MV_H}}}},
+                  .field = offsetof(mv_layer, v_proj), .ndim = 2, .size = {MV_VR, MV_H}}}},
     /* the FP8 releases keep o_proj in bfloat16 (quantization_config.ignored_layers) */
     {.depth = 4, .native = "o_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
      .tensors = {{.name = {"model.layers.%d.self_attn.o_proj.weight"}, .store = FAM_STORE_PLAIN,
-                  .field = offsetof(mv_layer, o_proj), .ndim = 2, .size = {MV_H, MV_O}}}},
-    {.depth = 3, .native = "mlp", .cls = "MiMoV2FlashMLP", .module = NNT_MODULE_MLP, .unless = MV_SPARSE},
+                  .field = offsetof(mv_layer, o_proj), .ndim = 2, .size = {MV_H, MV_O}}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_ATTN_PREMIX), .alias_out = FAM_ALIAS(NNT_VALUE_ATTN_OUTPUT), .alias_in_edit = 1},
+    {.depth = 3, .native = "mlp", .cls = "MiMoV2FlashMLP", .module = NNT_MODULE_MLP, .unless = MV_SPARSE,
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_MLP_OUTPUT), .alias_in_edit = 1},
     {.depth = 4, .native = "gate_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
      .tensors = {MV_LINEAR(dense.gate, "model.layers.%d.mlp.gate_proj.weight", MV_I, MV_H)}},
     {.depth = 4, .native = "up_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
      .tensors = {MV_LINEAR(dense.up, "model.layers.%d.mlp.up_proj.weight", MV_I, MV_H)}},
     {.depth = 4, .native = "down_proj", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
-     .tensors = {MV_LINEAR(dense.down, "model.layers.%d.mlp.down_proj.weight", MV_H, MV_I)}},
-    {.depth = 4, .native = "act_fn", .cls = "SiLUActivation"},
-    {.depth = 3, .native = "mlp", .cls = "MiMoV2FlashMoE", .module = NNT_MODULE_MLP, .when = MV_SPARSE},
+     .tensors = {MV_LINEAR(dense.down, "model.layers.%d.mlp.down_proj.weight", MV_H, MV_I)},
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_NEURONS), .alias_out = FAM_ALIAS(NNT_VALUE_MLP_OUTPUT), .alias_in_edit = 1},
+    {.depth = 4, .native = "act_fn", .cls = "SiLUActivation", .alias_out = FAM_ALIAS(NNT_VALUE_MLP_ACTIVATION)},
+    {.depth = 3, .native = "mlp", .cls = "MiMoV2FlashMoE", .module = NNT_MODULE_MLP, .when = MV_SPARSE,
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_MLP_OUTPUT), .alias_in_edit = 1},
     {.depth = 4, .native = "experts", .cls = "MiMoV2FlashExperts",
      .tensors = {{.store = FAM_STORE_EXPERTS, .bind = FAM_BIND_EXPERTS, .field = offsetof(mv_layer, moe.experts),
-                  .ndim = 3, .size = {MV_E, MV_EI, MV_H}, .experts = &MV_EXPERTS}}},
+                  .ndim = 3, .size = {MV_E, MV_EI, MV_H}, .experts = &MV_EXPERTS}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ROUTED_OUTPUT)},
     {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
     /* the router (float32 in the FP8 release, bf16 in MiMo-V2.5's) and its optional selection bias */
     {.depth = 4, .native = "gate", .cls = "MiMoV2FlashTopkRouter",
@@ -382,14 +394,19 @@ static const fam_module MV_MODULES[] = {
                   .field = offsetof(mv_layer, moe.router), .ndim = 2, .size = {MV_E, MV_H}},
                  {.name = {"model.layers.%d.mlp.gate.e_score_correction_bias", "model.layers.%d.mlp.e_score_correction_bias"},
                   .store = FAM_STORE_F32, .bind = FAM_BIND_VECTOR, .field = offsetof(mv_layer, moe.bias),
-                  .host = offsetof(mv_layer, bias_host), .ndim = 1, .size = {MV_E}, .optional = 1}}},
+                  .host = offsetof(mv_layer, bias_host), .ndim = 1, .size = {MV_E}, .optional = 1}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ROUTER_LOGITS)},
     {.depth = 3, .native = "input_layernorm", .cls = "MiMoV2FlashRMSNorm", .detail = FAM_DETAIL_NORM,
-     .tensors = {MV_GAIN(in_norm, "model.layers.%d.input_layernorm.weight")}},
+     .tensors = {MV_GAIN(in_norm, "model.layers.%d.input_layernorm.weight")},
+     .alias_out = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT)},
     {.depth = 3, .native = "post_attention_layernorm", .cls = "MiMoV2FlashRMSNorm", .detail = FAM_DETAIL_NORM,
-     .tensors = {MV_GAIN(post_norm, "model.layers.%d.post_attention_layernorm.weight")}},
+     .tensors = {MV_GAIN(post_norm, "model.layers.%d.post_attention_layernorm.weight")},
+     .alias_out = FAM_ALIAS(NNT_VALUE_MLP_NORM_OUTPUT)},
+    /* its input is the last block's layer_output, a value of a block, not of the model */
     {.depth = 1, .native = "norm", .cls = "MiMoV2FlashRMSNorm", .detail = FAM_DETAIL_NORM,
      .tensors = {{.name = {"model.norm.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 1,
-                  .size = {MV_H}}}},
+                  .size = {MV_H}}},
+     .alias_out = FAM_ALIAS(NNT_VALUE_FINAL_NORM_OUTPUT)},
 };
 
 /* Block `layer`'s sizes and traits from its kinds (layer -1: the model's, and the root's class). */
@@ -526,6 +543,7 @@ static nnt_status mv_attention(void *self, nnt_run *run, int L, const nnt_forwar
     const fam_attn *a = &ly->attn;
     int64_t M = xn->shape[0];
     size_t mark = env->core->arena_mark(run);
+    const nnt_call_dims dims = {args->batch, args->seq, args->past};
     nnt_tensor q, k, v;
     nnt_status st;
     if ((st = fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, (int64_t)a->num_heads * a->qk_head_dim))) != NNT_OK ||
@@ -544,9 +562,9 @@ static nnt_status mv_attention(void *self, nnt_run *run, int L, const nnt_forwar
                 (st = env->be->copy_cols(env->be_ctx, &part, qr + kr, &v, r * vr, vr, err)) != NNT_OK)
                 goto done;
         if ((st = env->be->scale(env->be_ctx, &v, (float)m->v_scale, &v, err)) != NNT_OK) goto done;
-    } else if ((st = env->be->linear(env->be_ctx, xn, &ly->q_proj, &q, err)) != NNT_OK ||
-        (st = env->be->linear(env->be_ctx, xn, &ly->k_proj, &k, err)) != NNT_OK ||
-        (st = env->be->linear(env->be_ctx, xn, &ly->v_proj, &v, err)) != NNT_OK ||
+    } else if ((st = fam_linear(env, run, L, &dims, xn, &ly->q_proj, &q, err)) != NNT_OK ||
+        (st = fam_linear(env, run, L, &dims, xn, &ly->k_proj, &k, err)) != NNT_OK ||
+        (st = fam_linear(env, run, L, &dims, xn, &ly->v_proj, &v, err)) != NNT_OK ||
         (st = env->be->scale(env->be_ctx, &v, (float)m->v_scale, &v, err)) != NNT_OK)
         goto done;
     st = fam_attention_forward(env, run, L, a, args, mask, &q, &k, &v, fam_layer_cache(args, L), out, err);
@@ -636,6 +654,10 @@ static nnt_status mv_load(const nnt_load_args *args, void **out, nnt_error *err)
     mv_write_notes(m);
     fam_decoder_wire(&m->dec, m->layers, m->hidden, m->vocab, m->eps, &m->l[0].in_norm, &m->l[0].post_norm,
                      sizeof(mv_layer), m, mv_attention, mv_mlp);
+    if ((st = fam_env_natives(&m->env, &MV_ARCH, m, m->l, sizeof *m->l, err)) != NNT_OK) {
+        mv_unload(m);
+        return st;
+    }
     *out = m;
     return NNT_OK;
 }
@@ -660,11 +682,19 @@ static void mv_info(const void *model, nnt_model_info *out)
     out->num_streams = 1;
 }
 
+/* The native module values, from MV_ARCH's rows. */
+static nnt_status mv_native(const void *model, int i, nnt_native_info *out)
+{
+    const mv_model *m = model;
+    return fam_natives_entry(&m->env, i, out);
+}
+
 static nnt_status mv_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d,
                                 nnt_value_info *out)
 {
     const mv_model *m = model;
     if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
+    if (fam_natives_value_info(&m->env, layer, id, d, out)) return NNT_OK; /* q_proj.output, ... */
     if (fam_arch_value_info(&MV_ARCH, m, layer, id, out)) return NNT_OK; /* linear_attn: no such module */
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0, H = m->hidden;
     if (fam_value_module(id) == NNT_MODULE_SELF_ATTN) {
@@ -790,4 +820,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .ops_needed = NNT_OPS_DECODER,
     .note = mv_note,
     .costs = mv_costs,
+    .native = mv_native,
 };
