@@ -66,12 +66,16 @@ static int file_keys(const char *path, char (*keys)[160], int cap)
  * nnt's tree: its frequencies are computed in the attention), the experts' activation (run per
  * expert on the rows routed to it: [routed rows, intermediate] in torch's order of experts, no
  * [batch seq ...] value), a dense MLP activation's input (gate_proj's output: the same tensor, a
- * value of that module) and the final norm's input (the last block's layer_output: a value of a
- * block, not of the model). */
+ * value of that module), a shared expert's activation (no standard value holds it: its
+ * gate_proj and up_proj outputs and down_proj's input are served), Kimi's gated o_norm's output
+ * (o_proj's input, a value of that module) and the final
+ * norm's input (the last block's layer_output: a value of a block, not of the model). */
 static int not_served_by_design(const char *key)
 {
-    return strncmp(key, "rotary_emb.", 11) == 0 || strstr(key, ".mlp.experts.act_fn.") != NULL ||
-           (strstr(key, ".mlp.act_fn.input") != NULL) || strcmp(key, "norm.input") == 0;
+    return strncmp(key, "rotary_emb.", 11) == 0 || strstr(key, ".experts.act_fn.") != NULL ||
+           strstr(key, "act_fn.input") != NULL || strstr(key, ".o_norm.output") != NULL ||
+           strstr(key, ".shared_experts.act_fn.") != NULL ||
+           strcmp(key, "norm.input") == 0;
 }
 
 /* One fixture: every module value of its native_reference.safetensors served and equal to
@@ -176,6 +180,12 @@ static void test_against_transformers(void)
      * and output), blocks 1-4 sparse, 22 each (as MiniMax-M2's without q/k_norm); refused: the
      * dense act_fn's input, the experts' act_fn per sparse block, rotary_emb's 2, norm's input */
     check_fixture("mimo_v2_flash/fp32", 25 + 4 * 22 + 4, 1 + 4 * 2 + 3);
+    /* Kimi-Linear, 5 blocks: block 0 delta attention with a dense MLP, 38 served of its 40
+     * (not: act_fn's input, o_norm's output); blocks 1, 2 and 4 delta attention with experts and a
+     * shared expert, 43 of 48 (not: the two act_fns', o_norm's output); block 3 latent attention
+     * with experts, 32 of 36 (not: the two act_fns'); the model's 4 (no rotary: the release has no
+     * position encoding); refused besides: norm's input */
+    check_fixture("kimi_linear/fp32", 38 + 3 * 43 + 32 + 4, 2 + 3 * 5 + 4 + 1);
 }
 
 /* An edit of a module's input reaches that product alone: zeroing q_proj's input leaves k_proj's

@@ -299,12 +299,36 @@ static int parse_native(const nnt_model *m, const char *text, nnt_path *out, nnt
     int io = len > 6 && strcmp(rest + len - 6, ".input") == 0 ? 0 : len > 7 && strcmp(rest + len - 7, ".output") == 0 ? 1 : -1;
     if (io < 0) return 0;
     size_t mlen = len - (io ? 7 : 6);
+    /* several rows may have the path (Kimi's self_attn is delta attention on some blocks, latent
+     * attention on others): the one block N has; for every block ("*"), the one whose standard
+     * spelling it is (the canonical path); else the first */
+    int pick = -1, layer = -1;
     for (int i = 0; i < m->n_natives; i++) {
         const nnt_native_info *ni = &m->natives[i];
         if (ni->io != io || ni->block != block || !module_matches(ni, rest, mlen)) continue;
-        int layer = -1;
-        if (block && parse_index(index, m->info.num_layers, text, err, &layer) != 0) return -1;
-        out->slot = ni->alias >= 0 ? (nnt_value_id)ni->alias : (nnt_value_id)((int)NNT_VALUE_NATIVE + i);
+        if (pick < 0) {
+            pick = i;
+            if (block && parse_index(index, m->info.num_layers, text, err, &layer) != 0) return -1;
+            if (!block) break;
+        }
+        if (layer == NNT_LAYER_ALL) {
+            if (strlen(ni->standard) == mlen && strncmp(ni->standard, rest, mlen) == 0) {
+                pick = i;
+                break;
+            }
+            continue;
+        }
+        nnt_value_info vi;
+        nnt_error scratch = {0};
+        nnt_value_id id = ni->alias >= 0 ? (nnt_value_id)ni->alias : (nnt_value_id)((int)NNT_VALUE_NATIVE + i);
+        if (nnt_model_slot_info(m, layer, id, NULL, &vi, &scratch) == NNT_OK && vi.served) {
+            pick = i;
+            break;
+        }
+    }
+    if (pick >= 0) {
+        const nnt_native_info *ni = &m->natives[pick];
+        out->slot = ni->alias >= 0 ? (nnt_value_id)ni->alias : (nnt_value_id)((int)NNT_VALUE_NATIVE + pick);
         out->layer = layer;
         out->via = ni->alias >= 0 ? ni : NULL;
         return 1;

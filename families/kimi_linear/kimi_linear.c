@@ -286,6 +286,10 @@ enum { KL_KDA = 1u << 0, KL_SPARSE = 1u << 1, KL_SHARED = 1u << 2, KL_TIED = 1u 
 #define KL_LINEAR_ROW(d, native_name, member, rows, cols, ...)                                                         \
     {.depth = d, .native = native_name, .cls = "Linear", .detail = FAM_DETAIL_LINEAR,                                  \
      .tensors = {KL_LINEAR(member, rows, cols, __VA_ARGS__)}}
+/* the same with the standard values its input and output are (native values: 0 for none) */
+#define KL_LINEAR_ROW_AS(d, native_name, member, rows, cols, in, out, in_edit, ...)                                    \
+    {.depth = d, .native = native_name, .cls = "Linear", .detail = FAM_DETAIL_LINEAR,                                  \
+     .tensors = {KL_LINEAR(member, rows, cols, __VA_ARGS__)}, .alias_in = in, .alias_out = out, .alias_in_edit = in_edit}
 #define KL_NORM_ROW(d, native_name, member, width, ...)                                                                \
     {.depth = d, .native = native_name, .cls = "KimiLinearRMSNorm", .detail = FAM_DETAIL_NORM,                         \
      .tensors = {KL_GAIN(member, width, __VA_ARGS__)}}
@@ -301,16 +305,19 @@ static const fam_module KL_MODULES[] = {
     {.depth = 0, .native = "model", .cls = "KimiLinearForCausalLM"},
     {.depth = 1, .native = "lm_head", .cls = "Linear", .detail = FAM_DETAIL_LINEAR,
      .tensors = {{.name = {"lm_head.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
-                  .size = {KL_V, KL_H}, .unless = KL_TIED}}},
+                  .size = {KL_V, KL_H}, .unless = KL_TIED}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_FINAL_NORM_OUTPUT), .alias_out = FAM_ALIAS(NNT_VALUE_LM_HEAD_OUTPUT), .alias_in_edit = 1},
     {.depth = 1, .native = "embed_tokens", .cls = "Embedding", .detail = FAM_DETAIL_EMBEDDING,
      .tensors = {{.name = {"model.embed_tokens.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 2,
-                  .size = {KL_V, KL_H}, .first_stage = 1}}},
+                  .size = {KL_V, KL_H}, .first_stage = 1}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_INPUT_IDS), .alias_out = FAM_ALIAS(NNT_VALUE_TOKEN_EMBEDDINGS), .alias_in_edit = 1},
     {.depth = 1, .native = "layers", .cls = "ModuleList"},
     {.depth = 2, .native = "layers", .cls = "KimiLinearDecoderLayer", .block = 1},
     /* Kimi Delta Attention (nnterp's linear_attn; transformers names it self_attn too) */
     {.depth = 3, .native = "self_attn", .cls = "KimiLinearDeltaAttention", .module = NNT_MODULE_LINEAR_ATTN,
      .when = KL_KDA,
-     .absent = "this block runs latent attention (self_attn): it has no linear_attn mixer and no recurrent state"},
+     .absent = "this block runs latent attention (self_attn): it has no linear_attn mixer and no recurrent state",
+     .alias_in = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT), .alias_out = FAM_ALIAS(NNT_VALUE_LIN_OUTPUT), .alias_in_edit = 1},
     KL_LINEAR_ROW(4, "q_proj", kda.q_proj, KL_P, KL_H, "model.layers.%d.self_attn.q_proj.weight"),
     KL_LINEAR_ROW(4, "k_proj", kda.k_proj, KL_P, KL_H, "model.layers.%d.self_attn.k_proj.weight"),
     KL_LINEAR_ROW(4, "v_proj", kda.v_proj, KL_P, KL_H, "model.layers.%d.self_attn.v_proj.weight"),
@@ -323,6 +330,7 @@ static const fam_module KL_MODULES[] = {
     /* the forget gate's per-channel bias and per-head log decay rates, any shape of that count
      * (A_log is [1, 1, heads, 1] in the release, [heads, 1] in transformers) */
     {.depth = 4, .native = "forget_gate", .cls = "KimiLinearForgetGate",
+     .alias_in = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT), .alias_out = FAM_ALIAS(NNT_VALUE_LIN_DECAYS),
      .tensors = {{.name = {KL_FG("dt_bias")}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_VECTOR,
                   .field = offsetof(kl_layer, kda.dt_bias_t), .host = offsetof(kl_layer, kda.dt_bias), .ndim = 1,
                   .size = {KL_P}},
@@ -334,13 +342,17 @@ static const fam_module KL_MODULES[] = {
     KL_LINEAR_ROW(4, "b_proj", kda.b_proj, KL_HEADS, KL_H, "model.layers.%d.self_attn.b_proj.weight"),
     KL_LINEAR_ROW(4, "g_a_proj", kda.g_a, KL_D, KL_H, "model.layers.%d.self_attn.g_a_proj.weight"),
     KL_LINEAR_ROW(4, "g_b_proj", kda.g_b, KL_P, KL_D, "model.layers.%d.self_attn.g_b_proj.weight"),
+    /* its output is o_proj's input */
     {.depth = 4, .native = "o_norm", .cls = "KimiLinearRMSNormGated",
-     .tensors = {KL_GAIN(kda.o_norm, KL_D, "model.layers.%d.self_attn.o_norm.weight")}},
-    KL_LINEAR_ROW(4, "o_proj", kda.o_proj, KL_H, KL_P, "model.layers.%d.self_attn.o_proj.weight"),
+     .tensors = {KL_GAIN(kda.o_norm, KL_D, "model.layers.%d.self_attn.o_norm.weight")},
+     .alias_in = FAM_ALIAS(NNT_VALUE_LIN_HEAD_OUTPUTS), .alias_in_edit = 1},
+    KL_LINEAR_ROW_AS(4, "o_proj", kda.o_proj, KL_H, KL_P, 0, FAM_ALIAS(NNT_VALUE_LIN_OUTPUT), 0,
+                     "model.layers.%d.self_attn.o_proj.weight"),
     /* latent attention without rotary */
     {.depth = 3, .native = "self_attn", .cls = "KimiLinearAttention", .module = NNT_MODULE_SELF_ATTN, .unless = KL_KDA,
      .absent = "this block mixes tokens with Kimi Delta Attention, served as linear_attn; it has no self_attn (no "
-               "softmax pattern, queries or keys of that kind)"},
+               "softmax pattern, queries or keys of that kind)",
+     .alias_in = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ATTN_OUTPUT), .alias_in_edit = 1},
     KL_LINEAR_ROW(4, "q_proj", mla.q_proj, KL_Q, KL_H, "model.layers.%d.self_attn.q_proj.weight"),
     KL_LINEAR_ROW(4, "kv_a_proj_with_mqa", mla.kv_a, KL_KV_A, KL_H,
                   "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight"),
@@ -348,21 +360,26 @@ static const fam_module KL_MODULES[] = {
     {.depth = 4, .native = "kv_a_layernorm", .cls = "KimiLinearRMSNorm", .detail = FAM_DETAIL_NORM, .eps = 1e-6,
      .tensors = {KL_GAIN(mla.kv_a_norm, KL_LORA, "model.layers.%d.self_attn.kv_a_layernorm.weight")}},
     KL_LINEAR_ROW(4, "kv_b_proj", mla.kv_b, KL_KV_B, KL_LORA, "model.layers.%d.self_attn.kv_b_proj.weight"),
-    KL_LINEAR_ROW(4, "o_proj", mla.o_proj, KL_H, KL_O, "model.layers.%d.self_attn.o_proj.weight"),
+    KL_LINEAR_ROW_AS(4, "o_proj", mla.o_proj, KL_H, KL_O, FAM_ALIAS(NNT_VALUE_ATTN_PREMIX), FAM_ALIAS(NNT_VALUE_ATTN_OUTPUT),
+                     1, "model.layers.%d.self_attn.o_proj.weight"),
     /* the dense MLP: under mlp in the release, under block_sparse_moe in transformers 5.24 */
-    {.depth = 3, .native = "mlp", .cls = "KimiLinearMLP", .module = NNT_MODULE_MLP, .unless = KL_SPARSE},
+    {.depth = 3, .native = "mlp", .cls = "KimiLinearMLP", .module = NNT_MODULE_MLP, .unless = KL_SPARSE,
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_MLP_OUTPUT), .alias_in_edit = 1},
     KL_LINEAR_ROW(4, "gate_proj", dense.gate, KL_I, KL_H, "model.layers.%d.mlp.gate_proj.weight",
                   "model.layers.%d.block_sparse_moe.gate_proj.weight"),
     KL_LINEAR_ROW(4, "up_proj", dense.up, KL_I, KL_H, "model.layers.%d.mlp.up_proj.weight",
                   "model.layers.%d.block_sparse_moe.up_proj.weight"),
-    KL_LINEAR_ROW(4, "down_proj", dense.down, KL_H, KL_I, "model.layers.%d.mlp.down_proj.weight",
-                  "model.layers.%d.block_sparse_moe.down_proj.weight"),
-    {.depth = 4, .native = "act_fn", .cls = "SiLUActivation"},
+    KL_LINEAR_ROW_AS(4, "down_proj", dense.down, KL_H, KL_I, FAM_ALIAS(NNT_VALUE_MLP_NEURONS),
+                     FAM_ALIAS(NNT_VALUE_MLP_OUTPUT), 1, "model.layers.%d.mlp.down_proj.weight",
+                     "model.layers.%d.block_sparse_moe.down_proj.weight"),
+    {.depth = 4, .native = "act_fn", .cls = "SiLUActivation", .alias_out = FAM_ALIAS(NNT_VALUE_MLP_ACTIVATION)},
     /* the mixture: under block_sparse_moe in the release, under mlp in transformers */
-    {.depth = 3, .native = "mlp", .cls = "KimiLinearMoE", .module = NNT_MODULE_MLP, .when = KL_SPARSE},
+    {.depth = 3, .native = "mlp", .cls = "KimiLinearMoE", .module = NNT_MODULE_MLP, .when = KL_SPARSE,
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_MLP_OUTPUT), .alias_in_edit = 1},
     {.depth = 4, .native = "experts", .cls = "KimiLinearExperts",
      .tensors = {{.store = FAM_STORE_EXPERTS, .bind = FAM_BIND_EXPERTS, .field = offsetof(kl_layer, moe.experts),
-                  .ndim = 3, .size = {KL_E, KL_MI, KL_H}, .experts = &fam_experts_block_sparse_moe}}},
+                  .ndim = 3, .size = {KL_E, KL_MI, KL_H}, .experts = &fam_experts_block_sparse_moe}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ROUTED_OUTPUT)},
     {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
     /* the router as the release stores it, and its optional float32 selection bias */
     {.depth = 4, .native = "gate", .cls = "KimiLinearTopkRouter",
@@ -371,17 +388,26 @@ static const fam_module KL_MODULES[] = {
                  {.name = {"model.layers.%d.block_sparse_moe.gate.e_score_correction_bias",
                            "model.layers.%d.mlp.gate.e_score_correction_bias"},
                   .store = FAM_STORE_F32, .bind = FAM_BIND_VECTOR, .field = offsetof(kl_layer, moe.bias),
-                  .host = offsetof(kl_layer, bias_host), .ndim = 1, .size = {KL_E}, .optional = 1}}},
-    {.depth = 4, .native = "shared_experts", .cls = "KimiLinearMLP", .when = KL_SHARED},
+                  .host = offsetof(kl_layer, bias_host), .ndim = 1, .size = {KL_E}, .optional = 1}},
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_ROUTER_LOGITS)},
+    {.depth = 4, .native = "shared_experts", .cls = "KimiLinearMLP", .when = KL_SHARED,
+     .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_SHARED_EXPERT_OUTPUT)},
     KL_LINEAR_ROW(5, "gate_proj", moe.shared.gate, KL_S, KL_H, KL_SHARED_NAMES("gate_proj")),
     KL_LINEAR_ROW(5, "up_proj", moe.shared.up, KL_S, KL_H, KL_SHARED_NAMES("up_proj")),
-    KL_LINEAR_ROW(5, "down_proj", moe.shared.down, KL_H, KL_S, KL_SHARED_NAMES("down_proj")),
+    KL_LINEAR_ROW_AS(5, "down_proj", moe.shared.down, KL_H, KL_S, 0, FAM_ALIAS(NNT_VALUE_SHARED_EXPERT_OUTPUT), 0,
+                     KL_SHARED_NAMES("down_proj")),
     {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
-    KL_NORM_ROW(3, "input_layernorm", in_norm, KL_H, "model.layers.%d.input_layernorm.weight"),
-    KL_NORM_ROW(3, "post_attention_layernorm", post_norm, KL_H, "model.layers.%d.post_attention_layernorm.weight"),
+    {.depth = 3, .native = "input_layernorm", .cls = "KimiLinearRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {KL_GAIN(in_norm, KL_H, "model.layers.%d.input_layernorm.weight")},
+     .alias_out = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT)},
+    {.depth = 3, .native = "post_attention_layernorm", .cls = "KimiLinearRMSNorm", .detail = FAM_DETAIL_NORM,
+     .tensors = {KL_GAIN(post_norm, KL_H, "model.layers.%d.post_attention_layernorm.weight")},
+     .alias_out = FAM_ALIAS(NNT_VALUE_MLP_NORM_OUTPUT)},
+    /* its input is the last block's layer_output, a value of a block, not of the model */
     {.depth = 1, .native = "norm", .cls = "KimiLinearRMSNorm", .detail = FAM_DETAIL_NORM,
      .tensors = {{.name = {"model.norm.weight"}, .store = FAM_STORE_PLAIN, .bind = FAM_BIND_NONE, .ndim = 1,
-                  .size = {KL_H}}}},
+                  .size = {KL_H}}},
+     .alias_out = FAM_ALIAS(NNT_VALUE_FINAL_NORM_OUTPUT)},
 };
 
 /* Block `layer`'s traits (its mixer and MLP, shared experts, tied embeddings) and the sizes, all
@@ -525,6 +551,7 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     void *bc = env->be_ctx;
     const kda_w *w = &m->l[L].kda;
     int64_t B = args->batch, T = args->seq, M = B * T, H = m->hidden, Hh = m->lin_heads, D = m->lin_dim, P = Hh * D;
+    const nnt_call_dims dims = {args->batch, args->seq, args->past};
     kl_cache *kc = args->cache;
     kda_state *ks = kc ? &kc->kda[L] : NULL;
     int carried = ks && ks->started;
@@ -543,7 +570,7 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     nnt_tensor *outs[3] = {&q, &k, &v};
     if (ks) TRY(fam_alloc(env, run, NNT_F32, &conv_out, err, NNT_SHAPE(B, (int64_t)m->conv_w - 1, P)));
     for (int i = 0; i < 3; i++) {
-        TRY(be->linear(bc, &x, projs[i], &raw, err));
+        TRY(fam_linear(env, run, L, &dims, &x, projs[i], &raw, err));
         nnt_tensor r3 = fam_view(&raw, NNT_SHAPE(B, T, P)), o3 = fam_view(outs[i], NNT_SHAPE(B, T, P));
         /* a continued call convolves over the previous call's last inputs */
         TRY(be->conv1d_causal(bc, &r3, convs[i], carried ? &ks->conv[i] : NULL, 1, &o3, ks ? &conv_out : NULL, err));
@@ -556,14 +583,14 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     TRY(fam_alloc(env, run, NNT_F32, &fa, err, NNT_SHAPE(M, D)));
     TRY(fam_alloc(env, run, NNT_F32, &a, err, NNT_SHAPE(M, P)));
     TRY(fam_alloc(env, run, NNT_F32, &g, err, NNT_SHAPE(M, P)));
-    TRY(be->linear(bc, &x, &w->f_a, &fa, err));
-    TRY(be->linear(bc, &fa, &w->f_b, &a, err));
+    TRY(fam_linear(env, run, L, &dims, &x, &w->f_a, &fa, err));
+    TRY(fam_linear(env, run, L, &dims, &fa, &w->f_b, &a, err));
     TRY(be->kda_gate(bc, &a, &w->dt_bias_t, &w->a_log_t, &g, err));
     nnt_tensor g4 = fam_view(&g, NNT_SHAPE(B, T, Hh, D));
     TRY(h->emit(run, NNT_VALUE_LIN_DECAYS, L, &g4));
     TRY(fam_alloc(env, run, NNT_F32, &braw, err, NNT_SHAPE(M, Hh)));
     TRY(fam_alloc(env, run, NNT_F32, &beta, err, NNT_SHAPE(M, Hh)));
-    TRY(be->linear(bc, &x, &w->b_proj, &braw, err));
+    TRY(fam_linear(env, run, L, &dims, &x, &w->b_proj, &braw, err));
     TRY(be->sigmoid(bc, &braw, &beta, err));
     nnt_tensor b3 = fam_view(&beta, NNT_SHAPE(B, T, Hh));
     TRY(h->emit(run, NNT_VALUE_LIN_BETAS, L, &b3));
@@ -609,11 +636,11 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     TRY(fam_alloc(env, run, NNT_F32, &ga, err, NNT_SHAPE(M, D)));
     TRY(fam_alloc(env, run, NNT_F32, &gate, err, NNT_SHAPE(M, P)));
     TRY(fam_alloc(env, run, NNT_F32, &normed, err, NNT_SHAPE(M, P)));
-    TRY(be->linear(bc, &x, &w->g_a, &ga, err));
-    TRY(be->linear(bc, &ga, &w->g_b, &gate, err));
+    TRY(fam_linear(env, run, L, &dims, &x, &w->g_a, &ga, err));
+    TRY(fam_linear(env, run, L, &dims, &ga, &w->g_b, &gate, err));
     nnt_tensor oh = fam_view(&o, NNT_SHAPE(M * Hh, D)), gh = fam_view(&gate, NNT_SHAPE(M * Hh, D)), nh = fam_view(&normed, NNT_SHAPE(M * Hh, D));
     TRY(be->rms_norm_gated(bc, &oh, &w->o_norm, &gh, (float)m->eps, &nh, err));
-    TRY(be->linear(bc, &normed, &w->o_proj, out, err));
+    TRY(fam_linear(env, run, L, &dims, &normed, &w->o_proj, out, err));
     nnt_tensor out3 = fam_view(out, NNT_SHAPE(B, T, H));
     TRY(h->emit(run, NNT_VALUE_LIN_OUTPUT, L, &out3));
 done:
@@ -632,18 +659,19 @@ static nnt_status mla_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     const mla_w *w = &m->l[L].mla;
     int64_t M = xn->shape[0], Hn = m->heads, nope = m->nope, rope = m->rope, qk = nope + rope, Dv = m->v_dim;
     int64_t R = m->kv_lora;
+    const nnt_call_dims dims = {args->batch, args->seq, args->past};
     size_t mark = h->arena_mark(run);
     nnt_status st;
     nnt_tensor q, ckv, c, kv, k, v;
     TRY(fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, Hn * qk)));
-    TRY(be->linear(bc, xn, &w->q_proj, &q, err));
+    TRY(fam_linear(env, run, L, &dims, xn, &w->q_proj, &q, err));
     TRY(fam_alloc(env, run, NNT_F32, &ckv, err, NNT_SHAPE(M, R + rope)));
-    TRY(be->linear(bc, xn, &w->kv_a, &ckv, err));
+    TRY(fam_linear(env, run, L, &dims, xn, &w->kv_a, &ckv, err));
     TRY(fam_alloc(env, run, NNT_F32, &c, err, NNT_SHAPE(M, R)));
     TRY(be->copy_cols(bc, &ckv, 0, &c, 0, R, err));
-    TRY(be->rms_norm(bc, &c, &w->kv_a_norm, 1e-6f, &c, err)); /* the latent's norm uses the default eps */
+    TRY(fam_norm(env, run, L, &dims, &c, &w->kv_a_norm, 1e-6f, &c, err)); /* the latent's norm uses the default eps */
     TRY(fam_alloc(env, run, NNT_F32, &kv, err, NNT_SHAPE(M, Hn * (nope + Dv))));
-    TRY(be->linear(bc, &c, &w->kv_b, &kv, err));
+    TRY(fam_linear(env, run, L, &dims, &c, &w->kv_b, &kv, err));
     TRY(fam_alloc(env, run, NNT_F32, &k, err, NNT_SHAPE(M, Hn * qk)));
     TRY(fam_alloc(env, run, NNT_F32, &v, err, NNT_SHAPE(M, Hn * Dv)));
     for (int64_t hd = 0; hd < Hn; hd++) {
@@ -708,6 +736,10 @@ static nnt_status kl_load(const nnt_load_args *args, void **out, nnt_error *err)
     }
     fam_decoder_wire(&m->dec, m->layers, m->hidden, m->vocab, m->eps, &m->l[0].in_norm, &m->l[0].post_norm,
                      sizeof(kl_layer), m, kl_mixer, kl_mlp);
+    if ((st = fam_env_natives(&m->env, &KL_ARCH, m, m->l, sizeof *m->l, err)) != NNT_OK) {
+        kl_unload(m);
+        return st;
+    }
     *out = m;
     return NNT_OK;
 }
@@ -792,11 +824,19 @@ static void mlp_value_info(const kl_model *m, const kl_layer *ly, nnt_value_id i
 
 /* The model's and the skeleton's values (fam_decoder_info), the mixer a block lacks (KL_ARCH's
  * reasons), then the block's own mixer and MLP. */
+/* The native module values, from KL_ARCH's rows. */
+static nnt_status kl_native(const void *model, int i, nnt_native_info *out)
+{
+    const kl_model *m = model;
+    return fam_natives_entry(&m->env, i, out);
+}
+
 static nnt_status kl_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d,
                                 nnt_value_info *out)
 {
     const kl_model *m = model;
     if (fam_decoder_info(m->hidden, m->vocab, id, d, out)) return NNT_OK;
+    if (fam_natives_value_info(&m->env, layer, id, d, out)) return NNT_OK; /* q_proj.output, ... */
     if (fam_arch_value_info(&KL_ARCH, m, layer, id, out)) return NNT_OK;
     const kl_layer *ly = &m->l[layer];
     switch (fam_value_module(id)) {
@@ -945,4 +985,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .ops_needed = NNT_OPS_DECODER | NNT_OPS_RECURRENT,
     .costs = kl_costs,
     .tokenizer = &TOKENIZER,
+    .native = kl_native,
 };
