@@ -17,8 +17,9 @@ nnt_status nnt_model_read_natives(nnt_model *m, nnt_error *err)
                           : i >= NNT_NATIVE_MAX ? "more entries than NNT_NATIVE_MAX"
                           : !ni.module || !ni.module[0] || !ni.standard || !ni.standard[0] ? "no module path"
                           : ni.io != 0 && ni.io != 1 ? "io is neither 0 (input) nor 1 (output)"
-                          : ni.alias < -1 || ni.alias >= NNT_VALUE_COUNT ? "its alias is no standard value"
-                          : ni.alias >= 0 && (nnt_value_module((nnt_value_id)ni.alias) != NNT_MODULE_MODEL) != !!ni.block
+                          : ni.alias < -1 || ni.alias >= (int)NNT_VALUE_NATIVE + NNT_NATIVE_MAX ? "its alias is no value id"
+                          : ni.alias >= 0 && ni.alias < NNT_VALUE_COUNT &&
+                                  (nnt_value_module((nnt_value_id)ni.alias) != NNT_MODULE_MODEL) != !!ni.block
                               ? "its alias belongs to another host (a block's value for a model module, or the reverse)"
                           : ni.alias < 0 && !ni.axes ? "a value of its own without axes"
                                                      : NULL;
@@ -26,6 +27,14 @@ nnt_status nnt_model_read_natives(nnt_model *m, nnt_error *err)
             return nnt_err_set(err, NNT_ERR_PLUGIN, "family %s: native value %d%s%s: %s", m->family->family->header.name, i,
                                st == NNT_OK && ni.module ? " of " : "", st == NNT_OK && ni.module ? ni.module : "", bad);
         m->natives[m->n_natives++] = ni;
+    }
+    /* an alias of another entry: an entry of the list with a value of its own, of the same host */
+    for (int i = 0; i < m->n_natives; i++) {
+        int j = m->natives[i].alias - (int)NNT_VALUE_NATIVE;
+        if (m->natives[i].alias < (int)NNT_VALUE_NATIVE) continue;
+        if (j >= m->n_natives || m->natives[j].alias >= 0 || m->natives[j].block != m->natives[i].block)
+            return nnt_err_set(err, NNT_ERR_PLUGIN, "family %s: native value %d of %s: its alias is no value of its own "
+                               "of a module of the same host", m->family->family->header.name, i, m->natives[i].module);
     }
     return NNT_OK;
 }

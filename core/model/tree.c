@@ -164,8 +164,13 @@ static int render_natives(sbuf *b, const nnt_tree *t, const nnt_model *m, int id
         const char *io = ni->io ? "output" : "input";
         if (ni->alias >= 0) {
             indent(b, depth);
-            sb_add(b, "(%s) = %s%s\n", io, nnt_value_name((nnt_value_id)ni->alias),
-                   ni->read_only ? " (read-only through this path: other modules read it too)" : "");
+            const nnt_native_info *to = nnt_model_native(m, (nnt_value_id)ni->alias);
+            if (to)
+                sb_add(b, "(%s) = %s.%s%s\n", io, to->standard, to->io ? "output" : "input",
+                       ni->read_only ? " (read-only through this path: other modules read it too)" : "");
+            else
+                sb_add(b, "(%s) = %s%s\n", io, nnt_value_name((nnt_value_id)ni->alias),
+                       ni->read_only ? " (read-only through this path: other modules read it too)" : "");
             lines++;
             continue;
         }

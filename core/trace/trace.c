@@ -124,11 +124,14 @@ static nnt_status check_served(nnt_trace *t, const char *text, const nnt_path *p
         lo = 0;
         hi = t->m->info.num_layers - 1;
     }
-    if (edit && p->via && p->via->read_only)
+    if (edit && p->via && p->via->read_only) {
+        char what[160];
+        nnt_path_format(t->m, p->slot, p->layer, what, sizeof what);
         return nnt_err_set(err, NNT_ERR_READ_ONLY,
                            "'%s': %s's input is %s, which other modules read too (the residual stream, the other "
                            "products); an edit here would reach them all. Edit %s to mean that",
-                           text, p->via->standard, nnt_value_name(p->slot), nnt_value_name(p->slot));
+                           text, p->via->standard, what, what);
+    }
     int served_somewhere = 0;
     char reason[NNT_REASON_MAX] = "";
     int reason_layer = lo;

@@ -15,18 +15,22 @@
 
 typedef struct native_entry {
     int row, io, block;
-    int alias; /* nnt_value_id, or -1: a value of its own */
-    char module[128], standard[128];
+    int alias;        /* nnt_value_id (a standard one, or NNT_VALUE_NATIVE + j), or -1: a value of its own */
+    const char *same; /* the row's same_in / same_out until resolved into alias */
+    char *module, *standard; /* in the list's own block of memory */
 } native_entry;
 
+/* One allocation (freed whole by fam_env_release): this header, the n entries, their paths. */
 struct fam_natives {
     const fam_arch *a;
     const void *self;
     const char *layers;
     size_t stride;
     int n;
-    native_entry e[NNT_NATIVE_MAX];
+    native_entry e[]; /* n of them, then the paths */
 };
+
+#define PATH_MAX_LEN 256 /* a row's path, in either spelling, with its terminator */
 
 /* The component `name` of a module of class cls as the family's RENAME rules spell it. */
 static const char *renamed(const fam_arch *a, const char *name, const char *cls)
@@ -60,29 +64,67 @@ static int own_kind(const fam_module *r)
     return (r->detail == FAM_DETAIL_LINEAR || r->detail == FAM_DETAIL_NORM) && !r->no_native;
 }
 
-nnt_status fam_env_natives(fam_env *env, const fam_arch *a, const void *self, const void *layers, size_t stride,
-                           nnt_error *err)
+/* The entries of table a, in order (per row: input, then output): *count of them, and when e is
+ * not NULL each written to e[k] with its paths at *pool (advanced past them). Returns the bytes
+ * the paths take. */
+static size_t list_entries(const fam_arch *a, native_entry *e, char **pool, int *count)
 {
-    struct fam_natives *n = calloc(1, sizeof *n);
-    if (!n) return env->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the native values' list");
-    *n = (struct fam_natives){.a = a, .self = self, .layers = layers, .stride = stride};
-    int b = fam_arch_block_row(a), end = b >= 0 ? fam_arch_subtree_end(a, b) : -1;
+    int b = fam_arch_block_row(a), end = b >= 0 ? fam_arch_subtree_end(a, b) : -1, n = 0;
+    size_t bytes = 0;
     for (int i = 1; i < a->n_modules; i++) {
         const fam_module *r = &a->modules[i];
         int in_block = i > b && i < end;
         if (i == b) continue; /* the block's own input and output are layer_input and layer_output */
         for (int io = 0; io < 2; io++) {
             int alias = (io ? r->alias_out : r->alias_in) - 1;
-            if (alias < 0 && !(in_block && own_kind(r))) continue;
-            if (n->n == NNT_NATIVE_MAX) {
-                free(n);
-                return env->core->set_error(err, NNT_ERR_INTERNAL, "more than %d native values in the table",
-                                            NNT_NATIVE_MAX);
+            const char *same = io ? r->same_out : r->same_in;
+            if (alias < 0 && !same && !(in_block && own_kind(r))) continue;
+            char native[PATH_MAX_LEN], standard[PATH_MAX_LEN];
+            row_path(a, in_block ? b : 0, i, native, standard, PATH_MAX_LEN);
+            size_t ln = strlen(native) + 1, ls = strlen(standard) + 1;
+            bytes += ln + ls;
+            if (e) {
+                e[n] = (native_entry){.row = i, .io = io, .block = in_block, .alias = alias, .same = same};
+                e[n].module = memcpy(*pool, native, ln);
+                e[n].standard = memcpy(*pool + ln, standard, ls);
+                *pool += ln + ls;
             }
-            native_entry *e = &n->e[n->n++];
-            *e = (native_entry){.row = i, .io = io, .block = in_block, .alias = alias};
-            row_path(a, in_block ? b : 0, i, e->module, e->standard, sizeof e->module);
+            n++;
         }
+    }
+    *count = n;
+    return bytes;
+}
+
+nnt_status fam_env_natives(fam_env *env, const fam_arch *a, const void *self, const void *layers, size_t stride,
+                           nnt_error *err)
+{
+    int count;
+    size_t bytes = list_entries(a, NULL, NULL, &count);
+    if (count > NNT_NATIVE_MAX)
+        return env->core->set_error(err, NNT_ERR_INTERNAL, "the table has %d native values; at most %d", count,
+                                    NNT_NATIVE_MAX);
+    struct fam_natives *n = malloc(sizeof *n + (size_t)count * sizeof n->e[0] + bytes);
+    if (!n) return env->core->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the native values' list");
+    *n = (struct fam_natives){.a = a, .self = self, .layers = layers, .stride = stride};
+    char *pool = (char *)&n->e[count];
+    list_entries(a, n->e, &pool, &n->n);
+    /* a same_in / same_out names another module's output / input: that entry's value */
+    for (int k = 0; k < n->n; k++) {
+        native_entry *e = &n->e[k];
+        if (!e->same) continue;
+        int found = -1;
+        for (int j = 0; j < n->n && found < 0; j++)
+            if (n->e[j].block == e->block && n->e[j].io == !e->io && strcmp(n->e[j].module, e->same) == 0) found = j;
+        if (found < 0) {
+            const char *what = e->io ? "input" : "output";
+            nnt_status st = env->core->set_error(err, NNT_ERR_INTERNAL,
+                                                 "architecture table: %s's %s is named as %s's %s, which has no value",
+                                                 e->module, e->io ? "output" : "input", e->same, what);
+            free(n);
+            return st;
+        }
+        e->alias = n->e[found].alias >= 0 ? n->e[found].alias : (int)NNT_VALUE_NATIVE + found;
     }
     free(env->natives);
     env->natives = n;

@@ -284,7 +284,7 @@ static int real_token(const nnt_forward_args *args, int64_t b, int64_t t)
 /* Compressed entries of one compressor: [B, C, D], normed and rotated at positions w * rate.
  * With a generation cache the call's raw rows join those of earlier calls, so C counts entries
  * over the whole session (C = (past + seq) / rate at most). */
-static nnt_status compress_entries(dv_model *m, nnt_run *run, const comp_w *c, dv_comp_cache *cc, int capacity,
+static nnt_status compress_entries(dv_model *m, nnt_run *run, int L, const comp_w *c, dv_comp_cache *cc, int capacity,
                                    const nnt_forward_args *args, const call_rows *rows, const int32_t *count,
                                    const nnt_tensor *xn, int64_t C, int32_t *entry_pos, nnt_tensor *entries,
                                    nnt_error *err)
@@ -298,8 +298,9 @@ static nnt_status compress_entries(dv_model *m, nnt_run *run, const comp_w *c, d
     TRY(fam_alloc(env, run, NNT_F32, &kv, err, NNT_SHAPE(M, coff * D)));
     TRY(fam_alloc(env, run, NNT_F32, &gate, err, NNT_SHAPE(M, coff * D)));
     TRY(fam_alloc(env, run, NNT_F32, entries, err, NNT_SHAPE(B, C, D)));
-    TRY(be->linear(bc, xn, &c->wkv, &kv, err));
-    TRY(be->linear(bc, xn, &c->wgate, &gate, err));
+    const nnt_call_dims dims = {args->batch, args->seq, args->past};
+    TRY(fam_linear(env, run, L, &dims, xn, &c->wkv, &kv, err));
+    TRY(fam_linear(env, run, L, &dims, xn, &c->wgate, &gate, err));
     TRY(dv_comp_rows(env, run, cc, capacity, &kv, &gate, B, P, T, coff * D, &kv3, &g3, err));
     TRY(be->compress(bc, &kv3, &g3, &c->ape_t, c->rate, c->overlap, rows->first, count, entries, err));
     if (C > 0) {
@@ -333,14 +334,15 @@ static nnt_status indexer_select(dv_model *m, nnt_run *run, int L, const nnt_for
         st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
         goto done;
     }
-    TRY(compress_entries(m, run, &ly->icomp, rows->cache ? &rows->cache->l[L].icomp : NULL,
+    TRY(compress_entries(m, run, L, &ly->icomp, rows->cache ? &rows->cache->l[L].icomp : NULL,
                          rows->cache ? rows->cache->capacity : 0, args, rows, rows->count_csa, xn, C, pos, &keys, err));
     TRY(fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, nI * dI)));
-    TRY(be->linear(bc, qr, &ly->iq_b, &q, err));
+    const nnt_call_dims dims = {args->batch, args->seq, args->past};
+    TRY(fam_linear(env, run, L, &dims, qr, &ly->iq_b, &q, err));
     nnt_tensor q4 = fam_view(&q, NNT_SHAPE(M, nI, (int64_t)1, dI));
     TRY(be->rope(bc, &q4, args->positions, m->inv_freq[1], (int)(dI - m->rot), m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
     TRY(fam_alloc(env, run, NNT_F32, &w, err, NNT_SHAPE(M, nI)));
-    TRY(be->linear(bc, xn, &ly->iweights, &w, err));
+    TRY(fam_linear(env, run, L, &dims, xn, &ly->iweights, &w, err));
     TRY(fam_alloc(env, run, NNT_F32, &scores, err, NNT_SHAPE(B, T, C)));
     nnt_tensor qb = fam_view(&q, NNT_SHAPE(B, T, nI, dI));
     TRY(be->indexer_scores(bc, &qb, &keys, &w, 1.0f / sqrtf((float)dI) / sqrtf((float)nI), &scores, err));
@@ -401,11 +403,12 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
         goto done;
     }
     /* queries: q_a_proj, q_a_norm, q_b_proj, then an unweighted RMSNorm per head and rotary */
+    const nnt_call_dims dims = {args->batch, args->seq, args->past};
     TRY(fam_alloc(env, run, NNT_F32, &qr, err, NNT_SHAPE(M, (int64_t)m->q_lora)));
-    TRY(be->linear(bc, xn, &ly->wq_a, &qr, err));
-    TRY(be->rms_norm(bc, &qr, &ly->q_norm, (float)m->eps, &qr, err));
+    TRY(fam_linear(env, run, L, &dims, xn, &ly->wq_a, &qr, err));
+    TRY(fam_norm(env, run, L, &dims, &qr, &ly->q_norm, (float)m->eps, &qr, err));
     TRY(fam_alloc(env, run, NNT_F32, &q, err, NNT_SHAPE(M, Hh * D)));
-    TRY(be->linear(bc, &qr, &ly->wq_b, &q, err));
+    TRY(fam_linear(env, run, L, &dims, &qr, &ly->wq_b, &q, err));
     nnt_tensor qheads = fam_view(&q, NNT_SHAPE(M * Hh, D));
     TRY(be->rms_norm(bc, &qheads, NULL, (float)m->eps, &qheads, err));
     TRY(fam_alloc(env, run, NNT_F32, &qh, err, NNT_SHAPE(B, Hh, T, D)));
@@ -414,8 +417,8 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
     TRY(be->rope(bc, &qh, args->positions, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
     /* the one key/value head of every token, then the compressed entries after them */
     TRY(fam_alloc(env, run, NNT_F32, &kv, err, NNT_SHAPE(M, D)));
-    TRY(be->linear(bc, xn, &ly->wkv, &kv, err));
-    TRY(be->rms_norm(bc, &kv, &ly->kv_norm, (float)m->eps, &kv, err));
+    TRY(fam_linear(env, run, L, &dims, xn, &ly->wkv, &kv, err));
+    TRY(fam_norm(env, run, L, &dims, &kv, &ly->kv_norm, (float)m->eps, &kv, err));
     nnt_tensor kv4 = fam_view(&kv, NNT_SHAPE(B, (int64_t)1, T, D));
     TRY(be->rope(bc, &kv4, args->positions, inv, rs, m->rot, NNT_ROPE_INTERLEAVED, 1.0f, err));
     TRY(fam_alloc(env, run, NNT_F32, &keys, err, NNT_SHAPE(B, (int64_t)1, S, D)));
@@ -424,7 +427,7 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
     TRY(be->copy_cols(bc, &kv2, 0, &keys2, W * D, T * D, err));
     const int32_t *count = ly->kind == CSA ? rows->count_csa : rows->count_hca;
     if (ly->kind != SLIDING) {
-        TRY(compress_entries(m, run, &ly->comp, lc ? &lc->comp : NULL, rows->cache ? rows->cache->capacity : 0, args, rows,
+        TRY(compress_entries(m, run, L, &ly->comp, lc ? &lc->comp : NULL, rows->cache ? rows->cache->capacity : 0, args, rows,
                              count, xn, C, epos, &entries, err));
         if (C > 0) {
             nnt_tensor e2 = fam_view(&entries, NNT_SHAPE(B, C * D));
@@ -500,7 +503,7 @@ static nnt_status dv_attention(dv_model *m, nnt_run *run, int L, const nnt_forwa
         TRY(be->linear(bc, &tmp, &wg, &zg, err));
         TRY(be->copy_cols(bc, &zg, 0, &z, g * OL, OL, err));
     }
-    TRY(be->linear(bc, &z, &ly->wo_b, out, err));
+    TRY(fam_linear(env, run, L, &dims, &z, &ly->wo_b, out, err));
     nnt_tensor out3 = fam_view(out, NNT_SHAPE(B, T, H));
     TRY(h->emit(run, NNT_VALUE_ATTN_OUTPUT, L, &out3));
 done:
@@ -586,7 +589,7 @@ static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *
                                  (float)m->hc_eps, m->sinkhorn, &post, &comb, &coll, err));
         TRY(h->emit(run, NNT_VALUE_ATTENTION_POST, L, &p3));
         TRY(h->emit(run, NNT_VALUE_ATTENTION_COMB, L, &c4));
-        TRY(be->rms_norm(bc, &coll, &ly->attn_norm, (float)m->eps, &xn, err));
+        TRY(fam_norm(env, run, L, &dims, &coll, &ly->attn_norm, (float)m->eps, &xn, err));
         TRY(dv_attention(m, run, L, args, &rows, &xn, &sub, err));
         TRY(be->hyper_mix(bc, &x, &sub, &post, &comb, &hbuf, err));
         /* around the mixture */
@@ -594,7 +597,7 @@ static nnt_status dv_forward(void *model, nnt_run *run, const nnt_forward_args *
                                  (float)m->hc_eps, m->sinkhorn, &post, &comb, &coll, err));
         TRY(h->emit(run, NNT_VALUE_MLP_POST, L, &p3));
         TRY(h->emit(run, NNT_VALUE_MLP_COMB, L, &c4));
-        TRY(be->rms_norm(bc, &coll, &ly->ffn_norm, (float)m->eps, &xn, err));
+        TRY(fam_norm(env, run, L, &dims, &coll, &ly->ffn_norm, (float)m->eps, &xn, err));
         TRY(fam_moe_forward(env, run, L, &ly->moe, &dims, args->input_ids, &xn, &sub, err));
         TRY(be->hyper_mix(bc, &hbuf, &sub, &post, &comb, &x, err));
         TRY(h->emit(run, NNT_VALUE_LAYER_OUTPUT, L, &x4));
@@ -672,6 +675,7 @@ static nnt_status dv_load(const nnt_load_args *args, void **out, nnt_error *err)
         st = dv_bind_readout(m, args, err);
     }
     for (int L = m->first_block; st == NNT_OK && L < m->end_block; L++) st = dv_bind_block(m, args->ckpt, L, err);
+    if (st == NNT_OK) st = fam_env_natives(&m->env, &DV_ARCH, m, m->l, sizeof *m->l, err);
     if (st != NNT_OK) {
         dv_unload(m);
         return st;
@@ -704,6 +708,13 @@ static const char STREAMS_REASON[] =
     "hyper-connection streams: each sublayer reads a weighted mix of the residual streams rather than one stream, "
     "and this family does not map the block's inner boundaries";
 
+/* The native module values, from DV_ARCH's rows. */
+static nnt_status dv_native(const void *model, int i, nnt_native_info *out)
+{
+    const dv_model *m = model;
+    return fam_natives_entry(&m->env, i, out);
+}
+
 static nnt_status dv_value_info(const void *model, int layer, nnt_value_id id, const nnt_call_dims *d, nnt_value_info *out)
 {
     const dv_model *m = model;
@@ -712,6 +723,7 @@ static nnt_status dv_value_info(const void *model, int layer, nnt_value_id id, c
     int64_t C = ly && ly->kind != SLIDING && d ? (d->past + d->seq) / m->rate[ly->kind] : 0;
     /* a continued call sees the window's last window - 1 cached keys, then its own tokens */
     int64_t S = d ? fam_kv_cached_len(dv_window_keep(m), d) + C : 0;
+    if (fam_natives_value_info(&m->env, layer, id, d, out)) return NNT_OK; /* q_a_proj.output, ... */
     if (fam_arch_value_info(&DV_ARCH, m, layer, id, out)) return NNT_OK; /* linear_attn: no such module */
     switch (id) {
     case NNT_VALUE_LOGITS:
@@ -814,4 +826,5 @@ NNT_PLUGIN_EXPORT const nnt_family_descriptor nnt_family_plugin = {
     .cache_free = dv_cache_free,
     .ops_needed = NNT_OPS_DECODER | NNT_OPS_HYPER,
     .costs = dv_costs,
+    .native = dv_native,
 };

@@ -345,7 +345,7 @@ static const fam_module KL_MODULES[] = {
     /* its output is o_proj's input */
     {.depth = 4, .native = "o_norm", .cls = "KimiLinearRMSNormGated",
      .tensors = {KL_GAIN(kda.o_norm, KL_D, "model.layers.%d.self_attn.o_norm.weight")},
-     .alias_in = FAM_ALIAS(NNT_VALUE_LIN_HEAD_OUTPUTS), .alias_in_edit = 1},
+     .alias_in = FAM_ALIAS(NNT_VALUE_LIN_HEAD_OUTPUTS), .alias_in_edit = 1, .same_out = "self_attn.o_proj"},
     KL_LINEAR_ROW_AS(4, "o_proj", kda.o_proj, KL_H, KL_P, 0, FAM_ALIAS(NNT_VALUE_LIN_OUTPUT), 0,
                      "model.layers.%d.self_attn.o_proj.weight"),
     /* latent attention without rotary */
@@ -372,7 +372,8 @@ static const fam_module KL_MODULES[] = {
     KL_LINEAR_ROW_AS(4, "down_proj", dense.down, KL_H, KL_I, FAM_ALIAS(NNT_VALUE_MLP_NEURONS),
                      FAM_ALIAS(NNT_VALUE_MLP_OUTPUT), 1, "model.layers.%d.mlp.down_proj.weight",
                      "model.layers.%d.block_sparse_moe.down_proj.weight"),
-    {.depth = 4, .native = "act_fn", .cls = "SiLUActivation", .alias_out = FAM_ALIAS(NNT_VALUE_MLP_ACTIVATION)},
+    {.depth = 4, .native = "act_fn", .cls = "SiLUActivation", .alias_out = FAM_ALIAS(NNT_VALUE_MLP_ACTIVATION),
+     .same_in = "mlp.gate_proj", .alias_in_edit = 1},
     /* the mixture: under block_sparse_moe in the release, under mlp in transformers */
     {.depth = 3, .native = "mlp", .cls = "KimiLinearMoE", .module = NNT_MODULE_MLP, .when = KL_SPARSE,
      .alias_in = FAM_ALIAS(NNT_VALUE_MLP_INPUT), .alias_out = FAM_ALIAS(NNT_VALUE_MLP_OUTPUT), .alias_in_edit = 1},
@@ -396,7 +397,7 @@ static const fam_module KL_MODULES[] = {
     KL_LINEAR_ROW(5, "up_proj", moe.shared.up, KL_S, KL_H, KL_SHARED_NAMES("up_proj")),
     KL_LINEAR_ROW_AS(5, "down_proj", moe.shared.down, KL_H, KL_S, 0, FAM_ALIAS(NNT_VALUE_SHARED_EXPERT_OUTPUT), 0,
                      KL_SHARED_NAMES("down_proj")),
-    {.depth = 5, .native = "act_fn", .cls = "SiLUActivation"},
+    {.depth = 5, .native = "act_fn", .cls = "SiLUActivation", .same_in = "mlp.shared_experts.gate_proj", .alias_in_edit = 1},
     {.depth = 3, .native = "input_layernorm", .cls = "KimiLinearRMSNorm", .detail = FAM_DETAIL_NORM,
      .tensors = {KL_GAIN(in_norm, KL_H, "model.layers.%d.input_layernorm.weight")},
      .alias_out = FAM_ALIAS(NNT_VALUE_ATTENTION_NORM_OUTPUT)},

@@ -759,6 +759,12 @@ typedef struct fam_module {
      * is an edit of this module's input alone; 0 (the default): the path of the input reads the
      * value and refuses edits (its other readers would see them) */
     int alias_in_edit;
+    /* The same for a tensor that is another module's value of its own: same_in names the module
+     * (its path under the block row, or under the root, in the checkpoint's spelling) whose output
+     * this module's input is (DeepSeek-V4's mlp reads post_attention_layernorm's output), same_out
+     * the module whose input this module's output is (Kimi's o_norm returns o_proj's input). NULL:
+     * none. alias_in_edit applies to same_in as to alias_in. */
+    const char *same_in, *same_out;
     /* A linear or norm row whose product does not go through fam_linear / fam_norm (fused into
      * another kernel, or run on other rows than the call's tokens): why, in words; its own
      * values are then not served, and `nnt support` says why. NULL: served. */

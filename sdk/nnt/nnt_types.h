@@ -306,8 +306,10 @@ typedef struct nnt_native_info {
                            * the spelling of the value's key; equal to module where nothing renames */
     int io;               /* 0: the module's input (what its forward receives); 1: its output */
     int block;            /* 1: a module of every block that has it ("layers.N." in front); 0: the model's */
-    int alias;            /* the standard value (nnt_value_id) that is this very tensor, so the path
-                           * names it; -1: none, the family emits the value as NNT_VALUE_NATIVE + i */
+    int alias;            /* the value that is this very tensor, so the path names it: a standard value
+                           * (nnt_value_id), or NNT_VALUE_NATIVE + j for entry j of the list, a value
+                           * of its own of another module (this module reads that module's output);
+                           * -1: none, the family emits the value as NNT_VALUE_NATIVE + i */
     int read_only;        /* with an alias: 1 when an edit through this path is refused, because
                            * the standard value has other readers (an input the residual stream
                            * also reads) and the edit would reach them too */
