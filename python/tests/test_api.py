@@ -225,3 +225,28 @@ def test_cache_saves_every_value(example_model):
     assert "layers.1.self_attn.attention_probabilities" not in last
     with pytest.raises(nnt.Error, match="block 9 is out of range"):
         m.cache(ids, "layers.9.*")
+
+
+def test_native_module_values(example_model):
+    """A module's input and output by its path, as nnsight reads them: q_proj's output equals
+    q_proj's weight applied to its input (the weight read from the checkpoint by safetensors),
+    an edit of q_proj's input reaches q_proj alone, and a callback edits a module's output."""
+    from safetensors_reader import read
+
+    m = example_model
+    ids = [[3, 17, 42, 5]]
+    out = m.trace(ids, save=["layers.1.self_attn.q_proj.input", "layers.1.self_attn.q_proj.output",
+                             "model.layers[1].mlp.gate.output", "layers.1.mlp.router_logits"])
+    w = read(os.path.join(EXAMPLE, "model.safetensors"))["model.layers.1.self_attn.q_proj.weight"]
+    x = out["layers.1.self_attn.q_proj.input"]
+    np.testing.assert_allclose(out["layers.1.self_attn.q_proj.output"], x @ w.astype(np.float32).T, rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_array_equal(out["layers.1.mlp.router_logits"], out["model.layers[1].mlp.gate.output"])
+    edited = m.trace(ids, save=["layers.1.self_attn.q_proj.output", "layers.1.self_attn.k_proj.input"],
+                     edits=[("layers.1.self_attn.q_proj.input", "zero")])
+    assert not edited["layers.1.self_attn.q_proj.output"].any()
+    np.testing.assert_array_equal(edited["layers.1.self_attn.k_proj.input"], x)
+    halved = m.trace(ids, save=["layers.1.self_attn.v_proj.output"],
+                     edits=[("layers.1.self_attn.v_proj.output", lambda v: v * 0.5)])
+    plain = m.trace(ids, save=["layers.1.self_attn.v_proj.output"])
+    np.testing.assert_allclose(halved["layers.1.self_attn.v_proj.output"], 0.5 * plain["layers.1.self_attn.v_proj.output"])
