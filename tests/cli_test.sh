@@ -51,10 +51,11 @@ check "--tokens-file cannot mix with text rows" 2 "cannot be mixed with --prompt
 # three blocks' outputs and the next-token distribution the top-5 line reads
 check "wildcard and --out" 0 "wrote 4 values to $tmp/cli.safetensors" \
   "$nnt" trace --model "$model" --tokens "$prompt" --save 'layers.*.layer_output' --out "$tmp/cli.safetensors"
-# '*': the 8 model values and 3 blocks x 20 standard ones that support marks served, 3 blocks x 12
-# module values (the inputs and outputs of q/k/v_proj and q/k_norm, the two layernorms' inputs),
-# and the printout's own next_token_probs (#1); a bad block in a wildcard is named before anything runs
-check "--save '*' saves every served value" 0 "wrote 105 values to $tmp/all.safetensors" \
+# '*': the 8 model values and 3 blocks x 20 standard ones that support marks served, 3 blocks x 16
+# module values (the inputs and outputs of q/k/v_proj and q/k_norm, the two layernorms' inputs, the
+# experts' 4 values by routing slot), and the printout's own next_token_probs (#1); a bad block in
+# a wildcard is named before anything runs
+check "--save '*' saves every served value" 0 "wrote 117 values to $tmp/all.safetensors" \
   "$nnt" trace --model "$model" --tokens "$prompt" --save '*' --out "$tmp/all.safetensors"
 check "a wildcard's block out of range" 1 "path 'layers.5.\*': block 5 is out of range" \
   "$nnt" trace --model "$model" --tokens "$prompt" --save 'layers.5.*'

@@ -179,30 +179,32 @@ static void check_fixture(const char *fixture, int want_served, int want_refused
 
 static void test_against_transformers(void)
 {
-    /* MiniMax-M2, 3 blocks: per block 26 module values served (q/k/v/o_proj, q/k_norm, the two
+    /* MiniMax-M2, 3 blocks: per block 30 module values served (q/k/v/o_proj, q/k_norm, the two
      * layernorms, self_attn, mlp, gate and experts: inputs and outputs; the block's own input and
-     * output), and lm_head's 2, norm's output, embed_tokens' output; refused: per block the
-     * experts' act_fn (2), and rotary_emb's 2, norm's input */
-    check_fixture("minimax_m2/fp32", 3 * 26 + 4, 3 * 2 + 3, V_PROJ_OUT, K_PROJ_IN);
+     * output; the experts' gate_proj, up_proj and down_proj outputs and down_proj's input by
+     * routing slot, 4), and lm_head's 2, norm's output, embed_tokens' output; refused: per block
+     * the experts' act_fn (2), and rotary_emb's 2, norm's input. Every sparse block below adds the
+     * experts' 4 values by slot likewise */
+    check_fixture("minimax_m2/fp32", 3 * 30 + 4, 3 * 2 + 3, V_PROJ_OUT, K_PROJ_IN);
     /* MiMo-V2-Flash, 5 blocks: block 0 dense, all 26 of its module values (q/k/v/o_proj, the two
      * layernorms, self_attn, mlp, gate/up/down_proj and act_fn: inputs and outputs; the block's
-     * input and output), blocks 1-4 sparse, 22 each (as MiniMax-M2's without q/k_norm); refused:
+     * input and output), blocks 1-4 sparse, 26 each (as MiniMax-M2's without q/k_norm); refused:
      * the experts' act_fn per sparse block, rotary_emb's 2, norm's input */
-    check_fixture("mimo_v2_flash/fp32", 26 + 4 * 22 + 4, 4 * 2 + 3, V_PROJ_OUT, K_PROJ_IN);
+    check_fixture("mimo_v2_flash/fp32", 26 + 4 * 26 + 4, 4 * 2 + 3, V_PROJ_OUT, K_PROJ_IN);
     /* Kimi-Linear, 5 blocks: block 0 delta attention with a dense MLP, all 40; blocks 1, 2 and 4
-     * delta attention with experts and a shared expert, 45 of 48, block 3 latent attention with
-     * experts, 33 of 36 (not: the experts' act_fn, the shared expert's act_fn output); the model's
+     * delta attention with experts and a shared expert, 49 of 52, block 3 latent attention with
+     * experts, 37 of 40 (not: the experts' act_fn, the shared expert's act_fn output); the model's
      * 4 (no rotary: the release has no position encoding); refused besides: norm's input */
-    check_fixture("kimi_linear/fp32", 40 + 3 * 45 + 33 + 4, 3 * 3 + 3 + 1, V_PROJ_OUT, K_PROJ_IN);
-    /* DeepSeek-V4 (prompts of reference_L13), 5 blocks: block 0 sliding, 36 of 52; blocks 1 and 3
-     * compressed with the indexer, 50 of 77; blocks 2 and 4 compressed, 41 of 62 (refused: the
+    check_fixture("kimi_linear/fp32", 40 + 3 * 49 + 37 + 4, 3 * 3 + 3 + 1, V_PROJ_OUT, K_PROJ_IN);
+    /* DeepSeek-V4 (prompts of reference_L13), 5 blocks: block 0 sliding, 40 of 56; blocks 1 and 3
+     * compressed with the indexer, 54 of 81; blocks 2 and 4 compressed, 45 of 66 (refused: the
      * hyper-connections attn_hc and ffn_hc with their input norms, 8 a block, q_b_norm's 2, the
      * experts' and the shared expert's act_fn, 4, the router's score_fn, 2; a compressor's output,
      * norm and rotary, 5, and the indexer's norm, rotary and scorer, 6); the model's 4 and 7
      * refused (hc_head and its input norm, 4, rotary_emb's 2, norm's input). Its attention has
      * no v_proj and k_proj: the edits are on block 1's shared expert gate_proj output and block
      * 0's kv_proj input */
-    check_fixture("deepseek_v4/fp32", 36 + 2 * 50 + 2 * 41 + 4, 16 + 2 * 27 + 2 * 21 + 7,
+    check_fixture("deepseek_v4/fp32", 40 + 2 * 54 + 2 * 45 + 4, 16 + 2 * 27 + 2 * 21 + 7,
                   "layers.1.mlp.shared_experts.gate_proj.output", "layers.0.self_attn.kv_proj.input");
 }
 
@@ -236,6 +238,32 @@ static void test_input_edit_is_local(void)
             "mlp.router's input is layers.0.mlp_input, which other modules read too");
     T_OK(rt, nnt_trace_scale(t, "layers.0.self_attn.input", 2.0f));
     T_FAILS(rt, nnt_trace_save(t, "layers.7.self_attn.q_proj.output"), NNT_ERR_INDEX, "block 7 is out of range");
+    nnt_trace_free(t);
+    /* the experts' values by routing slot: expert_outputs is down_proj's output times the slot's
+     * weight, and zeroing down_proj's output zeroes the routed output */
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_save(t, "layers.1.mlp.experts.down_proj.output"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.mlp.expert_outputs"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.mlp.expert_weights"));
+    T_OK(rt, nnt_trace_run(t, IDS, NULL, 1, 4));
+    const nnt_tensor *y = nnt_trace_get(t, "layers.1.mlp.experts.down_proj.output");
+    const nnt_tensor *yo = nnt_trace_get(t, "layers.1.mlp.expert_outputs");
+    const nnt_tensor *wk = nnt_trace_get(t, "layers.1.mlp.expert_weights");
+    CU_ASSERT_FATAL(y && yo && wk && y->ndim == 4 && nnt_tensor_numel(y) == nnt_tensor_numel(yo));
+    int64_t Hd = y->shape[3];
+    double off = 0, rmax = 0;
+    for (int64_t i = 0; i < nnt_tensor_numel(y); i++)
+        off = fmax(off, fabs(((const float *)yo->data)[i] - ((const float *)wk->data)[i / Hd] * ((const float *)y->data)[i]));
+    CU_ASSERT(off < 1e-6);
+    nnt_trace_free(t);
+    T_OK(rt, nnt_trace_new(m, &t));
+    T_OK(rt, nnt_trace_zero(t, "layers.1.mlp.experts.down_proj.output"));
+    T_OK(rt, nnt_trace_save(t, "layers.1.mlp.routed_output"));
+    T_OK(rt, nnt_trace_run(t, IDS, NULL, 1, 4));
+    const nnt_tensor *ro = nnt_trace_get(t, "layers.1.mlp.routed_output");
+    CU_ASSERT_FATAL(ro != NULL);
+    for (int64_t i = 0; i < nnt_tensor_numel(ro); i++) rmax = fmax(rmax, fabs(((const float *)ro->data)[i]));
+    CU_ASSERT(rmax == 0.0);
     nnt_trace_free(t);
     /* the norm's input is a value of its own: scaling it by 3 leaves the norm's output (RMSNorm is
      * scale-free but for eps) and the residual stream (layer_mid - attention_output) unchanged */

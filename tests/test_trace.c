@@ -382,10 +382,10 @@ static void test_support_listing(void)
             shared++;
     }
     fclose(f);
-    /* header + 8 model values + 3 blocks x (10 + 8 + 11 + 9) block values + 3 blocks x 12 native
+    /* header + 8 model values + 3 blocks x (10 + 8 + 11 + 9) block values + 3 blocks x 16 native
      * values (the inputs and outputs of q_proj, k_proj, v_proj, q_norm, k_norm, the inputs of
-     * input_layernorm and post_attention_layernorm) */
-    CU_ASSERT_EQUAL(rows, 1 + 8 + 3 * 38 + 3 * 12);
+     * input_layernorm and post_attention_layernorm, the experts' 4 values by routing slot) */
+    CU_ASSERT_EQUAL(rows, 1 + 8 + 3 * 38 + 3 * 16);
     CU_ASSERT_EQUAL(unserved_without_reason, 0);
     CU_ASSERT_EQUAL(shared, 1);
 }

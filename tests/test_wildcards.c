@@ -129,9 +129,10 @@ static void test_scopes_and_slices(void)
     T_OK(rt, nnt_trace_run(t, IDS, NULL, 1, SEQ));
     /* block 1's values in support: 6 of the block, 8 of self_attn and 6 of mlp (router_logits,
      * expert_indices, expert_weights, expert_outputs, routed_output, mlp_output), the inputs
-     * and outputs of q_proj, k_proj, v_proj, q_norm and k_norm and the inputs of the two
-     * layernorms (the other modules' values are standard ones) */
-    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 32);
+     * and outputs of q_proj, k_proj, v_proj, q_norm and k_norm, the inputs of the two
+     * layernorms, the experts' gate_proj, up_proj and down_proj outputs and down_proj's input by
+     * routing slot (the other modules' values are standard ones) */
+    CU_ASSERT_EQUAL(nnt_trace_result_count(t), 36);
     for (int i = 0; i < nnt_trace_result_count(t); i++) {
         const char *key;
         const nnt_tensor *v;

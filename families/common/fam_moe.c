@@ -151,13 +151,63 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
         TRY(fam_alloc(env, run, NNT_F32, &per_slot, err, NNT_SHAPE(M * K, H)));
         TRY(be->fill(bc, &per_slot, 0.0f, err));
     }
+    /* the experts' values by routing slot (native values, when asked): each stage over every expert
+     * into a [M * K, features] tensor by slot, emitted (and edited) before the next stage reads it */
+    int xids[4];
+    int by_slot = max_n > 0 && fam_natives_experts(env, run, layer, moe, xids);
     if (max_n > 0) {
-        nnt_tensor xe, g, u, a, y;
+        nnt_tensor xe, g, u, a, y, sg, su, sa, sy;
         TRY(fam_alloc(env, run, NNT_F32, &xe, err, NNT_SHAPE(max_n, H)));
         TRY(fam_alloc(env, run, NNT_F32, &g, err, NNT_SHAPE(max_n, I)));
         TRY(fam_alloc(env, run, NNT_F32, &u, err, NNT_SHAPE(max_n, I)));
         TRY(fam_alloc(env, run, NNT_F32, &a, err, NNT_SHAPE(max_n, I)));
         TRY(fam_alloc(env, run, NNT_F32, &y, err, NNT_SHAPE(max_n, H)));
+        if (by_slot) {
+            TRY(fam_alloc(env, run, NNT_F32, &sg, err, NNT_SHAPE(M * K, I)));
+            TRY(fam_alloc(env, run, NNT_F32, &su, err, NNT_SHAPE(M * K, I)));
+            TRY(fam_alloc(env, run, NNT_F32, &sa, err, NNT_SHAPE(M * K, I)));
+            TRY(fam_alloc(env, run, NNT_F32, &sy, err, NNT_SHAPE(M * K, H)));
+            nnt_tensor s4;
+            for (int stage = 0; stage < 3; stage++) {
+                for (int64_t e = 0; e < E; e++) {
+                    int n = (int)(count[e + 1] - count[e]);
+                    if (n == 0) continue;
+                    const int32_t *sl = slots + count[e];
+                    nnt_tensor xn = fam_view(&xe, NNT_SHAPE((int64_t)n, H)), gn = fam_view(&g, NNT_SHAPE((int64_t)n, I)),
+                               un = fam_view(&u, NNT_SHAPE((int64_t)n, I)), an = fam_view(&a, NNT_SHAPE((int64_t)n, I)),
+                               yn = fam_view(&y, NNT_SHAPE((int64_t)n, H));
+                    const fam_expert *ex = &moe->experts[e];
+                    if (stage == 0) { /* gate and up projections */
+                        TRY(be->gather_rows(bc, x, rows + count[e], n, &xn, err));
+                        TRY(be->linear(bc, &xn, &ex->gate, &gn, err));
+                        TRY(be->linear(bc, &xn, &ex->up, &un, err));
+                        TRY(be->scatter_rows(bc, &gn, sl, NULL, n, &sg, err));
+                        TRY(be->scatter_rows(bc, &un, sl, NULL, n, &su, err));
+                    } else if (stage == 1) { /* the SwiGLU of the (edited) projections */
+                        TRY(be->gather_rows(bc, &sg, sl, n, &gn, err));
+                        TRY(be->gather_rows(bc, &su, sl, n, &un, err));
+                        TRY(be->swiglu(bc, &gn, &un, moe->swiglu_limit, NULL, &an, err));
+                        TRY(be->scatter_rows(bc, &an, sl, NULL, n, &sa, err));
+                    } else { /* the down projection */
+                        TRY(be->gather_rows(bc, &sa, sl, n, &an, err));
+                        TRY(be->linear(bc, &an, &ex->down, &yn, err));
+                        TRY(be->scatter_rows(bc, &yn, sl, NULL, n, &sy, err));
+                    }
+                }
+                if (stage == 0) {
+                    s4 = fam_view(&sg, NNT_SHAPE(B, T, K, I));
+                    if (xids[0] >= 0) TRY(h->emit(run, (nnt_value_id)xids[0], layer, &s4));
+                    s4 = fam_view(&su, NNT_SHAPE(B, T, K, I));
+                    if (xids[1] >= 0) TRY(h->emit(run, (nnt_value_id)xids[1], layer, &s4));
+                } else if (stage == 1) {
+                    s4 = fam_view(&sa, NNT_SHAPE(B, T, K, I));
+                    if (xids[2] >= 0) TRY(h->emit(run, (nnt_value_id)xids[2], layer, &s4));
+                } else {
+                    s4 = fam_view(&sy, NNT_SHAPE(B, T, K, H));
+                    if (xids[3] >= 0) TRY(h->emit(run, (nnt_value_id)xids[3], layer, &s4));
+                }
+            }
+        }
         for (int64_t e = 0; e < E; e++) {
             int n = (int)(count[e + 1] - count[e]);
             if (n == 0) continue;
@@ -165,11 +215,15 @@ nnt_status fam_moe_forward(const fam_env *env, nnt_run *run, int layer, const fa
                        un = fam_view(&u, NNT_SHAPE((int64_t)n, I)), an = fam_view(&a, NNT_SHAPE((int64_t)n, I)),
                        yn = fam_view(&y, NNT_SHAPE((int64_t)n, H));
             const fam_expert *ex = &moe->experts[e];
-            TRY(be->gather_rows(bc, x, rows + count[e], n, &xn, err));
-            TRY(be->linear(bc, &xn, &ex->gate, &gn, err));
-            TRY(be->linear(bc, &xn, &ex->up, &un, err));
-            TRY(be->swiglu(bc, &gn, &un, moe->swiglu_limit, NULL, &an, err));
-            TRY(be->linear(bc, &an, &ex->down, &yn, err));
+            if (by_slot) { /* computed above by slot: this expert's rows of the (edited) outputs */
+                TRY(be->gather_rows(bc, &sy, slots + count[e], n, &yn, err));
+            } else {
+                TRY(be->gather_rows(bc, x, rows + count[e], n, &xn, err));
+                TRY(be->linear(bc, &xn, &ex->gate, &gn, err));
+                TRY(be->linear(bc, &xn, &ex->up, &un, err));
+                TRY(be->swiglu(bc, &gn, &un, moe->swiglu_limit, NULL, &an, err));
+                TRY(be->linear(bc, &an, &ex->down, &yn, err));
+            }
             const float *sc = NULL; /* the rows' weights as host scales, or (NULL) already applied */
             if (on_backend)
                 TRY(be->scale_rows(bc, &yn, &wts, slots + count[e], n, &yn, err)); /* wts [M, K] read by slot */

@@ -5,6 +5,7 @@
  * request asks for them - so that a family gets its modules' values from its table, not from an
  * emit call written at each product. nnsight reads the same tensors with forward hooks: a
  * module's input is the tensor its forward receives, its output the one it returns. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 
 typedef struct native_entry {
     int row, io, block;
+    int part; /* 0: the row's own module; 1..6: of a routed experts row, its experts' gate_proj,
+               * up_proj, down_proj (each input, output), by routing slot (EXPERT_PARTS) */
     int alias;        /* nnt_value_id (a standard one, or NNT_VALUE_NATIVE + j), or -1: a value of its own */
     const char *same; /* the row's same_in / same_out until resolved into alias */
     char *module, *standard; /* in the list's own block of memory */
@@ -31,6 +34,19 @@ struct fam_natives {
 };
 
 #define PATH_MAX_LEN 256 /* a row's path, in either spelling, with its terminator */
+
+/* The values of a routed experts row's experts, in the layout [batch seq top_k features]: slot
+ * (b, t, k) holds what expert expert_indices[b, t, k] computed for token (b, t). */
+static const struct {
+    const char *name;
+    int io;
+} EXPERT_PARTS[] = {{"gate_proj", 0}, {"gate_proj", 1}, {"up_proj", 0}, {"up_proj", 1}, {"down_proj", 0}, {"down_proj", 1}};
+#define N_EXPERT_PARTS 6
+
+static int experts_row(const fam_module *r)
+{
+    return r->tensors[0].store == FAM_STORE_EXPERTS && r->tensors[0].bind == FAM_BIND_EXPERTS && !r->no_native;
+}
 
 /* The component `name` of a module of class cls as the family's RENAME rules spell it. */
 static const char *renamed(const fam_arch *a, const char *name, const char *cls)
@@ -91,6 +107,25 @@ static size_t list_entries(const fam_arch *a, native_entry *e, char **pool, int 
             }
             n++;
         }
+        if (!(in_block && experts_row(r))) continue;
+        for (int p = 0; p < N_EXPERT_PARTS; p++) { /* an expert's inputs read the experts' input */
+            char native[PATH_MAX_LEN], standard[PATH_MAX_LEN];
+            row_path(a, b, i, native, standard, PATH_MAX_LEN);
+            size_t l0 = strlen(native), l1 = strlen(standard);
+            snprintf(native + l0, PATH_MAX_LEN - l0, ".%s", EXPERT_PARTS[p].name);
+            snprintf(standard + l1, PATH_MAX_LEN - l1, ".%s", EXPERT_PARTS[p].name);
+            size_t ln = strlen(native) + 1, ls = strlen(standard) + 1;
+            bytes += ln + ls;
+            int input = EXPERT_PARTS[p].io == 0 && strcmp(EXPERT_PARTS[p].name, "down_proj") != 0;
+            if (e) {
+                e[n] = (native_entry){.row = i, .io = EXPERT_PARTS[p].io, .block = 1, .part = p + 1,
+                                      .alias = input ? r->alias_in - 1 : -1, .same = input ? r->same_in : NULL};
+                e[n].module = memcpy(*pool, native, ln);
+                e[n].standard = memcpy(*pool + ln, standard, ls);
+                *pool += ln + ls;
+            }
+            n++;
+        }
     }
     *count = n;
     return bytes;
@@ -139,6 +174,16 @@ nnt_status fam_natives_entry(const fam_env *env, int i, nnt_native_info *out)
     const fam_module *r = &n->a->modules[e->row];
     static const char *const AXES[2][2] = {{"[batch seq in_features]", "[batch seq out_features]"},
                                            {"[batch seq features]", "[batch seq features]"}};
+    if (e->part) {
+        out->module = e->module;
+        out->standard = e->standard;
+        out->io = e->io;
+        out->block = 1;
+        out->alias = e->alias;
+        out->read_only = e->alias >= 0;
+        out->axes = e->part == N_EXPERT_PARTS ? "[batch seq top_k hidden_size]" : "[batch seq top_k intermediate_size]";
+        return NNT_OK;
+    }
     out->module = e->module;
     out->standard = e->standard;
     out->io = e->io;
@@ -156,6 +201,14 @@ static int64_t entry_width(const fam_module *r, const native_entry *e, const fam
     const fam_tensor *t = &r->tensors[0];
     if (r->detail == FAM_DETAIL_LINEAR) return f->size[t->size[e->io ? 0 : 1]];
     return f->size[t->size[0]];
+}
+
+/* The fam_moe of block `layer` whose experts row is `row`: a FAM_BIND_EXPERTS tensor binds
+ * into a fam_moe's `experts` member (fam_arch_bind), so the struct around it is that fam_moe. */
+static const fam_moe *experts_moe(const struct fam_natives *n, int layer, int row)
+{
+    size_t field = n->a->modules[row].tensors[0].field;
+    return (const fam_moe *)(n->layers + (size_t)layer * n->stride + field - offsetof(fam_moe, experts));
 }
 
 int fam_natives_value_info(const fam_env *env, int layer, nnt_value_id id, const nnt_call_dims *d,
@@ -180,6 +233,19 @@ int fam_natives_value_info(const fam_env *env, int layer, nnt_value_id id, const
         return 1;
     }
     int64_t B = d ? d->batch : 0, T = d ? d->seq : 0;
+    if (e->part == 1 || e->part == 3) {
+        fam_unserved(out, "%s.input is the experts' input, which this family does not serve", e->standard);
+        return 1;
+    }
+    if (e->part) { /* [batch seq top_k I or H], from the block's fam_moe */
+        const fam_moe *moe = experts_moe(n, layer, e->row);
+        int64_t H = f.size[r->tensors[0].size[2]];
+        int down_out = e->part == N_EXPERT_PARTS;
+        fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, (int64_t)moe->top_k, down_out ? H : (int64_t)moe->intermediate));
+        out->axes = down_out ? "[batch seq top_k hidden_size]" : "[batch seq top_k intermediate_size]";
+        out->layout = "ExpertActivations";
+        return 1;
+    }
     fam_served(out, d, NNT_F32, 1, NNT_SHAPE(B, T, entry_width(r, e, &f)));
     return 1;
 }
@@ -196,7 +262,7 @@ static void own_ids(const fam_env *env, int layer, const nnt_tensor *w, int *in_
     size_t off = (size_t)(p - base);
     for (int i = 0; i < n->n; i++) {
         const native_entry *e = &n->e[i];
-        if (e->alias >= 0 || !e->block) continue;
+        if (e->alias >= 0 || !e->block || e->part) continue;
         const fam_module *r = &n->a->modules[e->row];
         for (int k = 0; k < FAM_MODULE_TENSORS; k++)
             /* a tensor the family binds itself (FAM_BIND_NONE) counts where its row gives the field */
@@ -258,4 +324,25 @@ nnt_status fam_norm(const fam_env *env, nnt_run *run, int layer, const nnt_call_
     if ((st = emit_native(env, run, in_id, layer, dims, x, 1, &held, &use, err)) != NNT_OK) return st;
     if ((st = env->be->rms_norm(env->be_ctx, use, gain, eps, y, err)) != NNT_OK) return st;
     return emit_native(env, run, out_id, layer, dims, y, 0, &held, &dummy, err);
+}
+
+int fam_natives_experts(const fam_env *env, nnt_run *run, int layer, const fam_moe *moe, int ids[4])
+{
+    ids[0] = ids[1] = ids[2] = ids[3] = -1;
+    const struct fam_natives *n = env->natives;
+    if (!n || layer < 0 || !n->layers) return 0;
+    const char *at = (const char *)&moe->experts, *base = n->layers + (size_t)layer * n->stride;
+    if (at < base || at >= base + n->stride) return 0;
+    size_t off = (size_t)(at - base);
+    int any = 0;
+    for (int i = 0; i < n->n; i++) {
+        const native_entry *e = &n->e[i];
+        if (!e->part || e->alias >= 0 || n->a->modules[e->row].tensors[0].field != off) continue;
+        /* parts 2, 4, 5, 6: gate_proj.output, up_proj.output, down_proj.input, down_proj.output */
+        int k = e->part == 2 ? 0 : e->part == 4 ? 1 : e->part == 5 ? 2 : e->part == 6 ? 3 : -1;
+        if (k < 0) continue;
+        ids[k] = (int)NNT_VALUE_NATIVE + i;
+        any |= env->core->wants(run, (nnt_value_id)ids[k], layer);
+    }
+    return any;
 }

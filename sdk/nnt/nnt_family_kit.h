@@ -874,6 +874,11 @@ int fam_natives_value_info(const fam_env *env, int layer, nnt_value_id id, const
  * copy (arena memory of run). Errors: the backend's, the core's emit's, NNT_ERR_OUT_OF_MEMORY. */
 nnt_status fam_linear(const fam_env *env, nnt_run *run, int layer, const nnt_call_dims *dims, const nnt_tensor *x,
                       const nnt_tensor *w, nnt_tensor *y, nnt_error *err);
+/* For fam_moe_forward: the ids of the routed experts' values by routing slot of block `layer`
+ * whose fam_moe is moe (bound by the table): ids[0] gate_proj.output, [1] up_proj.output, [2]
+ * down_proj.input, [3] down_proj.output, each [batch seq top_k features] (-1 where the family
+ * serves none); returns 1 when the run asks for any of them. */
+int fam_natives_experts(const fam_env *env, nnt_run *run, int layer, const fam_moe *moe, int ids[4]);
 /* The same for the backend's rms_norm: y [M, W] = x / rms(x) * gain over the last axis (y may be
  * x), the gain's row found as fam_linear finds a weight's. */
 nnt_status fam_norm(const fam_env *env, nnt_run *run, int layer, const nnt_call_dims *dims, const nnt_tensor *x,
