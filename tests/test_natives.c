@@ -265,6 +265,32 @@ static void test_input_edit_is_local(void)
     for (int64_t i = 0; i < nnt_tensor_numel(ro); i++) rmax = fmax(rmax, fabs(((const float *)ro->data)[i]));
     CU_ASSERT(rmax == 0.0);
     nnt_trace_free(t);
+    /* one expert taken out by its slots: down_proj.output zeroed where expert_indices == e equals
+     * expert_weights zeroed there (--ablate-expert), on the routed output */
+    int32_t expert = -1;
+    const nnt_tensor *slots_of = NULL, *by_weight = NULL, *by_output = NULL;
+    nnt_trace *tw = NULL, *to = NULL, *ti = NULL;
+    T_OK(rt, nnt_trace_new(m, &ti));
+    T_OK(rt, nnt_trace_save(ti, "layers.1.mlp.expert_indices"));
+    T_OK(rt, nnt_trace_run(ti, IDS, NULL, 1, 4));
+    CU_ASSERT_FATAL((slots_of = nnt_trace_get(ti, "layers.1.mlp.expert_indices")) != NULL);
+    expert = ((const int32_t *)slots_of->data)[0];
+    T_OK(rt, nnt_trace_new(m, &tw));
+    T_OK(rt, nnt_trace_masked_fill(tw, "layers.1.mlp.expert_weights", "layers.1.mlp.expert_indices", expert, 0.0f));
+    T_OK(rt, nnt_trace_save(tw, "layers.1.mlp.routed_output"));
+    T_OK(rt, nnt_trace_run(tw, IDS, NULL, 1, 4));
+    T_OK(rt, nnt_trace_new(m, &to));
+    T_OK(rt, nnt_trace_masked_fill(to, "layers.1.mlp.experts.down_proj.output", "layers.1.mlp.expert_indices", expert,
+                                   0.0f));
+    T_OK(rt, nnt_trace_save(to, "layers.1.mlp.routed_output"));
+    T_OK(rt, nnt_trace_run(to, IDS, NULL, 1, 4));
+    by_weight = nnt_trace_get(tw, "layers.1.mlp.routed_output");
+    by_output = nnt_trace_get(to, "layers.1.mlp.routed_output");
+    CU_ASSERT_FATAL(by_weight && by_output);
+    CU_ASSERT(t_rel_err(by_output, by_weight, NULL) < 1e-6);
+    nnt_trace_free(ti);
+    nnt_trace_free(tw);
+    nnt_trace_free(to);
     /* the norm's input is a value of its own: scaling it by 3 leaves the norm's output (RMSNorm is
      * scale-free but for eps) and the residual stream (layer_mid - attention_output) unchanged */
     T_OK(rt, nnt_trace_new(m, &t));

@@ -412,6 +412,20 @@ nnt_status nnt_trace_zero(nnt_trace *t, const char *path)
     NNT_GUARDED(nnt_guard_trace_rt(t), "nnt_trace_zero", trace_zero_held(t, path));
 }
 
+/* The host module of slot: a standard value's, or for a module's value the host its path starts
+ * in (layers.1.mlp.experts.down_proj.output: mlp); NNT_MODULE_LAYER for a module of the block
+ * itself. */
+static int slot_host(const nnt_model *m, nnt_value_id slot)
+{
+    const nnt_native_info *ni = nnt_model_native(m, slot);
+    if (!ni) return (int)nnt_value_module(slot);
+    for (int h = NNT_MODULE_SELF_ATTN; h < NNT_MODULE_COUNT; h++) {
+        size_t n = strlen(nnt_module_name((nnt_module)h));
+        if (strncmp(ni->standard, nnt_module_name((nnt_module)h), n) == 0 && ni->standard[n] == '.') return h;
+    }
+    return ni->block ? NNT_MODULE_LAYER : NNT_MODULE_MODEL;
+}
+
 static nnt_status trace_masked_fill_held(nnt_trace *t, const char *path, const char *where_path,
                                          int64_t equals, float fill)
 {
@@ -425,7 +439,7 @@ static nnt_status trace_masked_fill_held(nnt_trace *t, const char *path, const c
     if (st != NNT_OK) return st;
     st = nnt_path_parse(t->m, where_path, &where, err);
     if (st != NNT_OK) return st;
-    if (where.layer != target.layer || target.layer == -1 || nnt_value_module(where.slot) != nnt_value_module(target.slot))
+    if (where.layer != target.layer || target.layer == -1 || slot_host(t->m, where.slot) != slot_host(t->m, target.slot))
         return nnt_err_set(err, NNT_ERR_PATH,
                            "masked fill of '%s' by '%s': the mask must be a value of the same module of the same block",
                            path, where_path);
