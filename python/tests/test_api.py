@@ -250,3 +250,18 @@ def test_native_module_values(example_model):
                      edits=[("layers.1.self_attn.v_proj.output", lambda v: v * 0.5)])
     plain = m.trace(ids, save=["layers.1.self_attn.v_proj.output"])
     np.testing.assert_allclose(halved["layers.1.self_attn.v_proj.output"], 0.5 * plain["layers.1.self_attn.v_proj.output"])
+
+
+def test_native_gradients(example_model):
+    """The gradient at a module's input is its weight's transpose applied to the gradient at its
+    output (q_proj's input is a copy the product alone reads)."""
+    from safetensors_reader import read
+
+    m = example_model
+    out = m.trace([[3, 17, 42, 5]], metric="logit-diff:1,2",
+                  grad=["layers.1.self_attn.q_proj.input", "layers.1.self_attn.q_proj.output"])
+    w = read(os.path.join(EXAMPLE, "model.safetensors"))["model.layers.1.self_attn.q_proj.weight"]
+    g_out = out["grad:layers.1.self_attn.q_proj.output"]
+    np.testing.assert_allclose(out["grad:layers.1.self_attn.q_proj.input"], g_out @ w.astype(np.float32), rtol=1e-4,
+                               atol=1e-6)
+    assert np.abs(g_out).max() > 0
