@@ -11,7 +11,6 @@
 
 #include "nnt/nnt.h"
 
-#define CLI_MAX_REQ 256  /* requests (--save, --set, ...) */
 #define CLI_MAX_ROWS 64  /* batch rows */
 #define CLI_MAX_STOP 64  /* --stop-id */
 #define CLI_MAX_POSITIONS 256
@@ -58,15 +57,15 @@ typedef struct cli_opts {
     cli_row clean, corrupt;   /* patch: --clean/--clean-tokens, --corrupt/--corrupt-tokens */
     const char *value, *metric;
     int patch_rows;           /* --batch (0: not given) */
-    const char *grads[CLI_MAX_REQ]; /* trace --grad PATH, in order */
-    int n_grads;
+    const char **grads; /* trace --grad PATH, in order (owned array, grown as given) */
+    int n_grads, cap_grads;
     const char *metric_positions;   /* trace --metric-positions, as given */
     int ig_steps;                   /* attribute --ig-steps (0: AtP) */
     cli_row rows[CLI_MAX_ROWS];
     int n_rows, n_text_rows;  /* n_text_rows: --prompt and --prompt-file rows */
     const char *text;         /* tokenize's positional text */
-    cli_req reqs[CLI_MAX_REQ];
-    int n_reqs;
+    cli_req *reqs; /* owned array, grown as given: a command line holds as many as the kernel lets it */
+    int n_reqs, cap_reqs;
     int max_new_tokens;       /* -1: not given */
     float temperature, top_p;
     int top_k;

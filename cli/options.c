@@ -32,10 +32,22 @@ static int set_positions(cli_opts *o, const char *f, const char *v) { return set
 static int set_request(cli_opts *o, const char *f, const char *v) { return set_once(&o->request_file, f, v); }
 static int set_metric_positions(cli_opts *o, const char *f, const char *v) { return set_once(&o->metric_positions, f, v); }
 
+/* Room for one more entry of *a (n used of *cap, each `size` bytes); 0 when there is no memory. */
+static int grow(void **a, int n, int *cap, size_t size)
+{
+    if (n < *cap) return 1;
+    int c = *cap ? 2 * *cap : 16;
+    void *g = realloc(*a, (size_t)c * size);
+    if (!g) return 0;
+    *a = g;
+    *cap = c;
+    return 1;
+}
+
 static int set_grad(cli_opts *o, const char *f, const char *v)
 {
-    if (o->n_grads == CLI_MAX_REQ) return cli_usage_error("%s: too many gradient paths", f);
     if (!*v) return cli_usage_error("%s: the value path is empty", f);
+    if (!grow((void **)&o->grads, o->n_grads, &o->cap_grads, sizeof *o->grads)) return cli_usage_error("%s", "out of memory");
     o->grads[o->n_grads++] = v;
     return 0;
 }
@@ -227,7 +239,7 @@ static int set_req(cli_opts *o, const char *f, const char *v)
 {
     size_t k = 0;
     while (strcmp(f, REQUESTS[k].flag) != 0) k++;
-    if (o->n_reqs == CLI_MAX_REQ) return cli_usage_error("too many requests (max %s)", "256");
+    if (!grow((void **)&o->reqs, o->n_reqs, &o->cap_reqs, sizeof *o->reqs)) return cli_usage_error("%s", "out of memory");
     cli_req *q = &o->reqs[o->n_reqs++];
     *q = (cli_req){.kind = REQUESTS[k].kind, .flag = REQUESTS[k].flag, .text = v, .path = strdup(v)};
     if (!q->path) return cli_usage_error("%s", "out of memory");
@@ -473,6 +485,12 @@ void cli_opts_free(cli_opts *o)
         free(o->reqs[i].positions);
     }
     o->n_reqs = 0;
+    free(o->reqs);
+    o->reqs = NULL;
+    o->cap_reqs = 0;
+    free(o->grads);
+    o->grads = NULL;
+    o->n_grads = o->cap_grads = 0;
     free(o->pending_positions);
     o->pending_positions = NULL;
 }

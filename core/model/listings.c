@@ -44,70 +44,57 @@ static const char *host_label(nnt_module h, int layer, char *buf, size_t n)
     return buf;
 }
 
-/* One block's rows as text, for grouping identical blocks. */
+/* Appends one row of the text listing (host, name, and served with layout, axes, dtype and
+ * writable, or the reason) to s (len used of cap bytes, grown); 0 when there is no memory. */
+static int append_row(char **s, size_t *len, size_t *cap, const char *host, const char *name, const nnt_value_info *vi)
+{
+    char line[800];
+    if (vi->served)
+        snprintf(line, sizeof line, "  %-12s %-24s yes  %-14s %-38s %s %s\n", host, name, vi->layout, vi->axes,
+                 nnt_dtype_name(vi->dtype), vi->writable ? "rw" : "ro");
+    else
+        snprintf(line, sizeof line, "  %-12s %-24s no   %s\n", host, name, vi->reason);
+    size_t l = strlen(line);
+    if (*len + l + 1 > *cap) {
+        size_t grow = 2 * (*len + l + 1);
+        char *g = realloc(*s, grow);
+        if (!g) return 0;
+        *s = g;
+        *cap = grow;
+    }
+    memcpy(*s + *len, line, l + 1);
+    *len += l;
+    return 1;
+}
+
+/* One block's rows as text, for grouping identical blocks: its standard values host by host,
+ * then the values of its modules (their own: an alias is a standard value above). */
 static nnt_status block_rows(const nnt_model *m, int layer, char **text, nnt_error *err)
 {
     size_t cap = 8192, len = 0;
     char *s = malloc(cap);
     if (!s) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-    for (int h = NNT_MODULE_LAYER; h < NNT_MODULE_COUNT; h++) {
-        for (int sl = 0; sl < NNT_VALUE_COUNT; sl++) {
-            if ((int)nnt_value_module((nnt_value_id)sl) != h) continue;
+    for (int h = NNT_MODULE_LAYER; h <= NNT_MODULE_COUNT; h++) {
+        int natives = h == NNT_MODULE_COUNT, n = natives ? m->n_natives : NNT_VALUE_COUNT;
+        for (int i = 0; i < n; i++) {
+            const nnt_native_info *ni = natives ? &m->natives[i] : NULL;
+            if (natives ? !ni->block || ni->alias >= 0 : (int)nnt_value_module((nnt_value_id)i) != h) continue;
+            nnt_value_id slot = natives ? (nnt_value_id)((int)NNT_VALUE_NATIVE + i) : (nnt_value_id)i;
             nnt_value_info vi;
-            nnt_status st = nnt_model_slot_info(m, layer, (nnt_value_id)sl, NULL, &vi, err);
+            nnt_status st = nnt_model_slot_info(m, layer, slot, NULL, &vi, err);
             if (st != NNT_OK) {
                 free(s);
                 return st;
             }
-            char line[800];
-            const char *hn = h == NNT_MODULE_LAYER ? "(block)" : nnt_module_name((nnt_module)h);
-            if (vi.served)
-                snprintf(line, sizeof line, "  %-12s %-24s yes  %-14s %-38s %s %s\n", hn, nnt_value_name((nnt_value_id)sl),
-                         vi.layout, vi.axes, nnt_dtype_name(vi.dtype), vi.writable ? "rw" : "ro");
-            else
-                snprintf(line, sizeof line, "  %-12s %-24s no   %s\n", hn, nnt_value_name((nnt_value_id)sl), vi.reason);
-            size_t l = strlen(line);
-            if (len + l + 1 > cap) {
-                cap = 2 * (len + l + 1);
-                char *g = realloc(s, cap);
-                if (!g) {
-                    free(s);
-                    return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
-                }
-                s = g;
-            }
-            memcpy(s + len, line, l + 1);
-            len += l;
-        }
-    }
-    /* the native values of the block's modules (their own: an alias is a standard value above) */
-    for (int i = 0; i < m->n_natives; i++) {
-        const nnt_native_info *ni = &m->natives[i];
-        if (!ni->block || ni->alias >= 0) continue;
-        nnt_value_info vi;
-        nnt_status st = nnt_model_slot_info(m, layer, (nnt_value_id)((int)NNT_VALUE_NATIVE + i), NULL, &vi, err);
-        if (st != NNT_OK) {
-            free(s);
-            return st;
-        }
-        char line[800];
-        if (vi.served)
-            snprintf(line, sizeof line, "  %-24s %-12s yes  %-14s %-38s %s %s\n", ni->standard, ni->io ? "output" : "input",
-                     vi.layout, vi.axes, nnt_dtype_name(vi.dtype), vi.writable ? "rw" : "ro");
-        else
-            snprintf(line, sizeof line, "  %-24s %-12s no   %s\n", ni->standard, ni->io ? "output" : "input", vi.reason);
-        size_t l = strlen(line);
-        if (len + l + 1 > cap) {
-            cap = 2 * (len + l + 1);
-            char *g = realloc(s, cap);
-            if (!g) {
+            char path[300];
+            if (natives) snprintf(path, sizeof path, "%s.%s", ni->standard, ni->io ? "output" : "input");
+            const char *host = natives ? "(module)" : h == NNT_MODULE_LAYER ? "(block)" : nnt_module_name((nnt_module)h);
+            const char *name = natives ? path : nnt_value_name(slot);
+            if (!append_row(&s, &len, &cap, host, name, &vi)) {
                 free(s);
                 return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
             }
-            s = g;
         }
-        memcpy(s + len, line, l + 1);
-        len += l;
     }
     *text = s;
     return NNT_OK;
