@@ -197,8 +197,11 @@ static void test_linear_encodings(void)
         {"FP8/E8M0 36x192, 32x64 blocks", NNT_F8_E4M3, NNT_F8_E8M0, 36, 192, 32, 64},
         {"FP8/BF16 21x96, 16x32 blocks", NNT_F8_E4M3, NNT_BF16, 21, 96, 16, 32},
         {"FP4/E8M0 37x96, groups of 32", NNT_F4_E2M1, NNT_F8_E8M0, 37, 96, 1, 32},
-        {"FP4/E8M0 13x192, groups of 32 (whole steps of 64 columns: AVX2's shuffle kernel)", NNT_F4_E2M1,
-         NNT_F8_E8M0, 13, 192, 1, 32},
+        {"FP4/E8M0 13x192, groups of 32 (whole steps of 64 columns: AVX2's shuffle kernel, AVX512-BF16's "
+         "dot-product kernel)",
+         NNT_F4_E2M1, NNT_F8_E8M0, 13, 192, 1, 32},
+        {"FP4/E8M0 9x256, groups of 64 (the dot-product kernel takes each scale for two 32-column halves)",
+         NNT_F4_E2M1, NNT_F8_E8M0, 9, 256, 1, 64},
         {"FP4/E8M0 21x70, groups of 14 (a partial vector per group)", NNT_F4_E2M1, NNT_F8_E8M0, 21, 70, 1, 14},
         {"FP4/F32 19x40, groups of 8", NNT_F4_E2M1, NNT_F32, 19, 40, 1, 8},
     };

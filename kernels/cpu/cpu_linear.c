@@ -49,12 +49,12 @@ nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_t
          * bfloat16 products on a weight whose values are not bfloat16 numbers round each value
          * first, as torch's bfloat16 copy of the weight holds it */
         int64_t chunk = ((N + c->threads - 1) / c->threads + 3) / 4 * 4;
-        int rnd = bf16 && cpu_needs_rounding(&wv);
+        int flags = bf16 ? CPU_GEMV_X_BF16 | (cpu_needs_rounding(&wv) ? CPU_GEMV_ROUND : 0) : 0;
         const cpu_kernels *k = c->k;
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (N * K > 65536)
         for (int t = 0; t < c->threads; t++) {
             int64_t n0 = t * chunk, n1 = n0 + chunk < N ? n0 + chunk : N;
-            if (n0 < n1) k->gemv(xd, M, &wv, n0, n1, yd, N, rnd);
+            if (n0 < n1) k->gemv(xd, M, &wv, n0, n1, yd, N, flags);
         }
     } else if ((st = cpu_gemm(c, xd, M, &wv, bf16, yd, err)) != NNT_OK) {
         return st;

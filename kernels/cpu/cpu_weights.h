@@ -28,15 +28,21 @@ typedef struct cpu_weight {
     int64_t grid_rows, grid_cols; /* scale grid of one matrix */
 } cpu_weight;
 
+/* gemv's flags. CPU_GEMV_ROUND: each decoded, scaled weight value is rounded to bfloat16 first
+ * (bfloat16 products on a weight whose values are not bfloat16 numbers). CPU_GEMV_X_BF16: every
+ * entry of x is a bfloat16 number (bfloat16 products: the caller rounded x), so a kernel may
+ * multiply through bfloat16 instructions without changing a product. */
+#define CPU_GEMV_ROUND 1
+#define CPU_GEMV_X_BF16 2
+
 /* Kernels of one instruction set. Every function reads the weight in its encoding; none
  * allocates. */
 typedef struct cpu_kernels {
     const char *name; /* "avx512", "avx2", "sse2", "neon", "portable" */
     /* y[m * ldy + n] = sum_k x[m * K + k] * w[n, k] for m < M <= CPU_FEW_ROWS and weight rows
-     * n in [n0, n1); K = w->cols. rnd: each decoded, scaled weight value rounded to bfloat16
-     * first (bfloat16 products on a weight whose values are not bfloat16 numbers). */
+     * n in [n0, n1); K = w->cols. flags: CPU_GEMV_ROUND and CPU_GEMV_X_BF16 (below). */
     void (*gemv)(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy,
-                 int rnd);
+                 int flags);
     /* dst[(r - r0) * ld + c] = w[r, c] decoded and scaled, float32, for r in [r0, r1). */
     void (*decode)(const cpu_weight *w, int64_t r0, int64_t r1, float *dst, int64_t ld);
     /* dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), as float32; dst may be src. */
