@@ -1116,6 +1116,158 @@ TARGET_BF16 static int gemv_fp4dp(const float *x, int64_t M, const cpu_weight *w
     free(xb);
     return 1;
 }
+
+/* ---- FP8 e4m3, bfloat16 products with AVX512-VBMI and AVX512-BF16: a table per block ----
+ * In bfloat16 products each weight is the float32 product code x scale rounded to bfloat16 (as
+ * torch's bfloat16 copy holds it), so one block's weights take at most 256 values: the table of
+ * its 128 magnitudes times the scale, rounded by the conversion instruction (to nearest, ties
+ * to even), built once per grid row and block, is those weights exactly (the product of a
+ * negative code is the negated product: the sign bit is flipped by an xor). A byte permute over
+ * two registers indexed by a code's low 7 bits (VBMI) gives 64 weights' high bytes, another
+ * their low bytes; interleaving the two (unpack, within each 128-bit lane) gives two vectors of
+ * 32 bfloat16 weights, where lane 8L + j of the first holds column 16L + j and of the second
+ * column 16L + 8 + j, and x (bfloat16 numbers: CPU_GEMV_X_BF16) is packed once per product in
+ * that order. The dot-product instruction then multiplies and sums pairs, with no per-weight
+ * multiply, rounding or per-block scaling left. Against tile_fp8dp's decoding (per 32 weights:
+ * two multiplies by the scale and a conversion ahead of the dot product), bench_gemv on an AMD
+ * EPYC (Zen 4), FP8 with 128x128 float32 scales, bfloat16 products: see bench/results. Blocks
+ * whose products could leave the normal range (|scale| under 2^-117 or over 2^100, or not a
+ * number: both instructions read subnormal inputs as zero) and tiles whose rows lie in two grid
+ * rows go to the generic kernel. */
+#define FP8_TABLES 1
+#define TARGET_VBMI __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
+/* the e4m3 magnitude of code c < 128: m 2^-9 for exponent field 0, (8 + m) 2^(e - 10) above;
+ * code 127 is not a number */
+#define E4M3_P2(k) ((k) >= 0 ? (float)(1 << (k)) : 1.0f / (float)(1 << -(k)))
+#define E4M3_V(c) ((c) == 127 ? NAN : ((c) >> 3) == 0 ? (float)((c) & 7) / 512.0f : (float)(8 + ((c) & 7)) * E4M3_P2(((c) >> 3) - 10))
+#define E4M3_V4(c) E4M3_V(c), E4M3_V((c) + 1), E4M3_V((c) + 2), E4M3_V((c) + 3)
+#define E4M3_V16(c) E4M3_V4(c), E4M3_V4((c) + 4), E4M3_V4((c) + 8), E4M3_V4((c) + 12)
+static const float E4M3_MAG[128] = {E4M3_V16(0), E4M3_V16(16), E4M3_V16(32), E4M3_V16(48),
+                                    E4M3_V16(64), E4M3_V16(80), E4M3_V16(96), E4M3_V16(112)};
+
+/* The tables of one grid row, kept across a call's tiles (a grid row serves block_rows rows). */
+typedef struct fp8_tables {
+    const uint8_t *srow; /* the grid row the tables hold; ok < 0: none yet */
+    int ok;              /* 0: one of its scales is out of range */
+    int64_t nb;          /* blocks in a row */
+    uint8_t *t;          /* [nb][256]: high bytes of magnitudes 0..127, then their low bytes */
+} fp8_tables;
+
+INLINE int fp8tab_serves(const cpu_weight *w)
+{
+    return w->dtype == NNT_F8_E4M3 && w->cols % 64 == 0 && (!w->scale || w->block_cols % 64 == 0) &&
+           __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+}
+
+/* g's tables for grid row srow; g->ok = 0 when a scale is out of range */
+TARGET_VBMI static void fp8tab_build(fp8_tables *g, const cpu_weight *w, const uint8_t *srow)
+{
+    g->srow = srow;
+    g->ok = 0;
+    for (int64_t cb = 0; cb < g->nb; cb++) {
+        const float s = scale_get(w, srow, cb, 1.0f);
+        if (!(s == 0.0f || (fabsf(s) >= 0x1p-117f && fabsf(s) <= 0x1p100f))) return;
+        const __m512 sv = _mm512_set1_ps(s);
+        uint8_t *t = g->t + cb * 256;
+        for (int i = 0; i < 128; i += 32) {
+            __m512bh b = _mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(E4M3_MAG + i + 16), sv),
+                                             _mm512_mul_ps(_mm512_loadu_ps(E4M3_MAG + i), sv));
+            __m512i u;
+            memcpy(&u, &b, sizeof u);
+            _mm256_storeu_si256((__m256i *)(t + i), _mm512_cvtepi16_epi8(_mm512_srli_epi16(u, 8)));
+            _mm256_storeu_si256((__m256i *)(t + 128 + i), _mm512_cvtepi16_epi8(u));
+        }
+    }
+    g->ok = 1;
+}
+
+/* rows n .. n + R against the M rows of xb (packed as above); 0 when the tile is not served */
+TARGET_VBMI static inline __attribute__((always_inline)) int tile_fp8tab(fp8_tables *g, const uint16_t *xb,
+                                                                        const cpu_weight *w, int64_t n, float *y,
+                                                                        int64_t ldy, const int M, const int R)
+{
+    const int64_t K = w->cols, bc = w->scale ? w->block_cols : K;
+    const uint8_t *srow = scale_row(w, n), *row[4];
+    for (int r = 1; r < R; r++)
+        if (scale_row(w, n + r) != srow) return 0;
+    if (g->ok < 0 || g->srow != srow) fp8tab_build(g, w, srow);
+    if (!g->ok) return 0;
+    for (int r = 0; r < R; r++) row[r] = row_at(w, n + r);
+    const __m512i sign = _mm512_set1_epi8((char)0x80);
+    __m512 acc[CPU_FEW_ROWS][4];
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
+    for (int64_t c0 = 0, cb = 0; c0 < K; c0 += bc, cb++) {
+        const uint8_t *t = g->t + cb * 256;
+        const __m512i h0 = _mm512_loadu_si512(t), h1 = _mm512_loadu_si512(t + 64);
+        const __m512i l0 = _mm512_loadu_si512(t + 128), l1 = _mm512_loadu_si512(t + 192);
+        const int64_t c1 = c0 + bc < K ? c0 + bc : K;
+        for (int64_t c = c0; c < c1; c += 64) {
+            __m512bh x0[CPU_FEW_ROWS], x1[CPU_FEW_ROWS];
+            for (int m = 0; m < M; m++) {
+                memcpy(&x0[m], xb + m * K + c, sizeof x0[m]);
+                memcpy(&x1[m], xb + m * K + c + 32, sizeof x1[m]);
+            }
+            for (int r = 0; r < R; r++) {
+                PREFETCH(row[r] + PF_ROWS * K + c);
+                __m512i q = _mm512_loadu_si512(row[r] + c);
+                __m512i hb = _mm512_permutex2var_epi8(h0, q, h1), lb = _mm512_permutex2var_epi8(l0, q, l1);
+                hb = _mm512_ternarylogic_epi32(hb, q, sign, 0x78); /* hb ^ (q & 0x80) */
+                __m512i u0 = _mm512_unpacklo_epi8(lb, hb), u1 = _mm512_unpackhi_epi8(lb, hb);
+                __m512bh b0, b1;
+                memcpy(&b0, &u0, sizeof b0);
+                memcpy(&b1, &u1, sizeof b1);
+                for (int m = 0; m < M; m++) acc[m][r] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[m][r], b0, x0[m]), b1, x1[m]);
+            }
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) y[m * ldy + n + r] = _mm512_reduce_add_ps(acc[m][r]);
+    return 1;
+}
+
+/* rows n0 .. n1 in tiles of constant shape; a tile not served goes to the generic kernel */
+#define FP8TAB_TILE(MM, RR)                                                                                   \
+    do {                                                                                                      \
+        if (!tile_fp8tab(g, xb, w, n, y, ldy, MM, RR)) tile_fp8(x, w, n, y, ldy, MM, RR, RND);               \
+    } while (0)
+TARGET_VBMI static void rows_fp8tab(fp8_tables *g, const float *x, const uint16_t *xb, int64_t M,
+                                    const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy, const int RND)
+{
+    int64_t n = n0;
+    FEW_ROWS_SWITCH(FP8TAB_TILE);
+}
+#undef FP8TAB_TILE
+
+/* x [M, K] of bfloat16 numbers; rnd as gemv's CPU_GEMV_ROUND (for tiles the generic kernel
+ * takes); 0 without memory (nothing written) */
+TARGET_VBMI static int gemv_fp8tab(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y,
+                                   int64_t ldy, int rnd)
+{
+    const int64_t K = w->cols, nb = w->scale ? (K + w->block_cols - 1) / w->block_cols : 1;
+    uint16_t *xb = aligned_alloc(64, (size_t)(M * K) * 2 + 64);
+    fp8_tables g = {.ok = -1, .nb = nb, .t = aligned_alloc(64, (size_t)nb * 256)};
+    if (!xb || !g.t) {
+        free(xb);
+        free(g.t);
+        return 0;
+    }
+    for (int64_t i = 0; i < M * K; i += 64)
+        for (int j = 0; j < 32; j++) {
+            uint32_t a, b;
+            memcpy(&a, x + i + 16 * (j / 8) + j % 8, 4);
+            memcpy(&b, x + i + 16 * (j / 8) + 8 + j % 8, 4);
+            xb[i + j] = (uint16_t)(a >> 16);
+            xb[i + 32 + j] = (uint16_t)(b >> 16);
+        }
+    if (rnd)
+        rows_fp8tab(&g, x, xb, M, w, n0, n1, y, ldy, 1);
+    else
+        rows_fp8tab(&g, x, xb, M, w, n0, n1, y, ldy, 0);
+    free(xb);
+    free(g.t);
+    return 1;
+}
 #endif
 
 /* rows n .. n + R: the lanes tile, else the generic one */
@@ -1276,6 +1428,9 @@ static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, i
         break;
     case NNT_F16: gemv_f16(x, M, w, n0, n1, y, ldy, rnd); break;
     case NNT_F8_E4M3:
+#ifdef FP8_TABLES
+        if ((flags & CPU_GEMV_X_BF16) && fp8tab_serves(w) && gemv_fp8tab(x, M, w, n0, n1, y, ldy, rnd)) break;
+#endif
 #ifdef FP8_LANES
         if (fp8_lanes_serve(w) && gemv_fp8lanes(x, M, w, n0, n1, y, ldy, rnd)) break;
 #endif
