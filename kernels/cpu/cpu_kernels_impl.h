@@ -1029,10 +1029,10 @@ TARGET_BF16 static int gemv_fp8halfdp(const float *x, int64_t M, const cpu_weigh
  * instruction reads subnormal inputs as zero: the codes' values are normal, and so is any
  * bfloat16 x above 2^-126 in magnitude.
  * Why not for float32 products: there every 16 columns (8 bytes) take one 512-bit fused
- * multiply-add, and the FMA rate bounds the product. On the AMD EPYC (Zen 4) of bench/results,
- * 1.3-1.45 G such FMAs per second per core cap FP4 at about 11.6 GB/s, under the 21-27 GB/s the
- * core reads; this kernel takes 32 columns per dot product. bench_gemv --mb 0 (weights in
- * cache), one thread, FP4 bfloat16 products: 10.7 -> 18.6 GB/s. */
+ * multiply-add, and the FMA rate bounds the product: on an AMD EPYC (Zen 4) the table kernel
+ * above reads 12 GB/s with its weight in cache (bench_gemv --mb 0), under the 21-27 GB/s one core
+ * reads from memory, while this kernel takes 32 columns per dot product: 19 GB/s from cache
+ * (bench/results/2026-12-06-*-gemv-zen4.md). */
 #define FP4_DPBF16 1
 static const uint16_t FP4_WORDS[32] = {
     0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0,
@@ -1130,7 +1130,8 @@ TARGET_BF16 static int gemv_fp4dp(const float *x, int64_t M, const cpu_weight *w
  * that order. The dot-product instruction then multiplies and sums pairs, with no per-weight
  * multiply, rounding or per-block scaling left. Against tile_fp8dp's decoding (per 32 weights:
  * two multiplies by the scale and a conversion ahead of the dot product), bench_gemv on an AMD
- * EPYC (Zen 4), FP8 with 128x128 float32 scales, bfloat16 products: see bench/results. Blocks
+ * EPYC (Zen 4), one thread, FP8 with 128x128 float32 scales: 16.4 -> 25.3 GB/s
+ * (bench/results/2026-12-06-*-gemv-zen4.md). Blocks
  * whose products could leave the normal range (|scale| under 2^-117 or over 2^100, or not a
  * number: both instructions read subnormal inputs as zero) and tiles whose rows lie in two grid
  * rows go to the generic kernel. */
