@@ -234,21 +234,27 @@ static void test_linear_bf16_ties(void)
         for (size_t ii = 0; ii < sizeof ISAS / sizeof *ISAS; ii++) {
             void *ctx = context(ISAS[ii], 1);
             if (!ctx) continue;
-            static const int64_t cols[] = {0, 3, 17, 63};
+            /* one row of x (the few-row kernels) at four columns, then 40 rows (the many-row
+             * products on decoded panels), row m one-hot at column 13 m mod 64 */
+            static const int64_t cols[] = {0, 3, 17, 63, -1};
             for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {
-                int64_t xs[2] = {1, 64}, ys[2] = {1, 12}, bad = 0;
+                int64_t M = cols[ci] < 0 ? 40 : 1, xs[2] = {M, 64}, ys[2] = {M, 12}, bad = 0;
                 nnt_tensor x, y;
                 CU_ASSERT_FATAL(nnt_tensor_alloc(&x, NNT_F32, 2, xs) == NNT_OK && nnt_tensor_alloc(&y, NNT_F32, 2, ys) == NNT_OK);
-                memset(x.data, 0, 64 * sizeof(float));
-                ((float *)x.data)[cols[ci]] = 1.0f;
+                memset(x.data, 0, (size_t)(M * 64) * sizeof(float));
+                for (int64_t m = 0; m < M; m++) ((float *)x.data)[m * 64 + (cols[ci] < 0 ? 13 * m % 64 : cols[ci])] = 1.0f;
                 CU_ASSERT_EQUAL(cpu->ops->linear(ctx, &x, &wv, &y, &err), NNT_OK);
-                for (int64_t n = 0; n < 12; n++) {
-                    float want = nnt_bf16_to_f32(nnt_f32_to_bf16(wd[n * 64 + cols[ci]]));
-                    if (((float *)y.data)[n] != want && bad++ == 0)
-                        fprintf(stderr, "\n  scale %g on %s: w[%lld, %lld] read as %.9g, bfloat16 of %.9g is %.9g\n",
-                                scales[si], ISAS[ii], (long long)n, (long long)cols[ci], ((float *)y.data)[n],
-                                wd[n * 64 + cols[ci]], want);
-                }
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t n = 0; n < 12; n++) {
+                        int64_t col = cols[ci] < 0 ? 13 * m % 64 : cols[ci];
+                        float want = nnt_bf16_to_f32(nnt_f32_to_bf16(wd[n * 64 + col])), got = ((float *)y.data)[m * 12 + n];
+                        /* many rows: a bfloat16 matrix instruction (oneDNN's) reads a subnormal weight
+                         * as zero (cpu_gemm.c) */
+                        int flushed = M > 1 && got == 0.0f && fabsf(want) < 0x1p-126f;
+                        if (got != want && !flushed && bad++ == 0)
+                            fprintf(stderr, "\n  scale %g on %s, %lld rows: w[%lld, %lld] read as %.9g, bfloat16 of %.9g is %.9g\n",
+                                    scales[si], ISAS[ii], (long long)M, (long long)n, (long long)col, got, wd[n * 64 + col], want);
+                    }
                 CU_ASSERT_EQUAL(bad, 0);
                 nnt_tensor_free(&x);
                 nnt_tensor_free(&y);

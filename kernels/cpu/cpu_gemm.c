@@ -12,7 +12,9 @@
  *   - bfloat16 products (NNT_TENSOR_BF16_PRODUCTS / _VALUES) round x, and any weight value that
  *     is not already a bfloat16 number, to bfloat16 - as torch holds a bfloat16 copy of the
  *     weight - and use oneDNN's bfloat16 matmul where the CPU runs one, else the float32 matmul
- *     on those bfloat16 values (the same products, float32 accumulation either way).
+ *     on those bfloat16 values (the same products, float32 accumulation either way). The
+ *     bfloat16 matmul reads a subnormal operand (magnitude under 2^-126) as zero, as the CPU's
+ *     bfloat16 dot-product instruction does; the few-row kernels keep such weights.
  * Without oneDNN (or when it refuses a shape), OpenBLAS's sgemm takes each thread's own panel. */
 #include <string.h>
 #ifdef _OPENMP
