@@ -1028,11 +1028,10 @@ TARGET_BF16 static int gemv_fp8halfdp(const float *x, int64_t M, const cpu_weigh
  * columns c .. c + 31 and lanes 8..15 the next 32, each times its own block's scale. The
  * instruction reads subnormal inputs as zero: the codes' values are normal, and so is any
  * bfloat16 x above 2^-126 in magnitude.
- * Why not for float32 products: there every 16 columns (8 bytes) take one 512-bit fused
- * multiply-add, and the FMA rate bounds the product: on an AMD EPYC (Zen 4) the table kernel
- * above reads 12 GB/s with its weight in cache (bench_gemv --mb 0), under the 21-27 GB/s one core
- * reads from memory, while this kernel takes 32 columns per dot product: 19 GB/s from cache
- * (bench/results/2026-12-06-*-gemv-zen4.md). */
+ * Only for bfloat16 products: a float32 x needs a fused multiply-add per 16 columns. On an AMD
+ * EPYC (Zen 4), with the weight in cache (bench_gemv --mb 0), the table kernel above reads 12 GB/s
+ * and this one 19 GB/s, against 25-30 GB/s one core reads from memory
+ * (bench/results/2026-12-06-62c4724-gemv-zen4.md). */
 #define FP4_DPBF16 1
 static const uint16_t FP4_WORDS[32] = {
     0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0,
@@ -1131,7 +1130,7 @@ TARGET_BF16 static int gemv_fp4dp(const float *x, int64_t M, const cpu_weight *w
  * multiply, rounding or per-block scaling left. Against tile_fp8dp's decoding (per 32 weights:
  * two multiplies by the scale and a conversion ahead of the dot product), bench_gemv on an AMD
  * EPYC (Zen 4), one thread, FP8 with 128x128 float32 scales: 16.4 -> 25.3 GB/s
- * (bench/results/2026-12-06-*-gemv-zen4.md). Blocks
+ * (bench/results/2026-12-06-62c4724-gemv-zen4.md). Blocks
  * whose products could leave the normal range (|scale| under 2^-117 or over 2^100, or not a
  * number: both instructions read subnormal inputs as zero) and tiles whose rows lie in two grid
  * rows go to the generic kernel. */
