@@ -1138,8 +1138,10 @@ TARGET_BF16 static int gemv_fp4dp(const float *x, int64_t M, const cpu_weight *w
 #define TARGET_VBMI __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
 /* the e4m3 magnitude of code c < 128: m 2^-9 for exponent field 0, (8 + m) 2^(e - 10) above;
  * code 127 is not a number */
-#define E4M3_P2(k) ((k) >= 0 ? (float)(1 << (k)) : 1.0f / (float)(1 << -(k)))
-#define E4M3_V(c) ((c) == 127 ? NAN : ((c) >> 3) == 0 ? (float)((c) & 7) / 512.0f : (float)(8 + ((c) & 7)) * E4M3_P2(((c) >> 3) - 10))
+#define E4M3_V(c)                                                                                             \
+    ((c) == 127 ? NAN                                                                                         \
+     : ((c) >> 3) == 0 ? (float)((c) & 7) / 512.0f                                                            \
+                       : (float)(8 + ((c) & 7)) * (float)(1 << ((c) >> 3)) / 1024.0f)
 #define E4M3_V4(c) E4M3_V(c), E4M3_V((c) + 1), E4M3_V((c) + 2), E4M3_V((c) + 3)
 #define E4M3_V16(c) E4M3_V4(c), E4M3_V4((c) + 4), E4M3_V4((c) + 8), E4M3_V4((c) + 12)
 static const float E4M3_MAG[128] = {E4M3_V16(0), E4M3_V16(16), E4M3_V16(32), E4M3_V16(48),
