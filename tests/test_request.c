@@ -1188,6 +1188,23 @@ static void test_patch_positions_round_trip(void)
     for (int i = 0; i < 4; i++) nnt_request_free(r[i]);
 }
 
+/* Steer positions: absent and ["all"] are the same request (every token), and both round-trip (the
+ * writer names a steer's positions always; fuzz_request found a steer without "positions" parsing
+ * back unequal from its written ["all"]). */
+static void test_steer_positions_round_trip(void)
+{
+#define STEER_DOC(POS) EDIT("{\"op\": \"steer\", \"first\": 0, \"last\": 1, \"tensor\": {\"key\": \"v\"}" POS "}")
+    const char *docs[] = {STEER_DOC(""), STEER_DOC(", \"positions\": [\"all\"]"), STEER_DOC(", \"positions\": [0, -1]")};
+#undef STEER_DOC
+    nnt_request *r[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        T_OK(rt, parse(docs[i], &r[i]));
+        check_round_trip(r[i], docs[i]);
+    }
+    CU_ASSERT(nnt_request_equal(r[0], r[1]) && !nnt_request_equal(r[0], r[2]));
+    for (int i = 0; i < 3; i++) nnt_request_free(r[i]);
+}
+
 /* Left padding by hand: rows {1, 2, 3}, {4}, {5, 6}. */
 static void test_batch_from_rows(void)
 {
@@ -1355,6 +1372,7 @@ int register_tests(void)
         !CU_add_test(s, "a set at (row, position) == the patching sweep's edit", test_patch_rows) ||
         !CU_add_test(s, "write then parse: equal requests, every tensor kind", test_round_trip) ||
         !CU_add_test(s, "patch positions: absent, all and prompt are every token, round trip", test_patch_positions_round_trip) ||
+        !CU_add_test(s, "steer positions: absent and all are every token, round trip", test_steer_positions_round_trip) ||
         !CU_add_test(s, "nnt_batch_from_rows pads on the left", test_batch_from_rows) ||
         !CU_add_test(s, "metrics: words and values", test_metric) ||
         !CU_add_test(s, "nnt_request_read", test_read) ||

@@ -94,7 +94,9 @@ static nnt_status parse_numbers(const req_ctx *c, const cJSON *v, const char *fi
     return NNT_OK;
 }
 
-/* "positions" of steer, set and add. A steer's ["all"] is its default (every token). */
+/* "positions" of steer, set and add. A steer's ["all"] is its default (every token): read as no
+ * "positions" at all, so the written form (which names a steer's positions always) parses back
+ * equal. */
 static nnt_status parse_positions(const req_ctx *c, const cJSON *v, const char *field, req_edit *e)
 {
     char f[REQ_FIELD_MAX];
@@ -107,6 +109,7 @@ static nnt_status parse_positions(const req_ctx *c, const cJSON *v, const char *
         free(e->positions);
         e->positions = NULL;
         e->n_positions = 0;
+        e->has_positions = 0;
     }
     return NNT_OK;
 }
