@@ -75,6 +75,16 @@ typedef struct cli_opts {
     /* while parsing: the --steer-factor and --steer-positions the next --steer takes */
     float steer_factor;
     int *pending_positions, n_pending_positions, steer_pending;
+    /* harvest (cli/commands/harvest.c) */
+    const char **data;        /* --data FILE, in order (owned array) */
+    int n_data, cap_data;
+    const char **reduce;      /* --reduce PATH, in order (owned array) */
+    int n_reduce, cap_reduce;
+    const char *field, *format, *rows_layout, *dtype; /* --field, --format, --rows, --dtype as given */
+    int context, skip_bad, routing_stats, top_tokens;  /* --context (0: not given), --skip-bad, ... */
+    double shard_mb;          /* --shard-mb (0: not given) */
+    long long max_tokens;     /* --max-tokens (0: the whole corpus) */
+    const char *stats;        /* experts --stats FILE */
     unsigned long long given; /* bit i: option i of the option table was given */
 } cli_opts;
 
@@ -115,6 +125,8 @@ struct cli_run {
 };
 
 int cmd_trace(cli_run *c);
+int cmd_harvest(cli_run *c);
+int cmd_experts(cli_run *c);
 int cmd_lens(cli_run *c);
 int cmd_patch(cli_run *c);
 int cmd_attribute(cli_run *c);

@@ -17,6 +17,8 @@ static const cli_command COMMANDS[] = {
     {"patch", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RUNTIME, NNT_METHOD_PATCH, cmd_patch},
     {"attribute", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RUNTIME, NNT_METHOD_ATTRIBUTE, cmd_attribute},
     {"generate", CMD_MODEL | CMD_LOADS | CMD_REQUEST | CMD_RANKS | CMD_RUNTIME, NNT_METHOD_GENERATE, cmd_generate},
+    {"harvest", CMD_MODEL | CMD_LOADS | CMD_RUNTIME, NNT_METHOD_TRACE, cmd_harvest},
+    {"experts", CMD_RUNTIME, NNT_METHOD_COUNT, cmd_experts},
     {"print", CMD_MODEL | CMD_LOADS | CMD_RUNTIME, NNT_METHOD_COUNT, cmd_print},
     {"support", CMD_MODEL | CMD_LOADS | CMD_RUNTIME, NNT_METHOD_COUNT, cmd_support},
     {"info", CMD_MODEL | CMD_RUNTIME, NNT_METHOD_COUNT, cmd_info},

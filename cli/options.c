@@ -83,6 +83,62 @@ static int set_batch(cli_opts *o, const char *f, const char *v)
     return 0;
 }
 
+/* A repeatable option's value appended to *list. */
+static int set_listed(const char ***list, int *n, int *cap, const char *f, const char *v)
+{
+    if (!*v) return cli_usage_error("%s: the value is empty", f);
+    if (!grow((void **)list, *n, cap, sizeof **list)) return cli_usage_error("%s", "out of memory");
+    (*list)[(*n)++] = v;
+    return 0;
+}
+
+static int set_data(cli_opts *o, const char *f, const char *v) { return set_listed(&o->data, &o->n_data, &o->cap_data, f, v); }
+static int set_reduce(cli_opts *o, const char *f, const char *v)
+{
+    return set_listed(&o->reduce, &o->n_reduce, &o->cap_reduce, f, v);
+}
+static int set_field(cli_opts *o, const char *f, const char *v) { return set_once(&o->field, f, v); }
+static int set_stats(cli_opts *o, const char *f, const char *v) { return set_once(&o->stats, f, v); }
+
+/* --format, --rows, --dtype: one word of a list. */
+static int set_word(cli_opts *o, const char *f, const char *v)
+{
+    const char **slot = !strcmp(f, "--format") ? &o->format : !strcmp(f, "--rows") ? &o->rows_layout : &o->dtype;
+    const char *words = !strcmp(f, "--format") ? "lines file jsonl" : !strcmp(f, "--rows") ? "pack split truncate"
+                                                                                          : "f32 bf16 f16";
+    int rc = set_once(slot, f, v);
+    if (rc) return rc;
+    size_t n = strlen(v);
+    for (const char *p = words; *p;) {
+        size_t w = strcspn(p, " ");
+        if (w == n && !strncmp(p, v, n)) return 0;
+        p += w + (p[w] == ' ');
+    }
+    return cli_arg_error("%s: '%s' is not one of: %s", f, v, words);
+}
+
+static int set_harvest_number(cli_opts *o, const char *f, const char *v)
+{
+    long n;
+    if (!strcmp(f, "--context")) {
+        if (cli_parse_int(v, 1, 1048576, &n) != 0) return cli_arg_error("--context: '%s' is not an integer in 1..1048576", v);
+        o->context = (int)n;
+    } else if (!strcmp(f, "--top-tokens")) {
+        if (cli_parse_int(v, 1, 65536, &n) != 0) return cli_arg_error("--top-tokens: '%s' is not an integer in 1..65536", v);
+        o->top_tokens = (int)n;
+    } else if (!strcmp(f, "--max-tokens")) {
+        if (cli_parse_int(v, 1, CLI_BLOCK_MAX, &n) != 0)
+            return cli_arg_error("--max-tokens: '%s' is not an integer in 1..%ld", v, CLI_BLOCK_MAX);
+        o->max_tokens = n;
+    } else {
+        float mb;
+        if (cli_parse_real(v, 0, 1048576, &mb) != 0 || !(mb > 0))
+            return cli_arg_error("--shard-mb: '%s' is not a number of MiB in (0, 1048576]", v);
+        o->shard_mb = mb;
+    }
+    return 0;
+}
+
 static int set_prompt_pair(cli_opts *o, const char *f, const char *v)
 {
     int clean = f[3] == 'l';
@@ -176,6 +232,8 @@ static int set_flag(cli_opts *o, const char *f, const char *v)
     else if (!strcmp(f, "--ids")) o->ids_only = 1;
     else if (!strcmp(f, "--no-special")) o->no_special = 1;
     else if (!strcmp(f, "--print-request")) o->print_request = 1;
+    else if (!strcmp(f, "--skip-bad")) o->skip_bad = 1;
+    else if (!strcmp(f, "--routing-stats")) o->routing_stats = 1;
     else o->ignore_eos = 1;
     return 0;
 }
@@ -268,7 +326,8 @@ static int set_req(cli_opts *o, const char *f, const char *v)
 
 /* ---- the table ---- */
 
-#define RUNS "trace lens patch generate attribute"
+#define RUNS "trace lens patch generate attribute harvest"
+#define HARVEST_ONLY "is an option of harvest"
 #define ROWS_TAKERS "trace lens generate tokenize"
 #define GEN_ONLY "is an option of generate"
 #define PATCH_ONLY "--clean, --corrupt, --clean-tokens, --corrupt-tokens and --value are options of patch and attribute"
@@ -290,8 +349,8 @@ static const cli_option OPTIONS[] = {
     {"--ignore-eos", 0, "generate", set_flag, GEN_ONLY},
     {"--steer-factor", 1, NULL, set_steer_factor, NULL},
     {"--steer-positions", 1, NULL, set_steer_positions, NULL},
-    {"--positions", 1, "lens patch", set_positions,
-     "--positions is an option of lens and patch (steering takes --steer-positions)"},
+    {"--positions", 1, "lens patch harvest", set_positions,
+     "--positions is an option of lens, patch and harvest (steering takes --steer-positions)"},
     {"--clean", 1, "patch attribute", set_prompt_pair, PATCH_ONLY},
     {"--corrupt", 1, "patch attribute", set_prompt_pair, PATCH_ONLY},
     {"--clean-tokens", 1, "patch attribute", set_prompt_pair, PATCH_ONLY},
@@ -302,8 +361,22 @@ static const cli_option OPTIONS[] = {
     {"--ig-steps", 1, "attribute", set_ig_steps, "--ig-steps is an option of attribute"},
     {"--grad", 1, "trace", set_grad, "--grad is an option of trace"},
     {"--metric-positions", 1, "trace", set_metric_positions, "--metric-positions is an option of trace (with --grad)"},
-    {"--batch", 1, "patch", set_batch, "--batch is an option of patch"},
-    {"--plot", 1, "lens patch attribute trace", set_plot, "--plot is an option of lens, patch, attribute and trace"},
+    {"--batch", 1, "patch harvest", set_batch, "--batch is an option of patch and harvest"},
+    {"--data", 1, "harvest", set_data, HARVEST_ONLY},
+    {"--field", 1, "harvest", set_field, HARVEST_ONLY},
+    {"--format", 1, "harvest", set_word, HARVEST_ONLY},
+    {"--rows", 1, "harvest", set_word, HARVEST_ONLY},
+    {"--dtype", 1, "harvest", set_word, HARVEST_ONLY},
+    {"--context", 1, "harvest", set_harvest_number, HARVEST_ONLY},
+    {"--shard-mb", 1, "harvest", set_harvest_number, HARVEST_ONLY},
+    {"--max-tokens", 1, "harvest", set_harvest_number, HARVEST_ONLY},
+    {"--top-tokens", 1, "harvest", set_harvest_number, HARVEST_ONLY},
+    {"--skip-bad", 0, "harvest", set_flag, HARVEST_ONLY},
+    {"--reduce", 1, "harvest", set_reduce, HARVEST_ONLY},
+    {"--routing-stats", 0, "harvest", set_flag, HARVEST_ONLY},
+    {"--stats", 1, "experts", set_stats, "--stats is an option of experts"},
+    {"--plot", 1, "lens patch attribute trace experts", set_plot,
+     "--plot is an option of lens, patch, attribute, trace and experts"},
     {"--request", 1, RUNS, set_request, "--request is an option of trace, lens, patch, attribute and generate"},
     {"--print-request", 0, RUNS, set_flag,
      "--print-request is an option of trace, lens, patch, attribute and generate"},
@@ -349,6 +422,7 @@ static int check_commands(const cli_opts *o)
         const cli_option *op = &OPTIONS[i];
         if (!(o->given >> i & 1) || !op->commands || listed(op->commands, o->cmd_name)) continue;
         if (!strcmp(op->elsewhere, GEN_ONLY)) return cli_usage_error("%s " GEN_ONLY, op->name);
+        if (!strcmp(op->elsewhere, HARVEST_ONLY)) return cli_usage_error("%s " HARVEST_ONLY, op->name);
         return cli_usage_error("%s", op->elsewhere);
     }
     return 0;
@@ -371,7 +445,7 @@ static int check_rows(cli_opts *o, int tokenize)
     if (o->n_rows && !listed(ROWS_TAKERS, o->cmd_name) && strcmp(o->cmd_name, "patch") && strcmp(o->cmd_name, "attribute"))
         return cli_usage_error("%s takes no --tokens, --tokens-file, --prompt or --prompt-file", o->cmd_name);
     int text = o->n_text_rows || (o->clean.arg && o->clean.kind == ROW_PROMPT);
-    if (o->no_special && !text && !tokenize)
+    if (o->no_special && !text && !tokenize && strcmp(o->cmd_name, "harvest"))
         return cli_usage_error("%s", "--no-special applies to text: tokenize, --prompt and --prompt-file");
     return 0;
 }
@@ -398,14 +472,28 @@ static int check_patch(cli_opts *o)
     return 0;
 }
 
+/* harvest's own rules. */
+static int check_harvest(const cli_opts *o)
+{
+    if (!o->n_data) return cli_usage_error("%s", "harvest needs --data FILE (repeatable): the corpus");
+    if (!o->out && !o->print_request) return cli_usage_error("%s", "harvest needs --out DIR: the folder it writes");
+    if (!o->context) return cli_usage_error("%s", "harvest needs --context T: the tokens per row");
+    if (o->field && o->format && strcmp(o->format, "jsonl"))
+        return cli_usage_error("%s", "--field names the text member of JSON Lines records: give --format jsonl");
+    if (o->top_tokens && !o->routing_stats)
+        return cli_usage_error("%s", "--top-tokens sizes the routing statistics: give --routing-stats too");
+    return 0;
+}
+
 /* --request gives the whole request: rows, requests and method settings are not also given. */
 static int check_request_file(const cli_opts *o)
 {
     if (!o->request_file) return 0;
-    if (o->n_rows || o->n_reqs || o->clean.arg || o->corrupt.arg || o->value || o->metric || o->patch_rows ||
+    int harvest = !strcmp(o->cmd_name, "harvest"); /* its --positions, --batch, --no-special are its own */
+    if (o->n_rows || o->n_reqs || o->clean.arg || o->corrupt.arg || o->value || o->metric || (o->patch_rows && !harvest) ||
         o->n_grads || o->metric_positions || o->ig_steps ||
-        o->positions || o->max_new_tokens >= 0 || o->given >> option_index("--temperature") & 1 ||
-        o->top_k || o->given >> option_index("--top-p") & 1 || o->seed || o->n_stop_ids || o->ignore_eos || o->no_special)
+        (o->positions && !harvest) || o->max_new_tokens >= 0 || o->given >> option_index("--temperature") & 1 ||
+        o->top_k || o->given >> option_index("--top-p") & 1 || o->seed || o->n_stop_ids || o->ignore_eos || (o->no_special && !harvest))
         return cli_usage_error("--request %s gives the whole request (rows, requests, the method's settings): leave out "
                                "the options that would give them again",
                                o->request_file);
@@ -433,6 +521,7 @@ static int check_rules(cli_opts *o)
         for (int q = 0; q < o->n_reqs; q++)
             if (o->reqs[q].kind == R_SAVE)
                 return cli_usage_error("%s", "lens saves every block's output itself; --save belongs to trace and generate");
+    if (!strcmp(o->cmd_name, "harvest") && (rc = check_harvest(o))) return rc;
     return check_request_file(o);
 }
 
@@ -490,6 +579,10 @@ void cli_opts_free(cli_opts *o)
     o->cap_reqs = 0;
     free(o->grads);
     o->grads = NULL;
+    free(o->data);
+    free(o->reduce);
+    o->data = o->reduce = NULL;
+    o->n_data = o->n_reduce = 0;
     o->n_grads = o->cap_grads = 0;
     free(o->pending_positions);
     o->pending_positions = NULL;

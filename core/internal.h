@@ -729,5 +729,12 @@ int nnt_edit_distance(const char *a, const char *b);
 /* Bytes the C library's allocator has handed out and not had back (glibc: mallinfo2's in-use
  * and mapped-chunk totals), or 0 where it cannot tell. */
 uint64_t nnt_heap_in_use(void);
+/* 64-bit FNV-1a (Fowler, Noll and Vo's published 64-bit offset basis and prime), continued from
+ * h over n bytes (start from NNT_FNV1A64_BASIS); an identity check, not a cryptographic hash. */
+#define NNT_FNV1A64_BASIS 0xcbf29ce484222325ULL
+uint64_t nnt_fnv1a64(uint64_t h, const void *bytes, size_t n);
+/* nnt_fnv1a64 of a whole file's bytes, read as nnt_open_regular opens inputs. Errors: NNT_ERR_IO
+ * naming the file. */
+nnt_status nnt_file_fnv1a64(const char *path, uint64_t *h, nnt_error *err);
 
 #endif /* NNT_INTERNAL_H */

@@ -164,3 +164,27 @@ uint64_t nnt_heap_in_use(void)
     return 0;
 #endif
 }
+
+uint64_t nnt_fnv1a64(uint64_t h, const void *bytes, size_t n)
+{
+    const unsigned char *b = bytes;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+nnt_status nnt_file_fnv1a64(const char *path, uint64_t *h, nnt_error *err)
+{
+    int fd = -1;
+    nnt_status st = nnt_open_regular(path, &fd, NULL, err);
+    uint64_t v = NNT_FNV1A64_BASIS;
+    unsigned char buf[1 << 16];
+    for (ssize_t got = 1; st == NNT_OK && got > 0;) {
+        got = read(fd, buf, sizeof buf);
+        if (got < 0 && errno == EINTR) got = 1;
+        else if (got < 0) st = nnt_err_set(err, NNT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        else v = nnt_fnv1a64(v, buf, (size_t)got);
+    }
+    if (fd >= 0) close(fd);
+    *h = v;
+    return st;
+}

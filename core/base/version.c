@@ -42,7 +42,7 @@ static const struct_size SIZES[] = {
     SIZE_OF(nnt_lens_result),      SIZE_OF(nnt_patch_spec),
     SIZE_OF(nnt_patch_result),     SIZE_OF(nnt_run_opts),
     SIZE_OF(nnt_attribute_spec),   SIZE_OF(nnt_attribute_result),
-    SIZE_OF(nnt_request_attribute_opts),
+    SIZE_OF(nnt_request_attribute_opts), SIZE_OF(nnt_harvest_spec), SIZE_OF(nnt_harvest_progress),
     SIZE_OF(nnt_plugin_header),
     SIZE_OF(nnt_rename_rule),      SIZE_OF(nnt_forward_args),
     SIZE_OF(nnt_core_api),         SIZE_OF(nnt_load_args),

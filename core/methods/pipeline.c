@@ -182,17 +182,9 @@ static const char *const AGREED_FILES[] = {"config.json", "model.safetensors.ind
 #define MAX_AGREED_DIR 4096
 
 typedef struct rank_print {
-    uint64_t hash[N_AGREED]; /* 64-bit FNV-1a of each file's bytes (fnv1a below); 0: no such file */
+    uint64_t hash[N_AGREED]; /* 64-bit FNV-1a of each file's bytes (nnt_file_fnv1a64); 0: no such file */
     int32_t layers, size;
 } rank_print;
-
-/* 64-bit FNV-1a (Fowler, Noll and Vo; the offset basis and prime of the published 64-bit
- * parameters), continued from h over n bytes. */
-static uint64_t fnv1a(uint64_t h, const unsigned char *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
-    return h;
-}
 
 /* The hash of dir/name's bytes into *h (0 when there is no such file). */
 static nnt_status file_print(nnt_pipeline *p, const char *dir, const char *name, uint64_t *h)
@@ -204,17 +196,8 @@ static nnt_status file_print(nnt_pipeline *p, const char *dir, const char *name,
         free(path);
         return NNT_OK;
     }
-    int fd = -1;
-    nnt_status st = nnt_open_regular(path, &fd, NULL, perr(p));
-    uint64_t v = 0xcbf29ce484222325ULL;
-    unsigned char buf[1 << 16];
-    for (ssize_t got = 1; st == NNT_OK && got > 0;) {
-        got = read(fd, buf, sizeof buf);
-        if (got < 0 && errno == EINTR) got = 1;
-        else if (got < 0) st = nnt_err_set(perr(p), NNT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-        else v = fnv1a(v, buf, (size_t)got);
-    }
-    if (fd >= 0) close(fd);
+    uint64_t v = 0;
+    nnt_status st = nnt_file_fnv1a64(path, &v, perr(p));
     *h = v ? v : 1; /* 0 means "no file" */
     free(path);
     return st;

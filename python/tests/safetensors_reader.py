@@ -1,6 +1,6 @@
 """safetensors_reader.py - reads a safetensors file (8-byte little-endian header length, a JSON
 header of dtype/shape/data_offsets per key, then the data) into numpy arrays, so the tests need
-no package beyond numpy. Format: the safetensors specification (huggingface/safetensors README)."""
+no package beyond numpy (BF16 tensors come back as float32 arrays holding the same numbers). Format: the safetensors specification (huggingface/safetensors README)."""
 
 import json
 import struct
@@ -22,6 +22,10 @@ def read(path):
         if key == "__metadata__":
             continue
         begin, end = d["data_offsets"]
+        if d["dtype"] == "BF16":  # the high half of a float32: widened exactly
+            raw = np.frombuffer(data, "<u2", (end - begin) // 2, 8 + n + begin)
+            out[key] = (raw.astype(np.uint32) << 16).view(np.float32).reshape(d["shape"])
+            continue
         dt = np.dtype(_DTYPES[d["dtype"]])
         out[key] = np.frombuffer(data, dt, (end - begin) // dt.itemsize, 8 + n + begin).reshape(d["shape"])
     return out

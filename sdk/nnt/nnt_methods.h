@@ -199,6 +199,88 @@ void nnt_pipeline_abort(nnt_pipeline *p, int code);
  * (by a failed call of this rank) or another rank's failure ended the run. */
 void nnt_pipeline_close(nnt_pipeline *p, const char *failure);
 
+/* ---- harvesting values over a corpus ----
+ * A corpus of documents becomes rows of at most `context` tokens (encoded with the model folder's
+ * tokenizer, special tokens as nnt_tokenizer_encode adds them to each document), forwards of
+ * `batch` rows of one length, and the request's saved values at the kept positions of every row,
+ * written to out_dir as shards (safetensors, each a little over shard_bytes) listed by a manifest
+ * (manifest.json). Values are laid out token by token: a saved value [batch seq F...] becomes
+ * [N, F...] in a shard, N its kept tokens in row order, beside input_ids [N] (I32), rows [N]
+ * (I64, the row's number in the corpus), positions [N] (I32, the token's position in its row)
+ * and documents [N] (I64, the document each token came from). Float values are written in
+ * `dtype` (F32, BF16 or F16, rounded to nearest even), integer values as they are.
+ *
+ * Rows (`rows`): NNT_HARVEST_PACK concatenates the documents' tokens and cuts rows of exactly
+ * `context` (the incomplete last row is dropped); NNT_HARVEST_SPLIT cuts each document on its own
+ * into rows of `context` and a shorter last one; NNT_HARVEST_TRUNCATE keeps each document's first
+ * `context` tokens. A forward takes up to `batch` consecutive rows of one length.
+ *
+ * Resumable: a shard is written under a temporary name and renamed whole, then the manifest (the
+ * same way), so a run killed at any moment and started again with the same spec continues after
+ * the manifest's last shard, and its shards, manifest and statistics equal those of a run never
+ * interrupted (the forwards are the same: shards end where forwards end). A folder whose manifest
+ * names another model (config.json's bytes), tokenizer, request or setting is refused, naming the
+ * difference; so is a manifest that does not parse, and a folder that holds other files but no
+ * manifest. Memory: one shard and one forward, whatever the corpus's size.
+ *
+ * Reductions, written as out_dir/stats.safetensors when the corpus is done (and kept exact
+ * across a resume: integer counts, float64 sums, in corpus order): for each path of `reduce` (a
+ * value laid out [batch seq F...] whose key the request's saves need not name), over every kept
+ * token: PATH.count (I64 [1]), PATH.mean and PATH.var (F64 [F...], the population variance);
+ * with routing_stats, for each block serving expert_indices (E experts, K chosen per token):
+ * layers.L.mlp.expert_counts [E] (I64: tokens that chose the expert), expert_weight_sums [E]
+ * (F64: the sum of its expert_weights over them; the mean weight is the ratio),
+ * expert_cooccurrence [E, E] (I64: tokens whose top-K held both; the diagonal is expert_counts),
+ * expert_top_tokens and expert_top_token_counts [E, top_tokens] (I32, I64: the token ids routed to
+ * the expert most often, ties to the smaller id, -1 / 0 past the ids it saw), and tokens (I64 [1]).
+ * Batch size does not change them. */
+typedef enum nnt_harvest_rows { NNT_HARVEST_PACK = 0, NNT_HARVEST_SPLIT, NNT_HARVEST_TRUNCATE } nnt_harvest_rows;
+/* How a data file is read: LINES one document per line (the newline not part of it; a blank
+ * line is no document), FILE the whole file one document, JSONL one JSON object per line, the
+ * document its string member `field`. AUTO: JSONL for names ending .jsonl or .ndjson, else LINES. */
+typedef enum nnt_data_format { NNT_DATA_AUTO = 0, NNT_DATA_LINES, NNT_DATA_FILE, NNT_DATA_JSONL } nnt_data_format;
+typedef struct nnt_harvest_progress {
+    int64_t tokens, rows, shards;     /* done so far (a resumed run counts what it found done) */
+    uint64_t bytes_read, bytes_total; /* of the data files */
+    double seconds;                   /* since this call began */
+    int resumed;                      /* 1: the run continued an earlier one */
+} nnt_harvest_progress;
+typedef struct nnt_harvest_spec {
+    uint32_t struct_size;        /* sizeof(nnt_harvest_spec) */
+    const nnt_request *request;  /* a "trace" request without rows: its saves and edits apply to every forward */
+    const char *const *data;     /* [n_data] files, read in order */
+    int n_data;
+    nnt_data_format format;
+    const char *field;           /* JSONL: the member holding the text (NULL: "text") */
+    int skip_bad;                /* 1: a bad line (invalid JSON, no such string member, invalid UTF-8) is
+                                  * counted and passed over; 0: it ends the run naming the file and line */
+    int context;                 /* T: tokens per row, 1..1048576 */
+    nnt_harvest_rows rows;
+    int batch;                   /* rows per forward, 1..4096 */
+    nnt_dtype dtype;             /* NNT_F32, NNT_BF16 or NNT_F16 */
+    uint64_t shard_bytes;        /* a shard ends after the forward that takes it past this; >= 1 */
+    const int *positions;        /* [n_positions] token positions of each row kept (negative: from
+                                  * the row's end; NNT_POS_ALL: every one); NULL / 0: every position */
+    int n_positions;
+    int add_special;             /* 1: each document gets the tokenizer's special tokens (a bos) */
+    int64_t max_tokens;          /* > 0: no row after the one whose tokens reach this many; 0: the whole corpus */
+    const char *const *reduce;   /* [n_reduce] value paths reduced to their moments */
+    int n_reduce;
+    int routing_stats;           /* 1: the routing statistics of every block with experts */
+    int top_tokens;              /* routing: ids kept per expert (0: 32) */
+    const char *out_dir;         /* made when absent */
+    void (*progress)(void *user, const nnt_harvest_progress *p); /* after every forward; may be NULL */
+    void *progress_user;
+} nnt_harvest_spec;
+/* Runs the harvest (above); *done (may be NULL) receives the final counts. Errors (nnt_last_error
+ * of m's runtime, naming the field, file, line or value path): NNT_ERR_INVALID_ARGUMENT (a field
+ * out of range; a request of another method or with rows; a saved value not laid out [batch seq
+ * ...] whole on those two axes; a bad data line without skip_bad), NNT_ERR_CONFLICT (out_dir made
+ * by another model, tokenizer, request or settings), NNT_ERR_FORMAT (a manifest or statistics
+ * file that does not parse), NNT_ERR_NOT_FOUND (no tokenizer in the model's folder), NNT_ERR_IO,
+ * NNT_ERR_OUT_OF_MEMORY, and those of the forward. */
+nnt_status nnt_harvest(nnt_model *m, const nnt_harvest_spec *s, nnt_harvest_progress *done);
+
 /* ---- a whole request ---- */
 typedef struct nnt_result nnt_result;
 /* How a front end runs a request. Versioned by struct_size; zero fields mean: none. */
