@@ -13,6 +13,7 @@ Value paths are nnterp's names, as the nnt command takes them (README.md, "The c
 from ._core import (AblateExpert, AttributionResult, EditContext, Error, Generation, Model, ModelInfo, PatchResult,
                     Session, SkipLayers, Steer, Steps, SupportRow, Tokenizer, Values, to_torch)
 from ._lib import PACKAGE_VERSION, find_library
+from . import harvest  # nnt.harvest.open(folder): what `nnt harvest` wrote
 
 
 def load_library(path=None):
@@ -23,6 +24,7 @@ def load_library(path=None):
 
 
 __all__ = ["AblateExpert", "AttributionResult", "EditContext", "Error", "Generation", "Model", "ModelInfo", "PatchResult", "Session",
-           "SkipLayers", "Steer", "Steps", "SupportRow", "Tokenizer", "Values", "find_library", "load_library", "to_torch"]
+           "SkipLayers", "Steer", "Steps", "SupportRow", "Tokenizer", "Values", "find_library", "harvest", "load_library",
+           "to_torch"]
 # the project's one version number (CMakeLists.txt's project(), see nnt._lib), not a second copy
 __version__ = PACKAGE_VERSION

@@ -285,3 +285,34 @@ def test_moments(tmp_path):
     assert s["layers.1.layer_output.count"][0] == len(x)
     np.testing.assert_allclose(s["layers.1.layer_output.mean"], x.mean(0), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(s["layers.1.layer_output.var"], x.var(0), rtol=1e-7, atol=1e-12)
+
+
+def test_python_reader(tmp_path):
+    import nnt
+
+    out = str(tmp_path / "h")
+    harvest("--model", EXAMPLE, "--data", TXT, "--context", "16", "--batch", "3", "--shard-mb", "0.01",
+            "--save", "layers.1.layer_output", "--save", "layers.0.mlp.expert_indices", "--routing-stats",
+            "--max-tokens", "2000", "--out", out)
+    manifest, v = shards(out)
+    h = nnt.harvest.open(out)
+    assert h.complete and sorted(h.keys()) == ["layers.0.mlp.expert_indices", "layers.1.layer_output"]
+    assert len(manifest["shards"]) > 3 and len(h) == len(v["harvest.input_ids"])
+    x = h["layers.1.layer_output"]
+    assert x.shape == v["layers.1.layer_output"].shape and x.dtype == np.float32
+    assert all(isinstance(p, np.memmap) and p.dtype == np.uint16 for p in x.parts)  # BF16 kept as its bits
+    np.testing.assert_array_equal(x[:], v["layers.1.layer_output"])  # the same numbers, widened
+    border = int(x.offsets[1])
+    for idx in (0, -1, border - 1, border, slice(border - 5, border + 7), slice(3, 200, 7),
+                np.array([border + 2, 1, border - 1]), (slice(10, 40), 3)):
+        np.testing.assert_array_equal(x[idx], v["layers.1.layer_output"][idx], err_msg=str(idx))
+    for name in ("input_ids", "rows", "positions", "documents"):
+        np.testing.assert_array_equal(getattr(h, name)[:], v["harvest." + name])
+    np.testing.assert_array_equal(h["layers.0.mlp.expert_indices"][5:9], v["layers.0.mlp.expert_indices"][5:9])
+    stats = h.stats()
+    assert np.array_equal(stats["layers.0.mlp.expert_counts"],
+                          np.bincount(v["layers.0.mlp.expert_indices"].ravel(), minlength=len(stats["layers.0.mlp.expert_counts"])))
+    with pytest.raises(KeyError, match="not a value of this harvest"):
+        h["layers.2.layer_output"]
+    with pytest.raises(IndexError):
+        x[len(x)]
