@@ -59,6 +59,7 @@ nnt_status hv_corpus_open(const nnt_harvest_spec *s, hv_corpus **out, nnt_error 
         hv_corpus_free(c);
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
+    for (int i = 0; i < s->n_data; i++) c->firsts[i] = -1; /* a file the run never reaches */
     for (int i = 0; i < s->n_data; i++) {
         int fd = -1;
         struct stat sb;

@@ -55,6 +55,10 @@ static nnt_status check_spec(const nnt_harvest_spec *s, nnt_error *err)
     if (s->shard_bytes < 1) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "shard_bytes: 0 (expected >= 1)");
     if (s->n_positions < 0 || (s->n_positions > 0 && !s->positions))
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions: NULL or a negative count");
+    for (int i = 0; i < s->n_positions; i++)
+        if (s->positions[i] == NNT_POS_GENERATED)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "positions[%d]: 'generated' names tokens after a "
+                                                              "prompt; a harvest's rows are prompts", i);
     if (s->max_tokens < 0)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "max_tokens: %lld (expected >= 0)", (long long)s->max_tokens);
     if (!s->out_dir || !*s->out_dir) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "out_dir: empty");
@@ -205,7 +209,7 @@ static int next_batch(hv_run *r, int *len)
 static int64_t mark_kept(const nnt_harvest_spec *s, uint8_t *keep, int nb, int len)
 {
     int every = s->n_positions == 0;
-    for (int i = 0; i < s->n_positions; i++) every |= s->positions[i] == NNT_POS_ALL;
+    for (int i = 0; i < s->n_positions; i++) every |= s->positions[i] == NNT_POS_ALL || s->positions[i] == NNT_POS_PROMPT;
     memset(keep, every, (size_t)nb * (size_t)len);
     for (int i = 0; !every && i < s->n_positions; i++) {
         int q = s->positions[i] >= 0 ? s->positions[i] : len + s->positions[i];

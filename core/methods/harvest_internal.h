@@ -30,7 +30,8 @@ void hv_corpus_free(hv_corpus *c);
 int hv_corpus_next(hv_corpus *c, hv_doc *d, nnt_error *err);
 /* Bytes read so far and in all, over every file; lines passed over as bad. */
 void hv_corpus_progress(const hv_corpus *c, uint64_t *done, uint64_t *total, int64_t *skipped);
-/* The first document number of each file [n_files] and the number past the last read. */
+/* The first document number of each file [n_files] (-1 for a file not reached) and the number past
+ * the last document read. */
 const int64_t *hv_corpus_firsts(const hv_corpus *c, int64_t *end);
 
 /* ---- rows (rows.c) ---- */
@@ -66,7 +67,5 @@ nnt_status hv_reduce_add(hv_reduce *r, const nnt_trace *t, const int32_t *ids, c
 nnt_status hv_reduce_save(const hv_reduce *r, nnt_runtime *rt, const char *file);
 nnt_status hv_reduce_load(hv_reduce *r, nnt_runtime *rt, const char *file);
 nnt_status hv_reduce_write_final(const hv_reduce *r, nnt_runtime *rt, const char *file);
-
-/* ---- 64-bit FNV-1a (util.c's nnt_fnv1a64, the file hash) ---- */
 
 #endif /* NNT_HARVEST_INTERNAL_H */

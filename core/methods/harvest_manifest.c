@@ -96,8 +96,9 @@ static nnt_status add_settings(cJSON *id, const nnt_harvest_spec *s, nnt_error *
     cJSON_AddNumberToObject(se, "shard_bytes", (double)s->shard_bytes);
     cJSON *pos = cJSON_AddArrayToObject(se, "positions");
     for (int i = 0; i < s->n_positions; i++)
-        cJSON_AddItemToArray(pos, s->positions[i] == NNT_POS_ALL ? cJSON_CreateString("all")
-                                                                 : cJSON_CreateNumber(s->positions[i]));
+        cJSON_AddItemToArray(pos, s->positions[i] == NNT_POS_ALL || s->positions[i] == NNT_POS_PROMPT
+                                      ? cJSON_CreateString("all")
+                                      : cJSON_CreateNumber(s->positions[i]));
     cJSON_AddBoolToObject(se, "add_special", s->add_special);
     cJSON_AddNumberToObject(se, "max_tokens", (double)s->max_tokens);
     cJSON_AddStringToObject(se, "format", format_name(s->format));
