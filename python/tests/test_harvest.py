@@ -107,14 +107,25 @@ def test_packed_rows_and_positions(tmp_path):
     assert manifest["values"]["layers.1.layer_output"] == {"dtype": "BF16", "shape": ["tokens", 64]}
 
 
-def run_to_end(args, kills, seed):
-    """Runs harvest with args, killed with SIGKILL after each of `kills` random moments within the
-    uninterrupted run's time, then to the end. Returns how many runs were killed before finishing."""
+def shards_done(out):
+    try:
+        with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+            return len(json.load(f)["shards"])
+    except (OSError, ValueError):
+        return 0
+
+
+def run_to_end(args, out, targets, pause, seed):
+    """Runs harvest with args, each run killed with SIGKILL a random time under `pause` seconds
+    after the folder holds targets[k] shards (whatever the machine's speed), then to the end.
+    Returns how many runs were killed before they finished."""
     rng = random.Random(seed)
     killed = 0
-    for moment in kills:
+    for target in targets:
         p = subprocess.Popen([CLI, "harvest", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=CLI_ENV)
-        time.sleep(moment * rng.uniform(0.5, 1.0))
+        while p.poll() is None and shards_done(out) < target:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, pause))
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             killed += 1
@@ -136,18 +147,19 @@ def test_killed_and_resumed_equals_uninterrupted(tmp_path):
     t0 = time.monotonic()
     harvest(*common, "--out", whole)
     took = time.monotonic() - t0
+    n = shards_done(whole)
+    assert n > 10
     resumed = str(tmp_path / "resumed")
     rng = random.Random(7)
-    kills = sorted(rng.uniform(0.05, 1.0) * took for _ in range(5))
-    # every kill starts a fresh process that first reads the corpus again, so later moments land further on
-    killed = run_to_end([*common, "--out", resumed], kills, 11)
-    assert killed >= 1
+    # five kills: at the start, then after random numbers of shards, each within about a shard's time
+    targets = [0] + sorted(rng.sample(range(1, n - 1), 4))
+    killed = run_to_end([*common, "--out", resumed], resumed, targets, 1.5 * took / n, 11)
+    assert killed >= 4  # the last target may leave a run too little to do before its kill
     names = sorted(os.listdir(whole))
     assert names == sorted(os.listdir(resumed)), "the same files, no temporary left behind"
-    assert len([n for n in names if n.startswith("shard-")]) > 5
-    for n in names:
-        with open(os.path.join(whole, n), "rb") as a, open(os.path.join(resumed, n), "rb") as b:
-            assert a.read() == b.read(), n
+    for name in names:
+        with open(os.path.join(whole, name), "rb") as a, open(os.path.join(resumed, name), "rb") as b:
+            assert a.read() == b.read(), name
     # a finished folder is left as it is
     p = harvest(*common, "--out", resumed)
     assert "continued an earlier run" in p.stdout
