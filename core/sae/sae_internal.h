@@ -18,6 +18,8 @@ struct nnt_sae {
     int refs;         /* holders: the loader's caller and each trace it is attached to */
 };
 
+/* nnt_sae_load with its message in err (for a caller inside another call: a request's parse). */
+nnt_status nnt_sae_load_err(const char *dir, nnt_sae **out, nnt_error *err);
 /* One more holder of s (a trace it is attached to); nnt_sae_free drops one. */
 void nnt_sae_retain(nnt_sae *s);
 

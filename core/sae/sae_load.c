@@ -172,10 +172,9 @@ static nnt_status read_weights(const char *file, nnt_sae *s, nnt_error *err)
     return NNT_OK;
 }
 
-static nnt_status sae_load(nnt_runtime *rt, const char *dir, nnt_sae **out)
+nnt_status nnt_sae_load_err(const char *dir, nnt_sae **out, nnt_error *err)
 {
-    nnt_error *err = &rt->err;
-    nnt_err_clear(err);
+    *out = NULL;
     nnt_sae *s = calloc(1, sizeof *s);
     char *cfg_path = nnt_path_join(dir, "cfg.json"), *w_path = nnt_path_join(dir, "sae_weights.safetensors");
     char *text = NULL;
@@ -206,5 +205,6 @@ nnt_status nnt_sae_load(nnt_runtime *rt, const char *dir, nnt_sae **out)
 {
     if (out) *out = NULL;
     if (!rt || !dir || !out) return NNT_ERR_INVALID_ARGUMENT;
-    NNT_GUARDED(rt, "nnt_sae_load", sae_load(rt, dir, out));
+    nnt_err_clear(&rt->err);
+    NNT_GUARDED(rt, "nnt_sae_load", nnt_sae_load_err(dir, out, &rt->err));
 }
