@@ -34,7 +34,8 @@ static nnt_status parse_one(const req_ctx *c, const cJSON *v, int i, req_sae *s)
     if (st != NNT_OK) return st;
     if (!*s->path || !*dir) {
         free(dir);
-        return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_field(f, field, *dir ? "path" : "dir"), "expected a name, got \"\"");
+        return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_field(f, field, *dir ? "path" : "dir"),
+                        "expected a name, got \"\"");
     }
     s->dir = dir[0] != '/' && c->base_dir ? nnt_path_join(c->base_dir, dir) : nnt_strdup(dir);
     free(dir);
@@ -47,11 +48,13 @@ static nnt_status parse_one(const req_ctx *c, const cJSON *v, int i, req_sae *s)
 nnt_status req_saes_parse(const req_ctx *c, const cJSON *v, nnt_request *r)
 {
     char got[80];
-    if (!cJSON_IsArray(v)) return req_fail(c, NNT_ERR_FORMAT, "saes", "expected a list, got %s", req_got(v, got, sizeof got));
+    if (!cJSON_IsArray(v))
+        return req_fail(c, NNT_ERR_FORMAT, "saes", "expected a list, got %s", req_got(v, got, sizeof got));
     int n = cJSON_GetArraySize(v);
     if (n > REQ_MAX_SAES)
         return req_fail(c, NNT_ERR_FORMAT, "saes", "%d entries; a request attaches at most %d SAEs", n, REQ_MAX_SAES);
-    if (n && !(r->saes = calloc((size_t)n, sizeof *r->saes))) return req_fail(c, NNT_ERR_OUT_OF_MEMORY, "saes", "no memory");
+    if (n && !(r->saes = calloc((size_t)n, sizeof *r->saes)))
+        return req_fail(c, NNT_ERR_OUT_OF_MEMORY, "saes", "no memory");
     int i = 0;
     for (const cJSON *e = v->child; e; e = e->next, i++) {
         nnt_status st = parse_one(c, e, i, &r->saes[i]);
