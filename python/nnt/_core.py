@@ -831,18 +831,19 @@ class Model:
                       "project_on_vocab")
         return _as_array(out.t, out)
 
-    def lens(self, prompts, edits=(), positions=None, probs=True, add_special=True):
+    def lens(self, prompts, edits=(), positions=None, probs=True, add_special=True, sae=None):
         """The logit lens (nnterp's project_on_vocab on every block's layer_output), run by libnnt
         as `nnt lens` runs it: float32 [layers, batch, columns, vocab_size] probabilities (softmax
         over the vocabulary). Column j of row r is the row's j-th chosen position counted from its
         first real token (left padding is never a column; a row with fewer columns than the
         longest has zeros past its own). positions: None (every token), an int, a list of ints
         (negative from a row's end) or a slice of the longest row's positions. probs=False gives the
-        lens logits instead (libnnt's projection of the saved outputs, same columns)."""
-        b = self._builder("lens", prompts, None, edits, add_special)
+        lens logits instead (libnnt's projection of the saved outputs, same columns). sae attaches
+        sparse autoencoders as trace's does (their feature edits among `edits`)."""
+        b = self._builder("lens", prompts, None, edits, add_special, sae)
         pos = self._lens_positions(b, positions)
         if not probs:
-            return self._lens_logits(prompts, edits, pos, add_special)
+            return self._lens_logits(prompts, edits, pos, add_special, sae)
         b.section("lens", positions=pos, probs=True)
         res = self._run(b)
         lr = self.lib.nnt_result_lens(res.res).contents
@@ -863,9 +864,10 @@ class Model:
         except RequestError as e:
             raise Error(str(e)) from None
 
-    def _lens_logits(self, prompts, edits, positions, add_special):
+    def _lens_logits(self, prompts, edits, positions, add_special, sae=None):
         """probs=False: every block's output at the lens' columns through libnnt's projection."""
-        vals = self.trace(prompts, save=["layers.*.layer_output", "attention_mask"], edits=edits, add_special=add_special)
+        vals = self.trace(prompts, save=["layers.*.layer_output", "attention_mask"], edits=edits, add_special=add_special,
+                          sae=sae)
         mask = vals["attention_mask"]
         cols = []
         for r in range(mask.shape[0]):

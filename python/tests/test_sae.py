@@ -70,6 +70,15 @@ def test_generate_with_sae(model):
     assert g.values[FEATS].shape == (1, 10, 96) and g.values[FEATS + "@1"].shape == (1, 1, 96)
 
 
+def test_lens_with_sae(model):
+    """A lens through an SAE without edits is the plain lens; with edits it moves from block 1 on."""
+    relu = {VALUE: os.path.join(SAE, "relu")}
+    plain = model.lens(ROWS, probs=False)
+    assert np.array_equal(model.lens(ROWS, probs=False, sae=relu), plain)
+    edited = model.lens(ROWS, edits=EDITS, sae=relu)
+    assert np.array_equal(edited[0], model.lens(ROWS)[0]) and not np.allclose(edited[1], model.lens(ROWS)[1])
+
+
 def test_errors(model):
     with pytest.raises(nnt.Error, match=r"saes\[0\]\.dir: .*nowhere/cfg.json: cannot open"):
         model.trace(ROWS, sae={VALUE: os.path.join(SAE, "nowhere")})
