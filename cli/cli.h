@@ -29,7 +29,10 @@ typedef struct cli_row {
 } cli_row;
 
 /* One request option (--save, --zero, ...), in the order given. */
-typedef enum cli_req_kind { R_SAVE, R_ZERO, R_SCALE, R_SET, R_ADD, R_ABLATE, R_SKIP, R_STEER, R_STEPS } cli_req_kind;
+typedef enum cli_req_kind {
+    R_SAVE, R_ZERO, R_SCALE, R_SET, R_ADD, R_ABLATE, R_SKIP, R_STEER, R_STEPS,
+    R_FILL /* --fill: an SAE's features set (a masked fill by feature index) */
+} cli_req_kind;
 typedef struct cli_req {
     cli_req_kind kind;
     const char *flag;  /* the option, for messages */
@@ -37,7 +40,7 @@ typedef struct cli_req {
     char *path;        /* a copy of the argument, cut at its separator: the value path or the numbers */
     char *arg;         /* what follows the separator (inside path's allocation), or NULL */
     long a, b;         /* R_ABLATE: layer, expert; R_SKIP: start, end; R_STEER: first, last; R_STEPS: from, to */
-    float factor;      /* R_SCALE: F; R_STEER: the --steer-factor before it */
+    float factor;      /* R_SCALE: F; R_STEER: the --steer-factor before it; R_FILL: V */
     char *file;        /* R_SET, R_ADD, R_STEER: FILE of FILE[:KEY] (owned) */
     const char *key;   /* its KEY (inside arg) or NULL */
     int *positions;    /* R_STEER: the --steer-positions before it (owned; NULL: every position) */
@@ -59,6 +62,8 @@ typedef struct cli_opts {
     int patch_rows;           /* --batch (0: not given) */
     const char **grads; /* trace --grad PATH, in order (owned array, grown as given) */
     int n_grads, cap_grads;
+    const char **saes;  /* --sae PATH=DIR as given, in order (owned array, grown as given) */
+    int n_saes, cap_saes;
     const char *metric_positions;   /* trace --metric-positions, as given */
     int ig_steps;                   /* attribute --ig-steps (0: AtP) */
     cli_row rows[CLI_MAX_ROWS];

@@ -56,6 +56,12 @@ int cli_field_option(const cli_opts *o, const char *field, size_t len, char *buf
         row_option(o, r, buf, n);
         return 1;
     }
+    if (len > 5 && !strncmp(field, "saes[", 5)) {
+        long i = strtol(field + 5, &end, 10);
+        if (end == field + 5 || *end != ']' || i < 0 || i >= o->n_saes) return 0;
+        snprintf(buf, n, "--sae %s", o->saes[i]);
+        return 1;
+    }
     if (len > 11 && !strncmp(field, "grad.paths[", 11)) {
         long i = strtol(field + 11, &end, 10);
         if (end == field + 11 || *end != ']' || i < 0 || i >= o->n_grads) return 0;

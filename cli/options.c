@@ -52,6 +52,18 @@ static int set_grad(cli_opts *o, const char *f, const char *v)
     return 0;
 }
 
+static int set_sae(cli_opts *o, const char *f, const char *v)
+{
+    const char *eq = strchr(v, '=');
+    (void)f;
+    if (!eq || eq == v || !eq[1])
+        return cli_arg_error("--sae needs PATH=DIR (a value and a SAELens folder), got '%s'", v);
+    if (!grow((void **)&o->saes, o->n_saes, &o->cap_saes, sizeof *o->saes))
+        return cli_usage_error("%s", "out of memory");
+    o->saes[o->n_saes++] = v;
+    return 0;
+}
+
 static int set_out(cli_opts *o, const char *f, const char *v)
 {
     int rc = set_once(&o->out, f, v);
@@ -279,6 +291,11 @@ static int read_request(cli_req *r)
     }
     case R_SET:
     case R_ADD: return split_file_key(r);
+    case R_FILL:
+        if (cli_parse_real(r->arg, -CLI_FACTOR_MAX, CLI_FACTOR_MAX, &r->factor) != 0)
+            return cli_arg_error("--fill %s: '%s' is not a finite number with |F| <= " CLI_FACTOR_MAX_TEXT, r->text,
+                                 r->arg);
+        return 0;
     default: return 0;
     }
 }
@@ -291,6 +308,7 @@ static const struct {
     {"--save", R_SAVE, 0},        {"--zero", R_ZERO, 0},        {"--scale", R_SCALE, '='},
     {"--set", R_SET, '='},        {"--add", R_ADD, '='},        {"--ablate-expert", R_ABLATE, ':'},
     {"--skip-layers", R_SKIP, 0}, {"--steer", R_STEER, '='},    {"--steps", R_STEPS, 0},
+    {"--fill", R_FILL, '='},
 };
 
 static int set_req(cli_opts *o, const char *f, const char *v)
@@ -392,6 +410,8 @@ static const cli_option OPTIONS[] = {
     {"--skip-layers", 1, NULL, set_req, NULL},
     {"--steer", 1, NULL, set_req, NULL},
     {"--steps", 1, "generate", set_req, "--steps " GEN_ONLY},
+    {"--sae", 1, "trace lens generate harvest", set_sae, "--sae is an option of trace, lens, generate and harvest"},
+    {"--fill", 1, NULL, set_req, NULL},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof *OPTIONS))
 /* cli_opts.given has a bit per option */
@@ -490,10 +510,11 @@ static int check_request_file(const cli_opts *o)
 {
     if (!o->request_file) return 0;
     int harvest = !strcmp(o->cmd_name, "harvest"); /* its --positions, --batch, --no-special are its own */
-    if (o->n_rows || o->n_reqs || o->clean.arg || o->corrupt.arg || o->value || o->metric || (o->patch_rows && !harvest) ||
-        o->n_grads || o->metric_positions || o->ig_steps ||
+    if (o->n_rows || o->n_reqs || o->n_saes || o->clean.arg || o->corrupt.arg || o->value || o->metric ||
+        (o->patch_rows && !harvest) || o->n_grads || o->metric_positions || o->ig_steps ||
         (o->positions && !harvest) || o->max_new_tokens >= 0 || o->given >> option_index("--temperature") & 1 ||
-        o->top_k || o->given >> option_index("--top-p") & 1 || o->seed || o->n_stop_ids || o->ignore_eos || (o->no_special && !harvest))
+        o->top_k || o->given >> option_index("--top-p") & 1 || o->seed || o->n_stop_ids || o->ignore_eos ||
+        (o->no_special && !harvest))
         return cli_usage_error("--request %s gives the whole request (rows, requests, the method's settings): leave out "
                                "the options that would give them again",
                                o->request_file);
@@ -575,6 +596,7 @@ void cli_opts_free(cli_opts *o)
     }
     o->n_reqs = 0;
     free(o->reqs);
+    free(o->saes);
     o->reqs = NULL;
     o->cap_reqs = 0;
     free(o->grads);

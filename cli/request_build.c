@@ -52,14 +52,60 @@ static void add_tensor(cJSON *edit, const cli_req *q)
     if (q->key) cJSON_AddStringToObject(t, "key", q->key);
 }
 
-/* One request option as an entry of "edits". */
+/* An SAE's features named in a path "VALUE.sae.feature_acts[F,F,...]" (--zero, --scale, --fill):
+ * "path" without the list and "features" with it. Returns 0, 1 when the path has no such list
+ * (nothing added), or 2 (message printed) for a list that is not integers. */
+static int add_features(cJSON *e, const cli_req *q)
+{
+    const char *open = strstr(q->path, ".sae.feature_acts[");
+    size_t n = strlen(q->path);
+    if (!open || q->path[n - 1] != ']') return 1;
+    open += strlen(".sae.feature_acts");
+    char *path = strndup(q->path, (size_t)(open - q->path));
+    cJSON *list = cJSON_CreateArray();
+    if (!path || !list) {
+        free(path);
+        cJSON_Delete(list);
+        return cli_arg_error("%s", "out of memory");
+    }
+    for (const char *p = open + 1; *p != ']';) {
+        char *end;
+        long f = strtol(p, &end, 10);
+        if (end == p || (*end != ',' && *end != ']') || f < 0 || f > 2147483647L) {
+            free(path);
+            cJSON_Delete(list);
+            return cli_arg_error("%s %s: expected VALUE.sae.feature_acts[F,F,...] with feature indices 0..2147483647",
+                                 q->flag, q->text);
+        }
+        cJSON_AddItemToArray(list, cJSON_CreateNumber((double)f));
+        p = *end == ',' ? end + 1 : end;
+    }
+    cJSON_AddStringToObject(e, "path", path);
+    cJSON_AddItemToObject(e, "features", list);
+    free(path);
+    return 0;
+}
+
+/* One request option as an entry of "edits"; NULL (message printed) for a bad feature list. */
 static cJSON *edit_json(const cli_req *q)
 {
     static const char *const OPS[] = {[R_SAVE] = "save", [R_ZERO] = "zero", [R_SCALE] = "scale", [R_SET] = "set",
                                       [R_ADD] = "add", [R_ABLATE] = "ablate_expert", [R_SKIP] = "skip_layers",
-                                      [R_STEER] = "steer", [R_STEPS] = "steps"};
+                                      [R_STEER] = "steer", [R_STEPS] = "steps", [R_FILL] = "masked_fill"};
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "op", OPS[q->kind]);
+    if (q->kind == R_ZERO || q->kind == R_SCALE || q->kind == R_FILL) {
+        int rc = add_features(e, q);
+        if (rc == 2 || (rc == 1 && q->kind == R_FILL)) {
+            cJSON_Delete(e);
+            if (rc == 1) cli_arg_error("--fill %s: expected VALUE.sae.feature_acts[F,F,...]=V", q->text);
+            return NULL;
+        }
+        if (rc == 0) {
+            if (q->kind != R_ZERO) cJSON_AddNumberToObject(e, q->kind == R_SCALE ? "factor" : "fill", q->factor);
+            return e;
+        }
+    }
     switch (q->kind) {
     case R_SAVE:
     case R_ZERO: cJSON_AddStringToObject(e, "path", q->path); break;
@@ -91,6 +137,7 @@ static cJSON *edit_json(const cli_req *q)
         cJSON_AddNumberToObject(e, "from", (double)q->a);
         if (q->b >= 0) cJSON_AddNumberToObject(e, "to", (double)q->b);
         break;
+    case R_FILL: break; /* a feature fill only, above */
     }
     return e;
 }
@@ -196,10 +243,31 @@ static int build(const cli_opts *o, cJSON **out)
         }
     }
     cJSON_AddBoolToObject(doc, "add_special", !o->no_special);
+    if (o->n_saes) { /* --sae PATH=DIR: attached before the edits, whatever the options' order */
+        cJSON *saes = cJSON_AddArrayToObject(doc, "saes");
+        for (int i = 0; saes && i < o->n_saes; i++) {
+            const char *eq = strchr(o->saes[i], '=');
+            char *path = strndup(o->saes[i], (size_t)(eq - o->saes[i]));
+            cJSON *e = cJSON_CreateObject();
+            if (!path || !e) {
+                free(path);
+                cJSON_Delete(e);
+                return cli_arg_error("%s", "out of memory");
+            }
+            cJSON_AddStringToObject(e, "path", path);
+            cJSON_AddStringToObject(e, "dir", eq + 1);
+            cJSON_AddItemToArray(saes, e);
+            free(path);
+        }
+    }
     int first_save = cli_first_trailing_save(o);
     if (first_save > 0) {
         cJSON *edits = cJSON_AddArrayToObject(doc, "edits");
-        for (int q = 0; q < first_save; q++) cJSON_AddItemToArray(edits, edit_json(&o->reqs[q]));
+        for (int q = 0; q < first_save; q++) {
+            cJSON *e = edit_json(&o->reqs[q]);
+            if (!e) return 2;
+            cJSON_AddItemToArray(edits, e);
+        }
     }
     if (first_save < o->n_reqs) {
         cJSON *saves = cJSON_AddArrayToObject(doc, "saves");

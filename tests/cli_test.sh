@@ -595,4 +595,27 @@ check "attribute: a value without a gradient" 1 "no gradient" \
 roundtrip grad trace --tokens "$prompt" --grad 'layers.*.mlp.router_logits' --metric logprob:7 --metric-positions -1,-2
 roundtrip attribute attribute --clean-tokens "1 2 3 4" --corrupt-tokens "1 2 9 4" --metric logit-diff:11,29 --ig-steps 2
 
+# sparse autoencoders (--sae PATH=DIR, feature edits with a feature list after the path)
+sae="$fixtures/sae/relu" feats=layers.1.layer_output.sae.feature_acts
+plain=$("$nnt" trace --model "$model" --tokens "$prompt" | tail -1)
+check "--sae saves the SAE's outputs" 0 "layers.1.layer_output.sae.feature_acts +\[1, 24, 96\] +F32" \
+  "$nnt" trace --model "$model" --tokens "$prompt" --sae "layers.1.layer_output=$sae" --save "$feats" \
+  --save layers.1.layer_output.sae.error
+same "--sae without a feature edit leaves the forward as it is" "$plain" \
+  "$("$nnt" trace --model "$model" --tokens "$prompt" --sae "layers.1.layer_output=$sae" | tail -1)"
+edited=$("$nnt" trace --model "$model" --tokens "$prompt" --sae "layers.1.layer_output=$sae" --zero "$feats[3,10]" \
+  --scale "$feats[5]=3" --fill "$feats[7]=2.5" | tail -1)
+if [ "$plain" != "$edited" ]; then echo "ok   SAE feature edits move the prediction"; else echo "FAIL SAE feature edits changed nothing"; fails=$((fails + 1)); fi
+roundtrip sae trace --tokens "$prompt" --sae "layers.1.layer_output=$sae" --zero "$feats[3,10]" --fill "$feats[7]=2.5" \
+  --save "$feats"
+check "--sae: a folder without cfg.json" 1 "nnt: error: --sae layers.1.layer_output=$tmp: $tmp/cfg.json: cannot open" \
+  "$nnt" trace --model "$model" --tokens "1 2" --sae "layers.1.layer_output=$tmp"
+check "--sae: a feature outside the SAE" 1 "feature 96 is out of range; the SAE of $sae has features 0..95" \
+  "$nnt" trace --model "$model" --tokens "1 2" --sae "layers.1.layer_output=$sae" --zero "$feats[96]"
+check "--fill needs a feature list" 2 "expected VALUE.sae.feature_acts\[F,F,...\]=V" \
+  "$nnt" trace --model "$model" --tokens "1 2" --fill "layers.1.layer_output=3"
+check "--sae needs PATH=DIR" 2 "--sae needs PATH=DIR" "$nnt" trace --model "$model" --tokens "1 2" --sae layers.1.layer_output
+check "a save of an SAE output without the SAE" 1 "no SAE is attached to that value" \
+  "$nnt" trace --model "$model" --tokens "1 2" --save "$feats"
+
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

@@ -60,6 +60,32 @@ def main():
                                    "attribute": {"clean": {"tokens": [1]}, "corrupt": {"tokens": [2]},
                                                  "metric": "prob:1"}},
     }
+    sae = "layers.1.layer_output.sae.feature_acts"
+    refused.update({
+        "features on a plain value": edit({"op": "zero", "path": "logits", "features": [1]}),
+        "a feature edit without features": edit({"op": "zero", "path": sae}),
+        "a set of features": edit({"op": "set", "path": sae, "tensor": {"key": "v"}}),
+        "a feature fill with a mask": edit({"op": "masked_fill", "path": sae, "features": [1], "fill": 0,
+                                            "where": "logits", "equals": 1}),
+        "an edit of an SAE's error": edit({"op": "zero", "path": "layers.1.layer_output.sae.error"}),
+        "rows on an SAE output's save": edit({"op": "save", "path": "layers.1.layer_output.sae.error", "rows": [0]}),
+        "an sae without its folder": {"nnt_request": 1, "saes": [{"path": "layers.1.layer_output"}]},
+        "saes in a patch": {"nnt_request": 1, "method": "patch", "saes": [],
+                            "patch": {"clean": {"tokens": [1]}, "corrupt": {"tokens": [2]}, "metric": "prob:1"}},
+    })
+    accepted = {"an SAE with feature edits and saves of its outputs": {
+        "nnt_request": 1, "rows": [{"tokens": [1, 2, 3]}],
+        "saes": [{"path": "layers.1.layer_output", "dir": "sae/relu"}],
+        "edits": [{"op": "zero", "path": sae, "features": [3, 10]},
+                  {"op": "scale", "path": sae, "features": [5], "factor": 3},
+                  {"op": "masked_fill", "path": sae, "features": [7], "fill": 2.5},
+                  {"op": "save", "path": "layers.1.layer_output.sae.error"}],
+        "saves": [sae, "layers.1.layer_output.sae.reconstruction", "logits"]}}
+    for what, doc in accepted.items():
+        errors = [e.message for e in v.iter_errors(doc)]
+        if errors:
+            print(f"the schema refuses {what}: {errors[0]}")
+            failures += 1
     for what, doc in refused.items():
         if v.is_valid(doc):
             print(f"the schema accepts {what}: {json.dumps(doc)}")

@@ -770,6 +770,46 @@ static const bad_doc BAD[] = {
      NNT_ERR_FORMAT, "request.json: attribute.corrupt: missing"},
     {AT_PARSE, R1 "\"method\": \"attribute\", \"saves\": [\"logits\"], \"attribute\": {}}", NNT_ERR_FORMAT,
      "request.json: saves: an attribute request takes no saves or edits"},
+    /* sparse autoencoders: "saes" and edits of their features */
+    {AT_PARSE, EDIT("{\"op\": \"zero\", \"path\": \"layers.1.layer_output.sae.feature_acts\"}"), NNT_ERR_FORMAT,
+     "request.json: edits[0].features: missing (the feature indices edited)"},
+    {AT_PARSE, EDIT("{\"op\": \"scale\", \"path\": \"layers.1.layer_output.sae.feature_acts\", \"features\": [1]}"),
+     NNT_ERR_FORMAT, "request.json: edits[0].factor: missing"},
+    {AT_PARSE, EDIT("{\"op\": \"zero\", \"path\": \"layers.1.layer_output.sae.feature_acts\", \"features\": [1, 1]}"),
+     NNT_ERR_INVALID_ARGUMENT, "request.json: edits[0].features[1]"},
+    {AT_PARSE, EDIT("{\"op\": \"set\", \"path\": \"layers.1.layer_output.sae.feature_acts\", \"tensor\": " INLINE64 "}"),
+     NNT_ERR_INVALID_ARGUMENT, "request.json: edits[0].op: an SAE's features take \"zero\", \"scale\" and \"masked_fill\""},
+    {AT_PARSE, EDIT("{\"op\": \"masked_fill\", \"path\": \"layers.1.layer_output.sae.feature_acts\", \"features\": [1], "
+                    "\"where\": \"logits\", \"fill\": 0}"),
+     NNT_ERR_FORMAT, "request.json: edits[0].where: unknown field"},
+    {AT_PARSE, EDIT("{\"op\": \"zero\", \"path\": \"logits\", \"features\": [1]}"), NNT_ERR_FORMAT,
+     "request.json: edits[0].features: unknown field"},
+    {AT_PARSE, EDIT("{\"op\": \"zero\", \"path\": \"layers.1.layer_output.sae.error\"}"), NNT_ERR_INVALID_ARGUMENT,
+     "request.json: edits[0].path: an SAE's outputs are saved, and its features edited on"},
+    {AT_PARSE, EDIT("{\"op\": \"save\", \"path\": \"layers.1.layer_output.sae.error\", \"rows\": [0]}"),
+     NNT_ERR_INVALID_ARGUMENT, "request.json: edits[0].rows: an SAE's outputs are saved whole"},
+    {AT_PARSE, R1 "\"saes\": [{\"path\": \"layers.1.layer_output\"}]}", NNT_ERR_FORMAT, "request.json: saes[0].dir: missing"},
+    {AT_PARSE, R1 "\"saes\": {}}", NNT_ERR_FORMAT, "request.json: saes: expected a list"},
+    {AT_PARSE, R1 "\"saes\": [{\"path\": \"layers.1.layer_output\", \"dir\": \"x\", \"k\": 3}]}", NNT_ERR_FORMAT,
+     "request.json: saes[0].k: unknown field"},
+    {AT_PARSE, R1 "\"saes\": [{\"path\": \"layers.1.layer_output\", \"dir\": \"no-sae-here\"}]}", NNT_ERR_IO,
+     "request.json: saes[0].dir: "},
+    {AT_PARSE, R1 "\"method\": \"patch\", \"saes\": [], \"patch\": {}}", NNT_ERR_FORMAT,
+     "request.json: saes: a patch request takes no saves or edits"},
+    {AT_APPLY, R1 "\"saes\": [{\"path\": \"layers.*.layer_output\", \"dir\": \"" NNT_TEST_FIXTURES "/sae/relu\"}]}",
+     NNT_ERR_PATH, "request.json: saes[0].path: 'layers.*.layer_output': an SAE attaches to one block's value"},
+    {AT_APPLY, R1 "\"saes\": [{\"path\": \"layers.1.layer_output\", \"dir\": \"" NNT_TEST_FIXTURES "/sae/relu\"}], "
+                  "\"edits\": [{\"op\": \"zero\", \"path\": \"layers.1.layer_output.sae.feature_acts\", \"features\": [96]}]}",
+     NNT_ERR_INDEX, "request.json: edits[0].features: SAE edit on 'layers.1.layer_output.sae.feature_acts': feature 96"},
+    {AT_APPLY, EDIT("{\"op\": \"zero\", \"path\": \"layers.0.layer_output.sae.feature_acts\", \"features\": [1]}"),
+     NNT_ERR_NOT_FOUND, "request.json: edits[0].path: SAE edit on 'layers.0.layer_output.sae.feature_acts': no SAE is attached"},
+    {AT_APPLY, R1 "\"saves\": [\"layers.1.layer_output.sae.error\"]}", NNT_ERR_PATH,
+     "request.json: saves[0]: save 'layers.1.layer_output.sae.error': no SAE is attached to that value"},
+    {AT_RUN, R1 ROWS3 "\"saes\": [{\"path\": \"layers.1.self_attn.attention_probabilities\", \"dir\": \"" NNT_TEST_FIXTURES
+                      "/sae/relu\"}]}",
+     NNT_ERR_SHAPE, "request.json: saes[0].path: SAE on layers.1.self_attn.attention_probabilities: "},
+    {AT_APPLY, R1 "\"saes\": [{\"path\": \"next_token_probs\", \"dir\": \"" NNT_TEST_FIXTURES "/sae/relu\"}]}",
+     NNT_ERR_READ_ONLY, "request.json: saes[0].path: 'next_token_probs': "},
 };
 #define N_BAD ((int)(sizeof BAD / sizeof *BAD))
 
@@ -1188,6 +1228,56 @@ static void test_patch_positions_round_trip(void)
     for (int i = 0; i < 4; i++) nnt_request_free(r[i]);
 }
 
+/* SAEs: a request with "saes", feature edits and saves of an SAE's outputs round-trips, and runs
+ * as the same requests made through the C API (nnt_trace_sae, nnt_trace_sae_edit), bit for bit. */
+static void test_sae(void)
+{
+    const char *doc = R1 "\"rows\": [{\"tokens\": [235, 244, 202, 156, 148]}, {\"tokens\": [193, 80, 192, 183, 124]}], "
+        "\"saves\": [\"layers.1.layer_output.sae.feature_acts\", \"layers.1.layer_output.sae.reconstruction\", \"logits\"], "
+        "\"saes\": [{\"path\": \"layers.1.layer_output\", \"dir\": \"" NNT_TEST_FIXTURES "/sae/topk\"}], "
+        "\"edits\": [{\"op\": \"save\", \"path\": \"layers.1.layer_output.sae.error\"},"
+        "{\"op\": \"zero\", \"path\": \"layers.1.layer_output.sae.feature_acts\", \"features\": [4, 2]},"
+        "{\"op\": \"scale\", \"path\": \"layers.1.layer_output.sae.feature_acts\", \"features\": [9], \"factor\": -1.5},"
+        "{\"op\": \"masked_fill\", \"path\": \"layers.1.layer_output.sae.feature_acts\", \"features\": [95, 0], \"fill\": 0.25}]}";
+    nnt_request *r = NULL;
+    T_OK(rt, parse(doc, &r));
+    check_round_trip(r, "saes and feature edits");
+    nnt_batch b = {0};
+    T_OK(rt, nnt_request_batch(r, m, &b));
+    nnt_trace *got = NULL, *want = NULL;
+    T_OK(rt, nnt_trace_new(m, &got));
+    T_OK(rt, nnt_request_apply(r, got, NULL, 0));
+    T_OK(rt, nnt_trace_run(got, b.ids, b.mask, b.batch, b.seq));
+    nnt_sae *s = NULL;
+    T_OK(rt, nnt_sae_load(rt, NNT_TEST_FIXTURES "/sae/topk", &s));
+    T_OK(rt, nnt_trace_new(m, &want));
+    T_OK(rt, nnt_trace_sae(want, "layers.1.layer_output", s));
+    nnt_sae_free(s);
+    const int zero[2] = {4, 2}, nine = 9, fill[2] = {95, 0};
+    T_OK(rt, nnt_trace_save(want, "layers.1.layer_output.sae.error"));
+    T_OK(rt, nnt_trace_sae_edit(want, "layers.1.layer_output.sae.feature_acts", NNT_SAE_EDIT_ZERO, zero, 2, 0));
+    T_OK(rt, nnt_trace_sae_edit(want, "layers.1.layer_output.sae.feature_acts", NNT_SAE_EDIT_SCALE, &nine, 1, -1.5f));
+    T_OK(rt, nnt_trace_sae_edit(want, "layers.1.layer_output.sae.feature_acts", NNT_SAE_EDIT_FILL, fill, 2, 0.25f));
+    T_OK(rt, nnt_trace_save(want, "layers.1.layer_output.sae.feature_acts"));
+    T_OK(rt, nnt_trace_save(want, "layers.1.layer_output.sae.reconstruction"));
+    T_OK(rt, nnt_trace_save(want, "logits"));
+    T_OK(rt, nnt_trace_run(want, b.ids, b.mask, b.batch, b.seq));
+    CU_ASSERT_EQUAL(nnt_trace_result_count(got), 4);
+    CU_ASSERT_EQUAL(nnt_trace_result_count(got), nnt_trace_result_count(want));
+    for (int i = 0; i < nnt_trace_result_count(want); i++) {
+        const char *key;
+        const nnt_tensor *w, *g;
+        T_OK(rt, nnt_trace_result(want, i, &key, &w));
+        g = nnt_trace_get(got, key);
+        CU_ASSERT_FATAL(g && w);
+        CU_ASSERT(nnt_tensor_nbytes(g) == nnt_tensor_nbytes(w) && memcmp(g->data, w->data, nnt_tensor_nbytes(w)) == 0);
+    }
+    nnt_trace_free(got);
+    nnt_trace_free(want);
+    nnt_batch_free(&b);
+    nnt_request_free(r);
+}
+
 /* Steer positions: absent and ["all"] are the same request (every token), and both round-trip (the
  * writer names a steer's positions always; fuzz_request found a steer without "positions" parsing
  * back unequal from its written ["all"]). */
@@ -1373,6 +1463,7 @@ int register_tests(void)
         !CU_add_test(s, "write then parse: equal requests, every tensor kind", test_round_trip) ||
         !CU_add_test(s, "patch positions: absent, all and prompt are every token, round trip", test_patch_positions_round_trip) ||
         !CU_add_test(s, "steer positions: absent and all are every token, round trip", test_steer_positions_round_trip) ||
+        !CU_add_test(s, "saes and SAE feature edits: round trip, and the C API's forward", test_sae) ||
         !CU_add_test(s, "nnt_batch_from_rows pads on the left", test_batch_from_rows) ||
         !CU_add_test(s, "metrics: words and values", test_metric) ||
         !CU_add_test(s, "nnt_request_read", test_read) ||

@@ -26,7 +26,7 @@ typedef struct struct_size {
 #define SIZE_OF(T) {#T, sizeof(T)}
 
 /* Every complete struct of the public headers: the user API (nnt_types.h, nnt.h,
- * nnt_tokenizer.h, nnt_request.h, nnt_methods.h) and the plugin ABI (nnt_plugin.h,
+ * nnt_tokenizer.h, nnt_request.h, nnt_methods.h, nnt_sae.h) and the plugin ABI (nnt_plugin.h,
  * nnt_family.h, nnt_backend.h, nnt_transport.h). */
 static const struct_size SIZES[] = {
     SIZE_OF(nnt_tensor),           SIZE_OF(nnt_shape),
@@ -43,6 +43,7 @@ static const struct_size SIZES[] = {
     SIZE_OF(nnt_patch_result),     SIZE_OF(nnt_run_opts),
     SIZE_OF(nnt_attribute_spec),   SIZE_OF(nnt_attribute_result),
     SIZE_OF(nnt_request_attribute_opts), SIZE_OF(nnt_harvest_spec), SIZE_OF(nnt_harvest_progress),
+    SIZE_OF(nnt_sae_info),
     SIZE_OF(nnt_plugin_header),
     SIZE_OF(nnt_rename_rule),      SIZE_OF(nnt_forward_args),
     SIZE_OF(nnt_core_api),         SIZE_OF(nnt_load_args),

@@ -93,6 +93,10 @@ nnt_status hv_shard_new(nnt_model *m, const nnt_trace *t, const hv_reduce *red, 
         nnt_value_info vi;
         nnt_call_dims dims = {.batch = batch, .seq = seq};
         const char *axes = nnt_model_value_info(m, base, &dims, &vi) == NNT_OK && vi.axes ? vi.axes : "";
+        if (!axes[0] && strstr(base, ".sae.") && v) { /* an attached SAE's output: [batch seq features] */
+            axes = "[batch seq features]";
+            vi.ndim = 3;
+        }
         if (strchr(key, '@'))
             st = nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "save %s: the value is emitted several times in one "
                                                             "forward; a harvest keeps one per token", base);

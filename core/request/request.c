@@ -23,6 +23,7 @@ void nnt_request_free(nnt_request *r)
     free(r->saves);
     for (int i = 0; i < r->n_edits; i++) req_edit_free(&r->edits[i]);
     free(r->edits);
+    req_saes_free(r);
     free(r->gen_stop);
     free(r->lens_positions);
     free(r->patch_value);
@@ -100,7 +101,7 @@ static int edit_eq(const req_edit *a, const req_edit *b)
            a->factor == b->factor && a->fill == b->fill && a->a == b->a && a->b == b->b && a->callback == b->callback &&
            a->has_tensor == b->has_tensor && (!a->has_tensor || tensor_eq(&a->tensor.t, &b->tensor.t)) &&
            a->has_positions == b->has_positions && ints_eq(a->positions, a->n_positions, b->positions, b->n_positions) &&
-           ints_eq(a->rows, a->n_rows, b->rows, b->n_rows);
+           ints_eq(a->rows, a->n_rows, b->rows, b->n_rows) && ints_eq(a->features, a->n_features, b->features, b->n_features);
 }
 
 static int methods_eq(const nnt_request *a, const nnt_request *b)
@@ -120,7 +121,8 @@ int nnt_request_equal(const nnt_request *a, const nnt_request *b)
 {
     if (!a || !b) return a == b;
     if (a->method != b->method || a->add_special != b->add_special || a->n_rows != b->n_rows ||
-        a->n_saves != b->n_saves || a->n_edits != b->n_edits || !methods_eq(a, b) || !req_grad_equal(a, b))
+        a->n_saves != b->n_saves || a->n_edits != b->n_edits || !methods_eq(a, b) || !req_grad_equal(a, b) ||
+        !req_saes_equal(a, b))
         return 0;
     for (int i = 0; i < a->n_rows; i++)
         if (!row_eq(&a->rows[i], &b->rows[i])) return 0;

@@ -39,6 +39,7 @@ static nnt_status refuse(const applier *a, nnt_status st, const char *entry, con
 /* The field a trace API failure of an edit on a value path points at. */
 static const char *path_field(const req_edit *e, nnt_status st, const char *msg)
 {
+    if (e->n_features) return st == NNT_ERR_INDEX ? ".features" : ".path";
     if (st == NNT_ERR_SHAPE && e->has_tensor) return ".tensor";
     if (e->op == REQ_OP_MASKED_FILL && e->where) { /* the API quotes the path at fault first */
         size_t n = strlen(e->where);
@@ -64,6 +65,12 @@ static nnt_status call_api(const applier *a, const req_edit *e, const char *entr
     nnt_trace *t = a->t;
     float f = (float)e->factor;
     nnt_status st = NNT_OK;
+    if (e->n_features) { /* an edit of the features of the SAE attached to a value */
+        nnt_sae_edit_op op = e->op == REQ_OP_ZERO ? NNT_SAE_EDIT_ZERO : e->op == REQ_OP_SCALE ? NNT_SAE_EDIT_SCALE
+                                                                                               : NNT_SAE_EDIT_FILL;
+        float value = e->op == REQ_OP_SCALE ? f : (float)e->fill;
+        return nnt_trace_sae_edit(t, e->path, op, e->features, e->n_features, value);
+    }
     switch (e->op) {
     case REQ_OP_SAVE: return nnt_trace_save(t, e->path);
     case REQ_OP_ZERO: return nnt_trace_zero(t, e->path);
@@ -134,6 +141,7 @@ static nnt_status request_apply_held(const nnt_request *r, nnt_trace *t, const n
         return nnt_err_set(a.err, NNT_ERR_INVALID_ARGUMENT, "%s: %d callbacks but no array of them", r->name, n_callbacks);
     int start = nnt_trace_request_count(t);
     nnt_status st = nnt_trace_steps(t, 0, -1); /* the edits start at every step, as a document reads */
+    if (st == NNT_OK) st = req_saes_apply(r, t, a.err); /* the SAEs first: the edits may name their features */
     for (int i = 0; st == NNT_OK && i < r->n_edits; i++) st = apply_edit(&a, i);
     if (st == NNT_OK) st = nnt_trace_steps(t, 0, -1); /* the saves apply at every step */
     for (int i = 0; st == NNT_OK && i < r->n_saves; i++) {

@@ -20,11 +20,28 @@ static const char *const OP_FIELDS[REQ_OP_COUNT][8] = {
     [REQ_OP_CALLBACK] = {"op", "path", "callback", "rows"},
 };
 
-static int op_field_count(req_op op)
+/* The fields of an edit of an SAE's features (a path "VALUE.sae.feature_acts"). */
+static const char *const FEATURE_FIELDS[REQ_OP_COUNT][8] = {
+    [REQ_OP_ZERO] = {"op", "path", "features"},
+    [REQ_OP_SCALE] = {"op", "path", "factor", "features"},
+    [REQ_OP_MASKED_FILL] = {"op", "path", "features", "fill"},
+};
+
+static int field_count(const char *const *fields)
 {
     int n = 0;
-    while (n < 8 && OP_FIELDS[op][n]) n++;
+    while (n < 8 && fields[n]) n++;
     return n;
+}
+
+/* 1 when the entry's path names an SAE's output ("VALUE.sae.NAME"); *features 1 when it names
+ * the features ("VALUE.sae.feature_acts"). */
+static int sae_path(const cJSON *v, int *features)
+{
+    const cJSON *p = req_member(v, "path");
+    const char *at = cJSON_IsString(p) ? strstr(p->valuestring, ".sae.") : NULL;
+    *features = at && strcmp(at, ".sae.feature_acts") == 0;
+    return at != NULL;
 }
 
 void req_edit_free(req_edit *e)
@@ -34,6 +51,7 @@ void req_edit_free(req_edit *e)
     free(e->where);
     free(e->positions);
     free(e->rows);
+    free(e->features);
     req_tensor_free(&e->tensor);
     memset(e, 0, sizeof *e);
 }
@@ -140,14 +158,54 @@ static nnt_status parse_value_fields(const req_ctx *c, const cJSON *v, const cha
     return st;
 }
 
+/* An edit of an SAE's features: zero, scale (factor) or masked_fill (fill) of "features". */
+static nnt_status parse_feature_edit(const req_ctx *c, const cJSON *v, const char *field, req_edit *e)
+{
+    char f[REQ_FIELD_MAX];
+    static const char factor[] = NNT_FACTOR_TEXT;
+    const char *const *fields = FEATURE_FIELDS[e->op];
+    if (!fields[0])
+        return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_field(f, field, "op"),
+                        "an SAE's features take \"zero\", \"scale\" and \"masked_fill\" (with \"features\"), or "
+                        "\"save\"; got \"%s\"", req_op_names[e->op]);
+    nnt_status st = req_members(c, v, field, fields, field_count(fields));
+    if (st == NNT_OK) st = req_string(c, v, field, "path", 1, &e->path);
+    const cJSON *list = req_member(v, "features");
+    if (st == NNT_OK && !list)
+        st = req_fail(c, NNT_ERR_FORMAT, req_field(f, field, "features"), "missing (the feature indices edited)");
+    if (st == NNT_OK)
+        st = req_int_list(c, list, req_field(f, field, "features"), 0, REQ_INT_MAX, 1, REQ_MAX_ITEMS, &e->features,
+                          &e->n_features);
+    if (st == NNT_OK && e->op == REQ_OP_SCALE)
+        st = req_number(c, v, field, "factor", 1, -REQ_FACTOR_MAX, REQ_FACTOR_MAX, factor, &e->factor);
+    if (st == NNT_OK && e->op == REQ_OP_MASKED_FILL)
+        st = req_number(c, v, field, "fill", 1, -REQ_FACTOR_MAX, REQ_FACTOR_MAX, factor, &e->fill);
+    return st;
+}
+
 nnt_status req_edit_parse(const req_ctx *c, const cJSON *v, const char *field, nnt_method m, req_edit *e)
 {
     char f[REQ_FIELD_MAX];
     memset(e, 0, sizeof *e);
     nnt_status st = parse_op(c, v, field, &e->op);
-    if (st == NNT_OK) st = req_members(c, v, field, OP_FIELDS[e->op], op_field_count(e->op));
+    int features = 0, sae = st == NNT_OK && sae_path(v, &features);
+    e->factor = 1;
+    if (st == NNT_OK && features && e->op != REQ_OP_SAVE) {
+        if ((st = parse_feature_edit(c, v, field, e)) != NNT_OK) req_edit_free(e);
+        return st;
+    }
+    if (st == NNT_OK) st = req_members(c, v, field, OP_FIELDS[e->op], field_count(OP_FIELDS[e->op]));
+    if (st == NNT_OK && sae && e->op != REQ_OP_SAVE)
+        st = req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_field(f, field, "path"),
+                      "an SAE's outputs are saved, and its features edited on \"VALUE.sae.feature_acts\"");
+    if (st == NNT_OK && sae && req_member(v, "rows"))
+        st = req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_field(f, field, "rows"),
+                      "an SAE's outputs are saved whole (every row)");
     if (st == NNT_OK) st = op_allowed(c, e->op, m, field);
-    if (st != NNT_OK) return st;
+    if (st != NNT_OK) {
+        req_edit_free(e);
+        return st;
+    }
     req_op op = e->op;
     e->factor = 1;
     if (op == REQ_OP_ABLATE_EXPERT || op == REQ_OP_SKIP_LAYERS || op == REQ_OP_STEER || op == REQ_OP_STEPS)

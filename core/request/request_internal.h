@@ -17,6 +17,7 @@
 #define REQ_INT_MAX 2147483647LL         /* blocks, experts, steps, token ids, rows */
 #define REQ_POS_MIN (-2147483645LL)      /* the least integer position (NNT_POS_* lie below) */
 #define REQ_EXACT_MAX 9007199254740992.0 /* 2^53: the largest integer every double above holds */
+#define REQ_MAX_SAES 64                  /* "saes" entries */
 
 /* ---- rows ---- */
 typedef enum req_row_kind { REQ_ROW_TOKENS = 0, REQ_ROW_TEXT, REQ_ROW_FILE } req_row_kind;
@@ -76,7 +77,16 @@ typedef struct req_edit {
     int has_positions;
     int *rows;        /* the batch rows it applies to; NULL / 0: every row */
     int n_rows;
+    int *features;    /* zero, scale, masked_fill on "VALUE.sae.feature_acts": the SAE features edited */
+    int n_features;   /* 0: not a feature edit */
 } req_edit;
+
+/* An entry of "saes": a SAELens folder attached to a value (request_sae.c). */
+typedef struct req_sae {
+    char *path;   /* the value, as given */
+    char *dir;    /* the folder, resolved against the document's folder */
+    nnt_sae *sae; /* loaded by the parse */
+} req_sae;
 
 /* A cotangent of a trace's "grad" section: dL/dV on the value at path. */
 typedef struct req_cotangent {
@@ -94,6 +104,8 @@ struct nnt_request {
     int n_saves;
     req_edit *edits;
     int n_edits;
+    req_sae *saes; /* "saes": attached before the edits */
+    int n_saes;
     /* generate */
     nnt_generate_opts gen; /* stop_ids points into gen_stop */
     int32_t *gen_stop;
@@ -180,6 +192,13 @@ nnt_status req_grad_parse(const req_ctx *c, const cJSON *gs, nnt_request *r);
 void req_grad_free(nnt_request *r);
 int req_grad_equal(const nnt_request *a, const nnt_request *b);
 nnt_status req_grad_apply(const nnt_request *r, nnt_trace *t, nnt_error *err);
+
+/* The "saes" list v into r (each folder loaded); what they own freed; two requests' lists
+ * compared; attached to trace t before the edits (request_sae.c). */
+nnt_status req_saes_parse(const req_ctx *c, const cJSON *v, nnt_request *r);
+void req_saes_free(nnt_request *r);
+int req_saes_equal(const nnt_request *a, const nnt_request *b);
+nnt_status req_saes_apply(const nnt_request *r, nnt_trace *t, nnt_error *err);
 
 /* ---- the request (request.c) ---- */
 void req_row_free(req_row *r);

@@ -407,9 +407,9 @@ static nnt_status method_fields(const req_ctx *c, const cJSON *root, nnt_method 
         if (req_member(root, sections[k]) && owner[k] != m)
             return req_fail(c, NNT_ERR_FORMAT, sections[k], "the section of \"%s\" requests; this one's method is \"%s\"",
                             sections[k], nnt_method_name(m));
-    static const char *const pair_free[] = {"rows", "saves", "edits"};
+    static const char *const pair_free[] = {"rows", "saves", "edits", "saes"};
     const char *pair = m == NNT_METHOD_PATCH ? "patch" : m == NNT_METHOD_ATTRIBUTE ? "attribute" : NULL;
-    for (int k = 0; pair && k < 3; k++)
+    for (int k = 0; pair && k < 4; k++)
         if (req_member(root, pair_free[k]))
             return req_fail(c, NNT_ERR_FORMAT, pair_free[k], "a%s %s request takes %s%s.clean and %s.corrupt",
                             pair[0] == 'a' ? "n" : "", pair, k == 0 ? "its prompts from " : "no saves or edits: it makes "
@@ -428,12 +428,12 @@ static nnt_status method_fields(const req_ctx *c, const cJSON *root, nnt_method 
 /* The document's top-level object into r. */
 static nnt_status from_json(const req_ctx *c, const cJSON *root, nnt_request *r)
 {
-    static const char *const known[] = {"nnt_request", "method", "rows", "add_special", "saves", "edits",
+    static const char *const known[] = {"nnt_request", "method", "rows", "add_special", "saves", "saes", "edits",
                                         "generate", "lens", "patch", "grad", "attribute"};
     char got[80];
     if (!cJSON_IsObject(root))
         return req_fail(c, NNT_ERR_FORMAT, "", "expected a JSON object at the top, got %s", req_got(root, got, sizeof got));
-    nnt_status st = req_members(c, root, "", known, 11);
+    nnt_status st = req_members(c, root, "", known, 12);
     if (st == NNT_OK) st = parse_head(c, root, r);
     if (st == NNT_OK) st = method_fields(c, root, r->method);
     r->add_special = 1;
@@ -442,6 +442,7 @@ static nnt_status from_json(const req_ctx *c, const cJSON *root, nnt_request *r)
     if (st == NNT_OK && r->method == NNT_METHOD_ATTRIBUTE) st = parse_attribute(c, req_member(root, "attribute"), r);
     if (st == NNT_OK && r->method != NNT_METHOD_PATCH && r->method != NNT_METHOD_ATTRIBUTE) st = parse_rows(c, root, r);
     if (st == NNT_OK) st = parse_saves(c, root, r);
+    if (st == NNT_OK && req_member(root, "saes")) st = req_saes_parse(c, req_member(root, "saes"), r);
     if (st == NNT_OK) st = parse_edits(c, root, r);
     if (st == NNT_OK && r->method == NNT_METHOD_GENERATE) st = parse_generate(c, req_member(root, "generate"), r);
     if (st == NNT_OK && r->method == NNT_METHOD_LENS && req_member(root, "lens")) st = parse_lens(c, req_member(root, "lens"), r);

@@ -124,6 +124,12 @@ static cJSON *edit_json(writer *w, const req_edit *e, int i)
     req_op op = e->op;
     put(w, o, "op", cJSON_CreateString(req_op_names[op]));
     if (e->path) put(w, o, "path", cJSON_CreateString(e->path));
+    if (e->n_features) { /* an SAE's features: their indices, then the factor or the fill */
+        put(w, o, "features", int_array(e->features, e->n_features));
+        if (op == REQ_OP_SCALE) put(w, o, "factor", number(e->factor));
+        if (op == REQ_OP_MASKED_FILL) put(w, o, "fill", number(e->fill));
+        return o;
+    }
     if (op == REQ_OP_MASKED_FILL) {
         put(w, o, "where", cJSON_CreateString(e->where));
         put(w, o, "equals", number((double)e->equals));
@@ -223,6 +229,16 @@ static cJSON *request_json(writer *w, const nnt_request *r)
             cJSON *saves = cJSON_CreateArray();
             for (int i = 0; saves && i < r->n_saves; i++) put(w, saves, NULL, cJSON_CreateString(r->saves[i]));
             put(w, root, "saves", saves);
+        }
+        if (r->n_saes) { /* absent when empty, its default */
+            cJSON *saes = cJSON_CreateArray();
+            for (int i = 0; saes && i < r->n_saes; i++) {
+                cJSON *e = cJSON_CreateObject();
+                put(w, e, "path", cJSON_CreateString(r->saes[i].path));
+                put(w, e, "dir", cJSON_CreateString(r->saes[i].dir));
+                put(w, saes, NULL, e);
+            }
+            put(w, root, "saes", saes);
         }
         for (int i = 0; edits && i < r->n_edits; i++) put(w, edits, NULL, edit_json(w, &r->edits[i], i));
         put(w, root, "edits", edits);

@@ -97,6 +97,7 @@ static void trace_free_held(nnt_trace *t)
     for (int i = 0; i < t->n_keeps; i++) nnt_tensor_free(&t->keeps[i].t);
     free(t->keeps);
     for (int i = 0; i < t->n_reqs; i++) {
+        if (t->reqs[i].kind == REQ_HOOK && t->reqs[i].hook_ops->release) t->reqs[i].hook_ops->release(t->reqs[i].user);
         free(t->reqs[i].text);
         free(t->reqs[i].positions);
         free(t->reqs[i].rows);
@@ -284,6 +285,22 @@ static nnt_status slice_parse(nnt_trace *t, const char *text, const char *open, 
     return NNT_OK;
 }
 
+nnt_status nnt_trace_hook_save(nnt_trace *t, const char *path, int *claimed)
+{
+    *claimed = 0;
+    for (int i = t->n_reqs - 1; i >= 0; i--) {
+        const request *r = &t->reqs[i];
+        if (r->kind != REQ_HOOK || !r->hook_ops->save) continue;
+        nnt_status st = r->hook_ops->save(t, r->user, path, claimed, rt_err(t));
+        if (*claimed) return st;
+    }
+    if (strstr(path, ".sae.")) /* a method's output whose method is not attached */
+        return *claimed = 1, nnt_err_set(rt_err(t), NNT_ERR_PATH,
+                                         "save '%s': no SAE is attached to that value (attach one first: "
+                                         "nnt_trace_sae, --sae PATH=DIR)", path);
+    return NNT_OK;
+}
+
 nnt_status nnt_trace_save_kind(nnt_trace *t, req_kind kind, const char *path)
 {
     if (!t || !path) return NNT_ERR_INVALID_ARGUMENT;
@@ -343,6 +360,7 @@ static void pop_request(nnt_trace *t)
 {
     request *r = &t->reqs[--t->n_reqs];
     if (r->kind == REQ_COTANGENT && r->metric) nnt_trace_metric_clear(t); /* the metric's own request */
+    if (r->kind == REQ_HOOK && r->hook_ops->release) r->hook_ops->release(r->user);
     free(r->text);
     free(r->positions);
     free(r->rows);
@@ -908,6 +926,10 @@ static nnt_status check_shapes(nnt_trace *t, const request *r, int layer, const 
     nnt_error *err = rt_err(t);
     char want[96], got[96], path[160];
     nnt_path_format(t->m, r->path.slot, layer, path, sizeof path);
+    if (r->kind == REQ_HOOK) {
+        *field = ".path";
+        return r->hook_ops->check ? r->hook_ops->check(t, r->user, path, vi, err) : NNT_OK;
+    }
     *field = ".tensor";
     int limited = r->n_rows || r->by_position;
     if (limited) {
@@ -1474,6 +1496,7 @@ nnt_status nnt_trace_apply_edit(nnt_run *run, const request *r, int layer, nnt_t
     int limited = r->n_rows > 0;
     switch (r->kind) {
     case REQ_EDIT_FN: return apply_callback(run, r, path, layer, v);
+    case REQ_HOOK: return r->hook_ops->apply(run, r->user, path, layer, v);
     case REQ_SET:
     case REQ_ADD:
         if (r->by_position) return apply_position_write(run, r, path, v, r->kind == REQ_ADD);

@@ -200,11 +200,13 @@ static nnt_status record_edits(nnt_run *run, const cell *c, int layer, const nnt
     for (int i = 0; i < c->n; i++) {
         const request *r = &t->reqs[c->ids[i]];
         if (r->kind == REQ_SAVE || r->kind == REQ_KEEP || r->kind == REQ_GRAD || r->kind == REQ_COTANGENT) continue;
-        if (r->kind == REQ_EDIT_FN || r->kind == REQ_COPY_FROM)
+        if (r->kind == REQ_EDIT_FN || r->kind == REQ_COPY_FROM || r->kind == REQ_HOOK)
             return nnt_err_set(run->err, NNT_ERR_UNSUPPORTED,
                                "'%s': %s cannot be differentiated (its Jacobian is unknown to nnt); a gradient request "
                                "runs with set, add, scale, zero, masked fill and steering edits",
-                               r->text, r->kind == REQ_EDIT_FN ? "a callback edit" : "skip_layers' copy of a value");
+                               r->text, r->kind == REQ_EDIT_FN   ? "a callback edit"
+                                        : r->kind == REQ_HOOK ? r->hook_ops->what
+                                                              : "skip_layers' copy of a value");
         any = 1;
     }
     if (!any || v->dtype != NNT_F32) return NNT_OK;

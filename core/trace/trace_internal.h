@@ -56,8 +56,22 @@ typedef enum req_kind {
     REQ_COPY_FROM, /* value := an earlier value (skip_layers) */
     REQ_STEER,     /* value[..., positions, ..., :] += factor * vector */
     REQ_GRAD,      /* the gradient of the trace's scalar at a value, saved as "grad:PATH" (trace_grad.c) */
-    REQ_COTANGENT  /* a cotangent dL/dV handed in for a value (param): a term of the trace's scalar */
+    REQ_COTANGENT, /* a cotangent dL/dV handed in for a value (param): a term of the trace's scalar */
+    REQ_HOOK       /* a core method run on the value at emission (hook_ops, user: its state; trace_sae.c) */
 } req_kind;
+
+/* What a REQ_HOOK request does, called through these pointers only (so that trace.c calls no
+ * method's file): apply at emission (v host memory, the value's dtype and shape; path its
+ * canonical name), check against the value's info when a run starts (vi; NULL: no check), claim
+ * a save of a path of its own ("PATH.sae.feature_acts": *claimed 1, then its status), release
+ * its state with the request. `what` names it in messages ("an SAE"). */
+typedef struct trace_hook_ops {
+    const char *what;
+    nnt_status (*apply)(nnt_run *run, void *user, const char *path, int layer, nnt_tensor *v);
+    nnt_status (*check)(nnt_trace *t, void *user, const char *path, const nnt_value_info *vi, nnt_error *err);
+    nnt_status (*save)(nnt_trace *t, void *user, const char *path, int *claimed, nnt_error *err);
+    void (*release)(void *user);
+} trace_hook_ops;
 
 typedef struct request {
     req_kind kind;
@@ -65,6 +79,7 @@ typedef struct request {
     nnt_path path;
     nnt_edit_fn fn;
     void *user;
+    const trace_hook_ops *hook_ops; /* REQ_HOOK */
     nnt_tensor param; /* owned host copy for SET / ADD */
     float factor;
     float fill;
@@ -239,6 +254,10 @@ nnt_status nnt_trace_readout_pick(const nnt_run *run, const nnt_tensor *src, con
  * the next request is added. Errors: NNT_ERR_PATH, NNT_ERR_NOT_SERVED, NNT_ERR_READ_ONLY,
  * NNT_ERR_OUT_OF_MEMORY (the runtime's error). */
 nnt_status nnt_trace_add_request(nnt_trace *t, req_kind kind, const char *text, request **out);
+/* A save a REQ_HOOK request claims (a path of its own, such as an SAE's "PATH.sae.feature_acts"):
+ * *claimed 1 and its status, else *claimed 0; the latest hook asks first. A path holding ".sae."
+ * that no hook claims is claimed too, as NNT_ERR_PATH saying no SAE is attached. */
+nnt_status nnt_trace_hook_save(nnt_trace *t, const char *path, int *claimed);
 /* A save (REQ_SAVE) or gradient (REQ_GRAD) request of path, which may end in a [...] slice. */
 nnt_status nnt_trace_save_kind(nnt_trace *t, req_kind kind, const char *path);
 /* Bytes of a saved value of dtype and shape [ndim], or of the entries slice ax keeps (NULL:

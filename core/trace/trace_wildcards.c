@@ -127,6 +127,9 @@ nnt_status nnt_trace_save_wildcard(nnt_trace *t, const char *text, const nnt_pat
 static nnt_status trace_save_held(nnt_trace *t, const char *path)
 {
     if (!t || !path) return NNT_ERR_INVALID_ARGUMENT;
+    int claimed = 0; /* a path of a method attached to a value (an SAE's outputs) */
+    nnt_status hs = nnt_trace_hook_save(t, path, &claimed);
+    if (claimed) return hs;
     const char *open = strrchr(path, '[');
     size_t n = strlen(path);
     /* a trailing slice (after the name: a block index "layers[1]" comes before it) */

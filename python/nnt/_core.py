@@ -654,11 +654,13 @@ class Model:
 
     # ---- runs: each is a request (docs/requests.md) libnnt parses, checks and runs ----
 
-    def _builder(self, method, prompts, save=(), edits=(), add_special=True):
+    def _builder(self, method, prompts, save=(), edits=(), add_special=True, sae=None):
         b = Builder(method)
         try:
             if prompts is not None:
                 b.rows(prompts, add_special)
+            if sae:
+                b.saes(sae)
             b.edits(list(edits))
             b.saves([] if save is None else save)
         except RequestError as e:
@@ -735,7 +737,7 @@ class Model:
         return np.take(arr, list(positions), axis=ax)
 
     def trace(self, prompts, save=(), edits=(), positions=None, output="numpy", add_special=True, grad=(),
-              metric=None, metric_positions=None, cotangents=None):
+              metric=None, metric_positions=None, cotangents=None, sae=None):
         """Runs one forward pass with `edits` (applied in order before the forward uses each
         value), then returns the `save`d values (saved after the edits: they show them) as
         Values {path: numpy array}. Arrays view nnt's own buffers (no copy). positions (an int,
@@ -748,8 +750,16 @@ class Model:
         scalar is `metric` ("logit-diff:A,B", "prob:T", "logprob:T", summed over the rows at the
         last token or at metric_positions; or "loss", the mean next-token cross-entropy over the
         real tokens) plus sum(cotangent * V) for each {path: array} of `cotangents` (dL/dV computed
-        however you like, e.g. from saved logits). float32, with respect to activations only."""
-        b = self._builder("trace", prompts, save, edits, add_special)
+        however you like, e.g. from saved logits). float32, with respect to activations only.
+
+        Sparse autoencoders (docs/requests.md, "SAEs"): sae={value path: SAELens folder} attaches
+        each folder's SAE (cfg.json + sae_weights.safetensors; standard, jumprelu, topk) to that
+        [batch seq d_in] value. save may then name "PATH.sae.feature_acts" [batch, seq, d_sae],
+        "PATH.sae.reconstruction" and "PATH.sae.error" [batch, seq, d_in] (float32), and edits may
+        change features: ("PATH.sae.feature_acts", "zero", [i, ...]), (..., "scale", [i, ...],
+        factor), (..., "masked_fill", [i, ...], fill); with any, the value becomes the decoder's
+        output for the edited features plus the error, as SAELens splices an SAE in."""
+        b = self._builder("trace", prompts, save, edits, add_special, sae)
         try:
             b.grad(grad, metric, metric_positions, cotangents)
         except RequestError as e:
@@ -821,18 +831,19 @@ class Model:
                       "project_on_vocab")
         return _as_array(out.t, out)
 
-    def lens(self, prompts, edits=(), positions=None, probs=True, add_special=True):
+    def lens(self, prompts, edits=(), positions=None, probs=True, add_special=True, sae=None):
         """The logit lens (nnterp's project_on_vocab on every block's layer_output), run by libnnt
         as `nnt lens` runs it: float32 [layers, batch, columns, vocab_size] probabilities (softmax
         over the vocabulary). Column j of row r is the row's j-th chosen position counted from its
         first real token (left padding is never a column; a row with fewer columns than the
         longest has zeros past its own). positions: None (every token), an int, a list of ints
         (negative from a row's end) or a slice of the longest row's positions. probs=False gives the
-        lens logits instead (libnnt's projection of the saved outputs, same columns)."""
-        b = self._builder("lens", prompts, None, edits, add_special)
+        lens logits instead (libnnt's projection of the saved outputs, same columns). sae attaches
+        sparse autoencoders as trace's does (their feature edits among `edits`)."""
+        b = self._builder("lens", prompts, None, edits, add_special, sae)
         pos = self._lens_positions(b, positions)
         if not probs:
-            return self._lens_logits(prompts, edits, pos, add_special)
+            return self._lens_logits(prompts, edits, pos, add_special, sae)
         b.section("lens", positions=pos, probs=True)
         res = self._run(b)
         lr = self.lib.nnt_result_lens(res.res).contents
@@ -853,9 +864,10 @@ class Model:
         except RequestError as e:
             raise Error(str(e)) from None
 
-    def _lens_logits(self, prompts, edits, positions, add_special):
+    def _lens_logits(self, prompts, edits, positions, add_special, sae=None):
         """probs=False: every block's output at the lens' columns through libnnt's projection."""
-        vals = self.trace(prompts, save=["layers.*.layer_output", "attention_mask"], edits=edits, add_special=add_special)
+        vals = self.trace(prompts, save=["layers.*.layer_output", "attention_mask"], edits=edits, add_special=add_special,
+                          sae=sae)
         mask = vals["attention_mask"]
         cols = []
         for r in range(mask.shape[0]):
@@ -909,16 +921,17 @@ class Model:
         return Session(self, batch, capacity)
 
     def generate(self, prompts, max_new_tokens, save=(), edits=(), temperature=0.0, top_k=0, top_p=1.0, seed=0,
-                 stop_ids=(), ignore_eos=False, output="numpy", add_special=True):
+                 stop_ids=(), ignore_eos=False, output="numpy", add_special=True, sae=None):
         """Samples max_new_tokens tokens per row (greedy when temperature is 0) with `edits`
         applied at every step (Steps(first, last) limits the ones after it) and `save`d values
         kept at every step (a ("path", "save") among the edits follows the Steps before it). A row stops at the tokenizer's eos token unless ignore_eos, and at any of
-        stop_ids. Returns a Generation (tokens, values, text)."""
+        stop_ids. sae attaches sparse autoencoders as trace's does (they run at every step).
+        Returns a Generation (tokens, values, text)."""
         save = [save] if isinstance(save, str) else list(save)
         edits = list(edits)
         if save and any(isinstance(e, Steps) for e in edits):
             edits.append(Steps(0, None))  # `save` is kept at every step; ("path", "save") in edits follows Steps
-        b = self._builder("generate", prompts, (), edits + save, add_special)
+        b = self._builder("generate", prompts, (), edits + save, add_special, sae)
         try:
             b.section("generate", max_new_tokens=_number(max_new_tokens, "max_new_tokens"),
                       temperature=_number(temperature, "temperature"), top_k=_number(top_k, "top_k"),
@@ -975,12 +988,13 @@ class Session:
         return int(self.lib.nnt_session_length(self.s))
 
     @_serialised
-    def forward(self, prompts, save=(), edits=(), output="numpy", add_special=True):
+    def forward(self, prompts, save=(), edits=(), output="numpy", add_special=True, sae=None):
         """Runs the next tokens of every row: prompts as Model.trace takes them (the first call's
         text gets the tokenizer's special tokens unless add_special is False; a later call's rows
-        are usually one token id each). Returns the call's Values."""
+        are usually one token id each); sae as Model.trace's, for this call. Returns the call's
+        Values."""
         m = self.model
-        b = m._builder("trace", prompts, save, edits, add_special and self.length == 0)
+        b = m._builder("trace", prompts, save, edits, add_special and self.length == 0, sae)
         tr = _TraceHandle(self._h)
         b.callbacks = [_callback(fn, tr) for fn in b.raw_callbacks]
         req = _parse_request(self._h, b)

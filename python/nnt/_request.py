@@ -5,6 +5,7 @@ beside it, and callables into the callbacks its "callback" edits name. libnnt ch
 
 import inspect
 import json
+import os
 import struct
 from collections import namedtuple
 
@@ -78,6 +79,8 @@ class Steps(namedtuple("Steps", "first last")):
 
 EDIT_FORMS = ("(path, 'save'), (path, 'zero'), (path, 'scale', factor), (path, 'set', array), "
               "(path, 'add', array[, factor]), (path, 'masked_fill', where_path, equals, fill), "
+              "on an SAE's 'VALUE.sae.feature_acts': (path, 'zero', features), (path, 'scale', features, factor), "
+              "(path, 'masked_fill', features, fill), "
               "(path, callable), AblateExpert, SkipLayers, Steer, Steps, or a request edit as a dict "
               "({'op': 'set', 'path': ..., 'tensor': array, 'rows': [...], 'positions': [...]}, "
               "docs/requests.md)")
@@ -242,6 +245,8 @@ class Builder:
         if not isinstance(e, (tuple, list)) or len(e) < 2 or not isinstance(e[0], str):
             raise RequestError(f"edit {e!r}: expected one of {EDIT_FORMS}")
         path, op, args = e[0], e[1], tuple(e[2:])
+        if path.endswith(".sae.feature_acts") and op in ("zero", "scale", "masked_fill"):
+            return self._feature_edit(e, path, op, args)
         if callable(op):
             if args:
                 raise RequestError(f"edit {e!r}: a callable edit is (path, callable)")
@@ -260,6 +265,36 @@ class Builder:
             if len(args) > 1:
                 d["factor"] = _number(args[1], f"edit {path} factor")
         return d
+
+    def _feature_edit(self, e, path, op, args):
+        """An edit of the features of the SAE attached to a value: the features by index (an int
+        or a list), then the factor (scale) or the fill (masked_fill)."""
+        want = {"zero": 1, "scale": 2, "masked_fill": 2}[op]
+        if len(args) != want:
+            raise RequestError(f"edit {e!r}: expected one of {EDIT_FORMS}")
+        feats = args[0]
+        feats = [feats] if isinstance(feats, (int, np.integer)) else list(np.asarray(feats).reshape(-1).tolist())
+        d = {"op": op, "path": path, "features": [_number(f, f"edit {path} features") for f in feats]}
+        if op == "scale":
+            d["factor"] = _number(args[1], f"edit {path} factor")
+        elif op == "masked_fill":
+            d["fill"] = _number(args[1], f"edit {path} fill")
+        return d
+
+    def saes(self, sae):
+        """The "saes" section: {value path: SAELens folder} (or (path, folder) pairs), the folders
+        made absolute here so that they name the same place wherever libnnt reads the request."""
+        items = sae.items() if isinstance(sae, dict) else sae
+        out = []
+        for item in items:
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise RequestError(f"sae {item!r}: expected {{value path: SAELens folder}} or (path, folder) pairs")
+            path, folder = item
+            if not isinstance(path, str) or not isinstance(folder, (str, os.PathLike)):
+                raise RequestError(f"sae {item!r}: the value path and the folder are strings (or a path-like folder)")
+            out.append({"path": path, "dir": os.path.abspath(os.fspath(folder))})
+        if out:
+            self.doc["saes"] = out
 
     def grad(self, grad, metric=None, metric_positions=None, cotangents=None):
         """The "grad" section: gradient paths, the metric and its positions, and cotangents

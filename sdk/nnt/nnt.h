@@ -33,6 +33,7 @@
 #include "nnt_tokenizer.h"
 #include "nnt_request.h"
 #include "nnt_methods.h"
+#include "nnt_sae.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -17,6 +17,11 @@
  * shapes against the value, token ids against the vocabulary), each error still naming the
  * field. Positions that no row has are refused when the run starts, naming the field too.
  *
+ * Sparse autoencoders ("saes": SAELens folders attached to values, nnt_sae.h) are loaded by the
+ * parse; their features are edited by zero / scale / masked_fill entries on "VALUE.sae.feature_acts"
+ * with a "features" list, and their outputs saved as "VALUE.sae.feature_acts", ".reconstruction"
+ * and ".error".
+ *
  * Tensor data travel as safetensors: a "tensor" field names a file and a key ({"file":
  * "v.safetensors", "key": "steer"}), a key of the safetensors bytes handed in beside the JSON
  * ({"key": "steer"}: nnt_request_source.tensors), or gives the numbers inline ({"dtype": "F32",
@@ -105,8 +110,8 @@ typedef struct nnt_request_callback {
     void *user;
 } nnt_request_callback;
 
-/* Adds the request's saves and edits to trace t, in the document's order (its "edits", then its
- * "saves"), each checked as the C API checks it (nnt_trace_save, nnt_trace_set, ...), with the
+/* Adds the request's saves and edits to trace t, in the document's order (its "saes" attached
+ * first with nnt_trace_sae, then its "edits", then its "saves"), each checked as the C API checks it (nnt_trace_save, nnt_trace_set, ...), with the
  * error prefixed by the document and the field's JSON path ("request.json: edits[0].path: ...").
  * The edits start at every step (nnt_trace_steps(t, 0, -1); a "steps" entry restricts those after
  * it) and the saves apply at every step; t is left at every step. An edit's "rows" and a set's or

@@ -6,8 +6,9 @@
  *
  * The input is the document, optionally followed by "\n#nnt-fuzz-part#\n" and the bytes of the
  * attachment (nnt_request_source.tensors). The document's folder is the harness's own, which
- * holds v.safetensors (the steering fixture: one [64] F32 tensor "v") and prompt.txt, so
- * documents can name files that exist. Every refusal must carry a message naming the document. */
+ * holds v.safetensors (the steering fixture: one [64] F32 tensor "v"), prompt.txt and sae (a
+ * SAELens folder: a TopK SAE of d_in 64), so documents can name files that exist. Every refusal
+ * must carry a message naming the document. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     fuzz_link("v.safetensors", NNT_FUZZ_SOURCE_DIR "/tests/fixtures/steering/v.safetensors");
     fuzz_link("prompt.txt", NNT_FUZZ_SOURCE_DIR "/examples/tiny-minimax-m2/prompt_text.txt");
+    fuzz_link("sae", NNT_FUZZ_SOURCE_DIR "/tests/fixtures/sae/topk"); /* an SAELens folder for "saes" */
     return 0;
 }
 
