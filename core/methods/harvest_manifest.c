@@ -73,6 +73,24 @@ static nnt_status add_request(cJSON *id, const nnt_request *r, nnt_error *err)
     cJSON_AddItemToObject(id, "request", doc);
     add_hash(id, "request_tensors", tn ? nnt_fnv1a64(NNT_FNV1A64_BASIS, tensors, tn) : 0);
     free(tensors);
+    /* the attached SAEs' files: the request names their folders only */
+    const cJSON *sae;
+    cJSON *files = NULL;
+    cJSON_ArrayForEach(sae, cJSON_GetObjectItemCaseSensitive(doc, "saes")) {
+        const cJSON *dir = cJSON_GetObjectItemCaseSensitive(sae, "dir");
+        if (!cJSON_IsString(dir)) continue;
+        if (!files) files = cJSON_AddObjectToObject(id, "sae_files");
+        cJSON *f = cJSON_AddObjectToObject(files, dir->valuestring);
+        static const char *const NAMES[] = {"cfg.json", "sae_weights.safetensors"};
+        for (int i = 0; f && i < 2; i++) {
+            char *path = nnt_path_join(dir->valuestring, NAMES[i]);
+            uint64_t h = 0;
+            nnt_status st = path ? nnt_file_fnv1a64(path, &h, err) : nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+            free(path);
+            if (st != NNT_OK) return st;
+            add_hash(f, NAMES[i], h);
+        }
+    }
     return NNT_OK;
 }
 

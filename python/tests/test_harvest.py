@@ -328,3 +328,27 @@ def test_python_reader(tmp_path):
         h["layers.2.layer_output"]
     with pytest.raises(IndexError):
         x[len(x)]
+
+
+def test_sae_features(tmp_path):
+    """A harvest with an SAE attached keeps its feature activations, each row equal to a trace of
+    that row with the same SAE; the SAE's files are part of the folder's identity."""
+    import nnt
+
+    sae = tmp_path / "sae"
+    shutil.copytree(os.path.join(FIXTURES, "sae", "relu"), sae)
+    out = str(tmp_path / "h")
+    args = ["--model", EXAMPLE, "--data", TXT, "--context", "16", "--max-tokens", "96", "--dtype", "f32",
+            "--sae", f"layers.1.layer_output={sae}", "--save", "layers.1.layer_output.sae.feature_acts", "--out", out]
+    harvest(*args)
+    _, v = shards(out)
+    key = "layers.1.layer_output.sae.feature_acts"
+    m = nnt.Model(EXAMPLE)
+    for r in range(6):
+        ids = v["harvest.input_ids"][16 * r:16 * (r + 1)]
+        ref = m.trace([ids.tolist()], save=[key], sae={"layers.1.layer_output": str(sae)})
+        np.testing.assert_allclose(v[key][16 * r:16 * (r + 1)], ref[key][0], rtol=1e-5, atol=1e-5)
+    with open(sae / "cfg.json", "a", encoding="utf-8") as f:
+        f.write(" ")
+    p = harvest(*args, check=False)
+    assert p.returncode != 0 and "its sae_files" in p.stderr, p.stderr
