@@ -89,6 +89,9 @@ typedef struct cli_opts {
     int context, skip_bad, routing_stats, top_tokens;  /* --context (0: not given), --skip-bad, ... */
     double shard_mb;          /* --shard-mb (0: not given) */
     long long max_tokens;     /* --max-tokens (0: the whole corpus) */
+    char **top_paths;         /* --top-features and --top-contexts PATH=K: the paths (owned), */
+    int *top_count, *top_context; /* their K, and 1 for --top-contexts (owned arrays) */
+    int n_top, cap_top;
     const char *stats;        /* experts --stats FILE */
     unsigned long long given; /* bit i: option i of the option table was given */
 } cli_opts;

@@ -151,6 +151,32 @@ static int set_harvest_number(cli_opts *o, const char *f, const char *v)
     return 0;
 }
 
+/* --top-features / --top-contexts PATH=K. */
+static int set_top(cli_opts *o, const char *f, const char *v)
+{
+    const char *eq = strrchr(v, '=');
+    long k;
+    int contexts = !strcmp(f, "--top-contexts");
+    if (!eq || eq == v || cli_parse_int(eq + 1, 1, contexts ? 4096 : 65536, &k) != 0)
+        return cli_arg_error("%s %s: expected PATH=K, K an integer in 1..%d", f, v, contexts ? 4096 : 65536);
+    if (o->n_top == o->cap_top) {
+        int cap = o->cap_top ? 2 * o->cap_top : 8;
+        char **p = realloc(o->top_paths, (size_t)cap * sizeof *p);
+        if (p) o->top_paths = p;
+        int *a = p ? realloc(o->top_count, (size_t)cap * sizeof *a) : NULL;
+        if (a) o->top_count = a;
+        int *b = a ? realloc(o->top_context, (size_t)cap * sizeof *b) : NULL;
+        if (b) o->top_context = b;
+        if (!b) return cli_usage_error("%s", "out of memory");
+        o->cap_top = cap;
+    }
+    o->top_paths[o->n_top] = strndup(v, (size_t)(eq - v));
+    if (!o->top_paths[o->n_top]) return cli_usage_error("%s", "out of memory");
+    o->top_count[o->n_top] = (int)k;
+    o->top_context[o->n_top++] = contexts;
+    return 0;
+}
+
 static int set_prompt_pair(cli_opts *o, const char *f, const char *v)
 {
     int clean = f[3] == 'l';
@@ -392,6 +418,8 @@ static const cli_option OPTIONS[] = {
     {"--skip-bad", 0, "harvest", set_flag, HARVEST_ONLY},
     {"--reduce", 1, "harvest", set_reduce, HARVEST_ONLY},
     {"--routing-stats", 0, "harvest", set_flag, HARVEST_ONLY},
+    {"--top-features", 1, "harvest", set_top, HARVEST_ONLY},
+    {"--top-contexts", 1, "harvest", set_top, HARVEST_ONLY},
     {"--stats", 1, "experts", set_stats, "--stats is an option of experts"},
     {"--plot", 1, "lens patch attribute trace experts", set_plot,
      "--plot is an option of lens, patch, attribute, trace and experts"},
@@ -601,6 +629,13 @@ void cli_opts_free(cli_opts *o)
     o->cap_reqs = 0;
     free(o->grads);
     o->grads = NULL;
+    for (int i = 0; i < o->n_top; i++) free(o->top_paths[i]);
+    free(o->top_paths);
+    free(o->top_count);
+    free(o->top_context);
+    o->top_paths = NULL;
+    o->top_count = o->top_context = NULL;
+    o->n_top = o->cap_top = 0;
     free(o->data);
     free(o->reduce);
     o->data = o->reduce = NULL;

@@ -52,6 +52,24 @@ int cmd_harvest(cli_run *c)
         nnt_request_free(req);
         return 2;
     }
+    /* --top-features and --top-contexts, split into the spec's two lists */
+    int n = o->n_top ? o->n_top : 1, nf = 0, nc = 0;
+    const char **fp = calloc((size_t)n, sizeof *fp), **cp = calloc((size_t)n, sizeof *cp);
+    int *fk = calloc((size_t)n, sizeof *fk), *ck = calloc((size_t)n, sizeof *ck);
+    if (!fp || !cp || !fk || !ck) {
+        free(fp), free(cp), free(fk), free(ck), free(pos);
+        nnt_request_free(req);
+        return cli_arg_error("%s", "out of memory");
+    }
+    for (int i = 0; i < o->n_top; i++) {
+        if (o->top_context[i]) {
+            cp[nc] = o->top_paths[i];
+            ck[nc++] = o->top_count[i];
+        } else {
+            fp[nf] = o->top_paths[i];
+            fk[nf++] = o->top_count[i];
+        }
+    }
     progress pr = {0};
     const char *rows = o->rows_layout ? o->rows_layout : "pack", *dt = o->dtype ? o->dtype : "bf16";
     nnt_harvest_spec s = {
@@ -76,6 +94,12 @@ int cmd_harvest(cli_run *c)
         .n_reduce = o->n_reduce,
         .routing_stats = o->routing_stats,
         .top_tokens = o->top_tokens,
+        .top_features = fp,
+        .top_features_k = fk,
+        .n_top_features = nf,
+        .top_contexts = cp,
+        .top_contexts_k = ck,
+        .n_top_contexts = nc,
         .out_dir = o->out,
         .progress = isatty(2) ? show : NULL,
         .progress_user = &pr,
@@ -83,11 +107,11 @@ int cmd_harvest(cli_run *c)
     nnt_harvest_progress done;
     nnt_status st = nnt_harvest(c->m, &s, &done);
     if (pr.shown) fputc('\n', stderr);
-    free(pos);
+    free(fp), free(cp), free(fk), free(ck), free(pos);
     nnt_request_free(req);
     if (st != NNT_OK) return cli_fail(o, c->rt, "harvest");
     printf("harvest: %lld rows, %lld tokens, %lld shards in %s%s\n", (long long)done.rows, (long long)done.tokens,
            (long long)done.shards, o->out, done.resumed ? " (continued an earlier run)" : "");
-    if (o->n_reduce || o->routing_stats) printf("statistics: %s/stats.safetensors\n", o->out);
+    if (o->n_reduce || o->routing_stats || nc) printf("statistics: %s/stats.safetensors\n", o->out);
     return 0;
 }

@@ -36,7 +36,7 @@ typedef struct hv_run {
 static nnt_status check_spec(const nnt_harvest_spec *s, nnt_error *err)
 {
     if (!s || s->struct_size < sizeof *s)
-        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "harvest: spec NULL or struct_size %u < %zu",
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "spec: NULL or struct_size %u < %zu (sizeof(nnt_harvest_spec))",
                            s ? s->struct_size : 0u, sizeof *s);
     if (!s->request) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "request: NULL (expected a trace request)");
     if (nnt_request_method(s->request) != NNT_METHOD_TRACE)
@@ -62,6 +62,10 @@ static nnt_status check_spec(const nnt_harvest_spec *s, nnt_error *err)
     if (s->max_tokens < 0)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "max_tokens: %lld (expected >= 0)", (long long)s->max_tokens);
     if (!s->out_dir || !*s->out_dir) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "out_dir: empty");
+    if (s->n_top_features < 0 || (s->n_top_features > 0 && (!s->top_features || !s->top_features_k)))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "top_features: NULL or a negative count");
+    if (s->n_top_contexts < 0 || (s->n_top_contexts > 0 && (!s->top_contexts || !s->top_contexts_k)))
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "top_contexts: NULL or a negative count");
     return NNT_OK;
 }
 
@@ -243,10 +247,10 @@ static nnt_status forward(hv_run *r, int nb, int len, int64_t first)
         return st;
     }
     /* the reductions first: they tell their own saves from the request's */
-    st = hv_reduce_add(r->red, r->t, r->ids, r->keep, nb, len, r->err);
+    st = hv_reduce_add(r->red, r->t, r->ids, r->keep, nb, len, first, r->err);
     if (st != NNT_OK) return st;
     if (!r->shard) {
-        st = hv_shard_new(r->m, r->t, r->red, nb, len, r->s->dtype, &r->shard, r->err);
+        st = hv_shard_new(r->m, r->t, r->red, nb, len, r->s, &r->shard, r->err);
         if (st != NNT_OK) return st;
         cJSON *v = hv_shard_values_json(r->shard);
         if (r->values && !cJSON_Compare(v, r->values, 1)) {
@@ -364,7 +368,18 @@ static nnt_status setup(hv_run *r, const cJSON **prev_out, cJSON **prev_doc)
         return nnt_err_set(r->err, NNT_ERR_OUT_OF_MEMORY, "no memory for %d rows of %d tokens", s->batch, s->context);
     if ((st = nnt_trace_new(r->m, &r->t)) != NNT_OK) return st;
     if ((st = nnt_request_apply(s->request, r->t, NULL, 0)) != NNT_OK) return st;
-    if ((st = hv_reduce_open(s, r->m, r->t, &r->red, r->err)) != NNT_OK) return st;
+    /* the paths the request saves, as spelled: a reduction of one of them reads that save */
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(r->identity, "request"), *it;
+    const char *saved[256];
+    int n_saved = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(req, "saves"))
+        if (cJSON_IsString(it) && n_saved < 256) saved[n_saved++] = it->valuestring;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(req, "edits")) {
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(it, "op"), *path = cJSON_GetObjectItemCaseSensitive(it, "path");
+        if (cJSON_IsString(op) && !strcmp(op->valuestring, "save") && cJSON_IsString(path) && n_saved < 256)
+            saved[n_saved++] = path->valuestring;
+    }
+    if ((st = hv_reduce_open(s, r->m, r->t, saved, n_saved, &r->red, r->err)) != NNT_OK) return st;
     if ((st = hv_corpus_open(s, &r->corpus, r->err)) != NNT_OK) return st;
     return hv_rows_open(s, r->corpus, tok, nnt_model_get_info(r->m)->vocab_size, &r->rows, r->err);
 }

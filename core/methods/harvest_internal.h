@@ -53,15 +53,18 @@ int64_t hv_rows_dropped(const hv_rows *r);
 /* ---- reductions (reduce.c) ---- */
 typedef struct hv_reduce hv_reduce;
 /* The reductions the spec asks for on model m; *out NULL when it asks for none. Adds to trace t
- * the saves they read (after the request's own, so their keys are the last of each path). */
-nnt_status hv_reduce_open(const nnt_harvest_spec *s, nnt_model *m, nnt_trace *t, hv_reduce **out, nnt_error *err);
+ * the saves they read (after the request's own, so their keys are the last of each path), except
+ * for a path the request saves itself, spelled the same (saved [n_saved]): that one is read from
+ * the request's own save and stays a value of the shards. */
+nnt_status hv_reduce_open(const nnt_harvest_spec *s, nnt_model *m, nnt_trace *t, const char *const *saved,
+                          int n_saved, hv_reduce **out, nnt_error *err);
 void hv_reduce_free(hv_reduce *r);
 /* 1 when key is a result the reductions added (not a value of the request). */
 int hv_reduce_owns(const hv_reduce *r, const nnt_trace *t, const char *key);
-/* Adds one forward's rows: keep[b * seq + j] 1 for the tokens counted (real tokens at the kept
- * positions), ids [batch, seq]. */
+/* Adds one forward's rows (the first of them corpus row first_row): keep[b * seq + j] 1 for the
+ * tokens counted (real tokens at the kept positions), ids [batch, seq]. */
 nnt_status hv_reduce_add(hv_reduce *r, const nnt_trace *t, const int32_t *ids, const uint8_t *keep, int batch, int seq,
-                         nnt_error *err);
+                         int64_t first_row, nnt_error *err);
 /* The state as one safetensors file (exact: integer counts and float64 sums), read back by
  * hv_reduce_load; the final statistics as another (hv_reduce_write_final). */
 nnt_status hv_reduce_save(const hv_reduce *r, nnt_runtime *rt, const char *file);

@@ -125,6 +125,11 @@ static nnt_status add_settings(cJSON *id, const nnt_harvest_spec *s, nnt_error *
     cJSON *red = cJSON_AddArrayToObject(se, "reduce");
     for (int i = 0; i < s->n_reduce; i++) cJSON_AddItemToArray(red, cJSON_CreateString(s->reduce[i]));
     cJSON_AddBoolToObject(se, "routing_stats", s->routing_stats);
+    cJSON *tf = cJSON_AddObjectToObject(se, "top_features"), *tcx = cJSON_AddObjectToObject(se, "top_contexts");
+    for (int i = 0; i < s->n_top_features; i++)
+        cJSON_AddNumberToObject(tf, s->top_features[i] ? s->top_features[i] : "", s->top_features_k[i]);
+    for (int i = 0; i < s->n_top_contexts; i++)
+        cJSON_AddNumberToObject(tcx, s->top_contexts[i] ? s->top_contexts[i] : "", s->top_contexts_k[i]);
     cJSON_AddNumberToObject(se, "top_tokens", s->top_tokens ? s->top_tokens : 32);
     cJSON *data = cJSON_AddArrayToObject(id, "data");
     for (int i = 0; i < s->n_data; i++) {

@@ -25,10 +25,12 @@ typedef struct hv_batch {
 
 typedef struct hv_shard hv_shard;
 /* A shard for the values trace t saved in its first forward (batch x seq), except those the
- * reductions red own. Errors: NNT_ERR_INVALID_ARGUMENT naming a save that is not laid out [batch
- * seq ...] whole on those axes, is None or is emitted several times; no value and no reduction. */
-nnt_status hv_shard_new(nnt_model *m, const nnt_trace *t, const hv_reduce *red, int batch, int seq, nnt_dtype dtype,
-                        hv_shard **out, nnt_error *err);
+ * reductions red own; in spec's dtype, those spec->top_features names sparsely. Errors:
+ * NNT_ERR_INVALID_ARGUMENT naming a save that is not laid out [batch seq ...] whole on those axes,
+ * is None or is emitted several times; no value and no reduction; a top_features path the request
+ * does not save, or a K out of range. */
+nnt_status hv_shard_new(nnt_model *m, const nnt_trace *t, const hv_reduce *red, int batch, int seq,
+                        const nnt_harvest_spec *spec, hv_shard **out, nnt_error *err);
 void hv_shard_free(hv_shard *s);
 /* Appends forward b's kept tokens of every value. Errors: NNT_ERR_SHAPE (a value shaped otherwise
  * than in the first forward), NNT_ERR_OUT_OF_MEMORY. */

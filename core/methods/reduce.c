@@ -35,9 +35,24 @@ typedef struct hv_routing {
     hv_pairs pairs;
 } hv_routing;
 
+/* A value's top contexts: per feature its K largest kept tokens so far, in decreasing order. */
+typedef struct hv_topctx {
+    char path[HV_KEY_MAX];
+    char key[HV_KEY_MAX + 16];
+    int shared;        /* the request saves the path itself: its key is the request's value */
+    int k;
+    int64_t features;  /* F, known at the first forward (or from a saved state) */
+    float *values;     /* [F, K] */
+    int64_t *rows;     /* [F, K] */
+    int32_t *positions;/* [F, K] */
+    int32_t *count;    /* [F]: entries held */
+} hv_topctx;
+
 struct hv_reduce {
     hv_moment *mom;
     int n_mom;
+    hv_topctx *tc;
+    int n_tc;
     hv_routing *rt;
     int n_rt;
     int experts, top;
@@ -64,8 +79,15 @@ void hv_reduce_free(hv_reduce *r)
         free(r->rt[i].cooc);
         pairs_free(&r->rt[i].pairs);
     }
+    for (int i = 0; i < r->n_tc; i++) {
+        free(r->tc[i].values);
+        free(r->tc[i].rows);
+        free(r->tc[i].positions);
+        free(r->tc[i].count);
+    }
     free(r->mom);
     free(r->rt);
+    free(r->tc);
     free(r);
 }
 
@@ -187,10 +209,46 @@ static nnt_status open_routing(nnt_model *m, nnt_trace *t, hv_reduce *r, nnt_err
     return NNT_OK;
 }
 
-nnt_status hv_reduce_open(const nnt_harvest_spec *s, nnt_model *m, nnt_trace *t, hv_reduce **out, nnt_error *err)
+static int listed(const char *const *saved, int n, const char *path)
+{
+    for (int i = 0; i < n; i++)
+        if (saved[i] && !strcmp(saved[i], path)) return 1;
+    return 0;
+}
+
+static nnt_status open_contexts(const nnt_harvest_spec *s, nnt_trace *t, const char *const *saved, int n_saved,
+                                hv_reduce *r, nnt_error *err)
+{
+    if (!s->top_contexts || !s->top_contexts_k)
+        return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "top_contexts: NULL with n_top_contexts > 0");
+    r->tc = calloc((size_t)s->n_top_contexts, sizeof *r->tc);
+    if (!r->tc) return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    for (int i = 0; i < s->n_top_contexts; i++) {
+        const char *p = s->top_contexts[i];
+        if (!p || !*p || strlen(p) >= HV_KEY_MAX || strpbrk(p, "*[@#"))
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "top_contexts[%d]: '%s': expected one value's path (no "
+                                                              "wildcard, slice or suffix)", i, p ? p : "(null)");
+        if (s->top_contexts_k[i] < 1 || s->top_contexts_k[i] > 4096)
+            return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "top_contexts[%d]: K %d is not in 1..4096", i,
+                               s->top_contexts_k[i]);
+        hv_topctx *tc = &r->tc[r->n_tc++];
+        snprintf(tc->path, sizeof tc->path, "%s", p);
+        tc->k = s->top_contexts_k[i];
+        tc->shared = listed(saved, n_saved, p);
+        nnt_status st = tc->shared ? NNT_OK : nnt_trace_save(t, p);
+        if (st != NNT_OK) {
+            nnt_err_prefix(err, "top_contexts[%d]", i);
+            return st;
+        }
+    }
+    return NNT_OK;
+}
+
+nnt_status hv_reduce_open(const nnt_harvest_spec *s, nnt_model *m, nnt_trace *t, const char *const *saved,
+                          int n_saved, hv_reduce **out, nnt_error *err)
 {
     *out = NULL;
-    if (s->n_reduce < 1 && !s->routing_stats) return NNT_OK;
+    if (s->n_reduce < 1 && !s->routing_stats && s->n_top_contexts < 1) return NNT_OK;
     if (s->n_reduce > 0 && !s->reduce) return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "reduce: NULL with n_reduce > 0");
     if (s->top_tokens < 0 || s->top_tokens > 65536)
         return nnt_err_set(err, NNT_ERR_INVALID_ARGUMENT, "top_tokens: %d is not in 0..65536", s->top_tokens);
@@ -199,6 +257,7 @@ nnt_status hv_reduce_open(const nnt_harvest_spec *s, nnt_model *m, nnt_trace *t,
     r->top = s->top_tokens ? s->top_tokens : 32;
     nnt_status st = s->n_reduce > 0 ? open_moments(s, m, t, r, err) : NNT_OK;
     if (st == NNT_OK && s->routing_stats) st = open_routing(m, t, r, err);
+    if (st == NNT_OK && s->n_top_contexts > 0) st = open_contexts(s, t, saved, n_saved, r, err);
     if (st != NNT_OK) {
         hv_reduce_free(r);
         return st;
@@ -215,6 +274,8 @@ int hv_reduce_owns(const hv_reduce *r, const nnt_trace *t, const char *key)
         if (!strcmp(key, r->mom[i].key)) return 1;
     for (int i = 0; i < r->n_rt; i++)
         if (!strcmp(key, r->rt[i].idx_key) || !strcmp(key, r->rt[i].w_key)) return 1;
+    for (int i = 0; i < r->n_tc; i++)
+        if (!r->tc[i].shared && !strcmp(key, r->tc[i].key)) return 1;
     return 0;
 }
 
@@ -265,8 +326,71 @@ static nnt_status add_routing(hv_routing *ro, int64_t E, const nnt_tensor *idx, 
     return NNT_OK;
 }
 
+static nnt_status contexts_alloc(hv_topctx *tc, int64_t F, nnt_error *err)
+{
+    size_t n = (size_t)F * (size_t)tc->k;
+    tc->features = F;
+    tc->values = calloc(n, sizeof *tc->values);
+    tc->rows = malloc(n * sizeof *tc->rows);
+    tc->positions = malloc(n * sizeof *tc->positions);
+    tc->count = calloc((size_t)F, sizeof *tc->count);
+    if (!tc->values || !tc->rows || !tc->positions || !tc->count)
+        return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the top contexts of %s", tc->path);
+    for (size_t i = 0; i < n; i++) {
+        tc->rows[i] = -1;
+        tc->positions[i] = -1;
+    }
+    return NNT_OK;
+}
+
+/* Token (row, pos) with entries x [F] into each feature's list: after every held value at least as
+ * large (so the earlier token stays first among equal values). */
+static void contexts_token(hv_topctx *tc, const float *x, int64_t row, int32_t pos)
+{
+    int K = tc->k;
+    for (int64_t f = 0; f < tc->features; f++) {
+        float v = x[f];
+        float *vals = tc->values + f * K;
+        int n = tc->count[f];
+        if (v != v || (n == K && !(v > vals[K - 1]))) continue; /* NaN, or not above the K-th */
+        int at = n < K ? n : K - 1;
+        while (at > 0 && v > vals[at - 1]) at--;
+        int last = n < K ? n : K - 1;
+        int64_t *rows = tc->rows + f * K;
+        int32_t *p = tc->positions + f * K;
+        memmove(vals + at + 1, vals + at, (size_t)(last - at) * sizeof *vals);
+        memmove(rows + at + 1, rows + at, (size_t)(last - at) * sizeof *rows);
+        memmove(p + at + 1, p + at, (size_t)(last - at) * sizeof *p);
+        vals[at] = v;
+        rows[at] = row;
+        p[at] = pos;
+        if (n < K) tc->count[f] = n + 1;
+    }
+}
+
+static nnt_status add_contexts(hv_topctx *tc, const nnt_tensor *v, const uint8_t *keep, int B, int T, int64_t first_row,
+                               nnt_error *err)
+{
+    if (!v || v->ndim != 3 || v->shape[0] != B || v->shape[1] != T || v->dtype != NNT_F32)
+        return nnt_err_set(err, NNT_ERR_SHAPE, "top_contexts: %s is not a float32 [batch seq features] value",
+                           tc->path);
+    if (!tc->values) {
+        nnt_status st = contexts_alloc(tc, v->shape[2], err);
+        if (st != NNT_OK) return st;
+    }
+    if (v->shape[2] != tc->features)
+        return nnt_err_set(err, NNT_ERR_SHAPE, "top_contexts: %s has %lld features, its saved state %lld", tc->path,
+                           (long long)v->shape[2], (long long)tc->features);
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < T; j++)
+            if (keep[(int64_t)b * T + j])
+                contexts_token(tc, (const float *)v->data + ((int64_t)b * T + j) * tc->features, first_row + b,
+                               (int32_t)j);
+    return NNT_OK;
+}
+
 nnt_status hv_reduce_add(hv_reduce *r, const nnt_trace *t, const int32_t *ids, const uint8_t *keep, int batch, int seq,
-                         nnt_error *err)
+                         int64_t first_row, nnt_error *err)
 {
     if (!r) return NNT_OK;
     if (!r->resolved) {
@@ -275,6 +399,9 @@ nnt_status hv_reduce_add(hv_reduce *r, const nnt_trace *t, const int32_t *ids, c
             last_key(t, r->rt[i].idx_path, r->rt[i].idx_key, sizeof r->rt[i].idx_key);
             last_key(t, r->rt[i].w_path, r->rt[i].w_key, sizeof r->rt[i].w_key);
         }
+        for (int i = 0; i < r->n_tc; i++)
+            if (r->tc[i].shared) snprintf(r->tc[i].key, sizeof r->tc[i].key, "%s", r->tc[i].path);
+            else last_key(t, r->tc[i].path, r->tc[i].key, sizeof r->tc[i].key);
         r->resolved = 1;
     }
     for (int64_t i = 0; i < (int64_t)batch * seq; i++) r->tokens += keep[i] != 0;
@@ -286,6 +413,10 @@ nnt_status hv_reduce_add(hv_reduce *r, const nnt_trace *t, const int32_t *ids, c
         hv_routing *ro = &r->rt[i];
         nnt_status st = add_routing(ro, r->experts, nnt_trace_get(t, ro->idx_key), nnt_trace_get(t, ro->w_key), ids,
                                     keep, batch, seq, err);
+        if (st != NNT_OK) return st;
+    }
+    for (int i = 0; i < r->n_tc; i++) {
+        nnt_status st = add_contexts(&r->tc[i], nnt_trace_get(t, r->tc[i].key), keep, batch, seq, first_row, err);
         if (st != NNT_OK) return st;
     }
     return NNT_OK;
@@ -392,6 +523,27 @@ static void *copy_of(const void *p, size_t n)
     return c;
 }
 
+/* A top-contexts list's arrays under "cI.*" (the state) or, with path, "PATH.top_context_*". */
+static void add_contexts_list(hv_list *l, const hv_topctx *tc, int i, const char *path)
+{
+    char key[HV_KEY_MAX + 64];
+    int64_t F = tc->features, K = tc->k;
+    size_t n = (size_t)(F * K);
+    if (!F) return; /* no forward reached it */
+    if (path) snprintf(key, sizeof key, "%s.top_context_values", path);
+    else snprintf(key, sizeof key, "c%d.values", i);
+    list_add(l, key, NNT_F32, F, K, tc->values, 0);
+    if (path) snprintf(key, sizeof key, "%s.top_context_rows", path);
+    else snprintf(key, sizeof key, "c%d.rows", i);
+    list_add(l, key, NNT_I64, F, K, copy_of(tc->rows, n * sizeof *tc->rows), 1);
+    if (path) snprintf(key, sizeof key, "%s.top_context_positions", path);
+    else snprintf(key, sizeof key, "c%d.positions", i);
+    list_add(l, key, NNT_I32, F, K, copy_of(tc->positions, n * sizeof *tc->positions), 1);
+    if (path) return;
+    snprintf(key, sizeof key, "c%d.count", i);
+    list_add(l, key, NNT_I32, F, 0, tc->count, 0);
+}
+
 nnt_status hv_reduce_save(const hv_reduce *r, nnt_runtime *rt, const char *file)
 {
     hv_list l = {0};
@@ -422,6 +574,8 @@ nnt_status hv_reduce_save(const hv_reduce *r, nnt_runtime *rt, const char *file)
         snprintf(key, sizeof key, "r%d.pair_counts", i);
         list_add(&l, key, NNT_I64, n ? n : 1, 0, counts, 1);
     }
+    for (int i = 0; i < r->n_tc; i++)
+        add_contexts_list(&l, &r->tc[i], i, NULL);
     return list_write(&l, rt, file);
 }
 
@@ -485,6 +639,27 @@ nnt_status hv_reduce_load(hv_reduce *r, nnt_runtime *rt, const char *file)
         snprintf(key, sizeof key, "r%d.cooc", i);
         if (st == NNT_OK) st = read_into(rt, file, key, NNT_I64, E * E, ro->cooc);
         if (st == NNT_OK) st = load_pairs(ro, rt, file, i);
+    }
+    for (int i = 0; st == NNT_OK && i < r->n_tc; i++) {
+        hv_topctx *tc = &r->tc[i];
+        nnt_tensor count = {0};
+        snprintf(key, sizeof key, "c%d.count", i);
+        st = nnt_safetensors_read(rt, file, key, &count);
+        if (st == NNT_OK && (count.dtype != NNT_I32 || count.ndim != 1 || count.shape[0] < 1))
+            st = nnt_err_set(&rt->err, NNT_ERR_FORMAT, "%s: %s is not I32 [features]", file, key);
+        if (st == NNT_OK && !tc->values) st = contexts_alloc(tc, count.shape[0], &rt->err);
+        int64_t F = tc->features, K = tc->k;
+        if (st == NNT_OK && count.shape[0] != F)
+            st = nnt_err_set(&rt->err, NNT_ERR_FORMAT, "%s: %s has %lld features, not %lld", file, key,
+                             (long long)count.shape[0], (long long)F);
+        if (st == NNT_OK) memcpy(tc->count, count.data, (size_t)F * sizeof *tc->count);
+        nnt_tensor_free(&count);
+        snprintf(key, sizeof key, "c%d.values", i);
+        if (st == NNT_OK) st = read_into(rt, file, key, NNT_F32, F * K, tc->values);
+        snprintf(key, sizeof key, "c%d.rows", i);
+        if (st == NNT_OK) st = read_into(rt, file, key, NNT_I64, F * K, tc->rows);
+        snprintf(key, sizeof key, "c%d.positions", i);
+        if (st == NNT_OK) st = read_into(rt, file, key, NNT_I32, F * K, tc->positions);
     }
     return st;
 }
@@ -569,5 +744,6 @@ nnt_status hv_reduce_write_final(const hv_reduce *r, nnt_runtime *rt, const char
         snprintf(key, sizeof key, "%sexpert_top_token_counts", base);
         list_add(&l, key, NNT_I64, E, r->top, counts, 1);
     }
+    for (int i = 0; i < r->n_tc; i++) add_contexts_list(&l, &r->tc[i], i, r->tc[i].path);
     return list_write(&l, rt, file);
 }

@@ -142,7 +142,7 @@ def test_killed_and_resumed_equals_uninterrupted(tmp_path):
     corpus.write_text(text * 3, encoding="utf-8")
     common = ["--model", EXAMPLE, "--data", str(corpus), "--context", "24", "--batch", "2", "--shard-mb", "0.02",
               "--save", "layers.0.layer_output", "--save", "layers.1.mlp.expert_weights", "--routing-stats",
-              "--reduce", "layers.1.layer_output"]
+              "--reduce", "layers.1.layer_output", "--top-contexts", "layers.1.layer_output=3"]
     whole = str(tmp_path / "whole")
     t0 = time.monotonic()
     harvest(*common, "--out", whole)
@@ -352,3 +352,31 @@ def test_sae_features(tmp_path):
         f.write(" ")
     p = harvest(*args, check=False)
     assert p.returncode != 0 and "its sae_files" in p.stderr, p.stderr
+
+
+def test_sparse_features_and_top_contexts(tmp_path):
+    """--top-features writes each token's K largest SAE features, --top-contexts each feature's K
+    largest tokens over the corpus: both against the same harvest's dense values, sorted here."""
+    sae = os.path.join(FIXTURES, "sae", "relu")
+    key = "layers.1.layer_output.sae.feature_acts"
+    base = ["--model", EXAMPLE, "--data", TXT, "--context", "16", "--max-tokens", "480", "--batch", "3", "--dtype",
+            "f32", "--sae", f"layers.1.layer_output={sae}", "--save", key, "--shard-mb", "0.05"]
+    dense, sparse = str(tmp_path / "dense"), str(tmp_path / "sparse")
+    harvest(*base, "--out", dense)
+    harvest(*base, "--top-features", f"{key}=5", "--top-contexts", f"{key}=4", "--out", sparse)
+    _, d = shards(dense)
+    manifest, sp = shards(sparse)
+    assert key not in sp and manifest["values"][key + ".top_indices"] == {"dtype": "I32", "shape": ["tokens", 5]}
+    x = d[key]
+    order = np.argsort(-x, axis=1, kind="stable")[:, :5]  # the smaller index first among equal values
+    assert np.array_equal(sp[key + ".top_indices"], order)
+    assert np.array_equal(sp[key + ".top_values"], np.take_along_axis(x, order, 1))
+    s = safetensors_reader.read(os.path.join(sparse, "stats.safetensors"))
+    rows, pos = d["harvest.rows"], d["harvest.positions"]
+    for f in range(x.shape[1]):
+        top = np.argsort(-x[:, f], kind="stable")[:4]  # the earlier token first among equal values
+        assert np.array_equal(s[key + ".top_context_values"][f], x[top, f]), f
+        assert np.array_equal(s[key + ".top_context_rows"][f], rows[top]), f
+        assert np.array_equal(s[key + ".top_context_positions"][f], pos[top]), f
+    p = harvest(*base, "--top-features", "layers.0.layer_output=5", "--out", str(tmp_path / "x"), check=False)
+    assert p.returncode != 0 and "top_features[0]: 'layers.0.layer_output' is not a value the request saves" in p.stderr

@@ -233,7 +233,11 @@ void nnt_pipeline_close(nnt_pipeline *p, const char *failure);
  * expert_cooccurrence [E, E] (I64: tokens whose top-K held both; the diagonal is expert_counts),
  * expert_top_tokens and expert_top_token_counts [E, top_tokens] (I32, I64: the token ids routed to
  * the expert most often, ties to the smaller id, -1 / 0 past the ids it saw), and tokens (I64 [1]).
- * Batch size does not change them. */
+ * With top_contexts, for each of those values (F features on its last axis, K = its
+ * top_contexts_k): PATH.top_context_values [F, K] (F32: each feature's K largest values over the
+ * kept tokens, in decreasing order, the earlier token first among equal values), and the row
+ * (PATH.top_context_rows, I64) and position (PATH.top_context_positions, I32) of each; -1 and a
+ * value of 0 past the tokens a feature has. Batch size does not change them. */
 typedef enum nnt_harvest_rows { NNT_HARVEST_PACK = 0, NNT_HARVEST_SPLIT, NNT_HARVEST_TRUNCATE } nnt_harvest_rows;
 /* How a data file is read: LINES one document per line (the newline not part of it; a blank
  * line is no document), FILE the whole file one document, JSONL one JSON object per line, the
@@ -268,6 +272,16 @@ typedef struct nnt_harvest_spec {
     int n_reduce;
     int routing_stats;           /* 1: the routing statistics of every block with experts */
     int top_tokens;              /* routing: ids kept per expert (0: 32) */
+    const char *const *top_features; /* [n_top_features] saved values ([batch seq F]) written sparsely:
+                                  * each kept token's top_features_k[i] largest entries, as KEY.top_indices
+                                  * [N, K] (I32) and KEY.top_values [N, K] (dtype), instead of KEY */
+    const int *top_features_k;   /* [n_top_features], 1..F */
+    int n_top_features;
+    const char *const *top_contexts; /* [n_top_contexts] values ([batch seq F], need not be saved) whose
+                                  * every feature keeps its top_contexts_k[i] largest kept tokens over the
+                                  * corpus (statistics below) */
+    const int *top_contexts_k;   /* [n_top_contexts], 1..4096 */
+    int n_top_contexts;
     const char *out_dir;         /* made when absent */
     void (*progress)(void *user, const nnt_harvest_progress *p); /* after every forward; may be NULL */
     void *progress_user;
