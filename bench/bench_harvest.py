@@ -1,7 +1,9 @@
 """bench_harvest.py - harvest throughput: `nnt harvest` saving one block's residual stream in bf16
 over a corpus, against transformers plus a loop that does the same in one run (tokenize with the
 same tokenizer.json, pack rows of --context tokens, forward batches with a hook on the block,
-round the block's output to bfloat16 and write safetensors shards of --shard-mb), on the same
+round the block's output to bfloat16 and write safetensors shards of --shard-mb, default 16 MiB so
+that the shard buffer is not what grows with the corpus), once running every block and once stopped
+after the block by an exception from its hook, on the same
 checkpoint's weights; tokens/s of each and their ratio, disk bytes per token and the disk's own
 write rate (so that it can be seen not to be the limit), and nnt's peak RSS at two corpus sizes
 (constant memory: the larger corpus must not need more). Prints a Markdown report.
@@ -111,8 +113,13 @@ def run_nnt(a, model: str, corpus: str, out: str) -> dict:
     return {"tokens": m["tokens_done"], "seconds": took, "disk": disk, "rss_mb": anon}
 
 
-def run_transformers(a, model: str, corpus: str, out: str) -> dict:
-    """The baseline, in this process: one run over the corpus as nnt harvest makes it."""
+class _Stop(Exception):
+    """Raised by the hook to end a forward after the block (as nnsight's tracer.stop() does)."""
+
+
+def run_transformers(a, model: str, corpus: str, out: str, stop: bool) -> dict:
+    """The baseline, in this process: one run over the corpus as nnt harvest makes it; with stop,
+    each forward ends at the block's hook (the blocks after it are not run), as nnt's does."""
     import numpy as np
     import torch
     from safetensors.numpy import save_file
@@ -128,6 +135,8 @@ def run_transformers(a, model: str, corpus: str, out: str) -> dict:
 
     def hook(_module, _inputs, output):
         kept["x"] = output[0] if isinstance(output, tuple) else output
+        if stop:
+            raise _Stop
 
     lm.model.layers[a.block].register_forward_hook(hook)
     loaded = time.monotonic()
@@ -156,7 +165,10 @@ def run_transformers(a, model: str, corpus: str, out: str) -> dict:
                 del stream[: a.context]
                 if len(rows) == a.batch:
                     ids = torch.tensor(rows)
-                    lm.model(input_ids=ids)  # the hook keeps the block's output; no lm_head needed
+                    try:
+                        lm.model(input_ids=ids)  # the hook keeps the block's output; no lm_head needed
+                    except _Stop:
+                        pass
                     x = kept["x"].to(torch.bfloat16).reshape(-1, kept["x"].shape[-1])
                     shard.append(x.view(torch.int16).numpy().view(np.uint16).copy())
                     pending_ids.append(ids.reshape(-1).numpy().astype(np.int32))
@@ -195,7 +207,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--block", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--shard-mb", type=float, default=256)
+    ap.add_argument("--shard-mb", type=float, default=16)
     ap.add_argument("--work", default="/tmp/nnt-bench-harvest")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -206,20 +218,26 @@ def main() -> None:
     make_corpus(big, a.tokens)
     half = run_nnt(a, nnt_model, small, os.path.join(a.work, "nnt-half"))
     whole = run_nnt(a, nnt_model, big, os.path.join(a.work, "nnt"))
-    hf = run_transformers(a, hf_model, big, os.path.join(a.work, "hf"))
+    hf = run_transformers(a, hf_model, big, os.path.join(a.work, "hf"), False)
+    hf_stop = run_transformers(a, hf_model, big, os.path.join(a.work, "hf"), True)
     rate = disk_rate(os.path.join(a.work, "disk-test"))
     r_nnt, r_hf = whole["tokens"] / whole["seconds"], hf["tokens"] / hf["seconds"]
+    r_stop = hf_stop["tokens"] / hf_stop["seconds"]
     print(f"# harvest throughput ({time.strftime('%Y-%m-%d')})\n")
     print(f"CPU: {cpu_line()}\n")
     print(f"checkpoint: {a.release} (nnt) and {a.bf16} (transformers, bf16); INI {a.config}; context {a.context}, "
           f"batch {a.batch}, layers.{a.block}.layer_output in bf16, shards of {a.shard_mb:g} MiB, {a.threads} threads\n")
     print("| run | tokens | seconds | tokens/s | disk bytes/token | peak anonymous RSS MiB |")
     print("|---|---|---|---|---|---|")
-    for name, r in (("nnt harvest, half the corpus", half), ("nnt harvest", whole), ("transformers + loop", hf)):
+    for name, r in (("nnt harvest, half the corpus", half), ("nnt harvest", whole), ("transformers + loop", hf),
+                    ("transformers + loop, forwards stopped after the block", hf_stop)):
         rss = f"{r['rss_mb']:.0f}" if "rss_mb" in r else "-"
         print(f"| {name} | {r['tokens']} | {r['seconds']:.1f} | {r['tokens'] / r['seconds']:.1f} | "
               f"{r['disk'] / max(r['tokens'], 1):.0f} | {rss} |")
-    print(f"\nnnt / transformers: {r_nnt / r_hf:.2f}x tokens/s over the whole run; transformers runs "
+    print(f"\nnnt harvest runs blocks 0..{a.block} only (nothing after them is read); against transformers "
+          f"stopped there too: {r_nnt / r_stop:.2f}x tokens/s ({r_nnt / (hf_stop['tokens'] / hf_stop['after_load']):.2f}x "
+          f"of its time after loading).")
+    print(f"\nnnt / transformers running every block: {r_nnt / r_hf:.2f}x tokens/s over the whole run; transformers runs "
           f"{hf['tokens'] / hf['after_load']:.1f} tokens/s once its model is loaded (nnt: {r_nnt / (hf['tokens'] / hf['after_load']):.2f}x that)."
           f" Disk: nnt wrote {whole['disk'] / whole['seconds'] / 1e6:.3f} "
           f"MB/s against {rate:.0f} MB/s this folder takes (write + fsync of 256 MiB), so the disk was not the limit. "

@@ -27,6 +27,8 @@ typedef struct hv_run {
     int64_t *docs, *held_docs;
     uint8_t *keep;
     int held;                /* held_* hold a row read but not yet batched (its length) */
+    int end_block;           /* the forward runs blocks [0, end_block): past the last one anything reads */
+    float *hidden_out;       /* [batch, context, streams, hidden_size]: the stream after them, when cut */
     int64_t rows_done, tokens_done, kept_done, shard_first_row;
     int n_shards;
     nnt_harvest_progress prog;
@@ -96,6 +98,7 @@ static void run_free(hv_run *r)
     free(r->docs);
     free(r->held_docs);
     free(r->keep);
+    free(r->hidden_out);
 }
 
 static char *out_file(const hv_run *r, const char *fmt, int k)
@@ -241,7 +244,9 @@ static void report(hv_run *r)
 static nnt_status forward(hv_run *r, int nb, int len, int64_t first)
 {
     int64_t kept = mark_kept(r->s, r->keep, nb, len);
-    nnt_status st = nnt_trace_run(r->t, r->ids, NULL, nb, len);
+    int L = nnt_model_get_info(r->m)->num_layers;
+    nnt_status st = r->end_block < L ? nnt_trace_run_stage(r->t, r->ids, NULL, nb, len, 0, r->end_block, NULL, r->hidden_out)
+                                     : nnt_trace_run(r->t, r->ids, NULL, nb, len);
     if (st != NNT_OK) {
         nnt_err_prefix(r->err, "rows %lld..%lld", (long long)first, (long long)(first + nb - 1));
         return st;
@@ -269,6 +274,45 @@ static nnt_status forward(hv_run *r, int nb, int len, int64_t first)
     r->kept_done += kept;
     if (hv_shard_bytes(r->shard) >= r->s->shard_bytes) st = flush(r);
     return st;
+}
+
+/* The block a path reads (from its "layers.N" / "layers[N]" prefix), or a number >= L when it may
+ * read every block or the model's outputs (a wildcard, logits, the final norm, ...); the inputs and
+ * token embeddings read no block (-1). */
+static int block_of(const char *p, int L)
+{
+    if (!strncmp(p, "model.", 6)) p += 6;
+    if (!strncmp(p, "layers.", 7) || !strncmp(p, "layers[", 7)) {
+        char *end = NULL;
+        long n = strtol(p + 7, &end, 10);
+        return end != p + 7 && n >= 0 && n < L ? (int)n : L;
+    }
+    static const char *const INPUTS[] = {"input_ids", "attention_mask", "input_size", "token_embeddings",
+                                         "embed_tokens."};
+    for (size_t i = 0; i < sizeof INPUTS / sizeof *INPUTS; i++)
+        if (!strncmp(p, INPUTS[i], strlen(INPUTS[i])) && !strchr(p + strlen(INPUTS[i]), '*')) return -1;
+    return L;
+}
+
+/* Blocks [0, end) hold every value the harvest reads: its saves and reductions (a block's values
+ * depend on the blocks before it only, so edits after the last read change nothing read). */
+static int blocks_needed(const hv_run *r, int L)
+{
+    const nnt_harvest_spec *s = r->s;
+    if (s->routing_stats) return L;
+    int last = -1;
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(r->identity, "request"), *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(req, "saves"))
+        if (cJSON_IsString(it)) last = block_of(it->valuestring, L) > last ? block_of(it->valuestring, L) : last;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(req, "edits")) {
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(it, "op"), *path = cJSON_GetObjectItemCaseSensitive(it, "path");
+        if (cJSON_IsString(op) && !strcmp(op->valuestring, "save") && cJSON_IsString(path))
+            last = block_of(path->valuestring, L) > last ? block_of(path->valuestring, L) : last;
+    }
+    for (int i = 0; i < s->n_reduce; i++) last = block_of(s->reduce[i], L) > last ? block_of(s->reduce[i], L) : last;
+    for (int i = 0; i < s->n_top_contexts; i++)
+        if (s->top_contexts[i]) last = block_of(s->top_contexts[i], L) > last ? block_of(s->top_contexts[i], L) : last;
+    return last + 1 < 1 ? 1 : last + 1 > L ? L : last + 1;
 }
 
 /* Continues from the manifest prev: what it says is done. */
@@ -380,6 +424,14 @@ static nnt_status setup(hv_run *r, const cJSON **prev_out, cJSON **prev_doc)
             saved[n_saved++] = path->valuestring;
     }
     if ((st = hv_reduce_open(s, r->m, r->t, saved, n_saved, &r->red, r->err)) != NNT_OK) return st;
+    const nnt_model_info *mi = nnt_model_get_info(r->m);
+    r->end_block = blocks_needed(r, mi->num_layers);
+    if (r->end_block < mi->num_layers) {
+        size_t n = cells * (size_t)(mi->num_streams > 0 ? mi->num_streams : 1) * (size_t)mi->hidden_size;
+        if (!(r->hidden_out = malloc(n * sizeof *r->hidden_out)))
+            return nnt_err_set(r->err, NNT_ERR_OUT_OF_MEMORY, "no memory for the stream after block %d",
+                               r->end_block - 1);
+    }
     if ((st = hv_corpus_open(s, &r->corpus, r->err)) != NNT_OK) return st;
     return hv_rows_open(s, r->corpus, tok, nnt_model_get_info(r->m)->vocab_size, &r->rows, r->err);
 }

@@ -105,6 +105,14 @@ def test_packed_rows_and_positions(tmp_path):
     assert np.array_equal(v["harvest.positions"], np.tile([0, 15], rows))
     assert np.array_equal(v["harvest.input_ids"], stream[: rows * 16].reshape(rows, 16)[:, [0, 15]].ravel())
     assert manifest["values"]["layers.1.layer_output"] == {"dtype": "BF16", "shape": ["tokens", 64]}
+    # a harvest reading block 0 only stops its forwards there: the values are still the whole model's
+    out0 = str(tmp_path / "h0")
+    harvest("--model", EXAMPLE, "--data", JSONL, "--context", "16", "--batch", "3", "--dtype", "f32",
+            "--save", "layers.0.layer_output", "--max-tokens", "48", "--out", out0)
+    _, v0 = shards(out0)
+    ref = m.trace([stream[16 * r:16 * (r + 1)].tolist() for r in range(3)], save=["layers.0.layer_output"])
+    np.testing.assert_allclose(v0["layers.0.layer_output"], ref["layers.0.layer_output"].reshape(-1, 64),
+                               rtol=1e-5, atol=1e-5)
 
 
 def shards_done(out):
