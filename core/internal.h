@@ -152,6 +152,19 @@ nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
  * Errors: NNT_ERR_INVALID_ARGUMENT (a device tensor, a key given twice), NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_st_serialize(int n, const char *const *keys, const nnt_tensor *const *tensors, const char *metadata_json,
                             void **out, size_t *len, nnt_error *err);
+/* Where a result's safetensors go: a file (nnt_st_write), or, with file NULL, a new buffer
+ * (*bytes, *len: nnt_st_serialize). */
+typedef struct nnt_st_sink {
+    const char *file;
+    void **bytes;
+    size_t *len;
+} nnt_st_sink;
+nnt_status nnt_st_emit(const nnt_st_sink *s, int n, const char *const *keys, const nnt_tensor *const *tensors,
+                       const char *metadata_json, nnt_error *err);
+/* A trace's saved values (as nnt_trace_write_safetensors writes them) and n_extra more tensors
+ * after them, into sink s. */
+nnt_status nnt_trace_emit(const nnt_trace *t, const nnt_st_sink *s, int n_extra, const char *const *extra_keys,
+                          const nnt_tensor *const *extra);
 
 /* ---- checkpoints (checkpoint.c) ---- */
 /* What re-encoding at load did (reencode.c): sums over every re-encoded weight. */
@@ -695,6 +708,21 @@ nnt_status nnt_trace_limit_rows(nnt_trace *t, int first, const int *rows, int n)
  * row has are refused when a run starts, like steer's. Errors: NNT_ERR_INVALID_ARGUMENT (n < 1,
  * a request other than set or add), NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_trace_limit_positions(nnt_trace *t, int first, const int *positions, int n);
+/* nnt_request_apply for one of several requests sharing a forward (core/methods/share.c): r's
+ * rows are rows row0 .. row0 + n_rows - 1 of the batch, so every edit and save of r is limited to
+ * them (an edit's own "rows" counted from row0). No callbacks. Errors: those of
+ * nnt_request_apply, NNT_ERR_INVALID_ARGUMENT (n_rows < 1). */
+nnt_status nnt_request_apply_rows(const nnt_request *r, nnt_trace *t, int row0, int n_rows);
+/* A trace method's result made of a batch and a trace that ran (core/methods/run.c): both move
+ * into *out (b is left zeroed; t is the result's). Errors: NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_result_of_trace(nnt_runtime *rt, nnt_batch *b, nnt_trace *t, nnt_result **out);
+/* Parts src's results among n requesters (core/trace/trace_split.c): requester j made src's
+ * requests [first_request[j], first_request[j + 1]) (first_request has n + 1 entries), and
+ * each result goes to dst[j] under the key it would have had in a trace of j's requests alone
+ * (its "#r" counting j's own earlier requests of the same value only). Values are copied.
+ * Errors: NNT_ERR_OUT_OF_MEMORY, NNT_ERR_INTERNAL (a result no requester made). */
+nnt_status nnt_trace_split(const nnt_trace *src, const int *first_request, int n, nnt_trace *const *dst,
+                           nnt_error *err);
 
 /* ---- module tree (tree.c) ---- */
 nnt_tree *nnt_tree_new(void);

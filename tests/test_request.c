@@ -5,6 +5,7 @@
  * rows and positions against separate single-row forwards and the patching sweep's own edit; the
  * written form parsed back to an equal request; batches, metrics, and files. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -1451,6 +1452,126 @@ static void test_tokens_file(void)
     nnt_request_free(r);
 }
 
+/* NNT_REQUEST_NO_FILES: every field naming a file or folder refused, naming the field; the same
+ * documents parse without the flag (those whose files exist), and a source of the size before
+ * the flags field (an older caller) parses as before. */
+static void test_no_files(void)
+{
+    static const struct {
+        const char *json, *field;
+    } named[] = {
+        {R1 "\"rows\": [{\"file\": \"prompt.txt\"}]}", "request.json: rows[0].file: this request may not name files"},
+        {R1 "\"rows\": [{\"tokens\": [1]}, {\"tokens_file\": \"ids.txt\"}]}",
+         "request.json: rows[1].tokens_file: this request may not name files"},
+        {R1 "\"rows\": [{\"tokens\": [1, 2]}], \"edits\": [{\"op\": \"add\", \"path\": \"layers.0.layer_output\", "
+            "\"tensor\": {\"file\": \"v.safetensors\", \"key\": \"v\"}}]}",
+         "request.json: edits[0].tensor.file: this request may not name files"},
+        {R1 "\"rows\": [{\"tokens\": [1, 2]}], \"saes\": [{\"path\": \"layers.0.layer_output\", \"dir\": \".\"}]}",
+         "request.json: saes[0].dir: this request may not name files"},
+    };
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ids.txt", req_dir);
+    CU_ASSERT_FATAL(t_write_file(path, "3 17 42\n") == 0);
+    for (size_t i = 0; i < sizeof named / sizeof *named; i++) {
+        nnt_request_source src = {.struct_size = sizeof src, .json = named[i].json, .json_len = strlen(named[i].json),
+                                  .base_dir = req_dir, .name = "request.json", .flags = NNT_REQUEST_NO_FILES};
+        nnt_request *r = NULL;
+        T_FAILS(rt, nnt_request_parse(rt, &src, &r), NNT_ERR_INVALID_ARGUMENT, named[i].field);
+        CU_ASSERT(r == NULL);
+        if (i < 3) { /* the files exist: without the flag they are read */
+            src.flags = 0;
+            T_OK(rt, nnt_request_parse(rt, &src, &r));
+            nnt_request_free(r);
+            r = NULL;
+            src.struct_size = offsetof(nnt_request_source, flags); /* an older caller's source */
+            src.flags = NNT_REQUEST_NO_FILES;                      /* beyond its size: not read */
+            T_OK(rt, nnt_request_parse(rt, &src, &r));
+            nnt_request_free(r);
+        }
+    }
+    /* tokens, text and the attachment are what such a request uses */
+    const char *ok = R1 "\"rows\": [{\"text\": \"hi\"}, {\"tokens\": [1]}], \"edits\": [{\"op\": \"add\", "
+                        "\"path\": \"layers.0.layer_output\", \"tensor\": {\"key\": \"v\"}}]}";
+    nnt_request_source src = {.struct_size = sizeof src, .json = ok, .json_len = strlen(ok), .name = "request.json",
+                              .tensors = attach, .tensors_len = attach_len, .flags = NNT_REQUEST_NO_FILES};
+    nnt_request *r = NULL;
+    T_OK(rt, nnt_request_parse(rt, &src, &r));
+    nnt_request_free(r);
+}
+
+/* nnt_request_run_shared: three requests with edits of every reach (a whole-value scale, an add
+ * at one row and position, a zero) and saves (a repeated path, a slice, a wildcard, a save entry
+ * with rows) in one forward; each request's results equal its own run (keys in order, values
+ * within float32 rounding), which they cannot if one request's edit reaches another's rows. Then
+ * what cannot share is refused. */
+static void test_shared(void)
+{
+    char rows[4][128];
+    for (int r = 0; r < 4; r++) row_json(r, rows[r], sizeof rows[r]);
+    char docs[3][2048];
+    snprintf(docs[0], sizeof docs[0], R1 "\"rows\": [%s], \"edits\": [{\"op\": \"scale\", \"path\": "
+             "\"layers.0.layer_output\", \"factor\": 0.5}], \"saves\": [\"layers.2.layer_output\", \"logits[:, -1]\", "
+             "\"layers.2.layer_output\"]}", rows[0]);
+    snprintf(docs[1], sizeof docs[1], R1 "\"rows\": [%s, %s], \"edits\": [{\"op\": \"add\", \"path\": "
+             "\"layers.1.layer_output\", \"tensor\": {\"key\": \"v\"}, \"factor\": 2, \"positions\": [2], \"rows\": [1]}, "
+             "{\"op\": \"save\", \"path\": \"layers.2.layer_output\", \"rows\": [0]}], \"saves\": "
+             "[\"layers.*.mlp.expert_indices\", \"layers.2.layer_output\"]}", rows[1], rows[2]);
+    snprintf(docs[2], sizeof docs[2], R1 "\"rows\": [%s], \"edits\": [{\"op\": \"zero\", \"path\": "
+             "\"layers.1.self_attn.attention_output\"}], \"saves\": [\"layers.2.layer_output\", \"logits\"]}", rows[3]);
+    nnt_request *reqs[3] = {NULL, NULL, NULL};
+    for (int j = 0; j < 3; j++) T_OK(rt, parse(docs[j], &reqs[j]));
+    for (int j = 0; j < 3; j++) CU_ASSERT(nnt_request_shareable(reqs[j]));
+    nnt_result *out[3] = {NULL, NULL, NULL};
+    T_OK(rt, nnt_request_run_shared(m, (const nnt_request *const *)reqs, 3, out));
+    for (int j = 0; j < 3; j++) {
+        nnt_trace *alone = run_doc(docs[j], NULL, 0);
+        char what[64];
+        snprintf(what, sizeof what, "shared forward, request %d", j);
+        CU_ASSERT_FATAL(out[j] != NULL);
+        same_results(nnt_result_trace(out[j]), alone, what, NULL, -1);
+        CU_ASSERT_EQUAL(nnt_result_batch(out[j])->batch, j == 1 ? 2 : 1);
+        /* the keys of a request's own run: its second save of a value is "#1", whatever the others saved */
+        const nnt_trace *got = nnt_result_trace(out[j]);
+        CU_ASSERT((nnt_trace_get(got, "layers.2.layer_output#1") != NULL) == (j < 2));
+        CU_ASSERT(nnt_trace_get(got, "layers.2.layer_output#2") == NULL);
+        nnt_trace_free(alone);
+        nnt_result_free(out[j]);
+    }
+    for (int j = 0; j < 3; j++) nnt_request_free(reqs[j]);
+
+    /* a row of another request, what acts on every row, other lengths: refused, nothing returned */
+    static const struct {
+        const char *second, *msg;
+        nnt_status st;
+    } bad[] = {
+        {"\"edits\": [{\"op\": \"zero\", \"path\": \"layers.0.layer_output\", \"rows\": [1]}]}",
+         "edits[0].rows[0]: row 1 is not in this request's batch of 1 rows", NNT_ERR_INDEX},
+        {"\"edits\": [{\"op\": \"skip_layers\", \"start\": 0, \"end\": 1}]}", "request 1 cannot share one",
+         NNT_ERR_INVALID_ARGUMENT},
+        {"\"saves\": [\"logits\"], \"grad\": {\"paths\": [\"layers.0.layer_output\"], \"metric\": \"prob:3\"}}",
+         "request 1 cannot share one", NNT_ERR_INVALID_ARGUMENT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad + 1; i++) {
+        char two[1024];
+        if (i < sizeof bad / sizeof *bad)
+            snprintf(two, sizeof two, R1 "\"rows\": [%s], %s", rows[1], bad[i].second);
+        else /* five tokens against six */
+            snprintf(two, sizeof two, R1 "\"rows\": [{\"tokens\": [1, 2, 3, 4, 5]}], \"saves\": [\"logits\"]}");
+        nnt_request *pair[2] = {NULL, NULL};
+        T_OK(rt, parse(docs[0], &pair[0]));
+        T_OK(rt, parse(two, &pair[1]));
+        nnt_result *res[2] = {(nnt_result *)1, (nnt_result *)1};
+        if (i < sizeof bad / sizeof *bad)
+            T_FAILS(rt, nnt_request_run_shared(m, (const nnt_request *const *)pair, 2, res), bad[i].st, bad[i].msg);
+        else
+            T_FAILS(rt, nnt_request_run_shared(m, (const nnt_request *const *)pair, 2, res), NNT_ERR_INVALID_ARGUMENT,
+                    "share a forward only at one length");
+        CU_ASSERT(res[0] == NULL && res[1] == NULL);
+        nnt_request_free(pair[0]);
+        nnt_request_free(pair[1]);
+    }
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("request", setup, teardown);
@@ -1468,7 +1589,9 @@ int register_tests(void)
         !CU_add_test(s, "metrics: words and values", test_metric) ||
         !CU_add_test(s, "nnt_request_read", test_read) ||
         !CU_add_test(s, "prompt files: bytes outside UTF-8 as the tokenizer reads them", test_prompt_bytes) ||
-        !CU_add_test(s, "tokens files: ids as inline ones, any count up to 2^22, bad bytes named", test_tokens_file))
+        !CU_add_test(s, "tokens files: ids as inline ones, any count up to 2^22, bad bytes named", test_tokens_file) ||
+        !CU_add_test(s, "NNT_REQUEST_NO_FILES: fields naming files refused, older sources read", test_no_files) ||
+        !CU_add_test(s, "requests sharing a forward == each run alone; what cannot share refused", test_shared))
         return -1;
     return 0;
 }

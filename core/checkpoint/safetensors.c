@@ -568,3 +568,10 @@ nnt_status nnt_st_write(const char *path, int n, const char *const *keys,
     free(header);
     return st;
 }
+
+nnt_status nnt_st_emit(const nnt_st_sink *s, int n, const char *const *keys, const nnt_tensor *const *tensors,
+                       const char *metadata_json, nnt_error *err)
+{
+    if (s->file) return nnt_st_write(s->file, n, keys, tensors, metadata_json, err);
+    return nnt_st_serialize(n, keys, tensors, metadata_json, s->bytes, s->len, err);
+}

@@ -34,6 +34,20 @@ void nnt_result_free(nnt_result *res)
     free(res);
 }
 
+nnt_status nnt_result_of_trace(nnt_runtime *rt, nnt_batch *b, nnt_trace *t, nnt_result **out)
+{
+    nnt_result *res = calloc(1, sizeof *res);
+    if (!res) return nnt_err_set(&rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    res->method = NNT_METHOD_TRACE;
+    res->holds = 1;
+    res->rt = rt;
+    res->batch = *b;
+    res->trace = t;
+    memset(b, 0, sizeof *b);
+    *out = res;
+    return NNT_OK;
+}
+
 nnt_method nnt_result_method(const nnt_result *res) { return res ? res->method : NNT_METHOD_COUNT; }
 int nnt_result_holds(const nnt_result *res) { return res ? res->holds : 0; }
 const nnt_batch *nnt_result_batch(const nnt_result *res) { return res ? &res->batch : NULL; }
@@ -246,7 +260,7 @@ nnt_status nnt_request_run(nnt_model *m, const nnt_request *r, const nnt_run_opt
 
 /* ---- --out ---- */
 
-static nnt_status write_lens(const nnt_result *res, const char *file)
+static nnt_status write_lens(const nnt_result *res, const nnt_st_sink *sink, const char *file)
 {
     const nnt_lens_result *l = &res->lens;
     if (!l->probs)
@@ -259,13 +273,14 @@ static nnt_status write_lens(const nnt_result *res, const char *file)
         {.dtype = NNT_I32, .ndim = 2, .shape = {l->batch, l->width}, .data = l->positions},
     };
     const char *keys[2] = {"lens_probs", "lens_positions"};
-    return nnt_safetensors_write(res->rt, file, 2, keys, t);
+    const nnt_tensor *ptrs[2] = {&t[0], &t[1]};
+    return nnt_st_emit(sink, 2, keys, ptrs, NULL, &res->rt->err);
 }
 
 /* A method's grid [blocks, positions] (or [blocks, positions, units] when units > 1, F64) with its
  * axes and the clean and corrupted runs' metrics, under the keys PREFIX_metric, PREFIX_blocks,
  * PREFIX_positions, clean_metric and corrupt_metric. positions NULL: 0 .. n_positions - 1. */
-static nnt_status write_grid(const nnt_result *res, const char *file, const char *prefix, const double *grid,
+static nnt_status write_grid(const nnt_result *res, const nnt_st_sink *sink, const char *prefix, const double *grid,
                              int n_blocks, const int *blk, int n_positions, const int *pos, int n_units, double clean,
                              double corrupt)
 {
@@ -285,28 +300,63 @@ static nnt_status write_grid(const nnt_result *res, const char *file, const char
     snprintf(k1, sizeof k1, "%s_blocks", prefix);
     snprintf(k2, sizeof k2, "%s_positions", prefix);
     const char *keys[5] = {k0, k1, k2, "clean_metric", "corrupt_metric"};
-    nnt_status st = nnt_safetensors_write(res->rt, file, 5, keys, t);
+    const nnt_tensor *ptrs[5] = {&t[0], &t[1], &t[2], &t[3], &t[4]};
+    nnt_status st = nnt_st_emit(sink, 5, keys, ptrs, NULL, &res->rt->err);
     free(axes);
     return st;
 }
 
-nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file)
+/* What the method produced, into sink; file names it in messages. */
+static nnt_status emit_held(const nnt_result *res, const nnt_st_sink *sink, const char *file)
 {
-    if (!res || !file) return NNT_ERR_INVALID_ARGUMENT;
     if (!res->holds)
         return nnt_err_set(&res->rt->err, NNT_ERR_STATE, "%s: this rank does not hold the run's results", file);
     switch (res->method) {
-    case NNT_METHOD_LENS: return write_lens(res, file);
+    case NNT_METHOD_LENS: return write_lens(res, sink, file);
     case NNT_METHOD_PATCH: {
         const nnt_patch_result *p = &res->patch;
-        return write_grid(res, file, "patch", p->grid, p->n_blocks, p->blocks, p->n_positions, p->positions, 1,
+        return write_grid(res, sink, "patch", p->grid, p->n_blocks, p->blocks, p->n_positions, p->positions, 1,
                           p->clean_metric, p->corrupt_metric);
     }
     case NNT_METHOD_ATTRIBUTE: {
         const nnt_attribute_result *a = &res->attr;
-        return write_grid(res, file, "attr", a->grid, a->n_blocks, a->blocks, a->n_positions, NULL, a->n_units,
+        return write_grid(res, sink, "attr", a->grid, a->n_blocks, a->blocks, a->n_positions, NULL, a->n_units,
                           a->clean_metric, a->corrupt_metric);
     }
-    default: return nnt_trace_write_safetensors(res->trace, file);
+    case NNT_METHOD_GENERATE: {
+        nnt_tensor tok = {.dtype = NNT_I32, .ndim = 2, .shape = {res->batch.batch, res->max_new}, .data = res->tokens};
+        const char *key = "generated_tokens";
+        const nnt_tensor *ptr = &tok;
+        return nnt_trace_emit(res->trace, sink, res->tokens ? 1 : 0, &key, &ptr);
     }
+    default: return nnt_trace_emit(res->trace, sink, 0, NULL, NULL);
+    }
+}
+
+static nnt_status write_held(const nnt_result *res, const char *file)
+{
+    if (!file) return nnt_err_set(&res->rt->err, NNT_ERR_INVALID_ARGUMENT, "writing results: needs a file name");
+    nnt_st_sink sink = {.file = file};
+    return emit_held(res, &sink, file);
+}
+
+nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file)
+{
+    if (!res) return NNT_ERR_INVALID_ARGUMENT;
+    NNT_GUARDED(res->rt, "nnt_result_write_safetensors", write_held(res, file));
+}
+
+static nnt_status bytes_held(const nnt_result *res, void **bytes, size_t *len)
+{
+    if (!bytes || !len) return nnt_err_set(&res->rt->err, NNT_ERR_INVALID_ARGUMENT, "results as bytes: needs a place for them");
+    *bytes = NULL;
+    *len = 0;
+    nnt_st_sink sink = {.bytes = bytes, .len = len};
+    return emit_held(res, &sink, "results");
+}
+
+nnt_status nnt_result_safetensors(const nnt_result *res, void **bytes, size_t *len)
+{
+    if (!res) return NNT_ERR_INVALID_ARGUMENT;
+    NNT_GUARDED(res->rt, "nnt_result_safetensors", bytes_held(res, bytes, len));
 }

@@ -132,3 +132,14 @@ int nnt_request_equal(const nnt_request *a, const nnt_request *b)
         if (!edit_eq(&a->edits[i], &b->edits[i])) return 0;
     return 1;
 }
+
+int nnt_request_shareable(const nnt_request *r)
+{
+    if (!r || r->method != NNT_METHOD_TRACE || r->has_grad || r->n_saes) return 0;
+    for (int i = 0; i < r->n_edits; i++) {
+        req_op op = r->edits[i].op;
+        if (op == REQ_OP_STEPS || op == REQ_OP_SKIP_LAYERS || op == REQ_OP_ABLATE_EXPERT || op == REQ_OP_CALLBACK)
+            return 0;
+    }
+    return 1;
+}

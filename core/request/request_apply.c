@@ -14,6 +14,8 @@ typedef struct applier {
     int L, experts; /* the model's blocks and experts */
     const nnt_request_callback *callbacks;
     int n_callbacks;
+    int row0, n_window; /* n_window > 0: the request's rows are rows row0.. of a shared batch */
+    int *window;        /* [n_window]: row0, row0 + 1, ... */
 } applier;
 
 /* Prefixes the trace API's message with "NAME: FIELD" (field: the entry, then sub). */
@@ -125,18 +127,42 @@ static nnt_status apply_edit(const applier *a, int i)
     if (e->has_positions && e->op != REQ_OP_STEER &&
         (st = nnt_trace_limit_positions(a->t, mark, e->positions, e->n_positions)) != NNT_OK)
         return blame(a, st, entry, ".positions");
-    if (e->n_rows && (st = nnt_trace_limit_rows(a->t, mark, e->rows, e->n_rows)) != NNT_OK) return blame(a, st, entry, ".rows");
+    if (e->n_rows > 0 && a->n_window) { /* its rows, counted in the shared batch: never another request's */
+        for (int k = 0; k < e->n_rows; k++)
+            if (e->rows[k] >= a->n_window) {
+                char sub[32];
+                snprintf(sub, sizeof sub, ".rows[%d]", k);
+                return refuse(a, NNT_ERR_INDEX, entry, sub, "row %d is not in this request's batch of %d rows",
+                              e->rows[k], a->n_window);
+            }
+        int *rows = malloc(sizeof *rows * (size_t)e->n_rows);
+        if (!rows) return nnt_err_set(a->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        for (int k = 0; k < e->n_rows; k++) rows[k] = e->rows[k] + a->row0;
+        st = nnt_trace_limit_rows(a->t, mark, rows, e->n_rows);
+        free(rows);
+        if (st != NNT_OK) return blame(a, st, entry, ".rows");
+    } else if (e->n_rows && (st = nnt_trace_limit_rows(a->t, mark, e->rows, e->n_rows)) != NNT_OK) {
+        return blame(a, st, entry, ".rows");
+    } else if (!e->n_rows && a->n_window && (st = nnt_trace_limit_rows(a->t, mark, a->window, a->n_window)) != NNT_OK) {
+        return blame(a, st, entry, "");
+    }
     return nnt_trace_label_since(a->t, mark, label, 0);
 }
 
-static nnt_status request_apply_held(const nnt_request *r, nnt_trace *t, const nnt_request_callback *callbacks,
-                                     int n_callbacks)
+/* The edits and saves of r on t; with n_window > 0, limited to rows row0 .. row0 + n_window - 1
+ * (nnt_request_apply_rows). */
+static nnt_status apply_window(const nnt_request *r, nnt_trace *t, const nnt_request_callback *callbacks,
+                               int n_callbacks, int row0, int n_window)
 {
-    if (!r || !t) return NNT_ERR_INVALID_ARGUMENT;
+    if (!r || !t || row0 < 0 || n_window < 0) return NNT_ERR_INVALID_ARGUMENT;
     nnt_model *m = nnt_trace_model(t);
     applier a = {.r = r, .t = t, .err = &m->rt->err, .L = m->info.num_layers, .experts = m->info.num_experts,
-                 .callbacks = callbacks, .n_callbacks = callbacks ? n_callbacks : 0};
+                 .callbacks = callbacks, .n_callbacks = callbacks ? n_callbacks : 0, .row0 = row0,
+                 .n_window = n_window};
     nnt_err_clear(a.err);
+    if (n_window && !(a.window = malloc(sizeof *a.window * (size_t)n_window)))
+        return nnt_err_set(a.err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    for (int k = 0; k < n_window; k++) a.window[k] = row0 + k;
     if (n_callbacks < 0 || (n_callbacks > 0 && !callbacks))
         return nnt_err_set(a.err, NNT_ERR_INVALID_ARGUMENT, "%s: %d callbacks but no array of them", r->name, n_callbacks);
     int start = nnt_trace_request_count(t);
@@ -151,6 +177,7 @@ static nnt_status request_apply_held(const nnt_request *r, nnt_trace *t, const n
         int mark = nnt_trace_request_count(t);
         st = nnt_trace_save(t, r->saves[i]);
         if (st != NNT_OK) st = blame(&a, st, entry, "");
+        else if (n_window && (st = nnt_trace_limit_rows(t, mark, a.window, n_window)) != NNT_OK) st = blame(&a, st, entry, "");
         else st = nnt_trace_label_since(t, mark, label, 1);
     }
     if (st == NNT_OK && r->has_grad) st = req_grad_apply(r, t, a.err);
@@ -160,7 +187,20 @@ static nnt_status request_apply_held(const nnt_request *r, nnt_trace *t, const n
         nnt_trace_steps(t, 0, -1);
         *a.err = keep;
     }
+    free(a.window);
     return st;
+}
+
+static nnt_status request_apply_held(const nnt_request *r, nnt_trace *t, const nnt_request_callback *callbacks,
+                                     int n_callbacks)
+{
+    return apply_window(r, t, callbacks, n_callbacks, 0, 0);
+}
+
+nnt_status nnt_request_apply_rows(const nnt_request *r, nnt_trace *t, int row0, int n_rows)
+{
+    if (n_rows < 1) return NNT_ERR_INVALID_ARGUMENT;
+    return apply_window(r, t, NULL, 0, row0, n_rows);
 }
 
 nnt_status nnt_request_apply(const nnt_request *r, nnt_trace *t, const nnt_request_callback *callbacks, int n_callbacks)

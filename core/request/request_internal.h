@@ -138,7 +138,11 @@ typedef struct req_ctx {
     const char *name;     /* the document's name in messages */
     const char *base_dir; /* relative "file" fields resolve here; NULL: the working directory */
     nnt_st_file *attachment; /* the tensors beside the document, or NULL */
+    int no_files;         /* NNT_REQUEST_NO_FILES: a field naming a file is refused */
 } req_ctx;
+
+/* NNT_OK when the document may name files; else an error naming `field` (NNT_REQUEST_NO_FILES). */
+nnt_status req_may_name_files(const req_ctx *c, const char *field);
 
 /* Sets err to "NAME: FIELD: message" and returns st. */
 nnt_status req_fail(const req_ctx *c, nnt_status st, const char *field, const char *fmt, ...)

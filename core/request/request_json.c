@@ -19,6 +19,14 @@ nnt_status req_fail(const req_ctx *c, nnt_status st, const char *field, const ch
     return nnt_err_set(c->err, st, "%s: %s", c->name, msg);
 }
 
+nnt_status req_may_name_files(const req_ctx *c, const char *field)
+{
+    if (!c->no_files) return NNT_OK;
+    return req_fail(c, NNT_ERR_INVALID_ARGUMENT, field,
+                    "this request may not name files or folders (it comes from elsewhere): give tensor data "
+                    "inline or in the attachment, and rows as tokens or text");
+}
+
 const char *req_field(char *buf, const char *parent, const char *key)
 {
     snprintf(buf, REQ_FIELD_MAX, "%s%s%s", parent, *parent ? "." : "", *key ? key : "\"\""); /* an empty name shows as "" */

@@ -3,6 +3,7 @@
  * tensors are read by request_edits.c and request_tensor.c. */
 #include <ctype.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,8 @@ static nnt_status utf8_repaired(const char *text, size_t n, char **out, size_t *
  * string with the same tokens; a NUL byte cannot. */
 static nnt_status read_prompt(const req_ctx *c, const char *field, req_row *row)
 {
+    nnt_status denied = req_may_name_files(c, field);
+    if (denied != NNT_OK) return denied;
     char *path = row->file[0] != '/' && c->base_dir ? nnt_path_join(c->base_dir, row->file) : nnt_strdup(row->file);
     if (!path) return req_fail(c, NNT_ERR_OUT_OF_MEMORY, field, "no memory");
     nnt_error e = {0};
@@ -80,6 +83,8 @@ static nnt_status read_prompt(const req_ctx *c, const char *field, req_row *row)
  * long for one command-line argument, or token ids written by another program). */
 static nnt_status read_tokens_file(const req_ctx *c, const char *field, req_row *row)
 {
+    nnt_status denied = req_may_name_files(c, field);
+    if (denied != NNT_OK) return denied;
     char *path = row->file[0] != '/' && c->base_dir ? nnt_path_join(c->base_dir, row->file) : nnt_strdup(row->file);
     if (!path) return req_fail(c, NNT_ERR_OUT_OF_MEMORY, field, "no memory");
     nnt_error e = {0};
@@ -475,11 +480,13 @@ nnt_status nnt_request_parse(nnt_runtime *rt, const nnt_request_source *src, nnt
     if (out) *out = NULL;
     if (!rt) return NNT_ERR_INVALID_ARGUMENT;
     nnt_err_clear(&rt->err);
-    if (!src || !out || src->struct_size < sizeof *src || (!src->json && src->json_len))
+    if (!src || !out || src->struct_size < offsetof(nnt_request_source, flags) || (!src->json && src->json_len))
         return nnt_err_set(&rt->err, NNT_ERR_INVALID_ARGUMENT,
                            "request: needs a source (struct_size %zu, the JSON text) and a place for the request",
                            sizeof *src);
-    req_ctx c = {.err = &rt->err, .name = src->name ? src->name : "request", .base_dir = src->base_dir};
+    int has_flags = src->struct_size >= offsetof(nnt_request_source, flags) + sizeof src->flags;
+    req_ctx c = {.err = &rt->err, .name = src->name ? src->name : "request", .base_dir = src->base_dir,
+                 .no_files = has_flags && (src->flags & NNT_REQUEST_NO_FILES)};
     if (src->json_len > REQ_MAX_BYTES)
         return req_fail(&c, NNT_ERR_FORMAT, "", "%zu bytes; a request document holds at most %zu (256 MiB)",
                         src->json_len, REQ_MAX_BYTES);

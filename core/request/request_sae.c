@@ -31,7 +31,11 @@ static nnt_status parse_one(const req_ctx *c, const cJSON *v, int i, req_sae *s)
     nnt_status st = req_members(c, v, field, known, 2);
     if (st == NNT_OK) st = req_string(c, v, field, "path", 1, &s->path);
     if (st == NNT_OK) st = req_string(c, v, field, "dir", 1, &dir);
-    if (st != NNT_OK) return st;
+    if (st == NNT_OK) st = req_may_name_files(c, req_field(f, field, "dir"));
+    if (st != NNT_OK) {
+        free(dir);
+        return st;
+    }
     if (!*s->path || !*dir) {
         free(dir);
         return req_fail(c, NNT_ERR_INVALID_ARGUMENT, req_field(f, field, *dir ? "path" : "dir"),

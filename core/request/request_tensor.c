@@ -69,6 +69,7 @@ static nnt_status from_file(const req_ctx *c, const cJSON *v, const char *field,
     if (st == NNT_OK) st = req_string(c, v, field, "key", 0, &t->key);
     if (st != NNT_OK) return st;
     req_field(f, field, "file");
+    if ((st = req_may_name_files(c, f)) != NNT_OK) return st;
     if (!*t->file) return req_fail(c, NNT_ERR_INVALID_ARGUMENT, f, "expected a file name, got \"\"");
     char *path = t->file[0] != '/' && c->base_dir ? nnt_path_join(c->base_dir, t->file) : nnt_strdup(t->file);
     if (!path) return req_fail(c, NNT_ERR_OUT_OF_MEMORY, f, "no memory");

@@ -1736,12 +1736,13 @@ nnt_status nnt_trace_result(const nnt_trace *t, int i, const char **path, const 
     return NNT_OK;
 }
 
-static nnt_status trace_write_safetensors_held(const nnt_trace *t, const char *file)
+nnt_status nnt_trace_emit(const nnt_trace *t, const nnt_st_sink *sink, int n_extra, const char *const *extra_keys,
+                          const nnt_tensor *const *extra)
 {
-    if (!t || !file) return NNT_ERR_INVALID_ARGUMENT;
+    if (!t || !sink || n_extra < 0) return NNT_ERR_INVALID_ARGUMENT;
     nnt_error *err = &t->m->rt->err;
-    const char **keys = calloc((size_t)t->n_results + 1, sizeof *keys);
-    const nnt_tensor **vals = calloc((size_t)t->n_results + 1, sizeof *vals);
+    const char **keys = calloc((size_t)(t->n_results + n_extra) + 1, sizeof *keys);
+    const nnt_tensor **vals = calloc((size_t)(t->n_results + n_extra) + 1, sizeof *vals);
     size_t none_len = 1;
     for (int i = 0; i < t->n_results; i++) none_len += t->results[i].none ? strlen(t->results[i].path) + 1 : 0;
     char *none = malloc(none_len);
@@ -1768,13 +1769,24 @@ static nnt_status trace_write_safetensors_held(const nnt_trace *t, const char *f
             !(meta_text = cJSON_PrintUnformatted(meta)))
             st = nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     }
-    if (st == NNT_OK) st = nnt_st_write(file, n, keys, vals, meta_text, err);
+    for (int i = 0; st == NNT_OK && i < n_extra; i++) {
+        keys[n] = extra_keys[i];
+        vals[n++] = extra[i];
+    }
+    if (st == NNT_OK) st = nnt_st_emit(sink, n, keys, vals, meta_text, err);
     cJSON_free(meta_text);
     cJSON_Delete(meta);
     free(none);
     free(keys);
     free(vals);
     return st;
+}
+
+static nnt_status trace_write_safetensors_held(const nnt_trace *t, const char *file)
+{
+    if (!t || !file) return NNT_ERR_INVALID_ARGUMENT;
+    nnt_st_sink sink = {.file = file};
+    return nnt_trace_emit(t, &sink, 0, NULL, NULL);
 }
 
 nnt_status nnt_trace_write_safetensors(const nnt_trace *t, const char *file)

@@ -179,6 +179,7 @@ class RequestSource(ctypes.Structure):
         ("tensors_len", ctypes.c_size_t),
         ("base_dir", ctypes.c_char_p),
         ("name", ctypes.c_char_p),
+        ("flags", ctypes.c_uint32),
     ]
 
 

@@ -161,6 +161,8 @@ def test_generate_equals_cli(example_model, tmp_path):
     cli = safetensors_reader.read(out)
     g = example_model.generate([[235, 244, 202, 156], [148, 193, 80]], 4, save=["layers.2.layer_output", "logits"],
                                edits=[nnt.AblateExpert(1, 3), nnt.Steps(1, 2), ("layers.0.mlp.expert_weights", "zero")])
+    tokens = cli.pop("generated_tokens")  # [rows, max_new_tokens], -1 after a row's stop
+    assert tokens.dtype == np.int32 and np.array_equal(tokens, g.tokens)
     assert_same(cli, g.values)
     for r in range(2):
         line = next(x for x in p.stdout.splitlines() if x.startswith(f"new tokens, row {r}:"))

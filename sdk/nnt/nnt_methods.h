@@ -332,12 +332,33 @@ const nnt_lens_result *nnt_result_lens(const nnt_result *res);
 const nnt_patch_result *nnt_result_patch(const nnt_result *res);
 const nnt_attribute_result *nnt_result_attribute(const nnt_result *res);
 /* Writes what the method produced as one safetensors file (the nnt command's --out): trace and
- * generate every saved value under its key (nnt_trace_write_safetensors); lens lens_probs
+ * generate every saved value under its key (nnt_trace_write_safetensors), generate also
+ * generated_tokens [B, max_new_tokens] (I32, NNT_TOKEN_STOPPED after a row's stop); lens lens_probs
  * [B, L, W, V] and lens_positions [B, W]; patch patch_metric [NB, P] (F64), patch_blocks,
  * patch_positions, clean_metric and corrupt_metric; attribute attr_metric [NB, P] or [NB, P, U]
  * (F64), attr_blocks, attr_positions, clean_metric and corrupt_metric. Errors: NNT_ERR_STATE (nothing held here;
  * a lens run without keep_probs), those of nnt_safetensors_write. */
 nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file);
+/* The same safetensors bytes in one new buffer *bytes (*len bytes; the caller frees it with
+ * free()), for a front end that sends them elsewhere (nnt serve's responses). Errors: those of
+ * nnt_result_write_safetensors, NNT_ERR_INVALID_ARGUMENT (NULL bytes or len). */
+nnt_status nnt_result_safetensors(const nnt_result *res, void **bytes, size_t *len);
+
+/* ---- requests sharing one forward (a server's co-batching) ---- */
+/* 1 when request r can share a forward with others: a trace without gradients, SAEs, callbacks
+ * and without steps, skip_layers or ablate_expert entries (which act on every row of a batch). */
+int nnt_request_shareable(const nnt_request *r);
+/* Runs n shareable requests as one forward: their rows, in order, make one batch (every request
+ * padded to the same length: the requests' longest rows must be equally long), and each
+ * request's edits and saves are limited to its own rows (as an entry's "rows" limits it,
+ * docs/requests.md; an entry's own rows count from the request's first). out[j] (n entries)
+ * receives request j's results as nnt_request_run would give them, under the same keys; values
+ * equal those of request j run alone up to the float32 rounding that a different batch size
+ * gives the products (bitwise where the kernels do not depend on it). Any failure fails all: every
+ * out[j] NULL; run the requests one by one then to learn whose it was. Errors:
+ * NNT_ERR_INVALID_ARGUMENT (n < 1, a request that cannot share, rows of different lengths), those
+ * of nnt_request_run. */
+nnt_status nnt_request_run_shared(nnt_model *m, const nnt_request *const *reqs, int n, nnt_result **out);
 
 #ifdef __cplusplus
 }

@@ -71,7 +71,14 @@ typedef struct nnt_request_source {
     const char *base_dir;    /* relative "file" fields (tensors, prompt files) resolve here; NULL:
                               * the working directory */
     const char *name;        /* the document's name in messages ("request.json"); NULL: "request" */
+    uint32_t flags;          /* NNT_REQUEST_* below; 0: none. Read only when struct_size covers it
+                              * (a source of an earlier libnnt, without the field, is accepted) */
 } nnt_request_source;
+
+/* nnt_request_source.flags: refuse every field that names a file or folder of this machine (a
+ * row's "file" and "tokens_file", a tensor's "file", an SAE's "dir"), as a server must for a
+ * document that comes from elsewhere: tensor data then travel inline or in the attachment. */
+#define NNT_REQUEST_NO_FILES 1u
 
 /* Parses and checks a document (see above). *out receives a request freed with
  * nnt_request_free (NULL on failure); it owns copies of everything it needs (the tensors of files
@@ -82,7 +89,8 @@ typedef struct nnt_request_source {
  * bytes that are not safetensors), NNT_ERR_INVALID_ARGUMENT (a value out of range; a NULL
  * argument), NNT_ERR_UNSUPPORTED (another format version; a tensor of a dtype other than F32,
  * F16, BF16, F64, I32, I64), NNT_ERR_IO (a file that cannot be read), NNT_ERR_NOT_FOUND (a tensor
- * key absent from its file or the attachment), NNT_ERR_OUT_OF_MEMORY. */
+ * key absent from its file or the attachment), NNT_ERR_INVALID_ARGUMENT also for a field that
+ * names a file under NNT_REQUEST_NO_FILES, NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_request_parse(nnt_runtime *rt, const nnt_request_source *src, nnt_request **out);
 /* nnt_request_parse of the document in `file` (relative "file" fields resolve against its
  * folder; messages name the file). */
