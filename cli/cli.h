@@ -149,6 +149,8 @@ int cmd_support(cli_run *c);
 int cmd_plugins(cli_run *c);
 /* `nnt plan` (commands/plan.c) parses its own options: argv[0] is "plan". */
 int cmd_plan(int argc, char **argv);
+/* `nnt serve` (commands/serve.c, cli/serve/) parses its own options too: argv[0] is "serve". */
+int cmd_serve(int argc, char **argv);
 
 extern const char CLI_USAGE[];
 

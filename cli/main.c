@@ -79,6 +79,7 @@ int main(int argc, char **argv)
         if (held_fd >= 0) ranks_quiet_stdout();
         return cmd_plan(argc - 1, argv + 1);
     }
+    if (argc > 1 && !strcmp(argv[1], "serve")) return cmd_serve(argc - 1, argv + 1);
     cli_opts o;
     cli_run c = {.o = &o, .held_fd = &held_fd};
     int rc = cli_parse(argc, argv, &o);

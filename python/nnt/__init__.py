@@ -14,6 +14,7 @@ from ._core import (AblateExpert, AttributionResult, EditContext, Error, Generat
                     Session, SkipLayers, Steer, Steps, SupportRow, Tokenizer, Values, to_torch)
 from ._lib import PACKAGE_VERSION, find_library
 from . import harvest  # nnt.harvest.open(folder): what `nnt harvest` wrote
+from .remote import Remote  # a model that `nnt serve` holds
 
 
 def load_library(path=None):
@@ -23,7 +24,7 @@ def load_library(path=None):
     return _lib.load(path).nnt_path
 
 
-__all__ = ["AblateExpert", "AttributionResult", "EditContext", "Error", "Generation", "Model", "ModelInfo", "PatchResult", "Session",
+__all__ = ["AblateExpert", "AttributionResult", "EditContext", "Error", "Generation", "Model", "ModelInfo", "PatchResult", "Remote", "Session",
            "SkipLayers", "Steer", "Steps", "SupportRow", "Tokenizer", "Values", "find_library", "harvest", "load_library",
            "to_torch"]
 # the project's one version number (CMakeLists.txt's project(), see nnt._lib), not a second copy

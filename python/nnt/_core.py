@@ -655,17 +655,10 @@ class Model:
     # ---- runs: each is a request (docs/requests.md) libnnt parses, checks and runs ----
 
     def _builder(self, method, prompts, save=(), edits=(), add_special=True, sae=None):
-        b = Builder(method)
         try:
-            if prompts is not None:
-                b.rows(prompts, add_special)
-            if sae:
-                b.saes(sae)
-            b.edits(list(edits))
-            b.saves([] if save is None else save)
+            return _request.basic_request(method, prompts, save, edits, add_special, sae)
         except RequestError as e:
             raise Error(str(e)) from None
-        return b
 
     @_serialised
     def _run(self, builder):
@@ -759,9 +752,9 @@ class Model:
         change features: ("PATH.sae.feature_acts", "zero", [i, ...]), (..., "scale", [i, ...],
         factor), (..., "masked_fill", [i, ...], fill); with any, the value becomes the decoder's
         output for the edited features plus the error, as SAELens splices an SAE in."""
-        b = self._builder("trace", prompts, save, edits, add_special, sae)
         try:
-            b.grad(grad, metric, metric_positions, cotangents)
+            b = _request.trace_request(prompts, save, edits, add_special, sae, grad, metric, metric_positions,
+                                       cotangents)
         except RequestError as e:
             raise Error(str(e)) from None
         res = self._run(b)
@@ -792,12 +785,8 @@ class Model:
         of the change activation patching measures, for every block serving `value` and every
         position; per head or expert slot for values with that axis. metric: "logit-diff:A,B",
         "prob:T" or "logprob:T" at the last position. Returns an AttributionResult."""
-        b = Builder("attribute")
         try:
-            rows = b.rows([clean, corrupt], add_special)
-            del b.doc["rows"]
-            b.section("attribute", clean=rows[0], corrupt=rows[1], metric=str(metric), value=str(value),
-                      ig_steps=_number(ig_steps, "ig_steps"))
+            b = _request.attribute_request(clean, corrupt, metric, value, ig_steps, add_special)
         except RequestError as e:
             raise Error(str(e)) from None
         res = self._run(b)
@@ -898,12 +887,8 @@ class Model:
         ("logit-diff:A,B" or "prob:T") read at the last position. clean and corrupt: a str (text)
         or a list of token ids, of the same length. Returns a PatchResult: grid [blocks, positions]
         float64, blocks, positions, clean_metric, corrupt_metric, forwards."""
-        b = Builder("patch")
         try:
-            rows = b.rows([clean, corrupt], add_special)
-            del b.doc["rows"]
-            b.section("patch", clean=rows[0], corrupt=rows[1], metric=str(metric), value=str(value),
-                      positions=_positions(positions, "positions"), batch=_number(batch, "batch"))
+            b = _request.patch_request(clean, corrupt, metric, value, positions, batch, add_special)
         except RequestError as e:
             raise Error(str(e)) from None
         res = self._run(b)
@@ -927,16 +912,9 @@ class Model:
         kept at every step (a ("path", "save") among the edits follows the Steps before it). A row stops at the tokenizer's eos token unless ignore_eos, and at any of
         stop_ids. sae attaches sparse autoencoders as trace's does (they run at every step).
         Returns a Generation (tokens, values, text)."""
-        save = [save] if isinstance(save, str) else list(save)
-        edits = list(edits)
-        if save and any(isinstance(e, Steps) for e in edits):
-            edits.append(Steps(0, None))  # `save` is kept at every step; ("path", "save") in edits follows Steps
-        b = self._builder("generate", prompts, (), edits + save, add_special, sae)
         try:
-            b.section("generate", max_new_tokens=_number(max_new_tokens, "max_new_tokens"),
-                      temperature=_number(temperature, "temperature"), top_k=_number(top_k, "top_k"),
-                      top_p=_number(top_p, "top_p"), seed=str(int(seed)) if isinstance(seed, (int, np.integer)) else seed,
-                      stop_ids=[_number(x, "stop_ids") for x in stop_ids], ignore_eos=bool(ignore_eos))
+            b = _request.generate_request(prompts, max_new_tokens, save, edits, temperature, top_k, top_p, seed,
+                                          stop_ids, ignore_eos, add_special, sae)
         except RequestError as e:
             raise Error(str(e)) from None
         res = self._run(b)

@@ -320,3 +320,57 @@ class Builder:
         """(json bytes, safetensors bytes or None)."""
         return (json.dumps(self.doc, separators=(",", ":")).encode(),
                 safetensors_bytes(self.tensors) if self.tensors else None)
+
+
+# ---- each method's request, as nnt.Model and nnt.Remote make it (RequestError on a bad argument) ----
+
+def basic_request(method, prompts, save=(), edits=(), add_special=True, sae=None):
+    """Rows, SAEs, edits and saves of a trace-shaped request (trace, lens, generate)."""
+    b = Builder(method)
+    if prompts is not None:
+        b.rows(prompts, add_special)
+    if sae:
+        b.saes(sae)
+    b.edits(list(edits))
+    b.saves([] if save is None else save)
+    return b
+
+
+def trace_request(prompts, save=(), edits=(), add_special=True, sae=None, grad=(), metric=None,
+                  metric_positions=None, cotangents=None):
+    b = basic_request("trace", prompts, save, edits, add_special, sae)
+    b.grad(grad, metric, metric_positions, cotangents)
+    return b
+
+
+def pair_request(method, clean, corrupt, add_special, **fields):
+    """patch and attribute: the clean and corrupted rows in the method's section, with its fields."""
+    b = Builder(method)
+    rows = b.rows([clean, corrupt], add_special)
+    del b.doc["rows"]
+    b.section(method, clean=rows[0], corrupt=rows[1], **fields)
+    return b
+
+
+def attribute_request(clean, corrupt, metric, value, ig_steps, add_special):
+    return pair_request("attribute", clean, corrupt, add_special, metric=str(metric), value=str(value),
+                        ig_steps=_number(ig_steps, "ig_steps"))
+
+
+def patch_request(clean, corrupt, metric, value, positions, batch, add_special):
+    return pair_request("patch", clean, corrupt, add_special, metric=str(metric), value=str(value),
+                        positions=_positions(positions, "positions"), batch=_number(batch, "batch"))
+
+
+def generate_request(prompts, max_new_tokens, save, edits, temperature, top_k, top_p, seed, stop_ids, ignore_eos,
+                     add_special, sae):
+    save = [save] if isinstance(save, str) else list(save)
+    edits = list(edits)
+    if save and any(isinstance(e, Steps) for e in edits):
+        edits.append(Steps(0, None))  # `save` is kept at every step; ("path", "save") in edits follows Steps
+    b = basic_request("generate", prompts, (), edits + save, add_special, sae)
+    b.section("generate", max_new_tokens=_number(max_new_tokens, "max_new_tokens"),
+              temperature=_number(temperature, "temperature"), top_k=_number(top_k, "top_k"),
+              top_p=_number(top_p, "top_p"), seed=str(int(seed)) if isinstance(seed, (int, np.integer)) else seed,
+              stop_ids=[_number(x, "stop_ids") for x in stop_ids], ignore_eos=bool(ignore_eos))
+    return b

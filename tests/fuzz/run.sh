@@ -3,7 +3,8 @@
 #
 #   tests/fuzz/run.sh TARGET|all SECONDS
 #
-# TARGET: safetensors, index, ini, path, config, cli, tokenizer or request; all runs each in turn.
+# TARGET: safetensors, index, ini, path, config, cli, tokenizer, request or serve (nnt serve's HTTP
+# side, over loopback); all runs each in turn.
 # The build folder is $NNT_FUZZ_BUILD (default build-fuzz at the top of the repository); when it
 # has not been configured yet it is configured with clang (-DNNT_FUZZ=ON), and the harnesses
 # are (re)built before running. Results go to $NNT_FUZZ_RESULTS (default BUILD/fuzz-results):
@@ -24,7 +25,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-targets=(safetensors index ini path config cli tokenizer request)
+targets=(safetensors index ini path config cli tokenizer request serve)
 
 usage() {
   echo "usage: tests/fuzz/run.sh TARGET|all SECONDS   (TARGET: ${targets[*]})" >&2

@@ -1,0 +1,158 @@
+"""bench_serve.py - `nnt serve` under load (issue 35's benchmark): N concurrent clients (1, 4, 16,
+64 by default) each sending traces to one resident model over loopback, against the same kind of
+request run one by one by the nnt command (a process per request, as without a server: the model
+loaded each time); throughput and p50/p99 latency per N, how many requests shared a forward, and
+whether every answer is right: each client's requests carry its own edit (a scale of
+layers.0.layer_output by a factor of its own) and a prompt of its own, and every answer's last
+logits must equal that request run alone through the server (within float32 rounding of another
+batch size, 1e-4 relative) - a mixed-up answer would be another request's. Then the server's RSS
+over --rss-requests small requests (flat is the target). Prints a Markdown report with the CPU.
+
+    python bench/bench_serve.py --model DIR [--config INI] [--clients 1,4,16,64] [--per-client 8]
+                                [--tokens 32] [--cli-requests 8] [--rss-requests 10000]
+
+The model is the mid-size MiniMax-M2 release-layout checkpoint of make_models.py (--layout
+release) in the issue; any checkpoint folder works. Targets: throughput with sharing at 16
+clients >= 3x the command run one by one; RSS flat over the small requests; no failure and no
+mixed-up answer."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(SOURCE, "python"))
+CLI = os.path.join(SOURCE, "build", "nnt")
+
+
+def cpu_line() -> str:
+    model, flags = platform.processor(), []
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                flags = [x for x in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if x in have]
+                break
+    return f"{model}; {os.cpu_count()} CPUs; flags: {' '.join(flags)}"
+
+
+def prompt(client: int, k: int, n: int, vocab: int) -> list[int]:
+    rng = np.random.default_rng(1000 * client + k)
+    return [int(x) for x in rng.integers(3, min(vocab, 30000), n)]
+
+
+def factor(client: int) -> float:
+    return 0.5 + 0.1 * client
+
+
+def server_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--config")
+    ap.add_argument("--clients", default="1,4,16,64")
+    ap.add_argument("--per-client", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--cli-requests", type=int, default=8)
+    ap.add_argument("--rss-requests", type=int, default=10000)
+    a = ap.parse_args()
+    import nnt
+
+    cfg = ["--config", a.config] if a.config else []
+    srv = subprocess.Popen([CLI, "serve", "--model", f"m={a.model}", "--listen", "127.0.0.1:0", "--share", "64",
+                            "--queue", "4096", *cfg], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = srv.stdout.readline().split("listening on ")[1].split()[0]
+    save = ["logits[:, -1]"]
+    try:
+        remote = nnt.Remote(url, model="m")
+        vocab = remote.vocab_size
+        clients = [int(x) for x in a.clients.split(",")]
+        # the reference: every request of the largest run, each alone (one client, one at a time)
+        ref = {}
+        for c in range(max(clients)):
+            for k in range(a.per_client):
+                ref[c, k] = remote.trace([prompt(c, k, a.tokens, vocab)], save=save,
+                                         edits=[("layers.0.layer_output", "scale", factor(c))])["logits[:, -1]"]
+        rows = []
+        for n in clients:
+            lat, bad, failed = [], [], []
+            before = json.loads(urllib.request.urlopen(url + "/v1/stats").read())["models"][0]["shared"]
+
+            def client(c):
+                r = nnt.Remote(url, model="m")
+                for k in range(a.per_client):
+                    t0 = time.monotonic()
+                    try:
+                        got = r.trace([prompt(c, k, a.tokens, vocab)], save=save,
+                                      edits=[("layers.0.layer_output", "scale", factor(c))])["logits[:, -1]"]
+                    except nnt.Error as e:
+                        failed.append(str(e))
+                        continue
+                    lat.append(time.monotonic() - t0)
+                    want = ref[c, k]
+                    if not np.allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max())):
+                        bad.append((c, k))
+
+            t0 = time.monotonic()
+            threads = [threading.Thread(target=client, args=(c,)) for c in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            took = time.monotonic() - t0
+            shared = json.loads(urllib.request.urlopen(url + "/v1/stats").read())["models"][0]["shared"] - before
+            done = n * a.per_client - len(failed)
+            rows.append((n, done, took, done / took, np.percentile(lat, 50), np.percentile(lat, 99), shared, len(failed),
+                         len(bad)))
+        # the command, one process per request
+        t0 = time.monotonic()
+        for k in range(a.cli_requests):
+            ids = " ".join(map(str, prompt(0, k, a.tokens, vocab)))
+            subprocess.run([CLI, "trace", *cfg, "--model", a.model, "--tokens", ids, "--save", "logits[:, -1]",
+                            "--scale", f"layers.0.layer_output={factor(0)}"], check=True, capture_output=True)
+        cli_rate = a.cli_requests / (time.monotonic() - t0)
+        # RSS over many small requests
+        rss = [server_rss(srv.pid)]
+        step = max(a.rss_requests // 10, 1)
+        for i in range(a.rss_requests):
+            remote.trace([[5, 6, 7]], save=["logits[:, -1]"])
+            if (i + 1) % step == 0:
+                rss.append(server_rss(srv.pid))
+    finally:
+        srv.terminate()
+        srv.wait()
+    print(f"# nnt serve under load ({time.strftime('%Y-%m-%d')})\n")
+    print(f"CPU: {cpu_line()}\n")
+    print(f"model {a.model}; INI {a.config or 'the build'}; traces of {a.tokens} tokens saving logits[:, -1], each "
+          f"client its own scale of layers.0.layer_output; {a.per_client} requests per client\n")
+    print("| clients | requests | seconds | requests/s | p50 s | p99 s | in shared forwards | failed | wrong |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]:.2f} | {r[3]:.2f} | {r[4]:.3f} | {r[5]:.3f} | {r[6]} | {r[7]} | {r[8]} |")
+    print(f"\nThe command one request per process (model loaded each time): {cli_rate:.2f} requests/s. "
+          + ", ".join(f"{r[0]} clients {r[3] / cli_rate:.1f}x" for r in rows) + ".")
+    print(f"\nServer RSS over {a.rss_requests} requests of 3 tokens, every {step}: "
+          + ", ".join(f"{x / 1048576:.0f}" for x in rss) + " MiB.")
+
+
+if __name__ == "__main__":
+    main()

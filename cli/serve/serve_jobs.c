@@ -1,0 +1,290 @@
+/* serve_jobs.c - each resident model's queue and the worker thread that empties it: the
+ * request document parsed with files refused (NNT_REQUEST_NO_FILES: nothing a client sends
+ * names a path of this machine), checked against the server's limits, run by nnt_request_run,
+ * and its results made into the safetensors body of the answer. One request at a time per
+ * model: libnnt runs one call at a time per runtime, and each model has its own. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nnt/nnt_methods.h"
+#include "nnt/nnt_request.h"
+#include "serve.h"
+
+double serve_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void serve_job_free(serve_job *job)
+{
+    if (!job) return;
+    free(job->json);
+    free(job->tensors);
+    free(job->body);
+    free(job);
+}
+
+static serve_user *user_named(serve_state *s, const char *name)
+{
+    for (int i = 0; i < s->auth.n_users; i++)
+        if (!strcmp(s->auth.users[i].name, name)) return &s->auth.users[i];
+    return NULL;
+}
+
+int serve_job_submit(serve_model *md, serve_job *job, char *msg, size_t n)
+{
+    serve_state *s = md->srv;
+    int status = 0;
+    pthread_mutex_lock(&s->mu);
+    serve_user *u = s->auth.file ? user_named(s, job->user) : NULL;
+    if (s->draining) {
+        snprintf(msg, n, "the server is shutting down and takes no new requests");
+        status = 503;
+    } else if (md->queued >= s->lim.queue) {
+        snprintf(msg, n, "model '%s' has %d requests waiting, the most it queues; retry later", md->name, md->queued);
+        status = 503;
+    } else if (u && u->active >= s->lim.per_user) {
+        snprintf(msg, n, "user '%s' has %d requests queued or running, the most one user may; wait for one to finish",
+                 u->name, u->active);
+        status = 429;
+    } else {
+        if (u) u->active++;
+        job->next = NULL;
+        if (md->tail)
+            md->tail->next = job;
+        else
+            md->head = job;
+        md->tail = job;
+        md->queued++;
+        pthread_cond_broadcast(&s->cv);
+    }
+    if (status) s->refused++;
+    pthread_mutex_unlock(&s->mu);
+    return status;
+}
+
+/* The answer: an error. */
+static void fail(serve_job *job, int http, const char *status, const char *message)
+{
+    free(job->body);
+    job->body = serve_error_json(status, message, &job->body_len);
+    job->http_status = job->body ? http : 500;
+    job->content_type = "application/json";
+}
+
+/* A job taken from the queue: its parsed request and the size of its batch. */
+typedef struct prepared {
+    serve_job *job;
+    nnt_request *r; /* NULL: answered already (a refusal) */
+    int rows, seq, group;
+    long tokens;
+} prepared;
+
+/* The server's own limits on a parsed request: tokens of its rows, new tokens of a generation.
+ * Returns 0, or -1 with the job answered. */
+static int check_limits(serve_model *md, prepared *p)
+{
+    const serve_limits *lim = &md->srv->lim;
+    nnt_batch b = {0};
+    nnt_status st = nnt_request_batch(p->r, md->m, &b);
+    if (st != NNT_OK) {
+        fail(p->job, serve_http_status(st), nnt_status_str(st), nnt_last_error(md->rt));
+        return -1;
+    }
+    p->rows = b.batch;
+    p->seq = b.seq;
+    p->tokens = (long)b.batch * (long)b.seq;
+    nnt_batch_free(&b);
+    char msg[256];
+    if (p->tokens > lim->tokens) {
+        snprintf(msg, sizeof msg, "rows: %ld tokens (rows x length); this server takes at most %ld per request",
+                 p->tokens, lim->tokens);
+        fail(p->job, 413, nnt_status_str(NNT_ERR_INVALID_ARGUMENT), msg);
+        return -1;
+    }
+    int ignore_eos = 0;
+    const nnt_generate_opts *g = nnt_request_generate_opts(p->r, &ignore_eos);
+    if (g) p->tokens += (long)p->rows * (long)g->max_new_tokens; /* the statistics count new tokens too */
+    if (g && g->max_new_tokens > lim->new_tokens) {
+        snprintf(msg, sizeof msg, "generate.max_new_tokens: %d; this server generates at most %d per request",
+                 g->max_new_tokens, lim->new_tokens);
+        fail(p->job, 413, nnt_status_str(NNT_ERR_INVALID_ARGUMENT), msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parses the job's document (files refused) and checks it against the limits. */
+static void prepare(serve_model *md, prepared *p)
+{
+    serve_job *job = p->job;
+    nnt_request_source src = {.struct_size = sizeof src, .json = job->json, .json_len = job->json_len,
+                              .tensors = job->tensors, .tensors_len = job->tensors_len, .name = "request",
+                              .flags = NNT_REQUEST_NO_FILES};
+    nnt_status st = nnt_request_parse(md->rt, &src, &p->r);
+    if (st != NNT_OK) {
+        fail(job, serve_http_status(st), nnt_status_str(st), nnt_last_error(md->rt));
+        return;
+    }
+    if (check_limits(md, p) != 0) {
+        nnt_request_free(p->r);
+        p->r = NULL;
+    }
+}
+
+/* The answer of a run: its results as safetensors, or the error. */
+static void answer_run(serve_model *md, serve_job *job, nnt_status st, const nnt_result *res)
+{
+    void *bytes = NULL;
+    size_t len = 0;
+    if (st == NNT_OK) st = nnt_result_safetensors(res, &bytes, &len);
+    if (st != NNT_OK) {
+        fail(job, serve_http_status(st), nnt_status_str(st), nnt_last_error(md->rt));
+    } else if (len > md->srv->lim.result_bytes) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "the results take %zu bytes; this server returns at most %zu (save less, or "
+                 "slices of the values)", len, md->srv->lim.result_bytes);
+        free(bytes);
+        fail(job, 413, nnt_status_str(NNT_ERR_INVALID_ARGUMENT), msg);
+    } else {
+        free(job->body);
+        job->body = bytes;
+        job->body_len = len;
+        job->http_status = 200;
+        job->content_type = "application/octet-stream";
+    }
+}
+
+static void run_alone(serve_model *md, prepared *p)
+{
+    nnt_result *res = NULL;
+    nnt_status st = nnt_request_run(md->m, p->r, NULL, &res);
+    answer_run(md, p->job, st, res);
+    nnt_result_free(res);
+}
+
+/* Runs the n jobs of one group as one forward; when that fails, each alone (so that an error is
+ * its own request's). Returns 1 when they shared a forward. */
+static int run_group(serve_model *md, prepared **g, int n)
+{
+    if (n == 1) {
+        run_alone(md, g[0]);
+        return 0;
+    }
+    const nnt_request *reqs[SERVE_MAX_SHARE];
+    nnt_result *res[SERVE_MAX_SHARE];
+    for (int k = 0; k < n; k++) reqs[k] = g[k]->r;
+    if (nnt_request_run_shared(md->m, reqs, n, res) != NNT_OK) {
+        for (int k = 0; k < n; k++) run_alone(md, g[k]);
+        return 0;
+    }
+    for (int k = 0; k < n; k++) {
+        answer_run(md, g[k]->job, NNT_OK, res[k]);
+        nnt_result_free(res[k]);
+    }
+    return 1;
+}
+
+/* Runs the taken jobs: those that can share a forward in groups of one length (in queue order,
+ * each group within the server's tokens per request), the others one by one. */
+static void run_taken(serve_model *md, prepared *p, int n, uint64_t *shared)
+{
+    for (int k = 0; k < n; k++) {
+        p[k].group = -1;
+        prepare(md, &p[k]);
+    }
+    for (int k = 0; k < n; k++) {
+        if (!p[k].r || p[k].group >= 0) continue;
+        prepared *g[SERVE_MAX_SHARE];
+        int m = 0;
+        long tokens = 0;
+        g[m++] = &p[k];
+        p[k].group = k;
+        tokens = p[k].tokens;
+        if (nnt_request_shareable(p[k].r))
+            for (int i = k + 1; i < n; i++)
+                if (p[i].r && p[i].group < 0 && p[i].seq == p[k].seq && nnt_request_shareable(p[i].r) &&
+                    tokens + p[i].tokens <= md->srv->lim.tokens) {
+                    g[m++] = &p[i];
+                    p[i].group = k;
+                    tokens += p[i].tokens;
+                }
+        if (run_group(md, g, m)) *shared += (uint64_t)m;
+    }
+}
+
+static void *worker(void *arg)
+{
+    serve_model *md = arg;
+    serve_state *s = md->srv;
+    prepared taken[SERVE_MAX_SHARE];
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!md->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        if (!md->head) break; /* stopping, and nothing left */
+        int n = 0;
+        while (md->head && n < s->lim.share) { /* what waits now, up to the most that share a forward */
+            serve_job *job = md->head;
+            md->head = job->next;
+            if (!md->head) md->tail = NULL;
+            md->queued--;
+            job->running = 1;
+            taken[n++] = (prepared){.job = job};
+        }
+        md->busy = n;
+        pthread_mutex_unlock(&s->mu);
+
+        double t0 = serve_now();
+        uint64_t shared = 0;
+        run_taken(md, taken, n, &shared);
+
+        pthread_mutex_lock(&s->mu);
+        md->busy = 0;
+        md->busy_s += serve_now() - t0;
+        md->shared += shared;
+        for (int k = 0; k < n; k++) {
+            serve_job *job = taken[k].job;
+            nnt_request_free(taken[k].r);
+            if (job->http_status == 200) {
+                md->served++;
+                md->tokens += (uint64_t)taken[k].tokens;
+            } else {
+                md->failed++;
+            }
+            serve_user *u = s->auth.file ? user_named(s, job->user) : NULL;
+            if (u && u->active > 0) u->active--;
+            job->done = 1;
+            if (job->abandoned) serve_job_free(job); /* its client left: nobody waits for the answer */
+        }
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int serve_workers_start(serve_state *s)
+{
+    for (int i = 0; i < s->n_models; i++) {
+        serve_model *md = &s->models[i];
+        if (pthread_create(&md->worker, NULL, worker, md) != 0) {
+            fprintf(stderr, "nnt serve: cannot start the worker thread of model '%s'\n", md->name);
+            return -1;
+        }
+        md->worker_started = 1;
+    }
+    return 0;
+}
+
+void serve_workers_stop(serve_state *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_models; i++)
+        if (s->models[i].worker_started) pthread_join(s->models[i].worker, NULL);
+}
