@@ -1507,7 +1507,8 @@ static void test_no_files(void)
 static void test_shared(void)
 {
     char rows[4][128];
-    for (int r = 0; r < 4; r++) row_json(r, rows[r], sizeof rows[r]);
+    for (int r = 0; r < 3; r++) row_json(r, rows[r], sizeof rows[r]);
+    snprintf(rows[3], sizeof rows[3], "{\"tokens\": [11, 12, 13, 14, 15, 16]}");
     char docs[3][2048];
     snprintf(docs[0], sizeof docs[0], R1 "\"rows\": [%s], \"edits\": [{\"op\": \"scale\", \"path\": "
              "\"layers.0.layer_output\", \"factor\": 0.5}], \"saves\": [\"layers.2.layer_output\", \"logits[:, -1]\", "

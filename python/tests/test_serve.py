@@ -63,6 +63,7 @@ class Server:
         return self.request("GET", "/v1/health", token=None)[0] == 200
 
     def stop(self):
+        """SIGTERM; the server must drain and exit 0 (under the sanitizers: without a leak report)."""
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
             try:
@@ -70,8 +71,10 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
+        err = self.p.stderr.read()
         self.p.stdout.close()
         self.p.stderr.close()
+        assert self.p.returncode == 0, err
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +84,6 @@ def server(tmp_path_factory):
                "--max-body-mb", "1")
     yield s
     s.stop()
-    assert s.p.returncode == 0
 
 
 @pytest.fixture(scope="module")

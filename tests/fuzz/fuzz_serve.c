@@ -6,6 +6,7 @@
  * and run a valid request. The server has no tokens (loopback), small limits, and runs requests
  * of at most 256 tokens and 2 new tokens. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -34,7 +35,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     S.lim = (serve_limits){.body_bytes = 1 << 20, .result_bytes = 64 << 20, .queue = 4, .per_user = 4,
-                           .timeout_s = 10, .tokens = 256, .new_tokens = 2, .connections = 16, .idle_s = 2,
+                           .timeout_s = 10, .tokens = 256, .new_tokens = 2, .connections = 256, .idle_s = 2,
                            .drain_s = 5, .share = 4};
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.cv, NULL);
@@ -73,13 +74,15 @@ static size_t exchange(const uint8_t *bytes, size_t len, int half_close, char *a
     size_t sent = 0;
     while (sent < len) {
         ssize_t k = send(fd, bytes + sent, len - sent, MSG_NOSIGNAL);
-        if (k <= 0) break; /* the server may close early (a refused body) */
+        if (k < 0 && errno == EINTR) continue; /* libFuzzer's timer signal */
+        if (k <= 0) break;                      /* the server may close early (a refused body) */
         sent += (size_t)k;
     }
     if (half_close) shutdown(fd, SHUT_WR);
     size_t got = 0;
     for (;;) {
         ssize_t k = recv(fd, answer + got, n - 1 - got, 0);
+        if (k < 0 && errno == EINTR) continue;
         if (k <= 0) break;
         got += (size_t)k;
         if (got == n - 1) got = 0; /* keep reading to the end; only the last buffer is kept */
