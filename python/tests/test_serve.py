@@ -279,33 +279,37 @@ def long_generation():
                generate={"max_new_tokens": 3000, "ignore_eos": True})
 
 
+def wait_stat(s, key, value, seconds=10):
+    """Waits until the server's only model reports `key` == value in /v1/stats."""
+    deadline = time.monotonic() + seconds
+    while json.loads(s.request("GET", "/v1/stats")[1])["models"][0][key] != value:
+        assert time.monotonic() < deadline, f"{key} never reached {value}"
+        time.sleep(0.02)
+
+
+def send_open(s, token, body):
+    """Sends a request on a connection of its own and leaves it open (the caller closes it)."""
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    c.sendall(f"POST {RUN} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: "
+              f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    return c
+
+
 def test_user_limit_queue_limit_and_a_client_that_leaves(tmp_path):
     s = Server(str(tmp_path), [("example", EXAMPLE)], "--user-requests", "1", "--queue", "1")
     try:
-        first = socket.create_connection(("127.0.0.1", s.port), timeout=60)
-        body = long_generation()
-        first.sendall(f"POST {RUN} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: "
-                      f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-        deadline = time.monotonic() + 10
-        while json.loads(s.request("GET", "/v1/stats")[1])["models"][0]["running"] != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        first = send_open(s, TOKEN, long_generation())
+        wait_stat(s, "running", 1)
         status, data, _ = s.request("POST", RUN, doc(), JSON)  # alice again, while hers runs
         assert status == 429 and b"alice" in data
-        second = socket.create_connection(("127.0.0.1", s.port), timeout=60)  # bob queues behind it: full
-        second.sendall(f"POST {RUN} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OTHER}\r\nContent-Type: "
-                       f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-        while json.loads(s.request("GET", "/v1/stats")[1])["models"][0]["queued"] != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        second = send_open(s, OTHER, long_generation())  # bob queues behind it: the queue is full
+        wait_stat(s, "queued", 1)
         status, data, r = s.request("POST", RUN, doc(), JSON, token=OTHER)  # the queue (of 1) is full
         assert status == 503 and r.getheader("Retry-After") and b"retry later" in data
         status, data, r = s.request("POST", RUN, doc(), JSON, token=None)  # no token: refused before the queue
         assert status == 401
         second.close()  # bob leaves: his place in the queue is freed
-        while json.loads(s.request("GET", "/v1/stats")[1])["models"][0]["queued"] != 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_stat(s, "queued", 0)
         first.close()  # alice leaves while hers runs: it finishes and its result is dropped
         deadline = time.monotonic() + 60
         while s.request("POST", RUN, doc(), JSON)[0] != 200:  # alice's count is back to 0 when it ends
@@ -327,14 +331,8 @@ def test_co_tenancy_conflicting_edits_in_one_forward(tmp_path, example_local):
              [nnt.Steer(1, np.full(example_local.hidden_size, float(i + 1), np.float32), 1.0)] for i in range(6)]
     save = ["layers.2.layer_output", "logits[:, -1]", "layers.1.mlp.expert_indices"]
     try:
-        blocker = socket.create_connection(("127.0.0.1", s.port), timeout=60)
-        body = long_generation()
-        blocker.sendall(f"POST {RUN} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OTHER}\r\nContent-Type: "
-                        f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-        deadline = time.monotonic() + 10
-        while json.loads(s.request("GET", "/v1/stats")[1])["models"][0]["running"] != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        blocker = send_open(s, OTHER, long_generation())
+        wait_stat(s, "running", 1)
         got = {}
 
         def one(i):
@@ -344,9 +342,7 @@ def test_co_tenancy_conflicting_edits_in_one_forward(tmp_path, example_local):
         threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
         for t in threads:
             t.start()
-        while json.loads(s.request("GET", "/v1/stats")[1])["models"][0]["queued"] != 6:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_stat(s, "queued", 6)
         blocker.close()  # the generation's client leaves; the six are taken together after it
         for t in threads:
             t.join(120)
@@ -379,10 +375,7 @@ def test_sigterm_drains_a_request_in_flight(tmp_path):
 
     t = threading.Thread(target=run)
     t.start()
-    deadline = time.monotonic() + 10
-    while json.loads(s.request("GET", "/v1/stats")[1])["models"][0]["running"] != 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_stat(s, "running", 1)
     s.p.send_signal(signal.SIGTERM)
     t.join(60)
     assert result.get("status") == 200
