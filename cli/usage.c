@@ -55,6 +55,8 @@ const char CLI_USAGE[] =
     "  plan     --model DIR --ranks N      each rank's contiguous blocks and bytes (weights, caches) and whether\n"
     "           it fits: [--device cpu|cuda] [--memory GB per rank] [--context T] [--batch B]; reads only\n"
     "           config.json and the safetensors headers or index\n"
+    "  serve    --model [NAME=]DIR ... [--listen HOST:PORT] [--tokens FILE]   keep models loaded and answer\n"
+    "           request documents over HTTP, many users at once (nnt serve --help; docs/server.md)\n"
     "\n"
     "rows (trace, lens and generate; all token ids or all text, one row per option, shorter rows\n"
     "left-padded):\n"

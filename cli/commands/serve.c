@@ -148,9 +148,6 @@ static int load_models(serve_state *s, const serve_args *a)
     for (int i = 0; i < a->n_models; i++) {
         serve_model *md = &s->models[i];
         model_name(a, i, md->name);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(s->models[j].name, md->name))
-                return serve_usage("two models are named '%s'; name them with --model NAME=DIR", md->name);
         md->dir = a->dirs[i];
         md->srv = s;
         s->n_models = i + 1;
@@ -219,10 +216,21 @@ int cmd_serve(int argc, char **argv)
     };
     int rc = parse_args(argc, argv, &a, &s.lim);
     if (rc) return rc;
-    if (!a.tokens && !serve_addr_is_loopback(a.listen))
+    char msg[512];
+    int loopback = serve_addr_is_loopback(a.listen, msg, sizeof msg);
+    if (loopback < 0) return serve_usage("%s", msg);
+    if (!a.tokens && !loopback)
         return serve_usage("--listen %s is not a loopback address: a server reachable from elsewhere needs --tokens FILE",
                            a.listen);
-    char msg[512];
+    for (int i = 0; i < a.n_models; i++) { /* the names first: nothing is loaded for a command line that fails */
+        char name[SERVE_NAME_MAX], other[SERVE_NAME_MAX];
+        model_name(&a, i, name);
+        for (int j = 0; j < i; j++) {
+            model_name(&a, j, other);
+            if (!strcmp(name, other))
+                return serve_usage("two models are named '%s'; name them with --model NAME=DIR", name);
+        }
+    }
     s.auth.file = a.tokens;
     if (a.tokens && serve_auth_load(&s.auth, msg, sizeof msg) != 0) {
         fprintf(stderr, "nnt serve: %s\n", msg);

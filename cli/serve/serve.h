@@ -123,8 +123,9 @@ typedef struct serve_http serve_http;
  * serve_http_stop. *port receives the port listened on. Returns NULL with msg filled. */
 serve_http *serve_http_start(serve_state *s, const char *addr, int *port, char *msg, size_t n);
 void serve_http_stop(serve_http *h);
-/* 1 when addr (as --listen takes it) is a loopback address (127.0.0.0/8, ::1). */
-int serve_addr_is_loopback(const char *addr);
+/* 1 when addr (as --listen takes it) is a loopback address (127.0.0.0/8, ::1), 0 when another;
+ * -1 with msg filled when it is not an address as --listen takes one. */
+int serve_addr_is_loopback(const char *addr, char *msg, size_t n);
 
 /* ---- answers (serve_answer.c) ---- */
 /* A JSON error body {"error": {"status": STATUS, "message": MSG}} as a new string. */

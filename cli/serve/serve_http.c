@@ -472,12 +472,11 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *
     return 0;
 }
 
-int serve_addr_is_loopback(const char *addr)
+int serve_addr_is_loopback(const char *addr, char *msg, size_t n)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    char msg[8];
-    if (parse_addr(addr, &ss, &len, msg, sizeof msg) != 0) return 0;
+    if (parse_addr(addr, &ss, &len, msg, n) != 0) return -1;
     if (ss.ss_family == AF_INET) return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
     return IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
 }

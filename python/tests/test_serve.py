@@ -383,7 +383,14 @@ def test_sigterm_drains_a_request_in_flight(tmp_path):
     s.stop()
 
 
-def test_no_tokens_only_on_loopback():
+def test_listen_and_model_arguments():
     p = subprocess.run([CLI, "serve", "--model", EXAMPLE, "--listen", "0.0.0.0:0"], capture_output=True, text=True,
                        env=CLI_ENV, timeout=60)
     assert p.returncode == 2 and "needs --tokens" in p.stderr
+    for listen, words in (("127.0.0.1:70000", "the port is not a number"), ("localhost:80", "names are not looked up")):
+        p = subprocess.run([CLI, "serve", "--model", EXAMPLE, "--listen", listen], capture_output=True, text=True,
+                           env=CLI_ENV, timeout=60)
+        assert p.returncode == 2 and words in p.stderr, p.stderr
+    p = subprocess.run([CLI, "serve", "--model", EXAMPLE, "--model", EXAMPLE], capture_output=True, text=True,
+                       env=CLI_ENV, timeout=60)
+    assert p.returncode == 2 and "two models are named 'tiny-minimax-m2'" in p.stderr and "loaded" not in p.stderr
