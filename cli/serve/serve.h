@@ -116,6 +116,8 @@ void serve_workers_stop(serve_state *s);
  * draining; 429: the user's limit), with msg filled. srv->mu must not be held. */
 int serve_job_submit(serve_model *md, serve_job *job, char *msg, size_t n);
 void serve_job_free(serve_job *job);
+/* The job's user has one request fewer queued or running (srv->mu held). */
+void serve_job_release_user(serve_state *s, const serve_job *job);
 
 /* ---- HTTP (serve_http.c) ---- */
 typedef struct serve_http serve_http;

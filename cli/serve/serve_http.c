@@ -262,8 +262,7 @@ static enum MHD_Result run_request(serve_state *s, struct MHD_Connection *c, ser
                 if (md->tail == job) md->tail = prev;
                 md->queued--;
             }
-            for (int i = 0; i < s->auth.n_users; i++)
-                if (!strcmp(s->auth.users[i].name, job->user) && s->auth.users[i].active > 0) s->auth.users[i].active--;
+            serve_job_release_user(s, job);
             s->refused++;
             pthread_mutex_unlock(&s->mu);
             serve_job_free(job);

@@ -28,11 +28,11 @@ void serve_job_free(serve_job *job)
     free(job);
 }
 
-static serve_user *user_named(serve_state *s, const char *name)
+void serve_job_release_user(serve_state *s, const serve_job *job)
 {
+    if (!s->auth.file) return;
     for (int i = 0; i < s->auth.n_users; i++)
-        if (!strcmp(s->auth.users[i].name, name)) return &s->auth.users[i];
-    return NULL;
+        if (!strcmp(s->auth.users[i].name, job->user) && s->auth.users[i].active > 0) s->auth.users[i].active--;
 }
 
 int serve_job_submit(serve_model *md, serve_job *job, char *msg, size_t n)
@@ -40,7 +40,9 @@ int serve_job_submit(serve_model *md, serve_job *job, char *msg, size_t n)
     serve_state *s = md->srv;
     int status = 0;
     pthread_mutex_lock(&s->mu);
-    serve_user *u = s->auth.file ? user_named(s, job->user) : NULL;
+    serve_user *u = NULL;
+    for (int i = 0; s->auth.file && i < s->auth.n_users; i++)
+        if (!strcmp(s->auth.users[i].name, job->user)) u = &s->auth.users[i];
     if (s->draining) {
         snprintf(msg, n, "the server is shutting down and takes no new requests");
         status = 503;
@@ -255,8 +257,7 @@ static void *worker(void *arg)
             } else {
                 md->failed++;
             }
-            serve_user *u = s->auth.file ? user_named(s, job->user) : NULL;
-            if (u && u->active > 0) u->active--;
+            serve_job_release_user(s, job);
             job->done = 1;
             if (job->abandoned) serve_job_free(job); /* its client left: nobody waits for the answer */
         }
