@@ -14,6 +14,7 @@ int main(void)
     unsigned failures = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
     unsigned run = CU_get_number_of_tests_run();
     CU_cleanup_registry();
+    t_tmpdir_finish(failures != 0 || run == 0);
     if (run == 0) {
         fprintf(stderr, "no test ran\n");
         return 1;

@@ -1,8 +1,10 @@
 /* test_util.c - helpers shared by nnt's CUnit suites. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "test_util.h"
 
 #include "core/internal.h"
 
+#include <ftw.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +28,36 @@ const char *t_plugin(const char *name, char *buf, size_t n)
     return buf;
 }
 
+/* The scratch directory of this process, empty until t_tmpdir first makes it. */
+static char scratch[512];
+
 const char *t_tmpdir(void)
 {
-    static char dir[512];
+    char *dir = scratch;
     if (!dir[0]) {
-        snprintf(dir, sizeof dir, "%s/nnt-test-XXXXXX", NNT_TEST_TMP);
+        snprintf(dir, sizeof scratch, "%s/nnt-test-XXXXXX", NNT_TEST_TMP);
         mkdir(NNT_TEST_TMP, 0755);
-        if (!mkdtemp(dir)) snprintf(dir, sizeof dir, "%s", NNT_TEST_TMP);
+        if (!mkdtemp(dir)) snprintf(dir, sizeof scratch, "%s", NNT_TEST_TMP);
     }
     return dir;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) == 0 ? 0 : -1;
+}
+
+void t_tmpdir_finish(int keep)
+{
+    /* Only a directory this process made (never the shared parent it falls back to). */
+    if (!scratch[0] || strcmp(scratch, NNT_TEST_TMP) == 0) return;
+    if (keep) {
+        fprintf(stderr, "scratch files kept in %s\n", scratch);
+        return;
+    }
+    if (nftw(scratch, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "could not remove all of %s\n", scratch);
 }
 
 int t_write_file(const char *path, const char *text)

@@ -15,6 +15,9 @@ int register_tests(void);
 const char *t_ini(void);
 const char *t_fixture(const char *rel, char *buf, size_t n); /* tests/fixtures/<rel> */
 const char *t_tmpdir(void);                                  /* created once per process */
+/* Removes the scratch directory and all in it, or with keep set leaves it and prints its path
+ * (the runner keeps it when a test failed, for the files that test wrote). */
+void t_tmpdir_finish(int keep);
 const char *t_plugin(const char *name, char *buf, size_t n); /* build/tests/plugins/<name>.so */
 
 /* Writes a copy of the build-tree INI as <scratch>/<name> with `key = value` in [section]
