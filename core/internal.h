@@ -452,6 +452,8 @@ struct nnt_runtime {
     nnt_plugin_set plugins;
     nnt_core_api core;
     void *transport_handle; /* the transport plugin, loaded by nnt_runtime_transport */
+    nnt_progress_fn progress; /* nnt_runtime_set_progress's handler, or NULL */
+    void *progress_user;
     const nnt_transport_descriptor *transport;
 };
 
@@ -509,6 +511,10 @@ nnt_status nnt_guard_enter_wait(nnt_runtime *rt, const char *call);
 void nnt_guard_leave(nnt_runtime *rt);
 /* Marks the start (entering 1) and end (0) of a user callback made by the running call. */
 void nnt_guard_callback(nnt_runtime *rt, int entering);
+/* Calls rt's progress handler with p (runtime/progress.c), marked as a callback for the guard;
+ * where names the point for the message. NNT_OK when there is none or it returns 0, else
+ * NNT_ERR_INTERRUPTED set on err. */
+nnt_status nnt_progress_report(nnt_runtime *rt, const nnt_progress *p, const char *where, nnt_error *err);
 /* The runtime of trace t's model (NULL for a NULL trace). */
 nnt_runtime *nnt_guard_trace_rt(const nnt_trace *t);
 /* The body of a public call: `call` (an nnt_status expression) run inside rt's guard, its status

@@ -56,7 +56,15 @@ typedef struct serve_job {
     void *tensors;         /* the safetensors attachment, or NULL (owned) */
     size_t tensors_len;
     char user[SERVE_NAME_MAX];
-    int running, done, abandoned;
+    int running, done;
+    int abandoned;         /* its client left or its time ran out: nobody takes the answer, and a
+                            * forward serving only abandoned jobs is stopped */
+    int stream;            /* the client asked for server-sent events (Accept: text/event-stream) */
+    char *events;          /* stream: the events so far (each generation step's tokens, then the
+                            * result or the error), owned, guarded by srv->mu */
+    size_t events_len, events_cap;
+    char *final;           /* stream: the last event, made by the worker outside the lock (owned) */
+    size_t final_len;
     int http_status;       /* the answer: 200 with a safetensors body, else a JSON error */
     char *body;            /* owned */
     size_t body_len;
@@ -78,6 +86,9 @@ typedef struct serve_model {
     /* counters, guarded by srv->mu */
     uint64_t served, failed, tokens;
     uint64_t shared;       /* requests answered from a forward shared with others */
+    uint64_t stopped;      /* forwards stopped because every request they served was abandoned */
+    serve_job *current[SERVE_MAX_SHARE]; /* the jobs of the call running now (the worker's) */
+    int n_current;
     double busy_s;
 } serve_model;
 
@@ -118,6 +129,12 @@ int serve_job_submit(serve_model *md, serve_job *job, char *msg, size_t n);
 void serve_job_free(serve_job *job);
 /* The job's user has one request fewer queued or running (srv->mu held). */
 void serve_job_release_user(serve_state *s, const serve_job *job);
+/* The side that waited for job (the HTTP thread) lets it go, srv->mu held: a finished job is
+ * freed, a queued one taken out of md's queue and freed, a running one marked abandoned (its
+ * forward is stopped when no other request shares it, and the worker frees it). */
+void serve_job_leave(serve_model *md, serve_job *job);
+/* Appends text to the job's events (srv->mu held). Returns 0, or -1 without memory. */
+int serve_job_event(serve_job *job, const char *text, size_t len);
 
 /* ---- HTTP (serve_http.c) ---- */
 typedef struct serve_http serve_http;
@@ -128,6 +145,21 @@ void serve_http_stop(serve_http *h);
 /* 1 when addr (as --listen takes it) is a loopback address (127.0.0.0/8, ::1), 0 when another;
  * -1 with msg filled when it is not an address as --listen takes one. */
 int serve_addr_is_loopback(const char *addr, char *msg, size_t n);
+
+/* Whether the client's end of socket fd is gone (closed or reset), without blocking. */
+int serve_socket_gone(int fd);
+
+/* ---- server-sent events (serve_stream.c) ---- */
+/* Makes a streamed job's last event (job->final; the worker calls it before taking the lock):
+ * "result" with the safetensors body in base64, or "error" with the JSON error body. */
+void serve_stream_final(serve_job *job);
+struct MHD_Connection;
+/* Answers connection c with job's events as they come (text/event-stream, chunked), from the
+ * HTTP thread that submitted job once it has an event or is done; the stream owns job from then
+ * on and leaves it (serve_job_leave) when the client goes, its time (deadline, monotonic s) runs
+ * out - then it ends with an "error" event - or the answer is sent. srv->mu must not be held.
+ * Returns libmicrohttpd's MHD_YES or MHD_NO. */
+int serve_stream_answer(serve_model *md, struct MHD_Connection *c, serve_job *job, double deadline);
 
 /* ---- answers (serve_answer.c) ---- */
 /* A JSON error body {"error": {"status": STATUS, "message": MSG}} as a new string. */

@@ -150,6 +150,7 @@ static cJSON *stats_json(serve_state *s)
         cJSON_AddNumberToObject(m, "served", (double)md->served);
         cJSON_AddNumberToObject(m, "failed", (double)md->failed);
         cJSON_AddNumberToObject(m, "shared", (double)md->shared);
+        cJSON_AddNumberToObject(m, "stopped", (double)md->stopped);
         cJSON_AddNumberToObject(m, "tokens", (double)md->tokens);
         cJSON_AddNumberToObject(m, "busy_seconds", md->busy_s);
         cJSON_AddNumberToObject(m, "tokens_per_second_busy", md->busy_s > 0 ? (double)md->tokens / md->busy_s : 0);
@@ -206,23 +207,34 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
     return MHD_NO;
 }
 
-/* Whether the client's end of the connection is gone (closed or reset). */
-static int client_gone(struct MHD_Connection *c)
+int serve_socket_gone(int fd)
 {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 0;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
     if (poll(&p, 1, 0) <= 0) return 0;
     if (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) return 1;
     if (p.revents & POLLIN) { /* readable: more bytes (pipelining) or end of stream */
         char b;
-        ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
         return n == 0;
     }
     return 0;
 }
 
-/* Hands the body to md's worker and waits for the answer. */
+/* Whether the client's end of the connection is gone. */
+static int client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? serve_socket_gone(ci->connect_fd) : 0;
+}
+
+/* Whether the client asked for server-sent events (Accept names text/event-stream). */
+static int wants_events(struct MHD_Connection *c)
+{
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+    return a && strstr(a, "text/event-stream") != NULL;
+}
+
+/* Hands the body to md's worker and waits for the answer (a stream: for its first event). */
 static enum MHD_Result run_request(serve_state *s, struct MHD_Connection *c, serve_model *md, conn_state *cs,
                                    const char *user)
 {
@@ -234,6 +246,7 @@ static enum MHD_Result run_request(serve_state *s, struct MHD_Connection *c, ser
     job->tensors_len = cs->tensors_len;
     cs->json = cs->tensors = NULL;
     snprintf(job->user, sizeof job->user, "%s", user);
+    job->stream = wants_events(c);
     char msg[256];
     int refused = serve_job_submit(md, job, msg, sizeof msg);
     if (refused) {
@@ -242,7 +255,7 @@ static enum MHD_Result run_request(serve_state *s, struct MHD_Connection *c, ser
     }
     double deadline = serve_now() + s->lim.timeout_s;
     pthread_mutex_lock(&s->mu);
-    while (!job->done) {
+    while (!job->done && !(job->stream && job->events_len > 0)) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 100 * 1000000L; /* every 0.1 s: is the client still there, is the time up */
@@ -251,31 +264,18 @@ static enum MHD_Result run_request(serve_state *s, struct MHD_Connection *c, ser
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-        if (job->done) break;
+        if (job->done || (job->stream && job->events_len > 0)) break;
         int gone = client_gone(c), late = serve_now() > deadline;
         if (!gone && !late) continue;
-        if (!job->running) { /* still queued: take it out */
-            serve_job **p = &md->head, *prev = NULL;
-            while (*p && *p != job) prev = *p, p = &(*p)->next;
-            if (*p) {
-                *p = job->next;
-                if (md->tail == job) md->tail = prev;
-                md->queued--;
-            }
-            serve_job_release_user(s, job);
-            s->refused++;
-            pthread_mutex_unlock(&s->mu);
-            serve_job_free(job);
-        } else { /* running: the worker frees it when it ends */
-            job->abandoned = 1;
-            s->refused++;
-            pthread_mutex_unlock(&s->mu);
-        }
+        serve_job_leave(md, job); /* queued: taken out; running: stopped unless it shares a forward */
+        pthread_mutex_unlock(&s->mu);
         if (gone) return MHD_NO; /* nobody to answer */
         snprintf(msg, sizeof msg, "no result within %.0f s, this server's time limit per request", s->lim.timeout_s);
         return error(NULL, c, 504, "timeout", msg);
     }
+    int streaming = job->stream && (!job->done || job->http_status == 200);
     pthread_mutex_unlock(&s->mu);
+    if (streaming) return serve_stream_answer(md, c, job, deadline);
     int status = job->http_status;
     void *body = job->body;
     size_t len = job->body_len;

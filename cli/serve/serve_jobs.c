@@ -2,7 +2,9 @@
  * request document parsed with files refused (NNT_REQUEST_NO_FILES: nothing a client sends
  * names a path of this machine), checked against the server's limits, run by nnt_request_run,
  * and its results made into the safetensors body of the answer. One request at a time per
- * model: libnnt runs one call at a time per runtime, and each model has its own. */
+ * model: libnnt runs one call at a time per runtime, and each model has its own. The runtime's
+ * progress handler stops a forward whose requests were all abandoned (clients gone, time up)
+ * and passes a streamed generation's tokens on as events. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +27,93 @@ void serve_job_free(serve_job *job)
     free(job->json);
     free(job->tensors);
     free(job->body);
+    free(job->events);
     free(job);
+}
+
+int serve_job_event(serve_job *job, const char *text, size_t len)
+{
+    if (job->events_len + len + 1 > job->events_cap) {
+        size_t want = job->events_cap ? job->events_cap : 1024;
+        while (want < job->events_len + len + 1) want *= 2;
+        char *grown = realloc(job->events, want);
+        if (!grown) return -1;
+        job->events = grown;
+        job->events_cap = want;
+    }
+    memcpy(job->events + job->events_len, text, len);
+    job->events_len += len;
+    job->events[job->events_len] = '\0';
+    return 0;
+}
+
+void serve_job_leave(serve_model *md, serve_job *job)
+{
+    serve_state *s = md->srv;
+    if (job->done) {
+        serve_job_free(job);
+        return;
+    }
+    if (job->running) { /* the worker frees it when its call ends */
+        job->abandoned = 1;
+        s->refused++;
+        pthread_cond_broadcast(&s->cv);
+        return;
+    }
+    serve_job **p = &md->head, *prev = NULL;
+    while (*p && *p != job) prev = *p, p = &(*p)->next;
+    if (*p) {
+        *p = job->next;
+        if (md->tail == job) md->tail = prev;
+        md->queued--;
+    }
+    serve_job_release_user(s, job);
+    s->refused++;
+    serve_job_free(job);
+}
+
+/* The runtime's progress handler while md's worker runs a call: stops it when every job it
+ * serves was abandoned, and gives a streamed job's generation steps to its client. */
+static int on_progress(void *user, const nnt_progress *p)
+{
+    serve_model *md = user;
+    serve_state *s = md->srv;
+    pthread_mutex_lock(&s->mu);
+    int gone = md->n_current > 0;
+    for (int k = 0; k < md->n_current; k++) gone &= md->current[k]->abandoned;
+    if (!gone && p->kind == NNT_PROGRESS_TOKENS && md->n_current == 1 && md->current[0]->stream) {
+        char text[64];
+        serve_job *job = md->current[0];
+        int n = snprintf(text, sizeof text, "event: tokens\ndata: {\"step\":%d,\"tokens\":[", p->step);
+        int ok = serve_job_event(job, text, (size_t)n) == 0;
+        for (int b = 0; ok && b < p->batch; b++) {
+            n = snprintf(text, sizeof text, "%s%d", b ? "," : "", (int)p->tokens[b]);
+            ok = serve_job_event(job, text, (size_t)n) == 0;
+        }
+        if (ok) ok = serve_job_event(job, "]}\n\n", 4) == 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+    if (gone) md->stopped++;
+    pthread_mutex_unlock(&s->mu);
+    return gone;
+}
+
+/* The jobs the worker's next call serves (for on_progress). */
+static void set_current(serve_model *md, serve_job *const *jobs, int n)
+{
+    pthread_mutex_lock(&md->srv->mu);
+    for (int k = 0; k < n; k++) md->current[k] = jobs[k];
+    md->n_current = n;
+    pthread_mutex_unlock(&md->srv->mu);
+}
+
+/* Whether the job was abandoned (read under the lock). */
+static int abandoned(serve_model *md, const serve_job *job)
+{
+    pthread_mutex_lock(&md->srv->mu);
+    int a = job->abandoned;
+    pthread_mutex_unlock(&md->srv->mu);
+    return a;
 }
 
 void serve_job_release_user(serve_state *s, const serve_job *job)
@@ -163,8 +251,14 @@ static void answer_run(serve_model *md, serve_job *job, nnt_status st, const nnt
 
 static void run_alone(serve_model *md, prepared *p)
 {
+    if (abandoned(md, p->job)) { /* nobody waits for it: not run */
+        fail(p->job, 499, "abandoned", "the client left or its time ran out before the request ran");
+        return;
+    }
     nnt_result *res = NULL;
+    set_current(md, &p->job, 1);
     nnt_status st = nnt_request_run(md->m, p->r, NULL, &res);
+    set_current(md, NULL, 0);
     answer_run(md, p->job, st, res);
     nnt_result_free(res);
 }
@@ -179,8 +273,12 @@ static int run_group(serve_model *md, prepared **g, int n)
     }
     const nnt_request *reqs[SERVE_MAX_SHARE];
     nnt_result *res[SERVE_MAX_SHARE];
-    for (int k = 0; k < n; k++) reqs[k] = g[k]->r;
-    if (nnt_request_run_shared(md->m, reqs, n, res) != NNT_OK) {
+    serve_job *jobs[SERVE_MAX_SHARE];
+    for (int k = 0; k < n; k++) reqs[k] = g[k]->r, jobs[k] = g[k]->job;
+    set_current(md, jobs, n);
+    nnt_status st = nnt_request_run_shared(md->m, reqs, n, res);
+    set_current(md, NULL, 0);
+    if (st != NNT_OK) { /* (when it was stopped, each alone is skipped: all were abandoned) */
         for (int k = 0; k < n; k++) run_alone(md, g[k]);
         return 0;
     }
@@ -224,6 +322,9 @@ static void *worker(void *arg)
     serve_model *md = arg;
     serve_state *s = md->srv;
     prepared taken[SERVE_MAX_SHARE];
+    if (nnt_runtime_set_progress(md->rt, on_progress, md) != NNT_OK)
+        fprintf(stderr, "nnt serve: model '%s': no progress handler (%s); abandoned requests run to their end\n",
+                md->name, nnt_last_error(md->rt));
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!md->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
@@ -243,6 +344,7 @@ static void *worker(void *arg)
         double t0 = serve_now();
         uint64_t shared = 0;
         run_taken(md, taken, n, &shared);
+        for (int k = 0; k < n; k++) serve_stream_final(taken[k].job);
 
         pthread_mutex_lock(&s->mu);
         md->busy = 0;
@@ -258,6 +360,11 @@ static void *worker(void *arg)
                 md->failed++;
             }
             serve_job_release_user(s, job);
+            if (job->final) { /* a stream's last event */
+                if (serve_job_event(job, job->final, job->final_len) != 0) job->http_status = 500;
+                free(job->final);
+                job->final = NULL;
+            }
             job->done = 1;
             if (job->abandoned) serve_job_free(job); /* its client left: nobody waits for the answer */
         }

@@ -27,6 +27,7 @@ static const char *const status_names[NNT_STATUS_COUNT] = {
     [NNT_ERR_INTERNAL] = "internal error",
     [NNT_ERR_BUSY] = "busy: a call of the same runtime is running (one call at a time per runtime: another "
                      "thread's, or the call whose edit callback this is)",
+    [NNT_ERR_INTERRUPTED] = "interrupted: the runtime's progress handler asked the call to stop",
 };
 
 const char *nnt_status_str(nnt_status status)

@@ -133,6 +133,7 @@ typedef struct gen_state {
     nnt_trace *own;             /* generate's trace when the caller gives none */
     cand *work;                 /* [V] for sampling */
     int32_t *next, *picked;     /* [batch]: the tokens fed next, the tokens picked */
+    int32_t *reported;          /* [batch]: a step's tokens as the progress handler sees them */
     float *hidden;              /* a stage's streams in and out, or NULL */
     unsigned char *stopped;     /* [batch]: rows that emitted a stop id */
     int n_stopped;
@@ -144,6 +145,7 @@ static void gen_free(gen_state *g)
     free(g->work);
     free(g->next);
     free(g->picked);
+    free(g->reported);
     free(g->hidden);
     free(g->stopped);
     nnt_trace_free(g->own);
@@ -166,9 +168,10 @@ static nnt_status gen_init(nnt_model *m, int batch, int seq, const nnt_generate_
     g->work = malloc(V * sizeof *g->work);
     g->next = malloc((size_t)batch * sizeof *g->next);
     g->picked = malloc((size_t)batch * sizeof *g->picked);
+    g->reported = malloc((size_t)batch * sizeof *g->reported);
     g->hidden = hn ? malloc(hn * sizeof *g->hidden) : NULL;
     g->stopped = calloc((size_t)batch, 1);
-    if (!g->work || !g->next || !g->picked || !g->stopped || (hn && !g->hidden))
+    if (!g->work || !g->next || !g->picked || !g->reported || !g->stopped || (hn && !g->hidden))
         return nnt_err_set(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     return NNT_OK;
 }
@@ -224,7 +227,13 @@ static nnt_status gen_step(gen_state *g, nnt_trace *tr, const int32_t *ids, cons
             return st;
         }
     }
-    return gen_record(g, batch, V, step, o, out, err);
+    if ((st = gen_record(g, batch, V, step, o, out, err)) != NNT_OK) return st;
+    for (int b = 0; b < batch; b++) g->reported[b] = out[(int64_t)b * o->max_new_tokens + step];
+    nnt_progress p = {.struct_size = sizeof p, .kind = NNT_PROGRESS_TOKENS, .layer = -1, .step = step,
+                      .batch = batch, .tokens = g->reported};
+    char where[64];
+    snprintf(where, sizeof where, "generation step %d", step);
+    return nnt_progress_report(g->s->m->rt, &p, where, err);
 }
 
 static nnt_status generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,

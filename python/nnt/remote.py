@@ -10,6 +10,7 @@ What a local Model does in this process and a server cannot do is refused with n
 callbacks (Python functions), SAE folders (the server reads no path a request names), torch
 output views over nnt's memory (arrays are copies here; pass them to torch.from_numpy)."""
 
+import base64
 import json
 import os
 import struct
@@ -80,15 +81,17 @@ class Remote:
 
     # ---- HTTP ----
 
-    def _call(self, method, path, body=None, content_type=None):
+    def _open(self, method, path, body=None, content_type=None, accept=None):
+        """The server's response (open; the caller reads and closes it), or nnt.Error."""
         req = urllib.request.Request(self.url + path, data=body, method=method)
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         if content_type:
             req.add_header("Content-Type", content_type)
+        if accept:
+            req.add_header("Accept", accept)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return r.read()
+            return urllib.request.urlopen(req, timeout=self.timeout)
         except urllib.error.HTTPError as e:
             raw, status = e.read(), None
             try:
@@ -102,11 +105,15 @@ class Remote:
         except urllib.error.URLError as e:
             raise Error(f"{self.url}: cannot reach the server: {e.reason}") from None
 
+    def _call(self, method, path, body=None, content_type=None):
+        with self._open(method, path, body, content_type) as r:
+            return r.read()
+
     def _json(self, path):
         return json.loads(self._call("GET", path))
 
-    def _run(self, builder):
-        """Sends builder's request to the model; (arrays, metadata) of the answer."""
+    def _post(self, builder, accept=None):
+        """Sends builder's request to the model; the open response."""
         if builder.raw_callbacks:
             raise Error("edit callbacks run Python code in this process; a server cannot call them (use a request "
                         "edit: zero, scale, set, add, steer, ...)")
@@ -116,8 +123,13 @@ class Remote:
         path = f"/v1/models/{urllib.parse.quote(self.name, safe='')}/request"
         if tensors:
             body, kind = _multipart(doc, tensors)
-            return read_safetensors(self._call("POST", path, body, kind))
-        return read_safetensors(self._call("POST", path, doc, "application/json"))
+            return self._open("POST", path, body, kind, accept)
+        return self._open("POST", path, doc, "application/json", accept)
+
+    def _run(self, builder):
+        """Sends builder's request to the model; (arrays, metadata) of the answer."""
+        with self._post(builder) as r:
+            return read_safetensors(r.read())
 
     # ---- what the server says ----
 
@@ -266,3 +278,75 @@ class Remote:
         arrays, meta = self._run(b)
         tokens = arrays.pop("generated_tokens")
         return Generation(tokens, self._values(arrays, meta, None), None)
+
+    def generate_stream(self, prompts, max_new_tokens, save=(), edits=(), temperature=0.0, top_k=0, top_p=1.0,
+                        seed=0, stop_ids=(), ignore_eos=False, add_special=True):
+        """generate, with each step's tokens as the server picks them (server-sent events): a
+        GenerationStream, an iterator of (step, tokens [batch] int32; -1 for a row that stopped)
+        whose .result is the Generation once the iteration ends."""
+        try:
+            b = _request.generate_request(prompts, max_new_tokens, save, edits, temperature, top_k, top_p, seed,
+                                          stop_ids, ignore_eos, add_special, None)
+        except RequestError as e:
+            raise Error(str(e)) from None
+        return GenerationStream(self, self._post(b, accept="text/event-stream"))
+
+
+class GenerationStream:
+    """The events of a streamed generation (Remote.generate_stream): iterate for (step, tokens);
+    .result holds the Generation after the last step. Leaving early (close(), or dropping the
+    stream) closes the connection, and the server stops the generation."""
+
+    def __init__(self, remote, response):
+        self._remote, self._r = remote, response
+        self.result = None
+
+    def __iter__(self):
+        return self
+
+    def _event(self):
+        """(name, data) of the next event, or None at the end of the stream."""
+        name, data = None, []
+        for raw in self._r:
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if not line:
+                if name or data:
+                    return name, "\n".join(data)
+                continue
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+        return None
+
+    def __next__(self):
+        if self._r is None:
+            raise StopIteration
+        ev = self._event()
+        if ev is None:
+            self.close()
+            raise Error(f"{self._remote.url}: the event stream ended without a result")
+        name, data = ev
+        if name == "tokens":
+            d = json.loads(data)
+            return d["step"], np.asarray(d["tokens"], dtype=np.int32)
+        self.close()
+        if name == "result":
+            arrays, meta = read_safetensors(base64.b64decode(data))
+            tokens = arrays.pop("generated_tokens")
+            self.result = Generation(tokens, self._remote._values(arrays, meta, None), None)
+            raise StopIteration
+        if name == "error":
+            err = json.loads(data)["error"]
+            raise Error(f"{self._remote.url}: {err['message']}", status=err.get("status"))
+        raise Error(f"{self._remote.url}: an event {name!r} this client does not know")
+
+    def close(self):
+        if self._r is not None:
+            self._r.close()
+            self._r = None
+
+    def __del__(self):
+        self.close()

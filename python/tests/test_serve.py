@@ -310,11 +310,10 @@ def test_user_limit_queue_limit_and_a_client_that_leaves(tmp_path):
         assert status == 401
         second.close()  # bob leaves: his place in the queue is freed
         wait_stat(s, "queued", 0)
-        first.close()  # alice leaves while hers runs: it finishes and its result is dropped
-        deadline = time.monotonic() + 60
-        while s.request("POST", RUN, doc(), JSON)[0] != 200:  # alice's count is back to 0 when it ends
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        first.close()  # alice leaves while hers runs: its generation is stopped, her count back to 0
+        wait_stat(s, "stopped", 1)
+        wait_stat(s, "running", 0)
+        assert s.request("POST", RUN, doc(), JSON)[0] == 200
     finally:
         s.stop()
 
@@ -360,6 +359,55 @@ def test_co_tenancy_conflicting_edits_in_one_forward(tmp_path, example_local):
         # the edits conflict: no two answers are alike
         outs = [got[i]["layers.2.layer_output"] for i in range(6)]
         assert all(not np.allclose(outs[a], outs[b]) for a in range(6) for b in range(a + 1, 6))
+    finally:
+        s.stop()
+
+
+def test_generate_stream_equals_local(server, example_local, example_prompt):
+    """Each step's tokens arrive as an event before the result; together they are the tokens of
+    the local generation, stopped rows as -1, and the result's values are the local ones."""
+    r = nnt.Remote(server.url, token=TOKEN, model="example")
+    rows = [example_prompt, [3, 4, 5, 6]]
+    local = example_local.generate(rows, 6, save=["layers.1.mlp.expert_indices"], ignore_eos=True)
+    stop = int(local.tokens[0, 2])  # row 0 stops at its third token
+    local = example_local.generate(rows, 6, save=["layers.1.mlp.expert_indices"], stop_ids=[stop], ignore_eos=True)
+    s = r.generate_stream(rows, 6, save=["layers.1.mlp.expert_indices"], stop_ids=[stop], ignore_eos=True)
+    steps = list(s)
+    assert [k for k, _ in steps] == list(range(len(steps))) and len(steps) >= 3
+    streamed = np.stack([t for _, t in steps], axis=1)
+    assert np.array_equal(streamed, local.tokens[:, :len(steps)]) and streamed[0, 3:].tolist() == [-1] * (len(steps) - 3)
+    assert np.array_equal(s.result.tokens, local.tokens)
+    assert_same(local.values, s.result.values)
+    # a refusal comes before any event, as a status with its JSON error
+    status, data, resp = server.request("POST", "/v1/models/example/request", doc(method="generate", rows=[{}], generate={"max_new_tokens": 2}),
+                                        {"Content-Type": "application/json", "Accept": "text/event-stream"})
+    assert status == 400 and resp.getheader("Content-Type") == "application/json" and b"rows[0]" in data
+    with pytest.raises(nnt.Error, match="max_new_tokens"):
+        list(r.generate_stream(rows, 100000))
+
+
+def test_stream_left_or_timed_out_stops_the_generation(tmp_path):
+    """A streamed generation whose client closes the connection is stopped at once (the statistics
+    count it), and one that runs past --timeout ends with an error event and is stopped too; a
+    plain request past --timeout gets 504 and its generation is stopped."""
+    s = Server(str(tmp_path), [("example", EXAMPLE)], "--timeout", "3")
+    try:
+        r = nnt.Remote(s.url, token=TOKEN)
+        stream = r.generate_stream([[1, 2, 3]] * 8, 3000, ignore_eos=True)
+        for step, tokens in stream:
+            if step == 2:
+                break
+        stream.close()
+        wait_stat(s, "stopped", 1)
+        t0 = time.monotonic()
+        with pytest.raises(nnt.Error, match="time limit"):
+            list(r.generate_stream([[1, 2, 3]] * 8, 3000, ignore_eos=True))
+        wait_stat(s, "stopped", 2)
+        status, data, _ = s.request("POST", RUN, long_generation(), JSON)
+        assert status == 504 and b"time limit" in data
+        wait_stat(s, "stopped", 3)
+        assert time.monotonic() - t0 < 30
+        assert s.request("POST", RUN, doc(), JSON)[0] == 200
     finally:
         s.stop()
 

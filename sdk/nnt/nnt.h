@@ -108,6 +108,36 @@ int nnt_runtime_plugin(const nnt_runtime *rt, int i, const char **kind, const ch
  * list is kept when the open fails, so it can be shown next to nnt_last_error. */
 int nnt_runtime_warning(const nnt_runtime *rt, int i, const char **file, const char **reason);
 
+/* ---- progress and interruption ---- */
+/* What a running call tells the runtime's progress handler. Versioned by struct_size: a handler
+ * reads a field only when struct_size covers it. */
+typedef enum nnt_progress_kind {
+    NNT_PROGRESS_VALUE = 1, /* a forward reached a value site (every block's values: several times a block) */
+    NNT_PROGRESS_TOKENS,    /* a generation step picked its tokens */
+} nnt_progress_kind;
+typedef struct nnt_progress {
+    uint32_t struct_size;   /* sizeof(nnt_progress) */
+    nnt_progress_kind kind;
+    int layer;              /* VALUE: the block of the value, -1 for a value of the whole model */
+    int step;               /* TOKENS: the generation step (0: the first new token) */
+    int batch;              /* TOKENS: rows */
+    const int32_t *tokens;  /* TOKENS: [batch] I32, this step's token of each row, NNT_TOKEN_STOPPED
+                             * for a row that stopped before it; valid during the handler only */
+} nnt_progress;
+/* The handler returns 0 to go on, non-zero to stop the call. */
+typedef int (*nnt_progress_fn)(void *user, const nnt_progress *p);
+/* Sets (fn NULL: clears) the progress handler of runtime rt, after the idea of SQLite's
+ * sqlite3_progress_handler: every call of rt that runs a forward (traces, sessions, generation,
+ * requests, lens, patch, attribute, harvest) calls fn(user, p) on its own thread at each value
+ * site of the forward and after each generation step. A non-zero return stops the call: it
+ * returns NNT_ERR_INTERRUPTED, with a message naming where, and what it made is freed as on any
+ * error (a session it ran on may then hold a partial step: start a new one). fn must not call
+ * rt (such a call is refused with NNT_ERR_BUSY); it may read shared state of its own (a flag
+ * set by another thread, a deadline). The gradient pass of attribute is not interrupted inside
+ * its backward pass, only in its forwards. Errors: NNT_ERR_INVALID_ARGUMENT (NULL rt),
+ * NNT_ERR_BUSY (a call of rt is running). */
+nnt_status nnt_runtime_set_progress(nnt_runtime *rt, nnt_progress_fn fn, void *user);
+
 /* ---- models ---- */
 /* Loads the checkpoint directory `dir` (config.json plus model.safetensors or a sharded
  * model.safetensors.index.json), picks the family plugin that serves its architecture, binds

@@ -24,7 +24,7 @@ extern "C" {
  * backward of Kimi Delta Attention's recurrent ops; 3.9: the attention block bound in
  * nnt_forward_args; 3.10: the readout positions in nnt_forward_args; 3.11: the backend's attn_fused;
  * 3.12: the core's tensor_fp8 and nnt_load_args.weights; 3.13: NNT_ERR_BUSY; 3.14: native module
- * values, nnt_native_info and the family descriptor's `native`). */
+ * values, nnt_native_info and the family descriptor's `native`; NNT_ERR_INTERRUPTED). */
 #define NNT_ABI_MAJOR 3
 #define NNT_ABI_MINOR 14
 
@@ -54,6 +54,7 @@ typedef enum nnt_status {
     NNT_ERR_INTERNAL,         /* a bug in nnt; the message says where */
     NNT_ERR_BUSY,             /* the runtime is inside another call: another thread's, or the call whose
                                * edit callback made this one (ABI 3.13) */
+    NNT_ERR_INTERRUPTED,      /* the runtime's progress handler asked the call to stop (ABI 3.14) */
     NNT_STATUS_COUNT
 } nnt_status;
 
