@@ -53,6 +53,7 @@ typedef struct cli_opts {
     const cli_command *cmd;
     const char *cmd_name;
     const char *model, *config, *out, *plot;
+    const char *remote;       /* --remote URL: run on `nnt serve` there (remote.c) */
     const char *request_file; /* --request FILE: the request itself, instead of the options */
     int print_request;        /* --print-request: print the request the options make, run nothing */
     int tsv, ids_only, no_special, ignore_eos;
@@ -195,6 +196,12 @@ int cli_request_text_rows(const char *request_file);
  * the options that gave them ("edits[2]" as "--scale PATH=F"). Returns the exit status: 2 when
  * the error names an option's argument (a lens or patch setting), 1 otherwise. */
 int cli_fail(const cli_opts *o, nnt_runtime *rt, const char *what);
+
+/* ---- --remote (remote.c) ---- */
+/* Runs c's request (trace, lens, generate) on the server --remote names and prints the answer
+ * as the command prints a local result; --out gets the answer's bytes. Returns 0, 1 or 2
+ * (printed). */
+int cli_remote(cli_run *c);
 /* "nnt: MESSAGE", the usage after it; returns 2. */
 int cli_usage_error(const char *fmt, const char *arg);
 /* "nnt: MESSAGE" for a bad argument; returns 2. */

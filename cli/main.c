@@ -48,7 +48,8 @@ static int run(cli_run *c, int *held_fd)
 {
     const cli_opts *o = c->o;
     unsigned f = o->cmd->flags;
-    if ((f & CMD_MODEL) && !o->model) return cli_usage_error("%s needs --model DIR", o->cmd_name);
+    if ((f & CMD_MODEL) && !o->model && !o->remote)
+        return cli_usage_error("%s needs --model DIR (or --remote URL)", o->cmd_name);
     if (!(f & CMD_RUNTIME)) return o->cmd->run(c);
     if (nnt_runtime_open(o->config, &c->rt) != NNT_OK) return cli_fail(o, c->rt, "cannot start");
     nnt_protect_mapped_files(); /* a checkpoint truncated under the run: an error naming it, not SIGBUS */
@@ -66,6 +67,10 @@ static int run(cli_run *c, int *held_fd)
     if ((f & CMD_REQUEST) && (rc = get_request(c, held_fd)) != 0) return rc;
     if (o->print_request) return nnt_pipeline_rank(c->p) == 0 ? cli_print_request(c->rt, c->req) : 0;
     if ((f & CMD_REQUEST) && (rc = cli_check_out(o, c->rt)) != 0) return rc;
+    if (o->remote) {
+        if (c->p) return cli_usage_error("%s", "--remote sends the request to a server: run it without mpirun");
+        return cli_remote(c);
+    }
     if (!(f & CMD_LOADS)) return o->cmd->run(c);
     if ((rc = load_model(c, root, held_fd)) != 0) return rc;
     if (f & CMD_REQUEST) find_tokenizer(c);

@@ -26,6 +26,7 @@ static int set_once(const char **slot, const char *flag, const char *v)
 
 static int set_model(cli_opts *o, const char *f, const char *v) { return set_once(&o->model, f, v); }
 static int set_config(cli_opts *o, const char *f, const char *v) { return set_once(&o->config, f, v); }
+static int set_remote(cli_opts *o, const char *f, const char *v) { return set_once(&o->remote, f, v); }
 static int set_value(cli_opts *o, const char *f, const char *v) { return set_once(&o->value, f, v); }
 static int set_metric(cli_opts *o, const char *f, const char *v) { return set_once(&o->metric, f, v); }
 static int set_positions(cli_opts *o, const char *f, const char *v) { return set_once(&o->positions, f, v); }
@@ -379,6 +380,7 @@ static int set_req(cli_opts *o, const char *f, const char *v)
 static const cli_option OPTIONS[] = {
     {"--model", 1, NULL, set_model, NULL},
     {"--config", 1, NULL, set_config, NULL},
+    {"--remote", 1, "trace lens generate", set_remote, "--remote is an option of trace, lens and generate"},
     {"--out", 1, NULL, set_out, NULL},
     {"--tokens", 1, NULL, set_row, NULL},
     {"--prompt", 1, NULL, set_row, NULL},

@@ -120,5 +120,10 @@ const char CLI_USAGE[] =
     "           (docs/requests.md) in place of rows, requests and the method's options; --print-request prints\n"
     "           the request the options make, as JSON, and runs nothing\n"
     "\n"
-    "common options: --config FILE (else $NNT_CONFIG, else the nnt.ini of this build or installation)\n";
+    "common options: --config FILE (else $NNT_CONFIG, else the nnt.ini of this build or installation)\n"
+    "remote runs (trace, lens, generate): --remote URL sends the request to `nnt serve` at URL\n"
+    "           (http://HOST:PORT: its only model; http://HOST:PORT/v1/models/NAME: that one) and prints\n"
+    "           the answer; --out gets its bytes; the token is read from $NNT_TOKEN or the file\n"
+    "           $NNT_TOKEN_FILE names; --model DIR then only gives the tokenizer for token text;\n"
+    "           generate prints each step's tokens as the server picks them (docs/server.md)\n";
 

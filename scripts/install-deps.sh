@@ -3,7 +3,7 @@
 # a C toolchain, CMake, pkg-config, inih, cJSON, PCRE2, utf8proc, OpenBLAS (its OpenMP build too), oneDNN
 # (the cpu backend's many-row products), CUnit (and OpenMP with gcc), Cairo (the nnt command's --plot
 # pictures; optional for a build, which then goes without them), libmicrohttpd (nnt serve's HTTP,
-# with GnuTLS; optional likewise), Python 3 with numpy and pytest
+# with GnuTLS; optional likewise), libcurl (the nnt command's --remote; optional likewise), Python 3 with numpy and pytest
 # (the Python package's tests, python/tests) and jsonschema (the request schema's test); and clang with its runtime libraries
 # (libclang-rt-dev: the sanitizers and libFuzzer, which clang only recommends) and its OpenMP
 # (libomp-dev), for the sanitizer build and the fuzzers of tests/fuzz; Open MPI (libopenmpi-dev,
@@ -12,7 +12,7 @@
 #            OpenMP build, like OpenBLAS's).
 set -euo pipefail
 packages=(build-essential cmake pkg-config libinih-dev libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcunit1-dev
-  libcairo2-dev libmicrohttpd-dev python3 python3-numpy python3-pytest python3-jsonschema python3-pip python3-setuptools clang libclang-rt-dev libomp-dev libopenmpi-dev openmpi-bin)
+  libcairo2-dev libmicrohttpd-dev libcurl4-gnutls-dev python3 python3-numpy python3-pytest python3-jsonschema python3-pip python3-setuptools clang libclang-rt-dev libomp-dev libopenmpi-dev openmpi-bin)
 for arg in "$@"; do
   case "$arg" in
     --bench) packages+=(libblis-openmp-dev libblis-dev) ;;

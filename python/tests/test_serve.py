@@ -412,6 +412,44 @@ def test_stream_left_or_timed_out_stops_the_generation(tmp_path):
         s.stop()
 
 
+def test_cli_remote_equals_local(server, tmp_path):
+    """nnt trace|lens|generate --remote write the bytes the local command writes to --out, print the
+    same saved values and top tokens, and a generation's steps as they come; refusals name why."""
+    env = dict(CLI_ENV, NNT_TOKEN=TOKEN)
+
+    def cli(*args, remote=True):
+        where = ["--remote", server.url + "/v1/models/example", "--model", EXAMPLE] if remote else ["--model", EXAMPLE]
+        return subprocess.run([CLI, *args, *where], capture_output=True, text=True, env=env, timeout=120)
+
+    runs = {"trace": ["trace", "--prompt", "The cat sat", "--save", "layers.1.mlp.expert_indices", "--scale",
+                      "layers.0.layer_output=0.5"],
+            "lens": ["lens", "--tokens", "1 2 3 4", "--positions", "-1,0"],
+            "generate": ["generate", "--prompt", "The cat", "--max-new-tokens", "5", "--ignore-eos", "--save",
+                         "logits[:, -1]"]}
+    for name, args in runs.items():
+        out_r, out_l = str(tmp_path / f"{name}-r.safetensors"), str(tmp_path / f"{name}-l.safetensors")
+        r, loc = cli(*args, "--out", out_r), cli(*args, "--out", out_l, remote=False)
+        assert r.returncode == 0 and loc.returncode == 0, r.stderr + loc.stderr
+        assert open(out_r, "rb").read() == open(out_l, "rb").read(), name
+        if name == "trace":
+            same = [l for l in loc.stdout.splitlines() if l.startswith(("layers.", "top 5"))]
+            assert same and same == [l for l in r.stdout.splitlines() if l.startswith(("layers.", "top 5"))]
+        if name == "generate":
+            new = next(l for l in loc.stdout.splitlines() if l.startswith("new tokens, row 0:"))
+            steps = [l.split(": ")[1] for l in r.stdout.splitlines() if l.startswith("step ")]
+            assert new in r.stdout and " ".join(steps) == new.split(": ")[1]
+    p = subprocess.run([CLI, "trace", "--remote", server.url, "--tokens", "1 2"], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert p.returncode == 1 and "holds" in p.stderr and "/v1/models/NAME" in p.stderr
+    p = subprocess.run([CLI, "trace", "--remote", server.url + "/v1/models/example", "--tokens", "1 2"],
+                       capture_output=True, text=True, env=dict(CLI_ENV, NNT_TOKEN="wrong-token-0123456789"),
+                       timeout=60)
+    assert p.returncode == 1 and "HTTP 401" in p.stderr
+    p = subprocess.run([CLI, "patch", "--remote", server.url, "--clean", "a", "--corrupt", "b", "--metric", "prob:3"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and "--remote is an option of trace, lens and generate" in p.stderr
+
+
 def test_sigterm_drains_a_request_in_flight(tmp_path):
     s = Server(str(tmp_path), [("example", EXAMPLE)])
     result = {}
