@@ -6,10 +6,14 @@ whether every answer is right: each client's requests carry its own edit (a scal
 layers.0.layer_output by a factor of its own) and a prompt of its own, and every answer's last
 logits must equal that request run alone through the server (within float32 rounding of another
 batch size, 1e-4 relative) - a mixed-up answer would be another request's. Then the server's RSS
-over --rss-requests small requests (flat is the target). Prints a Markdown report with the CPU.
+over --rss-requests small requests (flat is the target). With --generate-every K, every K-th
+request of a client is a greedy generation of --new-tokens tokens instead of a trace (its tokens
+must equal its solo run's; generations do not share forwards), in the server's runs and in the
+command's. Prints a Markdown report with the CPU.
 
     python bench/bench_serve.py --model DIR [--config INI] [--clients 1,4,16,64] [--per-client 8]
                                 [--tokens 32] [--cli-requests 8] [--rss-requests 10000]
+                                [--generate-every 0] [--new-tokens 8]
 
 The model is the mid-size MiniMax-M2 release-layout checkpoint of make_models.py (--layout
 release) in the issue; any checkpoint folder works. Targets: throughput with sharing at 16
@@ -74,6 +78,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--cli-requests", type=int, default=8)
     ap.add_argument("--rss-requests", type=int, default=10000)
+    ap.add_argument("--generate-every", type=int, default=0)
+    ap.add_argument("--new-tokens", type=int, default=8)
     a = ap.parse_args()
     import nnt
 
@@ -86,12 +92,21 @@ def main() -> None:
         remote = nnt.Remote(url, model="m")
         vocab = remote.vocab_size
         clients = [int(x) for x in a.clients.split(",")]
+        def is_gen(k):
+            return a.generate_every > 0 and k % a.generate_every == a.generate_every - 1
+
+        def send(r, c, k):
+            """The answer to request k of client c: a trace's last logits, or a generation's tokens."""
+            edits = [("layers.0.layer_output", "scale", factor(c))]
+            if is_gen(k):
+                return r.generate([prompt(c, k, a.tokens, vocab)], a.new_tokens, edits=edits, ignore_eos=True).tokens
+            return r.trace([prompt(c, k, a.tokens, vocab)], save=save, edits=edits)["logits"]
+
         # the reference: every request of the largest run, each alone (one client, one at a time)
         ref = {}
         for c in range(max(clients)):
             for k in range(a.per_client):
-                ref[c, k] = remote.trace([prompt(c, k, a.tokens, vocab)], save=save,
-                                         edits=[("layers.0.layer_output", "scale", factor(c))])["logits"]
+                ref[c, k] = send(remote, c, k)
         rows = []
         for n in clients:
             lat, bad, failed = [], [], []
@@ -102,13 +117,17 @@ def main() -> None:
                 for k in range(a.per_client):
                     t0 = time.monotonic()
                     try:
-                        got = r.trace([prompt(c, k, a.tokens, vocab)], save=save,
-                                      edits=[("layers.0.layer_output", "scale", factor(c))])["logits"]
+                        got = send(r, c, k)
                     except nnt.Error as e:
                         failed.append(str(e))
                         continue
                     lat.append(time.monotonic() - t0)
                     want = ref[c, k]
+                    if is_gen(k):  # run alone, as the reference was: the same tokens
+                        if not np.array_equal(got, want):
+                            other = [key for key, v in ref.items() if key != (c, k) and np.array_equal(got, v)]
+                            bad.append((c, k, 1.0, False, other))
+                        continue
                     if not np.allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max())):
                         # another request's answer (a mix-up), or this one's own moved by rounding?
                         other = [key for key, v in ref.items() if key != (c, k) and
@@ -131,7 +150,9 @@ def main() -> None:
         t0 = time.monotonic()
         for k in range(a.cli_requests):
             ids = " ".join(map(str, prompt(0, k, a.tokens, vocab)))
-            subprocess.run([CLI, "trace", *cfg, "--model", a.model, "--tokens", ids, "--save", "logits[:, -1]",
+            how = (["generate", "--max-new-tokens", str(a.new_tokens), "--ignore-eos"] if is_gen(k)
+                   else ["trace", "--save", "logits[:, -1]"])
+            subprocess.run([CLI, how[0], *cfg, "--model", a.model, "--tokens", ids, *how[1:],
                             "--scale", f"layers.0.layer_output={factor(0)}"], check=True, capture_output=True)
         cli_rate = a.cli_requests / (time.monotonic() - t0)
         # RSS over many small requests
@@ -146,8 +167,10 @@ def main() -> None:
         srv.wait()
     print(f"# nnt serve under load ({time.strftime('%Y-%m-%d')})\n")
     print(f"CPU: {cpu_line()}\n")
+    mix = (f"; every {a.generate_every}th request a greedy generation of {a.new_tokens} tokens (tokens compared "
+           f"with its solo run)" if a.generate_every > 0 else "")
     print(f"model {a.model}; INI {a.config or 'the build'}; traces of {a.tokens} tokens saving logits[:, -1], each "
-          f"client its own scale of layers.0.layer_output; {a.per_client} requests per client\n")
+          f"client its own scale of layers.0.layer_output{mix}; {a.per_client} requests per client\n")
     print("| clients | requests | seconds | requests/s | p50 s | p99 s | in shared forwards | failed | wrong |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

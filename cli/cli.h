@@ -236,6 +236,11 @@ int print_saved(const nnt_trace *t, const char *header, const char *hidden);
 void print_table(char **cells, int rows, int cols, const char *const *labels);
 /* The k most probable entries of p [V] in decreasing order (k <= 8); returns how many. */
 int top_tokens(const float *p, int64_t V, int k, int *top);
+/* "top 5 next tokens, row R: ..." for each row of probs [rows, vocab] (F32). */
+void print_top_tokens(const nnt_tokenizer *tok, const nnt_tensor *probs);
+/* Generated row r: its ids [N] (NNT_TOKEN_STOPPED after a stop); with a tokenizer each id's
+ * text and the continuation decoded, noting which of stops [n_stops] ended it. */
+void print_generated(const nnt_tokenizer *tok, int r, const int32_t *ids, int N, const int32_t *stops, int n_stops);
 /* Each text row's tokens with their text ("prompt, row R (N tokens): ..."), so that positions
  * can be read off; nothing when the rows are ids. */
 void print_prompt_tokens(int text_rows, const nnt_batch *b, const nnt_tokenizer *tok);

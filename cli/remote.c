@@ -34,43 +34,21 @@ static int fail(const char *fmt, ...)
     return 1;
 }
 
-/* An answer as it arrives: the body, or for a stream the events parsed on the way. */
+/* An answer as it arrives: the body, and for a stream how far its events were printed. */
 typedef struct answer {
-    char *p;
-    size_t len, cap;
-    int oom;
-    /* streams: where the next unparsed event starts, the step events seen */
+    sbuf body;
     int stream;
-    size_t parsed;
+    size_t parsed; /* where the next unprinted event starts */
     int steps;
 } answer;
-
-static void add(answer *a, const char *data, size_t n)
-{
-    if (a->oom) return;
-    if (a->len + n + 1 > a->cap) {
-        size_t want = a->cap ? a->cap : 65536;
-        while (want < a->len + n + 1) want *= 2;
-        char *grown = realloc(a->p, want);
-        if (!grown) {
-            a->oom = 1;
-            return;
-        }
-        a->p = grown;
-        a->cap = want;
-    }
-    memcpy(a->p + a->len, data, n);
-    a->len += n;
-    a->p[a->len] = '\0';
-}
 
 /* Prints the "tokens" events complete so far: "step K: ID ID ...". */
 static void print_steps(answer *a)
 {
     char *end;
-    while ((end = strstr(a->p + a->parsed, "\n\n")) != NULL) {
-        char *ev = a->p + a->parsed;
-        a->parsed = (size_t)(end - a->p) + 2;
+    while ((end = strstr(a->body.p + a->parsed, "\n\n")) != NULL) {
+        char *ev = a->body.p + a->parsed;
+        a->parsed = (size_t)(end - a->body.p) + 2;
         if (strncmp(ev, "event: tokens\ndata: ", 20) != 0) continue;
         cJSON *d = cJSON_ParseWithLength(ev + 20, (size_t)(end - ev - 20));
         const cJSON *step = cJSON_GetObjectItemCaseSensitive(d, "step"), *ids = cJSON_GetObjectItemCaseSensitive(d, "tokens"), *it;
@@ -88,9 +66,9 @@ static void print_steps(answer *a)
 static size_t on_data(char *data, size_t size, size_t n, void *user)
 {
     answer *a = user;
-    add(a, data, size * n);
-    if (a->stream && !a->oom) print_steps(a);
-    return a->oom ? 0 : size * n;
+    sb_add(&a->body, data, size * n);
+    if (a->stream && !a->body.oom) print_steps(a);
+    return a->body.oom ? 0 : size * n;
 }
 
 /* GET or POST url; *status gets the HTTP status. Returns 0, or 1 (printed). */
@@ -135,17 +113,17 @@ static int http(const char *url, const char *token, const char *json, size_t jso
     curl_mime_free(mime);
     curl_slist_free_all(hd);
     curl_easy_cleanup(h);
-    if (a->oom) return fail("%s: no memory for the answer", url);
+    if (a->body.oom) return fail("%s: no memory for the answer", url);
     if (rc != CURLE_OK) return fail("%s: %s", url, curl_easy_strerror(rc));
     return 0;
 }
 
 /* The message of a JSON error answer, or the start of the body. */
-static int http_error(const char *url, long status, const answer *a)
+static int http_error(const char *url, long status, const char *body)
 {
-    cJSON *d = a->p ? cJSON_Parse(a->p) : NULL;
+    cJSON *d = body ? cJSON_Parse(body) : NULL;
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(d, "error"), *m = cJSON_GetObjectItemCaseSensitive(e, "message");
-    int rc = fail("%s: HTTP %ld: %.500s", url, status, cJSON_IsString(m) ? m->valuestring : a->p ? a->p : "");
+    int rc = fail("%s: HTTP %ld: %.500s", url, status, cJSON_IsString(m) ? m->valuestring : body ? body : "");
     cJSON_Delete(d);
     return rc;
 }
@@ -165,14 +143,14 @@ static char *request_url(const char *remote, const char *token)
     snprintf(list, sizeof list, "%.*s/v1/models", (int)n, remote);
     answer a = {0};
     long status = 0;
-    if (http(list, token, NULL, 0, NULL, 0, 0, &a, &status) != 0) return free(a.p), NULL;
+    if (http(list, token, NULL, 0, NULL, 0, 0, &a, &status) != 0) return free(a.body.p), NULL;
     if (status != 200) {
-        http_error(list, status, &a);
-        free(a.p);
+        http_error(list, status, a.body.p);
+        free(a.body.p);
         return NULL;
     }
-    cJSON *d = cJSON_Parse(a.p ? a.p : "");
-    free(a.p);
+    cJSON *d = cJSON_Parse(a.body.p ? a.body.p : "");
+    free(a.body.p);
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(d, "models");
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(models, 0), "name");
     if (cJSON_GetArraySize(models) == 1 && cJSON_IsString(name)) {
@@ -282,42 +260,11 @@ static void print_values(const values *v, const char *header, const char *hidden
     }
 }
 
-static void print_top(const nnt_tokenizer *tok, const nnt_tensor *probs)
-{
-    if (!probs || probs->dtype != NNT_F32 || probs->ndim != 2) return;
-    int64_t V = probs->shape[1];
-    for (int r = 0; r < probs->shape[0]; r++) {
-        const float *p = (const float *)probs->data + (int64_t)r * V;
-        int top[5], n = top_tokens(p, V, 5, top);
-        printf("top 5 next tokens, row %d:", r);
-        for (int k = 0; k < n; k++) {
-            printf("  ");
-            print_token(tok, top[k]);
-            printf(" (%.4f)", p[top[k]]);
-        }
-        printf("\n");
-    }
-}
-
-static void print_generated(const nnt_tokenizer *tok, const nnt_tensor *g)
+static void print_generated_all(const nnt_tokenizer *tok, const nnt_tensor *g)
 {
     if (!g || g->dtype != NNT_I32 || g->ndim != 2) return;
     int N = (int)g->shape[1];
-    for (int r = 0; r < g->shape[0]; r++) {
-        const int32_t *ids = (const int32_t *)g->data + (int64_t)r * N;
-        int n = 0;
-        while (n < N && ids[n] != NNT_TOKEN_STOPPED) n++;
-        printf("new tokens, row %d:", r);
-        for (int i = 0; i < n; i++) printf(" %d", ids[i]);
-        printf("\n");
-        if (!tok) continue;
-        printf("tokens, row %d:", r);
-        for (int i = 0; i < n; i++) {
-            printf("  ");
-            print_token(tok, ids[i]);
-        }
-        printf("\n");
-    }
+    for (int r = 0; r < g->shape[0]; r++) print_generated(tok, r, (const int32_t *)g->data + (int64_t)r * N, N, NULL, 0);
 }
 
 /* The lens table per row: each block's top token (probability) at each position shown. */
@@ -410,16 +357,16 @@ int cli_remote(cli_run *c)
     if (!rc && !(url = request_url(o->remote, token))) rc = 1;
     if (!rc) rc = document(c, &json, &n, &tensors, &tn, &hidden);
     if (!rc) rc = http(url, token, json, n, tn ? tensors : NULL, tn, a.stream, &a, &status);
-    if (!rc && status != 200) rc = http_error(url, status, &a);
+    if (!rc && status != 200) rc = http_error(url, status, a.body.p);
     /* a stream's last event: the result (base64 safetensors) or an error */
-    char *bytes = a.p;
-    size_t len = a.len;
+    char *bytes = a.body.p;
+    size_t len = a.body.n;
     unsigned char *decoded = NULL;
     if (!rc && a.stream) {
-        const char *res = strstr(a.p ? a.p : "", "event: result\ndata: "), *err = strstr(a.p ? a.p : "", "event: error\ndata: ");
+        const char *all = a.body.p ? a.body.p : "";
+        const char *res = strstr(all, "event: result\ndata: "), *err = strstr(all, "event: error\ndata: ");
         if (err && !res) {
-            answer e = {.p = (char *)err + 19, .len = strlen(err + 19)};
-            rc = http_error(url, 200, &e);
+            rc = http_error(url, 200, err + 19);
         } else if (!res) {
             rc = fail("%s: the event stream ended without a result", url);
         } else {
@@ -446,14 +393,17 @@ int cli_remote(cli_run *c)
             print_lens(tok, value(&v, "lens_probs"), value(&v, "lens_positions"));
         } else {
             print_values(&v, "saved values:\n", hidden);
-            if (method == NNT_METHOD_TRACE) print_top(tok, value(&v, "next_token_probs"));
-            else print_generated(tok, value(&v, "generated_tokens"));
+            const nnt_tensor *probs = value(&v, "next_token_probs");
+            if (method == NNT_METHOD_TRACE && probs && probs->dtype == NNT_F32 && probs->ndim == 2)
+                print_top_tokens(tok, probs);
+            else if (method == NNT_METHOD_GENERATE)
+                print_generated_all(tok, value(&v, "generated_tokens"));
         }
         if (o->out) printf("wrote the server's answer (%zu bytes) to %s\n", len, o->out);
     }
     free_values(&v);
     gnutls_free(decoded);
-    free(a.p);
+    free(a.body.p);
     free(url);
     free(json);
     free(tensors);

@@ -1,6 +1,6 @@
 /* text.c - what the nnt command prints of tokens and values: token text quoted and escaped so
  * that one token stays on one line, a saved value's summary line, tables in aligned columns,
- * the most probable tokens, and a text row's tokens. */
+ * the most probable tokens, a text row's tokens, and a generated row. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -270,3 +270,54 @@ int print_saved(const nnt_trace *t, const char *header, const char *hidden)
     return kept;
 }
 
+void print_top_tokens(const nnt_tokenizer *tok, const nnt_tensor *probs)
+{
+    int64_t V = probs->shape[1];
+    for (int r = 0; r < probs->shape[0]; r++) {
+        const float *p = (const float *)probs->data + (int64_t)r * V;
+        int top[5], n = top_tokens(p, V, 5, top);
+        printf("top 5 next tokens, row %d:", r);
+        for (int k = 0; k < n; k++) {
+            printf("  ");
+            print_token(tok, top[k]);
+            printf(" (%.4f)", p[top[k]]);
+        }
+        printf("\n");
+    }
+}
+
+/* Prints generated row r: its ids; with a tokenizer, each id with its text and the decoded
+ * continuation (without the stop token that ended it). */
+void print_generated(const nnt_tokenizer *tok, int r, const int32_t *ids, int N, const int32_t *stops, int n_stops)
+{
+    int n = 0, stopped = 0;
+    while (n < N && ids[n] != NNT_TOKEN_STOPPED) n++;
+    for (int k = 0; n > 0 && k < n_stops; k++) stopped |= ids[n - 1] == stops[k];
+    printf("new tokens, row %d:", r);
+    for (int i = 0; i < n; i++) printf(" %d", ids[i]);
+    printf("\n");
+    if (!tok) return;
+    printf("tokens, row %d:", r);
+    for (int i = 0; i < n; i++) {
+        printf("  ");
+        print_token(tok, ids[i]);
+    }
+    printf("\ntext, row %d: ", r);
+    char *text = NULL;
+    size_t len = 0;
+    if (nnt_tokenizer_decode((nnt_tokenizer *)tok, ids, n - stopped, 0, &text, &len) == NNT_OK) {
+        sbuf q = {0};
+        sb_quoted(&q, text, len);
+        fputs(q.p ? q.p : "?", stdout);
+        free(q.p);
+        free(text);
+    } else {
+        printf("? (%s)", nnt_tokenizer_last_error(tok));
+    }
+    if (stopped) {
+        printf(" (stopped at ");
+        print_token(tok, ids[n - 1]);
+        printf(")");
+    }
+    printf("\n");
+}

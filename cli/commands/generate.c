@@ -6,42 +6,6 @@
 
 #include "../cli.h"
 
-/* Prints generated row r: its ids; with a tokenizer, each id with its text and the decoded
- * continuation (without the stop token that ended it). */
-static void print_generated(const nnt_tokenizer *tok, int r, const int32_t *ids, int N, const int32_t *stops, int n_stops)
-{
-    int n = 0, stopped = 0;
-    while (n < N && ids[n] != NNT_TOKEN_STOPPED) n++;
-    for (int k = 0; n > 0 && k < n_stops; k++) stopped |= ids[n - 1] == stops[k];
-    printf("new tokens, row %d:", r);
-    for (int i = 0; i < n; i++) printf(" %d", ids[i]);
-    printf("\n");
-    if (!tok) return;
-    printf("tokens, row %d:", r);
-    for (int i = 0; i < n; i++) {
-        printf("  ");
-        print_token(tok, ids[i]);
-    }
-    printf("\ntext, row %d: ", r);
-    char *text = NULL;
-    size_t len = 0;
-    if (nnt_tokenizer_decode((nnt_tokenizer *)tok, ids, n - stopped, 0, &text, &len) == NNT_OK) {
-        sbuf q = {0};
-        sb_quoted(&q, text, len);
-        fputs(q.p ? q.p : "?", stdout);
-        free(q.p);
-        free(text);
-    } else {
-        printf("? (%s)", nnt_tokenizer_last_error(tok));
-    }
-    if (stopped) {
-        printf(" (stopped at ");
-        print_token(tok, ids[n - 1]);
-        printf(")");
-    }
-    printf("\n");
-}
-
 int cmd_generate(cli_run *c)
 {
     nnt_run_opts ro = {.struct_size = sizeof ro, .pipeline = c->p};

@@ -87,22 +87,6 @@ static int report(cli_run *c, const nnt_result *res, const char *hidden)
     return rc;
 }
 
-static void print_top_tokens(const nnt_tokenizer *tok, const nnt_tensor *probs)
-{
-    int64_t V = probs->shape[1];
-    for (int r = 0; r < probs->shape[0]; r++) {
-        const float *p = (const float *)probs->data + (int64_t)r * V;
-        int top[5], n = top_tokens(p, V, 5, top);
-        printf("top 5 next tokens, row %d:", r);
-        for (int k = 0; k < n; k++) {
-            printf("  ");
-            print_token(tok, top[k]);
-            printf(" (%.4f)", p[top[k]]);
-        }
-        printf("\n");
-    }
-}
-
 int cmd_trace(cli_run *c)
 {
     extra x;

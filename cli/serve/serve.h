@@ -107,6 +107,9 @@ struct serve_state {
 
 /* Monotonic seconds. */
 double serve_now(void);
+/* Waits on s->cv (s->mu held) until it is signalled or 0.1 s pass: the beat at which a waiting
+ * HTTP thread looks at its client and its time limit. */
+void serve_wait_tick(serve_state *s);
 
 /* ---- bearer tokens (serve_auth.c) ---- */
 /* Reads a->file into a new table: lines "NAME TOKEN" (blank lines and lines starting with '#'

@@ -256,14 +256,7 @@ static enum MHD_Result run_request(serve_state *s, struct MHD_Connection *c, ser
     double deadline = serve_now() + s->lim.timeout_s;
     pthread_mutex_lock(&s->mu);
     while (!job->done && !(job->stream && job->events_len > 0)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L; /* every 0.1 s: is the client still there, is the time up */
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        serve_wait_tick(s); /* then: is the client still there, is the time up */
         if (job->done || (job->stream && job->events_len > 0)) break;
         int gone = client_gone(c), late = serve_now() > deadline;
         if (!gone && !late) continue;

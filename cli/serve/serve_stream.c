@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "serve.h"
 
@@ -106,14 +105,7 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
             st->job = NULL;
             continue;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L; /* every 0.1 s: is the client still there, is the time up */
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        serve_wait_tick(s); /* then again: is the client still there, is the time up */
     }
 }
 
