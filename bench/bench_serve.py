@@ -158,8 +158,18 @@ def main() -> None:
         # RSS over many small requests
         rss = [server_rss(srv.pid)]
         step = max(a.rss_requests // 10, 1)
-        for i in range(a.rss_requests):
-            remote.trace([[5, 6, 7]], save=["logits[:, -1]"])
+        for i in range(a.rss_requests):  # traces, with a generation, a streamed one and a refusal in every 10
+            if i % 10 == 3:
+                remote.generate([[5, 6, 7]], 2, ignore_eos=True)
+            elif i % 10 == 6:
+                list(remote.generate_stream([[5, 6, 7]], 2, ignore_eos=True))
+            elif i % 10 == 9:
+                try:
+                    remote.trace([[5, 6, 7]], save=["layers.999.layer_output"])
+                except nnt.Error:
+                    pass
+            else:
+                remote.trace([[5, 6, 7]], save=["logits[:, -1]"])
             if (i + 1) % step == 0:
                 rss.append(server_rss(srv.pid))
     finally:
@@ -182,7 +192,8 @@ def main() -> None:
             print(f"\n{r[0]} clients: client {c} request {k} differs from its solo run by {rel:.3g} of the largest "
                   f"logit (top token {'the same' if same_top else 'different'}); "
                   + (f"equal to the answers of {other}: A MIX-UP" if other else "equal to no other request's answer"))
-    print(f"\nServer RSS over {a.rss_requests} requests of 3 tokens, every {step}: "
+    print(f"\nServer RSS over {a.rss_requests} requests of 3 tokens (of every 10: 7 traces, a generation of 2 "
+          f"tokens, a streamed one, a refused trace), every {step}: "
           + ", ".join(f"{x / 1048576:.0f}" for x in rss) + " MiB.")
 
 

@@ -722,6 +722,13 @@ nnt_status nnt_request_apply_rows(const nnt_request *r, nnt_trace *t, int row0, 
 /* A trace method's result made of a batch and a trace that ran (core/methods/run.c): both move
  * into *out (b is left zeroed; t is the result's). Errors: NNT_ERR_OUT_OF_MEMORY. */
 nnt_status nnt_result_of_trace(nnt_runtime *rt, nnt_batch *b, nnt_trace *t, nnt_result **out);
+/* Makes res (of nnt_result_of_trace) a generation's: tokens [res's batch, max_new] and the stop
+ * ids [n_stops] used, both copied (run.c). Errors: NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_result_add_tokens(nnt_result *res, const int32_t *tokens, int max_new, const int32_t *stops, int n_stops);
+/* The stop ids generation request r uses on model m (run.c): the tokenizer's eos unless
+ * ignore_eos, then the request's own, into a new array *stops (the caller frees it). Errors:
+ * NNT_ERR_INVALID_ARGUMENT (a stop id outside the vocabulary, naming it), NNT_ERR_OUT_OF_MEMORY. */
+nnt_status nnt_generation_stops(nnt_model *m, const nnt_request *r, int32_t **stops, int *n_stops);
 /* Parts src's results among n requesters (core/trace/trace_split.c): requester j made src's
  * requests [first_request[j], first_request[j + 1]) (first_request has n + 1 entries), and
  * each result goes to dst[j] under the key it would have had in a trace of j's requests alone

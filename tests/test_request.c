@@ -1573,6 +1573,70 @@ static void test_shared(void)
     }
 }
 
+/* Greedy generations sharing one run: each request's tokens equal its own run's, its values
+ * (every step's) too within float32 rounding; what cannot share is refused. */
+static void test_shared_generation(void)
+{
+    static const char *const docs[3] = {
+        R1 "\"method\": \"generate\", \"rows\": [{\"tokens\": [3, 9, 27, 81]}], \"generate\": {\"max_new_tokens\": 4, "
+           "\"ignore_eos\": true}, \"edits\": [{\"op\": \"scale\", \"path\": \"layers.0.layer_output\", \"factor\": 0.5}], "
+           "\"saves\": [\"logits[:, -1]\"]}",
+        R1 "\"method\": \"generate\", \"rows\": [{\"tokens\": [5, 6, 7, 8]}, {\"tokens\": [40, 41, 42, 43]}], \"generate\": "
+           "{\"max_new_tokens\": 4, \"ignore_eos\": true}, \"edits\": [{\"op\": \"zero\", \"path\": "
+           "\"layers.1.self_attn.attention_output\", \"rows\": [1]}], \"saves\": [\"layers.1.mlp.expert_indices\"]}",
+        R1 "\"method\": \"generate\", \"rows\": [{\"tokens\": [100, 2, 30, 4]}], \"generate\": {\"max_new_tokens\": 4, "
+           "\"ignore_eos\": true}}",
+    };
+    nnt_request *reqs[3] = {NULL, NULL, NULL};
+    for (int j = 0; j < 3; j++) T_OK(rt, parse(docs[j], &reqs[j]));
+    for (int j = 0; j < 3; j++) CU_ASSERT(nnt_request_shareable(reqs[j]) && nnt_request_share_compatible(reqs[0], reqs[j]));
+    nnt_result *out[3] = {NULL, NULL, NULL};
+    T_OK(rt, nnt_request_run_shared(m, (const nnt_request *const *)reqs, 3, out));
+    for (int j = 0; j < 3; j++) {
+        nnt_result *alone = NULL;
+        T_OK(rt, nnt_request_run(m, reqs[j], NULL, &alone));
+        CU_ASSERT_FATAL(out[j] != NULL && alone != NULL);
+        int n1 = 0, n2 = 0;
+        const int32_t *got = nnt_result_tokens(out[j], &n1, NULL, NULL), *want = nnt_result_tokens(alone, &n2, NULL, NULL);
+        int rows = nnt_result_batch(alone)->batch;
+        CU_ASSERT(got && want && n1 == 4 && n2 == 4 && nnt_result_batch(out[j])->batch == rows);
+        if (got && want) CU_ASSERT(memcmp(got, want, sizeof *got * (size_t)rows * 4) == 0);
+        char what[64];
+        snprintf(what, sizeof what, "shared generation, request %d", j);
+        same_results(nnt_result_trace(out[j]), nnt_result_trace(alone), what, NULL, -1);
+        CU_ASSERT_EQUAL(nnt_result_method(out[j]), NNT_METHOD_GENERATE);
+        nnt_result_free(alone);
+        nnt_result_free(out[j]);
+    }
+    for (int j = 0; j < 3; j++) nnt_request_free(reqs[j]);
+
+    static const struct {
+        const char *doc, *msg;
+        int shareable;
+    } bad[] = {
+        {R1 "\"method\": \"generate\", \"rows\": [{\"tokens\": [1, 2, 3, 4]}], \"generate\": {\"max_new_tokens\": 5, "
+            "\"ignore_eos\": true}}", "cannot share one with request 0", 1},
+        {R1 "\"method\": \"generate\", \"rows\": [{\"tokens\": [1, 2, 3, 4]}], \"generate\": {\"max_new_tokens\": 4, "
+            "\"ignore_eos\": true, \"temperature\": 0.7}}", "request 1 cannot share one", 0},
+        {R1 "\"method\": \"generate\", \"rows\": [{\"tokens\": [1, 2, 3, 4]}], \"generate\": {\"max_new_tokens\": 4}, "
+            "\"saves\": [\"logits\"]}", "request 1 cannot share one", 0},
+        {R1 "\"rows\": [{\"tokens\": [1, 2, 3, 4]}], \"saves\": [\"logits\"]}", "cannot share one with request 0", 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        nnt_request *pair[2] = {NULL, NULL};
+        T_OK(rt, parse(docs[0], &pair[0]));
+        T_OK(rt, parse(bad[i].doc, &pair[1]));
+        CU_ASSERT_EQUAL(nnt_request_shareable(pair[1]), bad[i].shareable);
+        CU_ASSERT(!nnt_request_share_compatible(pair[0], pair[1]));
+        nnt_result *res[2] = {(nnt_result *)1, (nnt_result *)1};
+        T_FAILS(rt, nnt_request_run_shared(m, (const nnt_request *const *)pair, 2, res), NNT_ERR_INVALID_ARGUMENT,
+                bad[i].msg);
+        CU_ASSERT(res[0] == NULL && res[1] == NULL);
+        nnt_request_free(pair[0]);
+        nnt_request_free(pair[1]);
+    }
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("request", setup, teardown);
@@ -1580,6 +1644,7 @@ int register_tests(void)
     if (!CU_add_test(s, "docs/requests.md examples == the C API", test_examples) ||
         !CU_add_test(s, "malformed documents name their field", test_malformed) ||
         !CU_add_test(s, "limits: nesting, size, counts, the attachment", test_limits) ||
+        !CU_add_test(s, "greedy generations sharing one run == each alone", test_shared_generation) ||
         !CU_add_test(s, "per-row edits in one batch == single-row forwards", test_rows) ||
         !CU_add_test(s, "a set at (row, position) == the patching sweep's edit", test_patch_rows) ||
         !CU_add_test(s, "write then parse: equal requests, every tensor kind", test_round_trip) ||

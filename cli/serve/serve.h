@@ -88,6 +88,7 @@ typedef struct serve_model {
     uint64_t shared;       /* requests answered from a forward shared with others */
     uint64_t stopped;      /* forwards stopped because every request they served was abandoned */
     serve_job *current[SERVE_MAX_SHARE]; /* the jobs of the call running now (the worker's) */
+    int current_row0[SERVE_MAX_SHARE], current_rows[SERVE_MAX_SHARE]; /* each one's rows of the batch */
     int n_current;
     double busy_s;
 } serve_model;

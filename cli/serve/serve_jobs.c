@@ -93,13 +93,15 @@ static int on_progress(void *user, const nnt_progress *p)
     pthread_mutex_lock(&s->mu);
     int gone = md->n_current > 0;
     for (int k = 0; k < md->n_current; k++) gone &= md->current[k]->abandoned;
-    if (!gone && p->kind == NNT_PROGRESS_TOKENS && md->n_current == 1 && md->current[0]->stream) {
-        char text[64];
-        serve_job *job = md->current[0];
+    for (int k = 0; !gone && p->kind == NNT_PROGRESS_TOKENS && k < md->n_current; k++) {
+        serve_job *job = md->current[k];
+        int row0 = md->current_row0[k], rows = md->current_rows[k];
+        if (!job->stream || job->abandoned || row0 + rows > p->batch) continue;
+        char text[64]; /* the step's tokens of this job's own rows */
         int n = snprintf(text, sizeof text, "event: tokens\ndata: {\"step\":%d,\"tokens\":[", p->step);
         int ok = serve_job_event(job, text, (size_t)n) == 0;
-        for (int b = 0; ok && b < p->batch; b++) {
-            n = snprintf(text, sizeof text, "%s%d", b ? "," : "", (int)p->tokens[b]);
+        for (int b = 0; ok && b < rows; b++) {
+            n = snprintf(text, sizeof text, "%s%d", b ? "," : "", (int)p->tokens[row0 + b]);
             ok = serve_job_event(job, text, (size_t)n) == 0;
         }
         if (ok) ok = serve_job_event(job, "]}\n\n", 4) == 0;
@@ -110,11 +112,23 @@ static int on_progress(void *user, const nnt_progress *p)
     return gone;
 }
 
-/* The jobs the worker's next call serves (for on_progress). */
-static void set_current(serve_model *md, serve_job *const *jobs, int n)
+/* A job taken from the queue: its parsed request and the size of its batch. */
+typedef struct prepared {
+    serve_job *job;
+    nnt_request *r; /* NULL: answered already (a refusal) */
+    int rows, seq, group;
+    long tokens;
+} prepared;
+
+/* The jobs the worker's next call serves, their rows one after the other (for on_progress). */
+static void set_current(serve_model *md, prepared *const *jobs, int n)
 {
     pthread_mutex_lock(&md->srv->mu);
-    for (int k = 0; k < n; k++) md->current[k] = jobs[k];
+    for (int k = 0, row0 = 0; k < n; row0 += jobs[k]->rows, k++) {
+        md->current[k] = jobs[k]->job;
+        md->current_row0[k] = row0;
+        md->current_rows[k] = jobs[k]->rows;
+    }
     md->n_current = n;
     pthread_mutex_unlock(&md->srv->mu);
 }
@@ -177,14 +191,6 @@ static void fail(serve_job *job, int http, const char *status, const char *messa
     job->http_status = job->body ? http : 500;
     job->content_type = "application/json";
 }
-
-/* A job taken from the queue: its parsed request and the size of its batch. */
-typedef struct prepared {
-    serve_job *job;
-    nnt_request *r; /* NULL: answered already (a refusal) */
-    int rows, seq, group;
-    long tokens;
-} prepared;
 
 /* The server's own limits on a parsed request: tokens of its rows, new tokens of a generation.
  * Returns 0, or -1 with the job answered. */
@@ -268,7 +274,7 @@ static void run_alone(serve_model *md, prepared *p)
         return;
     }
     nnt_result *res = NULL;
-    set_current(md, &p->job, 1);
+    set_current(md, &p, 1);
     nnt_status st = nnt_request_run(md->m, p->r, NULL, &res);
     set_current(md, NULL, 0);
     answer_run(md, p->job, st, res);
@@ -285,9 +291,8 @@ static int run_group(serve_model *md, prepared **g, int n)
     }
     const nnt_request *reqs[SERVE_MAX_SHARE];
     nnt_result *res[SERVE_MAX_SHARE];
-    serve_job *jobs[SERVE_MAX_SHARE];
-    for (int k = 0; k < n; k++) reqs[k] = g[k]->r, jobs[k] = g[k]->job;
-    set_current(md, jobs, n);
+    for (int k = 0; k < n; k++) reqs[k] = g[k]->r;
+    set_current(md, g, n);
     nnt_status st = nnt_request_run_shared(md->m, reqs, n, res);
     set_current(md, NULL, 0);
     if (st != NNT_OK) { /* (when it was stopped, each alone is skipped: all were abandoned) */
@@ -302,7 +307,8 @@ static int run_group(serve_model *md, prepared **g, int n)
 }
 
 /* Runs the taken jobs: those that can share a forward in groups of one length (in queue order,
- * each group within the server's tokens per request), the others one by one. */
+ * each group of requests that can share with its first - traces, or greedy generations of one
+ * kind - within the server's tokens per request), the others one by one. */
 static void run_taken(serve_model *md, prepared *p, int n, uint64_t *shared)
 {
     for (int k = 0; k < n; k++) {
@@ -319,7 +325,7 @@ static void run_taken(serve_model *md, prepared *p, int n, uint64_t *shared)
         tokens = p[k].tokens;
         if (nnt_request_shareable(p[k].r))
             for (int i = k + 1; i < n; i++)
-                if (p[i].r && p[i].group < 0 && p[i].seq == p[k].seq && nnt_request_shareable(p[i].r) &&
+                if (p[i].r && p[i].group < 0 && p[i].seq == p[k].seq && nnt_request_share_compatible(p[k].r, p[i].r) &&
                     tokens + p[i].tokens <= md->srv->lim.tokens) {
                     g[m++] = &p[i];
                     p[i].group = k;

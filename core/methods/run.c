@@ -168,14 +168,30 @@ static nnt_status run_attribute(nnt_model *m, const nnt_request *r, nnt_result *
     return st;
 }
 
-/* The stop ids of a generation: the tokenizer's eos unless ignore_eos, then the request's own. */
-static nnt_status stop_ids(nnt_model *m, const nnt_generate_opts *g, int ignore_eos, nnt_result *res)
+nnt_status nnt_result_add_tokens(nnt_result *res, const int32_t *tokens, int max_new, const int32_t *stops, int n_stops)
 {
-    res->stops = malloc(sizeof *res->stops * (size_t)(g->n_stop_ids + 1));
-    if (!res->stops) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    size_t cells = (size_t)res->batch.batch * (size_t)(max_new > 0 ? max_new : 1);
+    res->tokens = malloc(cells * sizeof *res->tokens);
+    res->stops = malloc(sizeof *res->stops * (size_t)(n_stops + 1));
+    if (!res->tokens || !res->stops) return nnt_err_set(&res->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    memcpy(res->tokens, tokens, (size_t)res->batch.batch * (size_t)max_new * sizeof *res->tokens);
+    if (n_stops) memcpy(res->stops, stops, (size_t)n_stops * sizeof *stops);
+    res->n_stops = n_stops;
+    res->max_new = max_new;
+    res->method = NNT_METHOD_GENERATE;
+    return NNT_OK;
+}
+
+nnt_status nnt_generation_stops(nnt_model *m, const nnt_request *r, int32_t **stops, int *n_stops)
+{
+    int ignore_eos = 0;
+    const nnt_generate_opts *g = nnt_request_generate_opts(r, &ignore_eos);
+    *n_stops = 0;
+    *stops = malloc(sizeof **stops * (size_t)(g->n_stop_ids + 1));
+    if (!*stops) return nnt_err_set(&m->rt->err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     nnt_tokenizer *tok = NULL;
     if (!ignore_eos && nnt_model_tokenizer(m, &tok) == NNT_OK && nnt_tokenizer_eos_id(tok) >= 0)
-        res->stops[res->n_stops++] = nnt_tokenizer_eos_id(tok);
+        (*stops)[(*n_stops)++] = nnt_tokenizer_eos_id(tok);
     nnt_err_clear(&m->rt->err); /* a folder without a tokenizer has no eos: no stop token */
     int64_t V = m->info.vocab_size;
     for (int k = 0; k < g->n_stop_ids; k++) {
@@ -183,17 +199,16 @@ static nnt_status stop_ids(nnt_model *m, const nnt_generate_opts *g, int ignore_
             return nnt_err_set(&m->rt->err, NNT_ERR_INVALID_ARGUMENT,
                                "generate.stop_ids[%d]: %d is outside the model's vocabulary (vocab_size %lld)", k,
                                g->stop_ids[k], (long long)V);
-        res->stops[res->n_stops++] = g->stop_ids[k];
+        (*stops)[(*n_stops)++] = g->stop_ids[k];
     }
     return NNT_OK;
 }
 
 static nnt_status run_generate(nnt_model *m, const nnt_request *r, nnt_result *res, nnt_pipeline *p)
 {
-    int ignore_eos = 0;
-    const nnt_generate_opts *req = nnt_request_generate_opts(r, &ignore_eos);
+    const nnt_generate_opts *req = nnt_request_generate_opts(r, NULL);
     const nnt_batch *b = &res->batch;
-    nnt_status st = stop_ids(m, req, ignore_eos, res);
+    nnt_status st = nnt_generation_stops(m, r, &res->stops, &res->n_stops);
     if (st != NNT_OK) return st;
     nnt_generate_opts g = *req;
     g.stop_ids = res->n_stops ? res->stops : NULL;

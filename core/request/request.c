@@ -133,13 +133,40 @@ int nnt_request_equal(const nnt_request *a, const nnt_request *b)
     return 1;
 }
 
+/* Whether the generation stops rows: the tokenizer's eos (unless ignore_eos) or stop ids. */
+static int gen_stops(const nnt_request *r) { return !r->ignore_eos || r->gen.n_stop_ids > 0; }
+
+/* Whether r saves anything (its "saves", or a save among its edits). */
+static int saves_any(const nnt_request *r)
+{
+    if (r->n_saves) return 1;
+    for (int i = 0; i < r->n_edits; i++)
+        if (r->edits[i].op == REQ_OP_SAVE) return 1;
+    return 0;
+}
+
 int nnt_request_shareable(const nnt_request *r)
 {
-    if (!r || r->method != NNT_METHOD_TRACE || r->has_grad || r->n_saes) return 0;
+    if (!r || (r->method != NNT_METHOD_TRACE && r->method != NNT_METHOD_GENERATE) || r->has_grad || r->n_saes) return 0;
+    /* a generation: greedy (a sampled row's draws depend on the rows before it), and one whose
+     * rows may stop early saves nothing (alone it would save fewer steps than in company) */
+    if (r->method == NNT_METHOD_GENERATE && (r->gen.temperature > 0 || (gen_stops(r) && saves_any(r)))) return 0;
     for (int i = 0; i < r->n_edits; i++) {
         req_op op = r->edits[i].op;
         if (op == REQ_OP_STEPS || op == REQ_OP_SKIP_LAYERS || op == REQ_OP_ABLATE_EXPERT || op == REQ_OP_CALLBACK)
             return 0;
     }
+    return 1;
+}
+
+int nnt_request_share_compatible(const nnt_request *a, const nnt_request *b)
+{
+    if (!nnt_request_shareable(a) || !nnt_request_shareable(b) || a->method != b->method) return 0;
+    if (a->method != NNT_METHOD_GENERATE) return 1;
+    if (a->gen.max_new_tokens != b->gen.max_new_tokens || a->ignore_eos != b->ignore_eos ||
+        a->gen.n_stop_ids != b->gen.n_stop_ids)
+        return 0;
+    for (int k = 0; k < a->gen.n_stop_ids; k++)
+        if (a->gen.stop_ids[k] != b->gen.stop_ids[k]) return 0;
     return 1;
 }

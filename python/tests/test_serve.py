@@ -363,6 +363,49 @@ def test_co_tenancy_conflicting_edits_in_one_forward(tmp_path, example_local):
         s.stop()
 
 
+def test_co_tenancy_generations_in_one_run(tmp_path, example_local):
+    """Four greedy generations with their own edits, two of them streamed, queue behind a long
+    generation and run as one generation of their rows (the statistics say so): each answer's
+    tokens equal its request's local run, and each stream carries only its own rows' tokens."""
+    s = Server(str(tmp_path), [("example", EXAMPLE)], "--user-requests", "8", "--share", "16")
+    prompts = [[[5 + i, 9, 13, 200 - i]] if i % 2 else [[5 + i, 9, 13, 200 - i], [7, 7, 8, 8 + i]] for i in range(4)]
+    edits = [[("layers.0.layer_output", "scale", 0.4 * (i + 1))] for i in range(4)]
+    save = ["logits[:, -1]"]
+    try:
+        blocker = send_open(s, OTHER, long_generation())
+        wait_stat(s, "running", 1)
+        got, steps = {}, {}
+
+        def one(i):
+            r = nnt.Remote(s.url, token=TOKEN if i % 2 else OTHER, model="example")
+            if i < 2:
+                stream = r.generate_stream(prompts[i], 5, save=save, edits=edits[i], ignore_eos=True)
+                steps[i] = [t for _, t in stream]
+                got[i] = stream.result
+            else:
+                got[i] = r.generate(prompts[i], 5, save=save, edits=edits[i], ignore_eos=True)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        wait_stat(s, "queued", 4)
+        blocker.close()
+        for t in threads:
+            t.join(120)
+        stats = json.loads(s.request("GET", "/v1/stats")[1])["models"][0]
+        assert stats["shared"] == 4, stats
+        for i in range(4):
+            alone = example_local.generate(prompts[i], 5, save=save, edits=edits[i], ignore_eos=True)
+            assert np.array_equal(got[i].tokens, alone.tokens), i
+            assert sorted(got[i].values) == sorted(alone.values)
+            for k, v in alone.values.items():
+                np.testing.assert_allclose(got[i].values[k], v, rtol=1e-5, atol=1e-6 * float(np.abs(v).max()))
+            if i < 2:
+                assert np.array_equal(np.stack(steps[i], axis=1), alone.tokens)
+    finally:
+        s.stop()
+
+
 def test_generate_stream_equals_local(server, example_local, example_prompt):
     """Each step's tokens arrive as an event before the result; together they are the tokens of
     the local generation, stopped rows as -1, and the result's values are the local ones."""

@@ -345,19 +345,27 @@ nnt_status nnt_result_write_safetensors(const nnt_result *res, const char *file)
 nnt_status nnt_result_safetensors(const nnt_result *res, void **bytes, size_t *len);
 
 /* ---- requests sharing one forward (a server's co-batching) ---- */
-/* 1 when request r can share a forward with others: a trace without gradients, SAEs, callbacks
- * and without steps, skip_layers or ablate_expert entries (which act on every row of a batch). */
+/* 1 when request r can share a forward with others: a trace or a greedy generation (temperature
+ * 0; one whose rows can stop - the eos without ignore_eos, or stop ids - only when it saves
+ * nothing) without gradients, SAEs, callbacks and without steps, skip_layers or ablate_expert
+ * entries (which act on every row of a batch). */
 int nnt_request_shareable(const nnt_request *r);
-/* Runs n shareable requests as one forward: their rows, in order, make one batch (every request
- * padded to the same length: the requests' longest rows must be equally long), and each
- * request's edits and saves are limited to its own rows (as an entry's "rows" limits it,
- * docs/requests.md; an entry's own rows count from the request's first). out[j] (n entries)
- * receives request j's results as nnt_request_run would give them, under the same keys; values
- * equal those of request j run alone up to the float32 rounding that a different batch size
- * gives the products (bitwise where the kernels do not depend on it). Any failure fails all: every
- * out[j] NULL; run the requests one by one then to learn whose it was. Errors:
- * NNT_ERR_INVALID_ARGUMENT (n < 1, a request that cannot share, rows of different lengths), those
- * of nnt_request_run. */
+/* 1 when requests a and b can share one forward: both shareable, of one method, and two
+ * generations with the same max_new_tokens, ignore_eos and stop ids. (Their rows must also be
+ * equally long: nnt_request_run_shared checks that against the model's tokenizer.) */
+int nnt_request_share_compatible(const nnt_request *a, const nnt_request *b);
+/* Runs n shareable requests as one forward (generations: one generation of all their rows): their
+ * rows, in order, make one batch (every request padded to the same length: the requests'
+ * longest rows must be equally long), and each request's edits and saves are limited to its own
+ * rows (as an entry's "rows" limits it, docs/requests.md; an entry's own rows count from the
+ * request's first). out[j] (n entries) receives request j's results as nnt_request_run would
+ * give them, under the same keys (a generation's tokens: its own rows'); values equal those of
+ * request j run alone up to the float32 rounding that a different batch size gives the products
+ * (bitwise where the kernels do not depend on it; a greedy token where two logits tie within
+ * that rounding can differ). Any failure fails all: every out[j] NULL; run the requests one by
+ * one then to learn whose it was. Errors: NNT_ERR_INVALID_ARGUMENT (n < 1, a request that
+ * cannot share, two that cannot share with each other, rows of different lengths), those of
+ * nnt_request_run. */
 nnt_status nnt_request_run_shared(nnt_model *m, const nnt_request *const *reqs, int n, nnt_result **out);
 
 #ifdef __cplusplus
