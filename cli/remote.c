@@ -1,8 +1,9 @@
 /* remote.c - `nnt trace|lens|generate --remote URL`: the request the options make is sent to a
  * model that `nnt serve` holds (docs/server.md) instead of run here, through libcurl; the answer's
- * safetensors become --out byte for byte and are printed as the local command prints its results
- * (token text when --model names a folder with the model's tokenizer; ids otherwise). A
- * generation is asked for as server-sent events, so each step's tokens are printed as they come. */
+ * safetensors become --out byte for byte and are printed much as the local command prints its
+ * results (token text when --model names a folder with the model's tokenizer, ids otherwise; the
+ * lens table without the prompt's own tokens, which the answer does not hold). A generation is
+ * asked for as server-sent events, so each step's tokens are printed as they come. */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -51,7 +52,8 @@ static void print_steps(answer *a)
         a->parsed = (size_t)(end - a->body.p) + 2;
         if (strncmp(ev, "event: tokens\ndata: ", 20) != 0) continue;
         cJSON *d = cJSON_ParseWithLength(ev + 20, (size_t)(end - ev - 20));
-        const cJSON *step = cJSON_GetObjectItemCaseSensitive(d, "step"), *ids = cJSON_GetObjectItemCaseSensitive(d, "tokens"), *it;
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(d, "step");
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(d, "tokens"), *it;
         if (cJSON_IsNumber(step) && cJSON_IsArray(ids)) {
             if (!a->steps++) printf("new tokens as the server picks them (one per row, -1: stopped):\n");
             printf("step %d:", step->valueint);
