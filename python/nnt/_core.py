@@ -5,6 +5,7 @@ and C tensors into numpy arrays (views of the trace's memory, kept alive by the 
 import ctypes
 import functools
 import os
+import queue
 import threading
 from collections import namedtuple
 
@@ -917,7 +918,34 @@ class Model:
                                           stop_ids, ignore_eos, add_special, sae)
         except RequestError as e:
             raise Error(str(e)) from None
-        res = self._run(b)
+        return self._generation(self._run(b), output)
+
+    def generate_stream(self, prompts, max_new_tokens, save=(), edits=(), temperature=0.0, top_k=0, top_p=1.0,
+                        seed=0, stop_ids=(), ignore_eos=False, add_special=True, sae=None):
+        """generate, with each step's tokens as they are picked: an iterator of (step, tokens
+        [batch] int32; -1 for a row that stopped) whose .result is the Generation once the
+        iteration ends, as nnt.Remote.generate_stream gives. The generation
+        runs on a thread of its own; close() (or leaving the loop and dropping the stream) stops
+        it at its next value site (libnnt's progress handler)."""
+        try:
+            b = _request.generate_request(prompts, max_new_tokens, save, edits, temperature, top_k, top_p, seed,
+                                          stop_ids, ignore_eos, add_special, sae)
+        except RequestError as e:
+            raise Error(str(e)) from None
+        return _LocalStream(self, b)
+
+    @_serialised
+    def _run_reporting(self, builder, on_progress):
+        """_run with on_progress(nnt_progress) as the runtime's progress handler for the call."""
+        fn = _lib.PROGRESS_FN(lambda user, p: on_progress(p.contents))
+        self._h.check(self.lib.nnt_runtime_set_progress(self._h.rt, fn, None))
+        try:
+            return self._run(builder)
+        finally:
+            self.lib.nnt_runtime_set_progress(self._h.rt, _lib.PROGRESS_FN(), None)
+
+    def _generation(self, res, output="numpy"):
+        """The Generation of a generate request's result handle."""
         n, stop_p, n_stop = ctypes.c_int(), ctypes.POINTER(ctypes.c_int32)(), ctypes.c_int()
         tok = self.lib.nnt_result_tokens(res.res, ctypes.byref(n), ctypes.byref(stop_p), ctypes.byref(n_stop))
         rows = self.lib.nnt_result_batch(res.res).contents.batch
@@ -934,6 +962,57 @@ class Model:
                     n -= 1
                 text.append(self.tokenizer.decode(row[:n]))
         return Generation(out, self._values(tr, None, output), text)
+
+
+class _LocalStream:
+    """Model.generate_stream's iterator: the generation runs on a thread; the runtime's progress
+    handler hands each step's tokens over a queue and stops the call once the stream is closed."""
+
+    def __init__(self, model, builder):
+        self.result = None
+        self._queue = queue.Queue()
+        self._stop = threading.Event()
+        self._done = False
+
+        def on_progress(p):
+            if p.kind == _lib.NNT_PROGRESS_TOKENS:
+                self._queue.put(("tokens", p.step, np.ctypeslib.as_array(p.tokens, shape=(p.batch,)).copy()))
+            return 1 if self._stop.is_set() else 0
+
+        def run():
+            try:
+                self._queue.put(("result", model._generation(model._run_reporting(builder, on_progress))))
+            except BaseException as e:  # handed to the iterating thread
+                self._queue.put(("error", e))
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        kind, *rest = self._queue.get()
+        if kind == "tokens":
+            return rest[0], rest[1]
+        self._done = True
+        self._thread.join()
+        if kind == "error":
+            raise rest[0]
+        self.result = rest[0]
+        raise StopIteration
+
+    def close(self):
+        """Stops the generation (if it still runs) and waits for its thread."""
+        if not self._done:
+            self._stop.set()
+            self._done = True
+            self._thread.join()
+
+    def __del__(self):
+        self.close()
 
 
 class Session:

@@ -245,6 +245,18 @@ _P = ctypes.c_void_p
 _I32P = ctypes.POINTER(ctypes.c_int32)
 
 
+class Progress(ctypes.Structure):
+    """struct nnt_progress: what a running call tells the runtime's progress handler."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kind", ctypes.c_int), ("layer", ctypes.c_int),
+                ("step", ctypes.c_int), ("batch", ctypes.c_int), ("tokens", ctypes.POINTER(ctypes.c_int32))]
+
+
+NNT_PROGRESS_VALUE = 1
+NNT_PROGRESS_TOKENS = 2
+# nnt_progress_fn: int (void *user, const nnt_progress *p)
+PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Progress))
+
+
 class RequestCallback(ctypes.Structure):
     """struct nnt_request_callback: what a {"op": "callback"} edit calls."""
     _fields_ = [("fn", EDIT_FN), ("user", ctypes.c_void_p)]
@@ -349,6 +361,7 @@ _SIGNATURES = {
     "nnt_request_batch": (ctypes.c_int, [_P, _P, ctypes.POINTER(Batch)]),
     "nnt_batch_free": (None, [ctypes.POINTER(Batch)]),
     "nnt_request_run": (ctypes.c_int, [_P, _P, ctypes.POINTER(RunOpts), ctypes.POINTER(_P)]),
+    "nnt_runtime_set_progress": (ctypes.c_int, [_P, PROGRESS_FN, _P]),
     "nnt_result_free": (None, [_P]),
     "nnt_result_trace": (_P, [_P]),
     "nnt_result_batch": (ctypes.POINTER(Batch), [_P]),

@@ -3,9 +3,11 @@ values of single-threaded runs (traces, a generation beside traces, sessions), t
 Tokenizer get its single-threaded ids, a callback calling back into the model that runs it is
 refused by libnnt (the outer call fails, its values are never silently changed), a callback's
 array stays valid after the model is gone, KeyboardInterrupt and SystemExit raised in a callback
-reach the caller as themselves, and token ids that are not 32-bit integers are refused."""
+reach the caller as themselves, token ids that are not 32-bit integers are refused, and a streamed
+generation (its own thread) gives generate's tokens and stops when closed."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -210,3 +212,30 @@ def test_shard_truncated_under_a_model(tmp_path):
         f.truncate(4096)
     with pytest.raises(nnt.Error, match="model.safetensors"):
         m.trace(ROWS, save=["logits"])
+
+
+def test_generate_stream(example_model):
+    """Model.generate_stream's steps are the tokens generate returns, stopped rows as -1, its result
+    is generate's; a stream closed early stops its generation (libnnt's progress handler) long
+    before its end, and the model then runs as before on this thread and others."""
+    want = example_model.generate(ROWS, 6, save=["logits[:, -1]"], ignore_eos=True)
+    s = example_model.generate_stream(ROWS, 6, save=["logits[:, -1]"], ignore_eos=True)
+    steps = list(s)
+    assert [k for k, _ in steps] == list(range(6))
+    assert np.array_equal(np.stack([t for _, t in steps], axis=1), want.tokens)
+    assert np.array_equal(s.result.tokens, want.tokens)
+    assert all(np.array_equal(s.result.values[k], v) for k, v in want.values.items())
+    stop = int(want.tokens[0, 1])
+    stopped = example_model.generate(ROWS, 6, stop_ids=[stop], ignore_eos=True).tokens
+    got = np.stack([t for _, t in example_model.generate_stream(ROWS, 6, stop_ids=[stop], ignore_eos=True)], axis=1)
+    assert np.array_equal(got, stopped[:, :got.shape[1]]) and got[0, 2:].tolist() == [-1] * (got.shape[1] - 2)
+
+    long = example_model.generate_stream(ROWS * 4, 5000, ignore_eos=True)
+    for k, _ in long:
+        if k == 3:
+            break
+    t0 = time.monotonic()
+    long.close()  # returns once the generation stopped, well before its 5000 steps
+    assert long.result is None and time.monotonic() - t0 < 5
+    run_threads(2, lambda i: np.testing.assert_array_equal(example_model.generate(ROWS, 6, ignore_eos=True).tokens,
+                                                           want.tokens))
