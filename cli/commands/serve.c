@@ -26,7 +26,8 @@ int cmd_serve(int argc, char **argv)
     "usage: nnt serve --model [NAME=]DIR [--model ...] [--listen HOST:PORT] [--tokens FILE] [--config FILE]\n"        \
     "                 [--queue N] [--user-requests N] [--timeout S] [--max-body-mb MB] [--max-result-mb MB]\n"          \
     "                 [--max-tokens N] [--max-new-tokens N] [--connections N] [--idle-timeout S] [--drain S]\n"          \
-    "                 [--share N]\n"
+    "                 [--share N]\n"                                                                                  \
+    "each option, the endpoints, streamed answers and the threat model: docs/server.md\n"
 
 static int serve_usage(const char *fmt, const char *arg)
 {
