@@ -306,82 +306,74 @@ static int run_group(serve_model *md, prepared **g, int n)
     return 1;
 }
 
-/* The next run among the n taken jobs p (in queue order, prepared): the first one's, with every
- * later job that can share it (of its length and kind - traces, or greedy generations of one
- * kind - within the server's tokens per request), and every job answered already (a refusal, an
- * abandoned job). Marks them p[i].group = 0 and returns 1 when they shared a run. */
-static int run_next(serve_model *md, prepared *p, int n)
+/* Runs the taken jobs: those that can share a forward in groups of one length (in queue order,
+ * each group of requests that can share with its first - traces, or greedy generations of one
+ * kind - within the server's tokens per request), the others one by one. */
+static void run_taken(serve_model *md, prepared *p, int n, uint64_t *shared)
 {
-    prepared *g[SERVE_MAX_SHARE];
-    int m = 0;
-    long tokens = 0;
-    for (int i = 0; i < n; i++) {
-        if (p[i].r && abandoned(md, p[i].job)) { /* nobody waits for it: not run */
-            fail(p[i].job, 499, "abandoned", "the client left or its time ran out before the request ran");
-            nnt_request_free(p[i].r);
-            p[i].r = NULL;
-        }
-        if (!p[i].r) { /* answered already */
-            p[i].group = 0;
-            continue;
-        }
-        int joins = m == 0 || (nnt_request_shareable(g[0]->r) && p[i].seq == g[0]->seq &&
-                               nnt_request_share_compatible(g[0]->r, p[i].r) && tokens + p[i].tokens <= md->srv->lim.tokens);
-        if (!joins) continue;
-        g[m++] = &p[i];
-        p[i].group = 0;
-        tokens += p[i].tokens;
+    for (int k = 0; k < n; k++) {
+        p[k].group = -1;
+        prepare(md, &p[k]);
     }
-    return m > 0 && run_group(md, g, m);
+    for (int k = 0; k < n; k++) {
+        if (!p[k].r || p[k].group >= 0) continue;
+        prepared *g[SERVE_MAX_SHARE];
+        int m = 0;
+        long tokens = 0;
+        g[m++] = &p[k];
+        p[k].group = k;
+        tokens = p[k].tokens;
+        if (nnt_request_shareable(p[k].r))
+            for (int i = k + 1; i < n; i++)
+                if (p[i].r && p[i].group < 0 && p[i].seq == p[k].seq && nnt_request_share_compatible(p[k].r, p[i].r) &&
+                    tokens + p[i].tokens <= md->srv->lim.tokens) {
+                    g[m++] = &p[i];
+                    p[i].group = k;
+                    tokens += p[i].tokens;
+                }
+        if (run_group(md, g, m)) *shared += (uint64_t)m;
+    }
 }
 
 static void *worker(void *arg)
 {
     serve_model *md = arg;
     serve_state *s = md->srv;
-    prepared taken[SERVE_MAX_SHARE]; /* taken from the queue, in its order, and not yet answered */
-    int n = 0;
+    prepared taken[SERVE_MAX_SHARE];
     if (nnt_runtime_set_progress(md->rt, on_progress, md) != NNT_OK)
         fprintf(stderr, "nnt serve: model '%s': no progress handler (%s); abandoned requests run to their end\n",
                 md->name, nnt_last_error(md->rt));
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!md->head && n == 0 && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
-        if (!md->head && n == 0) break; /* stopping, and nothing left */
-        /* what waits now joins what was taken before, up to the most that share a run: each turn
-         * runs one run, so requests that arrived meanwhile can join the next */
-        int first_new = n;
-        while (md->head && n < s->lim.share) {
+        while (!md->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        if (!md->head) break; /* stopping, and nothing left */
+        int n = 0;
+        while (md->head && n < s->lim.share) { /* what waits now, up to the most that share a forward */
             serve_job *job = md->head;
             md->head = job->next;
             if (!md->head) md->tail = NULL;
             md->queued--;
             job->running = 1;
-            taken[n++] = (prepared){.job = job, .group = -1};
+            taken[n++] = (prepared){.job = job};
         }
         md->busy = n;
         pthread_mutex_unlock(&s->mu);
 
         double t0 = serve_now();
-        for (int k = first_new; k < n; k++) prepare(md, &taken[k]);
-        int shared = run_next(md, taken, n);
-        for (int k = 0; k < n; k++)
-            if (taken[k].group == 0) serve_stream_final(taken[k].job);
+        uint64_t shared = 0;
+        run_taken(md, taken, n, &shared);
+        for (int k = 0; k < n; k++) serve_stream_final(taken[k].job);
 
         pthread_mutex_lock(&s->mu);
+        md->busy = 0;
         md->busy_s += serve_now() - t0;
-        int kept = 0;
+        md->shared += shared;
         for (int k = 0; k < n; k++) {
-            if (taken[k].group != 0) { /* waits for a later run */
-                taken[kept++] = taken[k];
-                continue;
-            }
             serve_job *job = taken[k].job;
             nnt_request_free(taken[k].r);
             if (job->http_status == 200) {
                 md->served++;
                 md->tokens += (uint64_t)taken[k].tokens;
-                md->shared += (uint64_t)shared;
             } else {
                 md->failed++;
             }
@@ -394,8 +386,6 @@ static void *worker(void *arg)
             job->done = 1;
             if (job->abandoned) serve_job_free(job); /* its client left: nobody waits for the answer */
         }
-        n = kept;
-        md->busy = n;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
