@@ -511,10 +511,12 @@ nnt_status nnt_guard_enter_wait(nnt_runtime *rt, const char *call);
 void nnt_guard_leave(nnt_runtime *rt);
 /* Marks the start (entering 1) and end (0) of a user callback made by the running call. */
 void nnt_guard_callback(nnt_runtime *rt, int entering);
-/* Calls rt's progress handler with p (runtime/progress.c), marked as a callback for the guard;
- * where names the point for the message. NNT_OK when there is none or it returns 0, else
- * NNT_ERR_INTERRUPTED set on err. */
-nnt_status nnt_progress_report(nnt_runtime *rt, const nnt_progress *p, const char *where, nnt_error *err);
+/* Calls rt's progress handler, when it has one, with p (runtime/progress.c), marked as a
+ * callback for the guard. Returns 1 when the handler asks the call to stop (the caller then
+ * sets NNT_ERR_INTERRUPTED naming where, with nnt_progress_stopped), else 0. */
+int nnt_progress_report(nnt_runtime *rt, const nnt_progress *p);
+/* NNT_ERR_INTERRUPTED set on err, naming where the call stopped. */
+nnt_status nnt_progress_stopped(nnt_error *err, const char *where);
 /* The runtime of trace t's model (NULL for a NULL trace). */
 nnt_runtime *nnt_guard_trace_rt(const nnt_trace *t);
 /* The body of a public call: `call` (an nnt_status expression) run inside rt's guard, its status

@@ -2,8 +2,9 @@
  * (nnt_request_run_shared, nnt_methods.h): the rows of all of them make one batch, each
  * request's edits and saves are limited to its own rows (nnt_request_apply_rows, the per-row
  * edits of docs/requests.md), and after the run each request gets its own results under the keys
- * its own run would give them (nnt_trace_split), a generation its own rows' tokens. What a server does with requests of different users for the same model:
- * one forward of B rows costs far less than B forwards of one. */
+ * its own run would give them (nnt_trace_split), a generation its own rows' tokens. What a
+ * server does with requests of different users for the same model: one forward of B rows costs
+ * far less than B forwards of one. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -13,14 +13,13 @@
 /* Emission as families see it: the trace first, then the values derived from logits. */
 static nnt_status host_emit(nnt_run *run, nnt_value_id slot, int layer, nnt_tensor *t)
 {
-    nnt_status st = NNT_OK;
-    if (run->model->rt->progress) { /* the caller's handler may stop the forward here */
+    nnt_progress at = {.struct_size = sizeof at, .kind = NNT_PROGRESS_VALUE, .layer = layer};
+    if (nnt_progress_report(run->model->rt, &at)) { /* the caller's handler stops the forward here */
         char where[160];
         nnt_path_format(run->model, slot, layer, where, sizeof where);
-        nnt_progress p = {.struct_size = sizeof p, .kind = NNT_PROGRESS_VALUE, .layer = layer};
-        if ((st = nnt_progress_report(run->model->rt, &p, where, run->err)) != NNT_OK) return st;
+        return nnt_progress_stopped(run->err, where);
     }
-    st = nnt_run_emit(run, slot, layer, t);
+    nnt_status st = nnt_run_emit(run, slot, layer, t);
     if (st == NNT_OK) st = nnt_trace_grad_emit(run, slot, layer, t);
     if (st != NNT_OK || slot != NNT_VALUE_LOGITS || !nnt_run_wants(run, NNT_VALUE_NEXT_TOKEN_PROBS, -1))
         return st;

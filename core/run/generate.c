@@ -231,9 +231,10 @@ static nnt_status gen_step(gen_state *g, nnt_trace *tr, const int32_t *ids, cons
     for (int b = 0; b < batch; b++) g->reported[b] = out[(int64_t)b * o->max_new_tokens + step];
     nnt_progress p = {.struct_size = sizeof p, .kind = NNT_PROGRESS_TOKENS, .layer = -1, .step = step,
                       .batch = batch, .tokens = g->reported};
+    if (!nnt_progress_report(g->s->m->rt, &p)) return NNT_OK;
     char where[64];
     snprintf(where, sizeof where, "generation step %d", step);
-    return nnt_progress_report(g->s->m->rt, &p, where, err);
+    return nnt_progress_stopped(err, where);
 }
 
 static nnt_status generate(nnt_model *m, nnt_trace *t, const int32_t *ids, const int32_t *mask, int batch, int seq,

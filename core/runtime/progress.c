@@ -15,13 +15,17 @@ nnt_status nnt_runtime_set_progress(nnt_runtime *rt, nnt_progress_fn fn, void *u
     NNT_GUARDED(rt, "nnt_runtime_set_progress", set_progress(rt, fn, user));
 }
 
-nnt_status nnt_progress_report(nnt_runtime *rt, const nnt_progress *p, const char *where, nnt_error *err)
+int nnt_progress_report(nnt_runtime *rt, const nnt_progress *p)
 {
-    if (!rt || !rt->progress) return NNT_OK;
+    if (!rt || !rt->progress) return 0;
     nnt_guard_callback(rt, 1);
     int stop = rt->progress(rt->progress_user, p);
     nnt_guard_callback(rt, 0);
-    if (!stop) return NNT_OK;
+    return stop != 0;
+}
+
+nnt_status nnt_progress_stopped(nnt_error *err, const char *where)
+{
     return nnt_err_set(err, NNT_ERR_INTERRUPTED, "interrupted at %s: the runtime's progress handler asked to stop",
                        where);
 }
