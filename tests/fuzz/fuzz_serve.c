@@ -64,13 +64,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
  * the bytes kept. */
 static size_t exchange(const uint8_t *bytes, size_t len, int half_close, char *answer, size_t n)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    FUZZ_CHECK(fd >= 0, "socket");
-    struct timeval tv = {.tv_sec = 15};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    FUZZ_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect to the server");
+    /* a few hundred connections a second: the client's end closes with a reset (no TIME_WAIT,
+     * which would use up the local ports in a minute), and a connect refused for want of a
+     * port or a listen slot is tried again for up to 2 s before it counts as a failure */
+    int fd = -1, err = 0;
+    for (int tries = 0; tries < 200; tries++) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        FUZZ_CHECK(fd >= 0, "socket");
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) break;
+        err = errno;
+        close(fd);
+        fd = -1;
+        usleep(10000);
+    }
+    FUZZ_CHECK(fd >= 0, "connect to the server: %s", strerror(err));
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    struct timeval tv = {.tv_sec = 15};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     size_t sent = 0;
     while (sent < len) {
         ssize_t k = send(fd, bytes + sent, len - sent, MSG_NOSIGNAL);
