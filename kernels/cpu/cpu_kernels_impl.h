@@ -1136,6 +1136,8 @@ TARGET_BF16 static int gemv_fp4dp(const float *x, int64_t M, const cpu_weight *w
  * rows go to the generic kernel. */
 #define FP8_TABLES 1
 #define TARGET_VBMI __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
+#define TARGET_VBMIF __attribute__((target("avx512f,avx512bw,avx512vbmi")))
+#define TARGET_TABLES __attribute__((target("avx512f,avx512bw")))
 /* the e4m3 magnitude of code c < 128: m 2^-9 for exponent field 0, (8 + m) 2^(e - 10) above;
  * code 127 is not a number */
 #define E4M3_V(c)                                                                                             \
@@ -1161,23 +1163,26 @@ INLINE int fp8tab_serves(const cpu_weight *w)
            __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
 }
 
-/* g's tables for grid row srow; g->ok = 0 when a scale is out of range */
-TARGET_VBMI static void fp8tab_build(fp8_tables *g, const cpu_weight *w, const uint8_t *srow)
+/* g's tables for grid row srow; g->ok = 0 when a scale is out of range. Each entry is rounded to
+ * bfloat16 by integer steps (add 0x7fff plus the lowest kept bit, truncate: to nearest, ties to
+ * even), as the conversion instruction does for the normal numbers the scale range leaves, so
+ * that CPUs without AVX512-BF16 build the same tables (a NaN stays a NaN). */
+TARGET_TABLES static void fp8tab_build(fp8_tables *g, const cpu_weight *w, const uint8_t *srow)
 {
     g->srow = srow;
     g->ok = 0;
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
     for (int64_t cb = 0; cb < g->nb; cb++) {
         const float s = scale_get(w, srow, cb, 1.0f);
         if (!(s == 0.0f || (fabsf(s) >= 0x1p-117f && fabsf(s) <= 0x1p100f))) return;
         const __m512 sv = _mm512_set1_ps(s);
         uint8_t *t = g->t + cb * 256;
-        for (int i = 0; i < 128; i += 32) {
-            __m512bh b = _mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(E4M3_MAG + i + 16), sv),
-                                             _mm512_mul_ps(_mm512_loadu_ps(E4M3_MAG + i), sv));
-            __m512i u;
-            memcpy(&u, &b, sizeof u);
-            _mm256_storeu_si256((__m256i *)(t + i), _mm512_cvtepi16_epi8(_mm512_srli_epi16(u, 8)));
-            _mm256_storeu_si256((__m256i *)(t + 128 + i), _mm512_cvtepi16_epi8(u));
+        for (int i = 0; i < 128; i += 16) {
+            __m512i u = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(E4M3_MAG + i), sv));
+            u = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+            u = _mm512_srli_epi32(u, 16);
+            _mm_storeu_si128((__m128i *)(t + i), _mm512_cvtepi32_epi8(_mm512_srli_epi32(u, 8)));
+            _mm_storeu_si128((__m128i *)(t + 128 + i), _mm512_cvtepi32_epi8(u));
         }
     }
     g->ok = 1;
@@ -1267,6 +1272,109 @@ TARGET_VBMI static int gemv_fp8tab(const float *x, int64_t M, const cpu_weight *
     else
         rows_fp8tab(&g, x, xb, M, w, n0, n1, y, ldy, 0);
     free(xb);
+    free(g.t);
+    return 1;
+}
+
+/* ---- the same tables on AVX512-VBMI without AVX512-BF16 (Intel Ice Lake), float32 products ----
+ * Bfloat16 products on a weight with float32 (or bfloat16) block scales, where each weight must
+ * be rounded from code x scale: the tables above give the rounded weights by two byte permutes
+ * as before, and a bfloat16 is the high half of a float32, so each 32-bit lane of an interleaved
+ * vector gives two weights as floats with one shift (its low word) or one mask (its high word).
+ * Lane 4L + i of the four vectors holds columns 16L + 2i, 16L + 2i + 1, 16L + 8 + 2i and
+ * 16L + 9 + 2i of each 64; x (bfloat16 numbers in float32) is permuted once per product into that
+ * order. The products of two bfloat16 numbers are exact in float32, so the sums are those of the
+ * dot-product instruction up to their order. Against rounding each weight (ld_fp8, a multiply, five
+ * integer steps), bench_gemv on an Intel Xeon (family 6, model 207, KVM without AVX512-BF16), two
+ * threads, FP8 with 128x128 float32 scales: see bench/results/2026-12-07-*-gemv-icx.md. */
+INLINE int fp8tabf_serves(const cpu_weight *w)
+{
+    return w->dtype == NNT_F8_E4M3 && w->cols % 64 == 0 && (!w->scale || w->block_cols % 64 == 0) &&
+           __builtin_cpu_supports("avx512vbmi") && !__builtin_cpu_supports("avx512bf16");
+}
+
+/* rows n .. n + R against the M rows of xf (permuted as above); 0 when the tile is not served */
+TARGET_VBMIF static inline __attribute__((always_inline)) int tile_fp8tabf(fp8_tables *g, const float *xf,
+                                                                          const cpu_weight *w, int64_t n, float *y,
+                                                                          int64_t ldy, const int M, const int R)
+{
+    const int64_t K = w->cols, bc = w->scale ? w->block_cols : K;
+    const uint8_t *srow = scale_row(w, n), *row[4];
+    for (int r = 1; r < R; r++)
+        if (scale_row(w, n + r) != srow) return 0;
+    if (g->ok < 0 || g->srow != srow) fp8tab_build(g, w, srow);
+    if (!g->ok) return 0;
+    for (int r = 0; r < R; r++) row[r] = row_at(w, n + r);
+    const __m512i sign = _mm512_set1_epi8((char)0x80), high = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 acc[CPU_FEW_ROWS][4];
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
+    for (int64_t c0 = 0, cb = 0; c0 < K; c0 += bc, cb++) {
+        const uint8_t *t = g->t + cb * 256;
+        const __m512i h0 = _mm512_loadu_si512(t), h1 = _mm512_loadu_si512(t + 64);
+        const __m512i l0 = _mm512_loadu_si512(t + 128), l1 = _mm512_loadu_si512(t + 192);
+        const int64_t c1 = c0 + bc < K ? c0 + bc : K;
+        for (int64_t c = c0; c < c1; c += 64) {
+            for (int r = 0; r < R; r++) {
+                PREFETCH(row[r] + PF_ROWS * K + c);
+                __m512i q = _mm512_loadu_si512(row[r] + c);
+                __m512i hb = _mm512_permutex2var_epi8(h0, q, h1), lb = _mm512_permutex2var_epi8(l0, q, l1);
+                hb = _mm512_ternarylogic_epi32(hb, q, sign, 0x78); /* hb ^ (q & 0x80) */
+                __m512i u0 = _mm512_unpacklo_epi8(lb, hb), u1 = _mm512_unpackhi_epi8(lb, hb);
+                __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(u0, 16));
+                __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(u0, high));
+                __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(u1, 16));
+                __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(u1, high));
+                for (int m = 0; m < M; m++) {
+                    const float *xm = xf + m * K + c;
+                    __m512 a = _mm512_fmadd_ps(e0, _mm512_loadu_ps(xm), acc[m][r]);
+                    a = _mm512_fmadd_ps(o0, _mm512_loadu_ps(xm + 16), a);
+                    a = _mm512_fmadd_ps(e1, _mm512_loadu_ps(xm + 32), a);
+                    acc[m][r] = _mm512_fmadd_ps(o1, _mm512_loadu_ps(xm + 48), a);
+                }
+            }
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) y[m * ldy + n + r] = _mm512_reduce_add_ps(acc[m][r]);
+    return 1;
+}
+
+#define FP8TABF_TILE(MM, RR)                                                                                  \
+    do {                                                                                                      \
+        if (!tile_fp8tabf(g, xf, w, n, y, ldy, MM, RR)) tile_fp8(x, w, n, y, ldy, MM, RR, 1);                \
+    } while (0)
+TARGET_VBMIF static void rows_fp8tabf(fp8_tables *g, const float *x, const float *xf, int64_t M,
+                                     const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy)
+{
+    int64_t n = n0;
+    FEW_ROWS_SWITCH(FP8TABF_TILE);
+}
+#undef FP8TABF_TILE
+
+/* x [M, K] of bfloat16 numbers, weights rounded (CPU_GEMV_ROUND); 0 without memory (nothing
+ * written) */
+TARGET_VBMIF static int gemv_fp8tabf(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1,
+                                     float *y, int64_t ldy)
+{
+    const int64_t K = w->cols, nb = w->scale ? (K + w->block_cols - 1) / w->block_cols : 1;
+    float *xf = aligned_alloc(64, (size_t)(M * K) * sizeof(float));
+    fp8_tables g = {.ok = -1, .nb = nb, .t = aligned_alloc(64, (size_t)nb * 256)};
+    if (!xf || !g.t) {
+        free(xf);
+        free(g.t);
+        return 0;
+    }
+    for (int64_t i = 0; i < M * K; i += 64) /* group of 64: L = j / 4 % 4, i = j % 4 per quarter */
+        for (int j = 0; j < 16; j++) {
+            const int64_t b = i + 16 * (j / 4) + 2 * (j % 4);
+            xf[i + j] = x[b];
+            xf[i + 16 + j] = x[b + 1];
+            xf[i + 32 + j] = x[b + 8];
+            xf[i + 48 + j] = x[b + 9];
+        }
+    rows_fp8tabf(&g, x, xf, M, w, n0, n1, y, ldy);
+    free(xf);
     free(g.t);
     return 1;
 }
@@ -1432,6 +1540,7 @@ static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, i
     case NNT_F8_E4M3:
 #ifdef FP8_TABLES
         if ((flags & CPU_GEMV_X_BF16) && fp8tab_serves(w) && gemv_fp8tab(x, M, w, n0, n1, y, ldy, rnd)) break;
+        if (rnd && fp8tabf_serves(w) && gemv_fp8tabf(x, M, w, n0, n1, y, ldy)) break;
 #endif
 #ifdef FP8_LANES
         if (fp8_lanes_serve(w) && gemv_fp8lanes(x, M, w, n0, n1, y, ldy, rnd)) break;
