@@ -460,6 +460,51 @@ static void test_steer_positions_refused(void)
     nnt_runtime_close(rt);
 }
 
+/* Kimi: the carried recurrent state is read and written in place when no request reads it and
+ * through copies when one does: three calls of a session give the same last logits, bit for bit,
+ * with no request on the states, with state_input or state_output of every block saved alone, and
+ * with both. */
+static void test_kimi_state_in_place(void)
+{
+    nnt_runtime *rt = t_runtime();
+    nnt_model *m = t_model(rt, "kimi_linear/fp32");
+    t_ref r;
+    CU_ASSERT_FATAL(t_ref_open(&r, rt, "kimi_linear/fp32") == 0);
+    const char *saves[4][2] = {{NULL, NULL},
+                               {"layers.*.linear_attn.state_input", NULL},
+                               {"layers.*.linear_attn.state_output", NULL},
+                               {"layers.*.linear_attn.state_input", "layers.*.linear_attn.state_output"}};
+    nnt_tensor first = {0};
+    for (int c = 0; c < 4; c++) {
+        nnt_session *s;
+        T_OK(rt, nnt_session_new(m, r.batch, r.seq + 2, &s));
+        nnt_trace *t;
+        T_OK(rt, nnt_trace_new(m, &t));
+        T_OK(rt, nnt_trace_save(t, "logits"));
+        for (int j = 0; j < 2; j++)
+            if (saves[c][j]) T_OK(rt, nnt_trace_save(t, saves[c][j]));
+        int32_t next1[2] = {5, 9}, next2[2] = {7, 3};
+        T_OK(rt, nnt_session_forward(s, t, r.ids, r.mask, r.seq));
+        T_OK(rt, nnt_session_forward(s, t, next1, NULL, 1));
+        T_OK(rt, nnt_session_forward(s, t, next2, NULL, 1));
+        const nnt_tensor *lg = nnt_trace_get(t, "logits@2");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(lg);
+        if (c == 0) {
+            CU_ASSERT_FATAL(nnt_tensor_alloc(&first, lg->dtype, lg->ndim, lg->shape) == NNT_OK);
+            memcpy(first.data, lg->data, (size_t)nnt_tensor_numel(lg) * nnt_dtype_size(lg->dtype));
+        } else {
+            double e = t_rel_err(lg, &first, NULL);
+            if (e != 0.0) fprintf(stderr, "\n  saves %s %s: last logits differ by %.3g\n", saves[c][0], saves[c][1] ? saves[c][1] : "", e);
+            CU_ASSERT(e == 0.0);
+        }
+        nnt_trace_free(t);
+        nnt_session_free(s);
+    }
+    nnt_tensor_free(&first);
+    nnt_model_free(m);
+    nnt_runtime_close(rt);
+}
+
 /* Kimi: a continued call's state_input is the state the previous call left; the prompt's, None,
  * is recorded as absent (nnt_trace_lookup's flag, the file's none_values metadata). */
 static void test_kimi_state_carried(void)
@@ -532,6 +577,7 @@ int register_tests(void)
         !CU_add_test(s, "sampling: seeds, top-k, top-p", test_sampling) ||
         !CU_add_test(s, "values and edits per step", test_values_per_step) ||
         !CU_add_test(s, "stop tokens end rows, and the call once all rows stop", test_stop_tokens) ||
+        !CU_add_test(s, "Kimi: states in place or copied give the same logits", test_kimi_state_in_place) ||
         !CU_add_test(s, "Kimi: state_input carries over; None recorded as absent", test_kimi_state_carried) ||
         !CU_add_test(s, "steering positions mean tokens: generation == full forwards", test_steer_positions) ||
         !CU_add_test(s, "steering positions no call reaches are refused", test_steer_positions_refused))

@@ -595,8 +595,16 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     TRY(be->sigmoid(bc, &braw, &beta, err));
     nnt_tensor b3 = fam_view(&beta, NNT_SHAPE(B, T, Hh));
     TRY(h->emit(run, NNT_VALUE_LIN_BETAS, L, &b3));
-    /* a prompt starts from no state (state_input is None); a continued call from the carried one */
-    if (carried) {
+    /* a prompt starts from no state (state_input is None); a continued call from the carried one.
+     * When no request reads or edits state_input (or state_output), the rule reads (or writes)
+     * the cache's state itself, in place when both: a decoding step then moves its states
+     * ([B, heads, D, D] float32, 2 MiB a block at the release's widths) once, not five times. */
+    int in_place_in = carried && !h->wants(run, NNT_VALUE_LIN_STATE_INPUT, L);
+    int in_place_out = ks && !h->wants(run, NNT_VALUE_LIN_STATE_OUTPUT, L);
+    if (in_place_in) {
+        s_in = ks->rec;
+        TRY(h->emit(run, NNT_VALUE_LIN_STATE_INPUT, L, &s_in));
+    } else if (carried) {
         TRY(fam_alloc(env, run, NNT_F32, &s_in, err, NNT_SHAPE(B, Hh, D, D)));
         TRY(be->copy(bc, &ks->rec, &s_in, err));
         TRY(h->emit(run, NNT_VALUE_LIN_STATE_INPUT, L, &s_in));
@@ -604,7 +612,10 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
         TRY(h->emit(run, NNT_VALUE_LIN_STATE_INPUT, L, NULL));
     }
     TRY(fam_alloc(env, run, NNT_F32, &o, err, NNT_SHAPE(B, T, Hh, D)));
-    TRY(fam_alloc(env, run, NNT_F32, &s_out, err, NNT_SHAPE(B, Hh, D, D)));
+    if (in_place_out)
+        s_out = ks->rec;
+    else
+        TRY(fam_alloc(env, run, NNT_F32, &s_out, err, NNT_SHAPE(B, Hh, D, D)));
     int want_states = h->wants(run, NNT_VALUE_LIN_STATES, L) || h->wants(run, NNT_VALUE_LIN_STATE, L);
     if (want_states) TRY(fam_alloc(env, run, NNT_F32, &states, err, NNT_SHAPE(B, T, Hh, D, D)));
     TRY(be->delta_rule(bc, &q4, &k4, &v4, &g4, &b3, mask->key_valid, carried ? &s_in : NULL, 1, 1.0f / sqrtf((float)D), &o,
@@ -630,7 +641,7 @@ static nnt_status kda_forward(kl_model *m, nnt_run *run, int L, const nnt_forwar
     TRY(h->emit(run, NNT_VALUE_LIN_HEAD_OUTPUTS, L, &o4));
     TRY(h->emit(run, NNT_VALUE_LIN_STATE_OUTPUT, L, &s_out));
     if (ks) { /* the state the next call starts from (an edited state_output included) */
-        TRY(be->copy(bc, &s_out, &ks->rec, err));
+        if (!in_place_out) TRY(be->copy(bc, &s_out, &ks->rec, err));
         ks->started = 1;
     }
     /* output gate and the gated RMSNorm per head, then o_proj */

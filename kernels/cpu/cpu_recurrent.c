@@ -97,7 +97,8 @@ static void l2normalize(float *out, const float *in, int64_t n)
 }
 
 /* q, k [B, T, H, K], v [B, T, H, V], g [B, T, H, K], beta [B, T, H] -> o [B, T, H, V],
- * state_out [B, H, K, V], states [B, T, H, K, V] */
+ * state_out [B, H, K, V], states [B, T, H, K, V]; state_in may be state_out itself (updated in
+ * place) but must not overlap it otherwise */
 nnt_status cpu_delta_rule(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
                           const nnt_tensor *g, const nnt_tensor *beta, const uint8_t *token_valid,
                           const nnt_tensor *state_in, int l2norm, float scale, nnt_tensor *o,
@@ -122,16 +123,19 @@ nnt_status cpu_delta_rule(void *ctx, const nnt_tensor *q, const nnt_tensor *k, c
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static) reduction(| : bad)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
-            float *S = malloc((size_t)(K * V) * sizeof(float));
+            /* the state is updated where state_out keeps it (state_in may be that same memory:
+             * a decoding step carries its state in place), else in memory of its own */
+            float *S = state_out ? (float *)state_out->data + (b * H + h) * K * V : malloc((size_t)(K * V) * sizeof(float));
+            const float *Sin = state_in ? (const float *)state_in->data + (b * H + h) * K * V : NULL;
             float qn[1024], kn[1024], u[1024];
             if (!S) {
                 bad = 1;
                 continue;
             }
-            if (state_in)
-                memcpy(S, (const float *)state_in->data + (b * H + h) * K * V, (size_t)(K * V) * sizeof(float));
-            else
+            if (!Sin)
                 memset(S, 0, (size_t)(K * V) * sizeof(float));
+            else if (Sin != S)
+                memcpy(S, Sin, (size_t)(K * V) * sizeof(float));
             for (int64_t t = 0; t < T; t++) {
                 int64_t bt = b * T + t, base = (bt * H + h);
                 float *ot = od + base * V;
@@ -172,8 +176,7 @@ nnt_status cpu_delta_rule(void *ctx, const nnt_tensor *q, const nnt_tensor *k, c
                 }
                 if (states) memcpy((float *)states->data + base * K * V, S, (size_t)(K * V) * sizeof(float));
             }
-            if (state_out) memcpy((float *)state_out->data + (b * H + h) * K * V, S, (size_t)(K * V) * sizeof(float));
-            free(S);
+            if (!state_out) free(S);
         }
     if (bad) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu delta_rule: no memory for a state");
     cpu_round_result(c, o);

@@ -289,7 +289,9 @@ typedef struct nnt_backend_ops {
      *   with l2norm: q, k <- x / sqrt(sum x^2 + 1e-6); q <- q * scale;
      *   S <- diag(exp(g_t)) S;  u = S^T k_t;  S <- S + k_t (x) beta_t (v_t - u);  o_t = S^T q_t.
      * S [K, V] starts from state_in [B, H, K, V] (NULL: zeros); state_out [B, H, K, V] gets the
-     * last S; states [B, T, H, K, V] (may be NULL) every token's S. A token with
+     * last S; states [B, T, H, K, V] (may be NULL) every token's S. state_out may be state_in
+     * itself (a decoding step updates its carried state in place: read each (batch, head)'s
+     * state before writing it); otherwise the two do not overlap. A token with
      * token_valid[b, t] == 0 (host memory, may be NULL) leaves S unchanged and outputs zeros.
      * Sources: Yang et al. 2024, Gated Delta Networks (arXiv:2412.06464); Kimi Linear
      * (arXiv:2510.26692); the token-by-token reference in flash-linear-attention's
