@@ -13,7 +13,9 @@
  * sum over the same copies with the same threads.
  *
  *   cmake --build build --target bench_gemv
- *   build/bench/gemv/bench_gemv [--threads 2] [--n 3072] [--k 3072] [--reps 20] [--mb 192] [--out FILE]
+ *   build/bench/gemv/bench_gemv [--threads 2] [--m 1] [--n 3072] [--k 3072] [--reps 20] [--mb 192] [--out FILE]
+ *
+ * --m sets the rows of x (1 to 64; up to 8 the few-row kernels, above that the decoded panels).
  *
  * --mb sets the least total of the copies (MiB); `--mb 0 --n 512 --k 512` keeps one copy in the
  * core's own cache, so the weight rate is then the kernel's arithmetic ceiling, not memory's.
@@ -156,7 +158,7 @@ static double read_rate(const weights *w, int threads, int reps)
 int main(int argc, char **argv)
 {
     int threads = 2, reps = 20;
-    int64_t N = 3072, K = 3072;
+    int64_t N = 3072, K = 3072, M = 1;
     const char *out = NULL;
     long mb = 192;
     for (int i = 1; i < argc; i++) {
@@ -164,15 +166,16 @@ int main(int argc, char **argv)
         else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0) reps = atoi(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--n") == 0) N = atoll(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--k") == 0) K = atoll(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--m") == 0) M = atoll(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--out") == 0) out = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--mb") == 0) mb = atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_gemv [--threads T] [--reps R] [--n N] [--k K] [--mb MIB] [--out FILE]\n");
+            fprintf(stderr, "usage: bench_gemv [--threads T] [--reps R] [--m M] [--n N] [--k K] [--mb MIB] [--out FILE]\n");
             return 2;
         }
     }
-    if (threads < 1 || reps < 1 || mb < 0 || N < 128 || K < 128 || N % 128 || K % 128) {
-        fprintf(stderr, "bench_gemv: threads and reps >= 1, --mb >= 0, N and K multiples of 128\n");
+    if (threads < 1 || reps < 1 || mb < 0 || N < 128 || K < 128 || N % 128 || K % 128 || M < 1 || M > 64) {
+        fprintf(stderr, "bench_gemv: threads and reps >= 1, --mb >= 0, N and K multiples of 128, M 1..64\n");
         return 2;
     }
     if (threads == 1) clock_used = CLOCK_THREAD_CPUTIME_ID;
@@ -206,10 +209,10 @@ int main(int argc, char **argv)
     }
     char head[1024];
     snprintf(head, sizeof head,
-             "# few-row products against the read rate\n\n- CPU: %s\n- flags: %s\n- product: y[1, %lld] = x[1, %lld] "
+             "# few-row products against the read rate\n\n- CPU: %s\n- flags: %s\n- product: y[%lld, %lld] = x[%lld, %lld] "
              ". w^T, %d thread(s), best of %d rounds over copies of w (>= %ld MiB), %s\n\n"
              "| encoding | isa | products | weight GB/s | read rate GB/s | ratio |\n|---|---|---|---|---|---|\n",
-             model, have, (long long)N, (long long)K, threads, reps, mb,
+             model, have, (long long)M, (long long)N, (long long)M, (long long)K, threads, reps, mb,
              threads == 1 ? "the thread's CPU time" : "wall-clock time");
     fputs(head, stdout);
     if (o) fputs(head, o);
@@ -220,9 +223,9 @@ int main(int argc, char **argv)
         {"BF16", NNT_BF16, NNT_DTYPE_INVALID, 0, 0},
     };
     const char *isas[] = {"avx512", "avx2"};
-    float *x = malloc((size_t)K * sizeof *x), *y = malloc((size_t)N * sizeof *y);
+    float *x = malloc((size_t)(M * K) * sizeof *x), *y = malloc((size_t)(M * N) * sizeof *y);
     if (!x || !y) return 1;
-    for (int64_t i = 0; i < K; i++) x[i] = (float)(next() % 2000) / 1000.0f - 1.0f;
+    for (int64_t i = 0; i < M * K; i++) x[i] = (float)(next() % 2000) / 1000.0f - 1.0f;
     for (size_t e = 0; e < sizeof encs / sizeof *encs; e++) {
         weights w = {0};
         if (make(&encs[e], N, K, (size_t)mb << 20, &w) != 0) {
@@ -241,8 +244,8 @@ int main(int argc, char **argv)
                 continue;
             }
             for (int bf16 = 0; bf16 < 2; bf16++) {
-                nnt_tensor xt = {.dtype = NNT_F32, .ndim = 2, .shape = {1, K}, .data = x};
-                nnt_tensor yt = {.dtype = NNT_F32, .ndim = 2, .shape = {1, N}, .data = y};
+                nnt_tensor xt = {.dtype = NNT_F32, .ndim = 2, .shape = {M, K}, .data = x};
+                nnt_tensor yt = {.dtype = NNT_F32, .ndim = 2, .shape = {M, N}, .data = y};
                 double best = 1e30;
                 for (int r = 0; r < reps + 1; r++) { /* the first round warms up */
                     double t0 = now();

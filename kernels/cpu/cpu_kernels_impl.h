@@ -92,6 +92,32 @@ typedef int32_t vsi __attribute__((vector_size(VL * 4)));
     default: for (; n < n1; n++) TILE(8, 1); break;                                                                   \
     }
 
+/* The generic kernels' tiles (DEFINE_TILE): with 32 vector registers (VL = 16, AVX-512) two
+ * weight rows against up to 8 rows of x, so that each load of x (which at 8 rows of 3072 columns
+ * no longer fits the L1 cache) feeds two fused multiply-adds; the block sums' accumulators then
+ * outnumber the registers, but they are touched once per scale block. */
+#if VL >= 16
+#define FEW_ROWS_SWITCH_WIDE(TILE)                                                                                    \
+    switch (M) {                                                                                                      \
+    case 1:                                                                                                           \
+        for (; n + 4 <= n1; n += 4) TILE(1, 4);                                                                       \
+        for (; n < n1; n++) TILE(1, 1);                                                                               \
+        break;                                                                                                        \
+    case 2:                                                                                                           \
+        for (; n + 2 <= n1; n += 2) TILE(2, 2);                                                                       \
+        for (; n < n1; n++) TILE(2, 1);                                                                               \
+        break;                                                                                                        \
+    case 3: for (; n + 2 <= n1; n += 2) TILE(3, 2); for (; n < n1; n++) TILE(3, 1); break;                            \
+    case 4: for (; n + 2 <= n1; n += 2) TILE(4, 2); for (; n < n1; n++) TILE(4, 1); break;                            \
+    case 5: for (; n + 2 <= n1; n += 2) TILE(5, 2); for (; n < n1; n++) TILE(5, 1); break;                            \
+    case 6: for (; n + 2 <= n1; n += 2) TILE(6, 2); for (; n < n1; n++) TILE(6, 1); break;                            \
+    case 7: for (; n + 2 <= n1; n += 2) TILE(7, 2); for (; n < n1; n++) TILE(7, 1); break;                            \
+    default: for (; n + 2 <= n1; n += 2) TILE(8, 2); for (; n < n1; n++) TILE(8, 1); break;                           \
+    }
+#else
+#define FEW_ROWS_SWITCH_WIDE FEW_ROWS_SWITCH
+#endif
+
 INLINE vf loadf(const float *p)
 {
     vf v;
@@ -400,14 +426,40 @@ INLINE float round1(float f)
  * Each column block accumulates x . codes in registers, then adds the block's sum times its
  * scale; R weight rows (with M = 1) or M rows of x keep several accumulation chains going. */
 /* tile_T with the arguments rows_T passes (for FEW_ROWS_SWITCH) */
+/* x [M, K] with its whole vectors interleaved by column step, xi[(c / VL) M VL + m VL + j] =
+ * x[m K + c + j], for the generic tiles when M >= 3: a tile then reads the M rows' vectors of one
+ * step from one stretch of memory. At 8 rows of 3072 columns x is twice an L1 cache and its rows
+ * lie a multiple of 4 KiB apart, so that read row by row they compete for the same cache sets
+ * (bench_gemv --m 8, Intel Xeon family 6 model 207: see bench/results/2026-12-07-*-gemv-icx.md).
+ * NULL (the tiles read x itself) for one or two rows (they fit the L1 cache), without memory,
+ * when a scale block's columns are not whole vectors (the steps would not fall on the packing's),
+ * and with 16 vector registers (VL 8: AVX2), where the tiles keep one weight row and packing
+ * measured slower at 4 rows (0.66-0.90x, interleaved rounds, same report). Owned by the caller. */
+static float *pack_rows(const float *x, int64_t M, const cpu_weight *w)
+{
+    const int64_t K = w->cols, bc = w->block_cols, steps = K / VL;
+    if (VL < 16 || M < 3 || steps == 0 || (w->scale && bc % VL && bc < K)) return NULL;
+    float *xi = aligned_alloc(64, (size_t)(steps * M * VL) * sizeof(float));
+    if (!xi) return NULL;
+    for (int64_t st = 0; st < steps; st++)
+        for (int64_t m = 0; m < M; m++) memcpy(xi + (st * M + m) * VL, x + m * K + st * VL, VL * sizeof(float));
+    return xi;
+}
+
 #define TILE_f32(MM, RR) tile_f32(x, w, n, y, ldy, MM, RR, RND)
 #define TILE_bf16(MM, RR) tile_bf16(x, w, n, y, ldy, MM, RR, RND)
 #define TILE_f16(MM, RR) tile_f16(x, w, n, y, ldy, MM, RR, RND)
 #define TILE_fp8(MM, RR) tile_fp8(x, w, n, y, ldy, MM, RR, RND)
 #define TILE_fp4(MM, RR) tile_fp4(x, w, n, y, ldy, MM, RR, RND)
+/* the same with x also packed (xi, pack_rows below) */
+#define TILEP_f32(MM, RR) tilex_f32(x, xi, w, n, y, ldy, MM, RR, RND)
+#define TILEP_bf16(MM, RR) tilex_bf16(x, xi, w, n, y, ldy, MM, RR, RND)
+#define TILEP_f16(MM, RR) tilex_f16(x, xi, w, n, y, ldy, MM, RR, RND)
+#define TILEP_fp8(MM, RR) tilex_fp8(x, xi, w, n, y, ldy, MM, RR, RND)
+#define TILEP_fp4(MM, RR) tilex_fp4(x, xi, w, n, y, ldy, MM, RR, RND)
 #define DEFINE_TILE(T)                                                                                              \
-    INLINE void tile_##T(const float *x, const cpu_weight *w, int64_t n, float *y, int64_t ldy, const int M,         \
-                         const int R, const int RND)                                                                \
+    INLINE void tilex_##T(const float *x, const float *xi, const cpu_weight *w, int64_t n, float *y, int64_t ldy,   \
+                          const int M, const int R, const int RND)                                                  \
     {                                                                                                               \
         const int64_t K = w->cols, bc = w->block_cols, nb = (K + bc - 1) / bc;                                      \
         const uint8_t *row[4], *srow[4];                                                                            \
@@ -444,7 +496,7 @@ INLINE float round1(float f)
                     if (RND) wv[r] = tie ? round_vec(wv[r] * s[r]) : round_half(wv[r] * s[r]);                      \
                 }                                                                                                   \
                 for (int m = 0; m < M; m++) {                                                                       \
-                    vf xv = loadf(x + m * K + c);                                                                   \
+                    vf xv = loadf(xi ? xi + (c / VL) * (M * VL) + m * VL : x + m * K + c);                          \
                     for (int r = 0; r < R; r++) b[m][r] += xv * wv[r];                                              \
                 }                                                                                                   \
             }                                                                                                       \
@@ -464,21 +516,33 @@ INLINE float round1(float f)
             for (int r = 0; r < R; r++) y[m * ldy + n + r] = hsum(acc[m][r]) + tacc[m][r];                          \
     }                                                                                                               \
                                                                                                                     \
-    INLINE void rows_##T(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y,          \
-                         int64_t ldy, const int RND)                                                                \
+    INLINE void tile_##T(const float *x, const cpu_weight *w, int64_t n, float *y, int64_t ldy, const int M,         \
+                         const int R, const int RND)                                                                \
+    {                                                                                                               \
+        tilex_##T(x, NULL, w, n, y, ldy, M, R, RND);                                                                \
+    }                                                                                                               \
+                                                                                                                    \
+    INLINE void rows_##T(const float *x, const float *xi, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1,   \
+                         float *y, int64_t ldy, const int RND)                                                      \
     {                                                                                                               \
         int64_t n = n0;                                                                                             \
-        FEW_ROWS_SWITCH(TILE_##T);                                                                                  \
+        if (xi) {                                                                                                   \
+            FEW_ROWS_SWITCH_WIDE(TILEP_##T);                                                                        \
+        } else {                                                                                                    \
+            FEW_ROWS_SWITCH_WIDE(TILE_##T);                                                                         \
+        }                                                                                                           \
     }                                                                                                               \
                                                                                                                     \
     /* rnd: each decoded, scaled weight rounded to bfloat16 first (bfloat16 products) */                            \
     static void gemv_##T(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y,           \
                          int64_t ldy, int rnd)                                                                      \
     {                                                                                                               \
+        float *xi = pack_rows(x, M, w);                                                                             \
         if (rnd)                                                                                                    \
-            rows_##T(x, M, w, n0, n1, y, ldy, 1);                                                                   \
+            rows_##T(x, xi, M, w, n0, n1, y, ldy, 1);                                                               \
         else                                                                                                        \
-            rows_##T(x, M, w, n0, n1, y, ldy, 0);                                                                   \
+            rows_##T(x, xi, M, w, n0, n1, y, ldy, 0);                                                               \
+        free(xi);                                                                                                   \
     }                                                                                                               \
                                                                                                                     \
     /* rows r0 .. r1 decoded and scaled into dst [r1 - r0, ld] */                                                   \
@@ -1530,9 +1594,13 @@ static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, i
          * table's own 512-bit kernel (37 against 28 GB/s, bench/gemv, one thread, AMD Zen 5; a
          * 512-bit kernel on even and odd columns without widening shuffles reached 28 too), and
          * Kimi-Linear's BF16 release decoded faster with isa = avx2 than with AVX-512 (bench/run.py
-         * --layout release, 0a5a19c). Every CPU with AVX-512 F/BW/VL/DQ has AVX2, FMA and F16C. */
-        cpu_kernels_avx2.gemv(x, M, w, n0, n1, y, ldy, 0);
-        break;
+         * --layout release, 0a5a19c). Every CPU with AVX-512 F/BW/VL/DQ has AVX2, FMA and F16C.
+         * That holds for one or two rows of x; at 4 and 8 the generic tiles below ran faster. */
+        if (M < 3) {
+            cpu_kernels_avx2.gemv(x, M, w, n0, n1, y, ldy, 0);
+            break;
+        }
+        /* from 3 rows of x on, this table's tiles of two weight rows on packed x (pack_rows) */
 #endif
         gemv_bf16(x, M, w, n0, n1, y, ldy, 0);
         break;
