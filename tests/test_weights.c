@@ -145,7 +145,7 @@ static const char *const ISAS[] = {"avx512", "avx2", "sse2", "neon", "portable"}
 /* One weight on every instruction-set path and row count. */
 static void check_weight(const char *what, const nnt_tensor *w, int bf16)
 {
-    static const int64_t Ms[] = {1, 2, 3, 5, 8, 9, 40};
+    static const int64_t Ms[] = {1, 2, 3, 5, 8, 9, 16, 40};
     int64_t N = w->shape[0], K = w->shape[1];
     nnt_tensor wv = *w;
     if (bf16) wv.flags |= NNT_TENSOR_BF16_PRODUCTS;

@@ -430,7 +430,7 @@ INLINE float round1(float f)
  * x[m K + c + j], for the generic tiles when M >= 3: a tile then reads the M rows' vectors of one
  * step from one stretch of memory. At 8 rows of 3072 columns x is twice an L1 cache and its rows
  * lie a multiple of 4 KiB apart, so that read row by row they compete for the same cache sets
- * (bench_gemv --m 8, Intel Xeon family 6 model 207: see bench/results/2026-12-07-*-gemv-icx.md).
+ * (bench_gemv --m 8, Intel Xeon family 6 model 207: see bench/results/2026-12-07-43c9f67-gemv-icx.md).
  * NULL (the tiles read x itself) for one or two rows (they fit the L1 cache), without memory,
  * when a scale block's columns are not whole vectors (the steps would not fall on the packing's),
  * and with 16 vector registers (VL 8: AVX2), where the tiles keep one weight row and packing
@@ -1350,7 +1350,8 @@ TARGET_VBMI static int gemv_fp8tab(const float *x, int64_t M, const cpu_weight *
  * order. The products of two bfloat16 numbers are exact in float32, so the sums are those of the
  * dot-product instruction up to their order. Against rounding each weight (ld_fp8, a multiply, five
  * integer steps), bench_gemv on an Intel Xeon (family 6, model 207, KVM without AVX512-BF16), two
- * threads, FP8 with 128x128 float32 scales: see bench/results/2026-12-07-*-gemv-icx.md. */
+ * threads, FP8 with 128x128 float32 scales: 9.6-11.7 -> 19.2-23.1 GB/s
+ * (bench/results/2026-12-07-43c9f67-gemv-icx.md). */
 INLINE int fp8tabf_serves(const cpu_weight *w)
 {
     return w->dtype == NNT_F8_E4M3 && w->cols % 64 == 0 && (!w->scale || w->block_cols % 64 == 0) &&
@@ -1755,6 +1756,7 @@ static void k_pack_bf16(const float *src, uint16_t *dst, int64_t n)
 
 const cpu_kernels CPU_KERNELS_TABLE = {
     .name = CPU_KERNELS_NAME,
+    .gemv_rows = VL >= 16 ? 2 * CPU_FEW_ROWS : CPU_FEW_ROWS,
     .gemv = k_gemv,
     .decode = k_decode,
     .round_bf16 = k_round_bf16,

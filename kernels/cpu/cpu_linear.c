@@ -44,17 +44,23 @@ nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_t
         c->k->round_bf16(xd, xr, M * K);
         xd = xr;
     }
-    if (M <= CPU_FEW_ROWS) {
+    if (M <= CPU_FEW_ROWS || (M <= c->k->gemv_rows && wv.dtype != NNT_F32)) {
         /* each thread streams its own block of weight rows (a multiple of 4: the kernels' tile);
          * bfloat16 products on a weight whose values are not bfloat16 numbers round each value
-         * first, as torch's bfloat16 copy of the weight holds it */
+         * first, as torch's bfloat16 copy of the weight holds it. Past CPU_FEW_ROWS rows of x (up
+         * to the kernel table's gemv_rows; an F32 weight needs no decoding, so it goes to the GEMM
+         * library) the kernels take them CPU_FEW_ROWS at a time, reading the thread's weight rows
+         * again for each group. */
         int64_t chunk = ((N + c->threads - 1) / c->threads + 3) / 4 * 4;
         int flags = bf16 ? CPU_GEMV_X_BF16 | (cpu_needs_rounding(&wv) ? CPU_GEMV_ROUND : 0) : 0;
         const cpu_kernels *k = c->k;
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (N * K > 65536)
         for (int t = 0; t < c->threads; t++) {
             int64_t n0 = t * chunk, n1 = n0 + chunk < N ? n0 + chunk : N;
-            if (n0 < n1) k->gemv(xd, M, &wv, n0, n1, yd, N, flags);
+            for (int64_t m0 = 0; m0 < M && n0 < n1; m0 += CPU_FEW_ROWS) {
+                int64_t mg = M - m0 < CPU_FEW_ROWS ? M - m0 : CPU_FEW_ROWS;
+                k->gemv(xd + m0 * K, mg, &wv, n0, n1, yd + m0 * N, N, flags);
+            }
         }
     } else if ((st = cpu_gemm(c, xd, M, &wv, bf16, yd, err)) != NNT_OK) {
         return st;

@@ -39,6 +39,12 @@ typedef struct cpu_weight {
  * allocates. */
 typedef struct cpu_kernels {
     const char *name; /* "avx512", "avx2", "sse2", "neon", "portable" */
+    /* The most rows of x that linear gives gemv (CPU_FEW_ROWS at a time, the thread's weight rows
+     * read again for each group) rather than decoded panels: with AVX-512's tiles 16 (the groups
+     * ran 1.3-2.1x the panels at 12 and 16 rows and lost at 32; bench_gemv --m, Intel Xeon family 6
+     * model 207, bench/results/2026-12-07-43c9f67-gemv-icx.md), elsewhere CPU_FEW_ROWS (AVX2's
+     * groups lost from 12 rows on). */
+    int gemv_rows;
     /* y[m * ldy + n] = sum_k x[m * K + k] * w[n, k] for m < M <= CPU_FEW_ROWS and weight rows
      * n in [n0, n1); K = w->cols. flags: CPU_GEMV_ROUND and CPU_GEMV_X_BF16 (below). */
     void (*gemv)(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy,
