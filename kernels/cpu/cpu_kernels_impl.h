@@ -92,32 +92,6 @@ typedef int32_t vsi __attribute__((vector_size(VL * 4)));
     default: for (; n < n1; n++) TILE(8, 1); break;                                                                   \
     }
 
-/* The generic kernels' tiles (DEFINE_TILE): with 32 vector registers (VL = 16, AVX-512) two
- * weight rows against up to 8 rows of x, so that each load of x (which at 8 rows of 3072 columns
- * no longer fits the L1 cache) feeds two fused multiply-adds; the block sums' accumulators then
- * outnumber the registers, but they are touched once per scale block. */
-#if VL >= 16
-#define FEW_ROWS_SWITCH_WIDE(TILE)                                                                                    \
-    switch (M) {                                                                                                      \
-    case 1:                                                                                                           \
-        for (; n + 4 <= n1; n += 4) TILE(1, 4);                                                                       \
-        for (; n < n1; n++) TILE(1, 1);                                                                               \
-        break;                                                                                                        \
-    case 2:                                                                                                           \
-        for (; n + 2 <= n1; n += 2) TILE(2, 2);                                                                       \
-        for (; n < n1; n++) TILE(2, 1);                                                                               \
-        break;                                                                                                        \
-    case 3: for (; n + 2 <= n1; n += 2) TILE(3, 2); for (; n < n1; n++) TILE(3, 1); break;                            \
-    case 4: for (; n + 2 <= n1; n += 2) TILE(4, 2); for (; n < n1; n++) TILE(4, 1); break;                            \
-    case 5: for (; n + 2 <= n1; n += 2) TILE(5, 2); for (; n < n1; n++) TILE(5, 1); break;                            \
-    case 6: for (; n + 2 <= n1; n += 2) TILE(6, 2); for (; n < n1; n++) TILE(6, 1); break;                            \
-    case 7: for (; n + 2 <= n1; n += 2) TILE(7, 2); for (; n < n1; n++) TILE(7, 1); break;                            \
-    default: for (; n + 2 <= n1; n += 2) TILE(8, 2); for (; n < n1; n++) TILE(8, 1); break;                           \
-    }
-#else
-#define FEW_ROWS_SWITCH_WIDE FEW_ROWS_SWITCH
-#endif
-
 INLINE vf loadf(const float *p)
 {
     vf v;
@@ -424,7 +398,13 @@ INLINE float round1(float f)
 
 /* ---- few-row products: rows n .. n + R of w against rows 0 .. M of x, y[m * ldy + n + r] ----
  * Each column block accumulates x . codes in registers, then adds the block's sum times its
- * scale; R weight rows (with M = 1) or M rows of x keep several accumulation chains going. */
+ * scale; R weight rows (with M = 1) or M rows of x keep several accumulation chains going. With
+ * 32 vector registers (VL 16, AVX-512), 3 to 8 rows of x take two weight rows per tile, so that
+ * each load of x (packed by pack_rows) feeds two fused multiply-adds; the block sums'
+ * accumulators then outnumber the registers, but they are touched once per scale block. Where x
+ * could not be packed, and for a last odd weight row, the rows of x go two at a time (tiles of the
+ * one- and two-row shapes only, which keeps the number of tile shapes, and the compile time of
+ * this file with sanitizers, near what it was before). */
 /* tile_T with the arguments rows_T passes (for FEW_ROWS_SWITCH) */
 /* x [M, K] with its whole vectors interleaved by column step, xi[(c / VL) M VL + m VL + j] =
  * x[m K + c + j], for the generic tiles when M >= 3: a tile then reads the M rows' vectors of one
@@ -526,11 +506,34 @@ static float *pack_rows(const float *x, int64_t M, const cpu_weight *w)
                          float *y, int64_t ldy, const int RND)                                                      \
     {                                                                                                               \
         int64_t n = n0;                                                                                             \
-        if (xi) {                                                                                                   \
-            FEW_ROWS_SWITCH_WIDE(TILEP_##T);                                                                        \
-        } else {                                                                                                    \
-            FEW_ROWS_SWITCH_WIDE(TILE_##T);                                                                         \
+        if (VL >= 16 && M >= 3) {                                                                                   \
+            const int64_t K = w->cols;                                                                              \
+            if (xi) {                                                                                               \
+                switch (M) {                                                                                        \
+                case 3: for (; n + 2 <= n1; n += 2) TILEP_##T(3, 2); break;                                         \
+                case 4: for (; n + 2 <= n1; n += 2) TILEP_##T(4, 2); break;                                         \
+                case 5: for (; n + 2 <= n1; n += 2) TILEP_##T(5, 2); break;                                         \
+                case 6: for (; n + 2 <= n1; n += 2) TILEP_##T(6, 2); break;                                         \
+                case 7: for (; n + 2 <= n1; n += 2) TILEP_##T(7, 2); break;                                         \
+                default: for (; n + 2 <= n1; n += 2) TILEP_##T(8, 2); break;                                        \
+                }                                                                                                   \
+            }                                                                                                       \
+            /* x not packed, or a last odd weight row: the rows of x two at a time */                                \
+            for (int64_t m0 = 0; m0 < M && n < n1; m0 += 2) {                                                      \
+                const float *xm = x + m0 * K;                                                                       \
+                float *ym = y + m0 * ldy;                                                                           \
+                int64_t r = n;                                                                                      \
+                if (M - m0 >= 2) {                                                                                  \
+                    for (; r + 2 <= n1; r += 2) tile_##T(xm, w, r, ym, ldy, 2, 2, RND);                             \
+                    for (; r < n1; r++) tile_##T(xm, w, r, ym, ldy, 2, 1, RND);                                     \
+                } else {                                                                                            \
+                    for (; r + 4 <= n1; r += 4) tile_##T(xm, w, r, ym, ldy, 1, 4, RND);                             \
+                    for (; r < n1; r++) tile_##T(xm, w, r, ym, ldy, 1, 1, RND);                                     \
+                }                                                                                                   \
+            }                                                                                                       \
+            return;                                                                                                 \
         }                                                                                                           \
+        FEW_ROWS_SWITCH(TILE_##T);                                                                                  \
     }                                                                                                               \
                                                                                                                     \
     /* rnd: each decoded, scaled weight rounded to bfloat16 first (bfloat16 products) */                            \
