@@ -1255,19 +1255,42 @@ TARGET_TABLES static void fp8tab_build(fp8_tables *g, const cpu_weight *w, const
     g->ok = 1;
 }
 
+/* g's tables for rows n .. n + R and the rows' codes in row[0 .. R); 0 when the rows lie in two grid
+ * rows or a scale of theirs is out of the tables' range */
+TARGET_TABLES static inline __attribute__((always_inline)) int fp8tab_rows(fp8_tables *g, const cpu_weight *w,
+                                                                          int64_t n, const int R,
+                                                                          const uint8_t **row)
+{
+    const uint8_t *srow = scale_row(w, n);
+    for (int r = 1; r < R; r++)
+        if (scale_row(w, n + r) != srow) return 0;
+    if (g->ok < 0 || g->srow != srow) fp8tab_build(g, w, srow);
+    if (!g->ok) return 0;
+    for (int r = 0; r < R; r++) row[r] = row_at(w, n + r);
+    return 1;
+}
+
+/* 64 codes q of one block -> the rounded weights as bfloat16 numbers, interleaved as described
+ * above: *u0 holds columns 16L + j (lanes 8L + j), *u1 columns 16L + 8 + j. h0, h1: the block's
+ * high-byte table, l0, l1: its low-byte table */
+TARGET_VBMIF static inline __attribute__((always_inline)) void fp8tab_lookup(__m512i q, __m512i h0, __m512i h1,
+                                                                            __m512i l0, __m512i l1,
+                                                                            __m512i *u0, __m512i *u1)
+{
+    __m512i hb = _mm512_permutex2var_epi8(h0, q, h1), lb = _mm512_permutex2var_epi8(l0, q, l1);
+    hb = _mm512_ternarylogic_epi32(hb, q, _mm512_set1_epi8((char)0x80), 0x78); /* hb ^ (q & 0x80) */
+    *u0 = _mm512_unpacklo_epi8(lb, hb);
+    *u1 = _mm512_unpackhi_epi8(lb, hb);
+}
+
 /* rows n .. n + R against the M rows of xb (packed as above); 0 when the tile is not served */
 TARGET_VBMI static inline __attribute__((always_inline)) int tile_fp8tab(fp8_tables *g, const uint16_t *xb,
                                                                         const cpu_weight *w, int64_t n, float *y,
                                                                         int64_t ldy, const int M, const int R)
 {
     const int64_t K = w->cols, bc = w->scale ? w->block_cols : K;
-    const uint8_t *srow = scale_row(w, n), *row[4];
-    for (int r = 1; r < R; r++)
-        if (scale_row(w, n + r) != srow) return 0;
-    if (g->ok < 0 || g->srow != srow) fp8tab_build(g, w, srow);
-    if (!g->ok) return 0;
-    for (int r = 0; r < R; r++) row[r] = row_at(w, n + r);
-    const __m512i sign = _mm512_set1_epi8((char)0x80);
+    const uint8_t *row[4];
+    if (!fp8tab_rows(g, w, n, R, row)) return 0;
     __m512 acc[CPU_FEW_ROWS][4];
     for (int m = 0; m < M; m++)
         for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
@@ -1284,10 +1307,8 @@ TARGET_VBMI static inline __attribute__((always_inline)) int tile_fp8tab(fp8_tab
             }
             for (int r = 0; r < R; r++) {
                 PREFETCH(row[r] + PF_ROWS * K + c);
-                __m512i q = _mm512_loadu_si512(row[r] + c);
-                __m512i hb = _mm512_permutex2var_epi8(h0, q, h1), lb = _mm512_permutex2var_epi8(l0, q, l1);
-                hb = _mm512_ternarylogic_epi32(hb, q, sign, 0x78); /* hb ^ (q & 0x80) */
-                __m512i u0 = _mm512_unpacklo_epi8(lb, hb), u1 = _mm512_unpackhi_epi8(lb, hb);
+                __m512i u0, u1;
+                fp8tab_lookup(_mm512_loadu_si512(row[r] + c), h0, h1, l0, l1, &u0, &u1);
                 __m512bh b0, b1;
                 memcpy(&b0, &u0, sizeof b0);
                 memcpy(&b1, &u1, sizeof b1);
@@ -1367,13 +1388,9 @@ TARGET_VBMIF static inline __attribute__((always_inline)) int tile_fp8tabf(fp8_t
                                                                           int64_t ldy, const int M, const int R)
 {
     const int64_t K = w->cols, bc = w->scale ? w->block_cols : K;
-    const uint8_t *srow = scale_row(w, n), *row[4];
-    for (int r = 1; r < R; r++)
-        if (scale_row(w, n + r) != srow) return 0;
-    if (g->ok < 0 || g->srow != srow) fp8tab_build(g, w, srow);
-    if (!g->ok) return 0;
-    for (int r = 0; r < R; r++) row[r] = row_at(w, n + r);
-    const __m512i sign = _mm512_set1_epi8((char)0x80), high = _mm512_set1_epi32((int)0xffff0000u);
+    const uint8_t *row[4];
+    if (!fp8tab_rows(g, w, n, R, row)) return 0;
+    const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
     __m512 acc[CPU_FEW_ROWS][4];
     for (int m = 0; m < M; m++)
         for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
@@ -1385,10 +1402,8 @@ TARGET_VBMIF static inline __attribute__((always_inline)) int tile_fp8tabf(fp8_t
         for (int64_t c = c0; c < c1; c += 64) {
             for (int r = 0; r < R; r++) {
                 PREFETCH(row[r] + PF_ROWS * K + c);
-                __m512i q = _mm512_loadu_si512(row[r] + c);
-                __m512i hb = _mm512_permutex2var_epi8(h0, q, h1), lb = _mm512_permutex2var_epi8(l0, q, l1);
-                hb = _mm512_ternarylogic_epi32(hb, q, sign, 0x78); /* hb ^ (q & 0x80) */
-                __m512i u0 = _mm512_unpacklo_epi8(lb, hb), u1 = _mm512_unpackhi_epi8(lb, hb);
+                __m512i u0, u1;
+                fp8tab_lookup(_mm512_loadu_si512(row[r] + c), h0, h1, l0, l1, &u0, &u1);
                 __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(u0, 16));
                 __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(u0, high));
                 __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(u1, 16));
