@@ -5,7 +5,8 @@ exist, runs transformers' eager forward (bench_transformers.py) and nnt (build/b
 in separate processes with the same threads, prompts and dtype, and prints the ratios against the
 targets of the benchmark: prefill and decode >= 2x transformers, tracing with no requests within
 1% of no trace, every value of one block saved within 10%, prefill's matrix products at >= 60% of
-OpenBLAS's sgemm rate (measured in the same run), peak memory <= 1.2x the weights (plus caches).
+the sgemm rate (the faster of OpenBLAS and oneDNN, measured in the same run), peak memory <= 1.2x
+the weights (plus caches).
 Writes the report, with the commit and the raw measurements, to bench/results/.
 
     python bench/run.py [--families a,b] [--dtypes fp32,bf16] [--scale mid|small] [--keep]
@@ -202,8 +203,8 @@ def main() -> int:
               f"vocabulary 32768, the released widths)\n- prompts: {args.prefill} tokens; decode: {args.decode} tokens after a "
               f"{T0}-token prompt; best of {args.repeats}\n"
               f"- matmul / sgemm: the matrix-product FLOPs of a {T1}-token prefill (torch's FlopCounterMode on the "
-              f"transformers forward) over nnt's whole prefill time, against OpenBLAS sgemm on [512, hidden] x "
-              f"[hidden, hidden] in the same process\n- tracing: prefill of {T0} tokens with an empty trace, and with "
+              f"transformers forward) over nnt's whole prefill time, against the faster sgemm of OpenBLAS and oneDNN (bench_nnt's "
+              f"sgemm_library) on [512, hidden] x [hidden, hidden] in the same process\n- tracing: prefill of {T0} tokens with an empty trace, and with "
               f"every value of one block saved, against no trace\n- ceilings: prefill at the sgemm rate for every "
               f"counted FLOP (bf16 products on AVX512-BF16 hardware can exceed it); decode streaming each step's "
               f"weights (all but the embedding, top_k / n_experts of the routed experts) at the measured read "
