@@ -201,6 +201,25 @@ static nnt_status update_cache(const fam_env *env, fam_kv_cache *c, int64_t B, i
     return st;
 }
 
+/* Appends a call's T keys and values (kh [B, Hkv, T, Dqk], vh [B, Hkv, T, Dv]) after the cache's
+ * len tokens; the caller has checked that len + T <= keep. kpos and kvalid: the call's S =
+ * len + T keys, as with_cache made them. */
+static nnt_status append_cache(const fam_env *env, fam_kv_cache *c, int64_t B, int64_t T, const nnt_tensor *kh,
+                               const nnt_tensor *vh, const int32_t *kpos, const uint8_t *kvalid, nnt_error *err)
+{
+    int64_t H = c->heads, L = c->len, S = L + T;
+    nnt_tensor kn = fam_view(kh, NNT_SHAPE(B * H, T * c->dk)), vn = fam_view(vh, NNT_SHAPE(B * H, T * c->dv));
+    nnt_status st = env->be->copy_cols(env->be_ctx, &kn, 0, &c->k, L * c->dk, T * c->dk, err);
+    if (st == NNT_OK) st = env->be->copy_cols(env->be_ctx, &vn, 0, &c->v, L * c->dv, T * c->dv, err);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = L; s < S; s++) {
+            c->pos[b * c->keep + s] = kpos[b * S + s];
+            c->valid[b * c->keep + s] = kvalid[b * S + s];
+        }
+    c->len = (int)S;
+    return st;
+}
+
 nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, const fam_attn *a,
                                  const nnt_forward_args *args, const nnt_attn_mask *mask,
                                  const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v,
@@ -249,7 +268,17 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
     TRY(h->emit(run, NNT_VALUE_ATTN_QUERIES, layer, &qh));
     TRY(h->emit(run, NNT_VALUE_ATTN_KEYS, layer, &kall));
     TRY(h->emit(run, NNT_VALUE_ATTN_VALUES, layer, &vall));
-    if (cache) TRY(update_cache(env, cache, B, S, &kall, &vall, kpos, kvalid, err));
+    if (cache) {
+        /* Nothing evicted and no request reading or editing this call's keys or values: the
+         * cached tokens are already in the cache, so only the call's own T tokens are appended
+         * (a decoding step then writes one token, not the whole cache again). Otherwise the last
+         * `keep` keys, edits included, replace the cache's. */
+        if (S <= cache->keep && !h->wants(run, NNT_VALUE_ATTN_KEYS, layer) &&
+            !h->wants(run, NNT_VALUE_ATTN_VALUES, layer))
+            TRY(append_cache(env, cache, B, T, &kh, &vh, kpos, kvalid, err));
+        else
+            TRY(update_cache(env, cache, B, S, &kall, &vall, kpos, kvalid, err));
+    }
     TRY(fam_alloc(env, run, NNT_F32, &ho, err, NNT_SHAPE(B, T, Hq, Dv)));
     TRY(fam_attend(env, run, layer, args, &qh, &kall, &vall, a->scale, &m, a->sinks, &ho, err));
     TRY(h->emit(run, NNT_VALUE_ATTN_HEAD_OUTPUTS, layer, &ho));
