@@ -7,7 +7,8 @@
  *   bench_ab --a A.ini --b B.ini --model DIR [--mode decode|prefill] [--tokens N] [--prompt T]
  *            [--rounds R]
  *
- * decode: generating 1 + N tokens after a prompt of T (default 16) minus generating 1 (tokens/s);
+ * decode: the N steps after the first new token of a generation after a prompt of T (default 16),
+ * timed inside it (decode_timer.h: the prompt's prefill is not part of it; tokens/s);
  * prefill: one forward of N tokens with no trace (tokens/s). Prints one line per round and a
  * JSON summary on the last line. Random token ids from a fixed seed, the same for A and B. */
 #define _GNU_SOURCE
@@ -17,6 +18,7 @@
 #include <time.h>
 
 #include "nnt/nnt.h"
+#include "decode_timer.h"
 
 #define MAX_ROUNDS 200
 
@@ -25,18 +27,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Seconds for nnt_generate of n tokens after ids [1, T]; negative on error. */
-static double generate_s(nnt_model *m, const int32_t *ids, int T, int n)
-{
-    int32_t *out = malloc(sizeof(int32_t) * (size_t)n);
-    nnt_generate_opts o = {.max_new_tokens = n, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
-    double t0 = now();
-    nnt_status st = out ? nnt_generate(m, NULL, ids, NULL, 1, T, &o, out) : NNT_ERR_OUT_OF_MEMORY;
-    double dt = now() - t0;
-    free(out);
-    return st == NNT_OK ? dt : -1;
 }
 
 /* Seconds for one forward of ids [1, T] in a new session, with no trace; negative on error. */
@@ -52,14 +42,14 @@ static double forward_s(nnt_model *m, const int32_t *ids, int T)
 }
 
 /* tokens per second of one measurement */
-static double rate(nnt_model *m, const int32_t *ids, int decode, int T, int N)
+static double rate(nnt_runtime *rt, nnt_model *m, const int32_t *ids, int decode, int T, int N)
 {
     if (!decode) {
         double s = forward_s(m, ids, N);
         return s > 0 ? N / s : -1;
     }
-    double a = generate_s(m, ids, T, 1), b = generate_s(m, ids, T, 1 + N);
-    return a >= 0 && b > a ? N / (b - a) : -1;
+    double s = decode_seconds(rt, m, ids, T, N);
+    return s > 0 ? N / s : -1;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -122,13 +112,13 @@ int main(int argc, char **argv)
         ids[i] = (int32_t)((s >> 8) % (unsigned)vocab);
     }
     static double ra[MAX_ROUNDS], rb[MAX_ROUNDS], ratio[MAX_ROUNDS];
-    if (rate(m[0], ids, decode, prompt, tokens) < 0 || rate(m[1], ids, decode, prompt, tokens) < 0) { /* warm-up */
+    if (rate(rt[0], m[0], ids, decode, prompt, tokens) < 0 || rate(rt[1], m[1], ids, decode, prompt, tokens) < 0) { /* warm-up */
         fprintf(stderr, "bench_ab: a run failed: A: %s; B: %s\n", nnt_last_error(rt[0]), nnt_last_error(rt[1]));
         goto out_ids;
     }
     for (int r = 0; r < rounds; r++) {
-        double a1 = rate(m[0], ids, decode, prompt, tokens), b1 = rate(m[1], ids, decode, prompt, tokens);
-        double b2 = rate(m[1], ids, decode, prompt, tokens), a2 = rate(m[0], ids, decode, prompt, tokens);
+        double a1 = rate(rt[0], m[0], ids, decode, prompt, tokens), b1 = rate(rt[1], m[1], ids, decode, prompt, tokens);
+        double b2 = rate(rt[1], m[1], ids, decode, prompt, tokens), a2 = rate(rt[0], m[0], ids, decode, prompt, tokens);
         if (a1 < 0 || a2 < 0 || b1 < 0 || b2 < 0) {
             fprintf(stderr, "bench_ab: a run failed: A: %s; B: %s\n", nnt_last_error(rt[0]), nnt_last_error(rt[1]));
             goto out_ids;

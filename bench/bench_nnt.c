@@ -2,15 +2,17 @@
  * throughput of one checkpoint, the cost of tracing (no requests, and every value of one block
  * saved) against no trace at all, peak resident memory, the memory the loaded model holds
  * (nnt_model_memory) and what a live session's caches add, the sgemm rate of OpenBLAS and of
- * oneDNN (where built) on this machine, the faster as the ceiling for prefill's matrix products, and the memory read rate as the ceiling for
- * decoding. Also reports the CPU (model name and the vector extensions that pick nnt's kernels),
+ * oneDNN (where built) on this machine, the faster as the ceiling for prefill's matrix products,
+ * and the memory read rate as the ceiling for decoding. Also reports the CPU (model name and the vector extensions that pick nnt's kernels),
  * the precision the INI file gave the family and the instruction set it gave the cpu backend.
  * Prints one JSON object on stdout.
  *
  *   bench_nnt --config INI --model DIR [--prefill 128,512] [--decode 16] [--decode-prompt T]
  *             [--trace-block 1] [--tracing 0|1] [--repeats 3] [--threads 2]
  *
- * Decoding follows a prompt of --decode-prompt tokens (default: the first prefill length).
+ * Decoding follows a prompt of --decode-prompt tokens (default: the first prefill length); its
+ * time is that of the --decode steps after the first new token, measured inside one generation
+ * (decode_timer.h), so the prompt's prefill is not part of it.
  * --tracing 0 skips the tracing measurements. Times are wall-clock seconds, the best of --repeats
  * runs (after one warm-up run). */
 #define _GNU_SOURCE
@@ -27,6 +29,7 @@
 #endif
 
 #include "nnt/nnt.h"
+#include "decode_timer.h"
 #ifdef NNT_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -217,17 +220,6 @@ static double best_prefill(nnt_model *m, const int32_t *ids, int T, trace_mode m
 }
 
 /* Greedy generation of n tokens after a prompt of T; seconds, or negative on error. */
-static double generate_once(nnt_model *m, const int32_t *ids, int T, int n)
-{
-    int32_t *out = malloc(sizeof(int32_t) * (size_t)n);
-    nnt_generate_opts o = {.max_new_tokens = n, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
-    double t0 = now();
-    nnt_status st = out ? nnt_generate(m, NULL, ids, NULL, 1, T, &o, out) : NNT_ERR_OUT_OF_MEMORY;
-    double dt = now() - t0;
-    free(out);
-    return st == NNT_OK ? dt : -1;
-}
-
 /* sgemm C[M,N] = A[M,K] B[K,N]^T at a prefill-like shape in OpenBLAS (library 0) or oneDNN
  * (library 1, where the build has it); GFLOP/s, best of 3 after a warm-up run; -1 when the
  * library is absent or fails. Both are measured because OpenBLAS runs its generic kernels on a CPU
@@ -395,16 +387,16 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     printf("},\n");
-    /* decode: generating 1 + decode tokens minus generating 1, after a prompt of decode_prompt */
-    double g1 = 1e30, gn = 1e30;
+    /* decode: the decode steps of one generation after a prompt of decode_prompt, timed apart
+     * from its prefill (decode_timer.h); the fastest of the repeats */
+    double best_decode = 1e30;
     for (int r = 0; r < repeats; r++) {
-        double a = generate_once(m, ids, decode_prompt, 1), b = generate_once(m, ids, decode_prompt, 1 + decode);
-        if (a < 0 || b < 0) goto out_ids;
-        g1 = a < g1 ? a : g1;
-        gn = b < gn ? b : gn;
+        double d = decode_seconds(rt, m, ids, decode_prompt, decode);
+        if (d < 0) goto out_ids;
+        best_decode = d < best_decode ? d : best_decode;
     }
     printf("  \"decode\": {\"prompt\": %d, \"tokens\": %d, \"seconds\": %.4f, \"tokens_per_s\": %.3f},\n",
-           decode_prompt, decode, gn - g1, decode / (gn - g1));
+           decode_prompt, decode, best_decode, decode / best_decode);
     /* peak memory of the plain runs, before the traces below hold saved copies */
     printf("  \"peak_rss_mib\": %.1f,\n", peak_rss_mib());
     fflush(stdout);
