@@ -265,6 +265,53 @@ static void test_linear_bf16_ties(void)
     }
 }
 
+/* The bfloat16 panels of many-row products hold every finite FP8 code's weight exactly, in its
+ * own column: a [4, 128] weight of codes 0..255 in two 64-column blocks of different scales, and
+ * x the identity (128 rows, past the few-row kernels), so y[m, n] = w[n, m] rounded to bfloat16
+ * from the reference decoder. The not-a-number codes 127 and 255 become 0 (0 x NaN would spoil
+ * the whole row of y). */
+static void test_linear_bf16_panels(void)
+{
+    static const float scales[][2] = {{0.02f, 3.0f}, {1.00390625f * 0.0625f, 0x1p-100f}, {1e-36f, 448.0f}};
+    for (size_t si = 0; si < sizeof scales / sizeof *scales; si++) {
+        test_weight w = weight_make(NNT_F8_E4M3, NNT_F32, 4, 128, 128, 64);
+        for (int i = 0; i < 4 * 128; i++) { /* row n, block b, column j: code 64 n + j, reversed in block 1 */
+            int n = i / 128, b = i % 128 / 64, j = i % 64, code = 64 * n + (b ? 63 - j : j);
+            ((uint8_t *)w.codes)[i] = (uint8_t)((code & 0x7f) == 0x7f ? 0 : code);
+        }
+        ((float *)w.grid)[0] = scales[si][0];
+        ((float *)w.grid)[1] = scales[si][1];
+        float wd[4 * 128];
+        nnt_error err = {0};
+        CU_ASSERT_FATAL(nnt_weight_decode(&w.t, 0, 4, wd, &err) == NNT_OK);
+        nnt_tensor wv = w.t;
+        wv.flags |= NNT_TENSOR_BF16_PRODUCTS;
+        for (size_t ii = 0; ii < sizeof ISAS / sizeof *ISAS; ii++) {
+            void *ctx = context(ISAS[ii], 2);
+            if (!ctx) continue;
+            int64_t xs[2] = {128, 128}, ys[2] = {128, 4}, bad = 0;
+            nnt_tensor x, y;
+            CU_ASSERT_FATAL(nnt_tensor_alloc(&x, NNT_F32, 2, xs) == NNT_OK && nnt_tensor_alloc(&y, NNT_F32, 2, ys) == NNT_OK);
+            memset(x.data, 0, 128 * 128 * sizeof(float));
+            for (int m = 0; m < 128; m++) ((float *)x.data)[m * 128 + m] = 1.0f;
+            CU_ASSERT_EQUAL(cpu->ops->linear(ctx, &x, &wv, &y, &err), NNT_OK);
+            for (int m = 0; m < 128; m++)
+                for (int n = 0; n < 4; n++) {
+                    float want = nnt_bf16_to_f32(nnt_f32_to_bf16(wd[n * 128 + m])), got = ((float *)y.data)[m * 4 + n];
+                    int flushed = got == 0.0f && fabsf(want) < 0x1p-126f; /* as in test_linear_bf16_ties */
+                    if (got != want && !flushed && bad++ == 0)
+                        fprintf(stderr, "\n  scales %g, %g on %s: w[%d, %d] read as %.9g, bfloat16 of %.9g is %.9g\n",
+                                scales[si][0], scales[si][1], ISAS[ii], n, m, got, wd[n * 128 + m], want);
+                }
+            CU_ASSERT_EQUAL(bad, 0);
+            nnt_tensor_free(&x);
+            nnt_tensor_free(&y);
+            cpu->destroy(ctx);
+        }
+        weight_free(&w);
+    }
+}
+
 /* Row views of an FP8 weight that start inside a block row (as DeepSeek-V4's grouped output
  * projection and transformers' fused experts slice them) take the right scales. */
 static void test_linear_views(void)
@@ -380,6 +427,7 @@ int register_tests(void)
     if (!CU_add_test(s, "linear on every encoding, instruction set and row count", test_linear_encodings) ||
         !CU_add_test(s, "linear on row views that start inside a block", test_linear_views) ||
         !CU_add_test(s, "bfloat16 products round FP8 weights to even on ties", test_linear_bf16_ties) ||
+        !CU_add_test(s, "bfloat16 panels hold every FP8 code in its column", test_linear_bf16_panels) ||
         !CU_add_test(s, "embedding rows of every encoding", test_embedding_encodings) ||
         !CU_add_test(s, "the isa option", test_isa_option) ||
         !CU_add_test(s, "FP8 and FP4 fixtures load without a widened copy", test_memory_accounting))
