@@ -41,7 +41,10 @@ nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_t
     if (bf16) {
         float *xr;
         if ((st = cpu_scratch(c, (size_t)(M * K), &xr, err)) != NNT_OK) return st;
-        c->k->round_bf16(xd, xr, M * K);
+        const cpu_kernels *k = c->k;
+        const int64_t n = M * K, chunk = 16384; /* a prefill's x: shared by the team */
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i += chunk) k->round_bf16(xd + i, xr + i, n - i < chunk ? n - i : chunk);
         xd = xr;
     }
     if (M <= CPU_FEW_ROWS || (M <= c->k->gemv_rows && wv.dtype != NNT_F32)) {

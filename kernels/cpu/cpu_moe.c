@@ -149,26 +149,35 @@ nnt_status cpu_gather_rows(void *ctx, const nnt_tensor *src, const int32_t *rows
     return NNT_OK;
 }
 
-static nnt_status scatter(const nnt_tensor *src, const int32_t *rows, const float *scale, int n, nnt_tensor *dst,
-                          int accumulate, nnt_error *err)
+/* dst row rows[i] (+)= scale[i] src row i for i < n, in that order; the team splits the columns,
+ * so each value sees the rows in the same order as one thread would (same sums) */
+static nnt_status scatter(const cpu_ctx *c, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
+                          nnt_tensor *dst, int accumulate, nnt_error *err)
 {
     int64_t M = dst->shape[0], H = nnt_tensor_numel(dst) / (M ? M : 1);
     if (src->dtype != NNT_F32 || dst->dtype != NNT_F32 || nnt_tensor_numel(src) < (int64_t)n * H)
         return cpu_error(err, NNT_ERR_SHAPE, "cpu scatter_rows: F32 tensors with %d rows of %lld expected", n, (long long)H);
+    for (int i = 0; i < n; i++) /* all checked before any row is written */
+        if (rows[i] < 0 || rows[i] >= M) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu scatter_rows: row %d out of range", rows[i]);
     const float *s = src->data;
     float *d = dst->data;
     int r16 = cpu_bf16(dst); /* torch: the weighted row rounded, then the sum rounded */
-    for (int i = 0; i < n; i++) {
-        if (rows[i] < 0 || rows[i] >= M) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu scatter_rows: row %d out of range", rows[i]);
-        float f = scale ? scale[i] : 1.0f;
-        float *dr = d + (int64_t)rows[i] * H;
-        const float *sr = s + (int64_t)i * H;
-        if (r16)
-            for (int64_t h = 0; h < H; h++) dr[h] = accumulate ? cpu_r16(dr[h] + cpu_r16(f * sr[h])) : cpu_r16(f * sr[h]);
-        else if (accumulate)
-            for (int64_t h = 0; h < H; h++) dr[h] += f * sr[h];
-        else
-            for (int64_t h = 0; h < H; h++) dr[h] = f * sr[h];
+    const int threads = c->threads;
+    const int64_t chunk = ((H + threads - 1) / threads + 15) / 16 * 16;
+#pragma omp parallel for num_threads(threads) schedule(static) if ((int64_t)n * H > 65536)
+    for (int t = 0; t < threads; t++) {
+        const int64_t h0 = t * chunk, h1 = h0 + chunk < H ? h0 + chunk : H;
+        for (int i = 0; i < n && h0 < h1; i++) {
+            float f = scale ? scale[i] : 1.0f;
+            float *dr = d + (int64_t)rows[i] * H;
+            const float *sr = s + (int64_t)i * H;
+            if (r16)
+                for (int64_t h = h0; h < h1; h++) dr[h] = accumulate ? cpu_r16(dr[h] + cpu_r16(f * sr[h])) : cpu_r16(f * sr[h]);
+            else if (accumulate)
+                for (int64_t h = h0; h < h1; h++) dr[h] += f * sr[h];
+            else
+                for (int64_t h = h0; h < h1; h++) dr[h] = f * sr[h];
+        }
     }
     return NNT_OK;
 }
@@ -176,15 +185,13 @@ static nnt_status scatter(const nnt_tensor *src, const int32_t *rows, const floa
 nnt_status cpu_scatter_add_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
                                 nnt_tensor *dst, nnt_error *err)
 {
-    (void)ctx;
-    return scatter(src, rows, scale, n, dst, 1, err);
+    return scatter(ctx, src, rows, scale, n, dst, 1, err);
 }
 
 nnt_status cpu_scatter_rows(void *ctx, const nnt_tensor *src, const int32_t *rows, const float *scale, int n,
                             nnt_tensor *dst, nnt_error *err)
 {
-    (void)ctx;
-    return scatter(src, rows, scale, n, dst, 0, err);
+    return scatter(ctx, src, rows, scale, n, dst, 0, err);
 }
 
 nnt_status cpu_scale_rows_args(const char *op, const char *arg, const nnt_tensor *t, const nnt_tensor *w,
