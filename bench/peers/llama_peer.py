@@ -17,7 +17,8 @@ LLAMA_CPP_PYTHON below): downloaded with pip into bench/peers/.cache/, built the
            over the largest magnitude, and whether the top 5 agree. A peer that computes another
            function is no fair peer, so the report prints this beside its speed.
   bench    --rounds rounds (default 5), each running once, one after the other with the same
-           threads: build/bench_nnt (prefill 512, decode 32) on the release/ checkpoint with
+           threads: build/bench_nnt (prefill 512; decode 32 after a 1-token prompt, as
+           llama-bench generates from an empty context) on the release/ checkpoint with
            precision f32 and with precision bf16, and llama-bench (prompt 512, 32 generated
            tokens) on each GGUF; the order turns by one each round. On a shared virtual machine
            the memory read rate moves by 1.5x within minutes, so engines run far apart in time
@@ -185,9 +186,12 @@ def llama_bench(tools: dict, gguf: Path, threads: int) -> dict:
 
 def nnt_bench(config: Path, ckpt: Path, threads: int) -> dict:
     """One bench_nnt run (a warm-up, then prefill 512 and decode 32 once), tokens/s, and the
-    memory read rate it measured in the same run."""
+    memory read rate it measured in the same run. Decoding follows a 1-token prompt, as
+    llama-bench's generation starts from an empty context (bench_nnt's default prompt would be
+    the prefill length)."""
     out = json.loads(sh([ROOT / "build" / "bench_nnt", "--config", config, "--model", ckpt, "--prefill", 512,
-                         "--decode", 32, "--repeats", 1, "--tracing", 0, "--threads", threads],
+                         "--decode", 32, "--decode-prompt", 1, "--repeats", 1, "--tracing", 0,
+                         "--threads", threads],
                         env=dict(os.environ, OMP_NUM_THREADS=str(threads))))
     return {"prefill_512": out["prefill"]["512"]["tokens_per_s"], "decode_32": out["decode"]["tokens_per_s"],
             "read_gbs": out["read_gbs"]}
