@@ -3,8 +3,9 @@
  * saved) against no trace at all, peak resident memory, the memory the loaded model holds
  * (nnt_model_memory) and what a live session's caches add, the sgemm rate of OpenBLAS and of
  * oneDNN (where built) on this machine, the faster as the ceiling for prefill's matrix products,
- * and the memory read rate as the ceiling for decoding. Also reports the CPU (model name and the vector extensions that pick nnt's kernels),
- * the precision the INI file gave the family and the instruction set it gave the cpu backend.
+ * and the memory read rate as the ceiling for decoding. Also reports the CPU (model name and the
+ * vector extensions that pick nnt's kernels), the precision the INI file gave the family and the
+ * instruction set it gave the cpu backend.
  * Prints one JSON object on stdout.
  *
  *   bench_nnt --config INI --model DIR [--prefill 128,512] [--decode 16] [--decode-prompt T]
@@ -219,7 +220,6 @@ static double best_prefill(nnt_model *m, const int32_t *ids, int T, trace_mode m
     return best;
 }
 
-/* Greedy generation of n tokens after a prompt of T; seconds, or negative on error. */
 /* sgemm C[M,N] = A[M,K] B[K,N]^T at a prefill-like shape in OpenBLAS (library 0) or oneDNN
  * (library 1, where the build has it); GFLOP/s, best of 3 after a warm-up run; -1 when the
  * library is absent or fails. Both are measured because OpenBLAS runs its generic kernels on a CPU

@@ -4,7 +4,8 @@
  * padding tokens; the causal convolution with a carried state; Kimi's forget gate; the matrix
  * product on half-precision weights; attention with one key/value head shared by many query
  * heads (few and many queries); rows scaled by entries of a weight tensor (scale_rows), by hand,
- * in place, rounded to bfloat16, and composed with the scatters as the MoE combine uses it. */
+ * in place, rounded to bfloat16, and composed with the scatters as the MoE combine uses it; the
+ * scatters on a destination wide enough for the threads to split, against the serial loop. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,6 +426,46 @@ static void test_scale_rows(void)
     nnt_tensor_free(&w);
 }
 
+/* scatter_add_rows and scatter_rows on a wide destination (n * H past the size where the threads
+ * split the columns; H = 4099 leaves a ragged last column range) with rows repeated: each value
+ * equals the loop over i in order, written here (dst[rows[i]] += scale[i] src[i], or =), bit for
+ * bit; a row index out of range anywhere in the list is refused before any row is written. */
+static void test_scatter_wide(void)
+{
+    enum { M = 3, n = 24, H = 4099 };
+    nnt_tensor src = make(2, n, H, 0, 0, 0), dst = make(2, M, H, 0, 0, 0);
+    float *sd = src.data, *dd = dst.data, scale[n];
+    float *want = malloc(sizeof(float) * M * H), *dst0 = malloc(sizeof(float) * M * H);
+    CU_ASSERT_FATAL(want && dst0);
+    int32_t rows[n];
+    for (int i = 0; i < n; i++) rows[i] = (i * 7) % M, scale[i] = urand();
+    for (int64_t i = 0; i < (int64_t)n * H; i++) sd[i] = urand();
+    for (int64_t i = 0; i < (int64_t)M * H; i++) dst0[i] = urand();
+    nnt_error err = {0};
+    for (int overwrite = 0; overwrite < 2; overwrite++) {
+        memcpy(dd, dst0, sizeof(float) * M * H);
+        memcpy(want, dst0, sizeof(float) * M * H);
+        for (int i = 0; i < n; i++)
+            for (int64_t h = 0; h < H; h++) {
+                float *w = want + (int64_t)rows[i] * H + h;
+                *w = overwrite ? scale[i] * sd[(int64_t)i * H + h] : *w + scale[i] * sd[(int64_t)i * H + h];
+            }
+        nnt_status st = overwrite ? ops->scatter_rows(bctx, &src, rows, scale, n, &dst, &err)
+                                  : ops->scatter_add_rows(bctx, &src, rows, scale, n, &dst, &err);
+        CU_ASSERT_EQUAL(st, NNT_OK);
+        CU_ASSERT_EQUAL(memcmp(dd, want, sizeof(float) * M * H), 0);
+    }
+    rows[n - 1] = M; /* past the destination's rows, after 23 good ones */
+    memcpy(dd, dst0, sizeof(float) * M * H);
+    CU_ASSERT_EQUAL(ops->scatter_add_rows(bctx, &src, rows, scale, n, &dst, &err), NNT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "row 3 out of range"));
+    CU_ASSERT_EQUAL(memcmp(dd, dst0, sizeof(float) * M * H), 0);
+    free(want);
+    free(dst0);
+    nnt_tensor_free(&src);
+    nnt_tensor_free(&dst);
+}
+
 /* The MoE combine two ways: scale_rows by routing weights, then scatter_add_rows / scatter_rows
  * without scales, gives bit for bit what the scatters give with the same weights as host scales,
  * with and without bfloat16 rounding of the destination (the experts' rows and the destination
@@ -476,7 +517,9 @@ int register_tests(void)
                      test_attention_shared_head) ||
         !CU_add_test(s, "scale_rows by hand, in place, bfloat16, refusals", test_scale_rows) ||
         !CU_add_test(s, "scale_rows then the scatters without scales equals the scatters with them",
-                     test_scale_rows_then_scatter))
+                     test_scale_rows_then_scatter) ||
+        !CU_add_test(s, "scatters on a wide destination: the serial sums, refusals before any write",
+                     test_scatter_wide))
         return -1;
     return 0;
 }

@@ -26,10 +26,12 @@ nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, flo
                          (int)w->dtype);
     const float *xd = x->data;
     float *yd = y->data;
-    /* the gain as float32, decoded once for every row */
-    float *g = w ? malloc((size_t)(D ? D : 1) * sizeof *g) : NULL;
-    if (w && !g) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu rms_norm: no memory for %lld gain values", (long long)D);
-    for (int64_t d = 0; w && d < D; d++) g[d] = cpu_load(w->data, w->dtype, d);
+    /* the gain as float32: its own data, or decoded once for every row */
+    float *own = w && w->dtype != NNT_F32 ? malloc((size_t)(D ? D : 1) * sizeof *own) : NULL;
+    if (w && w->dtype != NNT_F32 && !own)
+        return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu rms_norm: no memory for %lld gain values", (long long)D);
+    for (int64_t d = 0; own && d < D; d++) own[d] = cpu_load(w->data, w->dtype, d);
+    const float *g = own ? own : w ? (const float *)w->data : NULL;
     /* bfloat16 values: the normalised row rounded, then the gain product rounded; with ..._ONCE
      * one rounding of the float32 product; without a gain, 1 / rms rounded, then the product */
     int r16 = cpu_bf16(y), once = r16 && (y->flags & NNT_TENSOR_BF16_ONCE);
@@ -56,7 +58,7 @@ nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, flo
         else
             for (d = 0; d < D; d++) yr[d] = cpu_r16(g[d] * cpu_r16(xr[d] * inv));
     }
-    free(g);
+    free(own);
     return NNT_OK;
 }
 
