@@ -121,8 +121,11 @@ _Static_assert(offsetof(nnt_backend_ops, conv1d_causal_backward) ==
 _Static_assert(offsetof(nnt_backend_ops, attn_fused) ==
                    offsetof(nnt_backend_ops, rms_norm_gated_backward) + sizeof(void (*)(void)),
                "attn_fused (ABI 3.11) follows the backward entries of 3.8");
-_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, attn_fused) + sizeof(void (*)(void)),
-               "attn_fused is the table's last entry; append new forward ops to OPS and nnt_op");
+/* ABI 3.15 appended `features`, not an op, after it. */
+_Static_assert(offsetof(nnt_backend_ops, features) == offsetof(nnt_backend_ops, attn_fused) + sizeof(void (*)(void)),
+               "features (ABI 3.15) follows attn_fused");
+_Static_assert(sizeof(nnt_backend_ops) == offsetof(nnt_backend_ops, features) + sizeof(uint64_t),
+               "features is the table's last entry; append new forward ops to OPS and nnt_op");
 
 /* Op `op` of a table copied by check_backend (NULL when absent). */
 static const void *op_fn(const nnt_backend_ops *t, int op)

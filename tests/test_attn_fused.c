@@ -4,7 +4,8 @@
  * families build: none, causal over a prompt and over a cache, padded keys and queries, sliding
  * windows with and without keys exempt from them, a per-query selection (`allow`), sinks, and
  * head layouts from one key head per query head to one for all (keys that are their own values,
- * as DeepSeek-V4's), at lengths that do not divide the tiles; and its refusals. */
+ * as DeepSeek-V4's), at lengths that do not divide the tiles; its refusals; and the three ops
+ * and the one pass reading a key/value cache in place (nnt_attn_mask.key_count). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,94 @@ static void test_declines_and_refusals(void)
     nnt_tensor_free(&bad);
 }
 
+/* A key/value cache handed over in place (NNT_FEATURE_KEY_COUNT): k and v with a key axis of
+ * capacity C longer than the S keys, its rows past S holding NaN (read, they would show), give
+ * attn_scores, softmax and attn_mix the results of the same keys in tensors of exactly S bit for
+ * bit (the same products, with the key heads C rows apart), in float32 and with bfloat16
+ * roundings, and attn_fused the three ops' result within 1e-6 relative. */
+static double in_place_case(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t P, int bf16, double *fused_err)
+{
+    int64_t S = P + T, C = S + 13, D = 16, Dv = 12;
+    nnt_tensor q = make4(B, Hq, T, D), k = make4(B, Hkv, S, D), v = make4(B, Hkv, S, Dv);
+    nnt_tensor kc = make4(B, Hkv, C, D), vc = make4(B, Hkv, C, Dv);
+    nnt_tensor s1 = make4(B, Hq, T, S), s2 = make4(B, Hq, T, S), o1 = make4(B, T, Hq, Dv), o2 = make4(B, T, Hq, Dv);
+    nnt_tensor o3 = make4(B, T, Hq, Dv);
+    float *qd = q.data, *kd = k.data, *vd = v.data, *kcd = kc.data, *vcd = vc.data;
+    for (int64_t i = 0; i < B * Hq * T * D; i++) qd[i] = 2.0f * urand();
+    for (int64_t i = 0; i < B * Hkv * S * D; i++) kd[i] = 2.0f * urand();
+    for (int64_t i = 0; i < B * Hkv * S * Dv; i++) vd[i] = urand();
+    for (int64_t i = 0; i < B * Hkv * C * D; i++) kcd[i] = NAN;
+    for (int64_t i = 0; i < B * Hkv * C * Dv; i++) vcd[i] = NAN;
+    for (int64_t r = 0; r < B * Hkv; r++) {
+        memcpy(kcd + r * C * D, kd + r * S * D, (size_t)(S * D) * sizeof(float));
+        memcpy(vcd + r * C * Dv, vd + r * S * Dv, (size_t)(S * Dv) * sizeof(float));
+    }
+    int32_t *qpos = calloc((size_t)(B * T), sizeof *qpos), *kpos = calloc((size_t)(B * S), sizeof *kpos);
+    uint8_t *kvalid = calloc((size_t)(B * S), 1);
+    CU_ASSERT_FATAL(qpos && kpos && kvalid);
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t j = 0; j < S; j++) {
+            kpos[b * S + j] = (int32_t)j;
+            kvalid[b * S + j] = !(b == 1 && j < 5); /* row 1 left-padded */
+        }
+        for (int64_t t = 0; t < T; t++) qpos[b * T + t] = (int32_t)(P + t);
+    }
+    nnt_attn_mask m = {.struct_size = sizeof m, .q_pos = qpos, .k_pos = kpos, .key_valid = kvalid, .causal = 1};
+    nnt_attn_mask mc = m;
+    mc.key_count = S;
+    if (bf16) s1.flags = s2.flags = o1.flags = o2.flags = NNT_TENSOR_BF16_VALUES;
+    float scale = 1.0f / sqrtf((float)D);
+    nnt_error err = {0};
+    CU_ASSERT_FATAL(ops->attn_scores(bctx, &q, &k, scale, &m, &s1, &err) == NNT_OK);
+    CU_ASSERT_FATAL(ops->softmax(bctx, &s1, NULL, &s1, &err) == NNT_OK);
+    CU_ASSERT_FATAL(ops->attn_mix(bctx, &s1, &v, &o1, &err) == NNT_OK);
+    nnt_status st = ops->attn_scores(bctx, &q, &kc, scale, &mc, &s2, &err);
+    if (st == NNT_OK) st = ops->softmax(bctx, &s2, NULL, &s2, &err);
+    if (st == NNT_OK) st = ops->attn_mix(bctx, &s2, &vc, &o2, &err);
+    CU_ASSERT_EQUAL(st, NNT_OK);
+    if (st != NNT_OK) fprintf(stderr, "\n  in place: %s\n", err.msg);
+    double e = st == NNT_OK && !memcmp(o1.data, o2.data, nnt_tensor_nbytes(&o1)) ? 0.0 : 1.0;
+    *fused_err = 0.0;
+    if (!bf16) { /* the one pass over the cache in place, against the compact ops' result */
+        int done = -1;
+        st = ops->attn_fused(bctx, &q, &kc, &vc, scale, &mc, NULL, &o3, &done, &err);
+        CU_ASSERT_EQUAL(st, NNT_OK);
+        *fused_err = st == NNT_OK && done == 1 ? t_rel_err(&o3, &o1, NULL) : done == 0 ? 0.0 : 1.0;
+    }
+    free(qpos);
+    free(kpos);
+    free(kvalid);
+    nnt_tensor *all[] = {&q, &k, &v, &kc, &vc, &s1, &s2, &o1, &o2, &o3};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) nnt_tensor_free(all[i]);
+    return e;
+}
+
+static void test_keys_in_place(void)
+{
+    const struct {
+        int64_t B, Hq, Hkv, T, P;
+    } cases[] = {{2, 6, 2, 1, 300}, {1, 4, 4, 3, 50}, {2, 8, 2, 20, 40}, {1, 16, 1, 9, 700}, {2, 2, 2, 1, 7}};
+    CU_ASSERT_FATAL(NNT_STRUCT_HAS(ops, nnt_backend_ops, features) && (ops->features & NNT_FEATURE_KEY_COUNT));
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            double fe = -1.0, e = in_place_case(cases[i].B, cases[i].Hq, cases[i].Hkv, cases[i].T, cases[i].P, bf16, &fe);
+            int ok = e >= 0 && e <= 1e-6 && fe >= 0 && fe <= 1e-6;
+            if (!ok || getenv("NNT_TEST_VERBOSE"))
+                fprintf(stderr, "\n  in place, case %zu%s: ops %.3g, fused %.3g\n", i, bf16 ? " bf16" : "", e, fe);
+            CU_ASSERT(ok);
+        }
+    /* a key count past the key axis is refused */
+    nnt_tensor q = make4(1, 2, 1, 8), k = make4(1, 2, 10, 8), s = make4(1, 2, 1, 11);
+    memset(q.data, 0, nnt_tensor_nbytes(&q));
+    memset(k.data, 0, nnt_tensor_nbytes(&k));
+    nnt_attn_mask m = {.struct_size = sizeof m, .key_count = 11};
+    nnt_error err = {0};
+    CU_ASSERT_EQUAL(ops->attn_scores(bctx, &q, &k, 1.0f, &m, &s, &err), NNT_ERR_SHAPE);
+    nnt_tensor_free(&q);
+    nnt_tensor_free(&k);
+    nnt_tensor_free(&s);
+}
+
 int register_tests(void)
 {
     CU_pSuite s = CU_add_suite("attn_fused", setup, teardown);
@@ -240,7 +329,8 @@ int register_tests(void)
     if (!CU_add_test(s, "one pass equals scores, softmax and mix on every mask kind and head layout",
                      test_against_materialised) ||
         !CU_add_test(s, "queries that see nothing get zeros, with and without sinks", test_hidden_rows) ||
-        !CU_add_test(s, "bfloat16 declined, bad shapes and a NULL done refused", test_declines_and_refusals))
+        !CU_add_test(s, "bfloat16 declined, bad shapes and a NULL done refused", test_declines_and_refusals) ||
+        !CU_add_test(s, "keys and values read in place from a longer key axis (key_count)", test_keys_in_place))
         return -1;
     return 0;
 }

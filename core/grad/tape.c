@@ -35,6 +35,10 @@ void nnt_tape_record(nnt_tape *tp, int on)
         tp->kept_bytes = 0;
     }
     tp->recording = on != 0;
+    /* a recorded forward hands whole key/value tensors to the ops (their backward reads them
+     * whole); otherwise the family may attend over its cache in place where the backend can */
+    uint64_t pass = NNT_STRUCT_HAS(tp->be, nnt_backend_ops, features) ? tp->be->features & NNT_FEATURE_KEY_COUNT : 0;
+    tp->ops.features = on ? 0 : pass;
 }
 
 int nnt_tape_recording(const nnt_tape *tp)

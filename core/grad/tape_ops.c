@@ -273,6 +273,7 @@ void nnt_tape_ops_init(nnt_tape *tp)
     WRAP(attn_mix);
     WRAP(attn_fused);
 #undef WRAP
+    o->features = 0; /* set by nnt_tape_record: the backend's when not recording */
     nnt_tape_ops_init_moe(o, be);
     nnt_tape_ops_init_hyper(o, be);
     nnt_tape_ops_init_recurrent(o, be);

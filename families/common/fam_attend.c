@@ -25,7 +25,7 @@ static nnt_status attend_whole(const fam_env *env, nnt_run *run, int layer, cons
     const nnt_core_api *h = env->core;
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
-    int64_t B = q->shape[0], Hq = q->shape[1], T = q->shape[2], S = keys->shape[2];
+    int64_t B = q->shape[0], Hq = q->shape[1], T = q->shape[2], S = nnt_attn_keys(mask, keys->shape[2]);
     nnt_tensor scores;
     nnt_status st = fam_alloc(env, run, NNT_F32, &scores, err, NNT_SHAPE(B, Hq, T, S));
     if (st == NNT_OK) st = be->attn_scores(bc, q, keys, scale, mask, &scores, err);
@@ -92,7 +92,7 @@ nnt_status fam_attend(const fam_env *env, nnt_run *run, int layer, const nnt_for
     const nnt_backend_ops *be = env->be;
     void *bc = env->be_ctx;
     int64_t B = q->shape[0], Hq = q->shape[1], T = q->shape[2], D = q->shape[3];
-    int64_t S = keys->shape[2], Dv = values->shape[3];
+    int64_t S = nnt_attn_keys(mask, keys->shape[2]), Dv = values->shape[3];
     uint64_t row_bytes = (uint64_t)(B * Hq * S) * sizeof(float), bound = block_bound(args);
     int64_t rows = (int64_t)(bound / (row_bytes ? row_bytes : 1));
     if (rows < 16) rows = 16;

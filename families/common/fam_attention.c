@@ -155,7 +155,26 @@ void fam_attention_info_keys(const fam_attn *a, int hidden, nnt_value_id id, con
     }
 }
 
-/* Keys of a cached call: cached tokens then the call's, and their mask arrays. */
+/* The mask arrays of a cached call's S = len + T keys, [B, S]: the cached tokens' then the
+ * call's. */
+static void cached_key_arrays(const fam_kv_cache *c, const nnt_forward_args *args, const nnt_attn_mask *mask,
+                              int32_t *kpos, uint8_t *kvalid)
+{
+    int64_t B = args->batch, T = args->seq, L = c->len, S = L + T;
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t s = 0; s < L; s++) {
+            kpos[b * S + s] = c->pos[b * c->keep + s];
+            kvalid[b * S + s] = c->valid[b * c->keep + s];
+        }
+        for (int64_t t = 0; t < T; t++) {
+            kpos[b * S + L + t] = mask->q_pos[b * T + t];
+            kvalid[b * S + L + t] = mask->query_valid[b * T + t];
+        }
+    }
+}
+
+/* Keys of a cached call copied out: cached tokens then the call's, [B, H, S, D], and their mask
+ * arrays. */
 static nnt_status with_cache(const fam_env *env, nnt_run *run, const fam_kv_cache *c, const nnt_forward_args *args,
                              const nnt_attn_mask *mask, const nnt_tensor *kh, const nnt_tensor *vh, nnt_tensor *kall,
                              nnt_tensor *vall, int32_t *kpos, uint8_t *kvalid, nnt_error *err)
@@ -171,16 +190,7 @@ static nnt_status with_cache(const fam_env *env, nnt_run *run, const fam_kv_cach
     if (st == NNT_OK && L) st = be->copy_cols(bc, &c->v, 0, &va, 0, L * c->dv, err);
     if (st == NNT_OK) st = be->copy_cols(bc, &kn, 0, &ka, L * c->dk, T * c->dk, err);
     if (st == NNT_OK) st = be->copy_cols(bc, &vn, 0, &va, L * c->dv, T * c->dv, err);
-    for (int64_t b = 0; b < B; b++) {
-        for (int64_t s = 0; s < L; s++) {
-            kpos[b * S + s] = c->pos[b * c->keep + s];
-            kvalid[b * S + s] = c->valid[b * c->keep + s];
-        }
-        for (int64_t t = 0; t < T; t++) {
-            kpos[b * S + L + t] = mask->q_pos[b * T + t];
-            kvalid[b * S + L + t] = mask->query_valid[b * T + t];
-        }
-    }
+    cached_key_arrays(c, args, mask, kpos, kvalid);
     return st;
 }
 
@@ -251,9 +261,19 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
         TRY(be->rope(bc, &kh, args->positions, a->inv_freq, a->rot_start, a->rot_dim, a->rope_style, a->rope_mscale, err));
     }
     nnt_attn_mask m = *mask;
+    m.struct_size = sizeof m;
     m.window = a->window;
     kall = kh;
     vall = vh;
+    /* Nothing evicted and no request reading or editing this call's keys or values: the cached
+     * tokens are already in the cache, so only the call's own T tokens are appended (a decoding
+     * step then writes one token, not the whole cache again); and where the backend takes a key
+     * axis longer than the keys (NNT_FEATURE_KEY_COUNT), attention reads the cache in place
+     * instead of a copy of it. Otherwise the keys are copied out and the last `keep` of them,
+     * edits included, replace the cache's. */
+    int append = cache && S <= cache->keep && !h->wants(run, NNT_VALUE_ATTN_KEYS, layer) &&
+                 !h->wants(run, NNT_VALUE_ATTN_VALUES, layer);
+    int in_place = append && NNT_STRUCT_HAS(be, nnt_backend_ops, features) && (be->features & NNT_FEATURE_KEY_COUNT);
     if (cache) {
         kpos = malloc((size_t)(B * S) * sizeof *kpos);
         kvalid = malloc((size_t)(B * S));
@@ -261,24 +281,25 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
             st = h->set_error(err, NNT_ERR_OUT_OF_MEMORY, "no memory for the cached keys' mask");
             goto done;
         }
-        TRY(with_cache(env, run, cache, args, mask, &kh, &vh, &kall, &vall, kpos, kvalid, err));
+        if (in_place) {
+            cached_key_arrays(cache, args, mask, kpos, kvalid);
+            TRY(append_cache(env, cache, B, T, &kh, &vh, kpos, kvalid, err));
+            kall = fam_view(&cache->k, NNT_SHAPE(B, (int64_t)cache->heads, (int64_t)cache->keep, (int64_t)cache->dk));
+            vall = fam_view(&cache->v, NNT_SHAPE(B, (int64_t)cache->heads, (int64_t)cache->keep, (int64_t)cache->dv));
+            m.key_count = S;
+        } else {
+            TRY(with_cache(env, run, cache, args, mask, &kh, &vh, &kall, &vall, kpos, kvalid, err));
+        }
         m.k_pos = kpos;
         m.key_valid = kvalid;
     }
     TRY(h->emit(run, NNT_VALUE_ATTN_QUERIES, layer, &qh));
-    TRY(h->emit(run, NNT_VALUE_ATTN_KEYS, layer, &kall));
-    TRY(h->emit(run, NNT_VALUE_ATTN_VALUES, layer, &vall));
-    if (cache) {
-        /* Nothing evicted and no request reading or editing this call's keys or values: the
-         * cached tokens are already in the cache, so only the call's own T tokens are appended
-         * (a decoding step then writes one token, not the whole cache again). Otherwise the last
-         * `keep` keys, edits included, replace the cache's. */
-        if (S <= cache->keep && !h->wants(run, NNT_VALUE_ATTN_KEYS, layer) &&
-            !h->wants(run, NNT_VALUE_ATTN_VALUES, layer))
-            TRY(append_cache(env, cache, B, T, &kh, &vh, kpos, kvalid, err));
-        else
-            TRY(update_cache(env, cache, B, S, &kall, &vall, kpos, kvalid, err));
+    if (!in_place) { /* in place, neither is asked for (above) */
+        TRY(h->emit(run, NNT_VALUE_ATTN_KEYS, layer, &kall));
+        TRY(h->emit(run, NNT_VALUE_ATTN_VALUES, layer, &vall));
     }
+    if (append && !in_place) TRY(append_cache(env, cache, B, T, &kh, &vh, kpos, kvalid, err));
+    else if (cache && !append) TRY(update_cache(env, cache, B, S, &kall, &vall, kpos, kvalid, err));
     TRY(fam_alloc(env, run, NNT_F32, &ho, err, NNT_SHAPE(B, T, Hq, Dv)));
     TRY(fam_attend(env, run, layer, args, &qh, &kall, &vall, a->scale, &m, a->sinks, &ho, err));
     TRY(h->emit(run, NNT_VALUE_ATTN_HEAD_OUTPUTS, layer, &ho));

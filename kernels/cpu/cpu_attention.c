@@ -52,7 +52,8 @@ nnt_status cpu_rope(void *ctx, nnt_tensor *x, const int32_t *pos, const float *i
     return NNT_OK;
 }
 
-/* q [B, Hq, T, D], k [B, Hkv, S, D] -> s [B, Hq, T, S] = scale * q . k^T, -inf where hidden */
+/* q [B, Hq, T, D], k [B, Hkv, C, D] -> s [B, Hq, T, S] = scale * q . k^T over k's first S keys
+ * (S = nnt_attn_keys(mask, C)), -inf where hidden */
 nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
                            const nnt_attn_mask *mask, nnt_tensor *s, nnt_error *err)
 {
@@ -62,9 +63,9 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
     if ((st = cpu_check("attn_scores", "k", k, NNT_F32, 4, err)) != NNT_OK) return st;
     if ((st = cpu_check("attn_scores", "s", s, NNT_F32, 4, err)) != NNT_OK) return st;
     int64_t B = q->shape[0], Hq = q->shape[1], T = q->shape[2], D = q->shape[3];
-    int64_t Hkv = k->shape[1], S = k->shape[2];
-    if (k->shape[0] != B || k->shape[3] != D || Hkv == 0 || Hq % Hkv || s->shape[0] != B || s->shape[1] != Hq ||
-        s->shape[2] != T || s->shape[3] != S)
+    int64_t Hkv = k->shape[1], C = k->shape[2], S = nnt_attn_keys(mask, C);
+    if (k->shape[0] != B || k->shape[3] != D || Hkv == 0 || Hq % Hkv || S > C || s->shape[0] != B ||
+        s->shape[1] != Hq || s->shape[2] != T || s->shape[3] != S)
         return cpu_error(err, NNT_ERR_SHAPE, "cpu attn_scores: q, k and s shapes disagree");
     int64_t group = Hq / Hkv;
     const float *qd = q->data, *kd = k->data;
@@ -72,7 +73,7 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
     int r16 = cpu_bf16(s); /* torch: the product rounded, then its scaling rounded */
     if (T >= 8) { /* every head's block of queries in one batched product (oneDNN), then the mask */
         int done = 0;
-        if ((st = cpu_bmm(c, r16, B * Hkv, group * T, S, D, qd, kd, 1, sd, &done, err)) != NNT_OK) return st;
+        if ((st = cpu_bmm(c, r16, B * Hkv, group * T, S, D, qd, kd, 1, C * D, sd, &done, err)) != NNT_OK) return st;
         if (done) {
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
             for (int64_t b = 0; b < B; b++)
@@ -87,14 +88,20 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
             return NNT_OK;
         }
     }
-    if (T < 8 && group * T >= 8) {
-        /* few queries (decoding) but many heads on one key/value head: each key/value head's
-         * [group T, D] block of queries in one sgemm against its keys, then the mask */
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t g = 0; g < Hkv; g++)
-                cpu_sgemm(c, 0, 1, (int)(group * T), (int)S, (int)D, r16 ? 1.0f : scale,
-                            qd + (b * Hq + g * group) * T * D, (int)D, kd + (b * Hkv + g) * S * D, (int)D, 0.0f,
-                            sd + (b * Hq + g * group) * T * S, (int)S);
+    if (T < 8) {
+        /* few queries (decoding): each key head's [group T, D] block of queries in one product
+         * against its keys, so a key row is read once for the heads that share it; the key heads
+         * go to the team's threads (each product on its own thread) when there are enough of
+         * them, else each product takes the team. Then the mask, and torch's roundings. */
+        int64_t items = B * Hkv;
+        int spread = items >= c->threads;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (spread)
+        for (int64_t it = 0; it < items; it++) {
+            int64_t b = it / Hkv, g = it % Hkv;
+            cpu_sgemm(c, 0, 1, group * T, S, D, r16 ? 1.0f : scale, qd + (b * Hq + g * group) * T * D, D,
+                      kd + (b * Hkv + g) * C * D, D, 0.0f, sd + (b * Hq + g * group) * T * S, S);
+        }
+        if (!mask && !r16) return NNT_OK;
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
         for (int64_t b = 0; b < B; b++)
             for (int64_t h = 0; h < Hq; h++)
@@ -107,34 +114,21 @@ nnt_status cpu_attn_scores(void *ctx, const nnt_tensor *q, const nnt_tensor *k, 
                 }
         return NNT_OK;
     }
+    /* a block of queries per head: one product each (single-threaded inside this loop), then
+     * the mask */
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
             const float *qh = qd + (b * Hq + h) * T * D;
-            const float *kh = kd + (b * Hkv + h / group) * S * D;
+            const float *kh = kd + (b * Hkv + h / group) * C * D;
             float *sh = sd + (b * Hq + h) * T * S;
-            if (T >= 8) { /* a block of queries: one sgemm (single-threaded inside this loop), then the mask */
-                cpu_sgemm(c, 0, 1, (int)T, (int)S, (int)D, r16 ? 1.0f : scale, qh,
-                            (int)D, kh, (int)D, 0.0f, sh, (int)S);
-                for (int64_t t = 0; t < T; t++)
-                    for (int64_t j = 0; j < S; j++) {
-                        if (mask && !cpu_visible(mask, b, t, j, T, S))
-                            sh[t * S + j] = -INFINITY;
-                        else if (r16)
-                            sh[t * S + j] = cpu_r16(cpu_r16(sh[t * S + j]) * scale);
-                    }
-                continue;
-            }
+            cpu_sgemm(c, 0, 1, T, S, D, r16 ? 1.0f : scale, qh, D, kh, D, 0.0f, sh, S);
             for (int64_t t = 0; t < T; t++)
                 for (int64_t j = 0; j < S; j++) {
-                    if (!cpu_visible(mask, b, t, j, T, S)) {
+                    if (mask && !cpu_visible(mask, b, t, j, T, S))
                         sh[t * S + j] = -INFINITY;
-                        continue;
-                    }
-                    const float *qv = qh + t * D, *kv = kh + j * D;
-                    float acc = 0.0f;
-                    for (int64_t d = 0; d < D; d++) acc += qv[d] * kv[d];
-                    sh[t * S + j] = r16 ? cpu_r16(cpu_r16(acc) * scale) : acc * scale;
+                    else if (r16)
+                        sh[t * S + j] = cpu_r16(cpu_r16(sh[t * S + j]) * scale);
                 }
         }
     return NNT_OK;
@@ -176,7 +170,7 @@ nnt_status cpu_softmax(void *ctx, const nnt_tensor *s, const float *sinks, nnt_t
     return NNT_OK;
 }
 
-/* p [B, Hq, T, S], v [B, Hkv, S, Dv] -> o [B, T, Hq, Dv] */
+/* p [B, Hq, T, S], v [B, Hkv, C, Dv] (C >= S: v's first S rows per head are read) -> o [B, T, Hq, Dv] */
 nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt_tensor *o, nnt_error *err)
 {
     cpu_ctx *c = ctx;
@@ -185,8 +179,8 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
     if ((st = cpu_check("attn_mix", "v", v, NNT_F32, 4, err)) != NNT_OK) return st;
     if ((st = cpu_check("attn_mix", "o", o, NNT_F32, 4, err)) != NNT_OK) return st;
     int64_t B = p->shape[0], Hq = p->shape[1], T = p->shape[2], S = p->shape[3];
-    int64_t Hkv = v->shape[1], Dv = v->shape[3];
-    if (v->shape[0] != B || v->shape[2] != S || Hkv == 0 || Hq % Hkv || o->shape[0] != B || o->shape[1] != T ||
+    int64_t Hkv = v->shape[1], C = v->shape[2], Dv = v->shape[3];
+    if (v->shape[0] != B || C < S || Hkv == 0 || Hq % Hkv || o->shape[0] != B || o->shape[1] != T ||
         o->shape[2] != Hq || o->shape[3] != Dv)
         return cpu_error(err, NNT_ERR_SHAPE, "cpu attn_mix: p, v and o shapes disagree");
     int64_t group = Hq / Hkv;
@@ -204,7 +198,7 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
             return st;
         for (int64_t r0 = 0; r0 < R && done; r0 += chunk) {
             int64_t n = R - r0 < chunk ? R - r0 : chunk;
-            if ((st = cpu_bmm(c, cpu_bf16(o), 1, n, Dv, S, pd + r0 * S, vd, 0, tmp, &done, err)) != NNT_OK) return st;
+            if ((st = cpu_bmm(c, cpu_bf16(o), 1, n, Dv, S, pd + r0 * S, vd, 0, 0, tmp, &done, err)) != NNT_OK) return st;
             if (!done) {
                 if (r0 > 0) return cpu_error(err, NNT_ERR_BACKEND, "cpu attn_mix: oneDNN refused a block it ran before");
                 break;
@@ -225,7 +219,7 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
         int done = 0;
         if ((st = cpu_buffer(c, CPU_BUF_ATTN, (size_t)(B * Hq * T * Dv) * sizeof(float), (void **)&tmp, err)) != NNT_OK)
             return st;
-        if ((st = cpu_bmm(c, cpu_bf16(o), B * Hkv, group * T, Dv, S, pd, vd, 0, tmp, &done, err)) != NNT_OK) return st;
+        if ((st = cpu_bmm(c, cpu_bf16(o), B * Hkv, group * T, Dv, S, pd, vd, 0, C * Dv, tmp, &done, err)) != NNT_OK) return st;
         if (done) {
 #pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
             for (int64_t b = 0; b < B; b++)
@@ -236,17 +230,22 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
             return NNT_OK;
         }
     }
-    if (T < 8 && group * T >= 8) {
-        /* few queries, many heads per key/value head: one sgemm per key/value head into
-         * [B, Hq, T, Dv], then heads moved after tokens */
+    if (T < 8) {
+        /* few queries (decoding): one product per key/value head for the [group T, S]
+         * probabilities of its heads, so a value row is read once for the heads that share it
+         * (key heads spread over the team as in cpu_attn_scores), into [B, Hq, T, Dv], then
+         * heads moved after tokens */
         float *tmp;
         if ((st = cpu_buffer(c, CPU_BUF_ATTN, (size_t)(B * Hq * T * Dv) * sizeof(float), (void **)&tmp, err)) != NNT_OK)
             return st;
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t g = 0; g < Hkv; g++)
-                cpu_sgemm(c, 0, 0, (int)(group * T), (int)Dv, (int)S, 1.0f,
-                            pd + (b * Hq + g * group) * T * S, (int)S, vd + (b * Hkv + g) * S * Dv, (int)Dv, 0.0f,
-                            tmp + (b * Hq + g * group) * T * Dv, (int)Dv);
+        int64_t items = B * Hkv;
+        int spread = items >= c->threads;
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (spread)
+        for (int64_t it = 0; it < items; it++) {
+            int64_t b = it / Hkv, g = it % Hkv;
+            cpu_sgemm(c, 0, 0, group * T, Dv, S, 1.0f, pd + (b * Hq + g * group) * T * S, S,
+                      vd + (b * Hkv + g) * C * Dv, Dv, 0.0f, tmp + (b * Hq + g * group) * T * Dv, Dv);
+        }
         for (int64_t b = 0; b < B; b++)
             for (int64_t t = 0; t < T; t++)
                 for (int64_t h = 0; h < Hq; h++)
@@ -257,7 +256,7 @@ nnt_status cpu_attn_mix(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++)
             cpu_sgemm(c, 0, 0, (int)T, (int)Dv, (int)S, 1.0f,
-                        pd + (b * Hq + h) * T * S, (int)S, vd + (b * Hkv + h / group) * S * Dv, (int)Dv, 0.0f,
+                        pd + (b * Hq + h) * T * S, (int)S, vd + (b * Hkv + h / group) * C * Dv, (int)Dv, 0.0f,
                         od + (b * T * Hq + h) * Dv, (int)(Hq * Dv));
     cpu_round_result(c, o);
     return NNT_OK;

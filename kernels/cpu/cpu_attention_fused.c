@@ -86,11 +86,12 @@ static void query_tiles(const nnt_attn_mask *m, int64_t B, int64_t T, int64_t qt
         }
 }
 
-/* One work item: the G query heads of key head g of row b, queries [t0, t0 + n). Buffers: qb
+/* One work item: the G query heads of key head g of row b, queries [t0, t0 + n), against the
+ * first S of the C keys on k's and v's key axis. Buffers: qb
  * [G n, D], sb [G n, KEY_TILE], ob [G n, Dv], mx [G n], sum [G n] (double), vis [n, KEY_TILE]. */
 static void attend_item(const cpu_ctx *c, const float *q, const float *k, const float *v, float scale,
                         const nnt_attn_mask *mask, const float *sinks, float *o, int64_t b, int64_t g, int64_t t0,
-                        int64_t n, int64_t Hq, int64_t Hkv, int64_t T, int64_t S, int64_t D, int64_t Dv,
+                        int64_t n, int64_t Hq, int64_t Hkv, int64_t T, int64_t S, int64_t C, int64_t D, int64_t Dv,
                         const query_tile *qtile, const key_tile *ktiles, float *qb, float *sb, float *ob, float *mx,
                         double *sum, uint8_t *vis)
 {
@@ -103,7 +104,7 @@ static void attend_item(const cpu_ctx *c, const float *q, const float *k, const 
         mx[r] = sk;
         sum[r] = sinks ? 1.0 : 0.0;
     }
-    const float *kh = k + (b * Hkv + g) * S * D, *vh = v + (b * Hkv + g) * S * Dv;
+    const float *kh = k + (b * Hkv + g) * C * D, *vh = v + (b * Hkv + g) * C * Dv;
     for (int64_t kt = 0; kt < nkt; kt++) {
         int sight = tile_sight(mask, qtile, &ktiles[b * nkt + kt]);
         if (!sight) continue;
@@ -163,9 +164,9 @@ nnt_status cpu_attn_fused(void *ctx, const nnt_tensor *q, const nnt_tensor *k, c
     if ((st = cpu_check("attn_fused", "v", v, NNT_F32, 4, err)) != NNT_OK) return st;
     if ((st = cpu_check("attn_fused", "o", o, NNT_F32, 4, err)) != NNT_OK) return st;
     int64_t B = q->shape[0], Hq = q->shape[1], T = q->shape[2], D = q->shape[3];
-    int64_t Hkv = k->shape[1], S = k->shape[2], Dv = v->shape[3];
-    if (k->shape[0] != B || k->shape[3] != D || Hkv == 0 || Hq % Hkv || v->shape[0] != B || v->shape[1] != Hkv ||
-        v->shape[2] != S || o->shape[0] != B || o->shape[1] != T || o->shape[2] != Hq || o->shape[3] != Dv)
+    int64_t Hkv = k->shape[1], C = k->shape[2], S = nnt_attn_keys(mask, C), Dv = v->shape[3];
+    if (k->shape[0] != B || k->shape[3] != D || Hkv == 0 || Hq % Hkv || S > C || v->shape[0] != B ||
+        v->shape[1] != Hkv || v->shape[2] != C || o->shape[0] != B || o->shape[1] != T || o->shape[2] != Hq || o->shape[3] != Dv)
         return cpu_error(err, NNT_ERR_SHAPE, "cpu attn_fused: q, k, v and o shapes disagree");
     /* bfloat16 roundings are those of the three separate ops (the probabilities rounded after
      * their normalisation), which one pass cannot give: those calls take the materialised ops */
@@ -207,7 +208,7 @@ nnt_status cpu_attn_fused(void *ctx, const nnt_tensor *q, const nnt_tensor *k, c
         double *sum = (double *)p; /* first, so that it is aligned */
         float *qb = (float *)(sum + R), *sb = qb + R * D, *ob = sb + R * KEY_TILE, *mx = ob + R * Dv;
         uint8_t *vis = (uint8_t *)(mx + R);
-        attend_item(c, qd, kd, vd, scale, mask, sinks, od, b, g, t0, n, Hq, Hkv, T, S, D, Dv, &qts[b * nqt + i], kts,
+        attend_item(c, qd, kd, vd, scale, mask, sinks, od, b, g, t0, n, Hq, Hkv, T, S, C, D, Dv, &qts[b * nqt + i], kts,
                     qb, sb, ob, mx, sum, vis);
     }
     free(kts);

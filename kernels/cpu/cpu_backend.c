@@ -339,6 +339,7 @@ static const nnt_backend_ops cpu_ops = {
     .delta_rule_backward = cpu_delta_rule_backward,
     .rms_norm_gated_backward = cpu_rms_norm_gated_backward,
     .attn_fused = cpu_attn_fused,
+    .features = NNT_FEATURE_KEY_COUNT,
 };
 
 NNT_PLUGIN_EXPORT const nnt_backend_descriptor nnt_backend_plugin = {

@@ -60,11 +60,11 @@ static void decode_rows(const cpu_ctx *c, const cpu_weight *w, int64_t r0, int64
  * strides M K and M N), w [N, K] per product when wt (w^T multiplies), else [K, N]; batch stride
  * of w N K. */
 static dnnl_status_t bmatmul(cpu_ctx *c, dnnl_data_type_t dt, int64_t batch, const void *x, const void *w, int wt,
-                             int64_t M, int64_t N, int64_t K, float *y, int64_t ldy)
+                             int64_t wstride, int64_t M, int64_t N, int64_t K, float *y, int64_t ldy)
 {
     dnnl_memory_desc_t sm, wm, dm;
     dnnl_dims_t sd = {batch, M, K}, ss = {M * K, K, 1}, wd = {batch, K, N}, dd = {batch, M, N}, ds = {M * ldy, ldy, 1};
-    dnnl_dims_t ws = {N * K, 1, K};
+    dnnl_dims_t ws = {wstride, 1, K};
     if (!wt) {
         ws[1] = N;
         ws[2] = 1;
@@ -102,7 +102,7 @@ static dnnl_status_t bmatmul(cpu_ctx *c, dnnl_data_type_t dt, int64_t batch, con
 static dnnl_status_t matmul(cpu_ctx *c, dnnl_data_type_t dt, const void *x, const void *w, int64_t M, int64_t N,
                             int64_t K, float *y, int64_t ldy)
 {
-    return bmatmul(c, dt, 1, x, w, 1, M, N, K, y, ldy);
+    return bmatmul(c, dt, 1, x, w, 1, N * K, M, N, K, y, ldy);
 }
 
 /* y[M, N] += x[M, K] . w[K, N], all float32 and row-major, x's rows ldx apart (a column block of
@@ -284,9 +284,11 @@ nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, 
 }
 
 nnt_status cpu_bmm(cpu_ctx *c, int bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const float *x,
-                   const float *w, int wt, float *y, int *done, nnt_error *err)
+                   const float *w, int wt, int64_t wstride, float *y, int *done, nnt_error *err)
 {
     *done = 0;
+    int64_t nk = N * K;
+    if (wstride <= 0) wstride = nk;
 #ifdef NNT_HAVE_DNNL
     if (!c->dnnl_engine) return NNT_OK;
     dnnl_status_t s;
@@ -297,25 +299,29 @@ nnt_status cpu_bmm(cpu_ctx *c, int bf16, int64_t batch, int64_t M, int64_t N, in
             (st = cpu_buffer(c, CPU_BUF_PANEL16, (size_t)(batch * N * K) * 2, (void **)&wb, err)) != NNT_OK)
             return st;
         const cpu_kernels *k = c->k;
-        int64_t nx = batch * M * K, nw = batch * N * K, step = 65536, cx = (nx + step - 1) / step,
-                cw = (nw + step - 1) / step;
+        /* x in chunks of `step`; w per product (its products wstride apart), packed contiguous */
+        int64_t nx = batch * M * K, step = 65536, cx = (nx + step - 1) / step, cwb = (nk + step - 1) / step,
+                cw = batch * cwb;
 #pragma omp parallel for num_threads(c->threads) schedule(static)
         for (int64_t ch = 0; ch < cx + cw; ch++) {
-            int64_t i = (ch < cx ? ch : ch - cx) * step, n = ch < cx ? nx : nw;
-            if (ch < cx)
-                k->pack_bf16(x + i, xb + i, n - i < step ? n - i : step);
-            else
-                k->pack_bf16(w + i, wb + i, n - i < step ? n - i : step);
+            if (ch < cx) {
+                int64_t i = ch * step;
+                k->pack_bf16(x + i, xb + i, nx - i < step ? nx - i : step);
+            } else {
+                int64_t b = (ch - cx) / cwb, i = (ch - cx) % cwb * step;
+                k->pack_bf16(w + b * wstride + i, wb + b * nk + i, nk - i < step ? nk - i : step);
+            }
         }
-        s = bmatmul(c, dnnl_bf16, batch, xb, wb, wt, M, N, K, y, N);
+        s = bmatmul(c, dnnl_bf16, batch, xb, wb, wt, nk, M, N, K, y, N);
     } else {
-        s = bmatmul(c, dnnl_f32, batch, x, w, wt, M, N, K, y, N);
+        s = bmatmul(c, dnnl_f32, batch, x, w, wt, wstride, M, N, K, y, N);
     }
     if (s == dnnl_unimplemented) return NNT_OK;
     if (s != dnnl_success) return dnnl_fail(err, s, "attention operands");
     *done = 1;
 #else
-    (void)c, (void)bf16, (void)batch, (void)M, (void)N, (void)K, (void)x, (void)w, (void)wt, (void)y, (void)err;
+    (void)c, (void)bf16, (void)batch, (void)M, (void)N, (void)K, (void)x, (void)w, (void)wt, (void)wstride, (void)y,
+        (void)err;
 #endif
     return NNT_OK;
 }

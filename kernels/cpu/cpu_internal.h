@@ -92,11 +92,13 @@ nnt_status cpu_buffer(cpu_ctx *c, int slot, size_t bytes, void **out, nnt_error 
 /* cpu_gemm.c: y[M, N] = x[M, K] . w[N, K]^T for many rows of x (see the file); bf16: bfloat16
  * products (x rounded by the caller, weight values rounded here unless exact). */
 nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y, nnt_error *err);
-/* y[b] = x[b] . w[b]^T (wt) or x[b] . w[b] for `batch` contiguous products of x [M, K], w [N, K]
- * or [K, N] and y [M, N] (attention's per-head products) on oneDNN, in bfloat16 when bf16 (the
- * operands then hold bfloat16 values). *done = 0 without oneDNN: the caller computes it. */
+/* y[b] = x[b] . w[b]^T (wt) or x[b] . w[b] for `batch` products of x [M, K], w [N, K] or [K, N]
+ * and y [M, N] (attention's per-head products) on oneDNN, in bfloat16 when bf16 (the operands
+ * then hold bfloat16 values); x and y contiguous, w's products wstride floats apart (0: N K,
+ * contiguous; more: a key/value cache's capacity). *done = 0 without oneDNN: the caller
+ * computes it. */
 nnt_status cpu_bmm(cpu_ctx *c, int bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const float *x,
-                   const float *w, int wt, float *y, int *done, nnt_error *err);
+                   const float *w, int wt, int64_t wstride, float *y, int *done, nnt_error *err);
 /* y[M, N] += x[M, K] . w[K, N] in float32 on oneDNN (the backward's products on a decoded
  * weight panel): x's rows ldx apart, w and y contiguous row-major. *done = 0 without oneDNN. */
 nnt_status cpu_gemm_acc(cpu_ctx *c, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *w,

@@ -76,7 +76,23 @@ typedef struct nnt_attn_mask {
     const uint8_t *allow;         /* [batch, query, key] host memory, or NULL */
     int causal;
     int window;
+    /* ABI 3.15: the keys, S, when k's and v's key axis is longer (a key/value cache handed over
+     * in place, its capacity C on that axis): only entries [0, S) of that axis are read, and the
+     * scores, probabilities, key arrays and allow have S keys. 0 (or absent): the key axis is
+     * S. Only a backend whose op table sets NNT_FEATURE_KEY_COUNT in `features` reads it; a
+     * family hands a longer key axis to no other. */
+    int64_t key_count;
 } nnt_attn_mask;
+
+/* The number of keys of an attention call: mask's key_count when set, else k_axis (the length
+ * of the key tensor's key axis). */
+static inline int64_t nnt_attn_keys(const nnt_attn_mask *mask, int64_t k_axis)
+{
+    return mask && mask->struct_size >= offsetof(nnt_attn_mask, key_count) + sizeof mask->key_count &&
+                   mask->key_count > 0
+               ? mask->key_count
+               : k_axis;
+}
 
 /* Scoring functions a router may use. */
 typedef enum nnt_score_fn {
@@ -232,7 +248,8 @@ typedef struct nnt_backend_ops {
                        int rot_start, int rot_dim, nnt_rope_style style, float mscale,
                        nnt_error *err);
     /* s[B, Hq, T, S] = scale * q[B, Hq, T, D] . k[B, Hkv, S, D]^T, query head h reading key head
-     * h / (Hq / Hkv); invisible entries -INFINITY (see nnt_attn_mask). */
+     * h / (Hq / Hkv); invisible entries -INFINITY (see nnt_attn_mask). With
+     * NNT_FEATURE_KEY_COUNT, k may be [B, Hkv, C, D] with C > S = mask->key_count. */
     nnt_status (*attn_scores)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, float scale,
                               const nnt_attn_mask *mask, nnt_tensor *s, nnt_error *err);
     /* p[B, H, T, S] = softmax over S of s, with an optional sink logit per head (sinks: F32 [H]
@@ -242,7 +259,8 @@ typedef struct nnt_backend_ops {
     nnt_status (*softmax)(void *ctx, const nnt_tensor *s, const float *sinks, nnt_tensor *p,
                           nnt_error *err);
     /* o[B, T, Hq, Dv] = p[B, Hq, T, S] . v[B, Hkv, S, Dv], query head h reading value head
-     * h / (Hq / Hkv). */
+     * h / (Hq / Hkv). With NNT_FEATURE_KEY_COUNT, v may be [B, Hkv, C, Dv] with C > S (its
+     * first S rows per head read). */
     nnt_status (*attn_mix)(void *ctx, const nnt_tensor *p, const nnt_tensor *v, nnt_tensor *o,
                            nnt_error *err);
 
@@ -616,7 +634,17 @@ typedef struct nnt_backend_ops {
     nnt_status (*attn_fused)(void *ctx, const nnt_tensor *q, const nnt_tensor *k, const nnt_tensor *v, float scale,
                              const nnt_attn_mask *mask, const float *sinks, nnt_tensor *o, int *done,
                              nnt_error *err);
+
+    /* ---- what the backend's ops accept beyond the above (ABI 3.15) ----
+     * NNT_FEATURE_* bits; 0 (or absent in an older table) for none. */
+    uint64_t features;
 } nnt_backend_ops;
+
+/* nnt_backend_ops.features: attn_scores and attn_fused read nnt_attn_mask.key_count, and
+ * attn_mix takes v with a key axis longer than p's last axis (its first S entries read), so a
+ * family can attend over a key/value cache in place instead of copying it out each call. The
+ * backward ops are not covered: a forward recorded for gradients hands over whole tensors. */
+#define NNT_FEATURE_KEY_COUNT ((uint64_t)1 << 0)
 
 /* The smallest op table the core accepts: struct_size and the required ops. */
 #define NNT_BACKEND_OPS_MIN_SIZE (offsetof(nnt_backend_ops, linear))

@@ -343,7 +343,9 @@ nnt_status fam_attention_forward(const fam_env *env, nnt_run *run, int layer, co
 
 /* Softmax attention from split heads: q [B, Hq, T, D] (rotated), keys [B, Hkv, S, D] and
  * values [B, Hkv, S, Dv] (backend F32; Hq a multiple of Hkv, query head h reading key/value
- * head h / (Hq / Hkv)) -> ho [B, T, Hq, Dv] (caller-allocated), with scores = scale * q . k^T
+ * head h / (Hq / Hkv); with mask->key_count = S set, on a backend with NNT_FEATURE_KEY_COUNT
+ * only, the key axis may be longer, only its first S entries read) -> ho [B, T, Hq, Dv]
+ * (caller-allocated), with scores = scale * q . k^T
  * masked by `mask` (its query arrays [B, T], allow [B, T, S]), softmax over the keys with the
  * sinks (F32 [Hq] host memory, or NULL) joining as one column, and the values mixed by the
  * probabilities. When no request reads block `layer`'s attention_scores or

@@ -24,9 +24,10 @@ extern "C" {
  * backward of Kimi Delta Attention's recurrent ops; 3.9: the attention block bound in
  * nnt_forward_args; 3.10: the readout positions in nnt_forward_args; 3.11: the backend's attn_fused;
  * 3.12: the core's tensor_fp8 and nnt_load_args.weights; 3.13: NNT_ERR_BUSY; 3.14: native module
- * values, nnt_native_info and the family descriptor's `native`; NNT_ERR_INTERRUPTED). */
+ * values, nnt_native_info and the family descriptor's `native`; NNT_ERR_INTERRUPTED; 3.15: nnt_attn_mask.key_count
+ * and nnt_backend_ops.features). */
 #define NNT_ABI_MAJOR 3
-#define NNT_ABI_MINOR 14
+#define NNT_ABI_MINOR 15
 
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes. Every call that can fail returns one; nnt_status_str names it.              */
