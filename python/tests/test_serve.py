@@ -273,10 +273,18 @@ def test_tokens_reread_on_sighup(tmp_path):
         s.stop()
 
 
+# A generation that keeps the tiny model's worker busy for many seconds: 16 rows of 4000 new
+# tokens (within the default --max-tokens and --max-new-tokens), 12.5 s on a 2-core AMD EPYC at
+# 05ec9e2. The tests that need it busy stop it, or let --timeout stop it, long before its end, so
+# it is sized well past their timeouts: 8 rows of 3000 tokens took 8.4 s before decoding read the
+# key/value cache in place and 4 s after, too close to a 3-second --timeout.
+LONG_ROWS, LONG_TOKENS = 16, 4000
+
+
 def long_generation():
-    """A request that keeps the tiny model's worker busy for seconds (8 rows of 3000 new tokens)."""
-    return doc(method="generate", rows=[{"tokens": [1, 2, 3]}] * 8, saves=[],
-               generate={"max_new_tokens": 3000, "ignore_eos": True})
+    """A request that keeps the tiny model's worker busy for seconds (LONG_ROWS x LONG_TOKENS)."""
+    return doc(method="generate", rows=[{"tokens": [1, 2, 3]}] * LONG_ROWS, saves=[],
+               generate={"max_new_tokens": LONG_TOKENS, "ignore_eos": True})
 
 
 def wait_stat(s, key, value, seconds=10):
@@ -436,7 +444,7 @@ def test_stream_left_or_timed_out_stops_the_generation(tmp_path):
     s = Server(str(tmp_path), [("example", EXAMPLE)], "--timeout", "3")
     try:
         r = nnt.Remote(s.url, token=TOKEN)
-        stream = r.generate_stream([[1, 2, 3]] * 8, 3000, ignore_eos=True)
+        stream = r.generate_stream([[1, 2, 3]] * LONG_ROWS, LONG_TOKENS, ignore_eos=True)
         for step, tokens in stream:
             if step == 2:
                 break
@@ -444,7 +452,7 @@ def test_stream_left_or_timed_out_stops_the_generation(tmp_path):
         wait_stat(s, "stopped", 1)
         t0 = time.monotonic()
         with pytest.raises(nnt.Error, match="time limit"):
-            list(r.generate_stream([[1, 2, 3]] * 8, 3000, ignore_eos=True))
+            list(r.generate_stream([[1, 2, 3]] * LONG_ROWS, LONG_TOKENS, ignore_eos=True))
         wait_stat(s, "stopped", 2)
         status, data, _ = s.request("POST", RUN, long_generation(), JSON)
         assert status == 504 and b"time limit" in data
