@@ -321,6 +321,49 @@ static void test_linear_half(void)
         }
 }
 
+/* Bfloat16 products round x to bfloat16 before the product on every path: few rows (the
+ * kernels), many rows on oneDNN (x packed to bfloat16) and on OpenBLAS (gemm = openblas, x
+ * rounded into the scratch). By hand: x = 1 + 3 * 2^-9 rounds to 1 + 2^-7 (bfloat16 steps of
+ * 2^-7 above 1); against a BF16 weight of ones over K = 100 columns the rounded sum is
+ * 100.78125, which rounds to 101 (steps of 0.5 there), where the unrounded 100.5859375 would
+ * give 100.5. */
+static void test_linear_bf16_rounds_x(void)
+{
+    const int64_t K = 100, N = 24, Ms[] = {3, 40, 300};
+    char path[512];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t_ini_with("kernels_gemm_openblas.ini", "backend.cpu", "gemm", "openblas", path,
+                                            sizeof path));
+    nnt_runtime *rt2 = NULL;
+    CU_ASSERT_EQUAL_FATAL(nnt_runtime_open(path, &rt2), NNT_OK);
+    nnt_plugin *p2 = t_cpu_backend(rt2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p2);
+    const nnt_backend_ops *backends[2] = {ops, p2->backend->ops};
+    void *ctxs[2] = {bctx, p2->be_ctx};
+    int64_t ws[2] = {N, K};
+    nnt_tensor w;
+    CU_ASSERT_FATAL(nnt_tensor_alloc(&w, NNT_BF16, 2, ws) == NNT_OK);
+    for (int64_t i = 0; i < N * K; i++) ((uint16_t *)w.data)[i] = nnt_f32_to_bf16(1.0f);
+    for (int b = 0; b < 2; b++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
+            int64_t M = Ms[mi];
+            nnt_tensor x = make(2, M, K, 0, 0, 0), y = make(2, M, N, 0, 0, 0);
+            for (int64_t i = 0; i < M * K; i++) ((float *)x.data)[i] = 1.0f + 3.0f / 512.0f;
+            y.flags = NNT_TENSOR_BF16_VALUES;
+            nnt_error err = {0};
+            CU_ASSERT_FATAL(backends[b]->linear(ctxs[b], &x, &w, &y, &err) == NNT_OK);
+            int64_t off = 0;
+            for (int64_t i = 0; i < M * N; i++) off += ((float *)y.data)[i] != 101.0f;
+            if (off) fprintf(stderr, "\n  %s, M = %lld: %lld of %lld not 101 (y[0] = %g)\n", b ? "openblas" : "default",
+                             (long long)M, (long long)off, (long long)(M * N), ((float *)y.data)[0]);
+            CU_ASSERT_EQUAL(off, 0);
+            CU_ASSERT_EQUAL(((float *)x.data)[0], 1.0f + 3.0f / 512.0f); /* the input is not overwritten */
+            nnt_tensor_free(&x);
+            nnt_tensor_free(&y);
+        }
+    nnt_tensor_free(&w);
+    nnt_runtime_close(rt2);
+}
+
 /* Attention with one key/value head shared by many query heads (DeepSeek-V4's layout) at few
  * queries (decoding: one sgemm per key/value head) and more (prefill: blocks of rows), one and
  * two rows: scores under a causal mask and the probability-weighted values, against loops in
@@ -512,6 +555,7 @@ int register_tests(void)
         !CU_add_test(s, "causal convolution carries its state across calls", test_conv_carry) ||
         !CU_add_test(s, "KDA forget gate values", test_kda_gate) ||
         !CU_add_test(s, "linear with F32, BF16 and F16 weights, few rows and panels", test_linear_half) ||
+        !CU_add_test(s, "bfloat16 products round x on every path (by hand)", test_linear_bf16_rounds_x) ||
         !CU_add_test(s, "blas_split = yes: linear_backward split by rows and by columns", test_blas_split) ||
         !CU_add_test(s, "attention with one key/value head for many query heads, few and many queries",
                      test_attention_shared_head) ||

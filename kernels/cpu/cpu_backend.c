@@ -143,6 +143,19 @@ nnt_status cpu_scratch(cpu_ctx *c, size_t floats, float **out, nnt_error *err)
     return NNT_OK;
 }
 
+nnt_status cpu_round_x(cpu_ctx *c, const float *x, int64_t n, const float **out, nnt_error *err)
+{
+    float *xr;
+    nnt_status st = cpu_scratch(c, (size_t)n, &xr, err);
+    if (st != NNT_OK) return st;
+    const cpu_kernels *k = c->k;
+    const int64_t chunk = 16384; /* a prefill's x: shared by the team */
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i += chunk) k->round_bf16(x + i, xr + i, n - i < chunk ? n - i : chunk);
+    *out = xr;
+    return NNT_OK;
+}
+
 static void cpu_destroy(void *ctx);
 
 static nnt_status cpu_create(const nnt_backend_options *opt, void **out, nnt_error *err)

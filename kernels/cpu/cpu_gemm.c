@@ -273,14 +273,24 @@ static nnt_status gemm_openblas(cpu_ctx *c, const float *x, int64_t M, const cpu
 
 nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y, nnt_error *err)
 {
+    nnt_status st;
+    const float *xr = x;
+    /* oneDNN's bfloat16 product packs x to bfloat16 with the same rounding (k_pack_bf16), so x
+     * is rounded first only for the paths that read it as float32 */
+    int packs = 0;
+#ifdef NNT_HAVE_DNNL
+    packs = bf16 && c->dnnl_engine && c->dnnl_bf16;
+#endif
+    if (bf16 && !packs && (st = cpu_round_x(c, x, M * w->cols, &xr, err)) != NNT_OK) return st;
 #ifdef NNT_HAVE_DNNL
     if (c->dnnl_engine) {
         int done = 0;
-        nnt_status st = gemm_dnnl(c, x, M, w, bf16, y, &done, err);
+        st = gemm_dnnl(c, xr, M, w, bf16, y, &done, err);
         if (st != NNT_OK || done) return st;
     }
 #endif
-    return gemm_openblas(c, x, M, w, bf16, y, err);
+    if (bf16 && xr == x && (st = cpu_round_x(c, x, M * w->cols, &xr, err)) != NNT_OK) return st;
+    return gemm_openblas(c, xr, M, w, bf16, y, err);
 }
 
 nnt_status cpu_bmm(cpu_ctx *c, int bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const float *x,

@@ -86,11 +86,15 @@ nnt_status cpu_check(const char *op, const char *arg, const nnt_tensor *t, nnt_d
 nnt_status cpu_scratch(cpu_ctx *c, size_t floats, float **out, nnt_error *err);
 /* Makes thread t's weight panel at least `floats` long. */
 nnt_status cpu_panel(cpu_ctx *c, int t, size_t floats, float **out, nnt_error *err);
+/* x [n] rounded to bfloat16 numbers (nearest even) into the context's scratch, *out pointing
+ * there until the next cpu_scratch call. */
+nnt_status cpu_round_x(cpu_ctx *c, const float *x, int64_t n, const float **out, nnt_error *err);
 /* Makes buffer `slot` (CPU_BUF_*) at least `bytes` long (its content is not kept). */
 nnt_status cpu_buffer(cpu_ctx *c, int slot, size_t bytes, void **out, nnt_error *err);
 
 /* cpu_gemm.c: y[M, N] = x[M, K] . w[N, K]^T for many rows of x (see the file); bf16: bfloat16
- * products (x rounded by the caller, weight values rounded here unless exact). */
+ * products (x and the weight values rounded here: x as oneDNN's bfloat16 operand is packed, or
+ * into the scratch for the other paths; weight values unless exact). */
 nnt_status cpu_gemm(cpu_ctx *c, const float *x, int64_t M, const cpu_weight *w, int bf16, float *y, nnt_error *err);
 /* y[b] = x[b] . w[b]^T (wt) or x[b] . w[b] for `batch` products of x [M, K], w [N, K] or [K, N]
  * and y [M, N] (attention's per-head products) on oneDNN, in bfloat16 when bf16 (the operands

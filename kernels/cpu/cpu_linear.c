@@ -38,16 +38,10 @@ nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_t
     }
     const float *xd = x->data;
     int bf16 = (w->flags & NNT_TENSOR_BF16_PRODUCTS) || cpu_bf16(y);
-    if (bf16) {
-        float *xr;
-        if ((st = cpu_scratch(c, (size_t)(M * K), &xr, err)) != NNT_OK) return st;
-        const cpu_kernels *k = c->k;
-        const int64_t n = M * K, chunk = 16384; /* a prefill's x: shared by the team */
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i += chunk) k->round_bf16(xd + i, xr + i, n - i < chunk ? n - i : chunk);
-        xd = xr;
-    }
-    if (M <= CPU_FEW_ROWS || (M <= c->k->gemv_rows && wv.dtype != NNT_F32)) {
+    int few = M <= CPU_FEW_ROWS || (M <= c->k->gemv_rows && wv.dtype != NNT_F32);
+    /* the few-row kernels read x as bfloat16 numbers; cpu_gemm rounds it itself */
+    if (bf16 && few && (st = cpu_round_x(c, xd, M * K, &xd, err)) != NNT_OK) return st;
+    if (few) {
         /* each thread streams its own block of weight rows (a multiple of 4: the kernels' tile);
          * bfloat16 products on a weight whose values are not bfloat16 numbers round each value
          * first, as torch's bfloat16 copy of the weight holds it. Past CPU_FEW_ROWS rows of x (up
