@@ -895,10 +895,11 @@ INLINE int fp8_tile_scales(fp8_grid *g, const cpu_weight *w, int64_t n, const in
 }
 
 /* one block's columns c0 .. c1 of rows row[0 .. R] into acc[m][r][0 .. 1] (two chains per row and
- * row of x); RND: each weight times sv[r] and rounded to bfloat16 (EXACT: ties to even) */
+ * row of x; one, [0], with ONE or RND); RND: each weight times sv[r] and rounded to bfloat16
+ * (EXACT: ties to even) */
 INLINE void block_fp8lanes(const float *xp, const uint8_t *const *row, int64_t K, int64_t c0, int64_t c1,
                            const lut_v *sv, lut_v (*acc)[4][2], const int M, const int R, const int RND,
-                           const int EXACT)
+                           const int EXACT, const int ONE)
 {
     for (int64_t c = c0; c < c1; c += 2 * VL) {
         if (!(c & 63))
@@ -912,7 +913,7 @@ INLINE void block_fp8lanes(const float *xp, const uint8_t *const *row, int64_t K
             }
             for (int m = 0; m < M; m++) { /* RND: one chain (the rounding, not the latency, bounds it) */
                 acc[m][r][0] = LUT_FMA(lo, LUT_LOADX(xp + m * K + c), acc[m][r][0]);
-                acc[m][r][RND ? 0 : 1] = LUT_FMA(hi, LUT_LOADX(xp + m * K + c + VL), acc[m][r][RND ? 0 : 1]);
+                acc[m][r][RND || ONE ? 0 : 1] = LUT_FMA(hi, LUT_LOADX(xp + m * K + c + VL), acc[m][r][RND || ONE ? 0 : 1]);
             }
         }
     }
@@ -944,16 +945,20 @@ INLINE int tile_fp8lanes(fp8_grid *g, const float *xp, const cpu_weight *w, int6
         }
         if (RND) { /* the weights carry their scales: straight into the row sums */
             if (tie)
-                block_fp8lanes(xp, row, K, c0, c1, sv, acc, M, R, 1, 1);
+                block_fp8lanes(xp, row, K, c0, c1, sv, acc, M, R, 1, 1, 1);
             else
-                block_fp8lanes(xp, row, K, c0, c1, sv, acc, M, R, 1, 0);
+                block_fp8lanes(xp, row, K, c0, c1, sv, acc, M, R, 1, 0, 1);
             continue;
         }
+        /* with 3 or more rows of x their sums are independent chains enough: one per row pair
+         * keeps the block sums in registers for tiles of several weight rows (see rows_fp8lanes) */
+        const int ONE = M >= 3;
         for (int m = 0; m < M; m++)
             for (int r = 0; r < R; r++) b[m][r][0] = b[m][r][1] = LUT_ZERO();
-        block_fp8lanes(xp, row, K, c0, c1, sv, b, M, R, 0, 0);
+        block_fp8lanes(xp, row, K, c0, c1, sv, b, M, R, 0, 0, ONE);
         for (int m = 0; m < M; m++)
-            for (int r = 0; r < R; r++) acc[m][r][0] = LUT_FMA(LUT_ADD(b[m][r][0], b[m][r][1]), sv[r], acc[m][r][0]);
+            for (int r = 0; r < R; r++)
+                acc[m][r][0] = LUT_FMA(ONE ? b[m][r][0] : LUT_ADD(b[m][r][0], b[m][r][1]), sv[r], acc[m][r][0]);
     }
     for (int m = 0; m < M; m++)
         for (int r = 0; r < R; r++) y[m * ldy + n + r] = lut_hsum(acc[m][r][0]) + lut_hsum(acc[m][r][1]);
@@ -1476,7 +1481,27 @@ INLINE void rows_fp8lanes(const float *x, const float *xp, int64_t M, const cpu_
     fp8_grid g = {.ok = -1};
     int64_t n = n0;
 #define FP8ANY_TILE(MM, RR) tile_fp8any(&g, x, xp, w, n, y, ldy, MM, RR, RND)
-    FEW_ROWS_SWITCH(FP8ANY_TILE);
+    if (RND || M <= 2) {
+        FEW_ROWS_SWITCH(FP8ANY_TILE);
+    } else {
+        /* float32 products on 3 to 8 rows of x: tiles of several weight rows, so that a column
+         * step's x (M rows) is read once for all of them; one weight row per tile read the whole
+         * of x again for each weight row, from the L2 cache past 2 rows of a 3072-wide x */
+        switch (M) {
+        case 3:
+            for (; n + 4 <= n1; n += 4) FP8ANY_TILE(3, 4);
+            for (; n < n1; n++) FP8ANY_TILE(3, 1);
+            break;
+        case 4:
+            for (; n + 4 <= n1; n += 4) FP8ANY_TILE(4, 4);
+            for (; n < n1; n++) FP8ANY_TILE(4, 1);
+            break;
+        case 5: for (; n + 2 <= n1; n += 2) FP8ANY_TILE(5, 2); for (; n < n1; n++) FP8ANY_TILE(5, 1); break;
+        case 6: for (; n + 2 <= n1; n += 2) FP8ANY_TILE(6, 2); for (; n < n1; n++) FP8ANY_TILE(6, 1); break;
+        case 7: for (; n + 2 <= n1; n += 2) FP8ANY_TILE(7, 2); for (; n < n1; n++) FP8ANY_TILE(7, 1); break;
+        default: for (; n + 2 <= n1; n += 2) FP8ANY_TILE(8, 2); for (; n < n1; n++) FP8ANY_TILE(8, 1); break;
+        }
+    }
 #undef FP8ANY_TILE
 }
 
