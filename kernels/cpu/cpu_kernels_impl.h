@@ -92,6 +92,46 @@ typedef int32_t vsi __attribute__((vector_size(VL * 4)));
     default: for (; n < n1; n++) TILE(8, 1); break;                                                                   \
     }
 
+/* The same for kernels whose tiles can take several weight rows against 3 to 8 rows of x: 4
+ * weight rows against 3 or 4 rows of x, 2 against 5 to 8, so that a column step's x is read once
+ * for all of them (one weight row per tile reads the whole of x again for each weight row, from
+ * the L2 cache past 2 rows of a 3072-wide x). */
+#define FEW_ROWS_SWITCH_WIDE(TILE)                                                                                    \
+    switch (M) {                                                                                                      \
+    case 1:                                                                                                           \
+        for (; n + 4 <= n1; n += 4) TILE(1, 4);                                                                       \
+        for (; n < n1; n++) TILE(1, 1);                                                                               \
+        break;                                                                                                        \
+    case 2:                                                                                                           \
+        for (; n + 2 <= n1; n += 2) TILE(2, 2);                                                                       \
+        for (; n < n1; n++) TILE(2, 1);                                                                               \
+        break;                                                                                                        \
+    case 3:                                                                                                           \
+        for (; n + 4 <= n1; n += 4) TILE(3, 4);                                                                       \
+        for (; n < n1; n++) TILE(3, 1);                                                                               \
+        break;                                                                                                        \
+    case 4:                                                                                                           \
+        for (; n + 4 <= n1; n += 4) TILE(4, 4);                                                                       \
+        for (; n < n1; n++) TILE(4, 1);                                                                               \
+        break;                                                                                                        \
+    case 5:                                                                                                           \
+        for (; n + 2 <= n1; n += 2) TILE(5, 2);                                                                       \
+        for (; n < n1; n++) TILE(5, 1);                                                                               \
+        break;                                                                                                        \
+    case 6:                                                                                                           \
+        for (; n + 2 <= n1; n += 2) TILE(6, 2);                                                                       \
+        for (; n < n1; n++) TILE(6, 1);                                                                               \
+        break;                                                                                                        \
+    case 7:                                                                                                           \
+        for (; n + 2 <= n1; n += 2) TILE(7, 2);                                                                       \
+        for (; n < n1; n++) TILE(7, 1);                                                                               \
+        break;                                                                                                        \
+    default:                                                                                                          \
+        for (; n + 2 <= n1; n += 2) TILE(8, 2);                                                                       \
+        for (; n < n1; n++) TILE(8, 1);                                                                               \
+        break;                                                                                                        \
+    }
+
 INLINE vf loadf(const float *p)
 {
     vf v;
@@ -533,7 +573,7 @@ static float *pack_rows(const float *x, int64_t M, const cpu_weight *w)
             }                                                                                                       \
             return;                                                                                                 \
         }                                                                                                           \
-        FEW_ROWS_SWITCH(TILE_##T);                                                                                  \
+        FEW_ROWS_SWITCH_WIDE(TILE_##T);                                                                             \
     }                                                                                                               \
                                                                                                                     \
     /* rnd: each decoded, scaled weight rounded to bfloat16 first (bfloat16 products) */                            \
@@ -752,7 +792,7 @@ static void gemv_fp4lut(const float *x, int64_t M, const cpu_weight *w, int64_t 
             }
     int64_t n = n0;
 #define FP4LUT_TILE(MM, RR) tile_fp4lut(xs, w, n, y, ldy, MM, RR)
-    FEW_ROWS_SWITCH(FP4LUT_TILE);
+    FEW_ROWS_SWITCH_WIDE(FP4LUT_TILE);
 #undef FP4LUT_TILE
 }
 
@@ -1043,7 +1083,7 @@ TARGET_BF16 static void rows_fp8dp(const float *x, const uint16_t *xb, int64_t M
 {
     fp8_grid g = {.ok = -1};
     int64_t n = n0;
-    FEW_ROWS_SWITCH(FP8DP_TILE);
+    FEW_ROWS_SWITCH_WIDE(FP8DP_TILE);
 }
 #undef FP8DP_TILE
 
@@ -1182,7 +1222,7 @@ TARGET_BF16 static int gemv_fp4dp(const float *x, int64_t M, const cpu_weight *w
         }
     int64_t n = n0;
 #define FP4DP_TILE(MM, RR) tile_fp4dp(xb, w, n, y, ldy, MM, RR)
-    FEW_ROWS_SWITCH(FP4DP_TILE);
+    FEW_ROWS_SWITCH_WIDE(FP4DP_TILE);
 #undef FP4DP_TILE
     free(xb);
     return 1;
@@ -1335,7 +1375,7 @@ TARGET_VBMI static void rows_fp8tab(fp8_tables *g, const float *x, const uint16_
                                     const cpu_weight *w, int64_t n0, int64_t n1, float *y, int64_t ldy, const int RND)
 {
     int64_t n = n0;
-    FEW_ROWS_SWITCH(FP8TAB_TILE);
+    FEW_ROWS_SWITCH_WIDE(FP8TAB_TILE);
 }
 #undef FP8TAB_TILE
 
@@ -1481,26 +1521,12 @@ INLINE void rows_fp8lanes(const float *x, const float *xp, int64_t M, const cpu_
     fp8_grid g = {.ok = -1};
     int64_t n = n0;
 #define FP8ANY_TILE(MM, RR) tile_fp8any(&g, x, xp, w, n, y, ldy, MM, RR, RND)
-    if (RND || M <= 2) {
+    if (RND) {
         FEW_ROWS_SWITCH(FP8ANY_TILE);
     } else {
-        /* float32 products on 3 to 8 rows of x: tiles of several weight rows, so that a column
-         * step's x (M rows) is read once for all of them; one weight row per tile read the whole
-         * of x again for each weight row, from the L2 cache past 2 rows of a 3072-wide x */
-        switch (M) {
-        case 3:
-            for (; n + 4 <= n1; n += 4) FP8ANY_TILE(3, 4);
-            for (; n < n1; n++) FP8ANY_TILE(3, 1);
-            break;
-        case 4:
-            for (; n + 4 <= n1; n += 4) FP8ANY_TILE(4, 4);
-            for (; n < n1; n++) FP8ANY_TILE(4, 1);
-            break;
-        case 5: for (; n + 2 <= n1; n += 2) FP8ANY_TILE(5, 2); for (; n < n1; n++) FP8ANY_TILE(5, 1); break;
-        case 6: for (; n + 2 <= n1; n += 2) FP8ANY_TILE(6, 2); for (; n < n1; n++) FP8ANY_TILE(6, 1); break;
-        case 7: for (; n + 2 <= n1; n += 2) FP8ANY_TILE(7, 2); for (; n < n1; n++) FP8ANY_TILE(7, 1); break;
-        default: for (; n + 2 <= n1; n += 2) FP8ANY_TILE(8, 2); for (; n < n1; n++) FP8ANY_TILE(8, 1); break;
-        }
+        /* float32 products: tiles of several weight rows (the float32 block sums in one chain
+         * per row pair from 3 rows of x, tile_fp8lanes) */
+        FEW_ROWS_SWITCH_WIDE(FP8ANY_TILE);
     }
 #undef FP8ANY_TILE
 }
