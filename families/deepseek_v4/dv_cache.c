@@ -100,6 +100,10 @@ nnt_status dv_comp_rows(const fam_env *env, nnt_run *run, dv_comp_cache *c, int 
     for (int i = 0; i < 2; i++) {
         nnt_tensor call = fam_view(src[i], NNT_SHAPE(B, T * W));
         nnt_status st = be->copy_cols(bc, &call, 0, store[i], P * W, T * W, err);
+        if (st == NNT_OK && B == 1) { /* one row: the store's first P + T rows are the call's rows */
+            *all[i] = fam_view(store[i], NNT_SHAPE(1, P + T, W));
+            continue;
+        }
         if (st == NNT_OK) st = fam_alloc(env, run, NNT_F32, all[i], err, NNT_SHAPE(B, P + T, W));
         nnt_tensor flat = fam_view(all[i], NNT_SHAPE(B, (P + T) * W));
         if (st == NNT_OK) st = be->copy_cols(bc, store[i], 0, &flat, 0, (P + T) * W, err);

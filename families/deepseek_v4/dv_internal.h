@@ -110,9 +110,10 @@ void dv_cache_free(void *model, void *cache);
 uint64_t dv_cache_bytes(const dv_model *m, int64_t batch, int64_t capacity, int64_t comp_width, int64_t index_width);
 
 /* Appends a call's raw compressor rows (kv, gate: [batch * seq, coff * dim]) at positions
- * past..past+seq-1 of the cache and returns in kv_all / gate_all (arena, [batch, past + seq,
- * coff * dim]) every position's rows so far. Without a cache (c NULL) the call's rows are
- * returned as they are. */
+ * past..past+seq-1 of the cache and returns in kv_all / gate_all ([batch, past + seq, coff *
+ * dim]) every position's rows so far: a copy in the arena, or for one row a view of the cache
+ * itself (read only: the caller must not write them). Without a cache (c NULL) the call's rows
+ * are returned as they are. */
 nnt_status dv_comp_rows(const fam_env *env, nnt_run *run, dv_comp_cache *c, int capacity, const nnt_tensor *kv,
                         const nnt_tensor *gate, int64_t batch, int64_t past, int64_t seq, int64_t width,
                         nnt_tensor *kv_all, nnt_tensor *gate_all, nnt_error *err);
