@@ -71,66 +71,37 @@ typedef int32_t vsi __attribute__((vector_size(VL * 4)));
 #endif
 #define PREFETCH(p) __builtin_prefetch((p), 0, PF_HINT)
 
-/* Rows n .. n1 of a few-row product in tiles of constant shape, TILE(M, R) computing rows
- * n .. n + R against M rows of x: 4 weight rows at a time against one row of x, 2 against 2,
- * else one weight row against the M rows (up to CPU_FEW_ROWS = 8). Expects n, n1 and M. */
-#define FEW_ROWS_SWITCH(TILE)                                                                                         \
+/* Rows n .. n1 of a few-row product against MM rows of x in tiles of RR weight rows, then single
+ * rows for the rest: TILE(M, R) computes rows n .. n + R against M rows of x. */
+#define FEW_ROWS_TILES(TILE, MM, RR)                                                                                  \
+    do {                                                                                                              \
+        for (; n + (RR) <= n1; n += (RR)) TILE(MM, RR);                                                               \
+        for (; n < n1; n++) TILE(MM, 1);                                                                              \
+    } while (0)
+
+/* Rows n .. n1 of a few-row product in tiles of constant shape: R3 weight rows at a time against
+ * 3 or 4 rows of x and R5 against 5 to 8 (up to CPU_FEW_ROWS = 8), 4 against one row of x and 2
+ * against 2. Expects n, n1 and M. */
+#define FEW_ROWS_SWITCH_R(TILE, R3, R5)                                                                               \
     switch (M) {                                                                                                      \
-    case 1:                                                                                                           \
-        for (; n + 4 <= n1; n += 4) TILE(1, 4);                                                                       \
-        for (; n < n1; n++) TILE(1, 1);                                                                               \
-        break;                                                                                                        \
-    case 2:                                                                                                           \
-        for (; n + 2 <= n1; n += 2) TILE(2, 2);                                                                       \
-        for (; n < n1; n++) TILE(2, 1);                                                                               \
-        break;                                                                                                        \
-    case 3: for (; n < n1; n++) TILE(3, 1); break;                                                                    \
-    case 4: for (; n < n1; n++) TILE(4, 1); break;                                                                    \
-    case 5: for (; n < n1; n++) TILE(5, 1); break;                                                                    \
-    case 6: for (; n < n1; n++) TILE(6, 1); break;                                                                    \
-    case 7: for (; n < n1; n++) TILE(7, 1); break;                                                                    \
-    default: for (; n < n1; n++) TILE(8, 1); break;                                                                   \
+    case 1: FEW_ROWS_TILES(TILE, 1, 4); break;                                                                        \
+    case 2: FEW_ROWS_TILES(TILE, 2, 2); break;                                                                        \
+    case 3: FEW_ROWS_TILES(TILE, 3, R3); break;                                                                       \
+    case 4: FEW_ROWS_TILES(TILE, 4, R3); break;                                                                       \
+    case 5: FEW_ROWS_TILES(TILE, 5, R5); break;                                                                       \
+    case 6: FEW_ROWS_TILES(TILE, 6, R5); break;                                                                       \
+    case 7: FEW_ROWS_TILES(TILE, 7, R5); break;                                                                       \
+    default: FEW_ROWS_TILES(TILE, 8, R5); break;                                                                      \
     }
 
-/* The same for kernels whose tiles can take several weight rows against 3 to 8 rows of x: 4
- * weight rows against 3 or 4 rows of x, 2 against 5 to 8, so that a column step's x is read once
- * for all of them (one weight row per tile reads the whole of x again for each weight row, from
- * the L2 cache past 2 rows of a 3072-wide x). */
-#define FEW_ROWS_SWITCH_WIDE(TILE)                                                                                    \
-    switch (M) {                                                                                                      \
-    case 1:                                                                                                           \
-        for (; n + 4 <= n1; n += 4) TILE(1, 4);                                                                       \
-        for (; n < n1; n++) TILE(1, 1);                                                                               \
-        break;                                                                                                        \
-    case 2:                                                                                                           \
-        for (; n + 2 <= n1; n += 2) TILE(2, 2);                                                                       \
-        for (; n < n1; n++) TILE(2, 1);                                                                               \
-        break;                                                                                                        \
-    case 3:                                                                                                           \
-        for (; n + 4 <= n1; n += 4) TILE(3, 4);                                                                       \
-        for (; n < n1; n++) TILE(3, 1);                                                                               \
-        break;                                                                                                        \
-    case 4:                                                                                                           \
-        for (; n + 4 <= n1; n += 4) TILE(4, 4);                                                                       \
-        for (; n < n1; n++) TILE(4, 1);                                                                               \
-        break;                                                                                                        \
-    case 5:                                                                                                           \
-        for (; n + 2 <= n1; n += 2) TILE(5, 2);                                                                       \
-        for (; n < n1; n++) TILE(5, 1);                                                                               \
-        break;                                                                                                        \
-    case 6:                                                                                                           \
-        for (; n + 2 <= n1; n += 2) TILE(6, 2);                                                                       \
-        for (; n < n1; n++) TILE(6, 1);                                                                               \
-        break;                                                                                                        \
-    case 7:                                                                                                           \
-        for (; n + 2 <= n1; n += 2) TILE(7, 2);                                                                       \
-        for (; n < n1; n++) TILE(7, 1);                                                                               \
-        break;                                                                                                        \
-    default:                                                                                                          \
-        for (; n + 2 <= n1; n += 2) TILE(8, 2);                                                                       \
-        for (; n < n1; n++) TILE(8, 1);                                                                               \
-        break;                                                                                                        \
-    }
+/* One weight row against 3 to 8 rows of x. */
+#define FEW_ROWS_SWITCH(TILE) FEW_ROWS_SWITCH_R(TILE, 1, 1)
+
+/* For kernels whose tiles can take several weight rows against 3 to 8 rows of x: 4 weight rows
+ * against 3 or 4 rows of x, 2 against 5 to 8, so that a column step's x is read once for all of
+ * them (one weight row per tile reads the whole of x again for each weight row, from the L2
+ * cache past 2 rows of a 3072-wide x). */
+#define FEW_ROWS_SWITCH_WIDE(TILE) FEW_ROWS_SWITCH_R(TILE, 4, 2)
 
 INLINE vf loadf(const float *p)
 {
