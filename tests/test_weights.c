@@ -202,6 +202,10 @@ static void test_linear_encodings(void)
          NNT_F4_E2M1, NNT_F8_E8M0, 13, 192, 1, 32},
         {"FP4/E8M0 9x256, groups of 64 (the dot-product kernel takes each scale for two 32-column halves)",
          NNT_F4_E2M1, NNT_F8_E8M0, 9, 256, 1, 64},
+        /* whole steps of 128 columns: AVX-512's nibble-plane kernel, groups of 32, 64 and 128 */
+        {"FP4/E8M0 37x384, groups of 32 (nibble planes)", NNT_F4_E2M1, NNT_F8_E8M0, 37, 384, 1, 32},
+        {"FP4/E8M0 11x256, groups of 128 (nibble planes)", NNT_F4_E2M1, NNT_F8_E8M0, 11, 256, 1, 128},
+        {"FP4/E8M0 6x512, groups of 256 (nibble planes)", NNT_F4_E2M1, NNT_F8_E8M0, 6, 512, 1, 256},
         {"FP4/E8M0 21x70, groups of 14 (a partial vector per group)", NNT_F4_E2M1, NNT_F8_E8M0, 21, 70, 1, 14},
         {"FP4/F32 19x40, groups of 8", NNT_F4_E2M1, NNT_F32, 19, 40, 1, 8},
     };
@@ -209,6 +213,56 @@ static void test_linear_encodings(void)
         test_weight w = weight_make(cases[i].dt, cases[i].sdt, cases[i].R, cases[i].C, cases[i].br, cases[i].bc);
         check_weight(cases[i].what, &w.t, 0);
         check_weight(cases[i].what, &w.t, 1);
+        weight_free(&w);
+    }
+}
+
+/* E8M0 scale bytes 0 (2^-127) and 255 (NaN) in FP4 weights: x is 2^100 at one column of block 2
+ * and 0 elsewhere, so y[n] is the decoded weight times 2^100 exactly, 2^-27 times its e2m1 value
+ * in row 1 (scale byte 0 there) and NaN in row 5 (byte 255 in block 6: NaN times 0 is NaN); the
+ * kernels that build scales from the byte's bits must put both in. Every instruction-set path,
+ * 1, 3 and 8 rows of x, widths of 256 and 384 (AVX-512's nibble planes) and 96. */
+static void test_linear_fp4_scale_edges(void)
+{
+    static const int64_t widths[] = {256, 384, 96}, Ms[] = {1, 3, 8};
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+        const int64_t N = 9, K = widths[wi], nb = K / 32;
+        test_weight w = weight_make(NNT_F4_E2M1, NNT_F8_E8M0, N, K, 1, 32);
+        ((uint8_t *)w.grid)[1 * nb + 2] = 0;
+        memset((uint8_t *)w.codes + (K + 64) / 2, 0xb5, 16); /* row 1, block 2: 3.0 and -1.5, never 0 */
+        ((uint8_t *)w.grid)[5 * nb + 2] = 127;
+        ((uint8_t *)w.grid)[5 * nb + 1] = 255;
+        float *wd = malloc((size_t)(N * K) * sizeof *wd);
+        nnt_error err = {0};
+        CU_ASSERT_FATAL(wd && nnt_weight_decode(&w.t, 0, N, wd, &err) == NNT_OK);
+        for (size_t ii = 0; ii < sizeof ISAS / sizeof *ISAS; ii++) {
+            void *ctx = context(ISAS[ii], 2);
+            if (!ctx) continue;
+            for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
+                int64_t M = Ms[mi], xs[2] = {M, K}, ys[2] = {M, N}, bad = 0;
+                nnt_tensor x, y;
+                CU_ASSERT_FATAL(nnt_tensor_alloc(&x, NNT_F32, 2, xs) == NNT_OK && nnt_tensor_alloc(&y, NNT_F32, 2, ys) == NNT_OK);
+                memset(x.data, 0, (size_t)(M * K) * sizeof(float));
+                for (int64_t m = 0; m < M; m++) ((float *)x.data)[m * K + 64 + 3 * m] = 0x1p100f;
+                CU_ASSERT_EQUAL(cpu->ops->linear(ctx, &x, &w.t, &y, &err), NNT_OK);
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t n = 0; n < N; n++) {
+                        float got = ((float *)y.data)[m * N + n], want = wd[n * K + 64 + 3 * m] * 0x1p100f;
+                        int ok = n == 5 ? isnan(got) : got == want;
+                        if (n == 1) ok = ok && got == nnt_fp4_e2m1_to_f32(((uint8_t *)w.codes)[(K + 64 + 3 * m) / 2] >>
+                                                                         ((64 + 3 * m) % 2 * 4) & 15) * 0x1p-27f;
+                        if (!ok && bad++ == 0)
+                            fprintf(stderr, "\n  FP4 %lldx%lld on %s, %lld rows: y[%lld, %lld] = %.9g, expected %.9g\n",
+                                    (long long)N, (long long)K, ISAS[ii], (long long)M, (long long)m, (long long)n, got,
+                                    n == 5 ? NAN : want);
+                    }
+                CU_ASSERT_EQUAL(bad, 0);
+                nnt_tensor_free(&x);
+                nnt_tensor_free(&y);
+            }
+            cpu->destroy(ctx);
+        }
+        free(wd);
         weight_free(&w);
     }
 }
@@ -427,6 +481,7 @@ int register_tests(void)
     if (!CU_add_test(s, "linear on every encoding, instruction set and row count", test_linear_encodings) ||
         !CU_add_test(s, "linear on row views that start inside a block", test_linear_views) ||
         !CU_add_test(s, "bfloat16 products round FP8 weights to even on ties", test_linear_bf16_ties) ||
+        !CU_add_test(s, "FP4 scale bytes 0 and 255 on every path", test_linear_fp4_scale_edges) ||
         !CU_add_test(s, "bfloat16 panels hold every FP8 code in its column", test_linear_bf16_panels) ||
         !CU_add_test(s, "embedding rows of every encoding", test_embedding_encodings) ||
         !CU_add_test(s, "the isa option", test_isa_option) ||

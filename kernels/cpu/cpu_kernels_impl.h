@@ -767,6 +767,161 @@ static void gemv_fp4lut(const float *x, int64_t M, const cpu_weight *w, int64_t 
 #undef FP4LUT_TILE
 }
 
+#if defined(X86_512)
+/* ---- FP4 e2m1 with E8M0 scales, few rows, AVX-512: the codes as eight nibble planes ----
+ * A 64-byte load holds 128 columns' codes as 16 dwords, dword j the 8 columns 8j .. 8j + 7 with
+ * column 8j + k in bits 4k .. 4k + 3 (low nibble first). A permute reads only the low 4 bits of
+ * each index lane, so shifting the load right by 4k and permuting the table of the 16 e2m1 values
+ * gives plane k: lane j holds the weight of column 8j + k. That is one shift and one permute per
+ * 16 weights, with no widening of bytes to lanes (tile_fp4lut's). x is rearranged once per call
+ * into the same order (xs: group g, plane k, lane j is column 128 g + 8 j + k).
+ * Lane j's 8 columns lie in one 32-column scale group, so each lane has its own scale: a vector
+ * of 2^(b - 127) built per 128 columns from the scale bytes (bits b << 23; bytes 0 and 255, 2^-127
+ * and NaN, are put in only for tiles whose rows hold one). One or two rows of x: each plane's
+ * products are summed unscaled over the 8 planes, then times the scale (a power of two, so exact
+ * but at the edge of the range); from three rows on, the permuted weights are scaled first and
+ * shared by the rows (one sum per row pair, keeping the sums in registers). Either way only the order of the additions differs from the generic
+ * kernel. */
+#define FP4_PLANES 1
+
+/* 1 when the planes kernel serves w: E8M0 scales whose groups are 32 or 64 columns or whole
+ * 128-column steps, and whole 128-column steps in a row */
+INLINE int fp4planes_serves(const cpu_weight *w)
+{
+    int64_t bc = w->block_cols;
+    return w->dtype == NNT_F4_E2M1 && w->scale && w->scale_dtype == NNT_F8_E8M0 && w->cols % 128 == 0 &&
+           (bc == 32 || bc == 64 || bc % 128 == 0);
+}
+
+/* x's rows in plane order (above) */
+INLINE void fp4planes_perm(const float *x, int64_t M, int64_t K, float *xs)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t g = 0; g < K; g += 128)
+            for (int k = 0; k < 8; k++)
+                for (int j = 0; j < 16; j++) xs[m * K + g + 16 * k + j] = x[m * K + g + 8 * j + k];
+}
+
+/* 1 when scale row sb (nb bytes) holds a 0 or a 255 */
+INLINE int e8m0_special(const uint8_t *sb, int64_t nb)
+{
+    for (int64_t b = 0; b < nb; b += 64) {
+        __mmask64 in = nb - b >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (nb - b)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi8(in, sb + b);
+        __mmask64 s = _mm512_mask_cmpeq_epi8_mask(in, v, _mm512_setzero_si512()) |
+                      _mm512_mask_cmpeq_epi8_mask(in, v, _mm512_set1_epi8((char)0xff));
+        if (s) return 1;
+    }
+    return 0;
+}
+
+/* The 16 lanes' scales of the 128 columns from c: each lane's byte picked by `pick` (a byte
+ * shuffle within 128-bit lanes) from the 1, 2 or 4 bytes of the groups there, then put in the
+ * float32 exponent. SPEC: a tile with bytes 0 or 255, put in as 2^-127 and NaN. */
+INLINE __m512 fp4planes_scale(const uint8_t *sb, int64_t c, int64_t bc, __m512i pick, const int SPEC)
+{
+    uint32_t u = 0;
+    if (bc == 32)
+        memcpy(&u, sb + c / 32, 4);
+    else if (bc == 64)
+        memcpy(&u, sb + c / 64, 2);
+    else
+        u = sb[c / bc];
+    __m512i b = _mm512_shuffle_epi8(_mm512_set1_epi32((int)u), pick);
+    __m512i bits = _mm512_slli_epi32(b, 23);
+    if (SPEC) {
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
+                                     _mm512_set1_epi32(0x00400000));
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(255)),
+                                     _mm512_set1_epi32(0x7fc00000));
+    }
+    return _mm512_castsi512_ps(bits);
+}
+
+/* rows n .. n + R against the M rows of xs (in plane order) */
+INLINE void tile_fp4planes(const float *xs, const cpu_weight *w, int64_t n, float *y, int64_t ldy, __m512i pick,
+                           const int M, const int R, const int SPEC)
+{
+    const int64_t K = w->cols, bc = w->block_cols, nb = (K + bc - 1) / bc;
+    const int PRE = M >= 3; /* scale the weights first, shared by the rows of x */
+    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f,
+                                        -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const uint8_t *row[4], *sb[4];
+    __m512 acc[CPU_FEW_ROWS][4][2];
+    for (int r = 0; r < R; r++) {
+        row[r] = row_at(w, n + r);
+        sb[r] = scale_row(w, n + r);
+        prefetch_scales(w, n + r + PF_ROWS, nb);
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) acc[m][r][0] = acc[m][r][1] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < K; c += 128) {
+        __m512i q[4];
+        __m512 s[4];
+        for (int r = 0; r < R; r++) {
+            PREFETCH(row[r] + (PF_ROWS * K + c) / 2);
+            q[r] = _mm512_loadu_si512(row[r] + c / 2);
+            s[r] = fp4planes_scale(sb[r], c, bc, pick, SPEC);
+        }
+        if (PRE) {
+            for (int k = 0; k < 8; k++)
+                for (int r = 0; r < R; r++) {
+                    __m512 wk = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q[r], 4 * k), table), s[r]);
+                    for (int m = 0; m < M; m++)
+                        acc[m][r][0] = _mm512_fmadd_ps(wk, _mm512_loadu_ps(xs + m * K + c + 16 * k), acc[m][r][0]);
+                }
+        } else {
+            __m512 t[CPU_FEW_ROWS][4][2];
+            for (int k = 0; k < 8; k++)
+                for (int r = 0; r < R; r++) {
+                    __m512 wk = _mm512_permutexvar_ps(_mm512_srli_epi32(q[r], 4 * k), table);
+                    for (int m = 0; m < M; m++) {
+                        __m512 xk = _mm512_loadu_ps(xs + m * K + c + 16 * k);
+                        t[m][r][k & 1] = k < 2 ? _mm512_mul_ps(wk, xk) : _mm512_fmadd_ps(wk, xk, t[m][r][k & 1]);
+                    }
+                }
+            for (int m = 0; m < M; m++)
+                for (int r = 0; r < R; r++) {
+                    acc[m][r][0] = _mm512_fmadd_ps(t[m][r][0], s[r], acc[m][r][0]);
+                    acc[m][r][1] = _mm512_fmadd_ps(t[m][r][1], s[r], acc[m][r][1]);
+                }
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) y[m * ldy + n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][r][0], acc[m][r][1]));
+}
+
+/* 1 when a 0 or 255 scale byte is in rows n .. n + R */
+INLINE int fp4planes_tile_special(const cpu_weight *w, int64_t n, int R)
+{
+    int64_t nb = (w->cols + w->block_cols - 1) / w->block_cols;
+    for (int r = 0; r < R; r++)
+        if (e8m0_special(scale_row(w, n + r), nb)) return 1;
+    return 0;
+}
+
+static void gemv_fp4planes(const float *x, int64_t M, const cpu_weight *w, int64_t n0, int64_t n1, float *y,
+                           int64_t ldy, float *xs)
+{
+    /* the byte of lane j (dword j, 4 per 128-bit lane L): 32-column groups j / 4 = L, 64-column
+     * ones j / 8 = L / 2, wider ones the one byte; 0x80 zeroes the dword's other bytes */
+    const int64_t bc = w->block_cols;
+    const char z = (char)0x80;
+#define PICK4(b) z, z, z, (char)(b), z, z, z, (char)(b), z, z, z, (char)(b), z, z, z, (char)(b)
+    const __m512i pick = bc == 32 ? _mm512_set_epi8(PICK4(3), PICK4(2), PICK4(1), PICK4(0))
+                         : bc == 64 ? _mm512_set_epi8(PICK4(1), PICK4(1), PICK4(0), PICK4(0))
+                                    : _mm512_set_epi8(PICK4(0), PICK4(0), PICK4(0), PICK4(0));
+#undef PICK4
+    fp4planes_perm(x, M, w->cols, xs);
+    int64_t n = n0;
+#define FP4PLANES_TILE(MM, RR)                                                                                         \
+    (fp4planes_tile_special(w, n, RR) ? tile_fp4planes(xs, w, n, y, ldy, pick, MM, RR, 1)                              \
+                                      : tile_fp4planes(xs, w, n, y, ldy, pick, MM, RR, 0))
+    FEW_ROWS_SWITCH_WIDE(FP4PLANES_TILE);
+#undef FP4PLANES_TILE
+}
+#endif
+
 /* ---- FP8 e4m3, few rows, on x86: codes widened to 16-bit lanes that read as bfloat16 ----
  * Sign-extending a code to 16 bits and shifting it left by 4 puts its sign at bit 15 and its
  * exponent and mantissa at bits 10..4 (the sign copies above bit 10 are masked off): the bits of
@@ -1669,6 +1824,16 @@ static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, i
             if (xp) {
                 gemv_fp4shuf(x, w, n0, n1, y, xp);
                 free(xp);
+                break;
+            }
+        }
+#endif
+#ifdef FP4_PLANES
+        if (!rnd && fp4planes_serves(w)) {
+            float *xs = aligned_alloc(64, (size_t)(M * w->cols) * sizeof(float));
+            if (xs) {
+                gemv_fp4planes(x, M, w, n0, n1, y, ldy, xs);
+                free(xs);
                 break;
             }
         }
