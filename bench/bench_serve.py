@@ -1,7 +1,8 @@
 """bench_serve.py - `nnt serve` under load (issue 35's benchmark): N concurrent clients (1, 4, 16,
 64 by default) each sending traces to one resident model over loopback, against the same kind of
 request run one by one by the nnt command (a process per request, as without a server: the model
-loaded each time); throughput and p50/p99 latency per N, how many requests shared a forward, and
+loaded each time); throughput and p50/p99 latency per N, how many requests shared a forward, the share of the
+time the model's worker was running requests (below 100%: it waited for requests), and
 whether every answer is right: each client's requests carry its own edit (a scale of
 layers.0.layer_output by a factor of its own) and a prompt of its own, and every answer's last
 logits must equal that request run alone through the server (within float32 rounding of another
@@ -110,7 +111,8 @@ def main() -> None:
         rows = []
         for n in clients:
             lat, bad, failed = [], [], []
-            before = json.loads(urllib.request.urlopen(url + "/v1/stats").read())["models"][0]["shared"]
+            stats = json.loads(urllib.request.urlopen(url + "/v1/stats").read())["models"][0]
+            before, busy0 = stats["shared"], stats["busy_seconds"]
 
             def client(c):
                 r = nnt.Remote(url, model="m")
@@ -143,10 +145,11 @@ def main() -> None:
             for t in threads:
                 t.join()
             took = time.monotonic() - t0
-            shared = json.loads(urllib.request.urlopen(url + "/v1/stats").read())["models"][0]["shared"] - before
+            stats = json.loads(urllib.request.urlopen(url + "/v1/stats").read())["models"][0]
+            shared, busy = stats["shared"] - before, stats["busy_seconds"] - busy0
             done = n * a.per_client - len(failed)
             rows.append((n, done, took, done / took, np.percentile(lat, 50), np.percentile(lat, 99), shared, len(failed),
-                         len(bad), bad, failed))
+                         len(bad), bad, failed, busy / took))
         # the command, one process per request
         t0 = time.monotonic()
         for k in range(a.cli_requests):
@@ -182,10 +185,11 @@ def main() -> None:
            f"with its solo run)" if a.generate_every > 0 else "")
     print(f"model {a.model}; INI {a.config or 'the build'}; traces of {a.tokens} tokens saving logits[:, -1], each "
           f"client its own scale of layers.0.layer_output{mix}; {a.per_client} requests per client\n")
-    print("| clients | requests | seconds | requests/s | p50 s | p99 s | in shared forwards | failed | wrong |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| clients | requests | seconds | requests/s | p50 s | p99 s | in shared forwards | worker busy | failed | wrong |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]:.2f} | {r[3]:.2f} | {r[4]:.3f} | {r[5]:.3f} | {r[6]} | {r[7]} | {r[8]} |")
+        print(f"| {r[0]} | {r[1]} | {r[2]:.2f} | {r[3]:.2f} | {r[4]:.3f} | {r[5]:.3f} | {r[6]} | {r[11]:.0%} | {r[7]} | "
+              f"{r[8]} |")
     print(f"\nThe command one request per process (model loaded each time): {cli_rate:.2f} requests/s. "
           + ", ".join(f"{r[0]} clients {r[3] / cli_rate:.1f}x" for r in rows) + ".")
     for r in rows:
