@@ -704,6 +704,17 @@ INLINE void prefetch_scales(const cpu_weight *w, int64_t r, int64_t nb)
         for (int64_t b = 0; b < nb; b += 64) PREFETCH(scale_row(w, r) + b);
 }
 
+/* A tile's R weight rows from n: their codes and scale rows, and the scales PF_ROWS rows on
+ * fetched ahead */
+INLINE void fp4_tile_rows(const cpu_weight *w, int64_t n, int R, int64_t nb, const uint8_t **row, const uint8_t **sb)
+{
+    for (int r = 0; r < R; r++) {
+        row[r] = row_at(w, n + r);
+        sb[r] = scale_row(w, n + r);
+        prefetch_scales(w, n + r + PF_ROWS, nb);
+    }
+}
+
 /* rows n .. n + R against the M rows of xs (split as above) */
 INLINE void tile_fp4lut(const float *xs, const cpu_weight *w, int64_t n, float *y, int64_t ldy, const int M,
                         const int R)
@@ -712,11 +723,7 @@ INLINE void tile_fp4lut(const float *xs, const cpu_weight *w, int64_t n, float *
     const uint8_t *row[4], *sb[4];
     lut_v acc[CPU_FEW_ROWS][4][2];
     const lut_v table = lut_table();
-    for (int r = 0; r < R; r++) {
-        row[r] = row_at(w, n + r);
-        sb[r] = scale_row(w, n + r);
-        prefetch_scales(w, n + r + PF_ROWS, nb);
-    }
+    fp4_tile_rows(w, n, R, nb, row, sb);
     for (int m = 0; m < M; m++)
         for (int r = 0; r < R; r++) acc[m][r][0] = acc[m][r][1] = LUT_ZERO();
     for (int64_t c0 = 0, cb = 0; c0 < K; c0 += bc, cb++) {
@@ -785,7 +792,7 @@ static void gemv_fp4lut(const float *x, int64_t M, const cpu_weight *w, int64_t 
 #define FP4_PLANES 1
 
 /* 1 when the planes kernel serves w: E8M0 scales whose groups are 32 or 64 columns or whole
- * 128-column steps, and whole 128-column steps in a row */
+ * 128-column steps, and whole 128-column steps in a row (so fp4lut_serves(w) holds too) */
 INLINE int fp4planes_serves(const cpu_weight *w)
 {
     int64_t bc = w->block_cols;
@@ -848,11 +855,7 @@ INLINE void tile_fp4planes(const float *xs, const cpu_weight *w, int64_t n, floa
                                         -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
     const uint8_t *row[4], *sb[4];
     __m512 acc[CPU_FEW_ROWS][4][2];
-    for (int r = 0; r < R; r++) {
-        row[r] = row_at(w, n + r);
-        sb[r] = scale_row(w, n + r);
-        prefetch_scales(w, n + r + PF_ROWS, nb);
-    }
+    fp4_tile_rows(w, n, R, nb, row, sb);
     for (int m = 0; m < M; m++)
         for (int r = 0; r < R; r++) acc[m][r][0] = acc[m][r][1] = _mm512_setzero_ps();
     for (int64_t c = 0; c < K; c += 128) {
@@ -1828,21 +1831,16 @@ static void k_gemv(const float *x, int64_t M, const cpu_weight *w, int64_t n0, i
             }
         }
 #endif
-#ifdef FP4_PLANES
-        if (!rnd && fp4planes_serves(w)) {
-            float *xs = aligned_alloc(64, (size_t)(M * w->cols) * sizeof(float));
-            if (xs) {
-                gemv_fp4planes(x, M, w, n0, n1, y, ldy, xs);
-                free(xs);
-                break;
-            }
-        }
-#endif
 #ifdef FP4_LUT
-        if (!rnd && fp4lut_serves(w)) {
+        if (!rnd && fp4lut_serves(w)) { /* the nibble planes serve a subset of these weights */
             float *xs = aligned_alloc(64, (size_t)(M * w->cols) * sizeof(float));
             if (xs) {
-                gemv_fp4lut(x, M, w, n0, n1, y, ldy, xs);
+#ifdef FP4_PLANES
+                if (fp4planes_serves(w))
+                    gemv_fp4planes(x, M, w, n0, n1, y, ldy, xs);
+                else
+#endif
+                    gemv_fp4lut(x, M, w, n0, n1, y, ldy, xs);
                 free(xs);
                 break;
             }
