@@ -787,8 +787,8 @@ static void gemv_fp4lut(const float *x, int64_t M, const cpu_weight *w, int64_t 
  * and NaN, are put in only for tiles whose rows hold one). One or two rows of x: each plane's
  * products are summed unscaled over the 8 planes, then times the scale (a power of two, so exact
  * but at the edge of the range); from three rows on, the permuted weights are scaled first and
- * shared by the rows (one sum per row pair, keeping the sums in registers). Either way only the order of the additions differs from the generic
- * kernel. */
+ * shared by the rows of x, with one sum per row of x and weight row (few enough to stay in
+ * registers). Either way only the order of the additions differs from the generic kernel. */
 #define FP4_PLANES 1
 
 /* 1 when the planes kernel serves w: E8M0 scales whose groups are 32 or 64 columns or whole
