@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -28,22 +27,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
-
-
-def cpu_line() -> str:
-    model, flags = platform.processor(), []
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name") and not model:
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                flags = [x for x in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
-                                     "avx512_vbmi", "amx_bf16") if x in have]
-                break
-    return f"{model}; {os.cpu_count()} CPUs; flags: {' '.join(flags)}"
+sys.path.insert(0, HERE)
+from cpuinfo import cpu_line  # noqa: E402  (the report's CPU line, shared by the benchmarks)
 
 
 def with_tokenizer(model_dir: str, dest: str) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import threading
@@ -36,21 +35,10 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from cpuinfo import cpu_line  # noqa: E402  (the report's CPU line, shared by the benchmarks)
 sys.path.insert(0, os.path.join(SOURCE, "python"))
 CLI = os.path.join(SOURCE, "build", "nnt")
-
-
-def cpu_line() -> str:
-    model, flags = platform.processor(), []
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                flags = [x for x in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if x in have]
-                break
-    return f"{model}; {os.cpu_count()} CPUs; flags: {' '.join(flags)}"
 
 
 def prompt(client: int, k: int, n: int, vocab: int) -> list[int]:

@@ -26,7 +26,6 @@ bytes by encoding (from its safetensors headers)."""
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import cpuinfo  # noqa: E402  (the report's CPU line, shared by the benchmarks)
 
 
 def write_minimax(folder: Path) -> int:
@@ -73,14 +74,7 @@ def release_model(family: str) -> Path:
 
 
 def cpu() -> str:
-    name, flags = "unknown CPU", ""
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            name = line.split(":", 1)[1].strip()
-        if line.startswith("flags"):
-            have = set(line.split(":", 1)[1].split())
-            flags = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16") if f in have)
-            break
+    name, flags = cpuinfo.describe()
     return f"{name} ({os.cpu_count()} cores; {flags})"
 
 

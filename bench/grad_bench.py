@@ -28,7 +28,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -36,6 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import cpuinfo  # noqa: E402  (the report's CPU line, shared by the benchmarks)
 FAMILIES = ("minimax_m2", "mimo_v2_flash", "deepseek_v4", "kimi_linear")
 
 
@@ -139,18 +140,8 @@ def child(argv: list[str]) -> int:
 # ---- the driver ----
 
 def cpu() -> tuple[str, str]:
-    model, flags = platform.processor() or "?", ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name") and model in ("?", ""):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                fl = set(line.split(":", 1)[1].split())
-                flags = " ".join(f for f in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16", "amx_tile")
-                                 if f in fl)
-    except OSError:
-        pass
-    return model, flags
+    """The processor's name (with family and model numbers) and its kernel-relevant flags (bench/cpuinfo.py)."""
+    return cpuinfo.describe()
 
 
 def run_child(tool: str, mode: str, d: Path, args, env: dict) -> dict:

@@ -31,6 +31,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cpuinfo  # bench/cpuinfo.py: the CPU line
+
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = ("minimax_m2", "mimo_v2_flash", "kimi_linear", "deepseek_v4")
 
@@ -71,15 +73,8 @@ def decode_bytes(d: Path) -> float:
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+    name, _ = cpuinfo.read()
+    return f"{name}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
 def commit() -> str:

@@ -42,6 +42,7 @@ import threading
 import time
 from pathlib import Path
 
+import cpuinfo  # bench/cpuinfo.py: the CPU line
 import run as common  # bench/run.py: checkpoint_bytes, machine, commit
 
 ROOT = common.ROOT
@@ -57,17 +58,8 @@ RSS_FACTOR, DECODE_VS_HF, DECODE_VS_CEILING, PREFILL_F32, PREFILL_BF16 = 1.15, 2
 
 
 def cpu_flags() -> tuple[str, set[str]]:
-    model, flags = "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == "unknown CPU":
-                model = value.strip()
-            elif key.strip() in ("flags", "Features") and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    return model, flags
+    """The processor's name (with family and model numbers) and every flag it has (bench/cpuinfo.py)."""
+    return cpuinfo.read()
 
 
 def has_avx512(flags: set[str]) -> bool:
