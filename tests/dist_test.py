@@ -14,6 +14,8 @@ Needs numpy only (the safetensors files are read by python/tests/safetensors_rea
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -268,6 +270,16 @@ def check_memory(nnt, mpi, tmp):
               f"of the {held} one process holds (+15%)")
 
 
+def ranks_started(p, limit=20.0):
+    """True once mpirun (p) has started both ranks (two child processes)."""
+    end = time.time() + limit
+    while time.time() < end and p.poll() is None:
+        if len(run(["pgrep", "-P", str(p.pid)]).stdout.split()) >= 2:
+            return True
+        time.sleep(0.005)
+    return False
+
+
 def main():
     if sys.argv[1] == "--rss-wrapper":
         return rss_wrapper(sys.argv[2:])
@@ -352,7 +364,6 @@ def main():
     # rank 0 killed in the middle of its --out write (a file size limit on rank 0 alone - mpirun's own
     # files need more - whose SIGXFSZ is a deterministic stand-in for the SIGKILL mpirun sends after
     # SIGTERM): the job fails and leaves no file behind
-    import shlex
     outdir = os.path.join(tmp, "killed")
     os.makedirs(outdir, exist_ok=True)
     args = ["trace", "--model", model, "--tokens", "1,2,3,4", "--save", "layers.*.mlp.output", "--save", "logits",
@@ -403,26 +414,46 @@ def main():
              "--tokens", "1,2,3"])
     check(r.returncode != 0 and "[distributed] stages" in r.stderr and "each below 3" in r.stderr,
           f"[distributed] stages = 3 on 3 blocks: {r.stderr[-300:]}")
-    # a rank that stops answering: the others give up after the timeout (2 s) and end the job
-    long_gen = [nnt, "generate", "--model", model, "--tokens", "1,2,3,4", "--max-new-tokens", "3000", "--ignore-eos"]
-    for sig, expect in ((signal.SIGSTOP, "within 2 s"), (signal.SIGKILL, "rank 1")):
-        p = subprocess.Popen([*mpi, "-np", "2", long_gen[0], *long_gen[1:2], "--config", ini("timeout = 2"), *long_gen[2:]],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)
-        pids = run(["pgrep", "-P", str(p.pid), "-f", "nnt"]).stdout.split()
+    # a rank that stops answering: the others give up after the timeout (2 s) and end the job, whenever
+    # it stops: at once (the ranks are in MPI_Init, which waits for every rank) or half a second later
+    # (loading, generating or finalising, as the machine's speed has it)
+    long_gen = [nnt, "generate", "--config", ini("timeout = 2"), "--model", model, "--tokens", "1,2,3,4",
+                "--max-new-tokens", "4000", "--ignore-eos"]
+    errs = [os.path.join(tmp, f"rank{r}.err") for r in (0, 1)]
+    # each rank's stderr to its own file: a message written just before a rank exits can be lost by
+    # mpirun, which ends the job as soon as one rank fails
+    to_files = ["sh", "-c", "exec " + " ".join(shlex.quote(a) for a in long_gen) +
+                f" 2>{shlex.quote(tmp)}/rank$OMPI_COMM_WORLD_RANK.err"]
+    for delay, sig, expect in ((0.0, signal.SIGSTOP, "within 2 s"), (0.5, signal.SIGSTOP, "within 2 s"),
+                               (0.5, signal.SIGKILL, "rank 1")):
+        when = f"{delay:g} s after the ranks started"
+        for e in errs:
+            if os.path.exists(e):
+                os.remove(e)
+        p = subprocess.Popen([*mpi, "-np", "2", *to_files], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        ready = ranks_started(p)
+        time.sleep(delay)
+        pids = run(["pgrep", "-P", str(p.pid)]).stdout.split()
         start = time.time()
-        if pids:
+        if ready and pids:
             os.kill(int(max(pids, key=int)), sig)  # the later-started rank
         try:
             out, err = p.communicate(timeout=30)
             took = time.time() - start
-            check(p.returncode != 0 and expect in (out + err) and took < 10,
-                  f"a rank sent {sig.name}: rc {p.returncode} after {took:.1f} s: {err[-400:]}")
-            print(f"{sig.name} on rank 1: the job ended in {took:.1f} s with exit status {p.returncode}", flush=True)
+            said = (out + err).decode(errors="replace")
+            for e in errs:
+                if os.path.exists(e):
+                    with open(e) as f:
+                        said += f.read()
+            check(ready and p.returncode != 0 and expect in said and took < 10,
+                  f"a rank sent {sig.name} {when}: ready {ready}, rc {p.returncode} after {took:.1f} s: {said[-400:]}")
+            line = [x for x in said.splitlines() if expect in x]
+            print(f"{sig.name} on a rank {when}: the job ended in {took:.1f} s with exit status {p.returncode}: "
+                  f"{line[0] if line else said[-200:]}", flush=True)
         except subprocess.TimeoutExpired:
             p.kill()
-            subprocess.run(["pkill", "-9", "-f", "max-new-tokens 3000"])
-            check(False, f"a rank sent {sig.name}: the job did not end within 30 s")
+            subprocess.run(["pkill", "-9", "-f", "max-new-tokens 4000"])
+            check(False, f"a rank sent {sig.name} {when}: the job did not end within 30 s")
 
     if failures:
         print(f"{len(failures)} failure(s)")

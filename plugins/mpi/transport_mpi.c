@@ -9,9 +9,14 @@
  * waited so far (at least MIN_SLEEP_NS, at most MAX_SLEEP_NS): a rank waiting for an earlier
  * stage's long prefill wakes rarely and leaves the cores to it (frequent wake-ups preempt its
  * OpenMP threads, which then stall each other), and a message is picked up at most 1/64 later
- * than it arrived. */
+ * than it arrived.
+ *
+ * Start-up (MPI_Init and the duplicate communicator) and MPI_Finalize wait for every rank; each
+ * runs on a helper thread that the calling thread waits for within the same timeout, so a rank
+ * stopped while the job starts or ends does not hold the others for ever. */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -127,28 +132,124 @@ static int mpi_launched(void)
     return s && atoi(s) > 1;
 }
 
-static nnt_status mpi_open(double timeout_s, nnt_transport **out, nnt_error *err)
+/* One MPI call sequence run on a helper thread that the calling thread waits for, at most a
+ * timeout: MPI_Init and MPI_Finalize wait for every rank, and a rank stopped at that moment
+ * would hold the others for ever. Shared under mu; a caller that gives up leaves this record and
+ * the thread to the process's end (the thread may still be inside MPI). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;           /* 1 once fn has returned */
+    void (*fn)(nnt_transport *t, nnt_status *st, nnt_error *err);
+    nnt_transport *t;
+    nnt_status st;      /* fn's outcome */
+    nnt_error err;
+} bounded_call;
+
+static void *bounded_run(void *arg)
 {
-    if (!out || !(timeout_s > 0)) return fail(err, NNT_ERR_INVALID_ARGUMENT, "MPI transport: needs a timeout > 0 s");
-    nnt_transport *t = calloc(1, sizeof *t);
-    if (!t) return fail(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+    bounded_call *c = arg;
+    nnt_status st = NNT_OK;
+    nnt_error err = {0};
+    c->fn(c->t, &st, &err);
+    pthread_mutex_lock(&c->mu);
+    c->st = st;
+    c->err = err;
+    c->done = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Runs fn(t) on a helper thread and waits at most timeout_s. Returns 1 when fn finished (its
+ * status in *st, its message in *err), 0 when it did not in time (or no thread could start:
+ * *st NNT_ERR_BACKEND then, with a message). */
+static int run_bounded(void (*fn)(nnt_transport *, nnt_status *, nnt_error *), nnt_transport *t, double timeout_s,
+                       nnt_status *st, nnt_error *err)
+{
+    bounded_call *c = calloc(1, sizeof *c);
+    if (!c) {
+        *st = fail(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
+        return 1;
+    }
+    c->fn = fn;
+    c->t = t;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    pthread_t th;
+    if (pthread_create(&th, NULL, bounded_run, c) != 0) {
+        free(c);
+        *st = fail(err, NNT_ERR_BACKEND, "MPI transport: cannot start a thread");
+        return 1;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double whole = (double)until.tv_sec + until.tv_nsec * 1e-9 + timeout_s;
+    until.tv_sec = (time_t)whole;
+    until.tv_nsec = (long)((whole - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    while (!c->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&c->cv, &c->mu, &until);
+    int done = c->done;
+    pthread_mutex_unlock(&c->mu);
+    if (!done) {
+        pthread_detach(th);
+        return 0;
+    }
+    pthread_join(th, NULL);
+    *st = c->st;
+    if (err && c->st != NNT_OK) *err = c->err;
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+    return 1;
+}
+
+/* Start-up: MPI_Init (thread level SERIALIZED: the helper thread initialises, the opening thread
+ * makes every later call) and this transport's duplicate of MPI_COMM_WORLD. */
+static void start_mpi(nnt_transport *t, nnt_status *st, nnt_error *err)
+{
     int inited = 0, provided = 0;
     MPI_Initialized(&inited);
-    int rc = inited ? MPI_SUCCESS : MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    int rc = inited ? MPI_SUCCESS : MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) {
-        free(t);
-        return fail(err, NNT_ERR_BACKEND, "MPI_Init_thread failed (code %d)", rc);
+        *st = fail(err, NNT_ERR_BACKEND, "MPI_Init_thread failed (code %d)", rc);
+        return;
+    }
+    if (!inited && provided < MPI_THREAD_SERIALIZED) {
+        *st = fail(err, NNT_ERR_BACKEND, "this MPI library offers thread level %d; nnt needs MPI_THREAD_SERIALIZED (%d)",
+                   provided, MPI_THREAD_SERIALIZED);
+        return;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &t->comm)) != MPI_SUCCESS) {
-        free(t);
-        return mpi_fail(err, rc, "MPI_Comm_dup");
+        *st = mpi_fail(err, rc, "MPI_Comm_dup");
+        return;
     }
     MPI_Comm_set_errhandler(t->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(t->comm, &t->rank);
     MPI_Comm_size(t->comm, &t->size);
+}
+
+static nnt_status mpi_open(double timeout_s, nnt_transport **out, nnt_error *err)
+{
+    if (!out || !(timeout_s > 0)) return fail(err, NNT_ERR_INVALID_ARGUMENT, "MPI transport: needs a timeout > 0 s");
+    *out = NULL;
+    nnt_transport *t = calloc(1, sizeof *t);
+    if (!t) return fail(err, NNT_ERR_OUT_OF_MEMORY, "no memory");
     t->timeout_s = timeout_s;
     t->failed_peer = -1;
+    nnt_status st = NNT_OK;
+    if (!run_bounded(start_mpi, t, timeout_s, &st, err)) {
+        const char *rank = getenv("OMPI_COMM_WORLD_RANK"); /* t stays with the thread still in MPI_Init */
+        return fail(err, NNT_ERR_STATE,
+                    "rank %s: the ranks did not all start within %g s ([distributed] timeout): another rank stopped "
+                    "while the job was starting", rank ? rank : "?", timeout_s);
+    }
+    if (st != NNT_OK) {
+        free(t);
+        return st;
+    }
     *out = t;
     return NNT_OK;
 }
@@ -229,14 +330,25 @@ static void mpi_abort(nnt_transport *t, int code)
     exit(code); /* MPI_Abort does not return; if it did, end this rank at least */
 }
 
-static void mpi_close(nnt_transport *t)
+static void finish_mpi(nnt_transport *t, nnt_status *st, nnt_error *err)
 {
-    if (!t) return;
+    (void)st;
+    (void)err;
     MPI_Comm_free(&t->comm);
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin) MPI_Finalize();
-    free(t);
+}
+
+/* MPI_Finalize waits for every rank: bounded as start-up is. A rank that does not arrive within
+ * the timeout leaves this one to end without finalising, which mpirun reports as it ends the job
+ * (t stays with the thread then). */
+static void mpi_close(nnt_transport *t)
+{
+    if (!t) return;
+    nnt_status st = NNT_OK;
+    nnt_error err = {0};
+    if (run_bounded(finish_mpi, t, t->timeout_s, &st, &err)) free(t);
 }
 
 NNT_PLUGIN_EXPORT const nnt_transport_descriptor nnt_transport_plugin = {

@@ -35,9 +35,11 @@ typedef struct nnt_transport_descriptor {
      * (Open MPI: OMPI_COMM_WORLD_SIZE > 1), 0 otherwise; reads the environment only, initialises
      * nothing, so it may be called in any process. */
     int (*launched)(void);
-    /* Joins the run (MPI_Init). timeout_s (> 0): the bound of every later wait, in seconds.
-     * *out: freed with close. Errors: NNT_ERR_BACKEND (the library failed to start, with its
-     * message), NNT_ERR_OUT_OF_MEMORY. */
+    /* Joins the run (MPI_Init). timeout_s (> 0): the bound of the start-up and of every later
+     * wait, in seconds. *out: freed with close. Errors: NNT_ERR_BACKEND (the library failed to
+     * start, with its message), NNT_ERR_STATE (the ranks did not all start within timeout_s: one
+     * stopped while starting; the process should then end, as the library may still be inside its
+     * start-up), NNT_ERR_OUT_OF_MEMORY. */
     nnt_status (*open)(double timeout_s, nnt_transport **out, nnt_error *err);
     int (*rank)(const nnt_transport *t); /* 0 .. size - 1 */
     int (*size)(const nnt_transport *t); /* ranks in the run, >= 1 */
@@ -58,7 +60,9 @@ typedef struct nnt_transport_descriptor {
     /* Ends every rank of the run at once (MPI_Abort) with exit status code; for a wait that
      * timed out, where the other ranks may not be listening. Does not return. */
     void (*abort)(nnt_transport *t, int code);
-    /* Leaves the run (MPI_Finalize) and frees t; NULL is allowed. */
+    /* Leaves the run (MPI_Finalize) and frees t; NULL is allowed. Bounded by the timeout too: when
+     * the other ranks do not all arrive in time it returns without leaving, and the launcher
+     * reports the rank that ended unfinalised. */
     void (*close)(nnt_transport *t);
 } nnt_transport_descriptor;
 
