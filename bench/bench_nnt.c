@@ -30,6 +30,7 @@
 #endif
 
 #include "nnt/nnt.h"
+#include "cpuinfo.h"
 #include "decode_timer.h"
 #ifdef NNT_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -80,38 +81,10 @@ static void json_string(const char *s)
     putchar('"');
 }
 
-/* The CPU's model name and the flags that decide nnt's kernels and the bf16 products, from
- * /proc/cpuinfo (Linux); the other fields stay empty elsewhere. */
+/* The flags that decide nnt's kernels and the bf16 products, reported as true/false. */
 static const char *const CPU_FLAGS[] = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16",
                                         "amx_bf16"};
 #define N_CPU_FLAGS (sizeof CPU_FLAGS / sizeof CPU_FLAGS[0])
-
-static void cpu_info(char *model, size_t model_size, int *has)
-{
-    snprintf(model, model_size, "unknown");
-    for (size_t i = 0; i < N_CPU_FLAGS; i++) has[i] = 0;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    static char line[16384];
-    int got_model = 0, got_flags = 0;
-    while ((!got_model || !got_flags) && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (!colon) continue;
-        char *value = colon + 1;
-        while (*value == ' ') value++;
-        value[strcspn(value, "\n")] = 0;
-        if (!got_model && !strncmp(line, "model name", 10)) {
-            snprintf(model, model_size, "%s", value);
-            got_model = 1;
-        } else if (!got_flags && !strncmp(line, "flags", 5)) {
-            for (char *tok = strtok(value, " "); tok; tok = strtok(NULL, " "))
-                for (size_t i = 0; i < N_CPU_FLAGS; i++)
-                    if (!strcmp(tok, CPU_FLAGS[i])) has[i] = 1;
-            got_flags = 1;
-        }
-    }
-    fclose(f);
-}
 
 /* The value of `key` in section [section] of an INI file ("" when absent): what the run asked of
  * the cpu backend, since the runtime does not report it back. */
@@ -349,13 +322,15 @@ int main(int argc, char **argv)
     printf("{\n  \"tool\": \"nnt\",\n  \"family\": \"%s\",\n  \"backend\": \"%s\",\n  \"threads\": %d,\n", nnt_model_family(m),
            nnt_model_backend(m), threads);
     printf("  \"load_s\": %.3f,\n", load_s);
-    char cpu_model[256], isa[64], precision[64], section[160];
-    int has[N_CPU_FLAGS];
-    cpu_info(cpu_model, sizeof cpu_model, has);
+    char cpu_model[320], isa[64], precision[64], section[160];
+    bench_cpu cpu;
+    bench_cpu_read(&cpu);
+    bench_cpu_title(&cpu, cpu_model, sizeof cpu_model);
     printf("  \"cpu\": {\"model\": ");
     json_string(cpu_model);
-    printf(", \"flags\": {");
-    for (size_t i = 0; i < N_CPU_FLAGS; i++) printf("%s\"%s\": %s", i ? ", " : "", CPU_FLAGS[i], has[i] ? "true" : "false");
+    printf(", \"family\": %d, \"model_number\": %d, \"flags\": {", cpu.family, cpu.model);
+    for (size_t i = 0; i < N_CPU_FLAGS; i++)
+        printf("%s\"%s\": %s", i ? ", " : "", CPU_FLAGS[i], bench_cpu_has(&cpu, CPU_FLAGS[i]) ? "true" : "false");
     printf("}},\n");
     ini_value(config, "backend.cpu", "isa", isa, sizeof isa);
     snprintf(section, sizeof section, "family.%s", nnt_model_family(m));

@@ -78,6 +78,8 @@
 #include <immintrin.h>
 #endif
 
+#include "../cpuinfo.h" /* the processor, as every benchmark reads it */
+
 #ifndef NNT_GEMM_OPENBLAS_SO
 #define NNT_GEMM_OPENBLAS_SO "libopenblas.so.0"
 #endif
@@ -298,41 +300,6 @@ static size_t l3_bytes(void) {
 
 /* ---- the machine ---- */
 
-typedef struct {
-  char model[128];
-  int family, model_id, cpus;
-  char flags[4096];
-  double mhz;
-} cpu_info;
-
-static void read_cpuinfo(cpu_info *c) {
-  memset(c, 0, sizeof *c);
-  strcpy(c->model, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[8192];
-  while (fgets(line, sizeof line, f)) {
-    char *colon = strchr(line, ':');
-    if (!colon) continue;
-    char *val = colon + 1;
-    while (*val == ' ' || *val == '\t') val++;
-    val[strcspn(val, "\n")] = 0;
-    if (!strncmp(line, "processor", 9)) c->cpus++;
-    if (c->cpus > 1) continue; /* the first CPU describes them all */
-    if (!strncmp(line, "model name", 10)) snprintf(c->model, sizeof c->model, "%s", val);
-    else if (!strncmp(line, "cpu family", 10)) c->family = atoi(val);
-    else if (!strncmp(line, "model", 5) && isspace((unsigned char)line[5])) c->model_id = atoi(val);
-    else if (!strncmp(line, "cpu MHz", 7)) c->mhz = atof(val);
-    else if (!strncmp(line, "flags", 5)) snprintf(c->flags, sizeof c->flags, " %s ", val);
-  }
-  fclose(f);
-}
-
-static int has_flag(const cpu_info *c, const char *flag) {
-  char pat[64];
-  snprintf(pat, sizeof pat, " %s ", flag);
-  return strstr(c->flags, pat) != NULL;
-}
 
 #if defined(__x86_64__)
 /* A chain of dependent additions retires one per cycle: its rate is the clock. The fastest of
@@ -1001,11 +968,11 @@ static int selected(const variant *v) {
   return 0;
 }
 
-static void run_in_child(int vi, int round, const cpu_info *cpu) {
+static void run_in_child(int vi, int round, const bench_cpu *cpu) {
   const variant *v = &variants[vi];
   variant_result *vr = &results[vi];
   vr->ran = 1;
-  if (v->needs_avx512 && !has_flag(cpu, "avx512f")) {
+  if (v->needs_avx512 && !bench_cpu_has(cpu, "avx512f")) {
     snprintf(vr->failed, sizeof vr->failed, "skipped: the CPU has no avx512f");
     return;
   }
@@ -1114,17 +1081,17 @@ typedef struct {
   double f512[2], f256[2]; /* FMA GFLOP/s of one process and of opt.threads processes at once */
 } machine_rates;
 
-static void report(FILE *o, int argc, char **argv, const cpu_info *cpu, const machine_rates *mr) {
+static void report(FILE *o, int argc, char **argv, const bench_cpu *cpu, const machine_rates *mr) {
   fprintf(o, "# GEMM libraries on the families' product shapes\n\n");
   fprintf(o, "- command:");
   for (int i = 0; i < argc; i++) fprintf(o, " %s", argv[i]);
   fprintf(o, "\n- cpu: %s (family %d, model %d), %d logical CPUs, %.0f MHz reported\n",
-          cpu->model, cpu->family, cpu->model_id, cpu->cpus, cpu->mhz);
+          cpu->name, cpu->family, cpu->model, cpu->cpus, cpu->mhz);
   static const char *flags[] = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
                                 "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"};
   fprintf(o, "- flags:");
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-    fprintf(o, " %s%s", has_flag(cpu, flags[i]) ? "" : "no ", flags[i]);
+    fprintf(o, " %s%s", bench_cpu_has(cpu, flags[i]) ? "" : "no ", flags[i]);
   fprintf(o, "\n");
   if (mr->ghz > 0) {
     fprintf(o, "- clock, measured with dependent additions: %.2f GHz\n", mr->ghz);
@@ -1302,15 +1269,15 @@ static void report(FILE *o, int argc, char **argv, const cpu_info *cpu, const ma
 }
 
 /* The clock and the FMA rates, keeping the higher of this and any earlier measurement. */
-static void measure_machine(const cpu_info *cpu, machine_rates *mr) {
+static void measure_machine(const bench_cpu *cpu, machine_rates *mr) {
 #if defined(__x86_64__)
   wait_for_quiet("bench_gemm", "the clock and FMA rate");
   double ghz = measure_clock_ghz();
   if (ghz > mr->ghz) mr->ghz = ghz;
   for (int i = 0; i < 2; i++) {
     int procs = i ? opt.threads : 1;
-    double r512 = has_flag(cpu, "avx512f") ? fma_rate_together(512, procs) : 0;
-    double r256 = has_flag(cpu, "avx2") && has_flag(cpu, "fma") ? fma_rate_together(256, procs) : 0;
+    double r512 = bench_cpu_has(cpu, "avx512f") ? fma_rate_together(512, procs) : 0;
+    double r256 = bench_cpu_has(cpu, "avx2") && bench_cpu_has(cpu, "fma") ? fma_rate_together(256, procs) : 0;
     if (r512 > mr->f512[i]) mr->f512[i] = r512;
     if (r256 > mr->f256[i]) mr->f256[i] = r256;
   }
@@ -1421,8 +1388,8 @@ int main(int argc, char **argv) {
   FILE *out = NULL;
   if (opt.out && !(out = fopen(opt.out, "w"))) die("cannot write %s: %s", opt.out, strerror(errno));
 
-  cpu_info cpu;
-  read_cpuinfo(&cpu);
+  bench_cpu cpu;
+  bench_cpu_read(&cpu);
   machine_rates mr;
   memset(&mr, 0, sizeof mr);
   measure_machine(&cpu, &mr);

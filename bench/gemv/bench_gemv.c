@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "../cpuinfo.h"
 
 /* Seconds: wall-clock, or with one thread the thread's CPU time (--threads 1), which time spent
  * waiting for a core another process holds does not count - on a busy machine the only
@@ -49,23 +50,6 @@ static unsigned next(void)
 {
     rng = rng * 1664525u + 1013904223u;
     return rng >> 8;
-}
-
-/* The first line of /proc/cpuinfo starting with `key`, after its colon (empty when absent). */
-static void cpuinfo(const char *key, char *out, size_t n)
-{
-    out[0] = '\0';
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[8192];
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, strlen(key)) == 0) {
-            char *c = strchr(line, ':');
-            if (c) snprintf(out, n, "%s", c + 2);
-            out[strcspn(out, "\n")] = '\0';
-            break;
-        }
-    fclose(f);
 }
 
 typedef struct enc {
@@ -194,18 +178,15 @@ int main(int argc, char **argv)
         return 1;
     }
     FILE *o = out ? fopen(out, "w") : NULL;
-    char model[256], flags[8192];
-    cpuinfo("model name", model, sizeof model);
-    cpuinfo("flags", flags, sizeof flags);
+    bench_cpu proc;
+    bench_cpu_read(&proc);
+    char model[320];
+    bench_cpu_title(&proc, model, sizeof model);
     const char *want[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16"};
     char have[256] = "";
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
-        char pat[32];
-        snprintf(pat, sizeof pat, " %s ", want[i]);
-        char padded[8200];
-        snprintf(padded, sizeof padded, " %s ", flags);
         size_t l = strlen(have);
-        snprintf(have + l, sizeof have - l, "%s%s %s", l ? ", " : "", want[i], strstr(padded, pat) ? "yes" : "no");
+        snprintf(have + l, sizeof have - l, "%s%s %s", l ? ", " : "", want[i], bench_cpu_has(&proc, want[i]) ? "yes" : "no");
     }
     char head[1024];
     snprintf(head, sizeof head,
