@@ -79,7 +79,7 @@ void cpu_round_result(cpu_ctx *c, nnt_tensor *t)
     float *d = t->data;
     int64_t n = nnt_tensor_numel(t), chunk = 16384;
     const cpu_kernels *k = c->k;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i += chunk) k->round_bf16(d + i, d + i, n - i < chunk ? n - i : chunk);
 }
 
@@ -150,7 +150,7 @@ nnt_status cpu_round_x(cpu_ctx *c, const float *x, int64_t n, const float **out,
     if (st != NNT_OK) return st;
     const cpu_kernels *k = c->k;
     const int64_t chunk = 16384; /* a prefill's x: shared by the team */
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i += chunk) k->round_bf16(x + i, xr + i, n - i < chunk ? n - i : chunk);
     *out = xr;
     return NNT_OK;

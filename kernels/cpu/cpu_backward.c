@@ -52,7 +52,7 @@ static nnt_status few_rows(cpu_ctx *c, const float *g, int64_t M, const cpu_weig
         }
     }
     int64_t total = M * K;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (total * threads > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (total * threads > CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < total; i++) {
         float acc = 0.0f;
         for (int t = 0; t < threads; t++) acc += panel[t][i];
@@ -105,7 +105,7 @@ nnt_status cpu_linear_backward(void *ctx, const nnt_tensor *dy, const nnt_tensor
     const cpu_kernels *k = c->k;
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
         int64_t nr = N - n0 < rows ? N - n0 : rows;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (nr * K > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (nr * K > CPU_PARALLEL_MIN)
         for (int64_t r = 0; r < nr; r += 8) k->decode(&wv, n0 + r, n0 + (r + 8 < nr ? r + 8 : nr), panel + r * K, K);
         if ((st = cpu_gemm_acc(c, M, K, nr, g + n0, N, panel, d, &done, err)) != NNT_OK) return st;
         if (!done)
@@ -164,7 +164,7 @@ nnt_status cpu_accumulate(void *ctx, const nnt_tensor *x, float factor, nnt_tens
     if ((st = need_f32("accumulate", "y (as x)", y, n, err)) != NNT_OK) return st;
     const float *xd = x->data;
     float *yd = y->data;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) yd[i] += factor * xd[i];
     return NNT_OK;
 }
@@ -269,7 +269,7 @@ nnt_status cpu_copy_cols_backward(void *ctx, const nnt_tensor *ddst, int64_t dst
                          "cpu copy_cols_backward: dsrc is ddst and the column ranges overlap");
     const float *g = ddst->data;
     float *d = dsrc->data;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * ncols > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * ncols > CPU_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const float *gr = g + m * Cd + dst_col;
         float *dr = d + m * Cs + src_col;

@@ -137,7 +137,7 @@ nnt_status cpu_gather_rows_backward(void *ctx, const nnt_tensor *ddst, const int
     const float *g = ddst->data;
     float *d = dsrc->data;
     enum { COLS = 256 };
-#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > CPU_PARALLEL_MIN)
     for (int64_t c0 = 0; c0 < H; c0 += COLS) {
         int64_t c1 = c0 + COLS < H ? c0 + COLS : H;
         for (int i = 0; i < n; i++) {
@@ -176,7 +176,7 @@ static nnt_status scatter_backward(cpu_ctx *c, const char *op, const nnt_tensor 
     }
     const float *s = dscale ? src->data : NULL, *g = ddst->data;
     float *d = dsrc ? dsrc->data : NULL, *ds = dscale ? dscale->data : NULL;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > CPU_PARALLEL_MIN)
     for (int i = 0; i < n; i++) {
         if (last && last[rows[i]] != i) continue; /* overwritten later in the forward */
         const float *gr = g + (int64_t)rows[i] * H;
@@ -223,7 +223,7 @@ nnt_status cpu_sum_axis1_backward(void *ctx, const nnt_tensor *dy, nnt_tensor *d
                          (long long)M, (long long)H);
     const float *g = dy->data;
     float *d = dx->data;
-#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static) if (MK * H > 65536)
+#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static) if (MK * H > CPU_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++)
         for (int64_t k = 0; k < K; k++) {
             float *dr = d + (m * K + k) * H;
@@ -256,7 +256,7 @@ nnt_status cpu_scale_rows_backward(void *ctx, const nnt_tensor *x, const nnt_ten
     if (dw && !(dot = malloc((size_t)n * sizeof *dot))) return cpu_error(err, NNT_ERR_OUT_OF_MEMORY, "cpu %s: no memory", op);
     const float *xd = dw ? x->data : NULL, *wd = w->data, *g = dy->data;
     float *d = dx ? dx->data : NULL;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > CPU_PARALLEL_MIN)
     for (int i = 0; i < n; i++) {
         const float *gr = g + (int64_t)i * H;
         if (d) {

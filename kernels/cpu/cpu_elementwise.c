@@ -35,7 +35,7 @@ nnt_status cpu_rms_norm(void *ctx, const nnt_tensor *x, const nnt_tensor *w, flo
     /* bfloat16 values: the normalised row rounded, then the gain product rounded; with ..._ONCE
      * one rounding of the float32 product; without a gain, 1 / rms rounded, then the product */
     int r16 = cpu_bf16(y), once = r16 && (y->flags & NNT_TENSOR_BF16_ONCE);
-#pragma omp parallel for num_threads(c->threads) schedule(static)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * D > CPU_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) {
         const float *xr = xd + m * D;
         float *yr = yd + m * D;
@@ -82,7 +82,7 @@ nnt_status cpu_embedding(void *ctx, const nnt_tensor *table, const nnt_tensor *i
         return cpu_error(err, NNT_ERR_UNSUPPORTED, "cpu embedding: a table of dtype %d is not readable", (int)table->dtype);
     float *yd = y->data;
     const cpu_kernels *k = c->k;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * H > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * H > CPU_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) k->decode(&wv, id[m], (int64_t)id[m] + 1, yd + m * H, H);
     cpu_round_result(c, y);
     return NNT_OK;
@@ -99,7 +99,7 @@ nnt_status cpu_add(void *ctx, const nnt_tensor *a, const nnt_tensor *b, nnt_tens
     const float *ad = a->data, *bd = b->data;
     float *yd = y->data;
     int r16 = cpu_bf16(y);
-#pragma omp parallel for num_threads(c->threads) schedule(static)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) yd[i] = r16 ? cpu_r16(ad[i] + bd[i]) : ad[i] + bd[i];
     return NNT_OK;
 }
@@ -116,7 +116,7 @@ nnt_status cpu_swap12(void *ctx, const nnt_tensor *x, nnt_tensor *y, nnt_error *
     if (!es) return cpu_error(err, NNT_ERR_UNSUPPORTED, "cpu swap12: only 4-byte elements");
     const char *xd = x->data;
     char *yd = y->data;
-#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static)
+#pragma omp parallel for collapse(2) num_threads(c->threads) schedule(static) if (A * B * C * D > CPU_PARALLEL_MIN)
     for (int64_t a = 0; a < A; a++)
         for (int64_t b = 0; b < B; b++)
             for (int64_t cc = 0; cc < C; cc++)
@@ -156,7 +156,7 @@ nnt_status cpu_scale(void *ctx, const nnt_tensor *x, float factor, nnt_tensor *y
     const float *xd = x->data;
     float *yd = y->data;
     int r16 = cpu_bf16(y);
-#pragma omp parallel for num_threads(c->threads) schedule(static)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) yd[i] = r16 ? cpu_r16(factor * xd[i]) : factor * xd[i];
     return NNT_OK;
 }
@@ -178,7 +178,7 @@ nnt_status cpu_swiglu(void *ctx, const nnt_tensor *gate, const nnt_tensor *up, f
     int r16 = cpu_bf16(out); /* torch: silu's result rounded, then the product rounded */
     const cpu_kernels *k = c->k;
     enum { CHUNK = 512 };
-#pragma omp parallel for num_threads(c->threads) schedule(static)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (n > CPU_PARALLEL_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
         float e[CHUNK];

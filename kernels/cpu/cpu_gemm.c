@@ -45,7 +45,7 @@ static void decode_rows(const cpu_ctx *c, const cpu_weight *w, int64_t r0, int64
 {
     const cpu_kernels *k = c->k;
     int64_t K = w->cols, step = 8;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if ((r1 - r0) * K > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if ((r1 - r0) * K > CPU_PARALLEL_MIN)
     for (int64_t r = r0; r < r1; r += step) {
         int64_t e = r + step < r1 ? r + step : r1;
         k->decode(w, r, e, panel + (r - r0) * K, K);
@@ -163,7 +163,7 @@ static dnnl_status_t panel_product(cpu_ctx *c, dnnl_data_type_t dt, const void *
     if (nr == N) return matmul(c, dt, x, panel, M, nr, K, y, N);
     dnnl_status_t s = matmul(c, dt, x, panel, M, nr, K, out, nr);
     if (s != dnnl_success) return s;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * nr > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * nr > CPU_PARALLEL_MIN)
     for (int64_t m = 0; m < M; m++) memcpy(y + m * N + n0, out + m * nr, (size_t)nr * sizeof *y);
     return dnnl_success;
 }
@@ -198,7 +198,7 @@ static nnt_status gemm_dnnl(cpu_ctx *c, const float *x, int64_t M, const cpu_wei
             for (int64_t n0 = 0; n0 < N && s == dnnl_success; n0 += rows) {
                 int64_t nr = N - n0 < rows ? N - n0 : rows, per = 8;
                 /* decoded, scaled and rounded to bfloat16 in registers, rows shared by the team */
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (nr * K > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (nr * K > CPU_PARALLEL_MIN)
                 for (int64_t r = 0; r < nr; r += per)
                     k->decode_bf16(w, n0 + r, n0 + (r + per < nr ? r + per : nr), pb + r * K, K);
                 s = panel_product(c, dnnl_bf16, xb, pb, M, nr, K, y, n0, N, out);

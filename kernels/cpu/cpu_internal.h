@@ -8,6 +8,11 @@
 #include "cpu_weights.h"
 #include "nnt/nnt_backend.h"
 
+/* The elements (or weight values) below which a loop runs on the calling thread alone: waking the
+ * team and joining it costs microseconds, more than a few thousand elements' work (a decoding
+ * step's rows), and a VM that took a core away makes the join wait far longer. */
+#define CPU_PARALLEL_MIN 65536
+
 /* Buffers of the many-row products (cpu_gemm.c). */
 enum { CPU_BUF_PANEL, CPU_BUF_PANEL16, CPU_BUF_X16, CPU_BUF_OUT, CPU_BUF_ATTN, CPU_BUF_FUSED, CPU_BUF_COUNT };
 

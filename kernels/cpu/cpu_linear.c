@@ -51,7 +51,7 @@ nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_t
         int64_t chunk = ((N + c->threads - 1) / c->threads + 3) / 4 * 4;
         int flags = bf16 ? CPU_GEMV_X_BF16 | (cpu_needs_rounding(&wv) ? CPU_GEMV_ROUND : 0) : 0;
         const cpu_kernels *k = c->k;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (N * K > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (N * K > CPU_PARALLEL_MIN)
         for (int t = 0; t < c->threads; t++) {
             int64_t n0 = t * chunk, n1 = n0 + chunk < N ? n0 + chunk : N;
             for (int64_t m0 = 0; m0 < M && n0 < n1; m0 += CPU_FEW_ROWS) {
@@ -64,7 +64,7 @@ nnt_status cpu_linear(void *ctx, const nnt_tensor *x, const nnt_tensor *w, nnt_t
     }
     if (bf16) {
         const cpu_kernels *k = c->k;
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * N > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if (M * N > CPU_PARALLEL_MIN)
         for (int64_t m = 0; m < M; m++) k->round_bf16(yd + m * N, yd + m * N, N);
     }
     return NNT_OK;

@@ -144,7 +144,7 @@ nnt_status cpu_gather_rows(void *ctx, const nnt_tensor *src, const int32_t *rows
     float *d = dst->data;
     for (int i = 0; i < n; i++)
         if (rows[i] < 0 || rows[i] >= M) return cpu_error(err, NNT_ERR_INVALID_ARGUMENT, "cpu gather_rows: row %d out of range", rows[i]);
-#pragma omp parallel for num_threads(c->threads) schedule(static)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > CPU_PARALLEL_MIN)
     for (int i = 0; i < n; i++) memcpy(d + (int64_t)i * H, s + (int64_t)rows[i] * H, (size_t)H * sizeof(float));
     return NNT_OK;
 }
@@ -164,7 +164,7 @@ static nnt_status scatter(const cpu_ctx *c, const nnt_tensor *src, const int32_t
     int r16 = cpu_bf16(dst); /* torch: the weighted row rounded, then the sum rounded */
     const int threads = c->threads;
     const int64_t chunk = ((H + threads - 1) / threads + 15) / 16 * 16;
-#pragma omp parallel for num_threads(threads) schedule(static) if ((int64_t)n * H > 65536)
+#pragma omp parallel for num_threads(threads) schedule(static) if ((int64_t)n * H > CPU_PARALLEL_MIN)
     for (int t = 0; t < threads; t++) {
         const int64_t h0 = t * chunk, h1 = h0 + chunk < H ? h0 + chunk : H;
         for (int i = 0; i < n && h0 < h1; i++) {
@@ -229,7 +229,7 @@ nnt_status cpu_scale_rows(void *ctx, const nnt_tensor *x, const nnt_tensor *w, c
     const float *xd = x->data, *wd = w->data;
     float *yd = y->data;
     int r16 = cpu_bf16(y);
-#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > 65536)
+#pragma omp parallel for num_threads(c->threads) schedule(static) if ((int64_t)n * H > CPU_PARALLEL_MIN)
     for (int i = 0; i < n; i++) {
         float f = wd[idx[i]];
         const float *xr = xd + (int64_t)i * H;
