@@ -79,12 +79,12 @@ typedef int32_t vsi __attribute__((vector_size(VL * 4)));
         for (; n < n1; n++) TILE(MM, 1);                                                                              \
     } while (0)
 
-/* Rows n .. n1 of a few-row product in tiles of constant shape: R3 weight rows at a time against
- * 3 or 4 rows of x and R5 against 5 to 8 (up to CPU_FEW_ROWS = 8), 4 against one row of x and 2
- * against 2. Expects n, n1 and M. */
-#define FEW_ROWS_SWITCH_R(TILE, R3, R5)                                                                               \
+/* Rows n .. n1 of a few-row product in tiles of constant shape: R1 weight rows at a time against
+ * one row of x, 2 against 2, R3 against 3 or 4 rows of x and R5 against 5 to 8 (up to
+ * CPU_FEW_ROWS = 8). Expects n, n1 and M. */
+#define FEW_ROWS_SWITCH_R(TILE, R1, R3, R5)                                                                           \
     switch (M) {                                                                                                      \
-    case 1: FEW_ROWS_TILES(TILE, 1, 4); break;                                                                        \
+    case 1: FEW_ROWS_TILES(TILE, 1, R1); break;                                                                       \
     case 2: FEW_ROWS_TILES(TILE, 2, 2); break;                                                                        \
     case 3: FEW_ROWS_TILES(TILE, 3, R3); break;                                                                       \
     case 4: FEW_ROWS_TILES(TILE, 4, R3); break;                                                                       \
@@ -94,14 +94,28 @@ typedef int32_t vsi __attribute__((vector_size(VL * 4)));
     default: FEW_ROWS_TILES(TILE, 8, R5); break;                                                                      \
     }
 
-/* One weight row against 3 to 8 rows of x. */
-#define FEW_ROWS_SWITCH(TILE) FEW_ROWS_SWITCH_R(TILE, 1, 1)
+/* One weight row against 3 to 8 rows of x, 4 against one. */
+#define FEW_ROWS_SWITCH(TILE) FEW_ROWS_SWITCH_R(TILE, 4, 1, 1)
 
 /* For kernels whose tiles can take several weight rows against 3 to 8 rows of x: 4 weight rows
  * against 3 or 4 rows of x, 2 against 5 to 8, so that a column step's x is read once for all of
  * them (one weight row per tile reads the whole of x again for each weight row, from the L2
  * cache past 2 rows of a 3072-wide x). */
-#define FEW_ROWS_SWITCH_WIDE(TILE) FEW_ROWS_SWITCH_R(TILE, 4, 2)
+#define FEW_ROWS_SWITCH_WIDE(TILE) FEW_ROWS_SWITCH_R(TILE, 4, 4, 2)
+
+/* As FEW_ROWS_SWITCH_WIDE, but one weight row at a time against one row of x (decoding): each
+ * thread then reads one stream of weight bytes at a time, not four, and x (one row) stays in the
+ * L1 cache. Taken where it paid from memory, which is where a decoding step's weights are:
+ * bench_gemv --m 1, AMD Zen 5 (family 26 model 2), GB/s with 4 -> 1 weight rows per tile, two
+ * threads from memory (--threads 2) | one thread in cache (--threads 1 --n 256 --mb 0):
+ *   FP8 lanes kernel, float32 products, AVX-512: 33.5-37.5 -> 44.5-51.6 | 47.7-49.4 -> 43.8-44.8
+ *     (E8M0 scales 40.4-44.9 -> 49.2-51.7); AVX2: within the spread | 30 -> 27
+ *   FP4 planes (float32) and FP4 dot products (bfloat16, AVX512-BF16): 37.5-44.6 -> 46.1-47.2
+ *     and 40.2-41.8 -> 48.5-52.0 | 27 -> 28 and 33-34 -> 29-30
+ * Kept at 4: the BF16 kernel (41 -> 37 from memory), the lanes kernel's bfloat16 products on
+ * AVX2 (31 -> 19), and the AVX-512 FP8 table kernel for bfloat16 products (+8-15% from memory,
+ * 50 -> 29 in cache). Not measured on other CPUs. */
+#define FEW_ROWS_SWITCH_STREAM(TILE) FEW_ROWS_SWITCH_R(TILE, 1, 4, 2)
 
 INLINE vf loadf(const float *p)
 {
@@ -920,7 +934,7 @@ static void gemv_fp4planes(const float *x, int64_t M, const cpu_weight *w, int64
 #define FP4PLANES_TILE(MM, RR)                                                                                         \
     (fp4planes_tile_special(w, n, RR) ? tile_fp4planes(xs, w, n, y, ldy, pick, MM, RR, 1)                              \
                                       : tile_fp4planes(xs, w, n, y, ldy, pick, MM, RR, 0))
-    FEW_ROWS_SWITCH_WIDE(FP4PLANES_TILE);
+    FEW_ROWS_SWITCH_STREAM(FP4PLANES_TILE);
 #undef FP4PLANES_TILE
 }
 #endif
@@ -1351,7 +1365,7 @@ TARGET_BF16 static int gemv_fp4dp(const float *x, int64_t M, const cpu_weight *w
         }
     int64_t n = n0;
 #define FP4DP_TILE(MM, RR) tile_fp4dp(xb, w, n, y, ldy, MM, RR)
-    FEW_ROWS_SWITCH_WIDE(FP4DP_TILE);
+    FEW_ROWS_SWITCH_STREAM(FP4DP_TILE);
 #undef FP4DP_TILE
     free(xb);
     return 1;
@@ -1655,7 +1669,7 @@ INLINE void rows_fp8lanes(const float *x, const float *xp, int64_t M, const cpu_
     } else {
         /* float32 products: tiles of several weight rows (the float32 block sums in one chain
          * per row pair from 3 rows of x, tile_fp8lanes) */
-        FEW_ROWS_SWITCH_WIDE(FP8ANY_TILE);
+        FEW_ROWS_SWITCH_STREAM(FP8ANY_TILE);
     }
 #undef FP8ANY_TILE
 }
